@@ -1,0 +1,113 @@
+// Backend: where a model's forward pass runs (ggml-backend / NIXL-engine style). The CPU
+// backend (kernels/cpu + OpenBLAS) is the reference; the CUDA backend (kernels/cuda) must
+// match it op by op. Public headers never include CUDA headers.
+//
+// A Sequence owns one request's KV cache on the backend: post-RoPE keys and values per layer,
+// [capacity, kv_dim] each. Prefill appends tokens; AppendKv appends positions whose pre-RoPE
+// K and V were computed elsewhere (SCD's consumer side), applying this model's RoPE at their
+// positions; Decode appends one token per sequence and returns next-token logits.
+#ifndef SCD_COMMON_RUNTIME_BACKEND_H_
+#define SCD_COMMON_RUNTIME_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/model/weights.h"
+
+namespace scd {
+
+enum class BackendKind { kCpu, kCuda };
+
+struct PrefillOptions {
+  bool all_logits = false;    // logits for every prompt position, else the last only
+  bool layer_states = false;  // per-layer H_in, pre-RoPE K and V (the SCD/SEKV hooks)
+  bool surprisal = false;     // -log p(x_t | x_<t) for every prompt position
+  bool residual = false;      // per-layer residual stream entering the layer (recompute mode)
+};
+
+// Per-layer hook outputs for the tokens of one Prefill call, row-major.
+struct LayerStates {
+  std::vector<float> h_in;        // [T, d] RMS-normalised input to attention
+  std::vector<float> k_pre_rope;  // [T, kv_dim] keys before RoPE (biases included)
+  std::vector<float> v;           // [T, kv_dim]
+  std::vector<float> residual;    // [T, d] un-normalised input to the layer (residual option)
+};
+
+struct PrefillResult {
+  int num_tokens = 0;
+  std::vector<float> logits;       // [T, vocab] with all_logits, else [vocab]
+  std::vector<LayerStates> layers; // [num_layers] with layer_states
+  // [T] with surprisal. Entry t is -log softmax(logits[t-1])[x_t]. The first token of the
+  // call has no prediction inside the call: 0 when the sequence was empty (BOS), otherwise
+  // computed from the logits the previous Prefill/Decode of this sequence produced.
+  std::vector<float> surprisal;
+};
+
+// Pre-RoPE keys and values for `num_tokens` consecutive positions, per layer.
+struct ExternalKv {
+  int num_tokens = 0;
+  std::vector<std::vector<float>> k_pre_rope;  // [num_layers][T * kv_dim]
+  std::vector<std::vector<float>> v;           // [num_layers][T * kv_dim]
+};
+
+class Sequence {
+ public:
+  virtual ~Sequence() = default;
+  virtual int length() const = 0;    // positions filled
+  virtual int capacity() const = 0;  // positions allocated
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual const Model& model() const = 0;
+
+  // A new, empty sequence that holds up to `capacity` positions
+  // (at most max_position_embeddings).
+  virtual absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(int capacity) = 0;
+
+  // Runs `tokens` through the model at positions [seq.length(), seq.length() + T) and appends
+  // their K/V. Fails without changing `seq` when the tokens do not fit or are out of vocab.
+  virtual absl::Status Prefill(Sequence& seq, absl::Span<const int32_t> tokens,
+                               const PrefillOptions& options, PrefillResult* result) = 0;
+
+  // Appends positions whose pre-RoPE K and V come from outside, applying RoPE here.
+  virtual absl::Status AppendKv(Sequence& seq, const ExternalKv& kv) = 0;
+
+  // One decode step for a batch: appends tokens[b] to seqs[b] and writes next-token logits
+  // into `logits` as [B, vocab].
+  virtual absl::Status Decode(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
+                              std::vector<float>* logits) = 0;
+
+  // Selective recompute (DroidSpeak-style): re-runs layers [first_layer, end_layer) for the
+  // positions [start, start + rows) already in `seq`, starting from `residual_in` [rows, d],
+  // the residual stream entering first_layer, and overwrites those layers' K/V there.
+  // Attention reads the cache for earlier positions. Backends without it return UNIMPLEMENTED.
+  virtual absl::Status RecomputeLayers(Sequence& seq, int start, int first_layer, int end_layer,
+                                       absl::Span<const float> residual_in) {
+    (void)seq, (void)start, (void)first_layer, (void)end_layer, (void)residual_in;
+    return absl::UnimplementedError(std::string(name()) + " backend has no RecomputeLayers");
+  }
+};
+
+// True when this build and this machine can run `kind`.
+bool BackendAvailable(BackendKind kind);
+
+// Creates a backend of `kind` for `model`. kCuda fails with UNAVAILABLE when the build has no
+// CUDA support or no device is present.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
+                                                       std::shared_ptr<const Model> model);
+
+absl::StatusOr<BackendKind> ParseBackendKind(std::string_view name);
+
+}  // namespace scd
+
+#endif  // SCD_COMMON_RUNTIME_BACKEND_H_

@@ -1,0 +1,330 @@
+// CpuBackend (see cpu_backend.h). One forward routine serves prefill and batched decode: the
+// rows of a step are grouped into runs that belong to one sequence at consecutive positions
+// (prefill: one run of T rows; decode: B runs of one row). Projections and the FFN are GEMMs
+// over all rows, so a decode batch streams each weight matrix once; attention runs per group
+// against that sequence's cache.
+#include "common/runtime/cpu_backend.h"
+
+#include <cmath>
+#include <cstring>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "kernels/cpu/ops.h"
+
+namespace scd {
+namespace {
+
+class CpuSequence : public Sequence {
+ public:
+  CpuSequence(int num_layers, int capacity, int kv_dim) : capacity_(capacity) {
+    k_.resize(num_layers);
+    v_.resize(num_layers);
+    for (int l = 0; l < num_layers; ++l) {
+      k_[l].assign(static_cast<size_t>(capacity) * kv_dim, 0.0f);
+      v_[l].assign(static_cast<size_t>(capacity) * kv_dim, 0.0f);
+    }
+  }
+  int length() const override { return length_; }
+  int capacity() const override { return capacity_; }
+
+  int capacity_;
+  int length_ = 0;
+  std::vector<std::vector<float>> k_;  // [layer][capacity * kv_dim], RoPE applied
+  std::vector<std::vector<float>> v_;
+  std::vector<float> last_logits_;     // logits after the last position; empty when unknown
+};
+
+// A run of rows that belong to one sequence at consecutive positions.
+struct RowGroup {
+  CpuSequence* seq;
+  int first_row;
+  int rows;
+  int start_pos;
+};
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(std::shared_ptr<const Model> model)
+      : model_(std::move(model)), inv_freq_(RopeInverseFrequencies(model_->config)) {}
+
+  std::string_view name() const override { return "cpu"; }
+  const Model& model() const override { return *model_; }
+
+  absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(int capacity) override {
+    const ModelConfig& c = model_->config;
+    if (capacity <= 0 || capacity > c.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence capacity ", capacity,
+                                                     " must be in [1, max_position_embeddings=",
+                                                     c.max_position_embeddings, "]"));
+    }
+    return std::unique_ptr<Sequence>(new CpuSequence(c.num_layers, capacity, c.kv_dim()));
+  }
+
+  absl::Status Prefill(Sequence& seq_base, absl::Span<const int32_t> tokens,
+                       const PrefillOptions& options, PrefillResult* result) override {
+    auto& seq = static_cast<CpuSequence&>(seq_base);
+    const ModelConfig& c = model_->config;
+    const int t = static_cast<int>(tokens.size());
+    if (t == 0) return absl::InvalidArgumentError("prefill needs at least one token");
+    if (seq.length_ + t > seq.capacity_) {
+      return absl::OutOfRangeError(absl::StrCat("prefill of ", t, " tokens at position ",
+                                                seq.length_, " exceeds sequence capacity ",
+                                                seq.capacity_));
+    }
+    SCD_RETURN_IF_ERROR(CheckTokens(tokens));
+    std::vector<RowGroup> groups = {{&seq, 0, t, seq.length_}};
+    std::vector<int32_t> positions(t);
+    for (int i = 0; i < t; ++i) positions[i] = seq.length_ + i;
+
+    std::vector<LayerStates>* hooks = nullptr;
+    result->layers.clear();
+    if (options.layer_states || options.residual) {
+      result->layers.resize(c.num_layers);
+      hooks = &result->layers;
+    }
+    std::vector<float> hidden;
+    Forward(tokens, positions, groups, hooks, options.layer_states, options.residual, &hidden);
+
+    // Logits: every row when asked for them or for surprisal, else the last row only.
+    const bool all_rows = options.all_logits || options.surprisal;
+    const int first = all_rows ? 0 : t - 1;
+    const int rows = t - first;
+    std::vector<float> logits(static_cast<size_t>(rows) * c.vocab_size);
+    cpu::Linear(hidden.data() + static_cast<size_t>(first) * c.hidden_size,
+                model_->weights.output_matrix().data(), nullptr, logits.data(), rows,
+                c.vocab_size, c.hidden_size);
+
+    result->num_tokens = t;
+    result->surprisal.clear();
+    if (options.surprisal) {
+      result->surprisal.assign(t, 0.0f);
+      if (!seq.last_logits_.empty()) {
+        cpu::NegLogLikelihood(seq.last_logits_.data(), tokens.data(), result->surprisal.data(),
+                              1, c.vocab_size);
+      }
+      if (t > 1) {
+        cpu::NegLogLikelihood(logits.data(), tokens.data() + 1, result->surprisal.data() + 1,
+                              t - 1, c.vocab_size);
+      }
+    }
+    seq.last_logits_.assign(logits.end() - c.vocab_size, logits.end());
+    if (options.all_logits) {
+      result->logits = std::move(logits);
+    } else {
+      result->logits.assign(logits.end() - c.vocab_size, logits.end());
+    }
+    seq.length_ += t;
+    return absl::OkStatus();
+  }
+
+  absl::Status AppendKv(Sequence& seq_base, const ExternalKv& kv) override {
+    auto& seq = static_cast<CpuSequence&>(seq_base);
+    const ModelConfig& c = model_->config;
+    const int t = kv.num_tokens;
+    const size_t want = static_cast<size_t>(t) * c.kv_dim();
+    if (t <= 0) return absl::InvalidArgumentError("external KV must hold at least one token");
+    if (static_cast<int>(kv.k_pre_rope.size()) != c.num_layers ||
+        static_cast<int>(kv.v.size()) != c.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("external KV has ", kv.k_pre_rope.size(),
+                                                     "/", kv.v.size(), " layers, model has ",
+                                                     c.num_layers));
+    }
+    for (int l = 0; l < c.num_layers; ++l) {
+      if (kv.k_pre_rope[l].size() != want || kv.v[l].size() != want) {
+        return absl::InvalidArgumentError(absl::StrCat("external KV layer ", l, " holds ",
+                                                       kv.k_pre_rope[l].size(), "/",
+                                                       kv.v[l].size(), " floats, expected ",
+                                                       want, " (", t, " tokens x kv_dim ",
+                                                       c.kv_dim(), ")"));
+      }
+    }
+    if (seq.length_ + t > seq.capacity_) {
+      return absl::OutOfRangeError(absl::StrCat("external KV of ", t, " tokens at position ",
+                                                seq.length_, " exceeds sequence capacity ",
+                                                seq.capacity_));
+    }
+    std::vector<int32_t> positions(t);
+    for (int i = 0; i < t; ++i) positions[i] = seq.length_ + i;
+    const size_t offset = static_cast<size_t>(seq.length_) * c.kv_dim();
+    for (int l = 0; l < c.num_layers; ++l) {
+      float* k_dst = seq.k_[l].data() + offset;
+      std::memcpy(k_dst, kv.k_pre_rope[l].data(), want * sizeof(float));
+      cpu::ApplyRope(k_dst, t, c.num_kv_heads, c.head_dim, positions.data(), inv_freq_.data());
+      std::memcpy(seq.v_[l].data() + offset, kv.v[l].data(), want * sizeof(float));
+    }
+    seq.length_ += t;
+    seq.last_logits_.clear();  // no logits exist for positions computed elsewhere
+    return absl::OkStatus();
+  }
+
+  absl::Status Decode(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
+                      std::vector<float>* logits) override {
+    const ModelConfig& c = model_->config;
+    const int b = static_cast<int>(seqs.size());
+    if (b == 0 || tokens.size() != seqs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("decode batch has ", seqs.size(),
+                                                     " sequences and ", tokens.size(),
+                                                     " tokens"));
+    }
+    SCD_RETURN_IF_ERROR(CheckTokens(tokens));
+    std::unordered_set<Sequence*> seen;
+    std::vector<RowGroup> groups;
+    std::vector<int32_t> positions(b);
+    for (int i = 0; i < b; ++i) {
+      auto* seq = static_cast<CpuSequence*>(seqs[i]);
+      if (seq == nullptr || !seen.insert(seq).second) {
+        return absl::InvalidArgumentError("decode batch holds a null or repeated sequence");
+      }
+      if (seq->length_ >= seq->capacity_) {
+        return absl::OutOfRangeError(
+            absl::StrCat("sequence ", i, " is full (capacity ", seq->capacity_, ")"));
+      }
+      groups.push_back({seq, i, 1, seq->length_});
+      positions[i] = seq->length_;
+    }
+    std::vector<float> hidden;
+    Forward(tokens, positions, groups, nullptr, false, false, &hidden);
+    logits->resize(static_cast<size_t>(b) * c.vocab_size);
+    cpu::Linear(hidden.data(), model_->weights.output_matrix().data(), nullptr, logits->data(), b,
+                c.vocab_size, c.hidden_size);
+    for (int i = 0; i < b; ++i) {
+      groups[i].seq->length_ += 1;
+      groups[i].seq->last_logits_.assign(logits->begin() + static_cast<long>(i) * c.vocab_size,
+                                         logits->begin() + static_cast<long>(i + 1) * c.vocab_size);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RecomputeLayers(Sequence& seq_base, int start, int first_layer, int end_layer,
+                               absl::Span<const float> residual_in) override {
+    auto& seq = static_cast<CpuSequence&>(seq_base);
+    const ModelConfig& c = model_->config;
+    const int rows = static_cast<int>(residual_in.size() / c.hidden_size);
+    if (first_layer < 0 || end_layer > c.num_layers || first_layer >= end_layer) {
+      return absl::InvalidArgumentError(absl::StrCat("recompute layers [", first_layer, ", ",
+                                                     end_layer, ") outside [0, ",
+                                                     c.num_layers, ")"));
+    }
+    if (rows <= 0 || residual_in.size() != static_cast<size_t>(rows) * c.hidden_size) {
+      return absl::InvalidArgumentError("recompute residual is not [rows, hidden_size]");
+    }
+    if (start < 0 || start + rows > seq.length_) {
+      return absl::OutOfRangeError(absl::StrCat("recompute rows [", start, ", ", start + rows,
+                                                ") are not all in the sequence (length ",
+                                                seq.length_, ")"));
+    }
+    std::vector<RowGroup> groups = {{&seq, 0, rows, start}};
+    std::vector<int32_t> positions(rows);
+    for (int i = 0; i < rows; ++i) positions[i] = start + i;
+    std::vector<float> x(residual_in.begin(), residual_in.end());
+    RunLayers(first_layer, end_layer, positions, groups, nullptr, false, false, &x);
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status CheckTokens(absl::Span<const int32_t> tokens) const {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] < 0 || tokens[i] >= model_->config.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("token ", tokens[i], " at index ", i,
+                                                       " is outside the vocabulary [0, ",
+                                                       model_->config.vocab_size, ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Runs every layer on `ids` (one row each) and leaves the final-normed hidden states in
+  // `out` [rows, d]. Writes K/V of each row into its group's sequence cache (not committing
+  // the sequence length; callers do that on success).
+  void Forward(absl::Span<const int32_t> ids, const std::vector<int32_t>& positions,
+               const std::vector<RowGroup>& groups, std::vector<LayerStates>* hooks,
+               bool keep_states, bool keep_residual, std::vector<float>* out) {
+    const ModelConfig& c = model_->config;
+    std::vector<float> x(static_cast<size_t>(ids.size()) * c.hidden_size);
+    cpu::Embed(model_->weights.embed.data(), ids.data(), x.data(), static_cast<int>(ids.size()),
+               c.hidden_size);
+    RunLayers(0, c.num_layers, positions, groups, hooks, keep_states, keep_residual, &x);
+    cpu::RmsNorm(x.data(), model_->weights.final_norm.data(), x.data(),
+                 static_cast<int>(ids.size()), c.hidden_size, c.rms_norm_eps);
+    *out = std::move(x);
+  }
+
+  // Runs layers [first, end) on the residual stream `x` [rows, d] in place.
+  void RunLayers(int first, int end, const std::vector<int32_t>& positions,
+                 const std::vector<RowGroup>& groups, std::vector<LayerStates>* hooks,
+                 bool keep_states, bool keep_residual, std::vector<float>* x_inout) {
+    const ModelConfig& c = model_->config;
+    const ModelWeights& w = model_->weights;
+    std::vector<float>& x = *x_inout;
+    const int rows = static_cast<int>(positions.size());
+    const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
+    std::vector<float> xn(x.size()), tmp(x.size());
+    std::vector<float> q(static_cast<size_t>(rows) * qd), att(q.size());
+    std::vector<float> k(static_cast<size_t>(rows) * kvd), v(k.size());
+    std::vector<float> gate(static_cast<size_t>(rows) * ffn), up(gate.size());
+    long scratch_floats = 0;
+    for (const RowGroup& g : groups) {
+      scratch_floats =
+          std::max(scratch_floats, cpu::AttentionScratchFloats(g.rows, g.start_pos, c.num_heads));
+    }
+    std::vector<float> scratch(scratch_floats);
+
+    for (int l = first; l < end; ++l) {
+      const LayerWeights& lw = w.layers[l];
+      if (hooks != nullptr && keep_residual) (*hooks)[l].residual = x;
+      cpu::RmsNorm(x.data(), lw.attn_norm.data(), xn.data(), rows, d, c.rms_norm_eps);
+      const float* bq = lw.bq.empty() ? nullptr : lw.bq.data();
+      const float* bk = lw.bk.empty() ? nullptr : lw.bk.data();
+      const float* bv = lw.bv.empty() ? nullptr : lw.bv.data();
+      cpu::Linear(xn.data(), lw.wq.data(), bq, q.data(), rows, qd, d);
+      cpu::Linear(xn.data(), lw.wk.data(), bk, k.data(), rows, kvd, d);
+      cpu::Linear(xn.data(), lw.wv.data(), bv, v.data(), rows, kvd, d);
+      if (hooks != nullptr && keep_states) {
+        (*hooks)[l].h_in = xn;
+        (*hooks)[l].k_pre_rope = k;
+        (*hooks)[l].v = v;
+      }
+      cpu::ApplyRope(q.data(), rows, c.num_heads, c.head_dim, positions.data(), inv_freq_.data());
+      cpu::ApplyRope(k.data(), rows, c.num_kv_heads, c.head_dim, positions.data(),
+                     inv_freq_.data());
+      for (const RowGroup& g : groups) {
+        const size_t src = static_cast<size_t>(g.first_row) * kvd;
+        const size_t dst = static_cast<size_t>(g.start_pos) * kvd;
+        const size_t n = static_cast<size_t>(g.rows) * kvd;
+        std::memcpy(g.seq->k_[l].data() + dst, k.data() + src, n * sizeof(float));
+        std::memcpy(g.seq->v_[l].data() + dst, v.data() + src, n * sizeof(float));
+        cpu::CausalAttention(q.data() + static_cast<size_t>(g.first_row) * qd,
+                             g.seq->k_[l].data(), g.seq->v_[l].data(),
+                             att.data() + static_cast<size_t>(g.first_row) * qd, g.rows,
+                             g.start_pos, c.num_heads, c.num_kv_heads, c.head_dim,
+                             c.sliding_window, scratch.data());
+      }
+      cpu::Linear(att.data(), lw.wo.data(), nullptr, tmp.data(), rows, d, qd);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+      cpu::RmsNorm(x.data(), lw.ffn_norm.data(), xn.data(), rows, d, c.rms_norm_eps);
+      cpu::Linear(xn.data(), lw.w_gate.data(), nullptr, gate.data(), rows, ffn, d);
+      cpu::Linear(xn.data(), lw.w_up.data(), nullptr, up.data(), rows, ffn, d);
+      cpu::SwiGlu(gate.data(), up.data(), gate.data(), rows * ffn);
+      cpu::Linear(gate.data(), lw.w_down.data(), nullptr, tmp.data(), rows, d, ffn);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+    }
+  }
+
+  std::shared_ptr<const Model> model_;
+  std::vector<float> inv_freq_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const Model> model) {
+  if (model == nullptr) return absl::InvalidArgumentError("CreateCpuBackend: null model");
+  const ModelConfig& c = model->config;
+  if (static_cast<int>(model->weights.layers.size()) != c.num_layers) {
+    return absl::InvalidArgumentError("model weights do not match its config (layer count)");
+  }
+  return std::unique_ptr<Backend>(new CpuBackend(std::move(model)));
+}
+
+}  // namespace scd

@@ -1,0 +1,179 @@
+// CPU reference kernels (see ops.h). GEMMs go to OpenBLAS; everything else is written as
+// plain loops that GCC auto-vectorises (AVX2/FMA). Attention is blocked over queries so that
+// causal masking only wastes the diagonal block, and each block is two sgemm calls
+// (scores = Q·Kᵀ, out = P·V) per query head, which keeps prefill near GEMM speed.
+#include "kernels/cpu/ops.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace scd::cpu {
+namespace {
+
+constexpr int kQueryBlock = 128;
+
+// exp(x) for x <= 0 (softmax after max-subtraction), accurate to a few ulp, written so the
+// loop vectorises: x = n·ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial, 2^n by
+// exponent-bit arithmetic. Inputs below -87 flush to 0.
+inline float ExpNonPositive(float x) {
+  x = std::max(x, -87.0f);
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  const float r = std::fma(n, -0.693145751953125f, std::fma(n, -1.428606765330187e-06f, x));
+  float p = 1.0f / 720.0f;
+  p = std::fma(p, r, 1.0f / 120.0f);
+  p = std::fma(p, r, 1.0f / 24.0f);
+  p = std::fma(p, r, 1.0f / 6.0f);
+  p = std::fma(p, r, 0.5f);
+  p = std::fma(p, r, 1.0f);
+  p = std::fma(p, r, 1.0f);
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+// Softmax of row[0, valid) in place; entries [valid, cols) are set to 0.
+void SoftmaxPrefix(float* row, int valid, int cols) {
+  float max_v = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j < valid; ++j) max_v = std::max(max_v, row[j]);
+  float sum = 0.0f;
+  for (int j = 0; j < valid; ++j) {
+    const float e = ExpNonPositive(row[j] - max_v);
+    row[j] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / sum;
+  for (int j = 0; j < valid; ++j) row[j] *= inv;
+  for (int j = valid; j < cols; ++j) row[j] = 0.0f;
+}
+
+}  // namespace
+
+void Linear(const float* x, const float* w, const float* bias, float* y, int m, int n, int k) {
+  if (m == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, 0.0f, y, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
+  }
+  if (bias != nullptr) {
+    for (int r = 0; r < m; ++r) {
+      float* row = y + static_cast<long>(r) * n;
+      for (int j = 0; j < n; ++j) row[j] += bias[j];
+    }
+  }
+}
+
+void RmsNorm(const float* x, const float* gain, float* y, int rows, int dim, float eps) {
+  for (int r = 0; r < rows; ++r) {
+    const float* in = x + static_cast<long>(r) * dim;
+    float* out = y + static_cast<long>(r) * dim;
+    float ss = 0.0f;
+    for (int i = 0; i < dim; ++i) ss += in[i] * in[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (int i = 0; i < dim; ++i) out[i] = in[i] * inv * gain[i];
+  }
+}
+
+void ApplyRope(float* x, int tokens, int num_heads, int head_dim, const int32_t* positions,
+               const float* inv_freq) {
+  const int half = head_dim / 2;
+  thread_local std::vector<float> cos_v, sin_v;
+  cos_v.resize(half);
+  sin_v.resize(half);
+  for (int t = 0; t < tokens; ++t) {
+    const float pos = static_cast<float>(positions[t]);
+    for (int i = 0; i < half; ++i) {
+      // float32 angle, as HF computes it (outer product of float positions and inv_freq).
+      const float angle = pos * inv_freq[i];
+      cos_v[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_v[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+    float* row = x + static_cast<long>(t) * num_heads * head_dim;
+    for (int h = 0; h < num_heads; ++h) {
+      float* a = row + h * head_dim;
+      float* b = a + half;
+      for (int i = 0; i < half; ++i) {
+        const float a0 = a[i], b0 = b[i];
+        a[i] = a0 * cos_v[i] - b0 * sin_v[i];
+        b[i] = b0 * cos_v[i] + a0 * sin_v[i];
+      }
+    }
+  }
+}
+
+void SwiGlu(const float* gate, const float* up, float* out, int count) {
+  for (int i = 0; i < count; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void SoftmaxRows(float* x, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) SoftmaxPrefix(x + static_cast<long>(r) * cols, cols, cols);
+}
+
+long AttentionScratchFloats(int tokens, int start, int num_heads) {
+  (void)num_heads;
+  return static_cast<long>(std::min(tokens, kQueryBlock)) * (start + tokens);
+}
+
+void CausalAttention(const float* q, const float* k, const float* v, float* out, int tokens,
+                     int start, int num_heads, int num_kv_heads, int head_dim, int window,
+                     float* scratch) {
+  const int q_stride = num_heads * head_dim;
+  const int kv_stride = num_kv_heads * head_dim;
+  const int group = num_heads / num_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (int t0 = 0; t0 < tokens; t0 += kQueryBlock) {
+    const int rows = std::min(kQueryBlock, tokens - t0);
+    const int first_pos = start + t0;             // absolute position of the block's first query
+    const int key_end = first_pos + rows;         // keys [key_begin, key_end)
+    const int key_begin = window > 0 ? std::max(0, first_pos - window + 1) : 0;
+    const int keys = key_end - key_begin;
+    for (int h = 0; h < num_heads; ++h) {
+      const int g = h / group;
+      const float* qh = q + static_cast<long>(t0) * q_stride + h * head_dim;
+      const float* kh = k + static_cast<long>(key_begin) * kv_stride + g * head_dim;
+      const float* vh = v + static_cast<long>(key_begin) * kv_stride + g * head_dim;
+      float* oh = out + static_cast<long>(t0) * q_stride + h * head_dim;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, head_dim, scale, qh,
+                  q_stride, kh, kv_stride, 0.0f, scratch, keys);
+      for (int r = 0; r < rows; ++r) {
+        const int pos = first_pos + r;
+        float* row = scratch + static_cast<long>(r) * keys;
+        const int lo = window > 0 ? std::max(0, pos - window + 1) - key_begin : 0;
+        const int hi = pos + 1 - key_begin;  // exclusive
+        for (int j = 0; j < lo; ++j) row[j] = 0.0f;
+        SoftmaxPrefix(row + lo, hi - lo, keys - lo);
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, keys, 1.0f,
+                  scratch, keys, vh, kv_stride, 0.0f, oh, q_stride);
+    }
+  }
+}
+
+void Embed(const float* table, const int32_t* ids, float* out, int tokens, int dim) {
+  for (int t = 0; t < tokens; ++t) {
+    std::memcpy(out + static_cast<long>(t) * dim, table + static_cast<long>(ids[t]) * dim,
+                sizeof(float) * dim);
+  }
+}
+
+void NegLogLikelihood(const float* logits, const int32_t* targets, float* out, int rows,
+                      int vocab) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = logits + static_cast<long>(r) * vocab;
+    float max_v = row[0];
+    for (int j = 1; j < vocab; ++j) max_v = std::max(max_v, row[j]);
+    double sum = 0.0;
+    for (int j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(row[j] - max_v));
+    out[r] = static_cast<float>(std::log(sum) + max_v - row[targets[r]]);
+  }
+}
+
+}  // namespace scd::cpu

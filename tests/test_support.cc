@@ -1,0 +1,57 @@
+// See test_support.h.
+#include "tests/test_support.h"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace scd::testing {
+namespace {
+
+struct TempRoot {
+  std::string path;
+  TempRoot() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "scd-test-XXXXXX").string();
+    char* made = mkdtemp(tmpl.data());
+    if (made != nullptr) path = made;
+  }
+  ~TempRoot() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+std::string SharedPath(const std::string& relative) {
+  std::filesystem::path p = std::filesystem::path(SCD_SHARED_DIR) / relative;
+  if (!std::filesystem::exists(p)) {
+    FAIL("missing fixture " << p.string()
+                            << " (the shared fixtures must sit at ../shared beside the repo, "
+                               "or configure with -DSCD_SHARED_DIR=...)");
+  }
+  return std::filesystem::weakly_canonical(p).string();
+}
+
+std::string TempDir() {
+  static TempRoot root;
+  static int counter = 0;
+  REQUIRE(!root.path.empty());
+  std::filesystem::path p = std::filesystem::path(root.path) / std::to_string(counter++);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+std::string ReadFileOrFail(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) FAIL("cannot read " << path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace scd::testing
