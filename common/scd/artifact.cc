@@ -1,0 +1,205 @@
+// See artifact.h. Tensor names: reuse.<l>.{k,v}.{mu_in,encoder,decoder,mu_out},
+// patch.<l>.code.{mu_in,encoder,decoder,mu_out}, patch.<l>.aligner.{a,c,w1,b1,w2,b2}.
+#include "common/scd/artifact.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/base/sha256.h"
+#include "common/base/status_macros.h"
+#include "common/model/safetensors.h"
+
+namespace scd {
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+using TensorMap = std::map<std::string, SafetensorsTensor>;
+
+void PutVec(TensorMap& m, const std::string& name, const std::vector<float>& v,
+            std::vector<int64_t> shape) {
+  m[name] = SafetensorsTensor::FromFloats(DType::kF32, std::move(shape), v);
+}
+
+void PutCode(TensorMap& m, const std::string& prefix, const LinearCode& c) {
+  PutVec(m, prefix + ".mu_in", c.mu_in, {c.in_dim});
+  PutVec(m, prefix + ".encoder", c.encoder, {c.in_dim, c.rank});
+  PutVec(m, prefix + ".decoder", c.decoder, {c.rank, c.out_dim});
+  PutVec(m, prefix + ".mu_out", c.mu_out, {c.out_dim});
+}
+
+absl::Status GetVec(const SafetensorsFile& f, const std::string& name,
+                    std::vector<int64_t> shape, std::vector<float>* out) {
+  SCD_ASSIGN_OR_RETURN(*out, f.ReadAsFloat(name, shape));
+  return absl::OkStatus();
+}
+
+absl::Status GetCode(const SafetensorsFile& f, const std::string& prefix, int in, int rank,
+                     int out, LinearCode* c) {
+  c->in_dim = in;
+  c->rank = rank;
+  c->out_dim = out;
+  SCD_RETURN_IF_ERROR(GetVec(f, prefix + ".mu_in", {in}, &c->mu_in));
+  SCD_RETURN_IF_ERROR(GetVec(f, prefix + ".encoder", {in, rank}, &c->encoder));
+  SCD_RETURN_IF_ERROR(GetVec(f, prefix + ".decoder", {rank, out}, &c->decoder));
+  SCD_RETURN_IF_ERROR(GetVec(f, prefix + ".mu_out", {out}, &c->mu_out));
+  return absl::OkStatus();
+}
+
+std::string TensorDigest(const TensorMap& m) {
+  Sha256 h;
+  for (const auto& [name, t] : m) {
+    h.Update(name);
+    h.Update(t.bytes);
+  }
+  return Sha256::ToHex(h.Finish());
+}
+
+}  // namespace
+
+absl::Status ScdArtifact::Save(const std::string& path) {
+  TensorMap m;
+  for (int l = 0; l < static_cast<int>(reuse.size()); ++l) {
+    PutCode(m, absl::StrCat("reuse.", l, ".k"), reuse[l].key);
+    PutCode(m, absl::StrCat("reuse.", l, ".v"), reuse[l].value);
+  }
+  nlohmann::json patch_dims = nlohmann::json::object();
+  for (const auto& [l, p] : patches) {
+    const std::string prefix = absl::StrCat("patch.", l);
+    PutCode(m, prefix + ".code", p.code);
+    const PatchAligner& a = p.aligner;
+    PutVec(m, prefix + ".aligner.a", a.a, {a.code_dim, a.out_dim});
+    PutVec(m, prefix + ".aligner.c", a.c, {a.out_dim});
+    if (a.hidden_dim > 0) {
+      PutVec(m, prefix + ".aligner.w1", a.w1, {a.code_dim, a.hidden_dim});
+      PutVec(m, prefix + ".aligner.b1", a.b1, {a.hidden_dim});
+      PutVec(m, prefix + ".aligner.w2", a.w2, {a.hidden_dim, a.out_dim});
+    }
+    PutVec(m, prefix + ".aligner.b2", a.b2, {a.out_dim});
+    patch_dims[std::to_string(l)] = a.hidden_dim;
+  }
+  nlohmann::json meta = {
+      {"format_version", kFormatVersion},
+      {"producer", {{"name", producer_name}, {"digest", producer_digest}}},
+      {"consumer", {{"name", consumer_name}, {"digest", consumer_digest}}},
+      {"num_layers", num_layers},
+      {"hidden_size", hidden_size},
+      {"kv_dim", kv_dim},
+      {"rank_k", rank_k},
+      {"rank_v", rank_v},
+      {"rank_h", rank_h},
+      {"code_encoding", static_cast<int>(code_encoding)},
+      {"patch_hidden", patch_dims},
+      {"patch_order", patch_order},
+      {"patch_budget", patch_budget},
+      {"recompute_block", {recompute_first, recompute_end}},
+      {"report", report},
+  };
+  id = TensorDigest(m);
+  return WriteSafetensors(path, m, {{"scd", meta.dump()}});
+}
+
+absl::StatusOr<ScdArtifact> ScdArtifact::Load(const std::string& path) {
+  SCD_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
+  auto it = file->metadata().find("scd");
+  if (it == file->metadata().end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not an SCD calibration artifact (no \"scd\" metadata)"));
+  }
+  ScdArtifact a;
+  try {
+    const nlohmann::json meta = nlohmann::json::parse(it->second);
+    if (meta.at("format_version").get<int>() != kFormatVersion) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": artifact format version ",
+                                                     meta.at("format_version").dump(),
+                                                     " is not ", kFormatVersion));
+    }
+    a.producer_name = meta.at("producer").at("name");
+    a.producer_digest = meta.at("producer").at("digest");
+    a.consumer_name = meta.at("consumer").at("name");
+    a.consumer_digest = meta.at("consumer").at("digest");
+    a.num_layers = meta.at("num_layers");
+    a.hidden_size = meta.at("hidden_size");
+    a.kv_dim = meta.at("kv_dim");
+    a.rank_k = meta.at("rank_k");
+    a.rank_v = meta.at("rank_v");
+    a.rank_h = meta.at("rank_h");
+    SCD_ASSIGN_OR_RETURN(a.code_encoding,
+                         EncodingFromByte(meta.at("code_encoding").get<uint8_t>()));
+    a.patch_order = meta.at("patch_order").get<std::vector<int>>();
+    a.patch_budget = meta.at("patch_budget");
+    a.recompute_first = meta.at("recompute_block").at(0);
+    a.recompute_end = meta.at("recompute_block").at(1);
+    a.report = meta.at("report");
+    if (a.num_layers <= 0 || a.hidden_size <= 0 || a.kv_dim <= 0 || a.rank_k <= 0 ||
+        a.rank_v <= 0 || a.rank_k > a.kv_dim || a.rank_v > a.kv_dim || a.rank_h < 0 ||
+        a.rank_h > a.hidden_size || a.patch_budget < 0 ||
+        a.patch_budget > static_cast<int>(a.patch_order.size()) ||
+        !(0 <= a.recompute_first && a.recompute_first <= a.recompute_end &&
+          a.recompute_end <= a.num_layers)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": inconsistent artifact metadata"));
+    }
+    a.reuse.resize(a.num_layers);
+    for (int l = 0; l < a.num_layers; ++l) {
+      SCD_RETURN_IF_ERROR(GetCode(*file, absl::StrCat("reuse.", l, ".k"), a.kv_dim, a.rank_k,
+                                  a.kv_dim, &a.reuse[l].key));
+      SCD_RETURN_IF_ERROR(GetCode(*file, absl::StrCat("reuse.", l, ".v"), a.kv_dim, a.rank_v,
+                                  a.kv_dim, &a.reuse[l].value));
+    }
+    for (const auto& [key, hidden] : meta.at("patch_hidden").items()) {
+      const int l = std::stoi(key);
+      if (l < 0 || l >= a.num_layers) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": patch layer ", l, " out of range"));
+      }
+      PatchLayer p;
+      const std::string prefix = absl::StrCat("patch.", l);
+      const int d = a.hidden_size, r = a.rank_h, m = hidden.get<int>();
+      SCD_RETURN_IF_ERROR(GetCode(*file, prefix + ".code", d, r, d, &p.code));
+      p.aligner.code_dim = r;
+      p.aligner.hidden_dim = m;
+      p.aligner.out_dim = d;
+      SCD_RETURN_IF_ERROR(GetVec(*file, prefix + ".aligner.a", {r, d}, &p.aligner.a));
+      SCD_RETURN_IF_ERROR(GetVec(*file, prefix + ".aligner.c", {d}, &p.aligner.c));
+      if (m > 0) {
+        SCD_RETURN_IF_ERROR(GetVec(*file, prefix + ".aligner.w1", {r, m}, &p.aligner.w1));
+        SCD_RETURN_IF_ERROR(GetVec(*file, prefix + ".aligner.b1", {m}, &p.aligner.b1));
+        SCD_RETURN_IF_ERROR(GetVec(*file, prefix + ".aligner.w2", {m, d}, &p.aligner.w2));
+      }
+      SCD_RETURN_IF_ERROR(GetVec(*file, prefix + ".aligner.b2", {d}, &p.aligner.b2));
+      a.patches[l] = std::move(p);
+    }
+    for (int l : a.patch_order) {
+      if (!a.patches.count(l)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": patch order names layer ", l, " which has no PATCH fit"));
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": bad artifact metadata: ", e.what()));
+  }
+  // Recompute the id from the loaded tensors exactly as Save did.
+  TensorMap m;
+  for (const std::string& name : file->TensorNames()) {
+    SCD_ASSIGN_OR_RETURN(std::vector<float> v, file->ReadAsFloat(name));
+    const TensorInfo* info = file->Find(name);
+    m[name] = SafetensorsTensor::FromFloats(DType::kF32, info->shape, v);
+  }
+  a.id = TensorDigest(m);
+  return a;
+}
+
+absl::Status ScdArtifact::CheckPair(const Model* producer, const Model* consumer) const {
+  if (producer != nullptr && producer->digest != producer_digest) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "calibration artifact is for producer '", producer_name, "' (digest ",
+        producer_digest.substr(0, 12), "), but the producer is '", producer->config.name,
+        "' (digest ", producer->digest.substr(0, 12), ")"));
+  }
+  if (consumer != nullptr && consumer->digest != consumer_digest) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "calibration artifact is for consumer '", consumer_name, "' (digest ",
+        consumer_digest.substr(0, 12), "), but the consumer is '", consumer->config.name,
+        "' (digest ", consumer->digest.substr(0, 12), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace scd

@@ -1,0 +1,331 @@
+// See calibration.h.
+#include "common/scd/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/base/status_macros.h"
+#include "common/scd/wire_format.h"
+
+namespace scd {
+namespace {
+
+std::shared_ptr<const Model> Unowned(const Model& m) {
+  return std::shared_ptr<const Model>(std::shared_ptr<const Model>(), &m);
+}
+
+void Say(const ProgressFn& progress, const std::string& line) {
+  if (progress) progress(line);
+}
+
+// Held-back passages with everything that does not depend on the configuration scored:
+// producer states of each first half, and the oracle's next-token log-probabilities on the
+// second half.
+class HeldOutSet {
+ public:
+  static absl::StatusOr<HeldOutSet> Build(Backend& producer, Backend& consumer,
+                                          const std::vector<std::vector<int32_t>>& passages) {
+    HeldOutSet h;
+    PrefillOptions all_hooks;
+    all_hooks.layer_states = all_hooks.surprisal = all_hooks.residual = true;
+    for (const auto& tokens : passages) {
+      const int t = static_cast<int>(tokens.size());
+      if (t < 4) continue;
+      Item item;
+      item.split = t / 2;
+      item.tokens = tokens;
+      SCD_ASSIGN_OR_RETURN(auto pseq, producer.NewSequence(item.split));
+      SCD_RETURN_IF_ERROR(producer.Prefill(*pseq, absl::MakeConstSpan(tokens).first(item.split),
+                                           all_hooks, &item.producer_states));
+      SCD_ASSIGN_OR_RETURN(auto cseq, consumer.NewSequence(t));
+      PrefillResult oracle;
+      PrefillOptions logits;
+      logits.all_logits = true;
+      SCD_RETURN_IF_ERROR(consumer.Prefill(*cseq, tokens, logits, &oracle));
+      const int vocab = consumer.model().config.vocab_size;
+      item.oracle_logits.assign(oracle.logits.begin() + static_cast<long>(item.split) * vocab,
+                                oracle.logits.end());
+      h.items_.push_back(std::move(item));
+    }
+    if (h.items_.empty()) return absl::InvalidArgumentError("no held-back passage of >= 4 tokens");
+    return h;
+  }
+
+  absl::StatusOr<SelectionScore> Score(Backend& producer, Backend& consumer,
+                                       std::shared_ptr<const ScdArtifact> artifact,
+                                       CodecMode mode, const CodecOptions& options) const {
+    SCD_ASSIGN_OR_RETURN(auto enc, ProducerCodec::Create(Unowned(producer.model()),
+                                                         consumer.model().digest, artifact, options));
+    SCD_ASSIGN_OR_RETURN(auto dec, ConsumerCodec::Create(Unowned(consumer.model()),
+                                                         producer.model().digest, artifact, options));
+    const int vocab = consumer.model().config.vocab_size;
+    double kl = 0, nll = 0, top1 = 0;
+    long positions = 0, scored = 0;
+    for (const Item& item : items_) {
+      const int t = static_cast<int>(item.tokens.size());
+      SCD_ASSIGN_OR_RETURN(Payload payload,
+                           enc->Encode(mode, absl::MakeConstSpan(item.tokens).first(item.split),
+                                       item.producer_states));
+      // Through the wire, as in serving.
+      SCD_ASSIGN_OR_RETURN(Payload parsed, ParsePayload(SerializePayload(payload)));
+      SCD_ASSIGN_OR_RETURN(auto seq, consumer.NewSequence(t));
+      SCD_RETURN_IF_ERROR(dec->Rebuild(parsed, consumer, *seq));
+      PrefillOptions logits_opt;
+      logits_opt.all_logits = true;
+      PrefillResult rest;
+      SCD_RETURN_IF_ERROR(consumer.Prefill(*seq, absl::MakeConstSpan(item.tokens).subspan(item.split),
+                                           logits_opt, &rest));
+      for (int i = 0; i < t - item.split; ++i) {
+        const float* p = item.oracle_logits.data() + static_cast<long>(i) * vocab;
+        const float* q = rest.logits.data() + static_cast<long>(i) * vocab;
+        double pm = p[0], qm = q[0];
+        int pa = 0, qa = 0;
+        for (int j = 1; j < vocab; ++j) {
+          if (p[j] > pm) pm = p[j], pa = j;
+          if (q[j] > qm) qm = q[j], qa = j;
+        }
+        double pz = 0, qz = 0;
+        for (int j = 0; j < vocab; ++j) {
+          pz += std::exp(p[j] - pm);
+          qz += std::exp(q[j] - qm);
+        }
+        const double plz = std::log(pz) + pm, qlz = std::log(qz) + qm;
+        double d = 0;
+        for (int j = 0; j < vocab; ++j) {
+          const double lp = p[j] - plz, lq = q[j] - qlz;
+          d += std::exp(lp) * (lp - lq);
+        }
+        kl += d;
+        top1 += pa == qa;
+        ++positions;
+        const int target = item.split + i + 1;
+        if (target < t) {
+          nll += qlz - q[item.tokens[target]];
+          ++scored;
+        }
+      }
+    }
+    SelectionScore s;
+    s.kl = kl / std::max(positions, 1L);
+    s.top1 = top1 / std::max(positions, 1L);
+    s.nll = nll / std::max(scored, 1L);
+    return s;
+  }
+
+ private:
+  struct Item {
+    std::vector<int32_t> tokens;
+    int split = 0;
+    PrefillResult producer_states;
+    std::vector<float> oracle_logits;  // [t - split, vocab]
+  };
+  std::vector<Item> items_;
+};
+
+nlohmann::json ScoreJson(const SelectionScore& s) {
+  return {{"kl", s.kl}, {"nll", s.nll}, {"top1", s.top1}};
+}
+
+}  // namespace
+
+absl::StatusOr<SelectionScore> ScoreCodec(Backend& producer, Backend& consumer,
+                                          std::shared_ptr<const ScdArtifact> artifact,
+                                          CodecMode mode, const CodecOptions& codec_options,
+                                          const std::vector<std::vector<int32_t>>& passages) {
+  SCD_ASSIGN_OR_RETURN(HeldOutSet set, HeldOutSet::Build(producer, consumer, passages));
+  return set.Score(producer, consumer, std::move(artifact), mode, codec_options);
+}
+
+absl::StatusOr<ScdArtifact> Calibrate(Backend& producer, Backend& consumer,
+                                      const std::vector<std::vector<int32_t>>& passages,
+                                      const CalibrationOptions& o, const ProgressFn& progress) {
+  const Model& pm = producer.model();
+  const Model& cm = consumer.model();
+  const ModelConfig& pc = pm.config;
+  const ModelConfig& cc = cm.config;
+  if (pc.num_layers != cc.num_layers || pc.hidden_size != cc.hidden_size ||
+      pc.kv_dim() != cc.kv_dim() || pc.vocab_size != cc.vocab_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "producer '", pc.name, "' and consumer '", cc.name,
+        "' do not share an architecture (layers, width, KV width and vocabulary must match)"));
+  }
+  const int layers = pc.num_layers, d = pc.hidden_size, kvd = pc.kv_dim();
+  if (o.rank_k < 1 || o.rank_k > kvd || o.rank_v < 1 || o.rank_v > kvd) {
+    return absl::InvalidArgumentError(absl::StrCat("rank-k and rank-v must be in [1, ", kvd, "]"));
+  }
+  if (o.rank_h < 1 || o.rank_h > d) {
+    return absl::InvalidArgumentError(absl::StrCat("rank-h must be in [1, ", d, "]"));
+  }
+  if (o.patch_budget < 0 || o.patch_budget > layers) {
+    return absl::InvalidArgumentError(absl::StrCat("patch-layers must be in [0, ", layers, "]"));
+  }
+  const int holdout = std::min<int>(o.holdout_passages, static_cast<int>(passages.size()) / 4);
+  if (passages.size() < 8 || holdout < 2) {
+    return absl::InvalidArgumentError("calibration needs at least 8 passages");
+  }
+  std::vector<std::vector<int32_t>> train(passages.begin(), passages.end() - holdout);
+  std::vector<std::vector<int32_t>> held(passages.end() - holdout, passages.end());
+
+  // 1. Collect paired states.
+  std::vector<CrossMoments> km(layers, CrossMoments(kvd, kvd)), vm(layers, CrossMoments(kvd, kvd));
+  std::vector<CrossMoments> hm(layers, CrossMoments(d, d));
+  std::vector<std::vector<float>> hp(layers), hc(layers);  // reservoir of H_in pairs
+  long total_rows = 0;
+  std::mt19937_64 rng(o.seed);
+  PrefillOptions hooks;
+  hooks.layer_states = true;
+  for (size_t i = 0; i < train.size(); ++i) {
+    const auto& tokens = train[i];
+    PrefillResult ps, cs;
+    SCD_ASSIGN_OR_RETURN(auto pseq, producer.NewSequence(static_cast<int>(tokens.size())));
+    SCD_ASSIGN_OR_RETURN(auto cseq, consumer.NewSequence(static_cast<int>(tokens.size())));
+    SCD_RETURN_IF_ERROR(producer.Prefill(*pseq, tokens, hooks, &ps));
+    SCD_RETURN_IF_ERROR(consumer.Prefill(*cseq, tokens, hooks, &cs));
+    const int t = static_cast<int>(tokens.size());
+    for (int l = 0; l < layers; ++l) {
+      km[l].Add(ps.layers[l].k_pre_rope.data(), cs.layers[l].k_pre_rope.data(), t);
+      vm[l].Add(ps.layers[l].v.data(), cs.layers[l].v.data(), t);
+      hm[l].Add(ps.layers[l].h_in.data(), cs.layers[l].h_in.data(), t);
+    }
+    // Reservoir sampling of rows (same rows for every layer).
+    for (int r = 0; r < t; ++r, ++total_rows) {
+      long slot = total_rows;
+      if (total_rows >= o.max_aligner_rows) {
+        slot = std::uniform_int_distribution<long>(0, total_rows)(rng);
+        if (slot >= o.max_aligner_rows) continue;
+      }
+      for (int l = 0; l < layers; ++l) {
+        const float* src_p = ps.layers[l].h_in.data() + static_cast<size_t>(r) * d;
+        const float* src_c = cs.layers[l].h_in.data() + static_cast<size_t>(r) * d;
+        if (slot == static_cast<long>(hp[l].size() / d)) {
+          hp[l].insert(hp[l].end(), src_p, src_p + d);
+          hc[l].insert(hc[l].end(), src_c, src_c + d);
+        } else {
+          std::copy(src_p, src_p + d, hp[l].begin() + slot * d);
+          std::copy(src_c, src_c + d, hc[l].begin() + slot * d);
+        }
+      }
+    }
+    if ((i + 1) % 50 == 0 || i + 1 == train.size()) {
+      Say(progress, absl::StrFormat("[1/3] collected %zu/%zu passages (%ld tokens)", i + 1,
+                                    train.size(), total_rows));
+    }
+  }
+
+  // 2. Fit REUSE and PATCH for every layer.
+  auto artifact = std::make_shared<ScdArtifact>();
+  ScdArtifact& a = *artifact;
+  a.producer_digest = pm.digest;
+  a.consumer_digest = cm.digest;
+  a.producer_name = pc.name;
+  a.consumer_name = cc.name;
+  a.num_layers = layers;
+  a.hidden_size = d;
+  a.kv_dim = kvd;
+  a.rank_k = o.rank_k;
+  a.rank_v = o.rank_v;
+  a.rank_h = o.rank_h;
+  a.code_encoding = o.code_encoding;
+  a.reuse.resize(layers);
+  nlohmann::json fits = nlohmann::json::array();
+  for (int l = 0; l < layers; ++l) {
+    FitReport kr, vr, hr;
+    SCD_ASSIGN_OR_RETURN(a.reuse[l].key, km[l].Fit(o.rank_k, o.ridge, &kr));
+    SCD_ASSIGN_OR_RETURN(a.reuse[l].value, vm[l].Fit(o.rank_v, o.ridge, &vr));
+    PatchLayer patch;
+    SCD_ASSIGN_OR_RETURN(patch.code, hm[l].Fit(o.rank_h, o.ridge, &hr));
+    const int n = static_cast<int>(hp[l].size() / d);
+    std::vector<float> z(static_cast<size_t>(n) * o.rank_h);
+    patch.code.Encode(hp[l].data(), n, z.data());
+    // G = [W_K; W_V] of the consumer's layer: the metric the aligner is trained in.
+    const LayerWeights& lw = cm.weights.layers[l];
+    std::vector<float> g(lw.wk);
+    g.insert(g.end(), lw.wv.begin(), lw.wv.end());
+    AlignerReport ar;
+    AlignerTrainOptions ao = o.aligner;
+    ao.seed = o.seed + l;
+    SCD_ASSIGN_OR_RETURN(patch.aligner,
+                         TrainPatchAligner(z, hc[l], n, patch.code, g, 2 * kvd, ao, &ar));
+    a.patches[l] = std::move(patch);
+    fits.push_back({{"layer", l},
+                    {"key", {{"rel_err", kr.relative_error}, {"raw_rel_err", kr.raw_relative_error}, {"energy", kr.energy_kept}}},
+                    {"value", {{"rel_err", vr.relative_error}, {"raw_rel_err", vr.raw_relative_error}, {"energy", vr.energy_kept}}},
+                    {"h_in", {{"rel_err", hr.relative_error}, {"raw_rel_err", hr.raw_relative_error}}},
+                    {"aligner_kv_rel_err", {{"linear", ar.linear_loss / std::max(ar.target_energy, 1e-30)},
+                                            {"trained", ar.trained_loss / std::max(ar.target_energy, 1e-30)}}}});
+    Say(progress, absl::StrFormat(
+                      "[2/3] layer %d/%d: key rel.err %.4f (raw %.4f), value %.4f (raw %.4f), "
+                      "patch K/V rel.err linear %.4f -> aligner %.4f",
+                      l + 1, layers, kr.relative_error, kr.raw_relative_error, vr.relative_error,
+                      vr.raw_relative_error, ar.linear_loss / std::max(ar.target_energy, 1e-30),
+                      ar.trained_loss / std::max(ar.target_energy, 1e-30)));
+  }
+
+  // 3. Greedy patch selection and the recompute block, by end-to-end KL on held-back data.
+  SCD_ASSIGN_OR_RETURN(HeldOutSet set, HeldOutSet::Build(producer, consumer, held));
+  nlohmann::json baselines = nlohmann::json::object();
+  for (CodecMode m : {CodecMode::kRaw, CodecMode::kScdReuse}) {
+    SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, artifact, m, {}));
+    baselines[std::string(CodecModeName(m))] = ScoreJson(s);
+    Say(progress, absl::StrFormat("[3/3] %s: KL %.4f, top-1 %.3f", std::string(CodecModeName(m)),
+                                  s.kl, s.top1));
+  }
+  const int depth = o.selection_depth < 0 ? layers : std::max(o.selection_depth, o.patch_budget);
+  nlohmann::json trace = nlohmann::json::array();
+  std::vector<int> chosen;
+  for (int step = 0; step < std::min(depth, layers); ++step) {
+    int best_layer = -1;
+    SelectionScore best;
+    nlohmann::json candidates = nlohmann::json::object();
+    for (int l = 0; l < layers; ++l) {
+      if (std::find(chosen.begin(), chosen.end(), l) != chosen.end()) continue;
+      CodecOptions co;
+      co.patch_layers = chosen;
+      co.patch_layers->push_back(l);
+      SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, artifact, CodecMode::kScd, co));
+      candidates[std::to_string(l)] = ScoreJson(s);
+      if (best_layer < 0 || s.kl < best.kl) best_layer = l, best = s;
+    }
+    chosen.push_back(best_layer);
+    trace.push_back({{"step", step + 1}, {"chosen", best_layer}, {"score", ScoreJson(best)},
+                     {"candidates", candidates}});
+    Say(progress, absl::StrFormat("[3/3] greedy step %d: patch layer %d -> KL %.4f, top-1 %.3f",
+                                  step + 1, best_layer, best.kl, best.top1));
+  }
+  a.patch_order = chosen;
+  a.patch_budget = o.patch_budget;
+
+  const int block = std::clamp(o.recompute_block < 0 ? std::max(o.patch_budget, 1) : o.recompute_block, 1, layers);
+  nlohmann::json recompute = nlohmann::json::array();
+  double best_kl = 0;
+  for (int first = 0; first + block <= layers; ++first) {
+    a.recompute_first = first;
+    a.recompute_end = first + block;
+    SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, artifact, CodecMode::kRecompute, {}));
+    recompute.push_back({{"block", {first, first + block}}, {"score", ScoreJson(s)}});
+    if (first == 0 || s.kl < best_kl) best_kl = s.kl;
+  }
+  for (const auto& r : recompute) {
+    if (r["score"]["kl"].get<double>() == best_kl) {
+      a.recompute_first = r["block"][0];
+      a.recompute_end = r["block"][1];
+      break;
+    }
+  }
+  Say(progress, absl::StrFormat("[3/3] recompute block [%d, %d): KL %.4f", a.recompute_first,
+                                a.recompute_end, best_kl));
+  a.report = {{"train_passages", train.size()},
+              {"train_tokens", total_rows},
+              {"heldout_passages", held.size()},
+              {"aligner_rows", static_cast<long>(hp[0].size() / d)},
+              {"fits", fits},
+              {"baselines", baselines},
+              {"selection", trace},
+              {"recompute", recompute}};
+  return std::move(a);
+}
+
+}  // namespace scd

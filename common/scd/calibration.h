@@ -1,0 +1,67 @@
+// Calibration: fits an ScdArtifact for one producer/consumer pair, offline (METHOD.md; SCD
+// §3.2–3.4). Both models prefill the same token sequences; then
+//   1. REUSE: per layer, reduced-rank regression from producer to consumer pre-RoPE keys and
+//      values (separate ranks r_K, r_V), from streamed second moments;
+//   2. PATCH: per layer, a rank-r_H code of the producer's H_in (RRR towards the consumer's
+//      H_in) and a PatchAligner MLP trained with Adam in the consumer's K/V metric;
+//   3. selection: greedy over layers by measured end-to-end effect — the consumer's next-token
+//      KL to its own full prefill (the Oracle) on held-back passages, rebuilt through the real
+//      codec path (the artifact's code encoding included) — and the same measurement picks
+//      the DroidSpeak recompute block for the recompute baseline.
+// The selection trace and every per-layer fit error go into the artifact's report.
+#ifndef SCD_COMMON_SCD_CALIBRATION_H_
+#define SCD_COMMON_SCD_CALIBRATION_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/runtime/backend.h"
+#include "common/scd/artifact.h"
+#include "common/scd/codec.h"
+
+namespace scd {
+
+struct CalibrationOptions {
+  int rank_k = 16;
+  int rank_v = 24;
+  int rank_h = 32;
+  int patch_budget = 1;      // k: layers patched in scd mode
+  int selection_depth = -1;  // greedy steps to record (-1 = every layer, for the ablation)
+  Encoding code_encoding = Encoding::kInt8Row;
+  double ridge = 1e-4;       // relative ridge of the regressions
+  int holdout_passages = 24; // passages held back for selection
+  int max_aligner_rows = 30000;
+  AlignerTrainOptions aligner;
+  int recompute_block = -1;  // DroidSpeak block length (-1 = patch_budget, at least 1)
+  uint64_t seed = 1;
+};
+
+// End-to-end quality of one codec configuration on the held-back passages.
+struct SelectionScore {
+  double kl = 0;   // mean KL(oracle ‖ rebuilt) of the consumer's next-token distributions
+  double nll = 0;  // mean NLL of the scored tokens after rebuild
+  double top1 = 0; // share of positions whose argmax matches the oracle's
+};
+
+using ProgressFn = std::function<void(const std::string&)>;
+
+// `passages` are token sequences (BOS first), each at most the models' context.
+absl::StatusOr<ScdArtifact> Calibrate(Backend& producer, Backend& consumer,
+                                      const std::vector<std::vector<int32_t>>& passages,
+                                      const CalibrationOptions& options,
+                                      const ProgressFn& progress = nullptr);
+
+// Scores `mode` with `codec_options` on `passages`: the producer's codes cover the first half
+// of each passage, the consumer prefills the second half on top, and its next-token
+// distributions there are compared with its own full prefill.
+absl::StatusOr<SelectionScore> ScoreCodec(Backend& producer, Backend& consumer,
+                                          std::shared_ptr<const ScdArtifact> artifact,
+                                          CodecMode mode, const CodecOptions& codec_options,
+                                          const std::vector<std::vector<int32_t>>& passages);
+
+}  // namespace scd
+
+#endif  // SCD_COMMON_SCD_CALIBRATION_H_

@@ -1,0 +1,310 @@
+// See codec.h. The consumer side is driven by the payload's blocks (self-describing), so a
+// producer-side ablation (other patch layers, other KIVI groups) needs no consumer change.
+#include "common/scd/codec.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "kernels/cpu/ops.h"
+
+namespace scd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+bool NeedsArtifact(CodecMode m) {
+  return m == CodecMode::kRecompute || m == CodecMode::kScdReuse || m == CodecMode::kScd;
+}
+
+std::string_view ArtifactIdFor(CodecMode m, const ScdArtifact* a) {
+  return (a != nullptr && (m == CodecMode::kScdReuse || m == CodecMode::kScd)) ? a->id : "";
+}
+
+}  // namespace
+
+PrefillOptions ProducerPrefillOptions(CodecMode mode) {
+  PrefillOptions o;
+  o.surprisal = mode != CodecMode::kOracle;
+  o.layer_states = mode != CodecMode::kOracle;
+  o.residual = mode == CodecMode::kRecompute;
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<ProducerCodec>> ProducerCodec::Create(
+    std::shared_ptr<const Model> producer, std::string consumer_digest,
+    std::shared_ptr<const ScdArtifact> artifact, CodecOptions options) {
+  if (producer == nullptr) return absl::InvalidArgumentError("ProducerCodec: null producer");
+  if (artifact != nullptr) {
+    SCD_RETURN_IF_ERROR(artifact->CheckPair(producer.get(), nullptr));
+    if (artifact->consumer_digest != consumer_digest) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("calibration artifact is for consumer '", artifact->consumer_name,
+                       "', not the requested consumer (digest ", consumer_digest.substr(0, 12),
+                       ")"));
+    }
+  }
+  if (options.kivi_group <= 0 || options.kivi_group > 65535) {
+    return absl::InvalidArgumentError("kivi_group must be in [1, 65535]");
+  }
+  std::unique_ptr<ProducerCodec> c(new ProducerCodec);
+  c->producer_ = std::move(producer);
+  c->consumer_digest_ = std::move(consumer_digest);
+  c->artifact_ = std::move(artifact);
+  c->options_ = std::move(options);
+  return c;
+}
+
+PairDigest ProducerCodec::pair_digest(CodecMode mode) const {
+  return MakePairDigest(producer_->digest, consumer_digest_,
+                        ArtifactIdFor(mode, artifact_.get()));
+}
+
+absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const int32_t> tokens,
+                                              const PrefillResult& states,
+                                              int start_position) const {
+  const ModelConfig& c = producer_->config;
+  const int t = static_cast<int>(tokens.size());
+  if (t == 0) return absl::InvalidArgumentError("nothing to encode (no tokens)");
+  if (NeedsArtifact(mode) && artifact_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("mode ", std::string(CodecModeName(mode)),
+                                                      " needs a calibration artifact"));
+  }
+  Payload p;
+  p.mode = mode;
+  p.num_layers = static_cast<uint16_t>(c.num_layers);
+  p.start_position = static_cast<uint32_t>(start_position);
+  p.pair_digest = pair_digest(mode);
+  p.token_ids.assign(tokens.begin(), tokens.end());
+  if (mode == CodecMode::kOracle) return p;
+
+  const PrefillOptions need = ProducerPrefillOptions(mode);
+  if (states.num_tokens != t || static_cast<int>(states.layers.size()) != c.num_layers ||
+      static_cast<int>(states.surprisal.size()) != t ||
+      (need.residual && states.layers[0].residual.size() != static_cast<size_t>(t) * c.hidden_size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "producer states do not cover the ", t, " tokens with the hooks mode ",
+        std::string(CodecModeName(mode)), " needs (see ProducerPrefillOptions)"));
+  }
+  p.blocks.push_back(MakeBlock(BlockKind::kSurprisal, Encoding::kF16, 0,
+                               states.surprisal.data(), t, 1));
+  const int kvd = c.kv_dim();
+  const int group = options_.kivi_group;
+  std::vector<int> patch_layers;
+  if (mode == CodecMode::kScd) {
+    patch_layers = options_.patch_layers.value_or(artifact_->PatchLayers());
+  }
+  std::vector<float> z;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerStates& s = states.layers[l];
+    switch (mode) {
+      case CodecMode::kRaw:
+        p.blocks.push_back(MakeBlock(BlockKind::kKey, Encoding::kF16, l, s.k_pre_rope.data(), t, kvd));
+        p.blocks.push_back(MakeBlock(BlockKind::kValue, Encoding::kF16, l, s.v.data(), t, kvd));
+        break;
+      case CodecMode::kQuant8:
+      case CodecMode::kQuant4: {
+        const bool eight = mode == CodecMode::kQuant8;
+        p.blocks.push_back(MakeBlock(BlockKind::kKey, eight ? Encoding::kKeyInt8 : Encoding::kKeyInt4,
+                                     l, s.k_pre_rope.data(), t, kvd, group));
+        p.blocks.push_back(MakeBlock(BlockKind::kValue,
+                                     eight ? Encoding::kValueInt8 : Encoding::kValueInt4, l,
+                                     s.v.data(), t, kvd, std::min(group, kvd)));
+        break;
+      }
+      case CodecMode::kRecompute:
+        if (l == artifact_->recompute_first && artifact_->recompute_end > l) {
+          p.blocks.push_back(MakeBlock(BlockKind::kResidual, Encoding::kF16, l,
+                                       s.residual.data(), t, c.hidden_size));
+        }
+        if (l < artifact_->recompute_first || l >= artifact_->recompute_end) {
+          p.blocks.push_back(MakeBlock(BlockKind::kKey, Encoding::kF16, l, s.k_pre_rope.data(), t, kvd));
+          p.blocks.push_back(MakeBlock(BlockKind::kValue, Encoding::kF16, l, s.v.data(), t, kvd));
+        }
+        break;
+      case CodecMode::kScdReuse:
+      case CodecMode::kScd: {
+        const Encoding enc = artifact_->code_encoding;
+        if (std::find(patch_layers.begin(), patch_layers.end(), l) != patch_layers.end()) {
+          auto it = artifact_->patches.find(l);
+          if (it == artifact_->patches.end()) {
+            return absl::InvalidArgumentError(absl::StrCat("layer ", l, " has no PATCH fit"));
+          }
+          const LinearCode& code = it->second.code;
+          z.resize(static_cast<size_t>(t) * code.rank);
+          code.Encode(s.h_in.data(), t, z.data());
+          p.blocks.push_back(MakeBlock(BlockKind::kPatch, enc, l, z.data(), t, code.rank));
+        } else {
+          const ReuseLayer& r = artifact_->reuse[l];
+          z.resize(static_cast<size_t>(t) * r.key.rank);
+          r.key.Encode(s.k_pre_rope.data(), t, z.data());
+          p.blocks.push_back(MakeBlock(BlockKind::kKey, enc, l, z.data(), t, r.key.rank));
+          z.resize(static_cast<size_t>(t) * r.value.rank);
+          r.value.Encode(s.v.data(), t, z.data());
+          p.blocks.push_back(MakeBlock(BlockKind::kValue, enc, l, z.data(), t, r.value.rank));
+        }
+        break;
+      }
+      case CodecMode::kOracle:
+        break;
+    }
+  }
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<ConsumerCodec>> ConsumerCodec::Create(
+    std::shared_ptr<const Model> consumer, std::string producer_digest,
+    std::shared_ptr<const ScdArtifact> artifact, CodecOptions options) {
+  if (consumer == nullptr) return absl::InvalidArgumentError("ConsumerCodec: null consumer");
+  if (artifact != nullptr) {
+    SCD_RETURN_IF_ERROR(artifact->CheckPair(nullptr, consumer.get()));
+    if (!producer_digest.empty() && producer_digest != artifact->producer_digest) {
+      return absl::FailedPreconditionError("producer digest does not match the artifact's");
+    }
+    producer_digest = artifact->producer_digest;
+    const ModelConfig& c = consumer->config;
+    if (artifact->num_layers != c.num_layers || artifact->hidden_size != c.hidden_size ||
+        artifact->kv_dim != c.kv_dim()) {
+      return absl::FailedPreconditionError("calibration artifact dimensions do not match the consumer");
+    }
+  }
+  std::unique_ptr<ConsumerCodec> cc(new ConsumerCodec);
+  cc->consumer_ = std::move(consumer);
+  cc->producer_digest_ = std::move(producer_digest);
+  cc->artifact_ = std::move(artifact);
+  cc->options_ = std::move(options);
+  return cc;
+}
+
+absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence& seq,
+                                    RebuildStats* stats) const {
+  const ModelConfig& c = consumer_->config;
+  const int t = static_cast<int>(p.token_ids.size());
+  const std::string mode_name(CodecModeName(p.mode));
+  const PairDigest want =
+      MakePairDigest(producer_digest_, consumer_->digest, ArtifactIdFor(p.mode, artifact_.get()));
+  if (p.pair_digest != want) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "payload (", mode_name, ") was made for another model pair or artifact (pair digest ",
+        PairDigestHex(p.pair_digest), ", this consumer expects ", PairDigestHex(want), ")"));
+  }
+  if (p.num_layers != c.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("payload has ", p.num_layers,
+                                                   " layers, consumer has ", c.num_layers));
+  }
+  if (static_cast<int>(p.start_position) != seq.length()) {
+    return absl::FailedPreconditionError(absl::StrCat("payload starts at position ",
+                                                      p.start_position, " but the sequence holds ",
+                                                      seq.length()));
+  }
+  if (t == 0) return absl::InvalidArgumentError("payload holds no tokens");
+  RebuildStats local;
+  RebuildStats& st = stats ? *stats : local;
+  if (p.mode == CodecMode::kOracle) {
+    auto t0 = Clock::now();
+    PrefillResult ignored;
+    SCD_RETURN_IF_ERROR(backend.Prefill(seq, p.token_ids, PrefillOptions{}, &ignored));
+    st.append_seconds += Since(t0);
+    return absl::OkStatus();
+  }
+  if (NeedsArtifact(p.mode) && artifact_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("mode ", mode_name, " needs this consumer's calibration artifact"));
+  }
+  auto t0 = Clock::now();
+  const int kvd = c.kv_dim();
+  ExternalKv kv;
+  kv.num_tokens = t;
+  kv.k_pre_rope.resize(c.num_layers);
+  kv.v.resize(c.num_layers);
+  const PayloadBlock* residual = nullptr;
+  int recompute_first = -1, recompute_end = -1;
+  auto expect_cols = [&](const PayloadBlock* b, int cols, const char* what, int l) -> absl::Status {
+    if (b == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(mode_name, " payload lacks the ", what,
+                                                     " block of layer ", l));
+    }
+    if (static_cast<int>(b->cols) != cols) {
+      return absl::InvalidArgumentError(absl::StrCat(mode_name, " payload's ", what, " block of layer ",
+                                                     l, " has ", b->cols, " columns, expected ", cols));
+    }
+    return absl::OkStatus();
+  };
+  std::vector<float> h, proj;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const PayloadBlock* kb = p.Find(BlockKind::kKey, l);
+    const PayloadBlock* vb = p.Find(BlockKind::kValue, l);
+    const PayloadBlock* pb = p.Find(BlockKind::kPatch, l);
+    const PayloadBlock* rb = p.Find(BlockKind::kResidual, l);
+    if (rb != nullptr) {
+      SCD_RETURN_IF_ERROR(expect_cols(rb, c.hidden_size, "residual", l));
+      if (residual != nullptr) return absl::InvalidArgumentError("payload has two residual blocks");
+      residual = rb;
+      recompute_first = l;
+    }
+    const bool codes = p.mode == CodecMode::kScdReuse || p.mode == CodecMode::kScd;
+    if (pb != nullptr) {
+      if (p.mode != CodecMode::kScd) {
+        return absl::InvalidArgumentError("PATCH block in a payload whose mode is not scd");
+      }
+      auto it = artifact_->patches.find(l);
+      if (it == artifact_->patches.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("payload patches layer ", l,
+                                                       ", which this artifact has no aligner for"));
+      }
+      const PatchAligner& aligner = it->second.aligner;
+      SCD_RETURN_IF_ERROR(expect_cols(pb, aligner.code_dim, "patch", l));
+      SCD_ASSIGN_OR_RETURN(std::vector<float> z, pb->ToFloats());
+      h.resize(static_cast<size_t>(t) * c.hidden_size);
+      aligner.Apply(z.data(), t, h.data());
+      // Regenerate pre-RoPE K and V with the consumer's own projections.
+      const LayerWeights& lw = consumer_->weights.layers[l];
+      kv.k_pre_rope[l].resize(static_cast<size_t>(t) * kvd);
+      kv.v[l].resize(static_cast<size_t>(t) * kvd);
+      cpu::Linear(h.data(), lw.wk.data(), lw.bk.empty() ? nullptr : lw.bk.data(),
+                  kv.k_pre_rope[l].data(), t, kvd, c.hidden_size);
+      cpu::Linear(h.data(), lw.wv.data(), lw.bv.empty() ? nullptr : lw.bv.data(),
+                  kv.v[l].data(), t, kvd, c.hidden_size);
+      continue;
+    }
+    if (kb == nullptr && vb == nullptr && p.mode == CodecMode::kRecompute && recompute_first >= 0) {
+      recompute_end = l + 1;  // inside the recomputed block: filled by RecomputeLayers
+      kv.k_pre_rope[l].assign(static_cast<size_t>(t) * kvd, 0.0f);
+      kv.v[l].assign(static_cast<size_t>(t) * kvd, 0.0f);
+      continue;
+    }
+    if (codes) {
+      const ReuseLayer& r = artifact_->reuse[l];
+      SCD_RETURN_IF_ERROR(expect_cols(kb, r.key.rank, "key code", l));
+      SCD_RETURN_IF_ERROR(expect_cols(vb, r.value.rank, "value code", l));
+      SCD_ASSIGN_OR_RETURN(std::vector<float> zk, kb->ToFloats());
+      SCD_ASSIGN_OR_RETURN(std::vector<float> zv, vb->ToFloats());
+      kv.k_pre_rope[l].resize(static_cast<size_t>(t) * kvd);
+      kv.v[l].resize(static_cast<size_t>(t) * kvd);
+      r.key.Decode(zk.data(), t, kv.k_pre_rope[l].data());
+      r.value.Decode(zv.data(), t, kv.v[l].data());
+    } else {
+      SCD_RETURN_IF_ERROR(expect_cols(kb, kvd, "key", l));
+      SCD_RETURN_IF_ERROR(expect_cols(vb, kvd, "value", l));
+      SCD_ASSIGN_OR_RETURN(kv.k_pre_rope[l], kb->ToFloats());
+      SCD_ASSIGN_OR_RETURN(kv.v[l], vb->ToFloats());
+    }
+  }
+  if (p.mode == CodecMode::kRecompute && (residual == nullptr || recompute_end <= recompute_first)) {
+    return absl::InvalidArgumentError("recompute payload lacks its residual block or its block is empty");
+  }
+  st.decode_seconds += Since(t0);
+  t0 = Clock::now();
+  SCD_RETURN_IF_ERROR(backend.AppendKv(seq, kv));
+  if (residual != nullptr) {
+    SCD_ASSIGN_OR_RETURN(std::vector<float> x, residual->ToFloats());
+    SCD_RETURN_IF_ERROR(backend.RecomputeLayers(seq, static_cast<int>(p.start_position),
+                                                recompute_first, recompute_end, x));
+  }
+  st.append_seconds += Since(t0);
+  return absl::OkStatus();
+}
+
+}  // namespace scd

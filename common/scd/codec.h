@@ -1,0 +1,86 @@
+// The codec: one interface for SCD and every baseline, so that all comparisons run through
+// the same pipeline (issue "SCD"; METHOD.md).
+//   ProducerCodec::Encode  — producer prefill states → Payload (then SerializePayload)
+//   ConsumerCodec::Rebuild — Payload → the consumer's KV cache in a backend Sequence
+// Modes (CodecMode): oracle (ids only; the consumer prefills), raw (F16 pre-RoPE K/V), quant8
+// and quant4 (KIVI), recompute (DroidSpeak: raw KV outside one block plus the residual
+// entering it; the consumer recomputes the block), scd-reuse (REUSE codes everywhere) and scd
+// (REUSE + PATCH on the artifact's selected layers). Surprisal travels with every mode but
+// oracle, for SEKV.
+#ifndef SCD_COMMON_SCD_CODEC_H_
+#define SCD_COMMON_SCD_CODEC_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/runtime/backend.h"
+#include "common/scd/artifact.h"
+#include "common/scd/wire_format.h"
+
+namespace scd {
+
+struct CodecOptions {
+  int kivi_group = 32;  // KIVI group size (tokens for keys, channels for values)
+  // Producer side, for ablations: patch these layers instead of the artifact's selection.
+  std::optional<std::vector<int>> patch_layers;
+};
+
+// The prefill hooks a mode needs from the producer.
+PrefillOptions ProducerPrefillOptions(CodecMode mode);
+
+class ProducerCodec {
+ public:
+  // `artifact` may be null for oracle/raw/quant modes; recompute and scd modes need it.
+  // Fails when the artifact was calibrated for another producer.
+  static absl::StatusOr<std::unique_ptr<ProducerCodec>> Create(
+      std::shared_ptr<const Model> producer, std::string consumer_digest,
+      std::shared_ptr<const ScdArtifact> artifact, CodecOptions options = {});
+
+  // Encodes the states of `tokens` (from a producer Prefill with ProducerPrefillOptions)
+  // placed at `start_position` of the consumer's sequence.
+  absl::StatusOr<Payload> Encode(CodecMode mode, absl::Span<const int32_t> tokens,
+                                 const PrefillResult& states, int start_position = 0) const;
+
+  PairDigest pair_digest(CodecMode mode) const;
+
+ private:
+  ProducerCodec() = default;
+  std::shared_ptr<const Model> producer_;
+  std::string consumer_digest_;
+  std::shared_ptr<const ScdArtifact> artifact_;
+  CodecOptions options_;
+};
+
+struct RebuildStats {
+  double decode_seconds = 0;  // codes → K/V (dequantise, REUSE decode, PATCH align + project)
+  double append_seconds = 0;  // K/V → cache (RoPE) or the consumer's own compute
+};
+
+class ConsumerCodec {
+ public:
+  // Fails when the artifact was calibrated for another consumer. `producer_digest` is the
+  // producer the consumer accepts payloads from (the artifact's when one is given).
+  static absl::StatusOr<std::unique_ptr<ConsumerCodec>> Create(
+      std::shared_ptr<const Model> consumer, std::string producer_digest,
+      std::shared_ptr<const ScdArtifact> artifact, CodecOptions options = {});
+
+  // Appends the payload's positions to `seq` (whose length must equal start_position).
+  // Rejects payloads made for another pair, or whose blocks do not match this pair's shapes.
+  absl::Status Rebuild(const Payload& payload, Backend& backend, Sequence& seq,
+                       RebuildStats* stats = nullptr) const;
+
+ private:
+  ConsumerCodec() = default;
+  std::shared_ptr<const Model> consumer_;
+  std::string producer_digest_;
+  std::shared_ptr<const ScdArtifact> artifact_;
+  CodecOptions options_;
+};
+
+}  // namespace scd
+
+#endif  // SCD_COMMON_SCD_CODEC_H_

@@ -1,0 +1,60 @@
+// LinearCode and its closed-form fit: SCD's REUSE map (METHOD.md, "REUSE"; SCD §3.2).
+// A producer state x ∈ R^p is sent as the rank-r code z = (x − μ_P) E and the consumer reads
+// ŷ = z D + μ_C ∈ R^q. E and D solve the reduced-rank regression
+//   min ‖(X_P − μ_P) E D + μ_C − X_C‖²  s.t. rank(ED) ≤ r
+// in closed form: B = (X̃_Pᵀ X̃_P + λI)⁻¹ X̃_Pᵀ X̃_C, V_r = top-r right singular vectors of
+// X̃_P B (eigenvectors of Bᵀ X̃_Pᵀ X̃_P B), E = B V_r, D = V_rᵀ.
+// Only second moments are needed, so calibration streams states through CrossMoments and
+// never holds them all.
+#ifndef SCD_COMMON_SCD_REDUCED_RANK_H_
+#define SCD_COMMON_SCD_REDUCED_RANK_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace scd {
+
+struct LinearCode {
+  int in_dim = 0;
+  int out_dim = 0;
+  int rank = 0;
+  std::vector<float> mu_in;    // [in_dim]
+  std::vector<float> encoder;  // [in_dim, rank]
+  std::vector<float> decoder;  // [rank, out_dim]
+  std::vector<float> mu_out;   // [out_dim]
+
+  // z[rows, rank] = (x[rows, in_dim] − μ_in) · E
+  void Encode(const float* x, int rows, float* z) const;
+  // y[rows, out_dim] = z[rows, rank] · D + μ_out
+  void Decode(const float* z, int rows, float* y) const;
+};
+
+struct FitReport {
+  double relative_error = 0;      // ‖Ŷ − Y‖² / ‖Y − μ_Y‖² on the fitted data
+  double raw_relative_error = 0;  // ‖X − Y‖² / ‖Y − μ_Y‖² (reusing X as-is); p == q only
+  double energy_kept = 0;         // share of ‖X̃B‖² that the top-r directions keep
+};
+
+// Streaming first and second moments of paired rows (x ∈ R^p, y ∈ R^q), in double.
+class CrossMoments {
+ public:
+  CrossMoments(int p, int q);
+  void Add(const float* x, const float* y, int rows);
+  long count() const { return count_; }
+  int p() const { return p_; }
+  int q() const { return q_; }
+
+  // Fits the rank-`rank` code. `ridge` is relative: λ = ridge · tr(X̃ᵀX̃) / p.
+  absl::StatusOr<LinearCode> Fit(int rank, double ridge, FitReport* report = nullptr) const;
+
+ private:
+  int p_, q_;
+  long count_ = 0;
+  std::vector<double> sx_, sy_;         // sums
+  std::vector<double> sxx_, sxy_, syy_; // uncentred cross products
+};
+
+}  // namespace scd
+
+#endif  // SCD_COMMON_SCD_REDUCED_RANK_H_
