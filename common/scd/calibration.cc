@@ -139,89 +139,102 @@ absl::StatusOr<SelectionScore> ScoreCodec(Backend& producer, Backend& consumer,
   return set.Score(producer, consumer, std::move(artifact), mode, codec_options);
 }
 
-absl::StatusOr<ScdArtifact> Calibrate(Backend& producer, Backend& consumer,
-                                      const std::vector<std::vector<int32_t>>& passages,
-                                      const CalibrationOptions& o, const ProgressFn& progress) {
-  const Model& pm = producer.model();
-  const Model& cm = consumer.model();
-  const ModelConfig& pc = pm.config;
-  const ModelConfig& cc = cm.config;
+namespace {
+
+absl::Status CheckCompatible(const ModelConfig& pc, const ModelConfig& cc,
+                             const CalibrationOptions& o) {
   if (pc.num_layers != cc.num_layers || pc.hidden_size != cc.hidden_size ||
       pc.kv_dim() != cc.kv_dim() || pc.vocab_size != cc.vocab_size) {
     return absl::FailedPreconditionError(absl::StrCat(
         "producer '", pc.name, "' and consumer '", cc.name,
         "' do not share an architecture (layers, width, KV width and vocabulary must match)"));
   }
-  const int layers = pc.num_layers, d = pc.hidden_size, kvd = pc.kv_dim();
+  const int kvd = pc.kv_dim();
   if (o.rank_k < 1 || o.rank_k > kvd || o.rank_v < 1 || o.rank_v > kvd) {
     return absl::InvalidArgumentError(absl::StrCat("rank-k and rank-v must be in [1, ", kvd, "]"));
   }
-  if (o.rank_h < 1 || o.rank_h > d) {
-    return absl::InvalidArgumentError(absl::StrCat("rank-h must be in [1, ", d, "]"));
+  if (o.rank_h < 1 || o.rank_h > pc.hidden_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank-h must be in [1, ", pc.hidden_size, "]"));
   }
-  if (o.patch_budget < 0 || o.patch_budget > layers) {
-    return absl::InvalidArgumentError(absl::StrCat("patch-layers must be in [0, ", layers, "]"));
+  if (o.patch_budget < 0 || o.patch_budget > pc.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("patch-layers must be in [0, ", pc.num_layers, "]"));
   }
-  const int holdout = std::min<int>(o.holdout_passages, static_cast<int>(passages.size()) / 4);
-  if (passages.size() < 8 || holdout < 2) {
-    return absl::InvalidArgumentError("calibration needs at least 8 passages");
-  }
-  std::vector<std::vector<int32_t>> train(passages.begin(), passages.end() - holdout);
-  std::vector<std::vector<int32_t>> held(passages.end() - holdout, passages.end());
+  return absl::OkStatus();
+}
 
-  // 1. Collect paired states.
-  std::vector<CrossMoments> km(layers, CrossMoments(kvd, kvd)), vm(layers, CrossMoments(kvd, kvd));
-  std::vector<CrossMoments> hm(layers, CrossMoments(d, d));
-  std::vector<std::vector<float>> hp(layers), hc(layers);  // reservoir of H_in pairs
-  long total_rows = 0;
+}  // namespace
+
+absl::StatusOr<CalibrationData> CollectCalibrationData(
+    Backend& producer, Backend& consumer, const std::vector<std::vector<int32_t>>& train,
+    const CalibrationOptions& o, const ProgressFn& progress) {
+  const ModelConfig& pc = producer.model().config;
+  SCD_RETURN_IF_ERROR(CheckCompatible(pc, consumer.model().config, o));
+  const int layers = pc.num_layers, d = pc.hidden_size, kvd = pc.kv_dim();
+  CalibrationData data;
+  data.key.assign(layers, CrossMoments(kvd, kvd));
+  data.value.assign(layers, CrossMoments(kvd, kvd));
+  data.h_in.assign(layers, CrossMoments(d, d));
+  data.h_producer.resize(layers);
+  data.h_consumer.resize(layers);
   std::mt19937_64 rng(o.seed);
   PrefillOptions hooks;
   hooks.layer_states = true;
   for (size_t i = 0; i < train.size(); ++i) {
     const auto& tokens = train[i];
+    const int t = static_cast<int>(tokens.size());
     PrefillResult ps, cs;
-    SCD_ASSIGN_OR_RETURN(auto pseq, producer.NewSequence(static_cast<int>(tokens.size())));
-    SCD_ASSIGN_OR_RETURN(auto cseq, consumer.NewSequence(static_cast<int>(tokens.size())));
+    SCD_ASSIGN_OR_RETURN(auto pseq, producer.NewSequence(t));
+    SCD_ASSIGN_OR_RETURN(auto cseq, consumer.NewSequence(t));
     SCD_RETURN_IF_ERROR(producer.Prefill(*pseq, tokens, hooks, &ps));
     SCD_RETURN_IF_ERROR(consumer.Prefill(*cseq, tokens, hooks, &cs));
-    const int t = static_cast<int>(tokens.size());
     for (int l = 0; l < layers; ++l) {
-      km[l].Add(ps.layers[l].k_pre_rope.data(), cs.layers[l].k_pre_rope.data(), t);
-      vm[l].Add(ps.layers[l].v.data(), cs.layers[l].v.data(), t);
-      hm[l].Add(ps.layers[l].h_in.data(), cs.layers[l].h_in.data(), t);
+      data.key[l].Add(ps.layers[l].k_pre_rope.data(), cs.layers[l].k_pre_rope.data(), t);
+      data.value[l].Add(ps.layers[l].v.data(), cs.layers[l].v.data(), t);
+      data.h_in[l].Add(ps.layers[l].h_in.data(), cs.layers[l].h_in.data(), t);
     }
-    // Reservoir sampling of rows (same rows for every layer).
-    for (int r = 0; r < t; ++r, ++total_rows) {
-      long slot = total_rows;
-      if (total_rows >= o.max_aligner_rows) {
-        slot = std::uniform_int_distribution<long>(0, total_rows)(rng);
+    // Reservoir sampling of rows (the same rows for every layer).
+    for (int r = 0; r < t; ++r, ++data.tokens) {
+      long slot = data.tokens;
+      if (data.tokens >= o.max_aligner_rows) {
+        slot = std::uniform_int_distribution<long>(0, data.tokens)(rng);
         if (slot >= o.max_aligner_rows) continue;
       }
       for (int l = 0; l < layers; ++l) {
         const float* src_p = ps.layers[l].h_in.data() + static_cast<size_t>(r) * d;
         const float* src_c = cs.layers[l].h_in.data() + static_cast<size_t>(r) * d;
-        if (slot == static_cast<long>(hp[l].size() / d)) {
-          hp[l].insert(hp[l].end(), src_p, src_p + d);
-          hc[l].insert(hc[l].end(), src_c, src_c + d);
+        if (slot == static_cast<long>(data.h_producer[l].size() / d)) {
+          data.h_producer[l].insert(data.h_producer[l].end(), src_p, src_p + d);
+          data.h_consumer[l].insert(data.h_consumer[l].end(), src_c, src_c + d);
         } else {
-          std::copy(src_p, src_p + d, hp[l].begin() + slot * d);
-          std::copy(src_c, src_c + d, hc[l].begin() + slot * d);
+          std::copy(src_p, src_p + d, data.h_producer[l].begin() + slot * d);
+          std::copy(src_c, src_c + d, data.h_consumer[l].begin() + slot * d);
         }
       }
     }
+    ++data.passages;
     if ((i + 1) % 50 == 0 || i + 1 == train.size()) {
       Say(progress, absl::StrFormat("[1/3] collected %zu/%zu passages (%ld tokens)", i + 1,
-                                    train.size(), total_rows));
+                                    train.size(), data.tokens));
     }
   }
+  return data;
+}
 
-  // 2. Fit REUSE and PATCH for every layer.
-  auto artifact = std::make_shared<ScdArtifact>();
-  ScdArtifact& a = *artifact;
+absl::StatusOr<ScdArtifact> FitArtifact(const CalibrationData& data, const Model& pm,
+                                        const Model& cm, const CalibrationOptions& o,
+                                        bool fit_patches, const ProgressFn& progress) {
+  const ModelConfig& pc = pm.config;
+  SCD_RETURN_IF_ERROR(CheckCompatible(pc, cm.config, o));
+  const int layers = pc.num_layers, d = pc.hidden_size, kvd = pc.kv_dim();
+  if (static_cast<int>(data.key.size()) != layers) {
+    return absl::InvalidArgumentError("calibration data was collected for another model shape");
+  }
+  ScdArtifact a;
   a.producer_digest = pm.digest;
   a.consumer_digest = cm.digest;
   a.producer_name = pc.name;
-  a.consumer_name = cc.name;
+  a.consumer_name = cm.config.name;
   a.num_layers = layers;
   a.hidden_size = d;
   a.kv_dim = kvd;
@@ -233,62 +246,81 @@ absl::StatusOr<ScdArtifact> Calibrate(Backend& producer, Backend& consumer,
   nlohmann::json fits = nlohmann::json::array();
   for (int l = 0; l < layers; ++l) {
     FitReport kr, vr, hr;
-    SCD_ASSIGN_OR_RETURN(a.reuse[l].key, km[l].Fit(o.rank_k, o.ridge, &kr));
-    SCD_ASSIGN_OR_RETURN(a.reuse[l].value, vm[l].Fit(o.rank_v, o.ridge, &vr));
-    PatchLayer patch;
-    SCD_ASSIGN_OR_RETURN(patch.code, hm[l].Fit(o.rank_h, o.ridge, &hr));
-    const int n = static_cast<int>(hp[l].size() / d);
-    std::vector<float> z(static_cast<size_t>(n) * o.rank_h);
-    patch.code.Encode(hp[l].data(), n, z.data());
-    // G = [W_K; W_V] of the consumer's layer: the metric the aligner is trained in.
-    const LayerWeights& lw = cm.weights.layers[l];
-    std::vector<float> g(lw.wk);
-    g.insert(g.end(), lw.wv.begin(), lw.wv.end());
-    AlignerReport ar;
-    AlignerTrainOptions ao = o.aligner;
-    ao.seed = o.seed + l;
-    SCD_ASSIGN_OR_RETURN(patch.aligner,
-                         TrainPatchAligner(z, hc[l], n, patch.code, g, 2 * kvd, ao, &ar));
-    a.patches[l] = std::move(patch);
-    fits.push_back({{"layer", l},
-                    {"key", {{"rel_err", kr.relative_error}, {"raw_rel_err", kr.raw_relative_error}, {"energy", kr.energy_kept}}},
-                    {"value", {{"rel_err", vr.relative_error}, {"raw_rel_err", vr.raw_relative_error}, {"energy", vr.energy_kept}}},
-                    {"h_in", {{"rel_err", hr.relative_error}, {"raw_rel_err", hr.raw_relative_error}}},
-                    {"aligner_kv_rel_err", {{"linear", ar.linear_loss / std::max(ar.target_energy, 1e-30)},
-                                            {"trained", ar.trained_loss / std::max(ar.target_energy, 1e-30)}}}});
-    Say(progress, absl::StrFormat(
-                      "[2/3] layer %d/%d: key rel.err %.4f (raw %.4f), value %.4f (raw %.4f), "
-                      "patch K/V rel.err linear %.4f -> aligner %.4f",
-                      l + 1, layers, kr.relative_error, kr.raw_relative_error, vr.relative_error,
-                      vr.raw_relative_error, ar.linear_loss / std::max(ar.target_energy, 1e-30),
-                      ar.trained_loss / std::max(ar.target_energy, 1e-30)));
+    SCD_ASSIGN_OR_RETURN(a.reuse[l].key, data.key[l].Fit(o.rank_k, o.ridge, &kr));
+    SCD_ASSIGN_OR_RETURN(a.reuse[l].value, data.value[l].Fit(o.rank_v, o.ridge, &vr));
+    nlohmann::json fit = {
+        {"layer", l},
+        {"key", {{"rel_err", kr.relative_error}, {"raw_rel_err", kr.raw_relative_error}, {"energy", kr.energy_kept}}},
+        {"value", {{"rel_err", vr.relative_error}, {"raw_rel_err", vr.raw_relative_error}, {"energy", vr.energy_kept}}}};
+    std::string patch_note;
+    if (fit_patches) {
+      PatchLayer patch;
+      SCD_ASSIGN_OR_RETURN(patch.code, data.h_in[l].Fit(o.rank_h, o.ridge, &hr));
+      const int n = static_cast<int>(data.h_producer[l].size() / d);
+      std::vector<float> z(static_cast<size_t>(n) * o.rank_h);
+      patch.code.Encode(data.h_producer[l].data(), n, z.data());
+      // G = [W_K; W_V] of the consumer's layer: the metric the aligner is trained in.
+      const LayerWeights& lw = cm.weights.layers[l];
+      std::vector<float> g(lw.wk);
+      g.insert(g.end(), lw.wv.begin(), lw.wv.end());
+      AlignerReport ar;
+      AlignerTrainOptions ao = o.aligner;
+      ao.seed = o.seed + l;
+      SCD_ASSIGN_OR_RETURN(patch.aligner, TrainPatchAligner(z, data.h_consumer[l], n, patch.code,
+                                                            g, 2 * kvd, ao, &ar));
+      a.patches[l] = std::move(patch);
+      const double energy = std::max(ar.target_energy, 1e-30);
+      fit["h_in"] = {{"rel_err", hr.relative_error}, {"raw_rel_err", hr.raw_relative_error}};
+      fit["aligner_kv_rel_err"] = {{"linear", ar.linear_loss / energy},
+                                   {"trained", ar.trained_loss / energy}};
+      patch_note = absl::StrFormat(", patch K/V rel.err linear %.4f -> aligner %.4f",
+                                   ar.linear_loss / energy, ar.trained_loss / energy);
+    }
+    fits.push_back(fit);
+    Say(progress, absl::StrFormat("[2/3] layer %d/%d: key rel.err %.4f (raw %.4f), value %.4f "
+                                  "(raw %.4f)%s",
+                                  l + 1, layers, kr.relative_error, kr.raw_relative_error,
+                                  vr.relative_error, vr.raw_relative_error, patch_note));
   }
+  a.report = {{"train_passages", data.passages},
+              {"train_tokens", data.tokens},
+              {"aligner_rows", static_cast<long>(data.h_producer[0].size() / d)},
+              {"fits", fits}};
+  return a;
+}
 
-  // 3. Greedy patch selection and the recompute block, by end-to-end KL on held-back data.
+absl::Status SelectLayers(Backend& producer, Backend& consumer, ScdArtifact& a,
+                          const std::vector<std::vector<int32_t>>& held,
+                          const CalibrationOptions& o, const ProgressFn& progress) {
+  const int layers = a.num_layers;
+  // Scoring reads the artifact through a non-owning pointer while we edit it between scores.
+  std::shared_ptr<const ScdArtifact> view(std::shared_ptr<const ScdArtifact>(), &a);
   SCD_ASSIGN_OR_RETURN(HeldOutSet set, HeldOutSet::Build(producer, consumer, held));
   nlohmann::json baselines = nlohmann::json::object();
   for (CodecMode m : {CodecMode::kRaw, CodecMode::kScdReuse}) {
-    SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, artifact, m, {}));
+    SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, view, m, {}));
     baselines[std::string(CodecModeName(m))] = ScoreJson(s);
     Say(progress, absl::StrFormat("[3/3] %s: KL %.4f, top-1 %.3f", std::string(CodecModeName(m)),
                                   s.kl, s.top1));
   }
-  const int depth = o.selection_depth < 0 ? layers : std::max(o.selection_depth, o.patch_budget);
+  const int depth =
+      std::min(layers, o.selection_depth < 0 ? layers : std::max(o.selection_depth, o.patch_budget));
   nlohmann::json trace = nlohmann::json::array();
   std::vector<int> chosen;
-  for (int step = 0; step < std::min(depth, layers); ++step) {
+  for (int step = 0; step < depth; ++step) {
     int best_layer = -1;
     SelectionScore best;
     nlohmann::json candidates = nlohmann::json::object();
     for (int l = 0; l < layers; ++l) {
-      if (std::find(chosen.begin(), chosen.end(), l) != chosen.end()) continue;
+      if (std::find(chosen.begin(), chosen.end(), l) != chosen.end() || !a.patches.count(l)) continue;
       CodecOptions co;
       co.patch_layers = chosen;
       co.patch_layers->push_back(l);
-      SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, artifact, CodecMode::kScd, co));
+      SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, view, CodecMode::kScd, co));
       candidates[std::to_string(l)] = ScoreJson(s);
       if (best_layer < 0 || s.kl < best.kl) best_layer = l, best = s;
     }
+    if (best_layer < 0) break;
     chosen.push_back(best_layer);
     trace.push_back({{"step", step + 1}, {"chosen", best_layer}, {"score", ScoreJson(best)},
                      {"candidates", candidates}});
@@ -296,36 +328,45 @@ absl::StatusOr<ScdArtifact> Calibrate(Backend& producer, Backend& consumer,
                                   step + 1, best_layer, best.kl, best.top1));
   }
   a.patch_order = chosen;
-  a.patch_budget = o.patch_budget;
+  a.patch_budget = std::min<int>(o.patch_budget, static_cast<int>(chosen.size()));
 
   const int block = std::clamp(o.recompute_block < 0 ? std::max(o.patch_budget, 1) : o.recompute_block, 1, layers);
   nlohmann::json recompute = nlohmann::json::array();
+  int best_first = 0;
   double best_kl = 0;
   for (int first = 0; first + block <= layers; ++first) {
     a.recompute_first = first;
     a.recompute_end = first + block;
-    SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, artifact, CodecMode::kRecompute, {}));
+    SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, view, CodecMode::kRecompute, {}));
     recompute.push_back({{"block", {first, first + block}}, {"score", ScoreJson(s)}});
-    if (first == 0 || s.kl < best_kl) best_kl = s.kl;
+    if (first == 0 || s.kl < best_kl) best_kl = s.kl, best_first = first;
   }
-  for (const auto& r : recompute) {
-    if (r["score"]["kl"].get<double>() == best_kl) {
-      a.recompute_first = r["block"][0];
-      a.recompute_end = r["block"][1];
-      break;
-    }
-  }
+  a.recompute_first = best_first;
+  a.recompute_end = best_first + block;
   Say(progress, absl::StrFormat("[3/3] recompute block [%d, %d): KL %.4f", a.recompute_first,
                                 a.recompute_end, best_kl));
-  a.report = {{"train_passages", train.size()},
-              {"train_tokens", total_rows},
-              {"heldout_passages", held.size()},
-              {"aligner_rows", static_cast<long>(hp[0].size() / d)},
-              {"fits", fits},
-              {"baselines", baselines},
-              {"selection", trace},
-              {"recompute", recompute}};
-  return std::move(a);
+  a.report["heldout_passages"] = held.size();
+  a.report["baselines"] = baselines;
+  a.report["selection"] = trace;
+  a.report["recompute"] = recompute;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ScdArtifact> Calibrate(Backend& producer, Backend& consumer,
+                                      const std::vector<std::vector<int32_t>>& passages,
+                                      const CalibrationOptions& o, const ProgressFn& progress) {
+  const int holdout = std::min<int>(o.holdout_passages, static_cast<int>(passages.size()) / 4);
+  if (passages.size() < 8 || holdout < 2) {
+    return absl::InvalidArgumentError("calibration needs at least 8 passages");
+  }
+  const std::vector<std::vector<int32_t>> train(passages.begin(), passages.end() - holdout);
+  const std::vector<std::vector<int32_t>> held(passages.end() - holdout, passages.end());
+  SCD_ASSIGN_OR_RETURN(CalibrationData data,
+                       CollectCalibrationData(producer, consumer, train, o, progress));
+  SCD_ASSIGN_OR_RETURN(ScdArtifact a, FitArtifact(data, producer.model(), consumer.model(), o,
+                                                  /*fit_patches=*/true, progress));
+  SCD_RETURN_IF_ERROR(SelectLayers(producer, consumer, a, held, o, progress));
+  return a;
 }
 
 }  // namespace scd

@@ -30,7 +30,7 @@ struct CalibrationOptions {
   int rank_h = 32;
   int patch_budget = 1;      // k: layers patched in scd mode
   int selection_depth = -1;  // greedy steps to record (-1 = every layer, for the ablation)
-  Encoding code_encoding = Encoding::kInt8Row;
+  Encoding code_encoding = Encoding::kF16;  // wire type of codes (int8 is the option)
   double ridge = 1e-4;       // relative ridge of the regressions
   int holdout_passages = 24; // passages held back for selection
   int max_aligner_rows = 30000;
@@ -48,6 +48,33 @@ struct SelectionScore {
 
 using ProgressFn = std::function<void(const std::string&)>;
 
+// Paired statistics of both models on the training passages: per-layer second moments of
+// (K_P, K_C), (V_P, V_C), (H_P, H_C), and a reservoir sample of H_in row pairs for the
+// aligners. Fitting at other ranks (ablations) reuses it without re-running the models.
+struct CalibrationData {
+  std::vector<CrossMoments> key, value, h_in;
+  std::vector<std::vector<float>> h_producer, h_consumer;  // [layer][rows * d]
+  long tokens = 0;
+  int passages = 0;
+};
+
+absl::StatusOr<CalibrationData> CollectCalibrationData(
+    Backend& producer, Backend& consumer, const std::vector<std::vector<int32_t>>& passages,
+    const CalibrationOptions& options, const ProgressFn& progress = nullptr);
+
+// Fits REUSE for every layer and, with fit_patches, PATCH for every layer. No selection:
+// patch_order is empty and recompute block [0, 0).
+absl::StatusOr<ScdArtifact> FitArtifact(const CalibrationData& data, const Model& producer,
+                                        const Model& consumer, const CalibrationOptions& options,
+                                        bool fit_patches, const ProgressFn& progress = nullptr);
+
+// Greedy patch-layer selection and the recompute block, scored on `held` passages; writes
+// patch_order, patch_budget, the recompute block and the trace into `artifact`.
+absl::Status SelectLayers(Backend& producer, Backend& consumer, ScdArtifact& artifact,
+                          const std::vector<std::vector<int32_t>>& held,
+                          const CalibrationOptions& options, const ProgressFn& progress = nullptr);
+
+// The whole calibration: the last `holdout_passages` passages are held back for selection.
 // `passages` are token sequences (BOS first), each at most the models' context.
 absl::StatusOr<ScdArtifact> Calibrate(Backend& producer, Backend& consumer,
                                       const std::vector<std::vector<int32_t>>& passages,

@@ -19,7 +19,7 @@ bool NeedsArtifact(CodecMode m) {
   return m == CodecMode::kRecompute || m == CodecMode::kScdReuse || m == CodecMode::kScd;
 }
 
-std::string_view ArtifactIdFor(CodecMode m, const ScdArtifact* a) {
+std::string ArtifactIdFor(CodecMode m, const ScdArtifact* a) {
   return (a != nullptr && (m == CodecMode::kScdReuse || m == CodecMode::kScd)) ? a->id : "";
 }
 

@@ -9,44 +9,13 @@
 #include "common/runtime/generate.h"
 #include "common/scd/calibration.h"
 #include "common/scd/codec.h"
+#include "tests/scd/scd_fixtures.h"
 #include "tests/test_support.h"
 
 namespace scd {
-namespace {
-
-std::shared_ptr<const Model> Load(const std::string& rel) {
-  auto m = LoadModel(testing::SharedPath(rel));
-  INFO(m.status());
-  REQUIRE(m.ok());
-  return *m;
-}
-
-std::unique_ptr<Backend> Cpu(std::shared_ptr<const Model> m) {
-  auto b = CreateBackend(BackendKind::kCpu, std::move(m));
-  REQUIRE(b.ok());
-  return std::move(b).value();
-}
-
-// Passages sampled from the producer itself (no tokenizer needed): BOS then `len` tokens.
-std::vector<std::vector<int32_t>> SampledPassages(Backend& b, int count, int len, uint64_t seed) {
-  std::vector<std::vector<int32_t>> out;
-  for (int i = 0; i < count; ++i) {
-    GenerateOptions g;
-    g.max_new_tokens = len;
-    g.sampling.temperature = 1.0f;
-    g.sampling.seed = seed + i;
-    g.stop_ids = {-1};  // do not stop at EOS
-    const std::vector<int32_t> bos = {1};
-    auto r = Generate(b, bos, g);
-    REQUIRE(r.ok());
-    std::vector<int32_t> p = {1};
-    p.insert(p.end(), r->tokens.begin(), r->tokens.end());
-    out.push_back(p);
-  }
-  return out;
-}
-
-}  // namespace
+using testing::Cpu;
+using testing::Load;
+using testing::SampledPassages;
 
 TEST_CASE("Baselines without drift reproduce the oracle within quantisation error", "[cpu]") {
   auto model = Load("models/stories260K");
@@ -72,17 +41,7 @@ TEST_CASE("Calibrated SCD beats raw reuse on the fine-tuned pair; handshakes hol
   auto consumer_model = Load("models/stories260K-babi-qa");
   auto producer = Cpu(producer_model);
   auto consumer = Cpu(consumer_model);
-  auto passages = SampledPassages(*producer, 60, 96, 7);
-  CalibrationOptions o;
-  o.rank_k = 16;
-  o.rank_v = 24;
-  o.rank_h = 32;
-  o.patch_budget = 1;
-  o.holdout_passages = 12;
-  o.aligner.steps = 300;
-  auto artifact = Calibrate(*producer, *consumer, passages, o);
-  INFO(artifact.status());
-  REQUIRE(artifact.ok());
+  auto artifact = std::make_unique<ScdArtifact>(testing::QuickArtifact(*producer, *consumer));
   const std::string path = testing::TempDir() + "/pair.safetensors";
   REQUIRE(artifact->Save(path).ok());
   auto loaded = ScdArtifact::Load(path);

@@ -1,0 +1,327 @@
+// See evaluation.h.
+#include "common/scd/evaluation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/base/status_macros.h"
+#include "common/eval/answer.h"
+#include "common/eval/babi.h"
+#include "common/eval/babi_context.h"
+#include "common/eval/metrics.h"
+#include "common/eval/text_corpus.h"
+#include "common/plot/plot.h"
+#include "common/plot/table.h"
+#include "common/runtime/sampler.h"
+
+namespace scd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+std::shared_ptr<const Model> Unowned(const Model& m) {
+  return std::shared_ptr<const Model>(std::shared_ptr<const Model>(), &m);
+}
+
+PrefillOptions AllHooks() {
+  PrefillOptions o;
+  o.layer_states = o.surprisal = o.residual = true;
+  return o;
+}
+
+struct Accum {
+  eval::QaAggregate qa;
+  double payload_bytes = 0, payload_tokens = 0, raw_bytes = 0;
+  double encode_ms = 0, rebuild_ms = 0, prefill_ms = 0;
+  double nll = 0, kl = 0, top1 = 0;
+  long text_rows = 0, text_scored = 0;
+};
+
+}  // namespace
+
+nlohmann::json ModeReport::ToJson() const {
+  return {{"label", label},
+          {"examples", examples},
+          {"truncated_examples", truncated_examples},
+          {"em", em},
+          {"f1", f1},
+          {"payload_bytes_per_token", payload_bytes_per_token},
+          {"payload_ratio_vs_raw", payload_ratio_vs_raw},
+          {"encode_ms", encode_ms},
+          {"rebuild_ms", rebuild_ms},
+          {"consumer_prefill_ms", consumer_prefill_ms},
+          {"text_tokens", text_tokens},
+          {"ppl", ppl},
+          {"kl_vs_oracle", kl},
+          {"top1_vs_oracle", top1},
+          {"long_rebuild_ms", long_rebuild_ms},
+          {"long_prefill_ms", long_prefill_ms}};
+}
+
+absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
+    Backend& producer, Backend& consumer, std::shared_ptr<const ScdArtifact> artifact,
+    const Tokenizer& tokenizer) {
+  if (artifact != nullptr) {
+    SCD_RETURN_IF_ERROR(artifact->CheckPair(&producer.model(), &consumer.model()));
+  }
+  return std::unique_ptr<Evaluator>(new Evaluator(producer, consumer, std::move(artifact), tokenizer));
+}
+
+absl::StatusOr<std::vector<ModeReport>> Evaluator::Run(const EvalConfig& cfg,
+                                                       const ProgressFn& progress) {
+  auto say = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+  SCD_ASSIGN_OR_RETURN(auto enc, ProducerCodec::Create(Unowned(producer_.model()),
+                                                       consumer_.model().digest, artifact_, cfg.codec));
+  SCD_ASSIGN_OR_RETURN(auto dec, ConsumerCodec::Create(Unowned(consumer_.model()),
+                                                       producer_.model().digest, artifact_, cfg.codec));
+  const int ctx = consumer_.model().config.max_position_embeddings;
+  const int vocab = consumer_.model().config.vocab_size;
+  std::vector<Accum> acc(cfg.modes.size());
+
+  // Rebuilds `prefix` through mode m into a fresh consumer sequence of `capacity`.
+  auto rebuild = [&](size_t m, absl::Span<const int32_t> prefix, const PrefillResult& states,
+                     int capacity, Accum& a) -> absl::StatusOr<std::unique_ptr<Sequence>> {
+    auto t0 = Clock::now();
+    SCD_ASSIGN_OR_RETURN(Payload payload, enc->Encode(cfg.modes[m], prefix, states));
+    const std::vector<uint8_t> bytes = SerializePayload(payload);
+    a.encode_ms += MsSince(t0);
+    a.payload_bytes += static_cast<double>(bytes.size());
+    a.payload_tokens += static_cast<double>(prefix.size());
+    SCD_ASSIGN_OR_RETURN(Payload raw_payload, enc->Encode(CodecMode::kRaw, prefix, states));
+    a.raw_bytes += static_cast<double>(SerializePayload(raw_payload).size());
+    SCD_ASSIGN_OR_RETURN(auto seq, consumer_.NewSequence(capacity));
+    auto t1 = Clock::now();
+    SCD_ASSIGN_OR_RETURN(Payload parsed, ParsePayload(bytes));
+    SCD_RETURN_IF_ERROR(dec->Rebuild(parsed, consumer_, *seq));
+    a.rebuild_ms += MsSince(t1);
+    return seq;
+  };
+
+  // bAbI question answering.
+  int examples = 0;
+  if (!cfg.babi_files.empty()) {
+    eval::BabiOptions bo;
+    bo.max_examples = cfg.max_examples;
+    bo.max_examples_per_file = cfg.max_examples_per_file;
+    SCD_ASSIGN_OR_RETURN(auto stories, eval::ReadBabiFiles(cfg.babi_files));
+    // Long two-fact stories overflow the context: drop their oldest sentences (counted).
+    eval::BabiContextOptions fit;
+    fit.max_prompt_tokens = ctx - cfg.max_answer_tokens;
+    SCD_ASSIGN_OR_RETURN(auto qa, eval::FitBabiExamplesToContext(
+                                      stories, eval::MakeBabiExamples(stories, bo), tokenizer_,
+                                      fit, bo.format, &babi_fit_));
+    for (size_t i = 0; i < qa.size(); ++i) {
+      const std::vector<int32_t> ids = tokenizer_.Encode(qa[i].prompt);
+      const int t = static_cast<int>(ids.size());
+      if (t < 2 || t + cfg.max_answer_tokens > ctx) continue;  // does not fit the context
+      const auto prefix = absl::MakeConstSpan(ids).first(t - 1);
+      PrefillResult states;
+      SCD_ASSIGN_OR_RETURN(auto pseq, producer_.NewSequence(t));
+      SCD_RETURN_IF_ERROR(producer_.Prefill(*pseq, prefix, AllHooks(), &states));
+      // The consumer's own prefill of the same prefix, timed once per example.
+      double own_ms = 0;
+      {
+        SCD_ASSIGN_OR_RETURN(auto cseq, consumer_.NewSequence(t));
+        PrefillResult ignored;
+        auto t0 = Clock::now();
+        SCD_RETURN_IF_ERROR(consumer_.Prefill(*cseq, prefix, PrefillOptions{}, &ignored));
+        own_ms = MsSince(t0);
+      }
+      for (size_t m = 0; m < cfg.modes.size(); ++m) {
+        SCD_ASSIGN_OR_RETURN(auto seq, rebuild(m, prefix, states, t + cfg.max_answer_tokens, acc[m]));
+        acc[m].prefill_ms += own_ms;
+        PrefillResult last;
+        SCD_RETURN_IF_ERROR(consumer_.Prefill(*seq, absl::MakeConstSpan(&ids[t - 1], 1), PrefillOptions{}, &last));
+        eval::AnswerCollector collector(tokenizer_);
+        std::vector<float> logits = std::move(last.logits);
+        for (int step = 0; step < cfg.max_answer_tokens; ++step) {
+          const int32_t next = ArgMax(logits);
+          if (!collector.Push(next) || step + 1 == cfg.max_answer_tokens) break;
+          Sequence* batch[] = {seq.get()};
+          SCD_RETURN_IF_ERROR(consumer_.Decode(batch, absl::MakeConstSpan(&next, 1), &logits));
+        }
+        acc[m].qa.Add(eval::ScoreAnswer(collector.answer(), qa[i].answer));
+      }
+      ++examples;
+      if (examples % 25 == 0 || i + 1 == qa.size()) {
+        std::string line = absl::StrFormat("bAbI %d/%zu:", examples, qa.size());
+        for (size_t m = 0; m < cfg.modes.size(); ++m) {
+          absl::StrAppendFormat(&line, " %s F1 %.3f", std::string(CodecModeName(cfg.modes[m])),
+                                acc[m].qa.f1.mean());
+        }
+        say(line);
+      }
+    }
+  }
+
+  // Perplexity and agreement with the oracle on text.
+  int text_tokens = 0;
+  if (!cfg.text_file.empty()) {
+    eval::CorpusOptions co;
+    co.max_passages = cfg.text_passages;
+    SCD_ASSIGN_OR_RETURN(auto passages, eval::ReadPassages(cfg.text_file, co));
+    eval::SplitOptions so;
+    so.max_tokens = std::min(cfg.text_max_tokens, ctx);
+    SCD_ASSIGN_OR_RETURN(auto splits, eval::MakePassageSplits(tokenizer_, passages, so));
+    for (size_t i = 0; i < splits.size(); ++i) {
+      const auto& s = splits[i];
+      const int t = static_cast<int>(s.tokens.size());
+      PrefillResult states;
+      SCD_ASSIGN_OR_RETURN(auto pseq, producer_.NewSequence(s.prefix_length));
+      SCD_RETURN_IF_ERROR(producer_.Prefill(*pseq, s.prefix(), AllHooks(), &states));
+      PrefillResult oracle;
+      PrefillOptions all;
+      all.all_logits = true;
+      SCD_ASSIGN_OR_RETURN(auto oseq, consumer_.NewSequence(t));
+      SCD_RETURN_IF_ERROR(consumer_.Prefill(*oseq, s.tokens, all, &oracle));
+      const int rows = s.num_scored();
+      const auto oracle_rows = absl::MakeConstSpan(oracle.logits).subspan(
+          static_cast<size_t>(s.prefix_length) * vocab, static_cast<size_t>(rows) * vocab);
+      for (size_t m = 0; m < cfg.modes.size(); ++m) {
+        Accum scratch;  // text rebuilds are not part of the per-example timing
+        SCD_ASSIGN_OR_RETURN(auto seq, rebuild(m, s.prefix(), states, t, scratch));
+        PrefillResult rest;
+        SCD_RETURN_IF_ERROR(consumer_.Prefill(*seq, s.continuation(), all, &rest));
+        SCD_ASSIGN_OR_RETURN(eval::LogitAgreement agree,
+                             eval::CompareLogitRows(oracle_rows, rest.logits, vocab));
+        acc[m].kl += agree.mean_kl * rows;
+        acc[m].top1 += agree.top1_agreement * rows;
+        acc[m].text_rows += rows;
+        if (rows > 1) {
+          SCD_ASSIGN_OR_RETURN(double nll, eval::SumNll(absl::MakeConstSpan(rest.logits).first(
+                                                            static_cast<size_t>(rows - 1) * vocab),
+                                                        vocab, s.continuation().subspan(1)));
+          acc[m].nll += nll;
+          acc[m].text_scored += rows - 1;
+        }
+      }
+      text_tokens += std::max(rows - 1, 0);
+      if ((i + 1) % 25 == 0 || i + 1 == splits.size()) {
+        say(absl::StrFormat("text %zu/%zu passages scored", i + 1, splits.size()));
+      }
+    }
+  }
+
+  // Rebuild against the consumer's own prefill at a fixed long prompt.
+  std::vector<double> long_rebuild(cfg.modes.size(), 0), long_prefill(cfg.modes.size(), 0);
+  if (cfg.timing_tokens > 0 && cfg.timing_tokens < ctx) {
+    std::vector<int32_t> ids = {1};
+    for (int i = 0; static_cast<int>(ids.size()) < cfg.timing_tokens; ++i) {
+      ids.push_back(static_cast<int32_t>(3 + (i * 7919) % (vocab - 3)));
+    }
+    PrefillResult states;
+    SCD_ASSIGN_OR_RETURN(auto pseq, producer_.NewSequence(cfg.timing_tokens));
+    SCD_RETURN_IF_ERROR(producer_.Prefill(*pseq, ids, AllHooks(), &states));
+    for (size_t m = 0; m < cfg.modes.size(); ++m) {
+      double best_rebuild = 1e300, best_prefill = 1e300;
+      for (int rep = 0; rep < std::max(cfg.timing_reps, 1); ++rep) {
+        Accum a;
+        SCD_ASSIGN_OR_RETURN(auto seq, rebuild(m, ids, states, cfg.timing_tokens, a));
+        best_rebuild = std::min(best_rebuild, a.rebuild_ms);
+        SCD_ASSIGN_OR_RETURN(auto cseq, consumer_.NewSequence(cfg.timing_tokens));
+        PrefillResult ignored;
+        auto t0 = Clock::now();
+        SCD_RETURN_IF_ERROR(consumer_.Prefill(*cseq, ids, PrefillOptions{}, &ignored));
+        best_prefill = std::min(best_prefill, MsSince(t0));
+      }
+      long_rebuild[m] = best_rebuild;
+      long_prefill[m] = best_prefill;
+    }
+    say(absl::StrFormat("timing at %d tokens done", cfg.timing_tokens));
+  }
+
+  std::vector<ModeReport> reports;
+  for (size_t m = 0; m < cfg.modes.size(); ++m) {
+    const Accum& a = acc[m];
+    ModeReport r;
+    r.mode = cfg.modes[m];
+    r.label = std::string(CodecModeName(cfg.modes[m]));
+    r.examples = examples;
+    r.truncated_examples = babi_fit_.truncated;
+    r.em = a.qa.em.mean();
+    r.f1 = a.qa.f1.mean();
+    const double n = std::max(examples, 1);
+    r.encode_ms = a.encode_ms / n;
+    r.rebuild_ms = a.rebuild_ms / n;
+    r.consumer_prefill_ms = a.prefill_ms / n;
+    if (a.payload_tokens > 0) {
+      r.payload_bytes_per_token = a.payload_bytes / a.payload_tokens;
+      r.payload_ratio_vs_raw = a.payload_bytes / std::max(a.raw_bytes, 1.0);
+    }
+    r.text_tokens = text_tokens;
+    if (a.text_scored > 0) r.ppl = std::exp(a.nll / a.text_scored);
+    if (a.text_rows > 0) {
+      r.kl = a.kl / a.text_rows;
+      r.top1 = a.top1 / a.text_rows;
+    }
+    r.long_rebuild_ms = long_rebuild[m];
+    r.long_prefill_ms = long_prefill[m];
+    reports.push_back(r);
+  }
+  return reports;
+}
+
+absl::Status WriteEvalTables(const std::vector<ModeReport>& reports, const std::string& prefix,
+                             const std::string& title) {
+  plot::Table table({"mode", "EM", "F1", "F1 vs oracle", "bytes/token", "payload vs raw",
+                     "ppl", "KL vs oracle", "top-1 vs oracle", "encode ms", "rebuild ms",
+                     "own prefill ms", "rebuild ms @long", "prefill ms @long"});
+  double oracle_f1 = 0;
+  for (const ModeReport& r : reports) {
+    if (r.mode == CodecMode::kOracle) oracle_f1 = r.f1;
+  }
+  for (const ModeReport& r : reports) {
+    SCD_RETURN_IF_ERROR(table.AddRow(
+        {r.label, plot::FormatFixed(r.em, 3), plot::FormatFixed(r.f1, 3),
+         oracle_f1 > 0 ? plot::FormatFixed(r.f1 / oracle_f1, 3) : "-",
+         plot::FormatFixed(r.payload_bytes_per_token, 1), plot::FormatFixed(r.payload_ratio_vs_raw, 3),
+         plot::FormatFixed(r.ppl, 3), plot::FormatFixed(r.kl, 4), plot::FormatFixed(r.top1, 3),
+         plot::FormatFixed(r.encode_ms, 3), plot::FormatFixed(r.rebuild_ms, 3),
+         plot::FormatFixed(r.consumer_prefill_ms, 3), plot::FormatFixed(r.long_rebuild_ms, 3),
+         plot::FormatFixed(r.long_prefill_ms, 3)}));
+  }
+  SCD_RETURN_IF_ERROR(table.WriteMarkdown(prefix + ".md"));
+  SCD_RETURN_IF_ERROR(table.WriteCsv(prefix + ".csv"));
+
+  // Quality against payload; oracle sits at payload 0 (it ships ids only) and is drawn as a
+  // reference line. The Pareto front joins the points no other point beats on both axes.
+  plot::Plot p(900, 600);
+  p.SetTitle(title);
+  p.SetXLabel("payload bytes / raw F16 bytes");
+  p.SetYLabel("bAbI F1");
+  std::vector<std::pair<double, double>> pts;
+  for (const ModeReport& r : reports) {
+    if (r.mode == CodecMode::kOracle) continue;
+    SCD_RETURN_IF_ERROR(p.AddSeries(r.label, {r.payload_ratio_vs_raw}, {r.f1},
+                                    {plot::SeriesStyle::kMarkers, {}, {}, 2, 6}));
+    pts.push_back({r.payload_ratio_vs_raw, r.f1});
+  }
+  std::sort(pts.begin(), pts.end());
+  std::vector<double> fx, fy;
+  double best = -1;
+  for (const auto& [x, y] : pts) {
+    if (y > best) {
+      fx.push_back(x);
+      fy.push_back(y);
+      best = y;
+    }
+  }
+  if (!fx.empty()) {
+    SCD_RETURN_IF_ERROR(p.AddSeries("Pareto front", fx, fy, {plot::SeriesStyle::kLine, {}, {}, 1, 0}));
+  }
+  if (oracle_f1 > 0 && !pts.empty()) {
+    SCD_RETURN_IF_ERROR(p.AddSeries("oracle", {0.0, std::max(1.05, pts.back().first)},
+                                    {oracle_f1, oracle_f1}, {plot::SeriesStyle::kLine, {}, {}, 1, 0}));
+  }
+  return p.WritePng(prefix + ".png");
+}
+
+}  // namespace scd

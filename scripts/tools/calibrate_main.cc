@@ -1,0 +1,102 @@
+// scd-calibrate: fits the SCD artifact for one producer/consumer pair (offline, once per pair).
+// All logic lives in common/scd (calibration.h, calibration_corpus.h); this main parses
+// flags, shows progress on stderr and writes the artifact plus a JSON report beside it.
+#include <chrono>
+#include <iostream>
+#include <string>
+
+#include "absl/strings/str_split.h"
+#include "common/base/file_io.h"
+#include "common/cli/flags.h"
+#include "common/model/weights.h"
+#include "common/runtime/backend.h"
+#include "common/scd/calibration.h"
+#include "common/scd/calibration_corpus.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace {
+
+constexpr char kProgram[] = "scd-calibrate";
+
+int Fail(const std::string& message) {
+  std::cerr << kProgram << ": " << message << "\n";
+  return scd::cli::kExitFailure;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string producer_dir, consumer_dir, corpus, out, encoding = "fp16";
+  scd::CalibrationOptions o;
+  scd::CorpusLoadOptions co;
+  int max_total_tokens = static_cast<int>(co.max_total_tokens);
+  scd::cli::FlagParser flags(kProgram,
+                             "--producer DIR --consumer DIR --corpus FILE[,FILE...] --out ARTIFACT");
+  flags.AddString("producer", &producer_dir, "producer (base) checkpoint directory", true);
+  flags.AddString("consumer", &consumer_dir, "consumer (specialist) checkpoint directory", true);
+  flags.AddString("corpus", &corpus, "calibration text files (TinyStories-style or bAbI format)", true);
+  flags.AddString("out", &out, "artifact path (.safetensors); a .json report is written beside it", true);
+  flags.AddInt("rank-k", &o.rank_k, "REUSE rank of pre-RoPE keys");
+  flags.AddInt("rank-v", &o.rank_v, "REUSE rank of values");
+  flags.AddInt("rank-h", &o.rank_h, "PATCH code rank of H_in");
+  flags.AddInt("patch-layers", &o.patch_budget, "patch budget k (layers patched in scd mode)");
+  flags.AddString("code-dtype", &encoding, "code encoding on the wire: int8 or fp16");
+  flags.AddInt("aligner-steps", &o.aligner.steps, "Adam steps per PATCH aligner");
+  flags.AddInt("aligner-hidden", &o.aligner.hidden_dim, "PATCH aligner MLP width");
+  flags.AddInt("holdout", &o.holdout_passages, "passages held back for patch selection");
+  flags.AddInt("max-tokens", &max_total_tokens, "calibration token budget");
+  flags.AddInt("passage-tokens", &co.max_tokens_per_passage, "truncate passages to this many tokens");
+  flags.AddUint64("seed", &o.seed, "seed for sampling and aligner initialisation");
+  if (auto st = flags.Parse(argc, argv); !st.ok()) {
+    std::cerr << kProgram << ": " << st.message() << "\n\n" << flags.Usage();
+    return scd::cli::kExitUsage;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  if (encoding == "int8") {
+    o.code_encoding = scd::Encoding::kInt8Row;
+  } else if (encoding == "fp16") {
+    o.code_encoding = scd::Encoding::kF16;
+  } else {
+    std::cerr << kProgram << ": --code-dtype must be int8 or fp16, got '" << encoding << "'\n";
+    return scd::cli::kExitUsage;
+  }
+  co.max_total_tokens = max_total_tokens;
+  co.seed = o.seed;
+  const auto start = std::chrono::steady_clock::now();
+  auto producer_model = scd::LoadModel(producer_dir);
+  if (!producer_model.ok()) return Fail(std::string(producer_model.status().message()));
+  auto consumer_model = scd::LoadModel(consumer_dir);
+  if (!consumer_model.ok()) return Fail(std::string(consumer_model.status().message()));
+  auto tokenizer = scd::Tokenizer::FromFile(producer_dir + "/tokenizer.json");
+  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  auto producer = scd::CreateBackend(scd::BackendKind::kCpu, *producer_model);
+  auto consumer = scd::CreateBackend(scd::BackendKind::kCpu, *consumer_model);
+  if (!producer.ok() || !consumer.ok()) return Fail("cannot create CPU backends");
+
+  std::vector<std::string> files = absl::StrSplit(corpus, ',', absl::SkipEmpty());
+  auto passages = scd::LoadCalibrationPassages(files, **tokenizer, co);
+  if (!passages.ok()) return Fail(std::string(passages.status().message()));
+  std::cerr << kProgram << ": " << passages->size() << " passages from " << files.size()
+            << " file(s); ranks K/V/H " << o.rank_k << "/" << o.rank_v << "/" << o.rank_h
+            << ", patch budget " << o.patch_budget << ", codes " << encoding << "\n";
+  auto artifact = scd::Calibrate(**producer, **consumer, *passages, o,
+                                 [](const std::string& line) { std::cerr << "  " << line << "\n"; });
+  if (!artifact.ok()) return Fail(std::string(artifact.status().message()));
+  if (auto st = artifact->Save(out); !st.ok()) return Fail(std::string(st.message()));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  artifact->report["seconds"] = seconds;
+  artifact->report["command"] = scd::cli::QuotedCommandLine(argc, argv);
+  const std::string report_path = out + ".json";
+  if (auto st = scd::WriteFileAtomically(report_path, artifact->report.dump(2)); !st.ok()) {
+    return Fail(std::string(st.message()));
+  }
+  std::cerr << kProgram << ": wrote " << out << " (patch layers";
+  for (int l : artifact->PatchLayers()) std::cerr << " " << l;
+  std::cerr << "; recompute block [" << artifact->recompute_first << ", "
+            << artifact->recompute_end << ")) and " << report_path << " in " << seconds << " s\n";
+  return 0;
+}
