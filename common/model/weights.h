@@ -16,20 +16,20 @@
 namespace scd {
 
 struct LayerWeights {
-  std::vector<float> attn_norm;  // [d]
-  std::vector<float> wq;         // [q_dim, d]
-  std::vector<float> wk;         // [kv_dim, d]
-  std::vector<float> wv;         // [kv_dim, d]
-  std::vector<float> wo;         // [d, q_dim]
-  std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim]; empty unless qkv_bias
-  std::vector<float> ffn_norm;   // [d]
-  std::vector<float> w_gate;     // [ffn, d]
-  std::vector<float> w_up;       // [ffn, d]
-  std::vector<float> w_down;     // [d, ffn]
+  std::vector<float> attn_norm;   // [d]
+  std::vector<float> wq;          // [q_dim, d]
+  std::vector<float> wk;          // [kv_dim, d]
+  std::vector<float> wv;          // [kv_dim, d]
+  std::vector<float> wo;          // [d, q_dim]
+  std::vector<float> bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim]; empty unless qkv_bias
+  std::vector<float> ffn_norm;    // [d]
+  std::vector<float> w_gate;      // [ffn, d]
+  std::vector<float> w_up;        // [ffn, d]
+  std::vector<float> w_down;      // [d, ffn]
 };
 
 struct ModelWeights {
-  std::vector<float> embed;       // [vocab, d]
+  std::vector<float> embed;  // [vocab, d]
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [d]
   std::vector<float> lm_head;     // [vocab, d]; empty when tied (use `embed`)

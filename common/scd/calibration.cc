@@ -361,6 +361,17 @@ absl::StatusOr<ScdArtifact> Calibrate(Backend& producer, Backend& consumer,
   }
   const std::vector<std::vector<int32_t>> train(passages.begin(), passages.end() - holdout);
   const std::vector<std::vector<int32_t>> held(passages.end() - holdout, passages.end());
+  return Calibrate(producer, consumer, train, held, o, progress);
+}
+
+absl::StatusOr<ScdArtifact> Calibrate(Backend& producer, Backend& consumer,
+                                      const std::vector<std::vector<int32_t>>& train,
+                                      const std::vector<std::vector<int32_t>>& held,
+                                      const CalibrationOptions& o, const ProgressFn& progress) {
+  if (train.size() < 4 || held.size() < 2) {
+    return absl::InvalidArgumentError(
+        "calibration needs at least 4 training and 2 held-back passages");
+  }
   SCD_ASSIGN_OR_RETURN(CalibrationData data,
                        CollectCalibrationData(producer, consumer, train, o, progress));
   SCD_ASSIGN_OR_RETURN(ScdArtifact a, FitArtifact(data, producer.model(), consumer.model(), o,

@@ -74,6 +74,13 @@ absl::Status SelectLayers(Backend& producer, Backend& consumer, ScdArtifact& art
                           const std::vector<std::vector<int32_t>>& held,
                           const CalibrationOptions& options, const ProgressFn& progress = nullptr);
 
+// The whole calibration on `train`, with patch selection scored on `held`.
+absl::StatusOr<ScdArtifact> Calibrate(Backend& producer, Backend& consumer,
+                                      const std::vector<std::vector<int32_t>>& train,
+                                      const std::vector<std::vector<int32_t>>& held,
+                                      const CalibrationOptions& options,
+                                      const ProgressFn& progress = nullptr);
+
 // The whole calibration: the last `holdout_passages` passages are held back for selection.
 // `passages` are token sequences (BOS first), each at most the models' context.
 absl::StatusOr<ScdArtifact> Calibrate(Backend& producer, Backend& consumer,

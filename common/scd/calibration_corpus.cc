@@ -28,7 +28,7 @@ bool LooksLikeBabi(const std::string& text) {
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> LoadCalibrationPassages(
     const std::vector<std::string>& files, const Tokenizer& tokenizer,
-    const CorpusLoadOptions& o) {
+    const CorpusLoadOptions& o, std::vector<int>* sources) {
   if (files.empty()) return absl::InvalidArgumentError("no calibration corpus files given");
   std::vector<std::vector<std::vector<int32_t>>> per_file;
   for (const std::string& path : files) {
@@ -55,22 +55,54 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> LoadCalibrationPassages(
     per_file.push_back(std::move(ids));
   }
   // Round-robin across files until the token budget is spent, so every file is represented.
-  std::vector<std::vector<int32_t>> out;
+  std::vector<std::pair<std::vector<int32_t>, int>> mixed;
   long total = 0;
   for (size_t i = 0;; ++i) {
     bool any = false;
-    for (auto& ids : per_file) {
-      if (i >= ids.size()) continue;
+    for (size_t f = 0; f < per_file.size(); ++f) {
+      if (i >= per_file[f].size()) continue;
       any = true;
       if (total >= o.max_total_tokens) break;
-      total += static_cast<long>(ids[i].size());
-      out.push_back(std::move(ids[i]));
+      total += static_cast<long>(per_file[f][i].size());
+      mixed.push_back({std::move(per_file[f][i]), static_cast<int>(f)});
     }
     if (!any || total >= o.max_total_tokens) break;
   }
   std::mt19937_64 rng(o.seed + 1);
-  std::shuffle(out.begin(), out.end(), rng);
+  std::shuffle(mixed.begin(), mixed.end(), rng);
+  std::vector<std::vector<int32_t>> out;
+  if (sources != nullptr) sources->clear();
+  for (auto& [ids, f] : mixed) {
+    out.push_back(std::move(ids));
+    if (sources != nullptr) sources->push_back(f);
+  }
   return out;
+}
+
+}  // namespace scd
+
+namespace scd {
+
+void SplitHeldOut(std::vector<std::vector<int32_t>> passages, const std::vector<int>& sources,
+                  const std::vector<int>& select_sources, int holdout,
+                  std::vector<std::vector<int32_t>>* train,
+                  std::vector<std::vector<int32_t>>* held) {
+  train->clear();
+  held->clear();
+  std::vector<bool> is_held(passages.size(), false);
+  int taken = 0;
+  for (size_t i = passages.size(); i-- > 0 && taken < holdout;) {
+    const bool eligible =
+        select_sources.empty() ||
+        std::find(select_sources.begin(), select_sources.end(), sources[i]) != select_sources.end();
+    if (eligible) {
+      is_held[i] = true;
+      ++taken;
+    }
+  }
+  for (size_t i = 0; i < passages.size(); ++i) {
+    (is_held[i] ? held : train)->push_back(std::move(passages[i]));
+  }
 }
 
 }  // namespace scd

@@ -22,9 +22,17 @@ struct CorpusLoadOptions {
   uint64_t seed = 1;
 };
 
+// `sources`, when given, receives the index into `files` that each passage came from.
 absl::StatusOr<std::vector<std::vector<int32_t>>> LoadCalibrationPassages(
     const std::vector<std::string>& files, const Tokenizer& tokenizer,
-    const CorpusLoadOptions& options);
+    const CorpusLoadOptions& options, std::vector<int>* sources = nullptr);
+
+// Splits passages into training and held-back (selection) sets: the last `holdout` passages
+// whose source is in `select_sources` (all sources when empty) are held back.
+void SplitHeldOut(std::vector<std::vector<int32_t>> passages, const std::vector<int>& sources,
+                  const std::vector<int>& select_sources, int holdout,
+                  std::vector<std::vector<int32_t>>* train,
+                  std::vector<std::vector<int32_t>>* held);
 
 }  // namespace scd
 

@@ -1,6 +1,7 @@
 // scd-calibrate: fits the SCD artifact for one producer/consumer pair (offline, once per pair).
 // All logic lives in common/scd (calibration.h, calibration_corpus.h); this main parses
 // flags, shows progress on stderr and writes the artifact plus a JSON report beside it.
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <string>
@@ -26,7 +27,7 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string producer_dir, consumer_dir, corpus, out, encoding = "fp16";
+  std::string producer_dir, consumer_dir, corpus, out, encoding = "fp16", select_from;
   scd::CalibrationOptions o;
   scd::CorpusLoadOptions co;
   int max_total_tokens = static_cast<int>(co.max_total_tokens);
@@ -44,6 +45,9 @@ int main(int argc, char** argv) {
   flags.AddInt("aligner-steps", &o.aligner.steps, "Adam steps per PATCH aligner");
   flags.AddInt("aligner-hidden", &o.aligner.hidden_dim, "PATCH aligner MLP width");
   flags.AddInt("holdout", &o.holdout_passages, "passages held back for patch selection");
+  flags.AddString("select-from", &select_from,
+                  "corpus files (a subset of --corpus) the held-back slice is drawn from; "
+                  "default: all (use the consumer's domain)");
   flags.AddInt("max-tokens", &max_total_tokens, "calibration token budget");
   flags.AddInt("passage-tokens", &co.max_tokens_per_passage, "truncate passages to this many tokens");
   flags.AddUint64("seed", &o.seed, "seed for sampling and aligner initialisation");
@@ -77,12 +81,26 @@ int main(int argc, char** argv) {
   if (!producer.ok() || !consumer.ok()) return Fail("cannot create CPU backends");
 
   std::vector<std::string> files = absl::StrSplit(corpus, ',', absl::SkipEmpty());
-  auto passages = scd::LoadCalibrationPassages(files, **tokenizer, co);
+  std::vector<int> sources, select_sources;
+  for (const auto& f : absl::StrSplit(select_from, ',', absl::SkipEmpty())) {
+    auto it = std::find(files.begin(), files.end(), std::string(f));
+    if (it == files.end()) {
+      std::cerr << kProgram << ": --select-from file " << f << " is not one of --corpus\n";
+      return scd::cli::kExitUsage;
+    }
+    select_sources.push_back(static_cast<int>(it - files.begin()));
+  }
+  auto passages = scd::LoadCalibrationPassages(files, **tokenizer, co, &sources);
   if (!passages.ok()) return Fail(std::string(passages.status().message()));
-  std::cerr << kProgram << ": " << passages->size() << " passages from " << files.size()
+  std::vector<std::vector<int32_t>> train, held;
+  const size_t count = passages->size();
+  scd::SplitHeldOut(std::move(passages).value(), sources, select_sources, o.holdout_passages,
+                    &train, &held);
+  std::cerr << kProgram << ": " << count << " passages from " << files.size()
             << " file(s); ranks K/V/H " << o.rank_k << "/" << o.rank_v << "/" << o.rank_h
-            << ", patch budget " << o.patch_budget << ", codes " << encoding << "\n";
-  auto artifact = scd::Calibrate(**producer, **consumer, *passages, o,
+            << ", patch budget " << o.patch_budget << ", codes " << encoding << "; "
+            << held.size() << " held back for selection\n";
+  auto artifact = scd::Calibrate(**producer, **consumer, train, held, o,
                                  [](const std::string& line) { std::cerr << "  " << line << "\n"; });
   if (!artifact.ok()) return Fail(std::string(artifact.status().message()));
   if (auto st = artifact->Save(out); !st.ok()) return Fail(std::string(st.message()));

@@ -1,0 +1,42 @@
+// See huge_pages.h.
+#include "common/base/huge_pages.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+
+namespace scd {
+namespace {
+
+constexpr uintptr_t kPage = 4096;
+constexpr size_t kMinBytes = size_t{2} << 20;
+
+}  // namespace
+
+// The advice is a VMA flag, applied at 4 KB granularity; the kernel then uses a 2 MB page
+// for every 2 MB-aligned extent inside a flagged mapping. Large anonymous mmaps (how malloc
+// serves big vectors) start 2 MB-aligned on current kernels, so rounding out to 4 KB pages
+// (malloc's chunk header sits just before the data) covers the whole buffer. Flagging a
+// neighbour's pages on the brk heap is harmless: the flag changes no contents.
+void AdviseHugePages(void* data, size_t bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data) & ~(kPage - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes + kPage - 1) & ~(kPage - 1);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+// Capacity is padded so that malloc's mmap (the request plus its 16-byte chunk header,
+// rounded up to pages) is a whole number of 2 MB pages: the kernel only aligns anonymous
+// mappings of such lengths to 2 MB, and only aligned extents can use huge pages. The
+// padding (< 2 MB) is never touched, so it costs address space only.
+void ResizeWithHugePages(std::vector<float>& v, size_t n) {
+  if (n * sizeof(float) >= kMinBytes && v.capacity() < n) {
+    std::vector<float>().swap(v);
+    constexpr size_t kHuge = size_t{2} << 20, kHeader = 16;
+    const size_t bytes = (n * sizeof(float) + kHeader + kHuge - 1) / kHuge * kHuge - kHeader;
+    v.reserve(bytes / sizeof(float));
+    AdviseHugePages(v.data(), v.capacity() * sizeof(float));
+  }
+  v.resize(n);
+}
+
+}  // namespace scd

@@ -1,0 +1,22 @@
+// Large host buffers (model weights) backed by transparent huge pages. Faulting in a 440 MB
+// buffer 4 KB at a time costs over a second on virtualised hosts (one guest page fault per
+// page); 2 MB pages make it ~50 ms. We ask with madvise(MADV_HUGEPAGE), which works when
+// the kernel's THP mode is "madvise" or "always" and is a harmless no-op otherwise.
+#ifndef SCD_COMMON_BASE_HUGE_PAGES_H_
+#define SCD_COMMON_BASE_HUGE_PAGES_H_
+
+#include <cstddef>
+#include <vector>
+
+namespace scd {
+
+// Advises huge pages for the memory holding [data, data + bytes).
+void AdviseHugePages(void* data, size_t bytes);
+
+// Makes `v` hold n zeros. When that needs a new allocation of ≥ 2 MB, the storage is advised
+// for huge pages before it is first touched; the old contents are then not kept.
+void ResizeWithHugePages(std::vector<float>& v, size_t n);
+
+}  // namespace scd
+
+#endif  // SCD_COMMON_BASE_HUGE_PAGES_H_
