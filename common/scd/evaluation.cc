@@ -37,6 +37,7 @@ PrefillOptions AllHooks() {
 
 struct Accum {
   eval::QaAggregate qa;
+  std::map<std::string, eval::QaAggregate> by_file;
   double payload_bytes = 0, payload_tokens = 0, raw_bytes = 0;
   double encode_ms = 0, rebuild_ms = 0, prefill_ms = 0;
   double nll = 0, kl = 0, top1 = 0;
@@ -46,7 +47,10 @@ struct Accum {
 }  // namespace
 
 nlohmann::json ModeReport::ToJson() const {
+  nlohmann::json by_file = nlohmann::json::object();
+  for (const auto& [file, v] : f1_by_file) by_file[file] = {{"f1", v.first}, {"examples", v.second}};
   return {{"label", label},
+          {"f1_by_file", by_file},
           {"examples", examples},
           {"truncated_examples", truncated_examples},
           {"em", em},
@@ -148,7 +152,11 @@ absl::StatusOr<std::vector<ModeReport>> Evaluator::Run(const EvalConfig& cfg,
           Sequence* batch[] = {seq.get()};
           SCD_RETURN_IF_ERROR(consumer_.Decode(batch, absl::MakeConstSpan(&next, 1), &logits));
         }
-        acc[m].qa.Add(eval::ScoreAnswer(collector.answer(), qa[i].answer));
+        const eval::QaScore score = eval::ScoreAnswer(collector.answer(), qa[i].answer);
+        acc[m].qa.Add(score);
+        const std::string& loc = qa[i].location;
+        const std::string file = loc.substr(0, loc.rfind(':'));
+        acc[m].by_file[file.substr(file.rfind('/') + 1)].Add(score);
       }
       ++examples;
       if (examples % 25 == 0 || i + 1 == qa.size()) {
@@ -248,6 +256,9 @@ absl::StatusOr<std::vector<ModeReport>> Evaluator::Run(const EvalConfig& cfg,
     r.truncated_examples = babi_fit_.truncated;
     r.em = a.qa.em.mean();
     r.f1 = a.qa.f1.mean();
+    for (const auto& [file, agg] : a.by_file) {
+      r.f1_by_file[file] = {agg.f1.mean(), static_cast<int>(agg.f1.count())};
+    }
     const double n = std::max(examples, 1);
     r.encode_ms = a.encode_ms / n;
     r.rebuild_ms = a.rebuild_ms / n;
@@ -271,7 +282,7 @@ absl::StatusOr<std::vector<ModeReport>> Evaluator::Run(const EvalConfig& cfg,
 
 absl::Status WriteEvalTables(const std::vector<ModeReport>& reports, const std::string& prefix,
                              const std::string& title) {
-  plot::Table table({"mode", "EM", "F1", "F1 vs oracle", "bytes/token", "payload vs raw",
+  plot::Table table({"mode", "EM", "F1", "F1 vs oracle", "F1 per file", "bytes/token", "payload vs raw",
                      "ppl", "KL vs oracle", "top-1 vs oracle", "encode ms", "rebuild ms",
                      "own prefill ms", "rebuild ms @long", "prefill ms @long"});
   double oracle_f1 = 0;
@@ -279,9 +290,14 @@ absl::Status WriteEvalTables(const std::vector<ModeReport>& reports, const std::
     if (r.mode == CodecMode::kOracle) oracle_f1 = r.f1;
   }
   for (const ModeReport& r : reports) {
+    std::string per_file;
+    for (const auto& [file, v] : r.f1_by_file) {
+      absl::StrAppend(&per_file, per_file.empty() ? "" : "; ", file.substr(0, file.find('_')), " ",
+                      plot::FormatFixed(v.first, 3));
+    }
     SCD_RETURN_IF_ERROR(table.AddRow(
         {r.label, plot::FormatFixed(r.em, 3), plot::FormatFixed(r.f1, 3),
-         oracle_f1 > 0 ? plot::FormatFixed(r.f1 / oracle_f1, 3) : "-",
+         oracle_f1 > 0 ? plot::FormatFixed(r.f1 / oracle_f1, 3) : "-", per_file,
          plot::FormatFixed(r.payload_bytes_per_token, 1), plot::FormatFixed(r.payload_ratio_vs_raw, 3),
          plot::FormatFixed(r.ppl, 3), plot::FormatFixed(r.kl, 4), plot::FormatFixed(r.top1, 3),
          plot::FormatFixed(r.encode_ms, 3), plot::FormatFixed(r.rebuild_ms, 3),

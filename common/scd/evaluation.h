@@ -12,6 +12,7 @@
 #ifndef SCD_COMMON_SCD_EVALUATION_H_
 #define SCD_COMMON_SCD_EVALUATION_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,7 @@ struct ModeReport {
   int examples = 0;
   int truncated_examples = 0;  // bAbI prompts whose oldest sentences were dropped to fit
   double em = 0, f1 = 0;
+  std::map<std::string, std::pair<double, int>> f1_by_file;  // file → (F1, examples)
   double payload_bytes_per_token = 0, payload_ratio_vs_raw = 0;
   double encode_ms = 0, rebuild_ms = 0, consumer_prefill_ms = 0;  // means per bAbI example
   int text_tokens = 0;

@@ -1,0 +1,289 @@
+// See decode_engine.h.
+#include "common/serving/decode_engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/scd/wire_format.h"
+
+namespace scd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double MsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+struct DecodeEngine::Active {
+  DecodeJob job;
+  DecodeCallback callback;
+  Clock::time_point submitted;
+  std::unique_ptr<Sequence> seq;
+  std::unique_ptr<Sampler> sampler;
+  std::vector<int32_t> stops;
+  int prompt_tokens = 0;
+  int generated = 0;
+  int32_t next_input = -1;
+  DecodeTimings timings;
+  bool done = false;
+};
+
+absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
+    std::unique_ptr<Backend> backend, std::unique_ptr<ConsumerCodec> codec,
+    DecodeEngineOptions options) {
+  if (backend == nullptr || codec == nullptr) {
+    return absl::InvalidArgumentError("DecodeEngine needs a backend and a consumer codec");
+  }
+  if (options.max_batch < 1 || options.max_queue < 0) {
+    return absl::InvalidArgumentError("max_batch must be >= 1 and max_queue >= 0");
+  }
+  std::unique_ptr<DecodeEngine> e(
+      new DecodeEngine(std::move(backend), std::move(codec), options));
+  e->thread_ = std::thread([p = e.get()] { p->Loop(); });
+  return e;
+}
+
+DecodeEngine::DecodeEngine(std::unique_ptr<Backend> backend, std::unique_ptr<ConsumerCodec> codec,
+                           DecodeEngineOptions options)
+    : backend_(std::move(backend)), codec_(std::move(codec)), options_(options) {}
+
+DecodeEngine::~DecodeEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status DecodeEngine::Submit(DecodeJob job, DecodeCallback callback) {
+  if (job.suffix.empty()) {
+    return absl::InvalidArgumentError("a decode job needs at least one suffix token");
+  }
+  if (job.max_tokens < 1) return absl::InvalidArgumentError("max_tokens must be >= 1");
+  SCD_RETURN_IF_ERROR(job.sampling.Validate());
+  auto a = std::make_unique<Active>();
+  a->job = std::move(job);
+  a->callback = std::move(callback);
+  a->submitted = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || draining_) return absl::UnavailableError("decode engine is shutting down");
+    if (static_cast<int>(queue_.size()) >= options_.max_queue) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("decode queue is full (", options_.max_queue, " waiting)"));
+    }
+    queue_.push_back(std::move(a));
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void DecodeEngine::Cancel(uint64_t request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_[request_id] = true;
+  }
+  cv_.notify_all();
+}
+
+void DecodeEngine::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  draining_ = true;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return queue_.empty() && running_count_.load() == 0; });
+}
+
+int DecodeEngine::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(queue_.size());
+}
+
+DecodeEngineStats DecodeEngine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void DecodeEngine::Finish(Active& a, DecodeEvent event) {
+  if (a.done) return;
+  a.done = true;
+  event.prompt_tokens = a.prompt_tokens;
+  event.completion_tokens = a.generated;
+  event.timings = a.timings;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event.kind == DecodeEvent::Kind::kDone) {
+      ++stats_.completed;
+    } else if (event.error.code() == absl::StatusCode::kCancelled) {
+      ++stats_.cancelled;
+    } else {
+      ++stats_.failed;
+    }
+    cancelled_.erase(a.job.request_id);
+  }
+  a.callback(event);
+}
+
+void DecodeEngine::Loop() {
+  for (;;) {
+    std::vector<std::unique_ptr<Active>> admitted;
+    std::unordered_map<uint64_t, bool> cancelled;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || !running_.empty() ||
+               (!queue_.empty() && static_cast<int>(running_.size()) < options_.max_batch);
+      });
+      if (stopping_) break;
+      while (!queue_.empty() &&
+             static_cast<int>(running_.size() + admitted.size()) < options_.max_batch) {
+        admitted.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      cancelled = cancelled_;
+      stats_.admitted += static_cast<long>(admitted.size());
+      // Admitted jobs count as running until they finish, so Drain() never misses them.
+      running_count_.store(static_cast<int>(running_.size() + admitted.size()));
+    }
+    for (auto& a : admitted) {
+      if (cancelled.count(a->job.request_id)) {
+        Finish(*a, DecodeEvent::Error(absl::CancelledError("request cancelled")));
+        continue;
+      }
+      Admit(std::move(a));
+    }
+    // Cancellations and deadlines of running requests.
+    const absl::Time now = absl::Now();
+    for (auto& a : running_) {
+      if (cancelled.count(a->job.request_id)) {
+        Finish(*a, DecodeEvent::Error(absl::CancelledError("request cancelled")));
+      } else if (now > a->job.deadline) {
+        Finish(*a, DecodeEvent::Error(absl::DeadlineExceededError("request deadline passed during decode")));
+      }
+    }
+    running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                  [](const auto& a) { return a->done; }),
+                   running_.end());
+    running_count_.store(static_cast<int>(running_.size()));
+    if (!running_.empty()) Step();
+    running_count_.store(static_cast<int>(running_.size()));
+    cv_.notify_all();  // Drain() waiters
+  }
+  // Shutdown: everything still here ends with an error.
+  std::deque<std::unique_ptr<Active>> leftover;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    leftover.swap(queue_);
+  }
+  for (auto& a : running_) {
+    Finish(*a, DecodeEvent::Error(absl::UnavailableError("decode engine shut down")));
+  }
+  for (auto& a : leftover) {
+    Finish(*a, DecodeEvent::Error(absl::UnavailableError("decode engine shut down")));
+  }
+  running_.clear();
+  running_count_.store(0);
+}
+
+void DecodeEngine::Admit(std::unique_ptr<Active> a) {
+  const auto admitted_at = Clock::now();
+  a->timings.queue_ms = MsBetween(a->submitted, admitted_at);
+  const ModelConfig& c = backend_->model().config;
+  auto fail = [&](absl::Status st) { Finish(*a, DecodeEvent::Error(std::move(st))); };
+  if (absl::Now() > a->job.deadline) {
+    return fail(absl::DeadlineExceededError("request deadline passed while queued"));
+  }
+  Payload payload;
+  const bool has_payload = !a->job.payload.empty();
+  if (has_payload) {
+    auto parsed = ParsePayload(a->job.payload);
+    if (!parsed.ok()) return fail(parsed.status());
+    payload = std::move(parsed).value();
+  }
+  a->prompt_tokens = static_cast<int>(payload.token_ids.size() + a->job.suffix.size());
+  if (a->prompt_tokens >= c.max_position_embeddings) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", a->prompt_tokens, " tokens does not fit the context of ",
+        c.max_position_embeddings)));
+  }
+  const int capacity = std::min(c.max_position_embeddings, a->prompt_tokens + a->job.max_tokens);
+  auto seq = backend_->NewSequence(capacity);
+  if (!seq.ok()) return fail(seq.status());
+  a->seq = std::move(seq).value();
+  const auto t0 = Clock::now();
+  if (has_payload) {
+    if (absl::Status st = codec_->Rebuild(payload, *backend_, *a->seq); !st.ok()) return fail(st);
+  }
+  const auto t1 = Clock::now();
+  PrefillResult prefill;
+  if (absl::Status st = backend_->Prefill(*a->seq, a->job.suffix, PrefillOptions{}, &prefill);
+      !st.ok()) {
+    return fail(st);
+  }
+  const auto t2 = Clock::now();
+  a->timings.rebuild_ms = MsBetween(t0, t1);
+  a->timings.suffix_prefill_ms = MsBetween(t1, t2);
+  a->sampler = std::make_unique<Sampler>(a->job.sampling);
+  a->stops = a->job.stop_ids.empty() ? c.eos_token_ids : a->job.stop_ids;
+  const int32_t first = a->sampler->Sample(prefill.logits);
+  a->timings.first_token_ms = MsBetween(a->submitted, Clock::now());
+  if (std::find(a->stops.begin(), a->stops.end(), first) != a->stops.end()) {
+    return Finish(*a, DecodeEvent::Done("stop"));
+  }
+  a->generated = 1;
+  a->callback(DecodeEvent::Token(first));
+  if (a->generated >= a->job.max_tokens) return Finish(*a, DecodeEvent::Done("length"));
+  if (a->seq->length() >= a->seq->capacity()) {
+    return Finish(*a, DecodeEvent::Done("context"));
+  }
+  a->next_input = first;
+  running_.push_back(std::move(a));
+}
+
+void DecodeEngine::Step() {
+  std::vector<Sequence*> seqs;
+  std::vector<int32_t> inputs;
+  for (auto& a : running_) {
+    seqs.push_back(a->seq.get());
+    inputs.push_back(a->next_input);
+  }
+  std::vector<float> logits;
+  const absl::Status st = backend_->Decode(seqs, inputs, &logits);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.steps;
+    stats_.max_batch_seen = std::max<long>(stats_.max_batch_seen, static_cast<long>(seqs.size()));
+  }
+  const int vocab = backend_->model().config.vocab_size;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Active& a = *running_[i];
+    if (!st.ok()) {
+      Finish(a, DecodeEvent::Error(st));
+      continue;
+    }
+    const int32_t next = a.sampler->Sample(
+        absl::MakeConstSpan(logits).subspan(static_cast<size_t>(i) * vocab, vocab));
+    if (std::find(a.stops.begin(), a.stops.end(), next) != a.stops.end()) {
+      Finish(a, DecodeEvent::Done("stop"));
+      continue;
+    }
+    ++a.generated;
+    a.callback(DecodeEvent::Token(next));
+    if (a.generated >= a.job.max_tokens) {
+      Finish(a, DecodeEvent::Done("length"));
+    } else if (a.seq->length() >= a.seq->capacity()) {
+      Finish(a, DecodeEvent::Done("context"));
+    } else {
+      a.next_input = next;
+    }
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const auto& a) { return a->done; }),
+                 running_.end());
+}
+
+}  // namespace scd

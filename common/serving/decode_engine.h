@@ -1,0 +1,140 @@
+// DecodeEngine: the decode daemon's generation loop with continuous batching (Orca-style
+// iteration-level scheduling). Requests arrive with an SCD payload (any codec mode) plus the
+// suffix tokens the consumer prefills itself. One loop thread owns the Backend:
+//   admit  — rebuild the payload's KV (ConsumerCodec), prefill the suffix, sample token 1;
+//   step   — one batched Decode over every running sequence, sample, emit;
+//   retire — on a stop id, max_tokens, deadline or cancellation, free the sequence.
+// Newly admitted requests join the running batch at the next step, so a long generation never
+// blocks a short one. Every request ends with exactly one terminal event (done or error).
+#ifndef SCD_COMMON_SERVING_DECODE_ENGINE_H_
+#define SCD_COMMON_SERVING_DECODE_ENGINE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/runtime/backend.h"
+#include "common/runtime/sampler.h"
+#include "common/scd/codec.h"
+
+namespace scd {
+
+struct DecodeTimings {
+  double queue_ms = 0;           // submit → admission
+  double rebuild_ms = 0;         // payload → KV cache
+  double suffix_prefill_ms = 0;  // the consumer's own prefill of the suffix
+  double first_token_ms = 0;     // submit → first token
+};
+
+// One event of a request's stream. Exactly one event with `final` set ends the stream.
+struct DecodeEvent {
+  enum class Kind { kToken, kDone, kError };
+  Kind kind = Kind::kToken;
+  int32_t token = -1;          // kToken
+  std::string finish_reason;   // kDone: "stop", "length", "context"
+  absl::Status error;          // kError
+  int prompt_tokens = 0;       // kDone
+  int completion_tokens = 0;   // kDone
+  DecodeTimings timings;       // kDone
+  bool final() const { return kind != Kind::kToken; }
+
+  static DecodeEvent Token(int32_t id) {
+    DecodeEvent e;
+    e.token = id;
+    return e;
+  }
+  static DecodeEvent Done(std::string reason) {
+    DecodeEvent e;
+    e.kind = Kind::kDone;
+    e.finish_reason = std::move(reason);
+    return e;
+  }
+  static DecodeEvent Error(absl::Status status) {
+    DecodeEvent e;
+    e.kind = Kind::kError;
+    e.error = std::move(status);
+    return e;
+  }
+};
+
+using DecodeCallback = std::function<void(const DecodeEvent&)>;
+
+struct DecodeJob {
+  uint64_t request_id = 0;
+  std::vector<uint8_t> payload;   // serialized SCD payload; may be empty (suffix only)
+  std::vector<int32_t> suffix;    // tokens after the payload's; at least one
+  SamplingParams sampling;
+  int max_tokens = 64;
+  std::vector<int32_t> stop_ids;  // empty = the model's EOS ids
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct DecodeEngineOptions {
+  int max_batch = 16;      // running sequences per decode step
+  int max_queue = 256;     // waiting requests; Submit fails with RESOURCE_EXHAUSTED beyond
+};
+
+struct DecodeEngineStats {
+  long admitted = 0, completed = 0, failed = 0, cancelled = 0, steps = 0;
+  long max_batch_seen = 0;
+};
+
+class DecodeEngine {
+ public:
+  static absl::StatusOr<std::unique_ptr<DecodeEngine>> Create(
+      std::unique_ptr<Backend> backend, std::unique_ptr<ConsumerCodec> codec,
+      DecodeEngineOptions options);
+  ~DecodeEngine();  // drains: running requests finish with an error, then the loop stops
+
+  // Queues a job; `callback` runs on the engine thread for each event.
+  absl::Status Submit(DecodeJob job, DecodeCallback callback);
+  // Cancels a queued or running request; it ends with a CANCELLED error event.
+  void Cancel(uint64_t request_id);
+  // Stops admitting, lets running and queued requests finish, then stops the loop.
+  void Drain();
+
+  int running() const { return running_count_.load(); }
+  int queued() const;
+  DecodeEngineStats stats() const;
+  const Model& model() const { return backend_->model(); }
+
+ private:
+  struct Active;
+  DecodeEngine(std::unique_ptr<Backend> backend, std::unique_ptr<ConsumerCodec> codec,
+               DecodeEngineOptions options);
+  void Loop();
+  void Admit(std::unique_ptr<Active> a);
+  void Step();
+  void Finish(Active& a, DecodeEvent event);
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<ConsumerCodec> codec_;
+  DecodeEngineOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Active>> queue_;
+  std::unordered_map<uint64_t, bool> cancelled_;
+  bool stopping_ = false;
+  bool draining_ = false;
+  DecodeEngineStats stats_;
+
+  std::vector<std::unique_ptr<Active>> running_;  // loop thread only
+  std::atomic<int> running_count_{0};
+  std::thread thread_;
+};
+
+}  // namespace scd
+
+#endif  // SCD_COMMON_SERVING_DECODE_ENGINE_H_

@@ -1,0 +1,195 @@
+// DecodeEngine: generation through a payload equals plain generation; concurrent requests are
+// batched and each still gets its own exact output; queue limits, cancellation, deadlines and
+// corrupt payloads each end one request with a clear error while the engine keeps serving.
+#include "common/serving/decode_engine.h"
+
+#include <catch2/catch.hpp>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include "common/runtime/generate.h"
+#include "common/scd/wire_format.h"
+#include "tests/test_support.h"
+
+namespace scd {
+namespace {
+
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, std::vector<int32_t>> tokens;
+  std::map<uint64_t, DecodeEvent> final_events;
+
+  DecodeCallback For(uint64_t id) {
+    return [this, id](const DecodeEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (e.kind == DecodeEvent::Kind::kToken) {
+        tokens[id].push_back(e.token);
+      } else {
+        final_events[id] = e;
+        cv.notify_all();
+      }
+    };
+  }
+  void WaitFor(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return final_events.size() >= n; }));
+  }
+};
+
+struct Fixture {
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<Backend> reference;  // for expected outputs and producer states
+  std::unique_ptr<ProducerCodec> producer;
+  std::unique_ptr<DecodeEngine> engine;
+
+  explicit Fixture(DecodeEngineOptions options = {}) {
+    auto m = LoadModel(testing::SharedPath("models/stories260K"));
+    REQUIRE(m.ok());
+    model = *m;
+    reference = CreateBackend(BackendKind::kCpu, model).value();
+    producer = ProducerCodec::Create(model, model->digest, nullptr).value();
+    auto codec = ConsumerCodec::Create(model, model->digest, nullptr).value();
+    auto e = DecodeEngine::Create(CreateBackend(BackendKind::kCpu, model).value(),
+                                  std::move(codec), options);
+    REQUIRE(e.ok());
+    engine = std::move(e).value();
+  }
+
+  // A raw payload for `prefix` made from the reference backend's states.
+  std::vector<uint8_t> Payload(const std::vector<int32_t>& prefix) {
+    auto seq = reference->NewSequence(static_cast<int>(prefix.size())).value();
+    PrefillResult states;
+    REQUIRE(reference->Prefill(*seq, prefix, ProducerPrefillOptions(CodecMode::kRaw), &states).ok());
+    return SerializePayload(producer->Encode(CodecMode::kRaw, prefix, states).value());
+  }
+
+  std::vector<int32_t> Expected(const std::vector<int32_t>& prompt, int max_tokens) {
+    GenerateOptions g;
+    g.max_new_tokens = max_tokens;
+    auto r = Generate(*reference, prompt, g);
+    REQUIRE(r.ok());
+    return r->tokens;
+  }
+};
+
+std::vector<int32_t> Prompt(int n, int seed) {
+  std::vector<int32_t> p = {1};
+  for (int i = 1; i < n; ++i) p.push_back(3 + (i * 131 + seed * 17) % 500);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("Concurrent requests are batched and each matches plain generation", "[cpu]") {
+  Fixture f;
+  Collector c;
+  std::map<uint64_t, std::vector<int32_t>> want;
+  for (uint64_t id = 1; id <= 6; ++id) {
+    const auto prompt = Prompt(10 + 7 * static_cast<int>(id), static_cast<int>(id));
+    const int max_tokens = 5 + 4 * static_cast<int>(id);
+    want[id] = f.Expected(prompt, max_tokens);
+    DecodeJob job;
+    job.request_id = id;
+    const std::vector<int32_t> prefix(prompt.begin(), prompt.end() - 2);
+    job.payload = f.Payload(prefix);
+    job.suffix.assign(prompt.end() - 2, prompt.end());
+    job.max_tokens = max_tokens;
+    REQUIRE(f.engine->Submit(std::move(job), c.For(id)).ok());
+  }
+  c.WaitFor(6);
+  for (uint64_t id = 1; id <= 6; ++id) {
+    INFO("request " << id);
+    const DecodeEvent& done = c.final_events[id];
+    REQUIRE(done.kind == DecodeEvent::Kind::kDone);
+    CHECK(c.tokens[id] == want[id]);
+    CHECK(done.completion_tokens == static_cast<int>(want[id].size()));
+    CHECK(done.prompt_tokens == 10 + 7 * static_cast<int>(id));
+  }
+  CHECK(f.engine->stats().max_batch_seen > 1);
+  CHECK(f.engine->stats().completed == 6);
+}
+
+TEST_CASE("Bad requests fail alone and the engine keeps serving", "[cpu]") {
+  DecodeEngineOptions o;
+  o.max_queue = 64;
+  Fixture f(o);
+  Collector c;
+  const auto prompt = Prompt(30, 1);
+  const std::vector<int32_t> prefix(prompt.begin(), prompt.end() - 1);
+  const std::vector<int32_t> suffix = {prompt.back()};
+
+  DecodeJob corrupt;
+  corrupt.request_id = 1;
+  corrupt.payload = f.Payload(prefix);
+  corrupt.payload[corrupt.payload.size() / 2] ^= 0x10;
+  corrupt.suffix = suffix;
+  REQUIRE(f.engine->Submit(std::move(corrupt), c.For(1)).ok());
+
+  DecodeJob late;
+  late.request_id = 2;
+  late.suffix = suffix;
+  late.deadline = absl::Now() - absl::Seconds(1);
+  REQUIRE(f.engine->Submit(std::move(late), c.For(2)).ok());
+
+  DecodeJob too_long;
+  too_long.request_id = 3;
+  too_long.suffix = Prompt(600, 2);
+  REQUIRE(f.engine->Submit(std::move(too_long), c.For(3)).ok());
+
+  DecodeJob good;
+  good.request_id = 4;
+  good.payload = f.Payload(prefix);
+  good.suffix = suffix;
+  good.max_tokens = 12;
+  REQUIRE(f.engine->Submit(std::move(good), c.For(4)).ok());
+  c.WaitFor(4);
+  CHECK(c.final_events[1].error.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(c.final_events[1].error.message().find("checksum") != absl::string_view::npos);
+  CHECK(c.final_events[2].error.code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(c.final_events[3].error.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(c.final_events[4].kind == DecodeEvent::Kind::kDone);
+  CHECK(c.tokens[4] == f.Expected(prompt, 12));
+
+  DecodeJob empty;
+  CHECK(f.engine->Submit(std::move(empty), c.For(9)).code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("Cancellation ends one request; a full queue refuses with RESOURCE_EXHAUSTED", "[cpu]") {
+  DecodeEngineOptions o;
+  o.max_batch = 1;
+  o.max_queue = 1;
+  Fixture f(o);
+  Collector c;
+  DecodeJob longer;
+  longer.request_id = 1;
+  longer.suffix = Prompt(8, 3);
+  longer.max_tokens = 400;
+  longer.stop_ids = {-1};
+  REQUIRE(f.engine->Submit(std::move(longer), c.For(1)).ok());
+  // Wait until it runs, then fill the queue.
+  for (int i = 0; i < 2000 && f.engine->running() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  DecodeJob queued;
+  queued.request_id = 2;
+  queued.suffix = Prompt(8, 4);
+  queued.max_tokens = 3;
+  REQUIRE(f.engine->Submit(std::move(queued), c.For(2)).ok());
+  DecodeJob overflow;
+  overflow.request_id = 3;
+  overflow.suffix = Prompt(8, 5);
+  CHECK(f.engine->Submit(std::move(overflow), c.For(3)).code() ==
+        absl::StatusCode::kResourceExhausted);
+  f.engine->Cancel(1);
+  c.WaitFor(2);
+  CHECK(c.final_events[1].error.code() == absl::StatusCode::kCancelled);
+  CHECK(c.tokens[1].size() < 400);
+  CHECK(c.final_events[2].kind == DecodeEvent::Kind::kDone);
+  CHECK(c.tokens[2].size() == 3);
+  f.engine->Drain();
+  CHECK(f.engine->running() == 0);
+}
+
+}  // namespace scd
