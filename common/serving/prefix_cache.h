@@ -1,0 +1,70 @@
+// PrefixCache: the prefill daemon's shared-prefix cache of encoded payloads (the SCD use
+// case: one base model prefills a common prefix once — a user's history, instructions — and
+// many specialists consume it). Entries are keyed by (pair digest, codec mode, token prefix);
+// a lookup returns the longest cached prefix of a prompt, so a request whose prompt extends a
+// cached prefix reuses its codes and only the suffix is computed downstream. Bounded by a byte
+// cap with least-recently-used eviction. Thread-safe. Hit/miss counters feed /metrics.
+#ifndef SCD_COMMON_SERVING_PREFIX_CACHE_H_
+#define SCD_COMMON_SERVING_PREFIX_CACHE_H_
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/types/span.h"
+
+namespace scd {
+
+struct CachedPrefix {
+  std::vector<int32_t> tokens;    // the prefix the payload covers
+  std::vector<uint8_t> payload;   // serialized SCD payload for exactly these tokens
+};
+
+struct PrefixCacheStats {
+  long hits = 0, misses = 0, insertions = 0, evictions = 0;
+  size_t bytes = 0, entries = 0;
+};
+
+class PrefixCache {
+ public:
+  explicit PrefixCache(size_t max_bytes) : max_bytes_(max_bytes) {}
+
+  // The longest cached prefix of `prompt` for (pair, mode), at least `min_tokens` long and
+  // strictly shorter than the prompt (the consumer must prefill at least one token itself).
+  std::shared_ptr<const CachedPrefix> Lookup(const std::string& pair, int mode,
+                                             absl::Span<const int32_t> prompt,
+                                             int min_tokens = 1);
+  // Inserts (or refreshes) an entry; entries larger than the cap are not cached.
+  void Insert(const std::string& pair, int mode, std::vector<int32_t> tokens,
+              std::vector<uint8_t> payload);
+
+  PrefixCacheStats stats() const;
+
+ private:
+  using Key = std::pair<std::string, uint64_t>;  // (pair/mode tag, rolling hash)
+  struct Entry {
+    std::string tag;
+    uint64_t hash;
+    std::shared_ptr<const CachedPrefix> value;
+    size_t bytes;
+  };
+  static uint64_t Extend(uint64_t h, int32_t token);
+  void EvictLocked();
+
+  size_t max_bytes_;
+  mutable std::mutex mu_;
+  std::list<Entry> lru_;  // front = most recent
+  std::map<Key, std::list<Entry>::iterator> index_;
+  std::map<std::string, std::multiset<size_t>> lengths_;  // tag → cached prefix lengths
+  PrefixCacheStats stats_;
+};
+
+}  // namespace scd
+
+#endif  // SCD_COMMON_SERVING_PREFIX_CACHE_H_

@@ -1,0 +1,69 @@
+// PrefixCache: longest-prefix hits, isolation by pair and mode, LRU eviction under the byte
+// cap, and never a hit for a prompt that only collides in hash.
+#include "common/serving/prefix_cache.h"
+
+#include <catch2/catch.hpp>
+#include <thread>
+
+namespace scd {
+
+TEST_CASE("Prefix cache returns the longest cached prefix of the same pair and mode", "[cpu]") {
+  PrefixCache cache(1 << 20);
+  cache.Insert("pairA", 6, {1, 2, 3}, {9, 9});
+  cache.Insert("pairA", 6, {1, 2, 3, 4, 5}, {8, 8, 8});
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7};
+  auto hit = cache.Lookup("pairA", 6, prompt);
+  REQUIRE(hit != nullptr);
+  CHECK(hit->tokens.size() == 5);
+  CHECK(hit->payload == std::vector<uint8_t>{8, 8, 8});
+  // The prompt must extend the prefix by at least one token.
+  CHECK(cache.Lookup("pairA", 6, std::vector<int32_t>{1, 2, 3, 4, 5})->tokens.size() == 3);
+  CHECK(cache.Lookup("pairA", 6, std::vector<int32_t>{1, 2, 3}) == nullptr);
+  CHECK(cache.Lookup("pairB", 6, prompt) == nullptr);
+  CHECK(cache.Lookup("pairA", 1, prompt) == nullptr);
+  CHECK(cache.Lookup("pairA", 6, std::vector<int32_t>{1, 2, 4, 4, 5, 6}) == nullptr);
+  CHECK(cache.Lookup("pairA", 6, prompt, /*min_tokens=*/6) == nullptr);
+  const auto s = cache.stats();
+  CHECK(s.hits == 2);
+  CHECK(s.misses == 5);
+  CHECK(s.entries == 2);
+}
+
+TEST_CASE("Prefix cache evicts least recently used entries under its byte cap", "[cpu]") {
+  // Each entry: 100 payload bytes + 4 tokens * 4 bytes = 116 bytes; the cap holds two.
+  PrefixCache cache(240);
+  auto insert = [&](int32_t first) {
+    cache.Insert("p", 0, {first, 2, 3, 4}, std::vector<uint8_t>(100, 1));
+  };
+  insert(10);
+  insert(20);
+  REQUIRE(cache.Lookup("p", 0, std::vector<int32_t>{10, 2, 3, 4, 5}) != nullptr);  // 10 is fresh
+  insert(30);  // evicts 20
+  CHECK(cache.Lookup("p", 0, std::vector<int32_t>{20, 2, 3, 4, 5}) == nullptr);
+  CHECK(cache.Lookup("p", 0, std::vector<int32_t>{10, 2, 3, 4, 5}) != nullptr);
+  CHECK(cache.Lookup("p", 0, std::vector<int32_t>{30, 2, 3, 4, 5}) != nullptr);
+  CHECK(cache.stats().evictions == 1);
+  CHECK(cache.stats().bytes <= 240);
+  cache.Insert("p", 0, {1, 2}, std::vector<uint8_t>(1000, 0));  // larger than the cap
+  CHECK(cache.stats().entries == 2);
+}
+
+TEST_CASE("Prefix cache is safe under concurrent use", "[cpu]") {
+  PrefixCache cache(1 << 16);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 500; ++i) {
+        std::vector<int32_t> tokens = {t, i % 17, 3};
+        cache.Insert("p", 0, tokens, std::vector<uint8_t>(50, static_cast<uint8_t>(i)));
+        tokens.push_back(9);
+        auto hit = cache.Lookup("p", 0, tokens);
+        if (hit != nullptr) CHECK(hit->tokens[0] == t);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(cache.stats().bytes <= (1 << 16));
+}
+
+}  // namespace scd
