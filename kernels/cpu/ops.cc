@@ -107,9 +107,13 @@ void ApplyRope(float* x, int tokens, int num_heads, int head_dim, const int32_t*
 }
 
 void SwiGlu(const float* gate, const float* up, float* out, int count) {
+  // sigmoid(g) from e = exp(-|g|) <= 1, so the vectorisable ExpNonPositive serves both signs:
+  // g >= 0: 1 / (1 + e);  g < 0: e / (1 + e).
   for (int i = 0; i < count; ++i) {
     const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    const float e = ExpNonPositive(-std::abs(g));
+    const float sig = (g >= 0.0f ? 1.0f : e) / (1.0f + e);
+    out[i] = g * sig * up[i];
   }
 }
 

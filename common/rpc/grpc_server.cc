@@ -1,0 +1,39 @@
+// StartGrpcServer: ServerBuilder with our credentials and message limits; a failed bind
+// becomes an error naming the address instead of a null server.
+#include "common/rpc/grpc_server.h"
+
+#include <grpcpp/server_builder.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace scd::rpc {
+
+absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options,
+                                           const std::vector<grpc::Service*>& services) {
+  const size_t colon = options.address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == options.address.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gRPC listen address '", options.address, "' is not host:port"));
+  }
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(
+      options.address,
+      options.credentials ? options.credentials : grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  GrpcServer result;
+  result.server = builder.BuildAndStart();
+  if (result.server == nullptr || port == 0) {
+    if (result.server != nullptr) result.server->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for gRPC on '", options.address, "' (address in use?)"));
+  }
+  result.port = port;
+  result.address = absl::StrCat(options.address.substr(0, colon + 1), port);
+  return result;
+}
+
+}  // namespace scd::rpc

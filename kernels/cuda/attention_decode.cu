@@ -1,0 +1,230 @@
+// Decode attention: one new query per sequence against that sequence's KV cache (see ops.h),
+// split-K ("flash-decoding", Dao et al., 2023): the key range is cut into chunks handled by
+// separate blocks so that a single long sequence still fills the GPU. Each block handles one
+// (sequence, KV head, chunk) for all query heads of the GQA group, so K/V are read from HBM
+// once per group, and writes its partial softmax state per query head:
+//   m_s = max_j s_j,  l_s = sum_j exp(s_j - m_s),  o_s = sum_j exp(s_j - m_s) v_j.
+// The combine kernel merges the chunks exactly: M = max_s m_s, w_s = exp(m_s - M),
+//   out = sum_s w_s o_s / sum_s w_s l_s.
+// Scores are F32 dot products of the F32 query with the BF16 cache (widened), scaled by
+// 1/sqrt(head_dim); the twin is cpu::CausalAttention with one query.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace scd::cuda {
+namespace {
+
+using internal::AsStream;
+using internal::CeilDiv;
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kHeadsPerPass = 8;       // query heads accumulated per register pass
+constexpr int kScoreFloats = 8192;     // shared-memory budget for scores: group * chunk
+constexpr int kMaxQueryFloats = 4096;  // group * head_dim
+constexpr int kTargetBlocks = 264;     // ~2 waves on a 132-SM H100/H200
+
+struct SplitPlan {
+  int chunk = 0;
+  int splits = 0;
+};
+
+SplitPlan Plan(int batch, int max_length, int num_heads, int num_kv_heads) {
+  const int group = num_heads / num_kv_heads;
+  const int64_t base_blocks = static_cast<int64_t>(batch) * num_kv_heads;
+  const int64_t want_splits = std::max<int64_t>(1, CeilDiv(kTargetBlocks, base_blocks));
+  int64_t chunk = CeilDiv(std::max(max_length, 1), want_splits);
+  chunk = std::max<int64_t>(64, CeilDiv(chunk, 32) * 32);
+  const int64_t max_chunk = std::max(32, kScoreFloats / group / 32 * 32);
+  chunk = std::min(chunk, max_chunk);
+  SplitPlan plan;
+  plan.chunk = static_cast<int>(chunk);
+  plan.splits = static_cast<int>(CeilDiv(std::max(max_length, 1), chunk));
+  return plan;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    DecodeAttentionSplitKernel(const float* __restrict__ q, int64_t q_stride, KvCacheTable cache,
+                               int layer, const int32_t* __restrict__ lengths, int num_heads,
+                               int num_kv_heads, int hd, int window, float scale, int chunk,
+                               int splits, float* __restrict__ ws_o, float* __restrict__ ws_m,
+                               float* __restrict__ ws_l) {
+  extern __shared__ float smem[];
+  const int group = num_heads / num_kv_heads;
+  float* q_s = smem;               // [group][hd]
+  float* s_s = smem + group * hd;  // [group][chunk]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+  const int len = lengths[b];
+  const int lo = window > 0 ? max(0, len - window) : 0;
+  const int begin = max(lo, split * chunk);
+  const int end = min(len, split * chunk + chunk);
+  const int n = end - begin;
+  // Partial-state index of query head (g * group + i) of sequence b for this split.
+  auto slot = [&](int i) {
+    return (static_cast<int64_t>(b) * num_heads + g * group + i) * splits + split;
+  };
+  if (n <= 0) {
+    for (int i = tid; i < group; i += kThreads) {
+      ws_m[slot(i)] = -INFINITY;
+      ws_l[slot(i)] = 0.0f;
+    }
+    for (int idx = tid; idx < group * hd; idx += kThreads) {
+      const int i = idx / hd, d = idx - i * hd;
+      ws_o[slot(i) * hd + d] = 0.0f;
+    }
+    return;
+  }
+  const int kv_dim = num_kv_heads * hd;
+  const int64_t off = layer * cache.layer_stride[b] + static_cast<int64_t>(begin) * kv_dim + g * hd;
+  const Bf16* k = cache.k[b] + off;
+  const Bf16* v = cache.v[b] + off;
+  const float* qb = q + b * q_stride + g * group * hd;
+  for (int idx = tid; idx < group * hd; idx += kThreads) q_s[idx] = qb[idx];
+  __syncthreads();
+
+  // Scores: one warp per key, lanes across head_dim.
+  for (int j = warp; j < n; j += kWarps) {
+    const Bf16* kr = k + static_cast<int64_t>(j) * kv_dim;
+    for (int i0 = 0; i0 < group; i0 += kHeadsPerPass) {
+      float acc[kHeadsPerPass];
+#pragma unroll
+      for (int u = 0; u < kHeadsPerPass; ++u) acc[u] = 0.0f;
+      for (int d = lane; d < hd; d += 32) {
+        const float kd = internal::LoadBf16(kr + d);
+#pragma unroll
+        for (int u = 0; u < kHeadsPerPass; ++u) {
+          if (i0 + u < group) acc[u] += q_s[(i0 + u) * hd + d] * kd;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kHeadsPerPass; ++u) {
+        if (i0 + u < group) {
+          const float s = internal::WarpSum(acc[u]);
+          if (lane == 0) s_s[(i0 + u) * chunk + j] = s * scale;
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // Per-head max and sum over this chunk; scores become exp(s - m).
+  for (int i = warp; i < group; i += kWarps) {
+    float* row = s_s + i * chunk;
+    float mx = -INFINITY;
+    for (int j = lane; j < n; j += 32) mx = fmaxf(mx, row[j]);
+    mx = internal::WarpMax(mx);
+    float sum = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+      const float p = expf(row[j] - mx);
+      row[j] = p;
+      sum += p;
+    }
+    sum = internal::WarpSum(sum);
+    if (lane == 0) {
+      ws_m[slot(i)] = mx;
+      ws_l[slot(i)] = sum;
+    }
+  }
+  __syncthreads();
+
+  // Unnormalised output: threads across head_dim (coalesced V reads), heads in registers.
+  for (int d = tid; d < hd; d += kThreads) {
+    for (int i0 = 0; i0 < group; i0 += kHeadsPerPass) {
+      float acc[kHeadsPerPass];
+#pragma unroll
+      for (int u = 0; u < kHeadsPerPass; ++u) acc[u] = 0.0f;
+      for (int j = 0; j < n; ++j) {
+        const float vd = internal::LoadBf16(v + static_cast<int64_t>(j) * kv_dim + d);
+#pragma unroll
+        for (int u = 0; u < kHeadsPerPass; ++u) {
+          if (i0 + u < group) acc[u] += s_s[(i0 + u) * chunk + j] * vd;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kHeadsPerPass; ++u) {
+        if (i0 + u < group) ws_o[slot(i0 + u) * hd + d] = acc[u];
+      }
+    }
+  }
+}
+
+__global__ void DecodeAttentionCombineKernel(const float* __restrict__ ws_o,
+                                             const float* __restrict__ ws_m,
+                                             const float* __restrict__ ws_l, int splits,
+                                             int num_heads, int hd, float* __restrict__ out,
+                                             int64_t out_stride) {
+  const int h = blockIdx.x, b = blockIdx.y;
+  const int64_t base = (static_cast<int64_t>(b) * num_heads + h) * splits;
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, ws_m[base + s]);
+  float total = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float m = ws_m[base + s];
+    if (m != -INFINITY) total += ws_l[base + s] * expf(m - mx);
+  }
+  const float inv = 1.0f / total;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float m = ws_m[base + s];
+      if (m != -INFINITY) acc += ws_o[(base + s) * hd + d] * expf(m - mx);
+    }
+    out[b * out_stride + h * hd + d] = acc * inv;
+  }
+}
+
+}  // namespace
+
+int64_t DecodeAttentionWorkspaceFloats(int batch, int max_length, int num_heads, int num_kv_heads,
+                                       int head_dim) {
+  if (batch <= 0 || num_kv_heads <= 0) return 0;
+  const SplitPlan plan = Plan(batch, max_length, num_heads, num_kv_heads);
+  return static_cast<int64_t>(batch) * num_heads * plan.splits * (head_dim + 2);
+}
+
+absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cache, int layer,
+                             const int32_t* lengths, int batch, int max_length, int num_heads,
+                             int num_kv_heads, int head_dim, int window, float* out,
+                             int64_t out_stride, float* workspace, int64_t workspace_floats,
+                             StreamHandle stream) {
+  if (batch <= 0) return absl::OkStatus();
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_kv_heads > 65535 || batch > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("DecodeAttention: bad shape (batch ", batch,
+                                                   ", heads ", num_heads, "/", num_kv_heads, ")"));
+  }
+  const int group = num_heads / num_kv_heads;
+  if (head_dim <= 0 || group * head_dim > kMaxQueryFloats) {
+    return absl::InvalidArgumentError(absl::StrCat("DecodeAttention: group ", group, " x head_dim ",
+                                                   head_dim, " exceeds ", kMaxQueryFloats));
+  }
+  const int64_t need =
+      DecodeAttentionWorkspaceFloats(batch, max_length, num_heads, num_kv_heads, head_dim);
+  if (workspace_floats < need) {
+    return absl::InvalidArgumentError(absl::StrCat("DecodeAttention: workspace holds ",
+                                                   workspace_floats, " floats, needs ", need));
+  }
+  const SplitPlan plan = Plan(batch, max_length, num_heads, num_kv_heads);
+  const int64_t slots = static_cast<int64_t>(batch) * num_heads * plan.splits;
+  float* ws_o = workspace;
+  float* ws_m = ws_o + slots * head_dim;
+  float* ws_l = ws_m + slots;
+  const size_t smem = sizeof(float) * (static_cast<size_t>(group) * head_dim +
+                                       static_cast<size_t>(group) * plan.chunk);
+  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  const dim3 grid(plan.splits, num_kv_heads, batch);
+  DecodeAttentionSplitKernel<<<grid, kThreads, smem, AsStream(stream)>>>(
+      q, q_stride, cache, layer, lengths, num_heads, num_kv_heads, head_dim, window, scale,
+      plan.chunk, plan.splits, ws_o, ws_m, ws_l);
+  if (absl::Status s = LaunchStatus("DecodeAttentionSplitKernel"); !s.ok()) return s;
+  const dim3 combine_grid(num_heads, batch);
+  DecodeAttentionCombineKernel<<<combine_grid, 128, 0, AsStream(stream)>>>(
+      ws_o, ws_m, ws_l, plan.splits, num_heads, head_dim, out, out_stride);
+  return LaunchStatus("DecodeAttentionCombineKernel");
+}
+
+}  // namespace scd::cuda

@@ -1,0 +1,22 @@
+// Internal entry point of the tensor-core prefill attention (attention_prefill_tc.cu); callers
+// go through scd::cuda::PrefillAttention (ops.h), which validates the arguments. CUDA-free.
+#ifndef SCD_KERNELS_CUDA_ATTENTION_PREFILL_TC_H_
+#define SCD_KERNELS_CUDA_ATTENTION_PREFILL_TC_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/ops.h"
+
+namespace scd::cuda::internal {
+
+bool TensorCoreAttentionSupports(int head_dim);  // 64 or 128
+
+absl::Status PrefillAttentionTensorCore(const float* q, int64_t q_stride, const Bf16* k,
+                                        const Bf16* v, float* out, int64_t out_stride, int tokens,
+                                        int start, int num_heads, int num_kv_heads, int head_dim,
+                                        int window, StreamHandle stream);
+
+}  // namespace scd::cuda::internal
+
+#endif  // SCD_KERNELS_CUDA_ATTENTION_PREFILL_TC_H_

@@ -1,0 +1,596 @@
+// CudaBackend: the Backend interface on one CUDA device, mirroring CpuBackend
+// (common/runtime/cpu_backend.cc) step for step; only where tensors live and their precision
+// differ. Per layer, for the rows of a step:
+//   xn = RMSNorm(x)                  -> BF16 (and F32 for the H_in hook)
+//   qkv = xn · [Wq; Wk; Wv]ᵀ (+ b)   one cuBLAS GEMM, F32 out; hooks copy H_in, K, V here
+//   RoPE(q) in place; RoPE(k) and v stored into the sequence's BF16 KV cache
+//   att = attention(q, cache)        prefill: flash-style tiles; decode: split-K per sequence
+//   x += att · Woᵀ                   GEMM with beta = 1 (residual fused)
+//   x += SwiGLU(RMSNorm(x) · [Wgate; Wup]ᵀ) · Wdownᵀ
+// then the final RMSNorm, the LM head, surprisal (device NLL) and one copy of the logits back.
+//
+// Precision (documented contract, see tests/cuda/backend_test.cc for the tolerances): weights
+// and the KV cache are BF16, GEMM inputs are rounded to BF16, every accumulation and the
+// residual stream are F32. The KV cache layout is the one in kernels/cuda/ops.h.
+//
+// Every public call runs on the backend's own stream and waits for it before returning, so a
+// Sequence is never touched by two calls at once and pinned staging buffers can be reused.
+// Not thread-safe (one caller at a time), like CpuBackend.
+#include "common/runtime/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "kernels/cuda/device_weights.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/synthetic_backend.h"
+
+namespace scd {
+namespace {
+
+using cuda::Bf16;
+using cuda::DeviceBuffer;
+
+class CudaSequence : public Sequence {
+ public:
+  int length() const override { return length_; }
+  int capacity() const override { return capacity_; }
+
+  const void* owner_ = nullptr;  // the backend that created it
+  int capacity_ = 0;
+  int length_ = 0;
+  DeviceBuffer k_;            // BF16 [num_layers][capacity][kv_dim], RoPE applied
+  DeviceBuffer v_;            // BF16 [num_layers][capacity][kv_dim]
+  DeviceBuffer last_logits_;  // F32 [vocab]: logits after the last position
+  bool has_last_logits_ = false;
+};
+
+// Per-step metadata gathered on the host and uploaded in one copy. Add() returns the byte
+// offset of an array inside the upload; Device() turns it into a device pointer.
+class StepMeta {
+ public:
+  template <typename T>
+  size_t Add(const T* data, size_t count) {
+    const size_t offset = (bytes_.size() + 15) / 16 * 16;
+    bytes_.resize(offset + count * sizeof(T));
+    if (count > 0) std::memcpy(bytes_.data() + offset, data, count * sizeof(T));
+    return offset;
+  }
+  const std::vector<unsigned char>& bytes() const { return bytes_; }
+
+ private:
+  std::vector<unsigned char> bytes_;
+};
+
+// How the attention of a step reads the cache.
+struct AttentionStep {
+  bool decode = false;
+  // Prefill: one sequence, queries at positions [start, start + rows).
+  const Bf16* k0 = nullptr;
+  const Bf16* v0 = nullptr;
+  int64_t layer_stride = 0;
+  int start = 0;
+  // Decode: row b is sequence b of the table, attending to lengths[b] positions.
+  const int32_t* lengths = nullptr;
+  int max_length = 0;
+};
+
+class CudaBackend : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<Backend>> Create(
+      std::shared_ptr<const Model> model,
+      const std::function<absl::StatusOr<std::unique_ptr<cuda::DeviceWeights>>(cuda::StreamHandle)>&
+          make_weights) {
+    std::unique_ptr<CudaBackend> b(new CudaBackend(std::move(model)));
+    SCD_ASSIGN_OR_RETURN(b->device_, cuda::CurrentDevice());
+    SCD_ASSIGN_OR_RETURN(b->stream_, cuda::Stream::Create());
+    SCD_ASSIGN_OR_RETURN(b->gemm_, cuda::CublasGemm::Create(b->stream_->handle()));
+    SCD_ASSIGN_OR_RETURN(b->weights_, make_weights(b->stream_->handle()));
+    const std::vector<float> inv_freq = RopeInverseFrequencies(b->model_->config);
+    SCD_ASSIGN_OR_RETURN(b->inv_freq_,
+                         DeviceBuffer::Allocate(inv_freq.size() * sizeof(float), "inv_freq"));
+    SCD_RETURN_IF_ERROR(cuda::CopyToDeviceSync(b->inv_freq_.data(), inv_freq.data(),
+                                               inv_freq.size() * sizeof(float)));
+    return std::unique_ptr<Backend>(std::move(b));
+  }
+
+  std::string_view name() const override { return "cuda"; }
+  const Model& model() const override { return *model_; }
+  size_t decode_bytes_streamed() const { return weights_->DecodeBytesStreamed(); }
+
+  absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(int capacity) override {
+    const ModelConfig& c = model_->config;
+    if (capacity <= 0 || capacity > c.max_position_embeddings) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence capacity ", capacity,
+                       " must be in [1, max_position_embeddings=", c.max_position_embeddings, "]"));
+    }
+    SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
+    auto seq = std::make_unique<CudaSequence>();
+    seq->owner_ = this;
+    seq->capacity_ = capacity;
+    const size_t cache_bytes =
+        static_cast<size_t>(c.num_layers) * capacity * c.kv_dim() * sizeof(Bf16);
+    SCD_ASSIGN_OR_RETURN(seq->k_, DeviceBuffer::Allocate(cache_bytes, "K cache"));
+    SCD_ASSIGN_OR_RETURN(seq->v_, DeviceBuffer::Allocate(cache_bytes, "V cache"));
+    SCD_ASSIGN_OR_RETURN(seq->last_logits_,
+                         DeviceBuffer::Allocate(sizeof(float) * c.vocab_size, "last logits"));
+    return std::unique_ptr<Sequence>(std::move(seq));
+  }
+
+  absl::Status Prefill(Sequence& seq_base, absl::Span<const int32_t> tokens,
+                       const PrefillOptions& options, PrefillResult* result) override {
+    SCD_ASSIGN_OR_RETURN(CudaSequence * seq, Own(&seq_base));
+    const ModelConfig& c = model_->config;
+    const int t = static_cast<int>(tokens.size());
+    if (t == 0) return absl::InvalidArgumentError("prefill needs at least one token");
+    if (options.residual) {
+      // Selective recompute (DroidSpeak baseline) runs on the CPU reference backend only.
+      return absl::UnimplementedError("the cuda backend does not export residual states yet");
+    }
+    if (seq->length_ + t > seq->capacity_) {
+      return absl::OutOfRangeError(absl::StrCat("prefill of ", t, " tokens at position ",
+                                                seq->length_, " exceeds sequence capacity ",
+                                                seq->capacity_));
+    }
+    SCD_RETURN_IF_ERROR(CheckTokens(tokens));
+    SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
+    const int d = c.hidden_size, vocab = c.vocab_size;
+    const bool all_rows = options.all_logits || options.surprisal;
+    const int first = all_rows ? 0 : t - 1;
+    const int rows_out = t - first;
+
+    std::vector<int32_t> positions(t), row_seq(t, 0);
+    for (int i = 0; i < t; ++i) positions[i] = seq->length_ + i;
+    StepMeta meta;
+    const size_t ids_at = meta.Add(tokens.data(), t);
+    const size_t pos_at = meta.Add(positions.data(), t);
+    const size_t row_seq_at = meta.Add(row_seq.data(), t);
+    SCD_ASSIGN_OR_RETURN(cuda::KvCacheTable table, AddTable({seq}, &meta));
+    SCD_RETURN_IF_ERROR(Upload(meta));
+    table = Relocate(table);
+
+    SCD_RETURN_IF_ERROR(ReserveRows(t, options.layer_states));
+    SCD_RETURN_IF_ERROR(logits_.Reserve(sizeof(float) * rows_out * vocab, "logits"));
+    SCD_RETURN_IF_ERROR(nll_.Reserve(sizeof(float) * t, "surprisal"));
+
+    AttentionStep attention;
+    attention.k0 = seq->k_.as<Bf16>();
+    attention.v0 = seq->v_.as<Bf16>();
+    attention.layer_stride = static_cast<int64_t>(seq->capacity_) * c.kv_dim();
+    attention.start = seq->length_;
+    SCD_RETURN_IF_ERROR(Forward(t, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at),
+                                Dev<int32_t>(row_seq_at), table, attention, options.layer_states));
+
+    const cuda::StreamHandle s = stream();
+    SCD_RETURN_IF_ERROR(cuda::RmsNorm(x_.as<float>() + static_cast<size_t>(first) * d,
+                                      weights_->final_norm(), nullptr, xn_bf16_.as<Bf16>(),
+                                      rows_out, d, c.rms_norm_eps, s));
+    float* logits = logits_.as<float>();
+    SCD_RETURN_IF_ERROR(
+        gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(), logits, rows_out, vocab, d));
+    const int32_t* ids_dev = Dev<int32_t>(ids_at);
+    if (options.surprisal) {
+      if (seq->has_last_logits_) {
+        SCD_RETURN_IF_ERROR(cuda::NegLogLikelihood(seq->last_logits_.as<float>(), ids_dev,
+                                                   nll_.as<float>(), 1, vocab, s));
+      } else {
+        SCD_RETURN_IF_ERROR(cuda::FillF32(nll_.as<float>(), 1, 0.0f, s));
+      }
+      SCD_RETURN_IF_ERROR(
+          cuda::NegLogLikelihood(logits, ids_dev + 1, nll_.as<float>() + 1, t - 1, vocab, s));
+    }
+    const float* last_row = logits + static_cast<size_t>(rows_out - 1) * vocab;
+    SCD_RETURN_IF_ERROR(
+        cuda::CopyOnDevice(seq->last_logits_.data(), last_row, sizeof(float) * vocab, s));
+
+    // Results back to the host: logits (all rows or the last), surprisal, hooks.
+    const int rows_back = options.all_logits ? rows_out : 1;
+    const float* logits_back = options.all_logits ? logits : last_row;
+    const size_t logits_bytes = sizeof(float) * rows_back * vocab;
+    const size_t nll_bytes = options.surprisal ? sizeof(float) * t : 0;
+    SCD_RETURN_IF_ERROR(pinned_.Reserve(logits_bytes + nll_bytes));
+    SCD_RETURN_IF_ERROR(cuda::CopyToHost(pinned_.data(), logits_back, logits_bytes, s));
+    SCD_RETURN_IF_ERROR(
+        cuda::CopyToHost(pinned_.as<unsigned char>() + logits_bytes, nll_.data(), nll_bytes, s));
+    std::vector<float> hooks;
+    if (options.layer_states) {
+      hooks.resize(static_cast<size_t>(c.num_layers) * t * HookWidth());
+      SCD_RETURN_IF_ERROR(
+          cuda::CopyToHost(hooks.data(), hooks_.data(), hooks.size() * sizeof(float), s));
+    }
+    SCD_RETURN_IF_ERROR(stream_->Synchronize());
+
+    result->num_tokens = t;
+    const float* back = pinned_.as<float>();
+    result->logits.assign(back, back + static_cast<size_t>(rows_back) * vocab);
+    result->surprisal.clear();
+    if (options.surprisal) {
+      const float* nll = back + static_cast<size_t>(rows_back) * vocab;
+      result->surprisal.assign(nll, nll + t);
+    }
+    result->layers.clear();
+    if (options.layer_states) UnpackHooks(hooks, t, &result->layers);
+    seq->length_ += t;
+    seq->has_last_logits_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status AppendKv(Sequence& seq_base, const ExternalKv& kv) override {
+    SCD_ASSIGN_OR_RETURN(CudaSequence * seq, Own(&seq_base));
+    const ModelConfig& c = model_->config;
+    const int t = kv.num_tokens;
+    const size_t want = static_cast<size_t>(t) * c.kv_dim();
+    if (t <= 0) return absl::InvalidArgumentError("external KV must hold at least one token");
+    if (static_cast<int>(kv.k_pre_rope.size()) != c.num_layers ||
+        static_cast<int>(kv.v.size()) != c.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("external KV has ", kv.k_pre_rope.size(), "/",
+                                                     kv.v.size(), " layers, model has ",
+                                                     c.num_layers));
+    }
+    for (int l = 0; l < c.num_layers; ++l) {
+      if (kv.k_pre_rope[l].size() != want || kv.v[l].size() != want) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "external KV layer ", l, " holds ", kv.k_pre_rope[l].size(), "/", kv.v[l].size(),
+            " floats, expected ", want, " (", t, " tokens x kv_dim ", c.kv_dim(), ")"));
+      }
+    }
+    if (seq->length_ + t > seq->capacity_) {
+      return absl::OutOfRangeError(absl::StrCat("external KV of ", t, " tokens at position ",
+                                                seq->length_, " exceeds sequence capacity ",
+                                                seq->capacity_));
+    }
+    SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
+    std::vector<int32_t> positions(t), row_seq(t, 0);
+    for (int i = 0; i < t; ++i) positions[i] = seq->length_ + i;
+    StepMeta meta;
+    const size_t pos_at = meta.Add(positions.data(), t);
+    const size_t row_seq_at = meta.Add(row_seq.data(), t);
+    SCD_ASSIGN_OR_RETURN(cuda::KvCacheTable table, AddTable({seq}, &meta));
+    SCD_RETURN_IF_ERROR(Upload(meta));
+    table = Relocate(table);
+
+    // Layers go up in batches that fit a bounded pinned buffer: K | V per layer, pre-RoPE.
+    const size_t layer_bytes = 2 * want * sizeof(float);
+    const int per_batch = static_cast<int>(std::max<size_t>(1, kAppendStagingBytes / layer_bytes));
+    const int batch_layers = std::min(per_batch, c.num_layers);
+    SCD_RETURN_IF_ERROR(pinned_.Reserve(layer_bytes * batch_layers));
+    SCD_RETURN_IF_ERROR(append_stage_.Reserve(layer_bytes * batch_layers, "AppendKv staging"));
+    const cuda::StreamHandle s = stream();
+    for (int l0 = 0; l0 < c.num_layers; l0 += batch_layers) {
+      const int n = std::min(batch_layers, c.num_layers - l0);
+      for (int i = 0; i < n; ++i) {
+        float* dst = pinned_.as<float>() + 2 * want * i;
+        std::memcpy(dst, kv.k_pre_rope[l0 + i].data(), want * sizeof(float));
+        std::memcpy(dst + want, kv.v[l0 + i].data(), want * sizeof(float));
+      }
+      SCD_RETURN_IF_ERROR(
+          cuda::CopyToDevice(append_stage_.data(), pinned_.data(), layer_bytes * n, s));
+      for (int i = 0; i < n; ++i) {
+        const float* k_pre = append_stage_.as<float>() + 2 * want * i;
+        SCD_RETURN_IF_ERROR(cuda::RopeStoreKv(
+            k_pre, k_pre + want, c.kv_dim(), t, Dev<int32_t>(row_seq_at), Dev<int32_t>(pos_at),
+            table, l0 + i, c.num_kv_heads, c.head_dim, inv_freq_.as<float>(), s));
+      }
+      SCD_RETURN_IF_ERROR(stream_->Synchronize());  // the pinned buffer is reused next batch
+    }
+    seq->length_ += t;
+    seq->has_last_logits_ = false;  // no logits exist for positions computed elsewhere
+    return absl::OkStatus();
+  }
+
+  absl::Status Decode(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
+                      std::vector<float>* logits) override {
+    const ModelConfig& c = model_->config;
+    const int b = static_cast<int>(seqs.size());
+    if (b == 0 || tokens.size() != seqs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("decode batch has ", seqs.size(),
+                                                     " sequences and ", tokens.size(), " tokens"));
+    }
+    SCD_RETURN_IF_ERROR(CheckTokens(tokens));
+    std::unordered_set<Sequence*> seen;
+    std::vector<CudaSequence*> batch;
+    std::vector<int32_t> positions(b), row_seq(b), lengths(b);
+    std::vector<float*> logits_dst(b);
+    int max_length = 0;
+    for (int i = 0; i < b; ++i) {
+      if (seqs[i] == nullptr || !seen.insert(seqs[i]).second) {
+        return absl::InvalidArgumentError("decode batch holds a null or repeated sequence");
+      }
+      SCD_ASSIGN_OR_RETURN(CudaSequence * seq, Own(seqs[i]));
+      if (seq->length_ >= seq->capacity_) {
+        return absl::OutOfRangeError(
+            absl::StrCat("sequence ", i, " is full (capacity ", seq->capacity_, ")"));
+      }
+      batch.push_back(seq);
+      positions[i] = seq->length_;
+      row_seq[i] = i;
+      lengths[i] = seq->length_ + 1;
+      logits_dst[i] = seq->last_logits_.as<float>();
+      max_length = std::max(max_length, lengths[i]);
+    }
+    SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
+    const int d = c.hidden_size, vocab = c.vocab_size;
+    StepMeta meta;
+    const size_t ids_at = meta.Add(tokens.data(), b);
+    const size_t pos_at = meta.Add(positions.data(), b);
+    const size_t row_seq_at = meta.Add(row_seq.data(), b);
+    const size_t len_at = meta.Add(lengths.data(), b);
+    const size_t dst_at = meta.Add(logits_dst.data(), b);
+    SCD_ASSIGN_OR_RETURN(cuda::KvCacheTable table, AddTable(batch, &meta));
+    SCD_RETURN_IF_ERROR(Upload(meta));
+    table = Relocate(table);
+
+    SCD_RETURN_IF_ERROR(ReserveRows(b, /*hooks=*/false));
+    SCD_RETURN_IF_ERROR(logits_.Reserve(sizeof(float) * b * vocab, "logits"));
+    const int64_t ws_floats = cuda::DecodeAttentionWorkspaceFloats(b, max_length, c.num_heads,
+                                                                   c.num_kv_heads, c.head_dim);
+    SCD_RETURN_IF_ERROR(decode_ws_.Reserve(sizeof(float) * ws_floats, "decode workspace"));
+
+    AttentionStep attention;
+    attention.decode = true;
+    attention.lengths = Dev<int32_t>(len_at);
+    attention.max_length = max_length;
+    SCD_RETURN_IF_ERROR(Forward(b, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at),
+                                Dev<int32_t>(row_seq_at), table, attention, false));
+    const cuda::StreamHandle s = stream();
+    SCD_RETURN_IF_ERROR(cuda::RmsNorm(x_.as<float>(), weights_->final_norm(), nullptr,
+                                      xn_bf16_.as<Bf16>(), b, d, c.rms_norm_eps, s));
+    SCD_RETURN_IF_ERROR(
+        gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(), logits_.as<float>(), b, vocab, d));
+    SCD_RETURN_IF_ERROR(
+        cuda::ScatterRows(logits_.as<float>(), vocab, Dev<float* const>(dst_at), b, vocab, s));
+    const size_t bytes = sizeof(float) * b * vocab;
+    SCD_RETURN_IF_ERROR(pinned_.Reserve(bytes));
+    SCD_RETURN_IF_ERROR(cuda::CopyToHost(pinned_.data(), logits_.data(), bytes, s));
+    SCD_RETURN_IF_ERROR(stream_->Synchronize());
+    logits->assign(pinned_.as<float>(), pinned_.as<float>() + static_cast<size_t>(b) * vocab);
+    for (CudaSequence* seq : batch) {
+      seq->length_ += 1;
+      seq->has_last_logits_ = true;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr size_t kAppendStagingBytes = size_t{256} << 20;
+
+  explicit CudaBackend(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
+
+  cuda::StreamHandle stream() const { return stream_->handle(); }
+  int HookWidth() const { return model_->config.hidden_size + 2 * model_->config.kv_dim(); }
+
+  absl::StatusOr<CudaSequence*> Own(Sequence* seq) const {
+    auto* cuda_seq = dynamic_cast<CudaSequence*>(seq);
+    if (cuda_seq == nullptr || cuda_seq->owner_ != this) {
+      return absl::InvalidArgumentError("sequence was not created by this CUDA backend");
+    }
+    return cuda_seq;
+  }
+
+  absl::Status CheckTokens(absl::Span<const int32_t> tokens) const {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] < 0 || tokens[i] >= model_->config.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("token ", tokens[i], " at index ", i,
+                                                       " is outside the vocabulary [0, ",
+                                                       model_->config.vocab_size, ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Adds the cache table of `seqs` to `meta`; the pointers it returns are offsets into the
+  // upload until Relocate() turns them into device addresses.
+  absl::StatusOr<cuda::KvCacheTable> AddTable(const std::vector<CudaSequence*>& seqs,
+                                              StepMeta* meta) const {
+    std::vector<Bf16*> k(seqs.size()), v(seqs.size());
+    std::vector<int64_t> stride(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      k[i] = seqs[i]->k_.as<Bf16>();
+      v[i] = seqs[i]->v_.as<Bf16>();
+      stride[i] = static_cast<int64_t>(seqs[i]->capacity_) * model_->config.kv_dim();
+    }
+    cuda::KvCacheTable table;
+    table.k = reinterpret_cast<Bf16* const*>(meta->Add(k.data(), k.size()));
+    table.v = reinterpret_cast<Bf16* const*>(meta->Add(v.data(), v.size()));
+    table.layer_stride = reinterpret_cast<const int64_t*>(meta->Add(stride.data(), stride.size()));
+    return table;
+  }
+
+  cuda::KvCacheTable Relocate(cuda::KvCacheTable table) const {
+    table.k = Dev<Bf16* const>(reinterpret_cast<size_t>(table.k));
+    table.v = Dev<Bf16* const>(reinterpret_cast<size_t>(table.v));
+    table.layer_stride = Dev<const int64_t>(reinterpret_cast<size_t>(table.layer_stride));
+    return table;
+  }
+
+  template <typename T>
+  T* Dev(size_t offset) const {
+    return reinterpret_cast<T*>(meta_dev_.as<unsigned char>() + offset);
+  }
+
+  absl::Status Upload(const StepMeta& meta) {
+    const size_t bytes = meta.bytes().size();
+    SCD_RETURN_IF_ERROR(meta_pinned_.Reserve(bytes));
+    SCD_RETURN_IF_ERROR(meta_dev_.Reserve(bytes, "step metadata"));
+    std::memcpy(meta_pinned_.data(), meta.bytes().data(), bytes);
+    return cuda::CopyToDevice(meta_dev_.data(), meta_pinned_.data(), bytes, stream());
+  }
+
+  // Grows the activation buffers to `rows` rows (the stream is idle between calls).
+  absl::Status ReserveRows(int rows, bool hooks) {
+    const ModelConfig& c = model_->config;
+    const size_t r = rows, d = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size;
+    const size_t qkv = qd + 2 * c.kv_dim();
+    SCD_RETURN_IF_ERROR(x_.Reserve(sizeof(float) * r * d, "x"));
+    SCD_RETURN_IF_ERROR(xn_bf16_.Reserve(sizeof(Bf16) * r * d, "xn"));
+    SCD_RETURN_IF_ERROR(qkv_.Reserve(sizeof(float) * r * qkv, "qkv"));
+    SCD_RETURN_IF_ERROR(att_.Reserve(sizeof(float) * r * qd, "attention"));
+    SCD_RETURN_IF_ERROR(att_bf16_.Reserve(sizeof(Bf16) * r * qd, "attention bf16"));
+    SCD_RETURN_IF_ERROR(gate_up_.Reserve(sizeof(float) * r * 2 * ffn, "gate_up"));
+    SCD_RETURN_IF_ERROR(act_bf16_.Reserve(sizeof(Bf16) * r * ffn, "swiglu"));
+    if (hooks) {
+      SCD_RETURN_IF_ERROR(xn_.Reserve(sizeof(float) * r * d, "h_in"));
+      SCD_RETURN_IF_ERROR(hooks_.Reserve(
+          sizeof(float) * c.num_layers * r * static_cast<size_t>(HookWidth()), "hooks"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Runs every layer on `rows` rows (ids on the device) and leaves the residual stream in x_.
+  // Writes each row's K/V into its sequence's cache (lengths are committed by the caller).
+  absl::Status Forward(int rows, const int32_t* ids, const int32_t* positions,
+                       const int32_t* row_seq, const cuda::KvCacheTable& table,
+                       const AttentionStep& attention, bool hooks) {
+    const ModelConfig& c = model_->config;
+    const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
+    const int qkv_dim = qd + 2 * kvd;
+    const cuda::StreamHandle s = stream();
+    float* x = x_.as<float>();
+    Bf16* xn_bf16 = xn_bf16_.as<Bf16>();
+    float* qkv = qkv_.as<float>();
+    float* att = att_.as<float>();
+    const float* inv_freq = inv_freq_.as<float>();
+    SCD_RETURN_IF_ERROR(cuda::Embed(weights_->embed(), ids, x, rows, d, s));
+    for (int l = 0; l < c.num_layers; ++l) {
+      const cuda::DeviceLayer& w = weights_->layer(l);
+      float* h_in = hooks ? xn_.as<float>() : nullptr;
+      SCD_RETURN_IF_ERROR(
+          cuda::RmsNorm(x, w.attn_norm.as<float>(), h_in, xn_bf16, rows, d, c.rms_norm_eps, s));
+      SCD_RETURN_IF_ERROR(gemm_->Linear(xn_bf16, w.w_qkv.as<Bf16>(), qkv, rows, qkv_dim, d));
+      if (!w.b_qkv.empty()) {
+        SCD_RETURN_IF_ERROR(cuda::AddBias(qkv, w.b_qkv.as<float>(), rows, qkv_dim, qkv_dim, s));
+      }
+      if (hooks) {
+        // Layer l's hooks: [rows][d] H_in, then [rows][2 kv_dim] pre-RoPE K | V.
+        float* dst = hooks_.as<float>() + static_cast<size_t>(l) * rows * HookWidth();
+        SCD_RETURN_IF_ERROR(
+            cuda::CopyOnDevice(dst, h_in, sizeof(float) * static_cast<size_t>(rows) * d, s));
+        SCD_RETURN_IF_ERROR(cuda::CopyRowsOnDevice(
+            dst + static_cast<size_t>(rows) * d, sizeof(float) * 2 * kvd, qkv + qd,
+            sizeof(float) * qkv_dim, sizeof(float) * 2 * kvd, rows, s));
+      }
+      SCD_RETURN_IF_ERROR(
+          cuda::ApplyRope(qkv, rows, c.num_heads, c.head_dim, qkv_dim, positions, inv_freq, s));
+      SCD_RETURN_IF_ERROR(cuda::RopeStoreKv(qkv + qd, qkv + qd + kvd, qkv_dim, rows, row_seq,
+                                            positions, table, l, c.num_kv_heads, c.head_dim,
+                                            inv_freq, s));
+      if (attention.decode) {
+        SCD_RETURN_IF_ERROR(cuda::DecodeAttention(
+            qkv, qkv_dim, table, l, attention.lengths, rows, attention.max_length, c.num_heads,
+            c.num_kv_heads, c.head_dim, c.sliding_window, att, qd, decode_ws_.as<float>(),
+            static_cast<int64_t>(decode_ws_.size() / sizeof(float)), s));
+      } else {
+        const int64_t layer_offset = l * attention.layer_stride;
+        SCD_RETURN_IF_ERROR(cuda::PrefillAttention(
+            qkv, qkv_dim, attention.k0 + layer_offset, attention.v0 + layer_offset, att, qd, rows,
+            attention.start, c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window,
+            cuda::AttentionImpl::kAuto, s));
+      }
+      SCD_RETURN_IF_ERROR(
+          cuda::F32ToBf16(att, att_bf16_.as<Bf16>(), static_cast<int64_t>(rows) * qd, s));
+      SCD_RETURN_IF_ERROR(
+          gemm_->Linear(att_bf16_.as<Bf16>(), w.w_o.as<Bf16>(), x, rows, d, qd, /*beta=*/1.0f));
+      SCD_RETURN_IF_ERROR(
+          cuda::RmsNorm(x, w.ffn_norm.as<float>(), nullptr, xn_bf16, rows, d, c.rms_norm_eps, s));
+      float* gate_up = gate_up_.as<float>();
+      SCD_RETURN_IF_ERROR(
+          gemm_->Linear(xn_bf16, w.w_gate_up.as<Bf16>(), gate_up, rows, 2 * ffn, d));
+      SCD_RETURN_IF_ERROR(cuda::SwiGlu(gate_up, gate_up + ffn, 2 * ffn, nullptr,
+                                       act_bf16_.as<Bf16>(), rows, ffn, s));
+      SCD_RETURN_IF_ERROR(
+          gemm_->Linear(act_bf16_.as<Bf16>(), w.w_down.as<Bf16>(), x, rows, d, ffn, /*beta=*/1.0f));
+    }
+    return absl::OkStatus();
+  }
+
+  void UnpackHooks(const std::vector<float>& hooks, int t, std::vector<LayerStates>* out) const {
+    const ModelConfig& c = model_->config;
+    const size_t d = c.hidden_size, kvd = c.kv_dim();
+    out->resize(c.num_layers);
+    for (int l = 0; l < c.num_layers; ++l) {
+      const float* base = hooks.data() + static_cast<size_t>(l) * t * HookWidth();
+      LayerStates& states = (*out)[l];
+      states.h_in.assign(base, base + t * d);
+      states.k_pre_rope.resize(t * kvd);
+      states.v.resize(t * kvd);
+      const float* kv = base + t * d;
+      for (int r = 0; r < t; ++r) {
+        std::memcpy(states.k_pre_rope.data() + r * kvd, kv + r * 2 * kvd, kvd * sizeof(float));
+        std::memcpy(states.v.data() + r * kvd, kv + r * 2 * kvd + kvd, kvd * sizeof(float));
+      }
+    }
+  }
+
+  std::shared_ptr<const Model> model_;
+  int device_ = 0;
+  std::unique_ptr<cuda::Stream> stream_;
+  std::unique_ptr<cuda::CublasGemm> gemm_;
+  std::unique_ptr<cuda::DeviceWeights> weights_;
+  DeviceBuffer inv_freq_;
+  // Step metadata (ids, positions, cache table) and activations, grown on demand.
+  cuda::PinnedBuffer meta_pinned_;
+  DeviceBuffer meta_dev_;
+  DeviceBuffer x_, xn_, xn_bf16_, qkv_, att_, att_bf16_, gate_up_, act_bf16_;
+  DeviceBuffer logits_, nll_, hooks_, decode_ws_, append_stage_;
+  cuda::PinnedBuffer pinned_;  // results back to the host, AppendKv uploads
+};
+
+absl::Status CheckConfig(const ModelConfig& c) {
+  if (c.num_layers <= 0 || c.hidden_size <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
+      c.num_heads % c.num_kv_heads != 0 || c.head_dim <= 0 || c.head_dim % 2 != 0 ||
+      c.head_dim > 256 || c.group_size() * c.head_dim > 4096 || c.vocab_size <= 0 ||
+      c.intermediate_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the CUDA backend cannot run this config (heads ", c.num_heads, "/", c.num_kv_heads,
+        ", head_dim ", c.head_dim,
+        "; needs an even head_dim <= 256, grouped heads and group * head_dim <= 4096)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int CudaDeviceCount() { return cuda::DeviceCount(); }
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(std::shared_ptr<const Model> model) {
+  if (model == nullptr) return absl::InvalidArgumentError("CreateCudaBackend: null model");
+  if (static_cast<int>(model->weights.layers.size()) != model->config.num_layers) {
+    return absl::InvalidArgumentError("model weights do not match its config (layer count)");
+  }
+  SCD_RETURN_IF_ERROR(CheckConfig(model->config));
+  if (CudaDeviceCount() == 0) {
+    return absl::UnavailableError("no CUDA device is present (or no driver is loaded)");
+  }
+  const Model* host = model.get();
+  return CudaBackend::Create(
+      std::move(model), [host](cuda::StreamHandle) { return cuda::DeviceWeights::Upload(*host); });
+}
+
+namespace cuda {
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateSyntheticCudaBackend(const ModelConfig& config,
+                                                                    uint64_t seed, float init_std) {
+  SCD_RETURN_IF_ERROR(CheckConfig(config));
+  if (CudaDeviceCount() == 0) {
+    return absl::UnavailableError("no CUDA device is present (or no driver is loaded)");
+  }
+  auto model = std::make_shared<Model>();
+  model->config = config;
+  return CudaBackend::Create(std::move(model), [&](StreamHandle stream) {
+    return DeviceWeights::Random(config, seed, init_std, stream);
+  });
+}
+
+size_t CudaDecodeBytesStreamed(const Backend& backend) {
+  const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda_backend == nullptr ? 0 : cuda_backend->decode_bytes_streamed();
+}
+
+}  // namespace cuda
+}  // namespace scd

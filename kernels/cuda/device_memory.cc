@@ -1,0 +1,200 @@
+// See device_memory.h. Every runtime call goes through CudaStatus (cuda_status.h).
+#include "kernels/cuda/device_memory.h"
+
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace scd::cuda {
+namespace {
+
+cudaStream_t AsStream(StreamHandle s) { return static_cast<cudaStream_t>(s); }
+
+}  // namespace
+
+int DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no driver" error for later calls
+    return 0;
+  }
+  return count;
+}
+
+std::string DeviceDescription(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::StrCat("device ", device, " (properties unavailable)");
+  }
+  return absl::StrFormat("%s (sm_%d%d, %d SMs, %.1f GiB)", prop.name, prop.major, prop.minor,
+                         prop.multiProcessorCount,
+                         static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+}
+
+absl::StatusOr<std::unique_ptr<Stream>> Stream::Create() {
+  cudaStream_t s = nullptr;
+  SCD_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return std::unique_ptr<Stream>(new Stream(s));
+}
+
+Stream::~Stream() {
+  if (handle_ != nullptr) (void)cudaStreamDestroy(AsStream(handle_));
+}
+
+absl::Status Stream::Synchronize() const {
+  return CudaStatus(cudaStreamSynchronize(AsStream(handle_)), "cudaStreamSynchronize");
+}
+
+DeviceBuffer::~DeviceBuffer() { Release(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::Release() {
+  if (data_ != nullptr) (void)cudaFree(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes, absl::string_view what) {
+  DeviceBuffer buffer;
+  if (bytes == 0) return buffer;
+  absl::Status s = CudaStatus(cudaMalloc(&buffer.data_, bytes),
+                              absl::StrCat("cudaMalloc(", what, ", ", bytes, " bytes)"));
+  if (!s.ok()) {
+    buffer.data_ = nullptr;
+    return s;
+  }
+  buffer.bytes_ = bytes;
+  return buffer;
+}
+
+absl::Status DeviceBuffer::Reserve(size_t bytes, absl::string_view what) {
+  if (bytes <= bytes_) return absl::OkStatus();
+  Release();
+  absl::StatusOr<DeviceBuffer> fresh = Allocate(bytes, what);
+  if (!fresh.ok()) return fresh.status();
+  *this = std::move(*fresh);
+  return absl::OkStatus();
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_ != nullptr) (void)cudaFreeHost(data_);
+}
+
+absl::Status PinnedBuffer::Reserve(size_t bytes) {
+  if (bytes <= bytes_) return absl::OkStatus();
+  if (data_ != nullptr) (void)cudaFreeHost(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+  absl::Status s =
+      CudaStatus(cudaMallocHost(&data_, bytes), absl::StrCat("cudaMallocHost(", bytes, " bytes)"));
+  if (!s.ok()) {
+    data_ = nullptr;
+    return s;
+  }
+  bytes_ = bytes;
+  return absl::OkStatus();
+}
+
+absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, StreamHandle stream) {
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, AsStream(stream)),
+                    "cudaMemcpyAsync(host to device)");
+}
+
+absl::Status CopyToHost(void* dst, const void* src, size_t bytes, StreamHandle stream) {
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, AsStream(stream)),
+                    "cudaMemcpyAsync(device to host)");
+}
+
+absl::Status CopyOnDevice(void* dst, const void* src, size_t bytes, StreamHandle stream) {
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, AsStream(stream)),
+                    "cudaMemcpyAsync(device to device)");
+}
+
+absl::Status CopyRowsOnDevice(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                              size_t width_bytes, size_t rows, StreamHandle stream) {
+  if (rows == 0 || width_bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width_bytes, rows,
+                                      cudaMemcpyDeviceToDevice, AsStream(stream)),
+                    "cudaMemcpy2DAsync(device to device)");
+}
+
+absl::Status SetDeviceBytes(void* dst, int value, size_t bytes, StreamHandle stream) {
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemsetAsync(dst, value, bytes, AsStream(stream)), "cudaMemsetAsync");
+}
+
+absl::Status CopyToDeviceSync(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
+                    "cudaMemcpy(host to device)");
+}
+
+absl::Status CopyToHostSync(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost),
+                    "cudaMemcpy(device to host)");
+}
+
+absl::Status SynchronizeStream(StreamHandle stream) {
+  return CudaStatus(cudaStreamSynchronize(AsStream(stream)), "cudaStreamSynchronize");
+}
+
+absl::Status SetDevice(int device) {
+  return CudaStatus(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")"));
+}
+
+absl::StatusOr<int> CurrentDevice() {
+  int device = 0;
+  SCD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  return device;
+}
+
+absl::StatusOr<std::unique_ptr<StreamTimer>> StreamTimer::Create() {
+  std::unique_ptr<StreamTimer> timer(new StreamTimer());
+  cudaEvent_t start = nullptr, stop = nullptr;
+  SCD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  timer->start_ = start;
+  SCD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
+  timer->stop_ = stop;
+  return timer;
+}
+
+StreamTimer::~StreamTimer() {
+  if (start_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_));
+  if (stop_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(stop_));
+}
+
+absl::Status StreamTimer::Start(StreamHandle stream) {
+  return CudaStatus(cudaEventRecord(static_cast<cudaEvent_t>(start_), AsStream(stream)),
+                    "cudaEventRecord(start)");
+}
+
+absl::StatusOr<float> StreamTimer::StopMs(StreamHandle stream) {
+  SCD_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(stop_), AsStream(stream)));
+  SCD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)));
+  float ms = 0.0f;
+  SCD_CUDA_RETURN_IF_ERROR(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)));
+  return ms;
+}
+
+}  // namespace scd::cuda

@@ -1,0 +1,133 @@
+// Device memory, pinned host memory and streams as small RAII types, so that the backend and
+// the tests never touch the CUDA runtime directly. CUDA-free header: a stream is passed around
+// as an opaque StreamHandle (a cudaStream_t), device memory as plain pointers.
+//
+// Invariants: a DeviceBuffer/PinnedBuffer owns exactly one allocation (or none) and frees it
+// on destruction; Resize keeps nothing (it is for scratch space), and never shrinks. Copies are
+// asynchronous on the given stream unless named *Sync; pinned host buffers make H2D/D2H copies
+// truly asynchronous, so transfers can overlap with compute on other streams.
+#ifndef SCD_KERNELS_CUDA_DEVICE_MEMORY_H_
+#define SCD_KERNELS_CUDA_DEVICE_MEMORY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace scd::cuda {
+
+using StreamHandle = void*;  // a cudaStream_t; nullptr is the legacy default stream
+
+// Number of usable devices; 0 when no driver or device is present (never fails).
+int DeviceCount();
+
+// "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" for `device`, for logs and benchmark reports.
+std::string DeviceDescription(int device);
+
+class Stream {
+ public:
+  static absl::StatusOr<std::unique_ptr<Stream>> Create();
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  StreamHandle handle() const { return handle_; }
+  absl::Status Synchronize() const;
+
+ private:
+  explicit Stream(StreamHandle handle) : handle_(handle) {}
+  StreamHandle handle_;
+};
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  // `bytes` of uninitialised device memory; `what` names it in errors.
+  static absl::StatusOr<DeviceBuffer> Allocate(size_t bytes, absl::string_view what);
+
+  // Makes the buffer hold at least `bytes` (contents are lost when it grows). The caller must
+  // ensure no pending work still uses the old allocation (the backend synchronises first).
+  absl::Status Reserve(size_t bytes, absl::string_view what);
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t size() const { return bytes_; }
+  bool empty() const { return data_ == nullptr; }
+
+ private:
+  void Release();
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Page-locked host memory (cudaMallocHost).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer();
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  absl::Status Reserve(size_t bytes);
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, StreamHandle stream);
+absl::Status CopyToHost(void* dst, const void* src, size_t bytes, StreamHandle stream);
+absl::Status CopyOnDevice(void* dst, const void* src, size_t bytes, StreamHandle stream);
+// 2-D copy between device rows: `rows` rows of `width_bytes`, with the given pitches.
+absl::Status CopyRowsOnDevice(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                              size_t width_bytes, size_t rows, StreamHandle stream);
+absl::Status SetDeviceBytes(void* dst, int value, size_t bytes, StreamHandle stream);
+
+// Blocking copies on the legacy default stream (tests and one-off uploads).
+absl::Status CopyToDeviceSync(void* dst, const void* src, size_t bytes);
+absl::Status CopyToHostSync(void* dst, const void* src, size_t bytes);
+
+// Waits for all work queued on `stream`.
+absl::Status SynchronizeStream(StreamHandle stream);
+
+// Makes `device` current for the calling thread.
+absl::Status SetDevice(int device);
+absl::StatusOr<int> CurrentDevice();
+
+// Wall time between two points of a stream, for the benchmarks.
+class StreamTimer {
+ public:
+  static absl::StatusOr<std::unique_ptr<StreamTimer>> Create();
+  ~StreamTimer();
+  absl::Status Start(StreamHandle stream);
+  // Records the stop event, waits for it and returns the elapsed milliseconds.
+  absl::StatusOr<float> StopMs(StreamHandle stream);
+
+ private:
+  StreamTimer() = default;
+  void* start_ = nullptr;  // cudaEvent_t
+  void* stop_ = nullptr;
+};
+
+}  // namespace scd::cuda
+
+#endif  // SCD_KERNELS_CUDA_DEVICE_MEMORY_H_

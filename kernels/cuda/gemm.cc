@@ -1,0 +1,43 @@
+// See gemm.h. The one file that calls cuBLAS.
+#include "kernels/cuda/gemm.h"
+
+#include <cublas_v2.h>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace scd::cuda {
+namespace {
+
+cublasHandle_t AsHandle(void* h) { return static_cast<cublasHandle_t>(h); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CublasGemm>> CublasGemm::Create(StreamHandle stream) {
+  cublasHandle_t handle = nullptr;
+  absl::Status s = CublasStatus(cublasCreate(&handle), "cublasCreate");
+  if (!s.ok()) return s;
+  std::unique_ptr<CublasGemm> gemm(new CublasGemm(handle));
+  s = CublasStatus(cublasSetStream(handle, static_cast<cudaStream_t>(stream)), "cublasSetStream");
+  if (!s.ok()) return s;
+  // Tensor cores for BF16 with F32 accumulation are the default math; pointer mode host.
+  s = CublasStatus(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
+  if (!s.ok()) return s;
+  return gemm;
+}
+
+CublasGemm::~CublasGemm() {
+  if (handle_ != nullptr) (void)cublasDestroy(AsHandle(handle_));
+}
+
+absl::Status CublasGemm::Linear(const Bf16* x, const Bf16* w, float* y, int m, int n, int k,
+                                float beta) {
+  if (m <= 0 || n <= 0) return absl::OkStatus();
+  const float alpha = 1.0f;
+  return CublasStatus(cublasGemmEx(AsHandle(handle_), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w,
+                                   CUDA_R_16BF, k, x, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, n,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                      absl::StrCat("cublasGemmEx(m=", m, ", n=", n, ", k=", k, ")"));
+}
+
+}  // namespace scd::cuda

@@ -1,0 +1,40 @@
+// CublasGemm: the projections of the forward pass as cuBLAS GEMMs with BF16 operands and F32
+// accumulation and output (cublasGemmEx, CUBLAS_COMPUTE_32F; cuBLAS picks tensor-core kernels,
+// cuBLASLt underneath). CUDA-free header.
+//
+// Layout: weights keep the HF layout W[out, in] row-major (ModelWeights) and are applied as
+// y = x · Wᵀ, like cpu::Linear. Row-major y[M, N] is column-major yᵀ[N, M] = W · xᵀ, so the
+// call is the "TN" GEMM C(N x M) = op_T(W as col-major [K, N]) · x as col-major [K, M].
+#ifndef SCD_KERNELS_CUDA_GEMM_H_
+#define SCD_KERNELS_CUDA_GEMM_H_
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/device_memory.h"
+
+namespace scd::cuda {
+
+class CublasGemm {
+ public:
+  // A cuBLAS handle bound to `stream` (work is enqueued there, asynchronously).
+  static absl::StatusOr<std::unique_ptr<CublasGemm>> Create(StreamHandle stream);
+  ~CublasGemm();
+  CublasGemm(const CublasGemm&) = delete;
+  CublasGemm& operator=(const CublasGemm&) = delete;
+
+  // y[m, n] = x[m, k] · w[n, k]ᵀ + beta · y, all row-major and dense. beta = 1 fuses the
+  // residual add (y is the residual stream). Twin: cpu::Linear (on BF16-rounded x and w).
+  absl::Status Linear(const Bf16* x, const Bf16* w, float* y, int m, int n, int k,
+                      float beta = 0.0f);
+
+ private:
+  explicit CublasGemm(void* handle) : handle_(handle) {}
+  void* handle_;  // cublasHandle_t
+};
+
+}  // namespace scd::cuda
+
+#endif  // SCD_KERNELS_CUDA_GEMM_H_

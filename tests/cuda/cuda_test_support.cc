@@ -1,0 +1,79 @@
+// See cuda_test_support.h.
+#include "tests/cuda/cuda_test_support.h"
+
+#include <cmath>
+#include <random>
+
+namespace scd::testing {
+
+std::vector<float> RandomFloats(size_t count, uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> x(count);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+std::vector<int32_t> RandomInts(size_t count, uint64_t seed, int32_t bound) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, bound - 1);
+  std::vector<int32_t> x(count);
+  for (int32_t& v : x) v = dist(rng);
+  return x;
+}
+
+std::vector<cuda::Bf16> ToBf16(const std::vector<float>& x) {
+  std::vector<cuda::Bf16> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = cuda::FloatToBf16(x[i]);
+  return y;
+}
+
+std::vector<float> RoundedBf16(const std::vector<float>& x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = cuda::RoundToBf16(x[i]);
+  return y;
+}
+
+void RequireOk(const absl::Status& status) {
+  INFO(status);
+  REQUIRE(status.ok());
+}
+
+void RequireSynced() { RequireOk(cuda::SynchronizeStream(nullptr)); }
+
+Mismatch CompareClose(const std::vector<float>& got, const std::vector<float>& want, double atol,
+                      double rtol) {
+  Mismatch m;
+  double worst_excess = -1;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(got[i]) - want[i]);
+    const double bound = atol + rtol * std::abs(static_cast<double>(want[i]));
+    const bool bad = !(diff <= bound);  // NaN counts as a mismatch
+    m.max_abs = std::max(m.max_abs, diff);
+    m.max_rel = std::max(m.max_rel, diff / std::max(std::abs(static_cast<double>(want[i])), 1e-30));
+    if (bad) ++m.count;
+    const double excess = bad ? (std::isnan(diff) ? 1e300 : diff - bound) : -1;
+    if (excess > worst_excess || (worst_excess < 0 && bad)) {
+      worst_excess = excess;
+      m.worst = i;
+    }
+  }
+  return m;
+}
+
+void CheckClose(const std::vector<float>& got, const std::vector<float>& want, double atol,
+                double rtol, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  const Mismatch m = CompareClose(got, want, atol, rtol);
+  INFO(what << ": " << m.count << " of " << got.size() << " elements outside atol " << atol
+            << " + rtol " << rtol << "; max abs err " << m.max_abs << ", max rel err "
+            << m.max_rel);
+  if (m.count > 0) {
+    INFO("worst element " << m.worst << ": got " << got[m.worst] << ", want " << want[m.worst]);
+    CHECK(m.count == 0);
+  } else {
+    CHECK(m.count == 0);
+  }
+}
+
+}  // namespace scd::testing

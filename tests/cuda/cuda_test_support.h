@@ -1,0 +1,89 @@
+// Helpers for the [cuda] parity tests: skipping with a visible message when no GPU is present
+// (STYLE.md: a [cuda] test never passes silently), device arrays, seeded random inputs, BF16
+// rounding of inputs for the CPU twins, and element-wise comparison at explicit tolerances.
+#ifndef SCD_TESTS_CUDA_CUDA_TEST_SUPPORT_H_
+#define SCD_TESTS_CUDA_CUDA_TEST_SUPPORT_H_
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/runtime/cuda_backend.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/device_memory.h"
+
+// Ends the current test case with a WARN when this machine has no CUDA device. Catch2 v2 has
+// no SKIP, so the warning is the visible record; scripts/gpu_check.sh runs these on a GPU.
+#define SCD_SKIP_WITHOUT_CUDA()                                                             \
+  do {                                                                                      \
+    if (::scd::CudaDeviceCount() == 0) {                                                    \
+      WARN("no CUDA device: skipping '" << ::Catch::getResultCapture().getCurrentTestName() \
+                                        << "' (run scripts/gpu_check.sh on a GPU host)");   \
+      return;                                                                               \
+    }                                                                                       \
+  } while (0)
+
+namespace scd::testing {
+
+// Uniform(-scale, scale) floats from a fixed seed.
+std::vector<float> RandomFloats(size_t count, uint64_t seed, float scale = 1.0f);
+// Uniform ints in [0, bound).
+std::vector<int32_t> RandomInts(size_t count, uint64_t seed, int32_t bound);
+
+std::vector<cuda::Bf16> ToBf16(const std::vector<float>& x);
+// x with every element rounded through BF16 (what a kernel reading BF16 sees).
+std::vector<float> RoundedBf16(const std::vector<float>& x);
+
+// A typed device array for tests; failures end the test (REQUIRE).
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t count) : count_(count) {
+    auto buffer = cuda::DeviceBuffer::Allocate(count * sizeof(T), "test array");
+    INFO(buffer.status());
+    REQUIRE(buffer.ok());
+    buffer_ = std::move(buffer).value();
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
+    const absl::Status s = cuda::CopyToDeviceSync(buffer_.data(), host.data(), Bytes());
+    INFO(s);
+    REQUIRE(s.ok());
+  }
+  T* get() const { return buffer_.as<T>(); }
+  size_t size() const { return count_; }
+  std::vector<T> ToHost() const {
+    std::vector<T> host(count_);
+    const absl::Status s = cuda::CopyToHostSync(host.data(), buffer_.data(), Bytes());
+    INFO(s);
+    REQUIRE(s.ok());
+    return host;
+  }
+
+ private:
+  size_t Bytes() const { return count_ * sizeof(T); }
+  size_t count_;
+  cuda::DeviceBuffer buffer_;
+};
+
+// Waits for the default stream and fails the test when a launch or the wait failed.
+void RequireOk(const absl::Status& status);
+void RequireSynced();
+
+struct Mismatch {
+  size_t count = 0;    // elements outside atol + rtol * |want|
+  size_t worst = 0;    // index of the largest excess
+  double max_abs = 0;  // largest |got - want|
+  double max_rel = 0;  // largest |got - want| / max(|want|, 1e-30)
+};
+Mismatch CompareClose(const std::vector<float>& got, const std::vector<float>& want, double atol,
+                      double rtol);
+
+// CHECKs every element within atol + rtol * |want|; the message names `what`, the worst
+// element and the error statistics.
+void CheckClose(const std::vector<float>& got, const std::vector<float>& want, double atol,
+                double rtol, const std::string& what);
+
+}  // namespace scd::testing
+
+#endif  // SCD_TESTS_CUDA_CUDA_TEST_SUPPORT_H_
