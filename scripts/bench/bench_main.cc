@@ -1,0 +1,93 @@
+// scd-bench: benchmark programs. `scd-bench runtime` measures the CPU runtime against the
+// host's sgemm and memcpy ceilings (common/bench/runtime_bench.h) and ends with the line
+// `prefill_vs_sgemm=<r> decode_vs_memcpy=<r>`. Progress goes to stderr, the report to stdout.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "common/bench/runtime_bench.h"
+#include "common/cli/flags.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: scd-bench <benchmark> [flags]\n"
+    "benchmarks:\n"
+    "  runtime   CPU prefill GFLOP/s vs sgemm peak, decode GB/s vs memcpy bandwidth\n"
+    "run `scd-bench <benchmark> --help` for its flags\n";
+
+// `argv` is the whole command line; argv[1] is "runtime".
+int RunRuntime(int argc, const char* const* argv) {
+  scd::bench::RuntimeBenchOptions options;
+  std::string logits = "all";
+  std::string json_path;
+  int memcpy_mib = static_cast<int>(options.memcpy_bytes >> 20);
+  scd::cli::FlagParser flags("scd-bench runtime", "[flags]");
+  flags.AddString("shape", &options.shape, "synthetic model shape: stories110M or stories260K");
+  flags.AddString("model", &options.model_dir, "benchmark this checkpoint directory instead");
+  flags.AddInt("tokens", &options.prefill_tokens, "prefill length");
+  flags.AddInt("reps", &options.prefill_reps, "timed prefill runs (best is reported)");
+  flags.AddString("logits", &logits, "prefill logits for `all` rows or the `last` only");
+  flags.AddInt("decode-context", &options.decode_context, "tokens prefilled before decoding");
+  flags.AddInt("decode-steps", &options.decode_steps, "timed single-token decode steps");
+  flags.AddInt("memcpy-mib", &memcpy_mib, "size of one memcpy in MiB");
+  flags.AddUint64("seed", &options.seed, "seed of the synthetic weights and tokens");
+  flags.AddString("json", &json_path, "also write the figures as JSON to this file");
+  if (absl::Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) {
+    std::cerr << "scd-bench runtime: " << s.message() << " (see --help)\n";
+    return scd::cli::kExitUsage;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  if (!flags.positional().empty()) {
+    std::cerr << "scd-bench runtime: unexpected argument \"" << flags.positional()[0]
+              << "\" (see --help)\n";
+    return scd::cli::kExitUsage;
+  }
+  if (logits != "all" && logits != "last") {
+    std::cerr << "scd-bench runtime: --logits must be all or last, not \"" << logits << "\"\n";
+    return scd::cli::kExitUsage;
+  }
+  options.all_logits = logits == "all";
+  if (memcpy_mib < 1) {
+    std::cerr << "scd-bench runtime: --memcpy-mib must be >= 1\n";
+    return scd::cli::kExitUsage;
+  }
+  options.memcpy_bytes = static_cast<size_t>(memcpy_mib) << 20;
+  options.progress = [](const std::string& line) { std::cerr << "[bench] " << line << std::endl; };
+
+  const std::string command = scd::cli::QuotedCommandLine(argc, argv);
+  absl::StatusOr<scd::bench::RuntimeBenchReport> report = scd::bench::RunRuntimeBench(options);
+  if (!report.ok()) {
+    std::cerr << "scd-bench runtime: " << report.status() << "\n";
+    return report.status().code() == absl::StatusCode::kInvalidArgument ? scd::cli::kExitUsage
+                                                                        : scd::cli::kExitFailure;
+  }
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << scd::bench::RuntimeBenchReportJson(*report, command);
+    if (!out) {
+      std::cerr << "scd-bench runtime: cannot write " << json_path << "\n";
+      return scd::cli::kExitFailure;
+    }
+    std::cerr << "[bench] wrote " << json_path << std::endl;
+  }
+  std::cout << scd::bench::FormatRuntimeBenchReport(*report, command) << std::flush;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    (argc < 2 ? std::cerr : std::cout) << kUsage;
+    return argc < 2 ? scd::cli::kExitUsage : 0;
+  }
+  std::string benchmark = argv[1];
+  if (benchmark == "runtime") return RunRuntime(argc, argv);
+  std::cerr << "scd-bench: unknown benchmark \"" << benchmark << "\"\n\n" << kUsage;
+  return scd::cli::kExitUsage;
+}

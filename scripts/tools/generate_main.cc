@@ -1,0 +1,157 @@
+// scd-generate: generates a continuation of a prompt with any supported checkpoint.
+// The continuation streams to stdout as tokens are chosen (flushed per token); timings go to
+// stderr. Exit codes: 0 success, 2 bad command line, 1 anything that fails after parsing
+// (model or tokenizer cannot be loaded, backend unavailable, generation error).
+//
+// The stream decoder is primed with the prompt ids (their text is discarded) so that the
+// printed continuation is exactly Decode(prompt + generated) minus Decode(prompt): the
+// decoder's strip-the-leading-space rule applies to the prompt, not to the continuation.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/cli/flags.h"
+#include "common/model/weights.h"
+#include "common/runtime/backend.h"
+#include "common/runtime/generate.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace {
+
+constexpr char kProgram[] = "scd-generate";
+
+int Fail(const std::string& message) {
+  std::cerr << kProgram << ": " << message << "\n";
+  return scd::cli::kExitFailure;
+}
+
+std::string_view FinishName(scd::FinishReason reason) {
+  switch (reason) {
+    case scd::FinishReason::kLength:
+      return "length";
+    case scd::FinishReason::kStop:
+      return "stop";
+    case scd::FinishReason::kContextFull:
+      return "context full";
+    case scd::FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "?";
+}
+
+double MillisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_dir, prompt, backend_name = "cpu";
+  int max_tokens = 64;
+  scd::SamplingParams sampling;  // greedy unless --temperature > 0
+  scd::cli::FlagParser flags(kProgram, "--model DIR --prompt TEXT [flags]");
+  flags.AddString("model", &model_dir, "Hugging Face checkpoint directory", /*required=*/true);
+  flags.AddString("prompt", &prompt, "text to continue", /*required=*/true);
+  flags.AddInt("max-tokens", &max_tokens, "most tokens to generate");
+  flags.AddFloat("temperature", &sampling.temperature, "0 = greedy");
+  flags.AddFloat("top-p", &sampling.top_p, "nucleus sampling threshold in (0, 1]");
+  flags.AddInt("top-k", &sampling.top_k, "sample from the k most likely tokens (0 = all)");
+  flags.AddUint64("seed", &sampling.seed, "sampling seed");
+  flags.AddString("backend", &backend_name, "cpu or cuda");
+
+  auto usage_error = [&](absl::string_view message) {
+    std::cerr << kProgram << ": " << message << " (see --help)\n";
+    return scd::cli::kExitUsage;
+  };
+  if (argc == 1) {
+    std::cerr << flags.Usage();
+    return scd::cli::kExitUsage;
+  }
+  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return usage_error(s.message());
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  if (!flags.positional().empty()) {
+    return usage_error(absl::StrFormat("unexpected argument \"%s\"", flags.positional()[0]));
+  }
+  if (max_tokens < 1) return usage_error("--max-tokens must be >= 1");
+  if (absl::Status s = sampling.Validate(); !s.ok()) return usage_error(s.message());
+  absl::StatusOr<scd::BackendKind> kind = scd::ParseBackendKind(backend_name);
+  if (!kind.ok()) return usage_error(kind.status().message());
+
+  auto load_start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::shared_ptr<const scd::Model>> model = scd::LoadModel(model_dir);
+  if (!model.ok()) return Fail(absl::StrFormat("cannot load model: %s", model.status().ToString()));
+  const std::string tokenizer_path = model_dir + "/tokenizer.json";
+  absl::StatusOr<std::unique_ptr<scd::Tokenizer>> tokenizer =
+      scd::Tokenizer::FromFile(tokenizer_path);
+  if (!tokenizer.ok()) {
+    return Fail(absl::StrFormat("cannot load tokenizer: %s", tokenizer.status().ToString()));
+  }
+  absl::StatusOr<std::unique_ptr<scd::Backend>> backend = scd::CreateBackend(*kind, *model);
+  if (!backend.ok()) return Fail(backend.status().ToString());
+  const double load_ms = MillisecondsSince(load_start);
+
+  const std::vector<int32_t> prompt_ids = (*tokenizer)->Encode(prompt);
+  if (prompt_ids.empty()) return Fail("the prompt encodes to no tokens");
+  const int context = (*model)->config.max_position_embeddings;
+  if (static_cast<int>(prompt_ids.size()) > context) {
+    return Fail(absl::StrFormat("the prompt is %d tokens; the model's context holds %d",
+                                prompt_ids.size(), context));
+  }
+
+  scd::StreamDecoder stream(**tokenizer);
+  for (int32_t id : prompt_ids) stream.Push(id);  // prime: see the file comment
+  scd::GenerateOptions options;
+  options.max_new_tokens = max_tokens;
+  options.sampling = sampling;
+  bool streamed = false;
+  options.on_token = [&stream, &streamed](int32_t id) {
+    streamed = true;
+    const std::string text = stream.Push(id);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  };
+  absl::StatusOr<scd::GenerateResult> result = scd::Generate(**backend, prompt_ids, options);
+  const std::string tail = stream.Flush();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  if (streamed) std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!result.ok())
+    return Fail(absl::StrFormat("generation failed: %s", result.status().ToString()));
+
+  // The first sampled token comes from the prefill's logits and every later one from one
+  // decode step; a sampled stop id is not returned, so on kStop every returned token was
+  // decoded, otherwise the last one was not.
+  const int generated = static_cast<int>(result->tokens.size());
+  const int decode_tokens =
+      result->finish == scd::FinishReason::kStop ? generated : std::max(0, generated - 1);
+  const int prompt_tokens = static_cast<int>(prompt_ids.size());
+  std::string stats;
+  absl::StrAppendFormat(&stats, "--- %s: %s on %s, loaded in %.0f ms\n", kProgram,
+                        (*model)->config.name, (*backend)->name(), load_ms);
+  absl::StrAppendFormat(&stats, "prompt tokens:    %d\n", prompt_tokens);
+  absl::StrAppendFormat(&stats, "generated tokens: %d (finish: %s)\n", generated,
+                        FinishName(result->finish));
+  absl::StrAppendFormat(&stats, "prefill:          %.2f ms, %.1f tok/s\n",
+                        result->prefill_seconds * 1e3,
+                        result->prefill_seconds > 0 ? prompt_tokens / result->prefill_seconds : 0);
+  if (decode_tokens > 0 && result->decode_seconds > 0) {
+    absl::StrAppendFormat(&stats, "decode:           %.1f tok/s (%d steps, %.2f ms/token)\n",
+                          decode_tokens / result->decode_seconds, decode_tokens,
+                          result->decode_seconds * 1e3 / decode_tokens);
+  } else {
+    absl::StrAppendFormat(&stats, "decode:           no decode steps\n");
+  }
+  std::cerr << stats;
+  return 0;
+}
