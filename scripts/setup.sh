@@ -20,7 +20,7 @@ PACKAGES=(
   libabsl-dev nlohmann-json3-dev catch2 libopenblas-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libucx-dev
-  libcpp-httplib-dev libssl-dev zlib1g-dev
+  libcpp-httplib-dev libssl-dev zlib1g-dev libpng-dev
 )
 
 step() { printf '\n==> %s\n' "$*"; }
