@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/huge_pages.h"
 #include "common/base/status_macros.h"
 #include "kernels/cpu/ops.h"
 
@@ -109,10 +110,13 @@ class CpuBackend : public Backend {
     const bool all_rows = options.all_logits || options.surprisal;
     const int first = all_rows ? 0 : t - 1;
     const int rows = t - first;
-    std::vector<float> logits(static_cast<size_t>(rows) * c.vocab_size);
+    const size_t logit_count = static_cast<size_t>(rows) * c.vocab_size;
+    float* logits = options.all_logits ? (ResizeWithHugePages(result->logits, logit_count),
+                                          result->logits.data())
+                                       : Buffer(arena_.logits, logit_count);
     cpu::Linear(hidden.data() + static_cast<size_t>(first) * c.hidden_size,
-                model_->weights.output_matrix().data(), nullptr, logits.data(), rows,
-                c.vocab_size, c.hidden_size);
+                model_->weights.output_matrix().data(), nullptr, logits, rows, c.vocab_size,
+                c.hidden_size);
 
     result->num_tokens = t;
     result->surprisal.clear();
@@ -123,16 +127,13 @@ class CpuBackend : public Backend {
                               1, c.vocab_size);
       }
       if (t > 1) {
-        cpu::NegLogLikelihood(logits.data(), tokens.data() + 1, result->surprisal.data() + 1,
-                              t - 1, c.vocab_size);
+        cpu::NegLogLikelihood(logits, tokens.data() + 1, result->surprisal.data() + 1, t - 1,
+                              c.vocab_size);
       }
     }
-    seq.last_logits_.assign(logits.end() - c.vocab_size, logits.end());
-    if (options.all_logits) {
-      result->logits = std::move(logits);
-    } else {
-      result->logits.assign(logits.end() - c.vocab_size, logits.end());
-    }
+    const float* last = logits + logit_count - c.vocab_size;
+    seq.last_logits_.assign(last, last + c.vocab_size);
+    if (!options.all_logits) result->logits.assign(last, last + c.vocab_size);
     seq.length_ += t;
     return absl::OkStatus();
   }
@@ -278,63 +279,78 @@ class CpuBackend : public Backend {
     std::vector<float>& x = *x_inout;
     const int rows = static_cast<int>(positions.size());
     const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
-    std::vector<float> xn(x.size()), tmp(x.size());
-    std::vector<float> q(static_cast<size_t>(rows) * qd), att(q.size());
-    std::vector<float> k(static_cast<size_t>(rows) * kvd), v(k.size());
-    std::vector<float> gate(static_cast<size_t>(rows) * ffn), gate_up(2 * gate.size());
-    std::vector<float> qkv(static_cast<size_t>(rows) * (qd + 2 * kvd));
+    // Work buffers live in the backend and only grow, so steady-state calls fault no pages.
+    const size_t n = static_cast<size_t>(rows);
+    float* xn = Buffer(arena_.xn, n * d);
+    float* tmp = Buffer(arena_.tmp, n * d);
+    float* q = Buffer(arena_.q, n * qd);
+    float* att = Buffer(arena_.att, n * qd);
+    float* k = Buffer(arena_.k, n * kvd);
+    float* v = Buffer(arena_.v, n * kvd);
+    float* gate = Buffer(arena_.gate, n * ffn);
+    float* gate_up = Buffer(arena_.gate_up, 2 * n * ffn);
+    float* qkv = Buffer(arena_.qkv, n * (qd + 2 * kvd));
     long scratch_floats = 0;
     for (const RowGroup& g : groups) {
       scratch_floats =
           std::max(scratch_floats, cpu::AttentionScratchFloats(g.rows, g.start_pos, c.num_heads));
     }
-    std::vector<float> scratch(scratch_floats);
+    float* scratch = Buffer(arena_.scratch, static_cast<size_t>(scratch_floats));
 
     for (int l = first; l < end; ++l) {
       const LayerWeights& lw = w.layers[l];
       if (hooks != nullptr && keep_residual) (*hooks)[l].residual = x;
-      cpu::RmsNorm(x.data(), lw.attn_norm.data(), xn.data(), rows, d, c.rms_norm_eps);
+      cpu::RmsNorm(x.data(), lw.attn_norm.data(), xn, rows, d, c.rms_norm_eps);
       const Fused& fw = fused_[l];
-      cpu::Linear(xn.data(), fw.wqkv.data(), fw.bqkv.empty() ? nullptr : fw.bqkv.data(),
-                  qkv.data(), rows, qd + 2 * kvd, d);
+      cpu::Linear(xn, fw.wqkv.data(), fw.bqkv.empty() ? nullptr : fw.bqkv.data(),
+                  qkv, rows, qd + 2 * kvd, d);
       for (int r = 0; r < rows; ++r) {
-        const float* src = qkv.data() + static_cast<size_t>(r) * (qd + 2 * kvd);
-        std::memcpy(q.data() + static_cast<size_t>(r) * qd, src, qd * sizeof(float));
-        std::memcpy(k.data() + static_cast<size_t>(r) * kvd, src + qd, kvd * sizeof(float));
-        std::memcpy(v.data() + static_cast<size_t>(r) * kvd, src + qd + kvd, kvd * sizeof(float));
+        const float* src = qkv + static_cast<size_t>(r) * (qd + 2 * kvd);
+        std::memcpy(q + static_cast<size_t>(r) * qd, src, qd * sizeof(float));
+        std::memcpy(k + static_cast<size_t>(r) * kvd, src + qd, kvd * sizeof(float));
+        std::memcpy(v + static_cast<size_t>(r) * kvd, src + qd + kvd, kvd * sizeof(float));
       }
       if (hooks != nullptr && keep_states) {
-        (*hooks)[l].h_in = xn;
-        (*hooks)[l].k_pre_rope = k;
-        (*hooks)[l].v = v;
+        (*hooks)[l].h_in.assign(xn, xn + n * d);
+        (*hooks)[l].k_pre_rope.assign(k, k + n * kvd);
+        (*hooks)[l].v.assign(v, v + n * kvd);
       }
-      cpu::ApplyRope(q.data(), rows, c.num_heads, c.head_dim, positions.data(), inv_freq_.data());
-      cpu::ApplyRope(k.data(), rows, c.num_kv_heads, c.head_dim, positions.data(),
+      cpu::ApplyRope(q, rows, c.num_heads, c.head_dim, positions.data(), inv_freq_.data());
+      cpu::ApplyRope(k, rows, c.num_kv_heads, c.head_dim, positions.data(),
                      inv_freq_.data());
       for (const RowGroup& g : groups) {
         const size_t src = static_cast<size_t>(g.first_row) * kvd;
         const size_t dst = static_cast<size_t>(g.start_pos) * kvd;
         const size_t n = static_cast<size_t>(g.rows) * kvd;
-        std::memcpy(g.seq->k_[l].data() + dst, k.data() + src, n * sizeof(float));
-        std::memcpy(g.seq->v_[l].data() + dst, v.data() + src, n * sizeof(float));
-        cpu::CausalAttention(q.data() + static_cast<size_t>(g.first_row) * qd,
+        std::memcpy(g.seq->k_[l].data() + dst, k + src, n * sizeof(float));
+        std::memcpy(g.seq->v_[l].data() + dst, v + src, n * sizeof(float));
+        cpu::CausalAttention(q + static_cast<size_t>(g.first_row) * qd,
                              g.seq->k_[l].data(), g.seq->v_[l].data(),
-                             att.data() + static_cast<size_t>(g.first_row) * qd, g.rows,
+                             att + static_cast<size_t>(g.first_row) * qd, g.rows,
                              g.start_pos, c.num_heads, c.num_kv_heads, c.head_dim,
-                             c.sliding_window, scratch.data());
+                             c.sliding_window, scratch);
       }
-      cpu::Linear(att.data(), lw.wo.data(), nullptr, tmp.data(), rows, d, qd);
+      cpu::Linear(att, lw.wo.data(), nullptr, tmp, rows, d, qd);
       for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
-      cpu::RmsNorm(x.data(), lw.ffn_norm.data(), xn.data(), rows, d, c.rms_norm_eps);
-      cpu::Linear(xn.data(), fw.w_gate_up.data(), nullptr, gate_up.data(), rows, 2 * ffn, d);
+      cpu::RmsNorm(x.data(), lw.ffn_norm.data(), xn, rows, d, c.rms_norm_eps);
+      cpu::Linear(xn, fw.w_gate_up.data(), nullptr, gate_up, rows, 2 * ffn, d);
       for (int r = 0; r < rows; ++r) {
-        const float* row = gate_up.data() + static_cast<size_t>(r) * 2 * ffn;
-        cpu::SwiGlu(row, row + ffn, gate.data() + static_cast<size_t>(r) * ffn, ffn);
+        const float* row = gate_up + static_cast<size_t>(r) * 2 * ffn;
+        cpu::SwiGlu(row, row + ffn, gate + static_cast<size_t>(r) * ffn, ffn);
       }
-      cpu::Linear(gate.data(), lw.w_down.data(), nullptr, tmp.data(), rows, d, ffn);
+      cpu::Linear(gate, lw.w_down.data(), nullptr, tmp, rows, d, ffn);
       for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
     }
   }
+
+  static float* Buffer(std::vector<float>& v, size_t n) {
+    if (v.size() < n) ResizeWithHugePages(v, n);
+    return v.data();
+  }
+
+  struct Arena {
+    std::vector<float> xn, tmp, q, att, k, v, gate, gate_up, qkv, scratch, logits;
+  };
 
   struct Fused {
     std::vector<float> wqkv;       // [q_dim + 2 kv_dim, d]
@@ -345,6 +361,7 @@ class CpuBackend : public Backend {
   std::shared_ptr<const Model> model_;
   std::vector<float> inv_freq_;
   std::vector<Fused> fused_;
+  Arena arena_;
 };
 
 }  // namespace
