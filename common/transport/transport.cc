@@ -1,0 +1,45 @@
+// The transport factory and option validation. The only place that knows every
+// implementation; callers pick one by name ("tcp" or "ucx") from their config.
+#include "common/transport/transport.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/transport/tcp/tcp_transport.h"
+#include "common/transport/ucx/ucx_transport.h"
+
+namespace scd::transport {
+
+absl::Status ValidateOptions(const TransportOptions& options) {
+  if (!std::isfinite(options.bandwidth_gbps) || options.bandwidth_gbps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bandwidth_gbps must be a finite value >= 0 (0 = unlimited), got ",
+                     options.bandwidth_gbps));
+  }
+  if (options.max_message_bytes == 0) {
+    return absl::InvalidArgumentError("max_message_bytes must be > 0");
+  }
+  if (options.max_inbox_messages == 0) {
+    return absl::InvalidArgumentError("max_inbox_messages must be > 0");
+  }
+  if (options.stall_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("stall_timeout must be positive, got ",
+                                                   absl::FormatDuration(options.stall_timeout)));
+  }
+  if (options.socket_buffer_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket_buffer_bytes must be >= 0 (0 = kernel default), got ",
+                     options.socket_buffer_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> CreateTransport(const std::string& kind,
+                                                           const TransportOptions& options) {
+  if (kind == "tcp") return CreateTcpTransport(options);
+  if (kind == "ucx") return CreateUcxTransport(options);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown transport \"", kind, "\" (expected \"tcp\" or \"ucx\")"));
+}
+
+}  // namespace scd::transport
