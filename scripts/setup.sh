@@ -20,7 +20,8 @@ PACKAGES=(
   libabsl-dev nlohmann-json3-dev catch2 libopenblas-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libucx-dev
-  libcpp-httplib-dev libssl-dev zlib1g-dev libpng-dev
+  libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev libpng-dev
+  prometheus
 )
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -41,6 +42,15 @@ else
   run "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
   run "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+fi
+
+# The official `openai` npm client, for the HTTP API test (Node 20 ships with the machine;
+# the lock file pins the version, and nothing is fetched at test time).
+if command -v npm >/dev/null; then
+  step "installing the openai npm client for tests/http/openai_client"
+  (cd tests/http/openai_client && run npm ci --no-audit --no-fund)
+else
+  step "npm not found: the openai-client test will be skipped"
 fi
 
 step "configuring ${BUILD_DIR}/ (Release, SCD_CUDA=${SCD_CUDA})"

@@ -4,9 +4,14 @@
 #include <array>
 #include <cstring>
 
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
+
 namespace scd {
 namespace {
 
+#if !defined(__SSE4_2__)
 using Tables = std::array<std::array<uint32_t, 256>, 8>;
 
 Tables MakeTables() {
@@ -21,13 +26,28 @@ Tables MakeTables() {
   }
   return t;
 }
+#endif
 
 }  // namespace
 
 uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
-  static const Tables t = MakeTables();
   const auto* p = static_cast<const uint8_t*>(data);
   crc = ~crc;
+#if defined(__SSE4_2__)
+  // The SSE4.2 crc32 instruction computes CRC-32C directly (~10x the table version).
+  uint64_t c64 = crc;
+  while (size >= 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c64 = _mm_crc32_u64(c64, word);
+    p += 8;
+    size -= 8;
+  }
+  crc = static_cast<uint32_t>(c64);
+  while (size-- > 0) crc = _mm_crc32_u8(crc, *p++);
+  return ~crc;
+#else
+  static const Tables t = MakeTables();
   while (size >= 8) {
     uint64_t word;
     std::memcpy(&word, p, 8);  // little-endian hosts only (x86-64, aarch64)
@@ -40,6 +60,7 @@ uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
   }
   while (size-- > 0) crc = (crc >> 8) ^ t[0][(crc ^ *p++) & 0xFF];
   return ~crc;
+#endif
 }
 
 }  // namespace scd
