@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "common/runtime/generate.h"
 #include "common/scd/wire_format.h"
@@ -86,6 +87,7 @@ TEST_CASE("Concurrent requests are batched and each matches plain generation", "
   Fixture f;
   Collector c;
   std::map<uint64_t, std::vector<int32_t>> want;
+  std::vector<DecodeJob> jobs;
   for (uint64_t id = 1; id <= 6; ++id) {
     const auto prompt = Prompt(10 + 7 * static_cast<int>(id), static_cast<int>(id));
     const int max_tokens = 5 + 4 * static_cast<int>(id);
@@ -96,9 +98,23 @@ TEST_CASE("Concurrent requests are batched and each matches plain generation", "
     job.payload = f.Payload(prefix);
     job.suffix.assign(prompt.end() - 2, prompt.end());
     job.max_tokens = max_tokens;
+    jobs.push_back(std::move(job));
+  }
+  // A long-running request first, so the six arrive while a batch is in flight.
+  DecodeJob blocker;
+  blocker.request_id = 100;
+  blocker.suffix = Prompt(8, 9);
+  blocker.max_tokens = 300;
+  blocker.stop_ids = {-1};
+  REQUIRE(f.engine->Submit(std::move(blocker), c.For(100)).ok());
+  for (int i = 0; i < 5000 && f.engine->running() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (auto& job : jobs) {
+    const uint64_t id = job.request_id;
     REQUIRE(f.engine->Submit(std::move(job), c.For(id)).ok());
   }
-  c.WaitFor(6);
+  c.WaitFor(7);
   for (uint64_t id = 1; id <= 6; ++id) {
     INFO("request " << id);
     const DecodeEvent& done = c.final_events[id];
@@ -108,7 +124,8 @@ TEST_CASE("Concurrent requests are batched and each matches plain generation", "
     CHECK(done.prompt_tokens == 10 + 7 * static_cast<int>(id));
   }
   CHECK(f.engine->stats().max_batch_seen > 1);
-  CHECK(f.engine->stats().completed == 6);
+  CHECK(f.engine->stats().completed == 7);
+  CHECK(c.tokens[100].size() == 300);
 }
 
 TEST_CASE("Bad requests fail alone and the engine keeps serving", "[cpu]") {
