@@ -167,10 +167,13 @@ class CpuBackend : public Backend {
     std::vector<int32_t> positions(t);
     for (int i = 0; i < t; ++i) positions[i] = seq.length_ + i;
     const size_t offset = static_cast<size_t>(seq.length_) * c.kv_dim();
+    std::vector<float> rope_cos(static_cast<size_t>(t) * (c.head_dim / 2)), rope_sin(rope_cos.size());
+    cpu::RopeTable(t, c.head_dim, positions.data(), inv_freq_.data(), rope_cos.data(),
+                   rope_sin.data());
     for (int l = 0; l < c.num_layers; ++l) {
       float* k_dst = seq.k_[l].data() + offset;
       std::memcpy(k_dst, kv.k_pre_rope[l].data(), want * sizeof(float));
-      cpu::ApplyRope(k_dst, t, c.num_kv_heads, c.head_dim, positions.data(), inv_freq_.data());
+      cpu::ApplyRopeTable(k_dst, t, c.num_kv_heads, c.head_dim, rope_cos.data(), rope_sin.data());
       std::memcpy(seq.v_[l].data() + offset, kv.v[l].data(), want * sizeof(float));
     }
     seq.length_ += t;
@@ -296,6 +299,11 @@ class CpuBackend : public Backend {
           std::max(scratch_floats, cpu::AttentionScratchFloats(g.rows, g.start_pos, c.num_heads));
     }
     float* scratch = Buffer(arena_.scratch, static_cast<size_t>(scratch_floats));
+    // RoPE angles depend only on position: one table for Q, K and every layer.
+    const size_t half = static_cast<size_t>(c.head_dim / 2);
+    float* rope_cos = Buffer(arena_.rope_cos, n * half);
+    float* rope_sin = Buffer(arena_.rope_sin, n * half);
+    cpu::RopeTable(rows, c.head_dim, positions.data(), inv_freq_.data(), rope_cos, rope_sin);
 
     for (int l = first; l < end; ++l) {
       const LayerWeights& lw = w.layers[l];
@@ -315,9 +323,8 @@ class CpuBackend : public Backend {
         (*hooks)[l].k_pre_rope.assign(k, k + n * kvd);
         (*hooks)[l].v.assign(v, v + n * kvd);
       }
-      cpu::ApplyRope(q, rows, c.num_heads, c.head_dim, positions.data(), inv_freq_.data());
-      cpu::ApplyRope(k, rows, c.num_kv_heads, c.head_dim, positions.data(),
-                     inv_freq_.data());
+      cpu::ApplyRopeTable(q, rows, c.num_heads, c.head_dim, rope_cos, rope_sin);
+      cpu::ApplyRopeTable(k, rows, c.num_kv_heads, c.head_dim, rope_cos, rope_sin);
       for (const RowGroup& g : groups) {
         const size_t src = static_cast<size_t>(g.first_row) * kvd;
         const size_t dst = static_cast<size_t>(g.start_pos) * kvd;
@@ -350,6 +357,7 @@ class CpuBackend : public Backend {
 
   struct Arena {
     std::vector<float> xn, tmp, q, att, k, v, gate, gate_up, qkv, scratch, logits;
+    std::vector<float> rope_cos, rope_sin;
   };
 
   struct Fused {

@@ -79,31 +79,44 @@ void RmsNorm(const float* x, const float* gain, float* y, int rows, int dim, flo
   }
 }
 
-void ApplyRope(float* x, int tokens, int num_heads, int head_dim, const int32_t* positions,
-               const float* inv_freq) {
+void RopeTable(int tokens, int head_dim, const int32_t* positions, const float* inv_freq,
+               float* cos_out, float* sin_out) {
   const int half = head_dim / 2;
-  thread_local std::vector<float> cos_v, sin_v;
-  cos_v.resize(half);
-  sin_v.resize(half);
   for (int t = 0; t < tokens; ++t) {
     const float pos = static_cast<float>(positions[t]);
     for (int i = 0; i < half; ++i) {
       // float32 angle, as HF computes it (outer product of float positions and inv_freq).
       const float angle = pos * inv_freq[i];
-      cos_v[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      sin_v[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      cos_out[static_cast<long>(t) * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_out[static_cast<long>(t) * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
     }
+  }
+}
+
+void ApplyRopeTable(float* x, int tokens, int num_heads, int head_dim, const float* cos_t,
+                    const float* sin_t) {
+  const int half = head_dim / 2;
+  for (int t = 0; t < tokens; ++t) {
+    const float* cv = cos_t + static_cast<long>(t) * half;
+    const float* sv = sin_t + static_cast<long>(t) * half;
     float* row = x + static_cast<long>(t) * num_heads * head_dim;
     for (int h = 0; h < num_heads; ++h) {
       float* a = row + h * head_dim;
       float* b = a + half;
       for (int i = 0; i < half; ++i) {
         const float a0 = a[i], b0 = b[i];
-        a[i] = a0 * cos_v[i] - b0 * sin_v[i];
-        b[i] = b0 * cos_v[i] + a0 * sin_v[i];
+        a[i] = a0 * cv[i] - b0 * sv[i];
+        b[i] = b0 * cv[i] + a0 * sv[i];
       }
     }
   }
+}
+
+void ApplyRope(float* x, int tokens, int num_heads, int head_dim, const int32_t* positions,
+               const float* inv_freq) {
+  std::vector<float> cos_t(static_cast<size_t>(tokens) * (head_dim / 2)), sin_t(cos_t.size());
+  RopeTable(tokens, head_dim, positions, inv_freq, cos_t.data(), sin_t.data());
+  ApplyRopeTable(x, tokens, num_heads, head_dim, cos_t.data(), sin_t.data());
 }
 
 void SwiGlu(const float* gate, const float* up, float* out, int count) {

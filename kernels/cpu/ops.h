@@ -19,6 +19,13 @@ void RmsNorm(const float* x, const float* gain, float* y, int rows, int dim, flo
 void ApplyRope(float* x, int tokens, int num_heads, int head_dim, const int32_t* positions,
                const float* inv_freq);
 
+// The cos/sin table ApplyRope uses: cos_out/sin_out [tokens, head_dim / 2], angle in float32.
+void RopeTable(int tokens, int head_dim, const int32_t* positions, const float* inv_freq,
+               float* cos_out, float* sin_out);
+// ApplyRope with a precomputed table (shared by Q and K and by every layer of a forward pass).
+void ApplyRopeTable(float* x, int tokens, int num_heads, int head_dim, const float* cos_t,
+                    const float* sin_t);
+
 // out[T, ffn] = silu(gate) ⊙ up.
 void SwiGlu(const float* gate, const float* up, float* out, int count);
 
