@@ -17,6 +17,7 @@
 #include "common/scd/calibration.h"
 #include "common/scd/calibration_corpus.h"
 #include "common/scd/evaluation.h"
+#include "common/scd/model_pair.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace {
@@ -58,29 +59,27 @@ int main(int argc, char** argv) {
     std::cout << flags.Usage();
     return 0;
   }
-  auto pm = scd::LoadModel(producer_dir);
-  if (!pm.ok()) return Fail(std::string(pm.status().message()));
-  auto cm = scd::LoadModel(consumer_dir);
-  if (!cm.ok()) return Fail(std::string(cm.status().message()));
-  auto tokenizer = scd::Tokenizer::FromFile(consumer_dir + "/tokenizer.json");
-  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
-  auto producer = scd::CreateBackend(scd::BackendKind::kCpu, *pm);
-  auto consumer = scd::CreateBackend(scd::BackendKind::kCpu, *cm);
-  if (!producer.ok() || !consumer.ok()) return Fail("cannot create CPU backends");
-  const int kvd = (*pm)->config.kv_dim();
+  auto pair = scd::LoadModelPair(producer_dir, consumer_dir);
+  if (!pair.ok()) return Fail(std::string(pair.status().message()));
+  auto& pm = pair->producer_model;
+  auto& cm = pair->consumer_model;
+  auto& tokenizer = pair->tokenizer;
+  auto& producer = pair->producer;
+  auto& consumer = pair->consumer;
+  const int kvd = pm->config.kv_dim();
   if (total_rank < 2 || total_rank > 2 * kvd || step < 1) {
     return Fail("--total-rank must be in [2, 2*kv_dim] and --step >= 1");
   }
   scd::CorpusLoadOptions co;
   co.max_total_tokens = max_tokens;
   std::vector<std::string> files = absl::StrSplit(corpus, ',', absl::SkipEmpty());
-  auto passages = scd::LoadCalibrationPassages(files, **tokenizer, co);
+  auto passages = scd::LoadCalibrationPassages(files, *tokenizer, co);
   if (!passages.ok()) return Fail(std::string(passages.status().message()));
   auto progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
   scd::CalibrationOptions o;
   if (encoding != "int8" && encoding != "fp16") return Fail("--code-dtype must be int8 or fp16");
   o.code_encoding = encoding == "int8" ? scd::Encoding::kInt8Row : scd::Encoding::kF16;
-  auto data = scd::CollectCalibrationData(**producer, **consumer, *passages, o, progress);
+  auto data = scd::CollectCalibrationData(*producer, *consumer, *passages, o, progress);
   if (!data.ok()) return Fail(std::string(data.status().message()));
 
   cfg.modes = {scd::CodecMode::kScdReuse};
@@ -94,11 +93,11 @@ int main(int argc, char** argv) {
   for (int rk = std::max(1, total_rank - kvd); rk <= std::min(kvd, total_rank - 1); rk += step) {
     o.rank_k = rk;
     o.rank_v = total_rank - rk;
-    auto a = scd::FitArtifact(*data, **pm, **cm, o, /*fit_patches=*/false, nullptr);
+    auto a = scd::FitArtifact(*data, *pm, *cm, o, /*fit_patches=*/false, nullptr);
     if (!a.ok()) return Fail(std::string(a.status().message()));
     a->id = "ablation-" + std::to_string(rk);
     auto shared = std::make_shared<const scd::ScdArtifact>(std::move(a).value());
-    auto ev = scd::Evaluator::Create(**producer, **consumer, shared, **tokenizer);
+    auto ev = scd::Evaluator::Create(*producer, *consumer, shared, *tokenizer);
     if (!ev.ok()) return Fail(std::string(ev.status().message()));
     std::cerr << kProgram << ": r_K=" << rk << " r_V=" << total_rank - rk << "\n";
     auto r = (*ev)->Run(cfg, nullptr);

@@ -13,6 +13,7 @@
 #include "common/runtime/backend.h"
 #include "common/scd/calibration.h"
 #include "common/scd/calibration_corpus.h"
+#include "common/scd/model_pair.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace {
@@ -70,15 +71,11 @@ int main(int argc, char** argv) {
   co.max_total_tokens = max_total_tokens;
   co.seed = o.seed;
   const auto start = std::chrono::steady_clock::now();
-  auto producer_model = scd::LoadModel(producer_dir);
-  if (!producer_model.ok()) return Fail(std::string(producer_model.status().message()));
-  auto consumer_model = scd::LoadModel(consumer_dir);
-  if (!consumer_model.ok()) return Fail(std::string(consumer_model.status().message()));
-  auto tokenizer = scd::Tokenizer::FromFile(producer_dir + "/tokenizer.json");
-  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
-  auto producer = scd::CreateBackend(scd::BackendKind::kCpu, *producer_model);
-  auto consumer = scd::CreateBackend(scd::BackendKind::kCpu, *consumer_model);
-  if (!producer.ok() || !consumer.ok()) return Fail("cannot create CPU backends");
+  auto pair = scd::LoadModelPair(producer_dir, consumer_dir);
+  if (!pair.ok()) return Fail(std::string(pair.status().message()));
+  auto& tokenizer = pair->tokenizer;
+  auto& producer = pair->producer;
+  auto& consumer = pair->consumer;
 
   std::vector<std::string> files = absl::StrSplit(corpus, ',', absl::SkipEmpty());
   std::vector<int> sources, select_sources;
@@ -90,7 +87,7 @@ int main(int argc, char** argv) {
     }
     select_sources.push_back(static_cast<int>(it - files.begin()));
   }
-  auto passages = scd::LoadCalibrationPassages(files, **tokenizer, co, &sources);
+  auto passages = scd::LoadCalibrationPassages(files, *tokenizer, co, &sources);
   if (!passages.ok()) return Fail(std::string(passages.status().message()));
   std::vector<std::vector<int32_t>> train, held;
   const size_t count = passages->size();
@@ -100,7 +97,7 @@ int main(int argc, char** argv) {
             << " file(s); ranks K/V/H " << o.rank_k << "/" << o.rank_v << "/" << o.rank_h
             << ", patch budget " << o.patch_budget << ", codes " << encoding << "; "
             << held.size() << " held back for selection\n";
-  auto artifact = scd::Calibrate(**producer, **consumer, train, held, o,
+  auto artifact = scd::Calibrate(*producer, *consumer, train, held, o,
                                  [](const std::string& line) { std::cerr << "  " << line << "\n"; });
   if (!artifact.ok()) return Fail(std::string(artifact.status().message()));
   if (auto st = artifact->Save(out); !st.ok()) return Fail(std::string(st.message()));

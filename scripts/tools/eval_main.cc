@@ -14,6 +14,7 @@
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
 #include "common/scd/evaluation.h"
+#include "common/scd/model_pair.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace {
@@ -65,22 +66,19 @@ int main(int argc, char** argv) {
   }
   cfg.babi_files = babi;
   cfg.text_file = text;
-  auto producer_model = scd::LoadModel(producer_dir);
-  if (!producer_model.ok()) return Fail(std::string(producer_model.status().message()));
-  auto consumer_model = scd::LoadModel(consumer_dir);
-  if (!consumer_model.ok()) return Fail(std::string(consumer_model.status().message()));
-  auto tokenizer = scd::Tokenizer::FromFile(consumer_dir + "/tokenizer.json");
-  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  auto pair = scd::LoadModelPair(producer_dir, consumer_dir);
+  if (!pair.ok()) return Fail(std::string(pair.status().message()));
+  auto& consumer_model = pair->consumer_model;
+  auto& tokenizer = pair->tokenizer;
+  auto& producer = pair->producer;
+  auto& consumer = pair->consumer;
   std::shared_ptr<const scd::ScdArtifact> artifact;
   if (!artifact_path.empty()) {
     auto a = scd::ScdArtifact::Load(artifact_path);
     if (!a.ok()) return Fail(std::string(a.status().message()));
     artifact = std::make_shared<const scd::ScdArtifact>(std::move(a).value());
   }
-  auto producer = scd::CreateBackend(scd::BackendKind::kCpu, *producer_model);
-  auto consumer = scd::CreateBackend(scd::BackendKind::kCpu, *consumer_model);
-  if (!producer.ok() || !consumer.ok()) return Fail("cannot create CPU backends");
-  auto evaluator = scd::Evaluator::Create(**producer, **consumer, artifact, **tokenizer);
+  auto evaluator = scd::Evaluator::Create(*producer, *consumer, artifact, *tokenizer);
   if (!evaluator.ok()) return Fail(std::string(evaluator.status().message()));
   auto progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
 
@@ -112,7 +110,7 @@ int main(int argc, char** argv) {
     return Fail(std::string(st.message()));
   }
   if (!report.empty()) {
-    if (auto st = scd::WriteEvalTables(all, report, consumer_model->get()->config.name); !st.ok()) {
+    if (auto st = scd::WriteEvalTables(all, report, consumer_model->config.name); !st.ok()) {
       return Fail(std::string(st.message()));
     }
   }
