@@ -5,6 +5,8 @@
 // against that sequence's cache.
 #include "common/runtime/cpu_backend.h"
 
+#include "common/runtime/input_checks.h"
+
 #include <cmath>
 #include <cstring>
 #include <unordered_set>
@@ -92,7 +94,7 @@ class CpuBackend : public Backend {
                                                 seq.length_, " exceeds sequence capacity ",
                                                 seq.capacity_));
     }
-    SCD_RETURN_IF_ERROR(CheckTokens(tokens));
+    SCD_RETURN_IF_ERROR(CheckTokenIds(model_->config, tokens));
     std::vector<RowGroup> groups = {{&seq, 0, t, seq.length_}};
     std::vector<int32_t> positions(t);
     for (int i = 0; i < t; ++i) positions[i] = seq.length_ + i;
@@ -143,22 +145,7 @@ class CpuBackend : public Backend {
     const ModelConfig& c = model_->config;
     const int t = kv.num_tokens;
     const size_t want = static_cast<size_t>(t) * c.kv_dim();
-    if (t <= 0) return absl::InvalidArgumentError("external KV must hold at least one token");
-    if (static_cast<int>(kv.k_pre_rope.size()) != c.num_layers ||
-        static_cast<int>(kv.v.size()) != c.num_layers) {
-      return absl::InvalidArgumentError(absl::StrCat("external KV has ", kv.k_pre_rope.size(),
-                                                     "/", kv.v.size(), " layers, model has ",
-                                                     c.num_layers));
-    }
-    for (int l = 0; l < c.num_layers; ++l) {
-      if (kv.k_pre_rope[l].size() != want || kv.v[l].size() != want) {
-        return absl::InvalidArgumentError(absl::StrCat("external KV layer ", l, " holds ",
-                                                       kv.k_pre_rope[l].size(), "/",
-                                                       kv.v[l].size(), " floats, expected ",
-                                                       want, " (", t, " tokens x kv_dim ",
-                                                       c.kv_dim(), ")"));
-      }
-    }
+    SCD_RETURN_IF_ERROR(CheckExternalKv(c, kv));
     if (seq.length_ + t > seq.capacity_) {
       return absl::OutOfRangeError(absl::StrCat("external KV of ", t, " tokens at position ",
                                                 seq.length_, " exceeds sequence capacity ",
@@ -190,7 +177,7 @@ class CpuBackend : public Backend {
                                                      " sequences and ", tokens.size(),
                                                      " tokens"));
     }
-    SCD_RETURN_IF_ERROR(CheckTokens(tokens));
+    SCD_RETURN_IF_ERROR(CheckTokenIds(model_->config, tokens));
     std::unordered_set<Sequence*> seen;
     std::vector<RowGroup> groups;
     std::vector<int32_t> positions(b);
@@ -246,17 +233,6 @@ class CpuBackend : public Backend {
   }
 
  private:
-  absl::Status CheckTokens(absl::Span<const int32_t> tokens) const {
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (tokens[i] < 0 || tokens[i] >= model_->config.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("token ", tokens[i], " at index ", i,
-                                                       " is outside the vocabulary [0, ",
-                                                       model_->config.vocab_size, ")"));
-      }
-    }
-    return absl::OkStatus();
-  }
-
   // Runs every layer on `ids` (one row each) and leaves the final-normed hidden states in
   // `out` [rows, d]. Writes K/V of each row into its group's sequence cache (not committing
   // the sequence length; callers do that on success).

@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/runtime/input_checks.h"
 #include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
@@ -138,7 +139,7 @@ class CudaBackend : public Backend {
                                                 seq->length_, " exceeds sequence capacity ",
                                                 seq->capacity_));
     }
-    SCD_RETURN_IF_ERROR(CheckTokens(tokens));
+    SCD_RETURN_IF_ERROR(CheckTokenIds(model_->config, tokens));
     SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
     const int d = c.hidden_size, vocab = c.vocab_size;
     const bool all_rows = options.all_logits || options.surprisal;
@@ -226,20 +227,7 @@ class CudaBackend : public Backend {
     const ModelConfig& c = model_->config;
     const int t = kv.num_tokens;
     const size_t want = static_cast<size_t>(t) * c.kv_dim();
-    if (t <= 0) return absl::InvalidArgumentError("external KV must hold at least one token");
-    if (static_cast<int>(kv.k_pre_rope.size()) != c.num_layers ||
-        static_cast<int>(kv.v.size()) != c.num_layers) {
-      return absl::InvalidArgumentError(absl::StrCat("external KV has ", kv.k_pre_rope.size(), "/",
-                                                     kv.v.size(), " layers, model has ",
-                                                     c.num_layers));
-    }
-    for (int l = 0; l < c.num_layers; ++l) {
-      if (kv.k_pre_rope[l].size() != want || kv.v[l].size() != want) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "external KV layer ", l, " holds ", kv.k_pre_rope[l].size(), "/", kv.v[l].size(),
-            " floats, expected ", want, " (", t, " tokens x kv_dim ", c.kv_dim(), ")"));
-      }
-    }
+    SCD_RETURN_IF_ERROR(CheckExternalKv(c, kv));
     if (seq->length_ + t > seq->capacity_) {
       return absl::OutOfRangeError(absl::StrCat("external KV of ", t, " tokens at position ",
                                                 seq->length_, " exceeds sequence capacity ",
@@ -292,7 +280,7 @@ class CudaBackend : public Backend {
       return absl::InvalidArgumentError(absl::StrCat("decode batch has ", seqs.size(),
                                                      " sequences and ", tokens.size(), " tokens"));
     }
-    SCD_RETURN_IF_ERROR(CheckTokens(tokens));
+    SCD_RETURN_IF_ERROR(CheckTokenIds(model_->config, tokens));
     std::unordered_set<Sequence*> seen;
     std::vector<CudaSequence*> batch;
     std::vector<int32_t> positions(b), row_seq(b), lengths(b);
@@ -371,17 +359,6 @@ class CudaBackend : public Backend {
       return absl::InvalidArgumentError("sequence was not created by this CUDA backend");
     }
     return cuda_seq;
-  }
-
-  absl::Status CheckTokens(absl::Span<const int32_t> tokens) const {
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (tokens[i] < 0 || tokens[i] >= model_->config.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("token ", tokens[i], " at index ", i,
-                                                       " is outside the vocabulary [0, ",
-                                                       model_->config.vocab_size, ")"));
-      }
-    }
-    return absl::OkStatus();
   }
 
   // Adds the cache table of `seqs` to `meta`; the pointers it returns are offsets into the
