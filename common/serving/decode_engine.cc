@@ -169,7 +169,12 @@ void DecodeEngine::Loop() {
                                   [](const auto& a) { return a->done; }),
                    running_.end());
     running_count_.store(static_cast<int>(running_.size()));
-    if (!running_.empty()) Step();
+    if (!running_.empty()) {
+      const absl::Time step_start = absl::Now();
+      Step();
+      const absl::Duration rest = options_.min_step_interval - (absl::Now() - step_start);
+      if (rest > absl::ZeroDuration()) absl::SleepFor(rest);
+    }
     running_count_.store(static_cast<int>(running_.size()));
     cv_.notify_all();  // Drain() waiters
   }

@@ -83,6 +83,10 @@ struct DecodeJob {
 struct DecodeEngineOptions {
   int max_batch = 16;      // running sequences per decode step
   int max_queue = 256;     // waiting requests; Submit fails with RESOURCE_EXHAUSTED beyond
+  // Lower bound on the time of one decode step (the engine sleeps out the rest). Zero runs
+  // flat out; a positive value emulates a slower accelerator, so that benchmarks and fault
+  // tests can hold requests mid-stream on a model as small as the bundled one.
+  absl::Duration min_step_interval = absl::ZeroDuration();
 };
 
 struct DecodeEngineStats {

@@ -13,20 +13,50 @@ TEST_CASE("Prefix cache returns the longest cached prefix of the same pair and m
   cache.Insert("pairA", 6, {1, 2, 3, 4, 5}, {8, 8, 8});
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7};
   auto hit = cache.Lookup("pairA", 6, prompt);
-  REQUIRE(hit != nullptr);
-  CHECK(hit->tokens.size() == 5);
-  CHECK(hit->payload == std::vector<uint8_t>{8, 8, 8});
+  REQUIRE(hit);
+  CHECK(hit.length == 5);
+  CHECK(hit.entry->tokens.size() == 5);
+  CHECK(hit.entry->payload == std::vector<uint8_t>{8, 8, 8});
   // The prompt must extend the prefix by at least one token.
-  CHECK(cache.Lookup("pairA", 6, std::vector<int32_t>{1, 2, 3, 4, 5})->tokens.size() == 3);
-  CHECK(cache.Lookup("pairA", 6, std::vector<int32_t>{1, 2, 3}) == nullptr);
-  CHECK(cache.Lookup("pairB", 6, prompt) == nullptr);
-  CHECK(cache.Lookup("pairA", 1, prompt) == nullptr);
-  CHECK(cache.Lookup("pairA", 6, std::vector<int32_t>{1, 2, 4, 4, 5, 6}) == nullptr);
-  CHECK(cache.Lookup("pairA", 6, prompt, /*min_tokens=*/6) == nullptr);
+  CHECK(cache.Lookup("pairA", 6, std::vector<int32_t>{1, 2, 3, 4, 5}).length == 3);
+  CHECK(!cache.Lookup("pairA", 6, std::vector<int32_t>{1, 2, 3}));
+  CHECK(!cache.Lookup("pairB", 6, prompt));
+  CHECK(!cache.Lookup("pairA", 1, prompt));
+  CHECK(!cache.Lookup("pairA", 6, std::vector<int32_t>{1, 2, 4, 4, 5, 6}));
+  CHECK(!cache.Lookup("pairA", 6, prompt, /*min_tokens=*/6));
   const auto s = cache.stats();
   CHECK(s.hits == 2);
   CHECK(s.misses == 5);
   CHECK(s.entries == 2);
+}
+
+TEST_CASE("Prefix cache finds block-aligned prefixes inside longer entries", "[cpu]") {
+  PrefixCache cache(1 << 20, /*block_tokens=*/4);
+  // A shared context of 9 tokens, then a question.
+  std::vector<int32_t> first = {1, 2, 3, 4, 5, 6, 7, 8, 9, 50, 51, 52};
+  cache.Insert("p", 6, first, {7});
+  // Another question after the same context: the longest aligned shared prefix is 8 tokens.
+  const std::vector<int32_t> second = {1, 2, 3, 4, 5, 6, 7, 8, 9, 60, 61};
+  auto hit = cache.Lookup("p", 6, second);
+  REQUIRE(hit);
+  CHECK(hit.length == 8);
+  CHECK(hit.partial());
+  CHECK(hit.entry->tokens == first);
+  // Sharing less than one block is a miss; the whole entry is still an exact hit.
+  CHECK(!cache.Lookup("p", 6, std::vector<int32_t>{1, 2, 3, 9, 9}));
+  first.push_back(99);
+  auto exact = cache.Lookup("p", 6, first);
+  REQUIRE(exact);
+  CHECK(exact.length == 12);
+  CHECK(!exact.partial());
+  CHECK(cache.stats().partial_hits == 1);
+  // Eviction removes the block index too.
+  cache.Insert("p", 6, {100, 101}, std::vector<uint8_t>(1 << 20, 0));  // too large: ignored
+  PrefixCache small(60, 4);
+  small.Insert("p", 6, {1, 2, 3, 4, 5, 6}, std::vector<uint8_t>(20, 0));
+  small.Insert("p", 6, {9, 9, 9, 9, 9, 9}, std::vector<uint8_t>(20, 0));  // evicts the first
+  CHECK(!small.Lookup("p", 6, std::vector<int32_t>{1, 2, 3, 4, 7, 7}));
+  CHECK(static_cast<bool>(small.Lookup("p", 6, std::vector<int32_t>{9, 9, 9, 9, 7, 7})));
 }
 
 TEST_CASE("Prefix cache evicts least recently used entries under its byte cap", "[cpu]") {
@@ -37,11 +67,11 @@ TEST_CASE("Prefix cache evicts least recently used entries under its byte cap", 
   };
   insert(10);
   insert(20);
-  REQUIRE(cache.Lookup("p", 0, std::vector<int32_t>{10, 2, 3, 4, 5}) != nullptr);  // 10 is fresh
+  REQUIRE(static_cast<bool>(cache.Lookup("p", 0, std::vector<int32_t>{10, 2, 3, 4, 5})));  // 10 is fresh
   insert(30);  // evicts 20
-  CHECK(cache.Lookup("p", 0, std::vector<int32_t>{20, 2, 3, 4, 5}) == nullptr);
-  CHECK(cache.Lookup("p", 0, std::vector<int32_t>{10, 2, 3, 4, 5}) != nullptr);
-  CHECK(cache.Lookup("p", 0, std::vector<int32_t>{30, 2, 3, 4, 5}) != nullptr);
+  CHECK(!cache.Lookup("p", 0, std::vector<int32_t>{20, 2, 3, 4, 5}));
+  CHECK(static_cast<bool>(cache.Lookup("p", 0, std::vector<int32_t>{10, 2, 3, 4, 5})));
+  CHECK(static_cast<bool>(cache.Lookup("p", 0, std::vector<int32_t>{30, 2, 3, 4, 5})));
   CHECK(cache.stats().evictions == 1);
   CHECK(cache.stats().bytes <= 240);
   cache.Insert("p", 0, {1, 2}, std::vector<uint8_t>(1000, 0));  // larger than the cap
@@ -58,7 +88,7 @@ TEST_CASE("Prefix cache is safe under concurrent use", "[cpu]") {
         cache.Insert("p", 0, tokens, std::vector<uint8_t>(50, static_cast<uint8_t>(i)));
         tokens.push_back(9);
         auto hit = cache.Lookup("p", 0, tokens);
-        if (hit != nullptr) CHECK(hit->tokens[0] == t);
+        if (hit) CHECK(hit.entry->tokens[0] == t);
       }
     });
   }

@@ -1,0 +1,69 @@
+// See decode_config.h.
+#include "decode_server/decode_config.h"
+
+#include <array>
+#include <string_view>
+
+#include "common/config/config_paths.h"
+#include "common/config/config_reader.h"
+
+namespace scd {
+
+absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& json,
+                                                        const std::string& config_path) {
+  config::ConfigReader r(json);
+  DecodeDaemonConfig c;
+  auto path = [&](config::ConfigReader& reader, std::string_view key) {
+    return config::ResolveConfigPath(config_path, reader.String(key, ""));
+  };
+  config::ConfigReader model = r.Child("model");
+  c.model_name = model.RequiredString("name");
+  c.model_path = path(model, "path");
+  if (c.model_path.empty()) model.AddError("path", "is required (the specialist's HF checkpoint directory)");
+  c.artifact_path = path(model, "artifact");
+  c.producer_path = path(model, "producer_path");
+  c.backend = r.Enum("backend", "cpu", std::array<std::string_view, 2>{"cpu", "cuda"});
+  c.instance_id = r.String("instance_id", "");
+
+  config::ConfigReader grpc = r.Child("grpc");
+  c.rpc_listen = grpc.String("listen", c.rpc_listen);
+  c.rpc_advertise = grpc.String("advertise", "");
+  config::ConfigReader tls = grpc.Child("tls");
+  c.rpc_tls.cert = path(tls, "cert");
+  c.rpc_tls.key = path(tls, "key");
+  c.rpc_tls.ca_cert = path(tls, "ca");
+
+  config::ConfigReader dp = r.Child("data_plane");
+  c.data_plane_transport = dp.Enum("transport", "tcp", std::array<std::string_view, 2>{"tcp", "ucx"});
+  c.data_plane_listen = dp.String("listen", c.data_plane_listen);
+  c.ucx_transports = dp.String("ucx_transports", "");
+  c.mailbox_max_bytes = static_cast<size_t>(dp.Int("max_pending_bytes", int64_t{1} << 30, 1 << 20, int64_t{1} << 40));
+  c.mailbox_ttl = absl::Seconds(dp.DurationSeconds("pending_ttl", 60, 0.1, 86400));
+  c.payload_wait = absl::Seconds(dp.DurationSeconds("payload_wait", 5, 0.001, 3600));
+
+  config::ConfigReader http = r.Child("http");
+  c.http_host = http.String("host", c.http_host);
+  c.http_port = static_cast<int>(http.Int("port", -1, -1, 65535));
+
+  config::ConfigReader cp = r.Child("control_plane");
+  c.control_plane = cp.RequiredString("address");
+  c.cluster_token = cp.String("cluster_token", "");
+  c.register_wait = absl::Seconds(cp.DurationSeconds("register_wait", 30, 0, 86400));
+  config::ConfigReader ctls = cp.Child("tls");
+  c.control_plane_channel.tls.cert = path(ctls, "cert");
+  c.control_plane_channel.tls.key = path(ctls, "key");
+  c.control_plane_channel.tls.ca_cert = path(ctls, "ca");
+  c.control_plane_channel.tls_server_name = ctls.String("server_name", "");
+
+  config::ConfigReader engine = r.Child("engine");
+  c.max_batch = static_cast<int>(engine.Int("max_batch", 16, 1, 4096));
+  c.max_queue = static_cast<int>(engine.Int("max_queue", 256, 0, 1 << 20));
+  c.min_step_interval = absl::Seconds(engine.DurationSeconds("min_step_interval", 0, 0, 60));
+  c.max_tokens = static_cast<int>(engine.Int("max_tokens", 4096, 1, 1 << 20));
+  c.default_deadline = absl::Seconds(engine.DurationSeconds("default_deadline", 300, 0.001, 86400));
+  c.drain_timeout = absl::Seconds(r.DurationSeconds("drain_timeout", 30, 0, 3600));
+  if (absl::Status st = r.Finish(); !st.ok()) return st;
+  return c;
+}
+
+}  // namespace scd

@@ -1,0 +1,203 @@
+// See decode_daemon.h.
+#include "decode_server/decode_daemon.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/daemon/event_log.h"
+#include "common/model/weights.h"
+#include "common/scd/codec.h"
+#include "common/scd/wire_format.h"
+
+namespace scd {
+namespace {
+
+std::string RandomSuffix() {
+  std::random_device rd;
+  return absl::StrCat(absl::Hex(static_cast<uint32_t>(rd()), absl::kZeroPad8));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DecodeDaemon>> DecodeDaemon::Create(DecodeDaemonConfig config) {
+  if (config.model_name.empty()) return absl::InvalidArgumentError("config key 'model.name' is required");
+  if (config.model_path.empty()) return absl::InvalidArgumentError("config key 'model.path' is required");
+  if (config.control_plane.empty()) {
+    return absl::InvalidArgumentError("config key 'control_plane.address' is required");
+  }
+  if (config.artifact_path.empty() && config.producer_path.empty()) {
+    return absl::InvalidArgumentError(
+        "config needs 'model.artifact' (the pair's calibration artifact) or "
+        "'model.producer_path' (the base checkpoint, for the pair digest)");
+  }
+  if (config.instance_id.empty()) {
+    config.instance_id = absl::StrCat(config.model_name, "-", getpid(), "-", RandomSuffix());
+  }
+  std::unique_ptr<DecodeDaemon> d(new DecodeDaemon(std::move(config)));
+  absl::Status st = d->Start();
+  if (!st.ok()) {
+    d->Shutdown(absl::ZeroDuration());
+    return st;
+  }
+  return d;
+}
+
+absl::Status DecodeDaemon::Start() {
+  const DecodeDaemonConfig& c = config_;
+  // Model, tokenizer, artifact, pair identity.
+  SCD_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, LoadModel(c.model_path));
+  SCD_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(c.model_path + "/tokenizer.json"));
+  std::shared_ptr<const ScdArtifact> artifact;
+  std::string producer_digest;
+  if (!c.artifact_path.empty()) {
+    SCD_ASSIGN_OR_RETURN(ScdArtifact a, ScdArtifact::Load(c.artifact_path));
+    if (absl::Status st = a.CheckPair(nullptr, model.get()); !st.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("artifact ", c.artifact_path, " does not fit model ", c.model_path, ": ",
+                       std::string(st.message())));
+    }
+    producer_digest = a.producer_digest;
+    artifact = std::make_shared<const ScdArtifact>(std::move(a));
+  } else {
+    SCD_ASSIGN_OR_RETURN(std::shared_ptr<const Model> producer, LoadModel(c.producer_path));
+    producer_digest = producer->digest;
+  }
+  pair_digest_hex_ = PairDigestHex(
+      MakePairDigest(producer_digest, model->digest, artifact != nullptr ? artifact->id : ""));
+
+  SCD_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(c.backend));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(kind, model));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<ConsumerCodec> codec,
+                       ConsumerCodec::Create(model, producer_digest, artifact));
+  DecodeEngineOptions eo;
+  eo.max_batch = c.max_batch;
+  eo.max_queue = c.max_queue;
+  eo.min_step_interval = c.min_step_interval;
+  SCD_ASSIGN_OR_RETURN(engine_, DecodeEngine::Create(std::move(backend), std::move(codec), eo));
+
+  // Data plane.
+  transport::TransportOptions to;
+  to.ucx_transports = c.ucx_transports;
+  SCD_ASSIGN_OR_RETURN(transport_, transport::CreateTransport(c.data_plane_transport, to));
+  SCD_ASSIGN_OR_RETURN(listener_, transport_->Listen(absl::StrCat(c.data_plane_transport, "://",
+                                                                  c.data_plane_listen)));
+  data_plane_address_ = listener_->address();
+  PayloadMailboxOptions mo;
+  mo.max_bytes = c.mailbox_max_bytes;
+  mo.ttl = c.mailbox_ttl;
+  mailbox_ = std::make_unique<PayloadMailbox>(listener_.get(), mo);
+
+  // gRPC Decode service.
+  DecodeServiceOptions so;
+  so.model_name = c.model_name;
+  so.max_tokens = c.max_tokens;
+  so.default_deadline = c.default_deadline;
+  so.payload_wait = c.payload_wait;
+  service_ = std::make_unique<DecodeService>(engine_.get(), mailbox_.get(), tokenizer_.get(), so,
+                                            &metrics_);
+  rpc::GrpcServerOptions go;
+  go.address = c.rpc_listen;
+  SCD_ASSIGN_OR_RETURN(go.credentials, rpc::MakeServerCredentials(c.rpc_tls));
+  SCD_ASSIGN_OR_RETURN(grpc_, rpc::StartGrpcServer(go, {service_.get()}));
+  rpc_address_ = c.rpc_advertise.empty() ? grpc_.address : c.rpc_advertise;
+
+  // Health and metrics.
+  auto* active = metrics_.AddGauge("scd_decode_active_requests",
+                                   "Requests in the running batch (sampled each heartbeat).")
+                     .value();
+  auto* queued = metrics_.AddGauge("scd_decode_queued_requests",
+                                   "Requests waiting for a batch slot (sampled each heartbeat).")
+                     .value();
+  auto* registered = metrics_.AddGauge("scd_decode_registered",
+                                       "1 while registered with the control plane.")
+                         .value();
+  if (c.http_port >= 0) {
+    http::HttpServerOptions ho;
+    ho.host = c.http_host;
+    ho.port = c.http_port;
+    ho.metrics = &metrics_;
+    SCD_ASSIGN_OR_RETURN(http_, http::HttpServer::Create(ho));
+    http_->AddHealthRoute();
+    http_->AddReadyRoute([this]() -> absl::Status {
+      if (control_ == nullptr || !control_->registered()) {
+        absl::Status last = control_ != nullptr ? control_->last_error() : absl::OkStatus();
+        return absl::UnavailableError(absl::StrCat(
+            "not registered with the control plane at ", config_.control_plane,
+            last.ok() ? "" : absl::StrCat(": ", std::string(last.message()))));
+      }
+      return absl::OkStatus();
+    });
+    http_->AddMetricsRoute(&metrics_);
+    SCD_RETURN_IF_ERROR(http_->Start());
+  }
+
+  // Register last: from here on the prefill daemon may route requests here.
+  rpc::ControlPlaneClientOptions co;
+  co.target = c.control_plane;
+  co.channel = c.control_plane_channel;
+  co.cluster_token = c.cluster_token;
+  co.instance.instance_id = c.instance_id;
+  co.instance.model_name = c.model_name;
+  co.instance.pair_digest = pair_digest_hex_;
+  co.instance.capacity = c.max_batch + c.max_queue;
+  co.instance.data_plane_address = data_plane_address_;
+  co.instance.rpc_address = rpc_address_;
+  co.load_report = [this, active, queued, registered]() {
+    rpc::LoadReport r;
+    r.active_requests = engine_->running();
+    r.queue_depth = engine_->queued();
+    active->Set(r.active_requests);
+    queued->Set(r.queue_depth);
+    registered->Set(control_ != nullptr && control_->registered() ? 1 : 0);
+    return r;
+  };
+  SCD_ASSIGN_OR_RETURN(control_, rpc::ControlPlaneClient::Create(co));
+  absl::Status st = control_->Start(c.register_wait);
+  if (!st.ok() && st.code() != absl::StatusCode::kUnavailable) {
+    return absl::Status(st.code(), absl::StrCat("registration refused by the control plane at ",
+                                                c.control_plane, ": ",
+                                                std::string(st.message())));
+  }
+  registered->Set(control_->registered() ? 1 : 0);
+  daemon::LogInfo("decode_started",
+                  {{"model", c.model_name},
+                   {"instance_id", c.instance_id},
+                   {"rpc_address", rpc_address_},
+                   {"data_plane", data_plane_address_},
+                   {"http_port", http_port()},
+                   {"pair_digest", pair_digest_hex_},
+                   {"registered", control_->registered()},
+                   {"control_plane", c.control_plane},
+                   {"register_error", st.ok() ? "" : std::string(st.message())}});
+  return absl::OkStatus();
+}
+
+void DecodeDaemon::Shutdown(absl::Duration drain) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  // No new routes, then no new calls, then let the running ones finish.
+  if (control_ != nullptr) control_->Shutdown();
+  if (service_ != nullptr) service_->StopAccepting();
+  if (http_ != nullptr) {
+    // /ready turns 503 at once; /health keeps answering until the end.
+  }
+  const absl::Time until = absl::Now() + drain;
+  while (service_ != nullptr && service_->in_flight() > 0 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (grpc_.server != nullptr) {
+    grpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  engine_.reset();  // ends anything still running with an error event
+  if (mailbox_ != nullptr) mailbox_->Stop();
+  if (http_ != nullptr) http_->Shutdown(std::chrono::milliseconds(0));
+  daemon::LogInfo("decode_stopped", {{"instance_id", config_.instance_id}});
+}
+
+DecodeDaemon::~DecodeDaemon() { Shutdown(absl::ZeroDuration()); }
+
+}  // namespace scd

@@ -1,0 +1,254 @@
+// See decode_service.h.
+#include "decode_server/decode_service.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "common/daemon/event_log.h"
+#include "common/rpc/status_translation.h"
+
+namespace scd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The engine's events for one call, handed from the engine thread to the RPC thread. Shared
+// so that it outlives a call that returns early (the engine still delivers the final event).
+struct EventQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<DecodeEvent> events;
+
+  void Push(const DecodeEvent& e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      events.push_back(e);
+    }
+    cv.notify_one();
+  }
+  // The next event, or nullopt after `wait` passes without one.
+  std::optional<DecodeEvent> Pop(std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, wait, [&] { return !events.empty(); })) return std::nullopt;
+    DecodeEvent e = std::move(events.front());
+    events.pop_front();
+    return e;
+  }
+};
+
+void FillTimings(const DecodeTimings& t, double decode_ms, scd::v1::Timings* out) {
+  out->set_queue_ms(t.queue_ms);
+  out->set_rebuild_ms(t.rebuild_ms);
+  out->set_suffix_prefill_ms(t.suffix_prefill_ms);
+  out->set_decode_ms(decode_ms);
+}
+
+}  // namespace
+
+DecodeService::DecodeService(DecodeEngine* engine, PayloadMailbox* mailbox,
+                             const Tokenizer* tokenizer, DecodeServiceOptions options,
+                             metrics::Registry* metrics)
+    : engine_(engine), mailbox_(mailbox), tokenizer_(tokenizer), options_(std::move(options)) {
+  if (metrics == nullptr) return;
+  auto seconds = metrics::ExponentialBuckets(0.0005, 2, 16);
+  requests_ = metrics
+                  ->AddCounterFamily("scd_decode_requests_total",
+                                     "Decode RPCs by outcome (ok, cancelled, or the error code).",
+                                     {"outcome"})
+                  .value();
+  rebuild_seconds_ = metrics
+                         ->AddHistogram("scd_decode_rebuild_seconds",
+                                        "Rebuilding the consumer KV cache from a payload.", seconds)
+                         .value();
+  suffix_prefill_seconds_ =
+      metrics
+          ->AddHistogram("scd_decode_suffix_prefill_seconds",
+                         "The decode daemon's own prefill of the suffix tokens.", seconds)
+          .value();
+  queue_seconds_ = metrics
+                       ->AddHistogram("scd_decode_queue_seconds",
+                                      "Waiting for a continuous-batching slot.", seconds)
+                       .value();
+  itl_seconds_ = metrics
+                     ->AddHistogram("scd_decode_inter_token_seconds",
+                                    "Time between consecutive generated tokens.", seconds)
+                     .value();
+  payload_bytes_ = metrics
+                       ->AddHistogram("scd_decode_payload_bytes", "SCD payload size received.",
+                                      metrics::ExponentialBuckets(1024, 4, 12))
+                       .value();
+}
+
+void DecodeService::Count(const std::string& outcome) {
+  if (requests_ != nullptr) requests_->WithLabels({outcome}).value()->Increment();
+}
+
+absl::Status DecodeService::Validate(const scd::v1::DecodeRequest& r) const {
+  if (r.model() != options_.model_name) {
+    return absl::NotFoundError(absl::StrCat("this decode daemon serves '", options_.model_name,
+                                            "', not '", r.model(), "'"));
+  }
+  if (r.max_tokens() < 1 || r.max_tokens() > options_.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be in [1, ",
+                                                   options_.max_tokens, "], got ",
+                                                   r.max_tokens()));
+  }
+  if (r.suffix_token_ids_size() == 0) {
+    return absl::InvalidArgumentError("suffix_token_ids must hold at least one token");
+  }
+  const int vocab = engine_->model().config.vocab_size;
+  for (int id : r.suffix_token_ids()) {
+    if (id < 0 || id >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("suffix token id ", id, " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  for (int id : r.stop_token_ids()) {
+    if (id < 0 || id >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("stop token id ", id, " is outside the vocabulary"));
+    }
+  }
+  if (r.deadline_ms() < 0) return absl::InvalidArgumentError("deadline_ms must be >= 0");
+  const auto& s = r.sampling();
+  if (s.has_temperature() && !(s.temperature() >= 0 && s.temperature() <= 100)) {
+    return absl::InvalidArgumentError("sampling.temperature must be in [0, 100]");
+  }
+  if (s.has_top_p() && !(s.top_p() > 0 && s.top_p() <= 1)) {
+    return absl::InvalidArgumentError("sampling.top_p must be in (0, 1]");
+  }
+  if (s.has_top_k() && s.top_k() < 0) return absl::InvalidArgumentError("sampling.top_k must be >= 0");
+  return absl::OkStatus();
+}
+
+grpc::Status DecodeService::Generate(grpc::ServerContext* context,
+                                     const scd::v1::DecodeRequest* request,
+                                     grpc::ServerWriter<scd::v1::DecodeEvent>* writer) {
+  struct InFlight {
+    std::atomic<int>& n;
+    explicit InFlight(std::atomic<int>& c) : n(c) { ++n; }
+    ~InFlight() { --n; }
+  } in_flight(in_flight_);
+  auto refuse = [&](const absl::Status& st) {
+    Count(absl::StatusCodeToString(st.code()));
+    daemon::LogWarning("decode_refused", {{"request_id", request->request_id()},
+                                          {"code", absl::StatusCodeToString(st.code())},
+                                          {"message", std::string(st.message())}});
+    return rpc::ToGrpcStatus(st);
+  };
+  if (!accepting_.load()) return refuse(absl::UnavailableError("decode daemon is draining"));
+  if (absl::Status st = Validate(*request); !st.ok()) return refuse(st);
+
+  const absl::Time received = absl::Now();
+  const absl::Duration budget = request->deadline_ms() > 0
+                                    ? absl::Milliseconds(request->deadline_ms())
+                                    : options_.default_deadline;
+  DecodeJob job;
+  job.request_id = next_job_id_.fetch_add(1);
+  job.deadline = received + budget;
+  if (request->transfer_id() != 0) {
+    auto bytes = mailbox_->Take(request->transfer_id(),
+                                std::min(job.deadline, received + options_.payload_wait));
+    if (!bytes.ok()) return refuse(bytes.status());
+    job.payload = std::move(*bytes);
+  } else {
+    job.payload.assign(request->inline_payload().begin(), request->inline_payload().end());
+  }
+  if (payload_bytes_ != nullptr) payload_bytes_->Observe(static_cast<double>(job.payload.size()));
+  job.suffix.assign(request->suffix_token_ids().begin(), request->suffix_token_ids().end());
+  job.max_tokens = request->max_tokens();
+  const auto& s = request->sampling();
+  job.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
+  job.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
+  job.sampling.top_k = s.has_top_k() ? s.top_k() : 0;
+  job.sampling.seed = s.has_seed() ? s.seed() : job.request_id * 0x9e3779b97f4a7c15ULL;
+  job.stop_ids.assign(request->stop_token_ids().begin(), request->stop_token_ids().end());
+  if (!job.stop_ids.empty()) {  // EOS always stops
+    for (int eos : engine_->model().config.eos_token_ids) job.stop_ids.push_back(eos);
+  }
+  const uint64_t job_id = job.request_id;
+
+  auto queue = std::make_shared<EventQueue>();
+  if (absl::Status st = engine_->Submit(std::move(job), [queue](const DecodeEvent& e) { queue->Push(e); });
+      !st.ok()) {
+    return refuse(st);
+  }
+
+  StreamDecoder text(*tokenizer_);
+  bool cancelled = false;
+  int written = 0;
+  Clock::time_point first_token, last_token;
+  auto cancel = [&] {
+    if (!cancelled) engine_->Cancel(job_id);
+    cancelled = true;
+  };
+  for (;;) {
+    std::optional<DecodeEvent> e = queue->Pop(std::chrono::milliseconds(50));
+    if (!e) {
+      if (context->IsCancelled()) cancel();
+      continue;
+    }
+    if (e->kind == DecodeEvent::Kind::kToken) {
+      const auto now = Clock::now();
+      if (written == 0) {
+        first_token = now;
+      } else if (itl_seconds_ != nullptr) {
+        itl_seconds_->Observe(std::chrono::duration<double>(now - last_token).count());
+      }
+      last_token = now;
+      scd::v1::DecodeEvent out;
+      out.mutable_token()->set_id(e->token);
+      out.mutable_token()->set_text_piece(text.Push(e->token));
+      if (cancelled || context->IsCancelled() || !writer->Write(out)) {
+        cancel();
+        continue;
+      }
+      ++written;
+      continue;
+    }
+    // The final event.
+    if (e->kind == DecodeEvent::Kind::kError) {
+      const absl::Status& st = e->error;
+      if (cancelled || context->IsCancelled()) {
+        Count("cancelled");
+        return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled by the caller");
+      }
+      if (written == 0) return refuse(st);
+      Count(absl::StatusCodeToString(st.code()));
+      scd::v1::DecodeEvent out;
+      out.mutable_error()->set_code(static_cast<int>(st.code()));
+      out.mutable_error()->set_message(std::string(st.message()));
+      writer->Write(out);
+      return grpc::Status::OK;
+    }
+    if (rebuild_seconds_ != nullptr) {
+      rebuild_seconds_->Observe(e->timings.rebuild_ms / 1e3);
+      suffix_prefill_seconds_->Observe(e->timings.suffix_prefill_ms / 1e3);
+      queue_seconds_->Observe(e->timings.queue_ms / 1e3);
+    }
+    scd::v1::DecodeEvent out;
+    auto* done = out.mutable_done();
+    const std::string tail = text.Flush();
+    if (!tail.empty()) {  // a held-back partial character: deliver it with an empty token
+      scd::v1::DecodeEvent piece;
+      piece.mutable_token()->set_id(-1);
+      piece.mutable_token()->set_text_piece(tail);
+      writer->Write(piece);
+    }
+    done->set_finish_reason(e->finish_reason == "context" ? "length" : e->finish_reason);
+    done->set_prompt_tokens(e->prompt_tokens);
+    done->set_completion_tokens(e->completion_tokens);
+    const double decode_ms =
+        written > 1 ? std::chrono::duration<double, std::milli>(last_token - first_token).count()
+                    : 0.0;
+    FillTimings(e->timings, decode_ms, done->mutable_timings());
+    Count("ok");
+    writer->Write(out);
+    return grpc::Status::OK;
+  }
+}
+
+}  // namespace scd

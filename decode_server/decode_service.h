@@ -1,0 +1,70 @@
+// DecodeService: the scd.v1.Decode gRPC service of a decode daemon, the edge between the
+// prefill daemon's RPC and the DecodeEngine. For each call it claims the payload (from the
+// data plane's mailbox, or inline), submits one job, and relays the engine's events as a
+// server stream: tokens with their text pieces, then exactly one `done` or `error` event.
+//
+// Error placement (scd.proto): anything that fails before the first token — a malformed
+// request, another model's name, a payload that never arrived or is for another pair, a full
+// queue — is the call's gRPC status, so the prefill daemon can retry on another replica;
+// anything later is a final StreamError event, so tokens already sent are not lost.
+// A cancelled call (the prefill daemon's client went away, or a stop string matched) cancels
+// the engine job, which frees its batch slot at the next step.
+#ifndef SCD_DECODE_SERVER_DECODE_SERVICE_H_
+#define SCD_DECODE_SERVER_DECODE_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+#include "common/metrics/registry.h"
+#include "common/serving/decode_engine.h"
+#include "common/tokenizer/tokenizer.h"
+#include "decode_server/payload_mailbox.h"
+#include "proto/scd.grpc.pb.h"
+
+namespace scd {
+
+struct DecodeServiceOptions {
+  std::string model_name;                              // requests must name it
+  int max_tokens = 4096;                               // ceiling on DecodeRequest.max_tokens
+  absl::Duration default_deadline = absl::Minutes(5);  // when the request gives none
+  absl::Duration payload_wait = absl::Seconds(5);      // for a payload still in flight
+};
+
+class DecodeService final : public scd::v1::Decode::Service {
+ public:
+  // Nothing is owned; all must outlive the service. `metrics` may be null.
+  DecodeService(DecodeEngine* engine, PayloadMailbox* mailbox, const Tokenizer* tokenizer,
+                DecodeServiceOptions options, metrics::Registry* metrics);
+
+  grpc::Status Generate(grpc::ServerContext* context, const scd::v1::DecodeRequest* request,
+                        grpc::ServerWriter<scd::v1::DecodeEvent>* writer) override;
+
+  // New calls get UNAVAILABLE from now on (the daemon is draining).
+  void StopAccepting() { accepting_.store(false); }
+  int in_flight() const { return in_flight_.load(); }
+
+ private:
+  absl::Status Validate(const scd::v1::DecodeRequest& request) const;
+  void Count(const std::string& outcome);
+
+  DecodeEngine* const engine_;
+  PayloadMailbox* const mailbox_;
+  const Tokenizer* const tokenizer_;
+  const DecodeServiceOptions options_;
+  std::atomic<bool> accepting_{true};
+  std::atomic<int> in_flight_{0};
+  std::atomic<uint64_t> next_job_id_{1};
+
+  metrics::CounterFamily* requests_ = nullptr;  // {outcome}
+  metrics::Histogram* rebuild_seconds_ = nullptr;
+  metrics::Histogram* suffix_prefill_seconds_ = nullptr;
+  metrics::Histogram* queue_seconds_ = nullptr;
+  metrics::Histogram* itl_seconds_ = nullptr;
+  metrics::Histogram* payload_bytes_ = nullptr;
+};
+
+}  // namespace scd
+
+#endif  // SCD_DECODE_SERVER_DECODE_SERVICE_H_

@@ -1,0 +1,76 @@
+// PayloadMailbox: where a decode daemon keeps SCD payloads that arrived on the data plane
+// until the Decode RPC naming them comes in. The prefill daemon sends the payload first (the
+// transport acknowledges it once the checksum is verified, transport.h) and then calls
+// Decode.Generate with its transfer id, so the RPC normally finds the payload waiting; Take
+// also waits a little for one still being moved from the listener.
+//
+// Invariants: each payload is taken at most once; a payload nobody claims within `ttl` is
+// dropped (its prefill daemon died between send and RPC) and so is the oldest when the byte
+// cap is exceeded, so a misbehaving peer cannot grow memory without bound. A message that
+// arrived corrupted is kept as its error, so the RPC fails at once with DATA_LOSS instead of
+// waiting for a payload that will never come.
+#ifndef SCD_DECODE_SERVER_PAYLOAD_MAILBOX_H_
+#define SCD_DECODE_SERVER_PAYLOAD_MAILBOX_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/transport/transport.h"
+
+namespace scd {
+
+struct PayloadMailboxOptions {
+  absl::Duration ttl = absl::Seconds(60);
+  size_t max_bytes = size_t{1} << 30;
+};
+
+struct PayloadMailboxStats {
+  long received = 0, taken = 0, expired = 0, evicted = 0, corrupted = 0;
+  size_t bytes = 0;
+};
+
+class PayloadMailbox {
+ public:
+  // Starts a thread that drains `listener` (not owned; must outlive Stop()).
+  PayloadMailbox(transport::Listener* listener, PayloadMailboxOptions options);
+  ~PayloadMailbox();  // Stop()
+
+  // The payload sent with `transfer_id`, waiting until `deadline` for it. NotFound naming the
+  // id when it did not arrive in time; the transport's error (DATA_LOSS, UNAVAILABLE) when it
+  // arrived broken; Unavailable once stopped.
+  absl::StatusOr<std::vector<uint8_t>> Take(uint64_t transfer_id, absl::Time deadline);
+
+  // Closes the listener and joins the thread. Idempotent.
+  void Stop();
+
+  PayloadMailboxStats stats() const;
+
+ private:
+  struct Item {
+    absl::Status status;
+    std::vector<uint8_t> bytes;
+    absl::Time arrived;
+  };
+  void Loop();
+  void ExpireLocked(absl::Time now);
+
+  transport::Listener* listener_;
+  const PayloadMailboxOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable arrived_;
+  std::map<uint64_t, Item> items_;
+  bool stopped_ = false;
+  PayloadMailboxStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace scd
+
+#endif  // SCD_DECODE_SERVER_PAYLOAD_MAILBOX_H_

@@ -1,0 +1,452 @@
+// See generation_pipeline.h.
+#include "prefill_server/generation_pipeline.h"
+
+#include <grpcpp/client_context.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/daemon/event_log.h"
+#include "common/rpc/status_translation.h"
+#include "common/scd/payload_prefix.h"
+#include "prefill_server/stop_strings.h"
+
+namespace scd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// Errors worth another replica: the daemon (or the path to it) failed, not the request.
+bool Retryable(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kNotFound:  // payload never arrived
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kResourceExhausted:  // that replica's queue is full
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+struct GenerationPipeline::Encoded {
+  std::vector<uint8_t> bytes;  // empty: no payload (the consumer prefills everything)
+  std::vector<int32_t> suffix;
+  bool cache_hit = false;
+};
+
+struct GenerationPipeline::Metrics {
+  metrics::CounterFamily* requests = nullptr;       // {model, mode}
+  metrics::CounterFamily* errors = nullptr;         // {model, code}
+  metrics::CounterFamily* retries = nullptr;        // {model}
+  metrics::CounterFamily* patch_layers = nullptr;   // {model, layer}
+  metrics::CounterFamily* cache_hits = nullptr;     // {model}
+  metrics::CounterFamily* cache_misses = nullptr;   // {model}
+  metrics::CounterFamily* tokens = nullptr;         // {model}
+  metrics::HistogramFamily* ttft = nullptr;         // {model, mode}
+  metrics::HistogramFamily* itl = nullptr;          // {model}
+  metrics::HistogramFamily* e2e = nullptr;          // {model, mode}
+  metrics::HistogramFamily* prefill = nullptr;      // {model, mode}
+  metrics::HistogramFamily* encode = nullptr;       // {model, mode}
+  metrics::HistogramFamily* transfer = nullptr;     // {model, mode}
+  metrics::HistogramFamily* payload_bytes = nullptr;  // {model, mode}
+  metrics::Gauge* in_flight = nullptr;
+};
+
+GenerationPipeline::GenerationPipeline(
+    GenerationPipelineOptions options, Backend* producer, const Tokenizer* tokenizer,
+    const std::map<std::string, std::unique_ptr<Specialist>>* specialists,
+    rpc::DecodeRegistry* registry, PrefixCache* cache, std::unique_ptr<PayloadSender> sender,
+    metrics::Registry* m)
+    : options_(std::move(options)),
+      producer_(producer),
+      tokenizer_(tokenizer),
+      specialists_(specialists),
+      registry_(registry),
+      cache_(cache),
+      sender_(std::move(sender)),
+      metrics_(std::make_unique<Metrics>()) {
+  std::random_device rd;
+  next_transfer_id_.store((static_cast<uint64_t>(rd()) << 32 | rd()) | 1);
+  if (m == nullptr) return;
+  const auto secs = metrics::ExponentialBuckets(0.0005, 2, 18);
+  Metrics& x = *metrics_;
+  x.requests = m->AddCounterFamily("scd_requests_total", "Generation requests started, by specialist and codec mode.", {"model", "mode"}).value();
+  x.errors = m->AddCounterFamily("scd_request_errors_total", "Generation requests that ended with an error, by status code.", {"model", "code"}).value();
+  x.retries = m->AddCounterFamily("scd_decode_retries_total", "Requests retried on another decode daemon after a failure before the first token.", {"model"}).value();
+  x.patch_layers = m->AddCounterFamily("scd_patch_layer_uses_total", "PATCH layers sent in payloads, by layer.", {"model", "layer"}).value();
+  x.cache_hits = m->AddCounterFamily("scd_prefix_cache_hits_total", "Requests whose prompt reused cached prefix codes.", {"model"}).value();
+  x.cache_misses = m->AddCounterFamily("scd_prefix_cache_misses_total", "Requests that ran the base-model prefill (no usable cached prefix).", {"model"}).value();
+  x.tokens = m->AddCounterFamily("scd_generated_tokens_total", "Tokens generated.", {"model"}).value();
+  x.ttft = m->AddHistogramFamily("scd_time_to_first_token_seconds", "Request arrival to the first streamed token.", {"model", "mode"}, secs).value();
+  x.itl = m->AddHistogramFamily("scd_inter_token_latency_seconds", "Time between streamed tokens.", {"model"}, secs).value();
+  x.e2e = m->AddHistogramFamily("scd_request_duration_seconds", "Request arrival to its last event.", {"model", "mode"}, secs).value();
+  x.prefill = m->AddHistogramFamily("scd_producer_prefill_seconds", "Base-model prefill of the prompt prefix (cache misses).", {"model", "mode"}, secs).value();
+  x.encode = m->AddHistogramFamily("scd_encode_seconds", "Encoding producer states into a payload.", {"model", "mode"}, secs).value();
+  x.transfer = m->AddHistogramFamily("scd_transfer_seconds", "Payload on the data plane, send to verified receipt.", {"model", "mode"}, secs).value();
+  x.payload_bytes = m->AddHistogramFamily("scd_payload_bytes", "Payload size on the data plane.", {"model", "mode"}, metrics::ExponentialBuckets(1024, 4, 12)).value();
+  x.in_flight = m->AddGauge("scd_requests_in_flight", "Generation requests running now.").value();
+}
+
+GenerationPipeline::~GenerationPipeline() {
+  if (sender_ != nullptr) sender_->CloseAll();
+}
+
+void GenerationPipeline::CountError(const std::string& model, const absl::Status& st) {
+  if (metrics_->errors != nullptr) {
+    metrics_->errors->WithLabels({model, absl::StatusCodeToString(st.code())}).value()->Increment();
+  }
+}
+
+absl::StatusOr<PreparedRequest> GenerationPipeline::Prepare(GenerationRequest request) const {
+  auto it = specialists_->find(request.model);
+  if (it == specialists_->end()) {
+    std::string known;
+    for (const auto& [name, s] : *specialists_) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
+    return absl::NotFoundError(absl::StrCat("The model '", request.model,
+                                            "' does not exist; this server has: ", known));
+  }
+  PreparedRequest p;
+  p.specialist = it->second.get();
+  const int context = producer_->model().config.max_position_embeddings;
+  if (request.chat) {
+    absl::StatusOr<std::string> text = p.specialist->chat_template->Render(request.messages);
+    if (!text.ok()) return text.status();
+    p.tokens = tokenizer_->Encode(*text, !p.specialist->chat_template->renders_bos());
+    for (const std::string& s : p.specialist->chat_template->stop_strings()) p.stop.push_back(s);
+  } else {
+    p.tokens = tokenizer_->Encode(request.prompt, true);
+  }
+  if (p.tokens.empty()) return absl::InvalidArgumentError("the prompt tokenizes to nothing");
+  const int t = static_cast<int>(p.tokens.size());
+  if (t >= context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "This model's maximum context length is ", context, " tokens; the prompt has ", t,
+        " tokens (at least one more is needed to generate)."));
+  }
+  int max_tokens = request.sampling.max_tokens > 0 ? request.sampling.max_tokens
+                                                   : options_.default_max_tokens;
+  if (max_tokens > options_.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be at most ", options_.max_tokens));
+  }
+  p.max_tokens = std::min(max_tokens, context - t);
+  for (const std::string& s : request.sampling.stop) p.stop.push_back(s);
+  if (registry_->LiveInstanceCount(request.model) == 0) {
+    return absl::UnavailableError(absl::StrCat("no decode daemon is registered for model '",
+                                               request.model, "'"));
+  }
+  p.deadline = request.arrived + options_.request_timeout;
+  p.request = std::move(request);
+  return p;
+}
+
+absl::StatusOr<GenerationPipeline::Encoded> GenerationPipeline::BuildPayload(
+    const PreparedRequest& r, scd::v1::Timings* timings) {
+  const Specialist& s = *r.specialist;
+  const std::string& model = s.config.name;
+  const std::string mode(CodecModeName(s.mode));
+  Encoded out;
+  const int t = static_cast<int>(r.tokens.size());
+  if (t == 1) {  // nothing to encode: the consumer prefills the single token
+    out.suffix = r.tokens;
+    return out;
+  }
+  const bool cacheable = options_.prefix_cache && cache_ != nullptr && s.mode != CodecMode::kOracle;
+  if (cacheable) {
+    PrefixHit hit = cache_->Lookup(s.pair_tag, static_cast<int>(s.mode), r.tokens);
+    if (hit && t - hit.length <= options_.max_consumer_suffix) {
+      if (hit.partial()) {
+        absl::StatusOr<Payload> full = ParsePayload(hit.entry->payload);
+        if (!full.ok()) return full.status();
+        absl::StatusOr<Payload> cut = PayloadPrefix(*full, hit.length);
+        if (!cut.ok()) return cut.status();
+        out.bytes = SerializePayload(*cut);
+      } else {
+        out.bytes = hit.entry->payload;
+      }
+      out.suffix.assign(r.tokens.begin() + hit.length, r.tokens.end());
+      out.cache_hit = true;
+      if (metrics_->cache_hits != nullptr) metrics_->cache_hits->WithLabels({model}).value()->Increment();
+      timings->set_prefix_cache_hit(true);
+      return out;
+    }
+    if (metrics_->cache_misses != nullptr) metrics_->cache_misses->WithLabels({model}).value()->Increment();
+  }
+  const absl::Span<const int32_t> prefix(r.tokens.data(), r.tokens.size() - 1);
+  PrefillResult states;
+  const auto t0 = Clock::now();
+  if (s.mode != CodecMode::kOracle) {
+    if (producer_waiting_.load() >= options_.producer_max_queue) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the prefill queue is full (", options_.producer_max_queue, " requests waiting)"));
+    }
+    ++producer_waiting_;
+    std::unique_lock<std::mutex> lock(producer_mu_);
+    --producer_waiting_;
+    timings->set_queue_ms(MsSince(t0));
+    if (absl::Now() > r.deadline) return absl::DeadlineExceededError("request deadline passed while queued for prefill");
+    const auto tp = Clock::now();
+    absl::StatusOr<std::unique_ptr<Sequence>> seq = producer_->NewSequence(static_cast<int>(prefix.size()));
+    if (!seq.ok()) return seq.status();
+    if (absl::Status st = producer_->Prefill(**seq, prefix, ProducerPrefillOptions(s.mode), &states); !st.ok()) {
+      return st;
+    }
+    timings->set_prefill_ms(MsSince(tp));
+  }
+  const auto te = Clock::now();
+  absl::StatusOr<Payload> payload = s.codec->Encode(s.mode, prefix, states, 0);
+  if (!payload.ok()) return payload.status();
+  out.bytes = SerializePayload(*payload);
+  timings->set_encode_ms(MsSince(te));
+  out.suffix.assign(r.tokens.end() - 1, r.tokens.end());
+  if (metrics_->prefill != nullptr && s.mode != CodecMode::kOracle) {
+    metrics_->prefill->WithLabels({model, mode}).value()->Observe(timings->prefill_ms() / 1e3);
+    metrics_->encode->WithLabels({model, mode}).value()->Observe(timings->encode_ms() / 1e3);
+  }
+  if (cacheable) cache_->Insert(s.pair_tag, static_cast<int>(s.mode), std::vector<int32_t>(prefix.begin(), prefix.end()), out.bytes);
+  return out;
+}
+
+std::shared_ptr<scd::v1::Decode::Stub> GenerationPipeline::StubFor(const std::string& address) {
+  std::lock_guard<std::mutex> lock(stubs_mu_);
+  auto it = stubs_.find(address);
+  if (it != stubs_.end()) return it->second;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::MakeChannel(address, options_.decode_channel);
+  if (!channel.ok()) return nullptr;
+  auto stub = std::shared_ptr<scd::v1::Decode::Stub>(scd::v1::Decode::NewStub(*channel));
+  stubs_[address] = stub;
+  return stub;
+}
+
+absl::Status GenerationPipeline::Attempt(const PreparedRequest& r, const Encoded& payload,
+                                         const rpc::DecodeLease& lease, GenerationSink& sink,
+                                         GenerationOutcome* outcome, bool* emitted) {
+  const Specialist& s = *r.specialist;
+  const std::string& model = s.config.name;
+  const std::string mode(CodecModeName(s.mode));
+  const rpc::DecodeRoute& route = lease.route();
+  scd::v1::DecodeRequest req;
+  req.set_request_id(r.request.request_id);
+  req.set_model(model);
+  if (!payload.bytes.empty()) {
+    if (payload.bytes.size() <= options_.inline_max_bytes) {
+      req.set_inline_payload(payload.bytes.data(), payload.bytes.size());
+    } else {
+      const uint64_t id = next_transfer_id_.fetch_add(2);
+      const auto t0 = Clock::now();
+      absl::Status st = sender_->Send(route.data_plane_address, id, payload.bytes, r.deadline);
+      if (!st.ok()) return st;
+      outcome->timings.set_transfer_ms(MsSince(t0));
+      if (metrics_->transfer != nullptr) {
+        metrics_->transfer->WithLabels({model, mode}).value()->Observe(outcome->timings.transfer_ms() / 1e3);
+      }
+      req.set_transfer_id(id);
+    }
+  }
+  outcome->timings.set_payload_bytes(payload.bytes.size());
+  for (int32_t id : payload.suffix) req.add_suffix_token_ids(id);
+  req.set_max_tokens(r.max_tokens);
+  const http::SamplingParams& sp = r.request.sampling;
+  req.mutable_sampling()->set_temperature(sp.temperature);
+  req.mutable_sampling()->set_top_p(sp.top_p);
+  req.mutable_sampling()->set_top_k(sp.top_k);
+  if (sp.seed) req.mutable_sampling()->set_seed(static_cast<uint64_t>(*sp.seed));
+  req.set_deadline_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(r.deadline - absl::Now())));
+
+  std::shared_ptr<scd::v1::Decode::Stub> stub = StubFor(route.rpc_address);
+  if (stub == nullptr) return absl::InternalError(absl::StrCat("cannot make a channel to ", route.rpc_address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(r.deadline));
+  std::unique_ptr<grpc::ClientReader<scd::v1::DecodeEvent>> reader = stub->Generate(&ctx, req);
+
+  // Watch the client while the RPC blocks in Read: cancel the call when it goes away.
+  std::atomic<bool> finished{false};
+  std::thread watcher([&] {
+    while (!finished.load()) {
+      if (sink.Cancelled()) {
+        ctx.TryCancel();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  struct Join {
+    std::atomic<bool>& f;
+    std::thread& t;
+    ~Join() {
+      f.store(true);
+      t.join();
+    }
+  } join{finished, watcher};
+
+  StreamDecoder text(*tokenizer_);
+  StopStringMatcher stops(r.stop);
+  std::vector<int32_t> pending_ids;
+  Clock::time_point last_emit;
+  bool client_gone = false, stopped = false, done = false;
+  int generated = 0;
+  auto emit = [&](std::string piece) {
+    if (piece.empty() && pending_ids.empty()) return;
+    if (piece.empty()) return;  // ids wait for the text they produce
+    GenerationDelta d;
+    d.text = std::move(piece);
+    d.token_ids.swap(pending_ids);
+    const auto now = Clock::now();
+    if (!*emitted) {
+      const double ttft = absl::ToDoubleMilliseconds(absl::Now() - r.request.arrived);
+      outcome->timings.set_ttft_ms(ttft);
+      if (metrics_->ttft != nullptr) metrics_->ttft->WithLabels({model, mode}).value()->Observe(ttft / 1e3);
+    } else if (metrics_->itl != nullptr) {
+      metrics_->itl->WithLabels({model}).value()->Observe(std::chrono::duration<double>(now - last_emit).count());
+    }
+    last_emit = now;
+    *emitted = true;
+    if (!sink.OnDelta(d)) {
+      client_gone = true;
+      ctx.TryCancel();
+    }
+  };
+  scd::v1::DecodeEvent ev;
+  while (!client_gone && !stopped && reader->Read(&ev)) {
+    if (ev.has_token()) {
+      if (ev.token().id() < 0) continue;
+      ++generated;
+      pending_ids.push_back(ev.token().id());
+      emit(stops.Push(text.Push(ev.token().id()), &stopped));
+      if (stopped) ctx.TryCancel();
+    } else if (ev.has_done()) {
+      const auto& d = ev.done();
+      outcome->finish_reason = d.finish_reason() == "length" ? "length" : "stop";
+      outcome->prompt_tokens = static_cast<int>(r.tokens.size());
+      outcome->completion_tokens = d.completion_tokens();
+      outcome->timings.set_rebuild_ms(d.timings().rebuild_ms());
+      outcome->timings.set_suffix_prefill_ms(d.timings().suffix_prefill_ms());
+      outcome->timings.set_decode_ms(d.timings().decode_ms());
+      done = true;
+    } else if (ev.has_error()) {
+      grpc::Status unused = reader->Finish();
+      (void)unused;
+      return absl::Status(static_cast<absl::StatusCode>(ev.error().code()),
+                          absl::StrCat("decode daemon ", route.instance_id, ": ", ev.error().message()));
+    }
+  }
+  if (client_gone) {
+    reader->Finish();
+    return absl::CancelledError("the client went away");
+  }
+  if (stopped) {
+    reader->Finish();
+    outcome->finish_reason = "stop";
+    outcome->prompt_tokens = static_cast<int>(r.tokens.size());
+    outcome->completion_tokens = generated;
+    return absl::OkStatus();
+  }
+  grpc::Status gs = reader->Finish();
+  if (!done) {
+    if (sink.Cancelled()) return absl::CancelledError("the client went away");
+    absl::Status st = gs.ok() ? absl::UnavailableError("the decode stream ended without a final event")
+                              : rpc::FromGrpcStatus(gs);
+    return absl::Status(st.code(), absl::StrCat("decode daemon ", route.instance_id, " at ",
+                                                route.rpc_address, ": ", std::string(st.message())));
+  }
+  emit(stops.Push(text.Flush(), &stopped));
+  emit(stops.Flush());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GenerationOutcome> GenerationPipeline::Run(const PreparedRequest& r,
+                                                          GenerationSink& sink) {
+  const Specialist& s = *r.specialist;
+  const std::string& model = s.config.name;
+  const std::string mode(CodecModeName(s.mode));
+  ++in_flight_;
+  if (metrics_->in_flight != nullptr) metrics_->in_flight->Set(in_flight_.load());
+  struct Leave {
+    GenerationPipeline* p;
+    ~Leave() {
+      --p->in_flight_;
+      if (p->metrics_->in_flight != nullptr) p->metrics_->in_flight->Set(p->in_flight_.load());
+    }
+  } leave{this};
+  if (metrics_->requests != nullptr) metrics_->requests->WithLabels({model, mode}).value()->Increment();
+
+  GenerationOutcome outcome;
+  auto fail = [&](absl::Status st) -> absl::StatusOr<GenerationOutcome> {
+    CountError(model, st);
+    daemon::LogWarning("request_failed", {{"request_id", r.request.request_id},
+                                          {"model", model},
+                                          {"code", absl::StatusCodeToString(st.code())},
+                                          {"message", std::string(st.message())}});
+    return st;
+  };
+  absl::StatusOr<Encoded> payload = BuildPayload(r, &outcome.timings);
+  if (!payload.ok()) return fail(payload.status());
+  if (metrics_->payload_bytes != nullptr && !payload->bytes.empty()) {
+    metrics_->payload_bytes->WithLabels({model, mode}).value()->Observe(static_cast<double>(payload->bytes.size()));
+    if (!payload->cache_hit) {
+      for (int layer : s.patch_layers) {
+        metrics_->patch_layers->WithLabels({model, std::to_string(layer)}).value()->Increment();
+      }
+    }
+  }
+  absl::Status last;
+  for (int attempt = 0; attempt <= s.config.max_retries; ++attempt) {
+    if (sink.Cancelled()) return fail(absl::CancelledError("the client went away"));
+    absl::StatusOr<rpc::DecodeLease> lease = registry_->Pick(model);
+    if (!lease.ok()) {
+      if (attempt > 0 && lease.status().code() == absl::StatusCode::kUnavailable) {
+        return fail(absl::UnavailableError(absl::StrCat(std::string(last.message()),
+                                                        "; no other decode daemon is available")));
+      }
+      return fail(lease.status());
+    }
+    bool emitted = false;
+    GenerationOutcome attempt_outcome;
+    attempt_outcome.timings = outcome.timings;
+    absl::Status st = Attempt(r, *payload, *lease, sink, &attempt_outcome, &emitted);
+    if (st.ok()) {
+      attempt_outcome.decode_instance = lease->route().instance_id;
+      const double e2e = absl::ToDoubleSeconds(absl::Now() - r.request.arrived);
+      if (metrics_->e2e != nullptr) {
+        metrics_->e2e->WithLabels({model, mode}).value()->Observe(e2e);
+        metrics_->tokens->WithLabels({model}).value()->Increment(attempt_outcome.completion_tokens);
+      }
+      daemon::LogInfo("request_done", {{"request_id", r.request.request_id},
+                                       {"model", model},
+                                       {"mode", mode},
+                                       {"decode_instance", attempt_outcome.decode_instance},
+                                       {"prompt_tokens", attempt_outcome.prompt_tokens},
+                                       {"completion_tokens", attempt_outcome.completion_tokens},
+                                       {"cache_hit", payload->cache_hit},
+                                       {"ttft_ms", attempt_outcome.timings.ttft_ms()},
+                                       {"e2e_ms", e2e * 1e3}});
+      return attempt_outcome;
+    }
+    if (st.code() == absl::StatusCode::kCancelled && sink.Cancelled()) return fail(st);
+    last = st;
+    if (emitted || !Retryable(st) || absl::Now() > r.deadline) {
+      if (emitted && Retryable(st)) registry_->MarkFailed(lease->route().instance_id);
+      return fail(st);
+    }
+    if (st.code() != absl::StatusCode::kResourceExhausted) {
+      registry_->MarkFailed(lease->route().instance_id);
+    }
+    if (metrics_->retries != nullptr) metrics_->retries->WithLabels({model}).value()->Increment();
+    daemon::LogWarning("decode_retry", {{"request_id", r.request.request_id},
+                                        {"failed_instance", lease->route().instance_id},
+                                        {"message", std::string(st.message())}});
+  }
+  return fail(last);
+}
+
+}  // namespace scd

@@ -1,0 +1,149 @@
+// GenerationPipeline: one client request through the disaggregated path, shared by the HTTP
+// (OpenAI) and gRPC (Generation) front ends:
+//
+//   Prepare  model → Specialist (NOT_FOUND), chat template, tokenize, context check
+//            (INVALID_ARGUMENT), a live decode daemon for the model (UNAVAILABLE, fail fast)
+//   Run      shared-prefix cache lookup ── hit: reuse the cached codes (cut to the shared
+//            block prefix), the consumer prefills the rest itself
+//                                      └─ miss: base-model prefill of prompt[0, T-1), encode
+//                                         with the specialist's mode, cache
+//            pick a decode daemon (least loaded) → payload over the data plane → Decode RPC
+//            → tokens → detokenize, stop strings → the sink
+//
+// Failure semantics: a decode daemon that fails before the first token (unreachable, killed,
+// payload lost) is quarantined in the registry and the request is retried on another replica
+// (up to the specialist's max_retries); after the first token the request ends with an
+// UNAVAILABLE error naming the daemon, never a hang (every wait has the request deadline).
+// A sink that reports its client gone cancels the Decode RPC, which frees the decode slot.
+//
+// Thread-safe; each Run blocks its caller until the request ends.
+#ifndef SCD_PREFILL_SERVER_GENERATION_PIPELINE_H_
+#define SCD_PREFILL_SERVER_GENERATION_PIPELINE_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/chat/chat_template.h"
+#include "common/http/openai_api.h"
+#include "common/metrics/registry.h"
+#include "common/rpc/credentials.h"
+#include "common/rpc/decode_registry.h"
+#include "common/runtime/backend.h"
+#include "common/serving/prefix_cache.h"
+#include "common/tokenizer/tokenizer.h"
+#include "prefill_server/payload_sender.h"
+#include "prefill_server/specialist.h"
+#include "proto/scd.grpc.pb.h"
+
+namespace scd {
+
+struct GenerationRequest {
+  std::string request_id;
+  std::string model;
+  bool chat = false;
+  std::string prompt;                       // !chat
+  std::vector<chat::ChatMessage> messages;  // chat
+  http::SamplingParams sampling;            // max_tokens 0 = the server default
+  absl::Time arrived = absl::Now();
+};
+
+// A validated request, ready to run.
+struct PreparedRequest {
+  GenerationRequest request;
+  const Specialist* specialist = nullptr;
+  std::vector<int32_t> tokens;     // the whole prompt
+  std::vector<std::string> stop;   // the request's stop strings plus the template's
+  int max_tokens = 0;              // clamped to the context left after the prompt
+  absl::Time deadline;
+};
+
+struct GenerationDelta {
+  std::string text;
+  std::vector<int32_t> token_ids;  // the tokens behind `text` (stop-string text excluded)
+};
+
+// Where a request's output goes. Called on the thread running Run.
+class GenerationSink {
+ public:
+  virtual ~GenerationSink() = default;
+  // False when the client is gone: the pipeline cancels the request.
+  virtual bool OnDelta(const GenerationDelta& delta) = 0;
+  // Polled while waiting; true when the client is gone.
+  virtual bool Cancelled() = 0;
+};
+
+struct GenerationOutcome {
+  std::string finish_reason;  // "stop" or "length"
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  scd::v1::Timings timings;
+  std::string decode_instance;
+};
+
+struct GenerationPipelineOptions {
+  int default_max_tokens = 256;
+  int max_tokens = 4096;
+  absl::Duration request_timeout = absl::Minutes(5);
+  int producer_max_queue = 64;   // requests waiting for the base model; more get 429
+  size_t inline_max_bytes = 0;   // payloads up to this size ride in the RPC, not the data plane
+  // Prefix cache: a hit is used only when the consumer's own prefill stays this short.
+  int max_consumer_suffix = 128;
+  bool prefix_cache = true;
+  rpc::ChannelOptions decode_channel;  // TLS etc. for calls to decode daemons
+};
+
+class GenerationPipeline {
+ public:
+  // Nothing is owned but `sender`; everything else must outlive the pipeline. The producer
+  // backend is used by one request at a time.
+  GenerationPipeline(GenerationPipelineOptions options, Backend* producer,
+                     const Tokenizer* tokenizer,
+                     const std::map<std::string, std::unique_ptr<Specialist>>* specialists,
+                     rpc::DecodeRegistry* registry, PrefixCache* cache,
+                     std::unique_ptr<PayloadSender> sender, metrics::Registry* metrics);
+  ~GenerationPipeline();
+
+  absl::StatusOr<PreparedRequest> Prepare(GenerationRequest request) const;
+  absl::StatusOr<GenerationOutcome> Run(const PreparedRequest& request, GenerationSink& sink);
+
+  int in_flight() const { return in_flight_.load(); }
+
+ private:
+  struct Encoded;
+  struct Metrics;
+  absl::StatusOr<Encoded> BuildPayload(const PreparedRequest& r, scd::v1::Timings* timings);
+  // One attempt on one decode daemon. *emitted tells whether any token reached the sink.
+  absl::Status Attempt(const PreparedRequest& r, const Encoded& payload,
+                       const rpc::DecodeLease& lease, GenerationSink& sink,
+                       GenerationOutcome* outcome, bool* emitted);
+  std::shared_ptr<scd::v1::Decode::Stub> StubFor(const std::string& rpc_address);
+  void CountError(const std::string& model, const absl::Status& st);
+
+  const GenerationPipelineOptions options_;
+  Backend* const producer_;
+  const Tokenizer* const tokenizer_;
+  const std::map<std::string, std::unique_ptr<Specialist>>* const specialists_;
+  rpc::DecodeRegistry* const registry_;
+  PrefixCache* const cache_;
+  std::unique_ptr<PayloadSender> sender_;
+  std::unique_ptr<Metrics> metrics_;
+
+  std::mutex producer_mu_;  // one base-model prefill at a time
+  std::atomic<int> producer_waiting_{0};
+  std::atomic<int> in_flight_{0};
+  std::atomic<uint64_t> next_transfer_id_;
+
+  std::mutex stubs_mu_;
+  std::map<std::string, std::shared_ptr<scd::v1::Decode::Stub>> stubs_;
+};
+
+}  // namespace scd
+
+#endif  // SCD_PREFILL_SERVER_GENERATION_PIPELINE_H_

@@ -1,0 +1,140 @@
+// See openai_frontend.h.
+#include "prefill_server/openai_frontend.h"
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/http/openai_error.h"
+#include "common/http/openai_response.h"
+
+namespace scd {
+namespace {
+
+http::FinishReason ToFinish(const std::string& reason) {
+  return reason == "length" ? http::FinishReason::kLength : http::FinishReason::kStop;
+}
+
+// Collects the whole text for a non-streaming response.
+class BufferSink final : public GenerationSink {
+ public:
+  bool OnDelta(const GenerationDelta& d) override {
+    text.append(d.text);
+    return true;
+  }
+  bool Cancelled() override { return false; }
+  std::string text;
+};
+
+// Streams deltas as OpenAI chunks.
+class SseSink final : public GenerationSink {
+ public:
+  SseSink(std::shared_ptr<http::SseStream> sse, http::StreamEncoder* encoder)
+      : sse_(std::move(sse)), encoder_(encoder) {}
+  bool OnDelta(const GenerationDelta& d) override { return sse_->Send(encoder_->Delta(d.text)); }
+  bool Cancelled() override { return sse_->cancelled(); }
+
+ private:
+  std::shared_ptr<http::SseStream> sse_;
+  http::StreamEncoder* encoder_;
+};
+
+}  // namespace
+
+OpenAiFrontend::OpenAiFrontend(http::HttpServer* server, GenerationPipeline* pipeline,
+                               std::vector<std::string> model_names, http::RequestLimits limits)
+    : pipeline_(pipeline),
+      model_names_(std::move(model_names)),
+      limits_(limits),
+      created_(absl::ToUnixSeconds(absl::Now())) {
+  server->Get("/v1/models", [this](const http::HttpRequest&, http::HttpResponse& res) {
+    std::vector<http::ModelCard> cards;
+    for (const std::string& name : model_names_) cards.push_back({name, created_, "scd-serve"});
+    res.SetJson(200, http::DumpJson(http::ModelListJson(cards)));
+  });
+  server->Post("/v1/completions", [this](const http::HttpRequest& req, http::HttpResponse& res) {
+    Handle(false, req, res);
+  });
+  server->Post("/v1/chat/completions",
+               [this](const http::HttpRequest& req, http::HttpResponse& res) { Handle(true, req, res); });
+}
+
+OpenAiFrontend::~OpenAiFrontend() { WaitForWorkers(std::chrono::hours(1)); }
+
+int OpenAiFrontend::WaitForWorkers(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait_for(lock, timeout, [&] { return workers_ == 0; });
+  return workers_;
+}
+
+void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpResponse& res) {
+  GenerationRequest g;
+  g.arrived = absl::Now();
+  g.request_id = req.request_id();
+  g.chat = chat;
+  bool stream = false, include_usage = false;
+  if (chat) {
+    absl::StatusOr<http::ChatCompletionRequest> p = http::ParseChatCompletionRequest(req.body(), limits_);
+    if (!p.ok()) return res.SetError(p.status());
+    g.model = p->model;
+    g.messages = std::move(p->messages);
+    g.sampling = std::move(p->sampling);
+    stream = p->stream;
+    include_usage = p->include_usage;
+  } else {
+    absl::StatusOr<http::CompletionRequest> p = http::ParseCompletionRequest(req.body(), limits_);
+    if (!p.ok()) return res.SetError(p.status());
+    g.model = p->model;
+    g.prompt = std::move(p->prompt);
+    g.sampling = std::move(p->sampling);
+    stream = p->stream;
+    include_usage = p->include_usage;
+  }
+  absl::StatusOr<PreparedRequest> prepared = pipeline_->Prepare(std::move(g));
+  if (!prepared.ok()) {
+    absl::Status st = prepared.status();
+    if (st.code() == absl::StatusCode::kNotFound) st = http::WithErrorCode(st, "model_not_found");
+    if (st.code() == absl::StatusCode::kInvalidArgument &&
+        absl::StrContains(st.message(), "maximum context length")) {
+      st = http::WithErrorCode(st, "context_length_exceeded");
+    }
+    return res.SetError(st);
+  }
+  const http::ApiKind kind = chat ? http::ApiKind::kChatCompletion : http::ApiKind::kCompletion;
+  http::ResponseInfo info = http::NewResponseInfo(kind, prepared->request.model);
+  if (!stream) {
+    BufferSink sink;
+    absl::StatusOr<GenerationOutcome> out = pipeline_->Run(*prepared, sink);
+    if (!out.ok()) return res.SetError(out.status());
+    const http::Usage usage{out->prompt_tokens, out->completion_tokens};
+    nlohmann::json body = chat ? http::ChatCompletionJson(info, sink.text, ToFinish(out->finish_reason), usage)
+                               : http::CompletionJson(info, sink.text, ToFinish(out->finish_reason), usage);
+    return res.SetJson(200, http::DumpJson(body));
+  }
+  std::shared_ptr<http::SseStream> sse = res.StartSse();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++workers_;
+  }
+  std::thread([this, sse, kind, info = std::move(info), include_usage,
+               prepared = std::move(*prepared)]() mutable {
+    http::StreamEncoder encoder(kind, info, include_usage);
+    SseSink sink(sse, &encoder);
+    absl::StatusOr<GenerationOutcome> out = pipeline_->Run(prepared, sink);
+    if (out.ok()) {
+      for (std::string& chunk : encoder.Finish(ToFinish(out->finish_reason),
+                                               {out->prompt_tokens, out->completion_tokens})) {
+        sse->Send(std::move(chunk));
+      }
+      sse->Finish();
+    } else {
+      sse->Fail(out.status());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    --workers_;
+    idle_.notify_all();
+  }).detach();
+}
+
+}  // namespace scd

@@ -1,0 +1,46 @@
+// OpenAiFrontend: the prefill daemon's OpenAI-compatible HTTP routes over the
+// GenerationPipeline: POST /v1/completions and /v1/chat/completions (streaming with SSE, and
+// stream_options.include_usage, or one JSON body), GET /v1/models. Validation errors, unknown
+// models and missing decode daemons are answered before any byte of a stream (4xx/503 with an
+// OpenAI error body); a failure after the stream started arrives as an OpenAI error event.
+//
+// A streaming request runs on its own worker thread (the HTTP pool thread drains the SSE
+// queue); workers are counted so that Drain can wait for them at shutdown.
+#ifndef SCD_PREFILL_SERVER_OPENAI_FRONTEND_H_
+#define SCD_PREFILL_SERVER_OPENAI_FRONTEND_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+#include "common/http/http_server.h"
+#include "common/http/openai_api.h"
+#include "prefill_server/generation_pipeline.h"
+
+namespace scd {
+
+class OpenAiFrontend {
+ public:
+  // Registers the routes on `server`. Nothing is owned.
+  OpenAiFrontend(http::HttpServer* server, GenerationPipeline* pipeline,
+                 std::vector<std::string> model_names, http::RequestLimits limits);
+  ~OpenAiFrontend();  // waits for workers
+
+  // Waits up to `timeout` for streaming workers to finish; returns how many are left.
+  int WaitForWorkers(std::chrono::milliseconds timeout);
+
+ private:
+  void Handle(bool chat, const http::HttpRequest& req, http::HttpResponse& res);
+
+  GenerationPipeline* const pipeline_;
+  const std::vector<std::string> model_names_;
+  const http::RequestLimits limits_;
+  const int64_t created_;
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int workers_ = 0;
+};
+
+}  // namespace scd
+
+#endif  // SCD_PREFILL_SERVER_OPENAI_FRONTEND_H_

@@ -1,0 +1,159 @@
+// See prefill_daemon.h.
+#include "prefill_server/prefill_daemon.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/daemon/event_log.h"
+#include "common/model/weights.h"
+
+namespace scd {
+
+absl::StatusOr<std::unique_ptr<PrefillDaemon>> PrefillDaemon::Create(PrefillDaemonConfig config) {
+  if (config.base_model_path.empty()) {
+    return absl::InvalidArgumentError("config key 'base_model' is required");
+  }
+  if (config.specialists.empty()) {
+    return absl::InvalidArgumentError("config key 'specialists' must list at least one specialist");
+  }
+  std::unique_ptr<PrefillDaemon> d(new PrefillDaemon(std::move(config)));
+  if (absl::Status st = d->Start(); !st.ok()) {
+    d->Shutdown(absl::ZeroDuration());
+    return st;
+  }
+  return d;
+}
+
+std::map<std::string, std::string> PrefillDaemon::pair_digests() const {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, s] : specialists_) out[name] = s->pair_digest_hex;
+  return out;
+}
+
+absl::Status PrefillDaemon::Start() {
+  const PrefillDaemonConfig& c = config_;
+  SCD_ASSIGN_OR_RETURN(base_, LoadModel(c.base_model_path));
+  SCD_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(c.base_model_path + "/tokenizer.json"));
+  SCD_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(c.backend));
+  SCD_ASSIGN_OR_RETURN(producer_, CreateBackend(kind, base_));
+  for (const SpecialistConfig& sc : c.specialists) {
+    if (specialists_.count(sc.name)) {
+      return absl::InvalidArgumentError(absl::StrCat("specialist '", sc.name, "' is listed twice"));
+    }
+    SCD_ASSIGN_OR_RETURN(std::unique_ptr<Specialist> s, LoadSpecialist(sc, base_, *tokenizer_));
+    daemon::LogInfo("specialist_loaded", {{"model", sc.name},
+                                          {"mode", sc.mode},
+                                          {"pair_digest", s->pair_digest_hex},
+                                          {"patch_layers", s->patch_layers}});
+    specialists_[sc.name] = std::move(s);
+  }
+
+  rpc::DecodeRegistryOptions ro;
+  ro.cluster_token = c.cluster_token;
+  ro.heartbeat_interval = c.heartbeat_interval;
+  ro.lease = c.lease;
+  ro.expected_pair_digests = pair_digests();
+  SCD_ASSIGN_OR_RETURN(registry_, rpc::DecodeRegistry::Create(ro));
+  control_plane_ = std::make_unique<rpc::ControlPlaneService>(registry_.get());
+
+  cache_ = std::make_unique<PrefixCache>(c.prefix_cache_bytes, c.prefix_block_tokens);
+  transport::TransportOptions to;
+  to.bandwidth_gbps = c.bandwidth_gbps;
+  to.ucx_transports = c.ucx_transports;
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Transport> transport,
+                       transport::CreateTransport(c.data_plane_transport, to));
+  GenerationPipelineOptions po = c.pipeline;
+  po.max_tokens = c.limits.max_tokens;
+  po.default_max_tokens = c.limits.default_max_tokens;
+  pipeline_ = std::make_unique<GenerationPipeline>(
+      po, producer_.get(), tokenizer_.get(), &specialists_, registry_.get(), cache_.get(),
+      std::make_unique<PayloadSender>(std::move(transport)), &metrics_);
+
+  generation_ = std::make_unique<GenerationService>(pipeline_.get(), c.api_key, c.limits);
+  rpc::GrpcServerOptions go;
+  go.address = c.grpc_listen;
+  SCD_ASSIGN_OR_RETURN(go.credentials, rpc::MakeServerCredentials(c.grpc_tls));
+  SCD_ASSIGN_OR_RETURN(grpc_, rpc::StartGrpcServer(go, {control_plane_.get(), generation_.get()}));
+
+  http::HttpServerOptions ho;
+  ho.host = c.http_host;
+  ho.port = c.http_port;
+  ho.api_key = c.api_key;
+  ho.max_body_bytes = c.limits.max_body_bytes;
+  ho.num_threads = c.http_threads;
+  ho.metrics = &metrics_;
+  ho.access_log = [](const http::AccessLogEntry& e) {
+    daemon::LogInfo("http_access", {{"request_id", e.request_id},
+                                    {"method", e.method},
+                                    {"path", e.path},
+                                    {"status", e.status},
+                                    {"seconds", e.seconds}});
+  };
+  SCD_ASSIGN_OR_RETURN(http_, http::HttpServer::Create(ho));
+  http_->AddHealthRoute();
+  http_->AddReadyRoute([this] { return Ready(); });
+  http_->AddMetricsRoute(&metrics_);
+  std::vector<std::string> names;
+  for (const auto& [name, s] : specialists_) names.push_back(name);
+  openai_ = std::make_unique<OpenAiFrontend>(http_.get(), pipeline_.get(), names, c.limits);
+  SCD_RETURN_IF_ERROR(http_->Start());
+
+  // Gauges that describe state rather than events, refreshed once a second.
+  auto* instances = metrics_.AddGaugeFamily("scd_decode_instances",
+                                            "Live, unquarantined decode daemons per specialist.",
+                                            {"model"})
+                        .value();
+  auto* cache_bytes = metrics_.AddGauge("scd_prefix_cache_bytes", "Bytes held by the shared-prefix cache.").value();
+  auto* cache_entries = metrics_.AddGauge("scd_prefix_cache_entries", "Entries in the shared-prefix cache.").value();
+  ticker_ = std::thread([this, instances, cache_bytes, cache_entries] {
+    while (!stop_ticker_.load()) {
+      for (const auto& [name, s] : specialists_) {
+        instances->WithLabels({name}).value()->Set(registry_->LiveInstanceCount(name));
+      }
+      const PrefixCacheStats cs = cache_->stats();
+      cache_bytes->Set(static_cast<double>(cs.bytes));
+      cache_entries->Set(static_cast<double>(cs.entries));
+      for (int i = 0; i < 10 && !stop_ticker_.load(); ++i) absl::SleepFor(absl::Milliseconds(100));
+    }
+  });
+  daemon::LogInfo("prefill_started", {{"base_model", c.base_model_path},
+                                      {"http_port", http_->port()},
+                                      {"grpc_address", grpc_.address},
+                                      {"specialists", names}});
+  return absl::OkStatus();
+}
+
+absl::Status PrefillDaemon::Ready() {
+  std::string missing;
+  for (const auto& [name, s] : specialists_) {
+    if (registry_->LiveInstanceCount(name) == 0) absl::StrAppend(&missing, missing.empty() ? "" : ", ", name);
+  }
+  if (!missing.empty()) {
+    return absl::UnavailableError(absl::StrCat("no decode daemon registered for: ", missing));
+  }
+  return absl::OkStatus();
+}
+
+void PrefillDaemon::Shutdown(absl::Duration drain) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  daemon::LogInfo("prefill_draining", {{"in_flight", pipeline_ != nullptr ? pipeline_->in_flight() : 0}});
+  if (generation_ != nullptr) generation_->StopAccepting();
+  const auto drain_ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(drain));
+  if (http_ != nullptr) http_->Shutdown(drain_ms);  // refuses new requests, waits for streams
+  if (openai_ != nullptr) openai_->WaitForWorkers(std::chrono::milliseconds(2000));
+  const absl::Time until = absl::Now() + drain;
+  while (pipeline_ != nullptr && pipeline_->in_flight() > 0 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (grpc_.server != nullptr) {
+    grpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  stop_ticker_.store(true);
+  if (ticker_.joinable()) ticker_.join();
+  openai_.reset();
+  daemon::LogInfo("prefill_stopped", {});
+}
+
+PrefillDaemon::~PrefillDaemon() { Shutdown(absl::ZeroDuration()); }
+
+}  // namespace scd

@@ -1,0 +1,76 @@
+// See specialist.h.
+#include "prefill_server/specialist.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace scd {
+namespace {
+
+bool NeedsArtifact(CodecMode m) {
+  return m == CodecMode::kScd || m == CodecMode::kScdReuse || m == CodecMode::kRecompute;
+}
+
+absl::Status Annotate(const std::string& name, const absl::Status& st) {
+  return absl::Status(st.code(), absl::StrCat("specialist '", name, "': ", std::string(st.message())));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfig& config,
+                                                           std::shared_ptr<const Model> producer,
+                                                           const Tokenizer& tokenizer) {
+  auto s = std::make_unique<Specialist>();
+  s->config = config;
+  const std::string& name = config.name;
+  if (name.empty()) return absl::InvalidArgumentError("config key 'specialists[].name' is required");
+  absl::StatusOr<CodecMode> mode = ParseCodecMode(config.mode);
+  if (!mode.ok()) {
+    return Annotate(name, absl::InvalidArgumentError(absl::StrCat(
+                              "config key 'mode': ", std::string(mode.status().message()))));
+  }
+  s->mode = *mode;
+  absl::StatusOr<chat::ChatTemplate> tmpl = chat::ChatTemplate::ByName(config.chat_template);
+  if (!tmpl.ok()) {
+    return Annotate(name, absl::InvalidArgumentError(absl::StrCat(
+                              "config key 'chat_template': ", std::string(tmpl.status().message()))));
+  }
+  if (absl::Status st = chat::CheckTemplateTokens(*tmpl, tokenizer); !st.ok()) {
+    return Annotate(name, st);
+  }
+  s->chat_template = *tmpl;
+
+  std::string consumer_digest;
+  if (!config.artifact_path.empty()) {
+    absl::StatusOr<ScdArtifact> a = ScdArtifact::Load(config.artifact_path);
+    if (!a.ok()) return Annotate(name, a.status());
+    if (absl::Status st = a->CheckPair(producer.get(), nullptr); !st.ok()) {
+      return Annotate(name, absl::FailedPreconditionError(absl::StrCat(
+                                "artifact ", config.artifact_path,
+                                " was not calibrated for this base model: ", std::string(st.message()))));
+    }
+    consumer_digest = a->consumer_digest;
+    s->artifact = std::make_shared<const ScdArtifact>(std::move(*a));
+    if (s->mode == CodecMode::kScd) s->patch_layers = s->artifact->PatchLayers();
+  } else if (NeedsArtifact(s->mode)) {
+    return Annotate(name, absl::InvalidArgumentError(absl::StrCat(
+                              "mode ", config.mode, " needs config key 'artifact'")));
+  } else if (!config.consumer_path.empty()) {
+    absl::StatusOr<std::shared_ptr<const Model>> consumer = LoadModel(config.consumer_path);
+    if (!consumer.ok()) return Annotate(name, consumer.status());
+    consumer_digest = (*consumer)->digest;
+  } else {
+    return Annotate(name, absl::InvalidArgumentError(
+                              "needs config key 'artifact' or 'consumer_path' (for the pair digest)"));
+  }
+  absl::StatusOr<std::unique_ptr<ProducerCodec>> codec =
+      ProducerCodec::Create(producer, consumer_digest, s->artifact);
+  if (!codec.ok()) return Annotate(name, codec.status());
+  s->codec = std::move(*codec);
+  s->pair_digest_hex = PairDigestHex(MakePairDigest(
+      producer->digest, consumer_digest, s->artifact != nullptr ? s->artifact->id : ""));
+  s->pair_tag = PairDigestHex(s->codec->pair_digest(s->mode));
+  return s;
+}
+
+}  // namespace scd

@@ -1,0 +1,55 @@
+// Specialist: what the prefill daemon knows about one consumer model it routes to — its
+// name (the `model` of client requests), the codec mode its payloads use, the pair's
+// calibration artifact and producer codec, its chat template, and the pair digest that its
+// decode daemons must present when they register (common/rpc/decode_registry.h).
+//
+// The pair digest is MakePairDigest(producer digest, consumer digest, artifact id): the
+// consumer digest comes from the artifact (which records both models), or, for a specialist
+// served with a baseline mode and no artifact, from the consumer checkpoint itself.
+#ifndef SCD_PREFILL_SERVER_SPECIALIST_H_
+#define SCD_PREFILL_SERVER_SPECIALIST_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/chat/chat_template.h"
+#include "common/model/weights.h"
+#include "common/scd/artifact.h"
+#include "common/scd/codec.h"
+#include "common/scd/wire_format.h"
+
+namespace scd {
+
+// One entry of the prefill daemon's `specialists` config list.
+struct SpecialistConfig {
+  std::string name;
+  std::string artifact_path;  // required for modes scd, scd-reuse and recompute
+  std::string consumer_path;  // read for its digest when there is no artifact
+  std::string mode = "scd";
+  std::string chat_template = "plain";
+  int max_retries = 1;  // other replicas tried when a decode daemon fails before any token
+};
+
+struct Specialist {
+  SpecialistConfig config;
+  CodecMode mode = CodecMode::kScd;
+  std::shared_ptr<const ScdArtifact> artifact;
+  std::unique_ptr<ProducerCodec> codec;
+  std::optional<chat::ChatTemplate> chat_template;
+  std::string pair_digest_hex;  // expected at registration
+  std::string pair_tag;         // prefix-cache namespace (pair digest of the payloads)
+  std::vector<int> patch_layers;
+};
+
+// Loads and checks one specialist against the producer. Errors name the specialist and the
+// config key.
+absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfig& config,
+                                                           std::shared_ptr<const Model> producer,
+                                                           const Tokenizer& tokenizer);
+
+}  // namespace scd
+
+#endif  // SCD_PREFILL_SERVER_SPECIALIST_H_

@@ -1,0 +1,301 @@
+// See daemon_harness.h.
+#include "tests/daemons/daemon_harness.h"
+
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/test_support.h"
+
+namespace scd::testing {
+
+std::string BinaryPath(const std::string& name) { return std::string(SCD_BIN_DIR) + "/" + name; }
+std::string ModelDir(const std::string& name) { return SharedPath("models/" + name); }
+std::string ArtifactPath() {
+  return std::string(SCD_SOURCE_DIR) + "/docs/results/stories260K-babi-qa.scd.safetensors";
+}
+
+DaemonProcess::DaemonProcess(std::string binary, std::vector<std::string> args,
+                             std::string log_path)
+    : log_path_(std::move(log_path)) {
+  std::vector<char*> argv;
+  argv.push_back(binary.data());
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_ = fork();
+  if (pid_ == 0) {
+    FILE* log = std::freopen(log_path_.c_str(), "w", stderr);
+    if (log == nullptr) _exit(127);
+    std::freopen("/dev/null", "w", stdout);
+    // The test binary may block signals in threads; start the child with a clean mask.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+}
+
+DaemonProcess::~DaemonProcess() {
+  if (running()) {
+    kill(pid_, SIGKILL);
+    Wait(std::chrono::seconds(10));
+  }
+}
+
+std::vector<nlohmann::json> DaemonProcess::LogLines() const {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(log_path_);
+  std::string line;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) lines.push_back(std::move(j));
+  }
+  return lines;
+}
+
+std::string DaemonProcess::LogText() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::optional<nlohmann::json> DaemonProcess::WaitForEvent(const std::string& event,
+                                                          std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    for (nlohmann::json& j : LogLines()) {
+      if (j.value("event", "") == event) return j;
+    }
+    if (!running() || std::chrono::steady_clock::now() > until) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void DaemonProcess::Signal(int sig) {
+  if (pid_ > 0 && !exit_code_) kill(pid_, sig);
+}
+
+bool DaemonProcess::running() {
+  if (exit_code_ || pid_ <= 0) return false;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    return false;
+  }
+  return true;
+}
+
+std::optional<int> DaemonProcess::Wait(std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (running()) {
+    if (std::chrono::steady_clock::now() > until) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return exit_code_;
+}
+
+void WriteJson(const std::string& path, const nlohmann::json& config) {
+  std::ofstream(path) << config.dump(2);
+}
+
+nlohmann::json PrefillConfig(const std::string& mode) {
+  nlohmann::json c;
+  c["base_model"] = ModelDir("stories260K");
+  c["http"] = {{"host", "127.0.0.1"}, {"port", 0}, {"threads", 16}};
+  c["grpc"] = {{"listen", "127.0.0.1:0"}};
+  c["control_plane"] = {{"cluster_token", "test-token"},
+                        {"heartbeat_interval", "200ms"},
+                        {"lease", "1s"}};
+  c["limits"] = {{"max_tokens", 512}, {"default_max_tokens", 16}, {"request_timeout", "30s"}};
+  c["drain_timeout"] = "10s";
+  c["specialists"] = nlohmann::json::array(
+      {{{"name", "stories260K-babi-qa"}, {"artifact", ArtifactPath()}, {"mode", mode},
+        {"chat_template", "plain"}, {"max_retries", 1}}});
+  return c;
+}
+
+nlohmann::json DecodeConfig(const std::string& control_plane) {
+  nlohmann::json c;
+  c["model"] = {{"name", "stories260K-babi-qa"},
+                {"path", ModelDir("stories260K-babi-qa")},
+                {"artifact", ArtifactPath()}};
+  c["grpc"] = {{"listen", "127.0.0.1:0"}};
+  c["data_plane"] = {{"transport", "tcp"}, {"listen", "127.0.0.1:0"}};
+  c["http"] = {{"port", 0}};
+  c["control_plane"] = {{"address", control_plane},
+                        {"cluster_token", "test-token"},
+                        {"register_wait", "10s"}};
+  c["engine"] = {{"max_batch", 8}, {"max_queue", 32}};
+  c["drain_timeout"] = "10s";
+  return c;
+}
+
+PrefillHandle StartPrefill(const std::string& dir, const nlohmann::json& config,
+                           const std::string& tag) {
+  const std::string path = dir + "/" + tag + ".json";
+  WriteJson(path, config);
+  PrefillHandle h;
+  h.process = std::make_unique<DaemonProcess>(BinaryPath("scd-prefill"),
+                                              std::vector<std::string>{"--config", path},
+                                              dir + "/" + tag + ".log");
+  auto started = h.process->WaitForEvent("prefill_started", std::chrono::seconds(60));
+  INFO("prefill log:\n" << h.process->LogText());
+  REQUIRE(started.has_value());
+  h.http_port = (*started)["http_port"].get<int>();
+  h.grpc_address = (*started)["grpc_address"].get<std::string>();
+  return h;
+}
+
+DecodeHandle StartDecode(const std::string& dir, const nlohmann::json& config,
+                         const std::string& tag) {
+  const std::string path = dir + "/" + tag + ".json";
+  WriteJson(path, config);
+  DecodeHandle h;
+  h.process = std::make_unique<DaemonProcess>(BinaryPath("scd-decode"),
+                                              std::vector<std::string>{"--config", path},
+                                              dir + "/" + tag + ".log");
+  auto started = h.process->WaitForEvent("decode_started", std::chrono::seconds(60));
+  INFO("decode log:\n" << h.process->LogText());
+  REQUIRE(started.has_value());
+  h.http_port = (*started)["http_port"].get<int>();
+  h.instance_id = (*started)["instance_id"].get<std::string>();
+  return h;
+}
+
+namespace {
+
+HttpResult Convert(const httplib::Result& r) {
+  HttpResult out;
+  if (!r) return out;
+  out.status = r->status;
+  out.body = r->body;
+  for (const auto& [k, v] : r->headers) {
+    std::string key = k;
+    for (char& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    out.headers[key] = v;
+  }
+  return out;
+}
+
+}  // namespace
+
+HttpResult HttpGet(int port, const std::string& path, std::chrono::seconds timeout) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(timeout);
+  client.set_connection_timeout(std::chrono::seconds(5));
+  return Convert(client.Get(path));
+}
+
+HttpResult HttpPost(int port, const std::string& path, const std::string& body,
+                    const std::map<std::string, std::string>& headers,
+                    std::chrono::seconds timeout) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(timeout);
+  client.set_connection_timeout(std::chrono::seconds(5));
+  httplib::Headers h;
+  for (const auto& [k, v] : headers) h.emplace(k, v);
+  return Convert(client.Post(path, h, body, "application/json"));
+}
+
+std::string SseResult::Text() const {
+  std::string text;
+  for (const std::string& e : events) {
+    if (e == "[DONE]") continue;
+    nlohmann::json j = nlohmann::json::parse(e, nullptr, false);
+    if (j.is_discarded() || !j.contains("choices")) continue;
+    for (const auto& c : j["choices"]) {
+      if (c.contains("delta") && c["delta"].contains("content") && c["delta"]["content"].is_string()) {
+        text += c["delta"]["content"].get<std::string>();
+      }
+      if (c.contains("text") && c["text"].is_string()) text += c["text"].get<std::string>();
+    }
+  }
+  return text;
+}
+
+SseResult HttpStream(int port, const std::string& path, const std::string& body,
+                     const std::function<bool(const std::string&)>& on_event,
+                     std::chrono::seconds timeout) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(timeout);
+  client.set_connection_timeout(std::chrono::seconds(5));
+  SseResult out;
+  std::string buffer;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  req.response_handler = [&](const httplib::Response& res) {
+    out.status = res.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (out.status != 200) {
+      out.body.append(data, n);
+      return true;
+    }
+    buffer.append(data, n);
+    size_t end;
+    while ((end = buffer.find("\n\n")) != std::string::npos) {
+      std::string block = buffer.substr(0, end);
+      buffer.erase(0, end + 2);
+      std::istringstream lines(block);
+      std::string line;
+      while (std::getline(lines, line)) {
+        if (line.rfind("data: ", 0) != 0) continue;  // comments (keep-alives) and others
+        out.events.push_back(line.substr(6));
+        if (on_event && !on_event(out.events.back())) return false;
+      }
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  client.send(req, res, error);
+  if (out.status == 0 && error == httplib::Error::Success) out.status = res.status;
+  return out;
+}
+
+bool WaitForReady(int port, int status, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (HttpGet(port, "/ready", std::chrono::seconds(2)).status == status) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::optional<double> MetricValue(const std::string& exposition, const std::string& series) {
+  std::istringstream in(exposition);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    if (line.compare(0, space, series) == 0 && space == series.size()) {
+      return std::stod(line.substr(space + 1));
+    }
+  }
+  return std::nullopt;
+}
+
+int RunCommand(const std::string& command, std::string* output) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output->append(buffer, n);
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace scd::testing

@@ -1,0 +1,112 @@
+// Integration-test harness: starts the real scd-prefill and scd-decode binaries on loopback
+// (ports chosen by the daemons, read back from their structured start-up log lines), talks to
+// them over HTTP, SSE and gRPC, and kills or stops them. Every wait is bounded, so a daemon
+// that hangs fails the test instead of hanging CI.
+#ifndef SCD_TESTS_DAEMONS_DAEMON_HARNESS_H_
+#define SCD_TESTS_DAEMONS_DAEMON_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace scd::testing {
+
+// Paths of the built binaries and the fixtures.
+std::string BinaryPath(const std::string& name);  // build/bin/<name>
+std::string ModelDir(const std::string& name);    // ../shared/models/<name>
+std::string ArtifactPath();                       // the bundled pair's calibration artifact
+
+// One daemon process; stderr (its JSON log) goes to a file.
+class DaemonProcess {
+ public:
+  DaemonProcess(std::string binary, std::vector<std::string> args, std::string log_path);
+  ~DaemonProcess();  // SIGKILL if still running
+
+  // The first log line with "event" == `event`, waiting up to `timeout`; nullopt when the
+  // process exited or the time ran out.
+  std::optional<nlohmann::json> WaitForEvent(const std::string& event,
+                                             std::chrono::milliseconds timeout);
+  // Every log line so far.
+  std::vector<nlohmann::json> LogLines() const;
+  std::string LogText() const;
+
+  void Signal(int sig);
+  // Waits for exit up to `timeout`; the exit code, -signal when killed, nullopt on timeout.
+  std::optional<int> Wait(std::chrono::milliseconds timeout);
+  bool running();
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+  std::optional<int> exit_code_;
+};
+
+// Writes `config` as JSON to `path`.
+void WriteJson(const std::string& path, const nlohmann::json& config);
+
+// A prefill daemon config for the bundled pair with free ports; `mode` for the specialist.
+nlohmann::json PrefillConfig(const std::string& mode = "scd");
+// A decode daemon config for the bAbI specialist registering at `control_plane`.
+nlohmann::json DecodeConfig(const std::string& control_plane);
+
+// A running prefill daemon with the addresses read from its log.
+struct PrefillHandle {
+  std::unique_ptr<DaemonProcess> process;
+  int http_port = 0;
+  std::string grpc_address;
+};
+struct DecodeHandle {
+  std::unique_ptr<DaemonProcess> process;
+  int http_port = -1;
+  std::string instance_id;
+};
+// Starts a daemon from `config` (written under `dir`); fails the test if it does not start.
+PrefillHandle StartPrefill(const std::string& dir, const nlohmann::json& config,
+                           const std::string& tag = "prefill");
+DecodeHandle StartDecode(const std::string& dir, const nlohmann::json& config,
+                         const std::string& tag = "decode");
+
+// Minimal HTTP/1.1 client calls against 127.0.0.1:port.
+struct HttpResult {
+  int status = 0;  // 0: no response (connection error or timeout)
+  std::string body;
+  std::map<std::string, std::string> headers;  // lower-case names
+};
+HttpResult HttpGet(int port, const std::string& path, std::chrono::seconds timeout = std::chrono::seconds(10));
+HttpResult HttpPost(int port, const std::string& path, const std::string& body,
+                    const std::map<std::string, std::string>& headers = {},
+                    std::chrono::seconds timeout = std::chrono::seconds(30));
+
+// A streaming POST whose SSE `data:` payloads are collected; `on_event` may return false to
+// disconnect mid-stream.
+struct SseResult {
+  int status = 0;
+  std::vector<std::string> events;  // data payloads, "[DONE]" included
+  std::string body;                 // the raw body when the status is not 200
+  bool done() const { return !events.empty() && events.back() == "[DONE]"; }
+  // The concatenated choices[0].delta.content (chat) or choices[0].text (completions).
+  std::string Text() const;
+};
+SseResult HttpStream(int port, const std::string& path, const std::string& body,
+                     const std::function<bool(const std::string&)>& on_event = nullptr,
+                     std::chrono::seconds timeout = std::chrono::seconds(60));
+
+// Waits until GET /ready answers `status` (up to `timeout`).
+bool WaitForReady(int port, int status, std::chrono::milliseconds timeout);
+// A metric sample's value from a Prometheus text exposition ("name{labels}" exactly as
+// rendered, or a bare name); nullopt when absent.
+std::optional<double> MetricValue(const std::string& exposition, const std::string& series);
+// Runs a shell command; its exit code and output.
+int RunCommand(const std::string& command, std::string* output);
+
+}  // namespace scd::testing
+
+#endif  // SCD_TESTS_DAEMONS_DAEMON_HARNESS_H_

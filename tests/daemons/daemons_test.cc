@@ -1,0 +1,234 @@
+// The daemon pair end to end (issue 4): real scd-prefill and scd-decode processes on loopback,
+// driven over HTTP/SSE and gRPC. What is served must equal the offline codec path; bad input
+// gets a 4xx/INVALID_ARGUMENT with a message; /metrics passes promtool; SIGTERM drains.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "proto/scd.grpc.pb.h"
+#include "tests/daemons/daemon_harness.h"
+#include "tests/daemons/reference.h"
+#include "tests/test_support.h"
+
+namespace scd::testing {
+namespace {
+
+using nlohmann::json;
+
+std::string CompletionBody(const std::string& prompt, int max_tokens, bool stream,
+                           const std::string& model = "stories260K-babi-qa") {
+  json b = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens},
+            {"temperature", 0}, {"stream", stream}};
+  if (stream) b["stream_options"] = {{"include_usage", true}};
+  return b.dump();
+}
+
+std::string ErrorMessage(const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.contains("error")) return "";
+  return j["error"].value("message", "");
+}
+
+std::unique_ptr<scd::v1::Generation::Stub> GenerationStub(const std::string& address) {
+  return scd::v1::Generation::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+struct GrpcOutcome {
+  grpc::Status status;
+  std::string text;
+  std::vector<scd::v1::GenerateEvent> events;
+  std::string request_id;  // from the initial metadata
+};
+
+GrpcOutcome GrpcGenerate(const std::string& address, const scd::v1::GenerateRequest& request) {
+  auto stub = GenerationStub(address);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto reader = stub->Generate(&ctx, request);
+  GrpcOutcome out;
+  scd::v1::GenerateEvent e;
+  while (reader->Read(&e)) {
+    if (e.has_delta()) out.text += e.delta().text();
+    out.events.push_back(e);
+  }
+  out.status = reader->Finish();
+  auto it = ctx.GetServerInitialMetadata().find("x-request-id");
+  if (it != ctx.GetServerInitialMetadata().end()) out.request_id = std::string(it->second.data(), it->second.size());
+  return out;
+}
+
+std::string PromtoolCheck(const std::string& exposition, int* rc) {
+  const std::string path = TempDir() + "/metrics.txt";
+  std::ofstream(path) << exposition;
+  std::string output;
+  *rc = RunCommand("promtool check metrics < '" + path + "'", &output);
+  return output;
+}
+
+const char kStory[] =
+    "Mary moved to the bathroom. John went to the hallway. Daniel went back to the hallway. "
+    "Sandra moved to the garden. John moved to the office. Sandra journeyed to the bathroom. "
+    "Mary moved to the hallway. Daniel travelled to the office. ";
+
+}  // namespace
+
+TEST_CASE("Daemon pair serves the bundled pair end to end", "[daemons]") {
+  const std::string dir = TempDir();
+  PrefillHandle prefill = StartPrefill(dir, PrefillConfig("scd"));
+  const int port = prefill.http_port;
+
+  // Before any decode daemon: live, not ready, and requests fail fast with 503.
+  CHECK(HttpGet(port, "/health").status == 200);
+  HttpResult not_ready = HttpGet(port, "/ready");
+  CHECK(not_ready.status == 503);
+  CHECK(ErrorMessage(not_ready.body).find("stories260K-babi-qa") != std::string::npos);
+  const auto t0 = std::chrono::steady_clock::now();
+  HttpResult fast = HttpPost(port, "/v1/completions", CompletionBody("Mary went", 4, false));
+  CHECK(fast.status == 503);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  CHECK(ErrorMessage(fast.body).find("no decode daemon") != std::string::npos);
+
+  DecodeHandle decode = StartDecode(dir, DecodeConfig(prefill.grpc_address));
+  REQUIRE(WaitForReady(port, 200, std::chrono::seconds(10)));
+  REQUIRE(WaitForReady(decode.http_port, 200, std::chrono::seconds(10)));
+
+
+  {  // /v1/models
+    HttpResult models = HttpGet(port, "/v1/models");
+    REQUIRE(models.status == 200);
+    json j = json::parse(models.body);
+    REQUIRE(j["data"].size() == 1);
+    CHECK(j["data"][0]["id"] == "stories260K-babi-qa");
+  }
+  {  // Streaming completion: equals the offline codec path, token for token.
+    const std::string prompt = std::string(kStory) + "Where is Mary?";
+    ReferenceOutput ref = ReferenceGreedy("scd", prompt, 24);
+    SseResult s = HttpStream(port, "/v1/completions", CompletionBody(prompt, 24, true));
+    REQUIRE(s.status == 200);
+    REQUIRE(s.done());
+    CHECK(s.Text() == ref.text);
+    // include_usage: the last chunk before [DONE] has empty choices and the usage.
+    json usage = json::parse(s.events[s.events.size() - 2]);
+    CHECK(usage["choices"].empty());
+    CHECK(usage["usage"]["prompt_tokens"] == static_cast<int>(ref.prompt.size()));
+    CHECK(usage["usage"]["completion_tokens"] == static_cast<int>(ref.generated.size()));
+  }
+  {  // Non-streaming chat completion.
+    json body = {{"model", "stories260K-babi-qa"},
+                 {"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}},
+                 {"max_tokens", 8},
+                 {"temperature", 0}};
+    HttpResult r = HttpPost(port, "/v1/chat/completions", body.dump());
+    REQUIRE(r.status == 200);
+    CHECK(!r.headers["x-request-id"].empty());
+    json j = json::parse(r.body);
+    CHECK(j["object"] == "chat.completion");
+    CHECK(j["choices"][0]["message"]["role"] == "assistant");
+    CHECK(j["usage"]["completion_tokens"].get<int>() <= 8);
+  }
+  {  // Stop strings end the text before the match, with finish_reason "stop".
+    const std::string prompt = std::string(kStory) + "Where is Mary?";
+    ReferenceOutput ref = ReferenceGreedy("scd", prompt, 24);
+    REQUIRE(ref.text.size() > 6);
+    const std::string stop = ref.text.substr(3, 3);
+    json body = json::parse(CompletionBody(prompt, 24, false));
+    body["stop"] = stop;
+    HttpResult r = HttpPost(port, "/v1/completions", body.dump());
+    REQUIRE(r.status == 200);
+    json j = json::parse(r.body);
+    CHECK(j["choices"][0]["text"] == ref.text.substr(0, ref.text.find(stop)));
+    CHECK(j["choices"][0]["finish_reason"] == "stop");
+  }
+  {  // Bad input: each a 4xx with a message, and the daemon keeps serving.
+    HttpResult malformed = HttpPost(port, "/v1/completions", "{\"model\": ");
+    CHECK(malformed.status == 400);
+    CHECK(!ErrorMessage(malformed.body).empty());
+    HttpResult bad_field = HttpPost(port, "/v1/completions",
+                                    R"({"model":"stories260K-babi-qa","prompt":"x","max_tokens":-3})");
+    CHECK(bad_field.status == 400);
+    CHECK(ErrorMessage(bad_field.body).find("max_tokens") != std::string::npos);
+    HttpResult unknown = HttpPost(port, "/v1/completions", CompletionBody("Hi", 4, false, "gpt-9"));
+    CHECK(unknown.status == 404);
+    CHECK(ErrorMessage(unknown.body).find("gpt-9") != std::string::npos);
+    std::string long_prompt;
+    for (int i = 0; i < 300; ++i) long_prompt += "Mary went to the garden. ";
+    HttpResult too_long = HttpPost(port, "/v1/completions", CompletionBody(long_prompt, 4, true));
+    CHECK(too_long.status == 400);
+    CHECK(ErrorMessage(too_long.body).find("maximum context length") != std::string::npos);
+  }
+  {  // gRPC Generate: streamed deltas, request id, timings; errors as status codes.
+    scd::v1::GenerateRequest req;
+    req.set_model("stories260K-babi-qa");
+    req.set_prompt(std::string(kStory) + "Where is Mary?");
+    req.set_max_tokens(24);
+    req.mutable_sampling()->set_temperature(0);
+    GrpcOutcome g = GrpcGenerate(prefill.grpc_address, req);
+    REQUIRE(g.status.ok());
+    CHECK(!g.request_id.empty());
+    CHECK(g.text == ReferenceGreedy("scd", req.prompt(), 24).text);
+    REQUIRE(g.events.back().has_done());
+    const auto& done = g.events.back().done();
+    CHECK(done.request_id() == g.request_id);
+    CHECK(done.decode_instance() == decode.instance_id);
+    CHECK(done.timings().payload_bytes() > 0);
+    CHECK(done.timings().ttft_ms() > 0);
+
+    scd::v1::GenerateRequest bad;
+    bad.set_model("stories260K-babi-qa");
+    CHECK(GrpcGenerate(prefill.grpc_address, bad).status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    bad.set_prompt("hello");
+    bad.set_model("nope");
+    CHECK(GrpcGenerate(prefill.grpc_address, bad).status.error_code() == grpc::StatusCode::NOT_FOUND);
+  }
+  {  // Shared prefix: a second question about the same story reuses the cached codes.
+    scd::v1::GenerateRequest a;
+    a.set_model("stories260K-babi-qa");
+    a.set_prompt(std::string(kStory) + "Where is Sandra?");
+    a.set_max_tokens(4);
+    a.mutable_sampling()->set_temperature(0);
+    scd::v1::GenerateRequest b = a;
+    b.set_prompt(std::string(kStory) + "Where is John?");
+    GrpcOutcome first = GrpcGenerate(prefill.grpc_address, a);
+    GrpcOutcome second = GrpcGenerate(prefill.grpc_address, b);
+    REQUIRE(first.status.ok());
+    REQUIRE(second.status.ok());
+    CHECK(second.events.back().done().timings().prefix_cache_hit());
+    CHECK(second.events.back().done().timings().prefill_ms() == 0);
+    const std::string metrics = HttpGet(port, "/metrics").body;
+    CHECK(MetricValue(metrics, "scd_prefix_cache_hits_total{model=\"stories260K-babi-qa\"}").value_or(0) >= 1);
+  }
+  {  // /metrics on both daemons passes promtool and carries the issue's series.
+    const std::string metrics = HttpGet(port, "/metrics").body;
+    for (const char* name : {"scd_time_to_first_token_seconds_bucket", "scd_inter_token_latency_seconds_bucket",
+                             "scd_transfer_seconds_bucket", "scd_payload_bytes_bucket", "scd_requests_total",
+                             "scd_request_errors_total", "scd_patch_layer_uses_total"}) {
+      INFO(name);
+      CHECK(metrics.find(name) != std::string::npos);
+    }
+    std::string dummy;
+    if (RunCommand("command -v promtool", &dummy) == 0) {
+      int rc = 0;
+      std::string out = PromtoolCheck(metrics, &rc);
+      INFO(out);
+      CHECK(rc == 0);
+      out = PromtoolCheck(HttpGet(decode.http_port, "/metrics").body, &rc);
+      INFO(out);
+      CHECK(rc == 0);
+    } else {
+      WARN("promtool is not installed (Debian package prometheus); skipping the lint");
+    }
+  }
+  // SIGTERM: both drain and exit 0.
+  decode.process->Signal(SIGTERM);
+  CHECK(decode.process->Wait(std::chrono::seconds(15)) == std::optional<int>(0));
+  REQUIRE(WaitForReady(port, 503, std::chrono::seconds(5)));
+  prefill.process->Signal(SIGTERM);
+  CHECK(prefill.process->Wait(std::chrono::seconds(15)) == std::optional<int>(0));
+}
+
+}  // namespace scd::testing

@@ -1,0 +1,67 @@
+// See reference.h.
+#include "tests/daemons/reference.h"
+
+#include <catch2/catch.hpp>
+#include <algorithm>
+
+#include "common/runtime/sampler.h"
+#include "common/scd/artifact.h"
+#include "common/scd/codec.h"
+#include "common/scd/model_pair.h"
+#include "tests/daemons/daemon_harness.h"
+
+namespace scd::testing {
+
+ReferenceOutput ReferenceGreedy(const std::string& mode_name, const std::string& prompt,
+                                int max_tokens) {
+  auto pair = LoadModelPair(ModelDir("stories260K"), ModelDir("stories260K-babi-qa"));
+  REQUIRE(pair.ok());
+  auto artifact = ScdArtifact::Load(ArtifactPath());
+  REQUIRE(artifact.ok());
+  auto shared = std::make_shared<const ScdArtifact>(std::move(*artifact));
+  auto mode = ParseCodecMode(mode_name);
+  REQUIRE(mode.ok());
+  auto producer = ProducerCodec::Create(pair->producer_model, shared->consumer_digest, shared);
+  REQUIRE(producer.ok());
+  auto consumer = ConsumerCodec::Create(pair->consumer_model, shared->producer_digest, shared);
+  REQUIRE(consumer.ok());
+
+  ReferenceOutput out;
+  out.prompt = pair->tokenizer->Encode(prompt, true);
+  REQUIRE(out.prompt.size() >= 2);
+  const std::vector<int32_t> prefix(out.prompt.begin(), out.prompt.end() - 1);
+  const int capacity = pair->consumer_model->config.max_position_embeddings;
+  PrefillResult states;
+  if (*mode != CodecMode::kOracle) {
+    auto seq = pair->producer->NewSequence(static_cast<int>(prefix.size()));
+    REQUIRE(seq.ok());
+    REQUIRE(pair->producer->Prefill(**seq, prefix, ProducerPrefillOptions(*mode), &states).ok());
+  }
+  auto payload = (*producer)->Encode(*mode, prefix, states, 0);
+  REQUIRE(payload.ok());
+  auto parsed = ParsePayload(SerializePayload(*payload));
+  REQUIRE(parsed.ok());
+  auto cseq = pair->consumer->NewSequence(capacity);
+  REQUIRE(cseq.ok());
+  REQUIRE((*consumer)->Rebuild(*parsed, *pair->consumer, **cseq).ok());
+  PrefillResult last;
+  REQUIRE(pair->consumer->Prefill(**cseq, {out.prompt.back()}, PrefillOptions{}, &last).ok());
+  std::vector<float> logits = last.logits;
+  const auto& eos = pair->consumer_model->config.eos_token_ids;
+  for (int i = 0; i < max_tokens; ++i) {
+    const int32_t next = ArgMax(logits);
+    if (std::find(eos.begin(), eos.end(), next) != eos.end()) {
+      out.stopped = true;
+      break;
+    }
+    out.generated.push_back(next);
+    if (i + 1 == max_tokens || (*cseq)->length() >= capacity) break;
+    std::vector<Sequence*> seqs = {cseq->get()};
+    std::vector<int32_t> inputs = {next};
+    REQUIRE(pair->consumer->Decode(seqs, inputs, &logits).ok());
+  }
+  out.text = pair->tokenizer->Decode(out.generated);
+  return out;
+}
+
+}  // namespace scd::testing
