@@ -1,22 +1,79 @@
 #!/usr/bin/env bash
-# Demo: generates a continuation with the bundled stories260K model on the CPU backend and
-# prints prompt + continuation as one text. (The disaggregated demo, a prefill daemon feeding
-# decode daemons, will replace this.) Extra arguments go to scd-generate, e.g.
-# `--temperature 0.8 --seed 7`. Environment: BUILD_DIR (default build).
+# Demo of the disaggregated pair on loopback: starts one prefill daemon (base model
+# stories260K, configs/prefill.yaml) and one decode daemon (the bAbI-QA specialist,
+# configs/decode-babi-qa.yaml), waits until /ready, sends one streaming chat request with
+# curl, prints the raw SSE stream and the assembled answer, then stops both with SIGTERM.
+# Environment: BUILD_DIR (default build), HTTP_PORT (8000), GRPC_PORT (7000) and
+# DECODE_PORT_BASE (7101: gRPC, +100 data plane, +200 HTTP) to move off busy ports.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 BUILD_DIR="${BUILD_DIR:-build}"
-MODEL=../shared/models/stories260K
-PROMPT="Once upon a time, there was a little girl named Lily."
+HTTP_PORT="${HTTP_PORT:-8000}"
+GRPC_PORT="${GRPC_PORT:-7000}"
+DECODE_PORT_BASE="${DECODE_PORT_BASE:-7101}"
+LOG_DIR="$(mktemp -d)"
 
 run() { printf '+' >&2; printf ' %q' "$@" >&2; printf '\n' >&2; "$@"; }
 
-if [[ ! -x "${BUILD_DIR}/bin/scd-generate" ]]; then
-  printf '==> %s/bin/scd-generate is missing; building it\n' "${BUILD_DIR}" >&2
-  [[ -f "${BUILD_DIR}/CMakeCache.txt" ]] ||
-    run cmake -S . -B "${BUILD_DIR}" -G Ninja -DCMAKE_BUILD_TYPE=Release
-  run cmake --build "${BUILD_DIR}" --target scd-generate
-fi
-printf '%s' "${PROMPT}"
-run "${BUILD_DIR}/bin/scd-generate" --model "${MODEL}" --prompt "${PROMPT}" --max-tokens 100 "$@"
+for bin in scd-prefill scd-decode; do
+  if [[ ! -x "${BUILD_DIR}/bin/${bin}" ]]; then
+    printf '==> %s/bin/%s is missing; building it\n' "${BUILD_DIR}" "${bin}" >&2
+    [[ -f "${BUILD_DIR}/CMakeCache.txt" ]] ||
+      run cmake -S . -B "${BUILD_DIR}" -G Ninja -DCMAKE_BUILD_TYPE=Release
+    run cmake --build "${BUILD_DIR}" --target "${bin}"
+  fi
+done
+
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "${pid}" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "${pid}" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+printf '==> starting the prefill daemon (logs: %s/prefill.log)\n' "${LOG_DIR}" >&2
+"${BUILD_DIR}/bin/scd-prefill" --config configs/prefill.yaml --http.port="${HTTP_PORT}" \
+  --grpc.listen="127.0.0.1:${GRPC_PORT}" 2>"${LOG_DIR}/prefill.log" &
+pids+=($!)
+printf '==> starting the decode daemon (logs: %s/decode.log)\n' "${LOG_DIR}" >&2
+"${BUILD_DIR}/bin/scd-decode" --config configs/decode-babi-qa.yaml \
+  --control_plane.address="127.0.0.1:${GRPC_PORT}" \
+  --grpc.listen="127.0.0.1:${DECODE_PORT_BASE}" \
+  --data_plane.listen="127.0.0.1:$((DECODE_PORT_BASE + 100))" \
+  --http.port="$((DECODE_PORT_BASE + 200))" 2>"${LOG_DIR}/decode.log" &
+pids+=($!)
+
+printf '==> waiting for http://127.0.0.1:%s/ready\n' "${HTTP_PORT}" >&2
+for _ in $(seq 1 100); do
+  if curl -sf "http://127.0.0.1:${HTTP_PORT}/ready" >/dev/null; then break; fi
+  for pid in "${pids[@]}"; do
+    if ! kill -0 "${pid}" 2>/dev/null; then
+      printf 'a daemon exited; its log:\n' >&2
+      cat "${LOG_DIR}"/*.log >&2
+      exit 1
+    fi
+  done
+  sleep 0.2
+done
+curl -sf "http://127.0.0.1:${HTTP_PORT}/ready" >&2 && printf '\n' >&2
+
+REQUEST='{"model": "stories260K-babi-qa",
+  "messages": [{"role": "user", "content": "Mary moved to the bathroom. John went to the hallway. Q: Where is Mary? A:"}],
+  "max_tokens": 24, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}'
+printf '==> streaming chat completion\n' >&2
+run curl -sN "http://127.0.0.1:${HTTP_PORT}/v1/chat/completions" \
+  -H 'Content-Type: application/json' -d "${REQUEST}" | tee "${LOG_DIR}/stream.txt"
+printf '\n==> assembled answer:\n' >&2
+sed -n 's/^data: //p' "${LOG_DIR}/stream.txt" | grep -v '^\[DONE\]' |
+  python3 -c 'import sys, json
+text = ""
+for line in sys.stdin:
+    chunk = json.loads(line)
+    for c in chunk.get("choices", []):
+        text += c.get("delta", {}).get("content") or ""
+    if chunk.get("usage"):
+        usage = chunk["usage"]
+print(text)
+print("usage:", usage)'
+printf '==> stopping both daemons\n' >&2

@@ -232,3 +232,27 @@ TEST_CASE("Daemon pair serves the bundled pair end to end", "[daemons]") {
 }
 
 }  // namespace scd::testing
+
+namespace scd::testing {
+
+TEST_CASE("The pair serves over the UCX data plane and in a baseline mode", "[daemons][ucx]") {
+  const std::string dir = TempDir();
+  for (const std::string mode : {"scd", "quant4"}) {
+    json pc = PrefillConfig(mode);
+    pc["data_plane"] = {{"transport", "ucx"}, {"ucx_transports", "tcp,self"}};
+    PrefillHandle prefill = StartPrefill(dir, pc, "prefill-" + mode);
+    json dc = DecodeConfig(prefill.grpc_address);
+    dc["data_plane"] = {{"transport", "ucx"}, {"listen", "127.0.0.1:0"}, {"ucx_transports", "tcp,self"}};
+    DecodeHandle decode = StartDecode(dir, dc, "decode-" + mode);
+    REQUIRE(WaitForReady(prefill.http_port, 200, std::chrono::seconds(10)));
+    const std::string prompt = std::string(kStory) + "Where is Daniel?";
+    SseResult s = HttpStream(prefill.http_port, "/v1/completions", CompletionBody(prompt, 16, true));
+    INFO("mode " << mode);
+    REQUIRE(s.status == 200);
+    CHECK(s.done());
+    CHECK(s.Text() == ReferenceGreedy(mode, prompt, 16).text);
+    CHECK(decode.process->LogText().find("ucx://") != std::string::npos);
+  }
+}
+
+}  // namespace scd::testing
