@@ -36,6 +36,10 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   config::ConfigReader dp = r.Child("data_plane");
   c.data_plane_transport = dp.Enum("transport", "tcp", std::array<std::string_view, 2>{"tcp", "ucx"});
   c.data_plane_listen = dp.String("listen", c.data_plane_listen);
+  c.data_plane_advertise = dp.String("advertise", "");
+  if (c.data_plane_advertise.find("://") != std::string::npos) {
+    dp.AddError("advertise", "is host:port (the transport's scheme is added)");
+  }
   c.ucx_transports = dp.String("ucx_transports", "");
   c.mailbox_max_bytes = static_cast<size_t>(dp.Int("max_pending_bytes", int64_t{1} << 30, 1 << 20, int64_t{1} << 40));
   c.mailbox_ttl = absl::Seconds(dp.DurationSeconds("pending_ttl", 60, 0.1, 86400));

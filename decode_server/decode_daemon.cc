@@ -85,7 +85,10 @@ absl::Status DecodeDaemon::Start() {
   SCD_ASSIGN_OR_RETURN(transport_, transport::CreateTransport(c.data_plane_transport, to));
   SCD_ASSIGN_OR_RETURN(listener_, transport_->Listen(absl::StrCat(c.data_plane_transport, "://",
                                                                   c.data_plane_listen)));
-  data_plane_address_ = listener_->address();
+  // A wildcard listen address (0.0.0.0) cannot be dialled from another host or container.
+  data_plane_address_ = c.data_plane_advertise.empty()
+                            ? listener_->address()
+                            : absl::StrCat(c.data_plane_transport, "://", c.data_plane_advertise);
   PayloadMailboxOptions mo;
   mo.max_bytes = c.mailbox_max_bytes;
   mo.ttl = c.mailbox_ttl;

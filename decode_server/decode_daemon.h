@@ -52,6 +52,7 @@ struct DecodeDaemonConfig {
   // Data plane.
   std::string data_plane_transport = "tcp";  // tcp | ucx
   std::string data_plane_listen = "127.0.0.1:0";  // host:port (scheme added)
+  std::string data_plane_advertise;  // host:port the prefill daemon dials; empty: the bound one
   std::string ucx_transports;
   size_t mailbox_max_bytes = size_t{1} << 30;
   absl::Duration mailbox_ttl = absl::Seconds(60);

@@ -202,6 +202,7 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
       scd::v1::DecodeEvent out;
       out.mutable_token()->set_id(e->token);
       out.mutable_token()->set_text_piece(text.Push(e->token));
+      if (written == 0) FillTimings(e->timings, 0, out.mutable_token()->mutable_first_token_timings());
       if (cancelled || context->IsCancelled() || !writer->Write(out)) {
         cancel();
         continue;

@@ -319,6 +319,11 @@ absl::Status GenerationPipeline::Attempt(const PreparedRequest& r, const Encoded
   scd::v1::DecodeEvent ev;
   while (!client_gone && !stopped && reader->Read(&ev)) {
     if (ev.has_token()) {
+      if (ev.token().has_first_token_timings()) {
+        const auto& t = ev.token().first_token_timings();
+        outcome->timings.set_rebuild_ms(t.rebuild_ms());
+        outcome->timings.set_suffix_prefill_ms(t.suffix_prefill_ms());
+      }
       if (ev.token().id() < 0) continue;
       ++generated;
       pending_ids.push_back(ev.token().id());

@@ -187,9 +187,9 @@ absl::StatusOr<json> ParseJson(std::string_view text, std::string_view source_na
     return absl::InvalidArgumentError(absl::StrCat(Prefix(source_name), e.what()));
   }
   if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Prefix(source_name, builder.error_line()),
-        builder.error().empty() ? "invalid JSON" : builder.error()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Prefix(source_name, builder.error_line()),
+                     builder.error().empty() ? "invalid JSON" : builder.error()));
   }
   if (!builder.root().is_object()) {
     return absl::InvalidArgumentError(

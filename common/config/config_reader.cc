@@ -120,8 +120,8 @@ bool ParseDuration(std::string_view text, double* seconds) {
 ConfigReader::ConfigReader(const json& config)
     : ConfigReader(std::make_shared<Sink>(), config.is_object() ? &config : EmptyObject(), "") {
   if (!config.is_object()) {
-    sink_->errors.push_back(absl::StrCat("config: the top level must be a mapping, got ",
-                                         ConfigValueText(config)));
+    sink_->errors.push_back(
+        absl::StrCat("config: the top level must be a mapping, got ", ConfigValueText(config)));
   }
 }
 
@@ -147,7 +147,8 @@ void ConfigReader::RecordError(std::string_view key_path, std::string_view messa
 }
 
 void ConfigReader::TypeError(std::string_view key, std::string_view expected, const json& got) {
-  RecordError(KeyPath(key), absl::StrCat("expected ", Sv(expected), ", got ", ConfigValueText(got)));
+  RecordError(KeyPath(key),
+              absl::StrCat("expected ", Sv(expected), ", got ", ConfigValueText(got)));
 }
 
 void ConfigReader::AddError(std::string_view key, std::string_view message) {
@@ -328,7 +329,10 @@ std::vector<std::string> ConfigReader::Keys() const {
 
 absl::Status ConfigReader::Finish() const {
   std::vector<std::string> messages = sink_->errors;
-  for (const auto& [path, level] : sink_->levels) {
+  for (const auto& entry : sink_->levels) {
+    // Named copies, not structured bindings: C++17 lambdas cannot capture those.
+    const std::string& path = entry.first;
+    const Level& level = entry.second;
     if (level.object == nullptr || !level.object->is_object()) continue;
     for (const auto& item : level.object->items()) {
       const std::string& key = item.key();

@@ -46,8 +46,7 @@ class ConfigReader {
   int64_t Int(std::string_view key, int64_t default_value, int64_t min = kIntMin,
               int64_t max = kIntMax);
   // A number (integer or float) in [min, max]; NaN is always an error.
-  double Double(std::string_view key, double default_value, double min = -kInf,
-                double max = kInf);
+  double Double(std::string_view key, double default_value, double min = -kInf, double max = kInf);
   // true or false only (YAML 1.2: "yes" and "on" are strings, hence errors).
   bool Bool(std::string_view key, bool default_value);
   // A list of strings.

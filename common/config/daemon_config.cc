@@ -38,8 +38,8 @@ absl::StatusOr<std::vector<std::string>> SplitConfigKey(std::string_view dotted_
     if (c == '.') {
       if (segments.back().empty()) break;  // reported below
       if (segments.size() >= static_cast<size_t>(kMaxConfigDepth)) {
-        return absl::InvalidArgumentError(absl::StrCat("config key '", shown, "' has more than ",
-                                                       kMaxConfigDepth, " parts"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("config key '", shown, "' has more than ", kMaxConfigDepth, " parts"));
       }
       segments.emplace_back();
       continue;
@@ -52,15 +52,13 @@ absl::StatusOr<std::vector<std::string>> SplitConfigKey(std::string_view dotted_
   }
   for (const std::string& segment : segments) {
     if (segment.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config key '", shown, "' has an empty part"));
+      return absl::InvalidArgumentError(absl::StrCat("config key '", shown, "' has an empty part"));
     }
   }
   return segments;
 }
 
-absl::Status ApplyOverride(json* config, std::string_view dotted_key,
-                           std::string_view raw_value) {
+absl::Status ApplyOverride(json* config, std::string_view dotted_key, std::string_view raw_value) {
   SCD_ASSIGN_OR_RETURN(const std::vector<std::string> path, SplitConfigKey(dotted_key));
   const std::string key = absl::StrJoin(path, ".");
   // The value's containers sit below the root and the path's intermediate mappings.
@@ -148,14 +146,17 @@ absl::StatusOr<DaemonCommandLine> ParseDaemonCommandLine(int argc, const char* c
 }
 
 std::string DaemonUsage(std::string_view program) {
-  return absl::StrCat(
-      "usage: ", Sv(program), " --config FILE [--KEY=VALUE | --KEY VALUE | --set KEY=VALUE]...\n",
-      "  --config FILE    the config file (.json, .yaml or .yml), e.g. one under configs/\n",
-      "  --KEY=VALUE      overrides one config key: KEY is a dotted path (http.port; '-' and\n",
-      "                   '_' are the same), VALUE is YAML (8080 is an integer, [a, b] a list,\n",
-      "                   '8080' a string); later overrides win\n",
-      "  --KEY            alone sets KEY to true\n",
-      "  --help, -h       prints this text\n");
+  constexpr char kOptions[] =
+      R"(  --config FILE    the config file (.json, .yaml or .yml), e.g. one under configs/
+  --KEY=VALUE      overrides one config key: KEY is a dotted path (http.port; '-' and
+                   '_' are the same), VALUE is YAML (8080 is an integer, [a, b] a list,
+                   '8080' a string); later overrides win
+  --KEY            alone sets KEY to true
+  --help, -h       prints this text
+)";
+  return absl::StrCat("usage: ", Sv(program),
+                      " --config FILE [--KEY=VALUE | --KEY VALUE | --set KEY=VALUE]...\n",
+                      kOptions);
 }
 
 absl::StatusOr<json> LoadDaemonConfig(const DaemonCommandLine& command_line) {

@@ -33,8 +33,8 @@ struct ConfigOverride {
 };
 
 struct DaemonCommandLine {
-  std::string program;      // argv[0]
-  std::string config_path;  // --config; always set unless help_requested
+  std::string program;                    // argv[0]
+  std::string config_path;                // --config; always set unless help_requested
   std::vector<ConfigOverride> overrides;  // in command-line order
   bool help_requested = false;            // --help or -h
 };

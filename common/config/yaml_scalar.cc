@@ -28,9 +28,7 @@ bool AllOf(std::string_view s, bool (*pred)(char)) {
 }
 
 bool IsOctalDigit(char c) { return c >= '0' && c <= '7'; }
-bool IsHexDigit(char c) {
-  return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
+bool IsHexDigit(char c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
 int HexValue(char c) {
   if (IsDigit(c)) return c - '0';
@@ -178,20 +176,48 @@ absl::Status ParseQuotedScalar(std::string_view text, size_t* pos, std::string* 
     i += 2;
     uint32_t cp = 0;
     switch (e) {
-      case '0': out->push_back('\0'); break;
-      case 'a': out->push_back('\a'); break;
-      case 'b': out->push_back('\b'); break;
-      case 't': out->push_back('\t'); break;
-      case '\t': out->push_back('\t'); break;
-      case 'n': out->push_back('\n'); break;
-      case 'v': out->push_back('\v'); break;
-      case 'f': out->push_back('\f'); break;
-      case 'r': out->push_back('\r'); break;
-      case 'e': out->push_back('\x1b'); break;
-      case ' ': out->push_back(' '); break;
-      case '"': out->push_back('"'); break;
-      case '/': out->push_back('/'); break;
-      case '\\': out->push_back('\\'); break;
+      case '0':
+        out->push_back('\0');
+        break;
+      case 'a':
+        out->push_back('\a');
+        break;
+      case 'b':
+        out->push_back('\b');
+        break;
+      case 't':
+        out->push_back('\t');
+        break;
+      case '\t':
+        out->push_back('\t');
+        break;
+      case 'n':
+        out->push_back('\n');
+        break;
+      case 'v':
+        out->push_back('\v');
+        break;
+      case 'f':
+        out->push_back('\f');
+        break;
+      case 'r':
+        out->push_back('\r');
+        break;
+      case 'e':
+        out->push_back('\x1b');
+        break;
+      case ' ':
+        out->push_back(' ');
+        break;
+      case '"':
+        out->push_back('"');
+        break;
+      case '/':
+        out->push_back('/');
+        break;
+      case '\\':
+        out->push_back('\\');
+        break;
       case 'x':
         if (!ReadHex(text, &i, 2, &cp)) {
           return absl::InvalidArgumentError("invalid \\x escape (expected 2 hex digits)");
@@ -227,9 +253,9 @@ absl::Status ParseQuotedScalar(std::string_view text, size_t* pos, std::string* 
         AppendUtf8(cp, out);
         break;
       default:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "invalid escape '\\", absl::CHexEscape(absl::string_view(&e, 1)),
-            "' in double-quoted string (use \\\\ for a backslash)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("invalid escape '\\", absl::CHexEscape(absl::string_view(&e, 1)),
+                         "' in double-quoted string (use \\\\ for a backslash)"));
     }
   }
   return absl::InvalidArgumentError(

@@ -98,13 +98,18 @@ class InlineParser {
 
   absl::Status Fail(std::string_view message) const {
     if (line_ == 0) return absl::InvalidArgumentError(Sv(message));
-    if (source_.empty()) return absl::InvalidArgumentError(absl::StrCat("line ", line_, ": ", Sv(message)));
+    if (source_.empty())
+      return absl::InvalidArgumentError(absl::StrCat("line ", line_, ": ", Sv(message)));
     return absl::InvalidArgumentError(absl::StrCat(Sv(source_), ":", line_, ": ", Sv(message)));
   }
 
   // A value in block context (after `key: ` or `- `, or alone on its line); the text must be
   // left-trimmed, non-empty and not a comment. The rest of the line may only be a comment.
   absl::Status ParseBlockValue(int depth, json* out) {
+    if (text_.empty()) {
+      *out = nullptr;
+      return absl::OkStatus();
+    }
     const char c = text_[0];
     if (c == '[' || c == '{') {
       SCD_RETURN_IF_ERROR(ParseFlowCollection(depth, out));
@@ -233,8 +238,8 @@ class InlineParser {
     while (i < text_.size()) {
       const char c = text_[i];
       if (IsFlowIndicator(c)) break;
-      if (c == ':' && (i + 1 == text_.size() || IsBlank(text_[i + 1]) ||
-                       IsFlowIndicator(text_[i + 1]))) {
+      if (c == ':' &&
+          (i + 1 == text_.size() || IsBlank(text_[i + 1]) || IsFlowIndicator(text_[i + 1]))) {
         break;
       }
       if (c == '#' && i > pos_ && IsBlank(text_[i - 1])) break;
@@ -274,8 +279,8 @@ class InlineParser {
 
 struct Line {
   int number = 0;
-  size_t indent = 0;          // column of the first content byte
-  std::string_view content;   // from that byte to the end of the line, right-trimmed
+  size_t indent = 0;         // column of the first content byte
+  std::string_view content;  // from that byte to the end of the line, right-trimmed
 };
 
 // What a line's leading `key:` parsed to.
@@ -353,7 +358,8 @@ class BlockParser {
         return Error(number, "tab character in indentation (indent with spaces)");
       }
       if (indent == 0) {
-        const bool marker = content.size() == 3 || IsBlank(content[3]);
+        // "---" or "..." alone or followed by a blank (a marker, not a plain "---x").
+        const bool marker = content.size() == 3 || (content.size() > 3 && IsBlank(content[3]));
         if (content.substr(0, 3) == "---" && marker) {
           if (seen_content || seen_document_start) {
             return Error(number, "unsupported YAML feature: several documents ('---')");
@@ -445,8 +451,8 @@ class BlockParser {
       ++pos_;
       json value;
       if (match.rest.empty() || match.rest[0] == '#') {
-        SCD_RETURN_IF_ERROR(ParseIndentedValue(indent, /*allow_same_indent_sequence=*/true,
-                                               depth + 1, &value));
+        SCD_RETURN_IF_ERROR(
+            ParseIndentedValue(indent, /*allow_same_indent_sequence=*/true, depth + 1, &value));
       } else {
         SCD_RETURN_IF_ERROR(
             InlineParser(match.rest, source_, line.number).ParseBlockValue(depth + 1, &value));
@@ -467,8 +473,8 @@ class BlockParser {
       json item;
       if (rest.empty() || rest[0] == '#') {
         ++pos_;
-        SCD_RETURN_IF_ERROR(ParseIndentedValue(indent, /*allow_same_indent_sequence=*/false,
-                                               depth + 1, &item));
+        SCD_RETURN_IF_ERROR(
+            ParseIndentedValue(indent, /*allow_same_indent_sequence=*/false, depth + 1, &item));
       } else {
         // Compact notation: the entry's content becomes a line of its own at its column.
         line.indent += static_cast<size_t>(rest.data() - line.content.data());
@@ -482,8 +488,8 @@ class BlockParser {
 
   // The value of a `key:` or `-` with nothing after it: the more-indented lines that follow,
   // or (for a key) a sequence at the key's own indentation, or else null.
-  absl::Status ParseIndentedValue(size_t parent_indent, bool allow_same_indent_sequence,
-                                  int depth, json* out) {
+  absl::Status ParseIndentedValue(size_t parent_indent, bool allow_same_indent_sequence, int depth,
+                                  json* out) {
     *out = nullptr;
     if (pos_ >= lines_.size()) return absl::OkStatus();
     const Line& next = lines_[pos_];
@@ -496,10 +502,9 @@ class BlockParser {
   }
 
   absl::Status BadIndent(const Line& line, size_t expected) const {
-    return Error(line.number,
-                 absl::StrCat("bad indentation: expected the block's column ", expected + 1,
-                              " or less, found column ", line.indent + 1,
-                              " (multi-line values are not supported)"));
+    return Error(line.number, absl::StrCat("bad indentation: expected the block's column ",
+                                           expected + 1, " or less, found column ", line.indent + 1,
+                                           " (multi-line values are not supported)"));
   }
 
   absl::Status DepthError() const {

@@ -326,7 +326,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(std::string_view json_text,
   json object;
   try {
     object = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     return absl::InvalidArgumentError(absl::StrCat("config is not valid JSON: ", e.what()));
   }
   if (!object.is_object()) {

@@ -61,4 +61,22 @@ std::shared_ptr<const Model> MakeSyntheticModel(const ModelConfig& config, uint6
   return model;
 }
 
+std::shared_ptr<const Model> MakeNoisyVariant(const Model& base, float noise_std, uint64_t seed) {
+  auto model = std::make_shared<Model>();
+  model->config = base.config;
+  model->config.name = base.config.name + "-variant";
+  model->weights = base.weights;
+  const std::vector<WeightEntry> layout = WeightLayout(model->config);
+  ParallelFor(layout.size(), [&](size_t t) {
+    if (layout[t].is_norm()) return;
+    std::vector<float>& data = WeightData(model->weights, layout[t]);
+    std::vector<float> noise(data.size());
+    FillNormal(noise.data(), noise.size(), SplitMix64Mix(seed ^ ((t + 1) * kGoldenGamma)), 0.0f,
+               noise_std);
+    for (size_t i = 0; i < data.size(); ++i) data[i] += noise[i];
+  });
+  model->digest = ComputeModelDigest(model->config, model->weights);
+  return model;
+}
+
 }  // namespace scd

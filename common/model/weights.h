@@ -59,6 +59,11 @@ absl::StatusOr<std::shared_ptr<const Model>> LoadModel(const std::string& dir);
 std::shared_ptr<const Model> MakeSyntheticModel(const ModelConfig& config, uint64_t seed,
                                                 float init_std = 0.02f);
 
+// A "specialist" of `base` for timing runs at shapes we have no fine-tuned pair for: the same
+// config with every non-norm weight perturbed by N(0, noise_std²) drawn from `seed`, so the
+// pair shares an architecture and differs in weights as a fine-tune does.
+std::shared_ptr<const Model> MakeNoisyVariant(const Model& base, float noise_std, uint64_t seed);
+
 // Computes `model.digest`.
 std::string ComputeModelDigest(const ModelConfig& config, const ModelWeights& weights);
 

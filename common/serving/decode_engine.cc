@@ -240,7 +240,10 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
     return Finish(*a, DecodeEvent::Done("stop"));
   }
   a->generated = 1;
-  a->callback(DecodeEvent::Token(first));
+  DecodeEvent first_event = DecodeEvent::Token(first);
+  first_event.timings = a->timings;  // admission stages are known now (stop strings may end
+                                     // the stream before the final event carries them)
+  a->callback(first_event);
   if (a->generated >= a->job.max_tokens) return Finish(*a, DecodeEvent::Done("length"));
   if (a->seq->length() >= a->seq->capacity()) {
     return Finish(*a, DecodeEvent::Done("context"));

@@ -46,7 +46,7 @@ struct DecodeEvent {
   absl::Status error;          // kError
   int prompt_tokens = 0;       // kDone
   int completion_tokens = 0;   // kDone
-  DecodeTimings timings;       // kDone
+  DecodeTimings timings;       // kDone, and the first kToken (admission stages)
   bool final() const { return kind != Kind::kToken; }
 
   static DecodeEvent Token(int32_t id) {

@@ -2,6 +2,9 @@
 // ({"modes": {...}}), plus a Markdown table, CSV and PNG with --report PREFIX. Ablations:
 // --ablate-patch adds scd rows with patch budget k = 0..L (the artifact's greedy order).
 // All logic lives in common/scd/evaluation.h.
+// --sekv-budget F adds the SEKV evaluation (common/sekv/sekv_evaluation.h): SEKV, the
+// heavy-hitter and chunk-summary baselines at GPU-tier bytes = F x full KV, under "sekv",
+// "h2o" and "chunk" in the same JSON. --modes "" skips the codec modes.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -15,6 +18,8 @@
 #include "common/runtime/backend.h"
 #include "common/scd/evaluation.h"
 #include "common/scd/model_pair.h"
+#include "common/sekv/sekv_artifact.h"
+#include "common/sekv/sekv_evaluation.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace {
@@ -33,6 +38,10 @@ int main(int argc, char** argv) {
   std::string json_out, report, text;
   bool ablate_patch = false;
   scd::EvalConfig cfg;
+  float sekv_budget = 0;
+  std::string sekv_router;
+  scd::sekv::SekvEvalConfig sk;
+  bool sekv_ablate = false;
   scd::cli::FlagParser flags(kProgram, "--producer DIR --consumer DIR --artifact A --babi FILES --json OUT");
   flags.AddString("producer", &producer_dir, "producer checkpoint directory", true);
   flags.AddString("consumer", &consumer_dir, "consumer checkpoint directory", true);
@@ -48,6 +57,21 @@ int main(int argc, char** argv) {
   flags.AddInt("timing-tokens", &cfg.timing_tokens, "prompt length of the rebuild-vs-prefill timing (0 = skip)");
   flags.AddInt("kivi-group", &cfg.codec.kivi_group, "KIVI group size");
   flags.AddBool("ablate-patch", &ablate_patch, "add scd rows for patch budget k = 0..L");
+  flags.AddFloat("sekv-budget", &sekv_budget, "SEKV: GPU-tier bytes as a fraction of full KV (0 = skip SEKV)");
+  flags.AddString("sekv-router", &sekv_router, "SEKV: calibrated router artifact (default: share-threshold gate)");
+  flags.AddInt("sekv-text-samples", &sk.text_samples, "SEKV: packed full-context text samples");
+  flags.AddInt("sekv-scored", &sk.scored_tokens, "SEKV: tokens decoded and scored per text sample");
+  flags.AddInt("sekv-niah-trials", &sk.niah_trials, "SEKV: needle prompts per depth (0 = skip)");
+  flags.AddFloat("sekv-alpha", &sk.sekv.segmenter.alpha, "SEKV: boundary threshold in std above the mean");
+  flags.AddInt("sekv-min-span", &sk.sekv.segmenter.min_span, "SEKV: minimum span length");
+  flags.AddInt("sekv-max-span", &sk.sekv.segmenter.max_span, "SEKV: maximum span length (0 = none)");
+  flags.AddFloat("sekv-window-share", &sk.shares.window_share, "SEKV: share of the budget for the recent window");
+  flags.AddFloat("sekv-expand-share", &sk.shares.expand_share, "SEKV: share of the budget for expanded spans");
+  flags.AddInt("sekv-rmax", &sk.sekv.store.r_max, "SEKV: rank cap of the CPU bases");
+  float sekv_energy = static_cast<float>(sk.sekv.store.energy);
+  flags.AddFloat("sekv-energy", &sekv_energy, "SEKV: spectral energy share kept by the CPU bases");
+  flags.AddFloat("sekv-tau", &sk.sekv.tau_override, "SEKV: gate threshold for every head (-1 = the router's)");
+  flags.AddBool("sekv-ablate", &sekv_ablate, "SEKV: also run SEKV without zoom-in (sekv-nozoom)");
   if (auto st = flags.Parse(argc, argv); !st.ok()) {
     std::cerr << kProgram << ": " << st.message() << "\n\n" << flags.Usage();
     return scd::cli::kExitUsage;
@@ -82,12 +106,49 @@ int main(int argc, char** argv) {
   if (!evaluator.ok()) return Fail(std::string(evaluator.status().message()));
   auto progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
 
-  auto reports = (*evaluator)->Run(cfg, progress);
-  if (!reports.ok()) return Fail(std::string(reports.status().message()));
   nlohmann::json out = {{"modes", nlohmann::json::object()},
                         {"command", scd::cli::QuotedCommandLine(argc, argv)}};
-  for (const auto& r : *reports) out["modes"][r.label] = r.ToJson();
-  std::vector<scd::ModeReport> all = *reports;
+  std::vector<scd::ModeReport> all;
+  if (!cfg.modes.empty()) {
+    auto reports = (*evaluator)->Run(cfg, progress);
+    if (!reports.ok()) return Fail(std::string(reports.status().message()));
+    for (const auto& r : *reports) out["modes"][r.label] = r.ToJson();
+    all = *reports;
+  }
+
+  if (sekv_budget > 0) {
+    std::shared_ptr<const scd::sekv::ZoomRouter> router;
+    if (!sekv_router.empty()) {
+      auto a = scd::sekv::SekvArtifact::Load(sekv_router);
+      if (!a.ok()) return Fail(std::string(a.status().message()));
+      if (auto st = a->CheckModel(*consumer_model); !st.ok()) return Fail(std::string(st.message()));
+      router = std::make_shared<const scd::sekv::ZoomRouter>(a->router);
+    }
+    sk.budget = sekv_budget;
+    sk.sekv.store.energy = sekv_energy;
+    sk.text_file = cfg.text_file;
+    sk.babi_files = cfg.babi_files;
+    sk.max_examples = cfg.max_examples;
+    sk.max_examples_per_file = cfg.max_examples_per_file;
+    sk.max_answer_tokens = cfg.max_answer_tokens;
+    sk.ablate_no_zoom = sekv_ablate;
+    std::cerr << kProgram << ": SEKV at budget " << sekv_budget << "\n";
+    auto sekv_eval = scd::sekv::SekvEvaluator::Create(*producer, *consumer, artifact, *tokenizer, router);
+    if (!sekv_eval.ok()) return Fail(std::string(sekv_eval.status().message()));
+    auto sr = (*sekv_eval)->Run(sk, progress);
+    if (!sr.ok()) return Fail(std::string(sr.status().message()));
+    const nlohmann::json sj = sr->ToJson();
+    for (auto it = sj.begin(); it != sj.end(); ++it) out[it.key()] = it.value();
+    if (!sekv_router.empty()) out["sekv"]["router"] = sekv_router;
+    for (const char* m : {"sekv", "h2o", "chunk", "sekv-nozoom"}) {
+      if (!out.contains(m)) continue;
+      const auto& j = out[m];
+      std::cout << m << ": gpu_bytes_ratio " << j["gpu_bytes_ratio"] << " ppl " << j["ppl"] << " (full "
+                << j["ppl_full"] << ") F1 " << j["f1"] << " (full " << j["f1_full"] << ") top1 "
+                << j["top1_agreement"] << " niah " << j["niah_accuracy"].dump() << " (full "
+                << j["niah_accuracy_full"].dump() << ")\n";
+    }
+  }
 
   if (ablate_patch) {
     if (artifact == nullptr) return Fail("--ablate-patch needs --artifact");

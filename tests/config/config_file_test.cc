@@ -19,8 +19,8 @@
 namespace scd::config {
 namespace {
 
-using nlohmann::json;
 using Catch::Matchers::Contains;
+using nlohmann::json;
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
@@ -139,8 +139,9 @@ TEST_CASE("LoadConfigFile reads JSON and YAML files by extension", "[cpu]") {
 
   absl::StatusOr<json> bad = LoadConfigFile(dir + "/bad.yml");
   REQUIRE_FALSE(bad.ok());
-  CHECK(Message(bad.status()) == dir + "/bad.yml:2: unterminated flow sequence (a flow "
-                                       "collection must end on the line it starts)");
+  CHECK(Message(bad.status()) == dir +
+                                     "/bad.yml:2: unterminated flow sequence (a flow "
+                                     "collection must end on the line it starts)");
 
   absl::StatusOr<json> missing = LoadConfigFile(dir + "/missing.yaml");
   REQUIRE_FALSE(missing.ok());
@@ -173,8 +174,8 @@ void Exercise(const std::string& text, ConfigFormat format) {
 
 TEST_CASE("Parsers survive truncated, mutated and random input", "[cpu]") {
   std::mt19937 rng(20240611);
-  std::vector<std::pair<std::string, ConfigFormat>> seeds = {
-      {kYamlConfig, ConfigFormat::kYaml}, {kJsonConfig, ConfigFormat::kJson}};
+  std::vector<std::pair<std::string, ConfigFormat>> seeds = {{kYamlConfig, ConfigFormat::kYaml},
+                                                             {kJsonConfig, ConfigFormat::kJson}};
   // Every prefix of the valid configs (cut mid-token, mid-escape, mid-indentation).
   for (const auto& [text, format] : seeds) {
     for (size_t n = 0; n <= text.size(); ++n) Exercise(text.substr(0, n), format);
@@ -187,9 +188,15 @@ TEST_CASE("Parsers survive truncated, mutated and random input", "[cpu]") {
     for (int e = 0; e < edits; ++e) {
       const size_t at = rng() % text.size();
       switch (rng() % 3) {
-        case 0: text[at] = static_cast<char>(rng() % 256); break;
-        case 1: text.erase(at, 1); break;
-        default: text.insert(at, 1, static_cast<char>(rng() % 256)); break;
+        case 0:
+          text[at] = static_cast<char>(rng() % 256);
+          break;
+        case 1:
+          text.erase(at, 1);
+          break;
+        default:
+          text.insert(at, 1, static_cast<char>(rng() % 256));
+          break;
       }
     }
     Exercise(text, format);

@@ -15,8 +15,8 @@
 namespace scd::config {
 namespace {
 
-using nlohmann::json;
 using Catch::Matchers::Contains;
+using nlohmann::json;
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
@@ -104,8 +104,9 @@ TEST_CASE("ConfigReader errors name the key, the expectation and the value", "[c
         "config key 'k[1]': expected a string, got 5");
   CHECK(ErrorFor("a", [](ConfigReader& r) { r.StringList("k"); }) ==
         "config key 'k': expected a list of strings, got \"a\"");
-  CHECK(ErrorFor("medium", [](ConfigReader& r) { r.Enum("k", "slow", {"slow", "fast"}); }) ==
-        "config key 'k': expected one of \"slow\", \"fast\", got \"medium\"");
+  CHECK(ErrorFor("medium", [](ConfigReader& r) {
+          r.Enum("k", "slow", {"slow", "fast"});
+        }) == "config key 'k': expected one of \"slow\", \"fast\", got \"medium\"");
   CHECK_THAT(ErrorFor("soon", [](ConfigReader& r) { r.DurationSeconds("k", 1); }),
              Contains("config key 'k': expected a duration >= 0 seconds (a number of seconds, "
                       "or a string like \"250ms\""));
@@ -205,7 +206,8 @@ TEST_CASE("ConfigReader: top level, Raw, Has, Keys and AddError", "[cpu]") {
   CHECK(bad.Int("x", 4) == 4);
   CHECK(Message(bad.Finish()) == "config: the top level must be a mapping, got a list");
 
-  const json config = Yaml("labels: {a: 1, b: [2]}\nports: {http: 80, grpc: 9000}\nmin: 5\nmax: 2\n");
+  const json config =
+      Yaml("labels: {a: 1, b: [2]}\nports: {http: 80, grpc: 9000}\nmin: 5\nmax: 2\n");
   ConfigReader reader(config);
   CHECK(reader.Has("min"));
   CHECK_FALSE(reader.Has("absent"));

@@ -14,8 +14,8 @@
 namespace scd::config {
 namespace {
 
-using nlohmann::json;
 using Catch::Matchers::Contains;
+using nlohmann::json;
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
@@ -33,24 +33,23 @@ std::string ParseError(std::vector<const char*> args) {
 
 TEST_CASE("Daemon command line: --config, overrides in order, --set, bare flags", "[cpu]") {
   absl::StatusOr<DaemonCommandLine> parsed =
-      Parse({"--config", "configs/decode.yaml", "--http.port=8080", "--name", "decode 0",
-             "--set", "scd.rank=4", "--max-tokens", "-5", "--set=a.b=c=d", "--debug",
-             "--http.port=9090", "--verbose"});
+      Parse({"--config", "configs/decode.yaml", "--http.port=8080", "--name", "decode 0", "--set",
+             "scd.rank=4", "--max-tokens", "-5", "--set=a.b=c=d", "--debug", "--http.port=9090",
+             "--verbose"});
   REQUIRE(parsed.ok());
   CHECK(parsed->program == "scd-decode");
   CHECK(parsed->config_path == "configs/decode.yaml");
   CHECK_FALSE(parsed->help_requested);
   std::vector<std::pair<std::string, std::string>> overrides;
   for (const ConfigOverride& o : parsed->overrides) overrides.emplace_back(o.key, o.raw_value);
-  CHECK(overrides == std::vector<std::pair<std::string, std::string>>{
-                         {"http.port", "8080"},
-                         {"name", "decode 0"},
-                         {"scd.rank", "4"},
-                         {"max_tokens", "-5"},
-                         {"a.b", "c=d"},
-                         {"debug", "true"},
-                         {"http.port", "9090"},
-                         {"verbose", "true"}});
+  CHECK(overrides == std::vector<std::pair<std::string, std::string>>{{"http.port", "8080"},
+                                                                      {"name", "decode 0"},
+                                                                      {"scd.rank", "4"},
+                                                                      {"max_tokens", "-5"},
+                                                                      {"a.b", "c=d"},
+                                                                      {"debug", "true"},
+                                                                      {"http.port", "9090"},
+                                                                      {"verbose", "true"}});
 
   absl::StatusOr<DaemonCommandLine> eq = Parse({"--config=c.json", "--empty="});
   REQUIRE(eq.ok());

@@ -19,10 +19,9 @@ TEST_CASE("IsSecretConfigKey", "[cpu]") {
     INFO(key);
     CHECK(IsSecretConfigKey(key));
   }
-  for (const char* key : {"max_tokens", "tokenizer", "tokenizer_path", "token_file",
-                          "tls.key_path", "api_key_file", "secret_name", "eos_token",
-                          "bos_token", "pad_token", "name", "port", "keyword", "monkey",
-                          "cache_keys_per_block_count", ""}) {
+  for (const char* key : {"max_tokens", "tokenizer", "tokenizer_path", "token_file", "tls.key_path",
+                          "api_key_file", "secret_name", "eos_token", "bos_token", "pad_token",
+                          "name", "port", "keyword", "monkey", "cache_keys_per_block_count", ""}) {
     INFO(key);
     CHECK_FALSE(IsSecretConfigKey(key));
   }
@@ -65,8 +64,9 @@ TEST_CASE("RenderEffectiveConfig never throws on odd values", "[cpu]") {
                        {"inf", std::numeric_limits<double>::infinity()},
                        {"password", "\xC3"}};
   const std::string rendered = RenderEffectiveConfig(config);
-  CHECK(rendered == "{\"bad_utf8\":\"\xEF\xBF\xBD\xEF\xBF\xBD\",\"inf\":null,"
-                    "\"password\":\"<redacted>\"}");
+  CHECK(rendered ==
+        "{\"bad_utf8\":\"\xEF\xBF\xBD\xEF\xBF\xBD\",\"inf\":null,"
+        "\"password\":\"<redacted>\"}");
   json deep = 1;
   for (int i = 0; i < 2000; ++i) deep = json::array({std::move(deep)});
   json holder = {{"secret", "s"}};

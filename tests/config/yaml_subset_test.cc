@@ -13,8 +13,8 @@
 namespace scd::config {
 namespace {
 
-using nlohmann::json;
 using Catch::Matchers::Contains;
+using nlohmann::json;
 
 json ParseOrFail(const std::string& text) {
   absl::StatusOr<json> parsed = ParseYaml(text, "cfg.yaml");
@@ -114,7 +114,8 @@ TEST_CASE("YAML: compact and nested block forms", "[cpu]") {
 
   // The whole document may be indented; CRLF line ends and a BOM are accepted.
   CHECK(ParseOrFail("  a: 1\n  b:\n    c: 2\n") == json{{"a", 1}, {"b", {{"c", 2}}}});
-  CHECK(ParseOrFail("\xEF\xBB\xBF" "a: 1\r\nb: [x, y]\r\n") == json{{"a", 1}, {"b", {"x", "y"}}});
+  CHECK(ParseOrFail("\xEF\xBB\xBF"
+                    "a: 1\r\nb: [x, y]\r\n") == json{{"a", 1}, {"b", {"x", "y"}}});
   // Tabs may separate within a line, just not indent.
   CHECK(ParseOrFail("a:\t1\t# note\n") == json{{"a", 1}});
 }
@@ -162,7 +163,9 @@ TEST_CASE("YAML: quoted scalars are strings with escapes", "[cpu]") {
   CHECK(Scalar("'it''s'") == "it's");
   CHECK(Scalar("'back\\slash'") == "back\\slash");
   CHECK(Scalar(R"("a\tb\nc\"d\\e\/f")") == "a\tb\nc\"d\\e/f");
-  CHECK(Scalar(R"("\u00e9\x41\U0001F600")") == "\xC3\xA9" "A\xF0\x9F\x98\x80");
+  CHECK(Scalar(R"("\u00e9\x41\U0001F600")") ==
+        "\xC3\xA9"
+        "A\xF0\x9F\x98\x80");
   CHECK(Scalar(R"("\ud83d\ude00")") == "\xF0\x9F\x98\x80");
   CHECK(Scalar(R"("# not a comment" # a comment)") == "# not a comment");
   CHECK(Scalar(R"("a: b")") == "a: b");
@@ -181,8 +184,7 @@ TEST_CASE("YAML: flow collections", "[cpu]") {
   CHECK(Scalar("[a, b]  # comment") == json{"a", "b"});
 }
 
-TEST_CASE("YAML: an empty document is an empty mapping; the top level must be a mapping",
-          "[cpu]") {
+TEST_CASE("YAML: an empty document is an empty mapping; the top level must be a mapping", "[cpu]") {
   CHECK(ParseOrFail("") == json::object());
   CHECK(ParseOrFail("# nothing\n\n   \n---\n") == json::object());
   ExpectError("- a\n- b\n", 1, "top level must be a mapping");
@@ -239,6 +241,10 @@ TEST_CASE("YAML: rejected input names the line", "[cpu]") {
   ExpectError(": x\n", 1, "missing key before ':'");
   ExpectError("a: - x\n", 1, "sequence entry ('- ') is not allowed here");
   ExpectError("a:\n  - x\n  -y: 1\n", 3, "bad indentation");
+  // Short lines at the left margin (found by fuzzing: the marker check read past "--").
+  ExpectError("a: 1\n--\n", 2, "expected 'key: value'");
+  ExpectError("a: 1\n.\n", 2, "expected 'key: value'");
+  CHECK(ParseOrFail("a: ---\nb: ...x\n") == json{{"a", "---"}, {"b", "...x"}});
 }
 
 TEST_CASE("YAML: nesting is capped at kMaxConfigDepth levels", "[cpu]") {

@@ -177,6 +177,8 @@ TEST_CASE("Daemon pair serves the bundled pair end to end", "[daemons]") {
     CHECK(done.decode_instance() == decode.instance_id);
     CHECK(done.timings().payload_bytes() > 0);
     CHECK(done.timings().ttft_ms() > 0);
+    CHECK(done.timings().rebuild_ms() > 0);
+    CHECK((done.timings().prefill_ms() > 0 || done.timings().prefix_cache_hit()));
 
     scd::v1::GenerateRequest bad;
     bad.set_model("stories260K-babi-qa");

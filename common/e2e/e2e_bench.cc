@@ -1,0 +1,321 @@
+// See e2e_bench.h.
+#include "common/e2e/e2e_bench.h"
+
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/cluster/daemon_process.h"
+#include "common/eval/answer.h"
+#include "common/eval/metrics.h"
+#include "common/plot/plot.h"
+#include "proto/scd.grpc.pb.h"
+
+namespace scd::e2e {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kToken[] = "e2e-bench-token";
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+struct Cluster {
+  std::vector<std::unique_ptr<cluster::DaemonProcess>> decodes;
+  std::unique_ptr<cluster::DaemonProcess> prefill;
+  std::string grpc_address;
+};
+
+nlohmann::json PrefillJson(const E2eBenchOptions& o, const std::string& mode, double gbps,
+                           bool cache, const std::string& grpc_address) {
+  nlohmann::json c;
+  c["base_model"] = o.base_model;
+  c["http"] = {{"port", 0}};
+  c["grpc"] = {{"listen", grpc_address}};
+  c["control_plane"] = {{"cluster_token", kToken}, {"heartbeat_interval", "100ms"}, {"lease", "2s"}};
+  c["data_plane"] = {{"transport", o.transport}, {"bandwidth_gbps", gbps}};
+  c["prefix_cache"] = {{"enabled", cache}, {"block_tokens", 16}, {"max_consumer_suffix", 128}};
+  c["limits"] = {{"max_tokens", 256}, {"default_max_tokens", 16}, {"request_timeout", "300s"}};
+  c["drain_timeout"] = "5s";
+  c["specialists"] = nlohmann::json::array(
+      {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"mode", mode}, {"max_retries", 1}}});
+  return c;
+}
+
+nlohmann::json DecodeJson(const E2eBenchOptions& o, const std::string& grpc_address, int i) {
+  nlohmann::json c;
+  c["model"] = {{"name", o.specialist_name}, {"path", o.specialist_model}, {"artifact", o.artifact}};
+  c["instance_id"] = absl::StrCat("decode-", i);
+  c["grpc"] = {{"listen", "127.0.0.1:0"}};
+  c["data_plane"] = {{"transport", o.transport}, {"listen", "127.0.0.1:0"}};
+  c["control_plane"] = {{"address", grpc_address}, {"cluster_token", kToken}, {"register_wait", "120s"}};
+  c["engine"] = {{"max_batch", 8}, {"max_queue", 64}};
+  c["drain_timeout"] = "5s";
+  return c;
+}
+
+absl::Status StartPrefill(const E2eBenchOptions& o, Cluster& c, const std::string& mode,
+                          double gbps, bool cache, const std::string& tag) {
+  if (c.prefill != nullptr) c.prefill->Stop(std::chrono::seconds(10));
+  const std::string config = absl::StrCat(o.workdir, "/prefill-", tag, ".json");
+  if (absl::Status st = cluster::WriteJsonFile(config, PrefillJson(o, mode, gbps, cache, c.grpc_address)); !st.ok()) return st;
+  absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> p = cluster::DaemonProcess::Start(
+      o.bin_dir + "/scd-prefill", {"--config", config}, absl::StrCat(o.workdir, "/prefill-", tag, ".log"));
+  if (!p.ok()) return p.status();
+  c.prefill = std::move(*p);
+  absl::StatusOr<nlohmann::json> started = c.prefill->WaitForEvent("prefill_started", std::chrono::seconds(120));
+  if (!started.ok()) return started.status();
+  // Ready once every decode daemon has re-registered: the scd_decode_instances gauge (refreshed
+  // every second) counts live daemons.
+  const int http_port = (*started)["http_port"].get<int>();
+  const std::string series = absl::StrCat("scd_decode_instances{model=\"", o.specialist_name, "\"} ");
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  httplib::Client client("127.0.0.1", http_port);
+  client.set_read_timeout(std::chrono::seconds(5));
+  while (Clock::now() < until) {
+    httplib::Result r = client.Get("/metrics");
+    if (r && r->status == 200) {
+      const size_t at = r->body.find(series);
+      if (at != std::string::npos &&
+          std::atoi(r->body.c_str() + at + series.size()) >= static_cast<int>(c.decodes.size())) {
+        return absl::OkStatus();
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "the decode daemons did not all register with the prefill daemon; log tail:\n", c.prefill->LogTail()));
+}
+
+struct Outcome {
+  bool ok = false;
+  double ttft_ms = 0;
+  std::string text;
+  scd::v1::Timings timings;
+  std::string error;
+};
+
+Outcome Ask(scd::v1::Generation::Stub& stub, const E2eBenchOptions& o, const std::string& prompt) {
+  scd::v1::GenerateRequest req;
+  req.set_model(o.specialist_name);
+  req.set_prompt(prompt);
+  req.set_max_tokens(o.max_tokens);
+  req.mutable_sampling()->set_temperature(0);
+  req.add_stop(".");
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  Outcome out;
+  const auto t0 = Clock::now();
+  auto reader = stub.Generate(&ctx, req);
+  scd::v1::GenerateEvent e;
+  bool first = true;
+  while (reader->Read(&e)) {
+    if (e.has_delta()) {
+      if (first) out.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      first = false;
+      out.text += e.delta().text();
+    } else if (e.has_done()) {
+      out.timings = e.done().timings();
+      out.ok = true;
+      if (first) out.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    } else if (e.has_error()) {
+      out.error = e.error().message();
+    }
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) {
+    out.ok = false;
+    out.error = st.error_message();
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const ProgressFn& progress) {
+  if (o.workload.empty()) return absl::InvalidArgumentError("empty workload");
+  Cluster c;
+  absl::StatusOr<int> port = cluster::PickFreePort();
+  if (!port.ok()) return port.status();
+  c.grpc_address = absl::StrCat("127.0.0.1:", *port);
+  // The decode daemons start first and keep retrying registration until a prefill daemon is up.
+  for (int i = 0; i < o.decode_daemons; ++i) {
+    const std::string config = absl::StrCat(o.workdir, "/decode-", i, ".json");
+    if (absl::Status st = cluster::WriteJsonFile(config, DecodeJson(o, c.grpc_address, i)); !st.ok()) return st;
+    absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> d = cluster::DaemonProcess::Start(
+        o.bin_dir + "/scd-decode", {"--config", config}, absl::StrCat(o.workdir, "/decode-", i, ".log"));
+    if (!d.ok()) return d.status();
+    c.decodes.push_back(std::move(*d));
+  }
+  std::vector<E2eCell> cells;
+  int cell_index = 0;
+  const int total_cells = static_cast<int>(o.modes.size() * o.bandwidths_gbps.size()) * ((o.warm ? 1 : 0) + (o.cold ? 1 : 0));
+  for (const std::string& mode : o.modes) {
+    for (double gbps : o.bandwidths_gbps) {
+      for (const bool warm : {true, false}) {
+        if ((warm && !o.warm) || (!warm && !o.cold)) continue;
+        ++cell_index;
+        const std::string tag = absl::StrCat(mode, "-", gbps, "g-", warm ? "warm" : "cold");
+        if (absl::Status st = StartPrefill(o, c, mode, gbps, warm, tag); !st.ok()) return st;
+        auto stub = scd::v1::Generation::NewStub(grpc::CreateChannel(c.grpc_address, grpc::InsecureChannelCredentials()));
+        E2eCell cell;
+        cell.mode = mode;
+        cell.bandwidth_gbps = gbps;
+        cell.cache = warm ? "warm" : "cold";
+        std::vector<double> ttfts;
+        double f1_sum = 0;
+        for (const SharedPrefixContext& ctx : o.workload) {
+          for (size_t q = 0; q < ctx.questions.size(); ++q) {
+            Outcome r = Ask(*stub, o, ctx.questions[q].prompt);
+            if (!r.ok) {
+              ++cell.errors;
+              if (progress) progress(absl::StrCat("  error: ", r.error));
+              continue;
+            }
+            if (o.score_f1) {
+              f1_sum += eval::TokenF1(eval::ExtractAnswer(r.text), ctx.questions[q].answer);
+              ++cell.scored;
+            }
+            if (warm && q == 0) continue;  // fills the cache
+            ++cell.requests;
+            ttfts.push_back(r.ttft_ms);
+            cell.cache_hits += r.timings.prefix_cache_hit() ? 1 : 0;
+            StageMeans& s = cell.stages;
+            s.queue_ms += r.timings.queue_ms();
+            s.prefill_ms += r.timings.prefill_ms();
+            s.encode_ms += r.timings.encode_ms();
+            s.transfer_ms += r.timings.transfer_ms();
+            s.rebuild_ms += r.timings.rebuild_ms();
+            s.suffix_prefill_ms += r.timings.suffix_prefill_ms();
+            s.server_ttft_ms += r.timings.ttft_ms();
+            s.payload_bytes += static_cast<double>(r.timings.payload_bytes());
+          }
+        }
+        if (cell.requests > 0) {
+          const double n = cell.requests;
+          StageMeans& s = cell.stages;
+          for (double* v : {&s.queue_ms, &s.prefill_ms, &s.encode_ms, &s.transfer_ms, &s.rebuild_ms,
+                            &s.suffix_prefill_ms, &s.server_ttft_ms, &s.payload_bytes}) {
+            *v /= n;
+          }
+          cell.ttft_p50_ms = Percentile(ttfts, 0.5);
+          cell.ttft_p99_ms = Percentile(ttfts, 0.99);
+          double sum = 0;
+          for (double t : ttfts) sum += t;
+          cell.ttft_mean_ms = sum / n;
+        }
+        cell.f1 = cell.scored > 0 ? f1_sum / cell.scored : 0;
+        if (progress) {
+          progress(absl::StrFormat("[%d/%d] %-9s %6.0f Gbit/s %s: TTFT p50 %.1f ms p99 %.1f ms, payload %.0f KB, F1 %.3f, %d errors",
+                                   cell_index, total_cells, mode, gbps, cell.cache, cell.ttft_p50_ms,
+                                   cell.ttft_p99_ms, cell.stages.payload_bytes / 1024, cell.f1, cell.errors));
+        }
+        cells.push_back(cell);
+      }
+    }
+  }
+  if (c.prefill != nullptr) c.prefill->Stop(std::chrono::seconds(10));
+  for (auto& d : c.decodes) d->Stop(std::chrono::seconds(10));
+  return cells;
+}
+
+nlohmann::json E2eCellsJson(const E2eBenchOptions& o, const std::vector<E2eCell>& cells) {
+  nlohmann::json j;
+  j["label"] = o.label;
+  j["base_model"] = o.base_model;
+  j["specialist_model"] = o.specialist_model;
+  j["decode_daemons"] = o.decode_daemons;
+  j["transport"] = o.transport;
+  j["max_tokens"] = o.max_tokens;
+  j["contexts"] = o.workload.size();
+  j["questions_per_context"] = o.workload.empty() ? 0 : o.workload[0].questions.size();
+  double tokens = 0;
+  for (const auto& c : o.workload) tokens += c.context_tokens;
+  j["mean_context_tokens"] = o.workload.empty() ? 0 : tokens / static_cast<double>(o.workload.size());
+  j["cells"] = nlohmann::json::array();
+  for (const E2eCell& c : cells) {
+    j["cells"].push_back({{"mode", c.mode},
+                          {"bandwidth_gbps", c.bandwidth_gbps},
+                          {"cache", c.cache},
+                          {"requests", c.requests},
+                          {"errors", c.errors},
+                          {"cache_hits", c.cache_hits},
+                          {"ttft_p50_ms", c.ttft_p50_ms},
+                          {"ttft_p99_ms", c.ttft_p99_ms},
+                          {"ttft_mean_ms", c.ttft_mean_ms},
+                          {"stages_mean_ms",
+                           {{"queue", c.stages.queue_ms},
+                            {"producer_prefill", c.stages.prefill_ms},
+                            {"encode", c.stages.encode_ms},
+                            {"transfer", c.stages.transfer_ms},
+                            {"rebuild", c.stages.rebuild_ms},
+                            {"suffix_prefill", c.stages.suffix_prefill_ms},
+                            {"server_ttft", c.stages.server_ttft_ms}}},
+                          {"payload_bytes_mean", c.stages.payload_bytes},
+                          {"f1", c.f1},
+                          {"scored", c.scored}});
+  }
+  return j;
+}
+
+std::string E2eCellsMarkdown(const std::vector<E2eCell>& cells) {
+  std::string md =
+      "| mode | Gbit/s | cache | n | TTFT p50 ms | TTFT p99 ms | oracle/this (p50) | prefill | encode | "
+      "transfer | rebuild | suffix prefill | payload KB | F1 | errors |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const E2eCell& c : cells) {
+    double oracle = 0;
+    for (const E2eCell& o : cells) {
+      if (o.mode == "oracle" && o.bandwidth_gbps == c.bandwidth_gbps && o.cache == c.cache) oracle = o.ttft_p50_ms;
+    }
+    absl::StrAppendFormat(&md, "| %s | %g | %s | %d | %.1f | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %d |\n",
+                          c.mode, c.bandwidth_gbps, c.cache, c.requests, c.ttft_p50_ms, c.ttft_p99_ms,
+                          oracle > 0 && c.ttft_p50_ms > 0 ? absl::StrFormat("%.2fx", oracle / c.ttft_p50_ms) : "-",
+                          c.stages.prefill_ms, c.stages.encode_ms, c.stages.transfer_ms, c.stages.rebuild_ms,
+                          c.stages.suffix_prefill_ms, c.stages.payload_bytes / 1024, c.f1, c.errors);
+  }
+  return md;
+}
+
+absl::Status WriteE2ePlot(const std::vector<E2eCell>& cells, const std::string& title, const std::string& path) {
+  plot::Plot p(900, 600);
+  p.SetTitle(title);
+  p.SetXLabel("emulated bandwidth (Gbit/s)");
+  p.SetYLabel("TTFT p50 (ms)");
+  p.SetLogX(true);
+  bool any_warm = false;
+  for (const E2eCell& c : cells) any_warm |= c.cache == "warm";
+  const std::string cache = any_warm ? "warm" : "cold";
+  std::vector<std::string> modes;
+  for (const E2eCell& c : cells) {
+    if (std::find(modes.begin(), modes.end(), c.mode) == modes.end()) modes.push_back(c.mode);
+  }
+  for (const std::string& m : modes) {
+    std::vector<double> xs, ys;
+    for (const E2eCell& c : cells) {
+      if (c.mode == m && c.cache == cache && c.requests > 0) {
+        xs.push_back(c.bandwidth_gbps);
+        ys.push_back(c.ttft_p50_ms);
+      }
+    }
+    if (!xs.empty()) {
+      if (absl::Status st = p.AddSeries(absl::StrCat(m, " (", cache, ")"), xs, ys); !st.ok()) return st;
+    }
+  }
+  return p.WritePng(path);
+}
+
+}  // namespace scd::e2e

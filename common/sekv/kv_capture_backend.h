@@ -1,0 +1,48 @@
+// KvCaptureBackend: a Backend decorator that forwards every call to another backend and keeps
+// a copy of the last external K/V appended (AppendKv). The SCD consumer codec rebuilds its
+// pre-RoPE K/V into a backend sequence; wrapping the consumer's backend lets the SEKV path
+// take that same K/V into its own hierarchy without any change to the Backend interface.
+#ifndef SCD_COMMON_SEKV_KV_CAPTURE_BACKEND_H_
+#define SCD_COMMON_SEKV_KV_CAPTURE_BACKEND_H_
+
+#include "common/runtime/backend.h"
+
+namespace scd::sekv {
+
+class KvCaptureBackend : public Backend {
+ public:
+  explicit KvCaptureBackend(Backend& inner) : inner_(inner) {}
+
+  std::string_view name() const override { return inner_.name(); }
+  const Model& model() const override { return inner_.model(); }
+  absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(int capacity) override {
+    return inner_.NewSequence(capacity);
+  }
+  absl::Status Prefill(Sequence& seq, absl::Span<const int32_t> tokens,
+                       const PrefillOptions& options, PrefillResult* result) override {
+    return inner_.Prefill(seq, tokens, options, result);
+  }
+  absl::Status AppendKv(Sequence& seq, const ExternalKv& kv) override {
+    captured_ = kv;
+    return inner_.AppendKv(seq, kv);
+  }
+  absl::Status Decode(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
+                      std::vector<float>* logits) override {
+    return inner_.Decode(seqs, tokens, logits);
+  }
+  absl::Status RecomputeLayers(Sequence& seq, int start, int first_layer, int end_layer,
+                               absl::Span<const float> residual_in) override {
+    return inner_.RecomputeLayers(seq, start, first_layer, end_layer, residual_in);
+  }
+
+  const ExternalKv& captured() const { return captured_; }
+  ExternalKv TakeCaptured() { return std::move(captured_); }
+
+ private:
+  Backend& inner_;
+  ExternalKv captured_;
+};
+
+}  // namespace scd::sekv
+
+#endif  // SCD_COMMON_SEKV_KV_CAPTURE_BACKEND_H_

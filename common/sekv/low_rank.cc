@@ -1,0 +1,141 @@
+// See low_rank.h.
+#include "common/sekv/low_rank.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace scd::sekv {
+
+void LowRankBasis::Reconstruct(float* out, int out_stride) const {
+  for (int i = 0; i < rows; ++i) {
+    float* o = out + static_cast<size_t>(i) * out_stride;
+    std::fill(o, o + cols, 0.0f);
+    for (int j = 0; j < rank; ++j) {
+      const float a = us[static_cast<size_t>(i) * rank + j];
+      const float* v = vt.data() + static_cast<size_t>(j) * cols;
+      for (int c = 0; c < cols; ++c) o[c] += a * v[c];
+    }
+  }
+}
+
+void SymmetricEigenJacobi(std::vector<double> a, int n, std::vector<double>* values,
+                          std::vector<double>* vectors) {
+  std::vector<double> v(static_cast<size_t>(n) * n, 0.0);
+  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i) * n + i] = 1.0;
+  auto at = [&](int i, int j) -> double& { return a[static_cast<size_t>(i) * n + j]; };
+  for (int sweep = 0; sweep < 60; ++sweep) {
+    double off = 0, diag = 0;
+    for (int i = 0; i < n; ++i) {
+      diag += at(i, i) * at(i, i);
+      for (int j = i + 1; j < n; ++j) off += at(i, j) * at(i, j);
+    }
+    if (off <= 1e-30 * std::max(diag, 1e-300) || off == 0) break;
+    for (int p = 0; p < n; ++p) {
+      for (int q = p + 1; q < n; ++q) {
+        const double apq = at(p, q);
+        if (std::fabs(apq) < 1e-300) continue;
+        const double theta = (at(q, q) - at(p, p)) / (2 * apq);
+        const double t =
+            (theta >= 0 ? 1.0 : -1.0) / (std::fabs(theta) + std::sqrt(theta * theta + 1));
+        const double c = 1 / std::sqrt(t * t + 1), s = t * c;
+        for (int k = 0; k < n; ++k) {  // columns p, q
+          const double akp = at(k, p), akq = at(k, q);
+          at(k, p) = c * akp - s * akq;
+          at(k, q) = s * akp + c * akq;
+        }
+        for (int k = 0; k < n; ++k) {  // rows p, q
+          const double apk = at(p, k), aqk = at(q, k);
+          at(p, k) = c * apk - s * aqk;
+          at(q, k) = s * apk + c * aqk;
+        }
+        for (int k = 0; k < n; ++k) {
+          double* row = v.data() + static_cast<size_t>(k) * n;
+          const double vkp = row[p], vkq = row[q];
+          row[p] = c * vkp - s * vkq;
+          row[q] = s * vkp + c * vkq;
+        }
+      }
+    }
+  }
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int x, int y) { return at(x, x) > at(y, y); });
+  values->resize(n);
+  vectors->assign(static_cast<size_t>(n) * n, 0.0);
+  for (int j = 0; j < n; ++j) {
+    (*values)[j] = at(order[j], order[j]);
+    for (int i = 0; i < n; ++i) {
+      (*vectors)[static_cast<size_t>(i) * n + j] = v[static_cast<size_t>(i) * n + order[j]];
+    }
+  }
+}
+
+LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energy, int r_max) {
+  LowRankBasis b;
+  b.rows = n;
+  b.cols = d;
+  const bool by_rows = n <= d;  // Gram side: X Xᵀ [n, n] or Xᵀ X [d, d]
+  const int m = by_rows ? n : d;
+  std::vector<double> g(static_cast<size_t>(m) * m, 0.0);
+  auto xe = [&](int i, int c) {
+    return static_cast<double>(x[static_cast<size_t>(i) * stride + c]);
+  };
+  for (int i = 0; i < m; ++i) {
+    for (int j = i; j < m; ++j) {
+      double s = 0;
+      if (by_rows) {
+        for (int c = 0; c < d; ++c) s += xe(i, c) * xe(j, c);
+      } else {
+        for (int r = 0; r < n; ++r) s += xe(r, i) * xe(r, j);
+      }
+      g[static_cast<size_t>(i) * m + j] = g[static_cast<size_t>(j) * m + i] = s;
+    }
+  }
+  std::vector<double> lambda, vec;
+  SymmetricEigenJacobi(std::move(g), m, &lambda, &vec);
+  double total = 0;
+  for (double l : lambda) total += std::max(l, 0.0);
+  int r = 0;
+  double kept = 0;
+  const int cap = std::max(1, std::min({r_max, m}));
+  if (total <= 0) {
+    b.energy_kept = 1;
+  } else {
+    while (r < cap && kept < energy * total) kept += std::max(lambda[r++], 0.0);
+    // Drop numerically null directions (σ ≈ 0) even when asked for all the energy.
+    while (r > 1 && lambda[r - 1] <= 1e-12 * lambda[0]) kept -= std::max(lambda[--r], 0.0);
+    b.energy_kept = kept / total;
+  }
+  b.rank = r;
+  b.us.assign(static_cast<size_t>(n) * r, 0.0f);
+  b.vt.assign(static_cast<size_t>(r) * d, 0.0f);
+  for (int j = 0; j < r; ++j) {
+    const double sigma = std::sqrt(std::max(lambda[j], 0.0));
+    if (sigma <= 0) continue;
+    if (by_rows) {
+      // u_j = eigenvector (column j); σ_j v_j = Xᵀ u_j, so (UΣ)[:, j] = σ u_j, Vᵀ[j] = Xᵀu_j/σ.
+      for (int i = 0; i < n; ++i)
+        b.us[static_cast<size_t>(i) * r + j] =
+            static_cast<float>(sigma * vec[static_cast<size_t>(i) * m + j]);
+      for (int c = 0; c < d; ++c) {
+        double s = 0;
+        for (int i = 0; i < n; ++i) s += xe(i, c) * vec[static_cast<size_t>(i) * m + j];
+        b.vt[static_cast<size_t>(j) * d + c] = static_cast<float>(s / sigma);
+      }
+    } else {
+      // v_j = eigenvector; (UΣ)[:, j] = X v_j.
+      for (int c = 0; c < d; ++c)
+        b.vt[static_cast<size_t>(j) * d + c] =
+            static_cast<float>(vec[static_cast<size_t>(c) * m + j]);
+      for (int i = 0; i < n; ++i) {
+        double s = 0;
+        for (int c = 0; c < d; ++c) s += xe(i, c) * vec[static_cast<size_t>(c) * m + j];
+        b.us[static_cast<size_t>(i) * r + j] = static_cast<float>(s);
+      }
+    }
+  }
+  return b;
+}
+
+}  // namespace scd::sekv

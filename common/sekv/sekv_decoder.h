@@ -1,0 +1,48 @@
+// SekvDecoder: the CPU decode path over a KvCache (kv_cache.h). It runs one token through
+// the model's layers with the kernels/cpu ops, exactly as the CPU backend's decode does
+// (RMSNorm → Q/K/V → RoPE → attention → Wo, residual; RMSNorm → SwiGLU FFN, residual; final
+// norm → logits), except that attention goes through the cache instead of a flat KV array.
+// With a FullKvCache it reproduces the backend's logits (tests/sekv checks 1e-4).
+//
+// The decode daemon can plug a SekvCache into its decode loop the same way; the Backend
+// interface is unchanged.
+#ifndef SCD_COMMON_SEKV_SEKV_DECODER_H_
+#define SCD_COMMON_SEKV_SEKV_DECODER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model/weights.h"
+#include "common/runtime/backend.h"
+#include "common/sekv/kv_cache.h"
+
+namespace scd::sekv {
+
+class SekvDecoder {
+ public:
+  static absl::StatusOr<std::unique_ptr<SekvDecoder>> Create(std::shared_ptr<const Model> model);
+
+  const Model& model() const { return *model_; }
+  CacheShape shape() const { return CacheShape::FromConfig(model_->config); }
+
+  // Runs `token` at `position` with attention over `cache` (which gains the token's K/V) and
+  // writes next-token logits [vocab].
+  absl::Status Step(int32_t token, int position, KvCache& cache, std::vector<float>* logits);
+
+  // A PrefixKv from pre-RoPE keys and values (an SCD rebuild's ExternalKv, or a prefill's
+  // LayerStates) at positions [0, T): applies this model's RoPE to the keys.
+  absl::StatusOr<PrefixKv> MakePrefix(const ExternalKv& kv, std::vector<float> surprisal) const;
+  absl::StatusOr<PrefixKv> MakePrefix(const std::vector<LayerStates>& layers, int num_tokens,
+                                      std::vector<float> surprisal) const;
+
+ private:
+  explicit SekvDecoder(std::shared_ptr<const Model> model);
+  std::shared_ptr<const Model> model_;
+  std::vector<float> inv_freq_;
+  std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_;
+};
+
+}  // namespace scd::sekv
+
+#endif  // SCD_COMMON_SEKV_SEKV_DECODER_H_

@@ -1,0 +1,92 @@
+// scd-e2e-bench: the end-to-end evidence of issue 5 (see common/e2e/e2e_bench.h). Starts one
+// prefill daemon and N decode daemons from build/bin, runs the shared-prefix workload for
+// every (mode, bandwidth, warm/cold) cell, prints a progress line per cell, and writes JSON,
+// a Markdown table and a PNG of TTFT p50 against bandwidth.
+//   scd-e2e-bench --base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_split.h"
+#include "common/cli/flags.h"
+#include "common/e2e/e2e_bench.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace {
+constexpr char kProgram[] = "scd-e2e-bench";
+int Fail(const std::string& message) {
+  std::cerr << kProgram << ": " << message << "\n";
+  return scd::cli::kExitFailure;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  scd::e2e::E2eBenchOptions o;
+  std::string babi, out, modes = "oracle,raw,quant8,recompute,scd", bandwidths = "1,10,100";
+  int contexts = 12, questions = 3, context_tokens = 400;
+  bool no_f1 = false, warm_only = false;
+  scd::cli::FlagParser flags(kProgram, "--base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX");
+  flags.AddString("base", &o.base_model, "producer checkpoint", true);
+  flags.AddString("specialist", &o.specialist_model, "consumer checkpoint", true);
+  flags.AddString("artifact", &o.artifact, "the pair's calibration artifact", true);
+  flags.AddString("babi", &babi, "bAbI task-1 file the shared-prefix workload is built from", true);
+  flags.AddString("out", &out, "output prefix: PREFIX.json, PREFIX.md, PREFIX.png", true);
+  flags.AddString("label", &o.label, "name of this run in the report");
+  flags.AddString("bin-dir", &o.bin_dir, "where scd-prefill and scd-decode are");
+  flags.AddString("modes", &modes, "codec modes, comma-separated");
+  flags.AddString("bandwidths", &bandwidths, "emulated bandwidths in Gbit/s, comma-separated");
+  flags.AddString("transport", &o.transport, "data plane: tcp or ucx");
+  flags.AddInt("decode-daemons", &o.decode_daemons, "decode daemons to start");
+  flags.AddInt("contexts", &contexts, "shared contexts");
+  flags.AddInt("questions", &questions, "questions per context");
+  flags.AddInt("context-tokens", &context_tokens, "approximate tokens per context");
+  flags.AddInt("max-tokens", &o.max_tokens, "tokens generated per answer");
+  flags.AddBool("no-f1", &no_f1, "timing only (synthetic pairs)");
+  flags.AddBool("warm-only", &warm_only, "skip the cold-cache cells");
+  if (absl::Status st = flags.Parse(argc, argv); !st.ok()) {
+    std::cerr << kProgram << ": " << st.message() << "\n" << flags.Usage();
+    return scd::cli::kExitUsage;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  namespace fs = std::filesystem;
+  // The daemons resolve relative config paths against the config file's directory.
+  for (std::string* path : {&o.base_model, &o.specialist_model, &o.artifact, &o.bin_dir}) {
+    *path = fs::absolute(*path).lexically_normal().string();
+  }
+  o.score_f1 = !no_f1;
+  o.cold = !warm_only;
+  o.modes = absl::StrSplit(modes, ',', absl::SkipEmpty());
+  o.bandwidths_gbps.clear();
+  for (absl::string_view b : absl::StrSplit(bandwidths, ',', absl::SkipEmpty())) {
+    o.bandwidths_gbps.push_back(std::stod(std::string(b)));
+  }
+  auto tokenizer = scd::Tokenizer::FromFile(o.base_model + "/tokenizer.json");
+  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  scd::e2e::SharedPrefixOptions wo;
+  wo.contexts = contexts;
+  wo.questions_per_context = questions;
+  wo.context_tokens = context_tokens;
+  auto workload = scd::e2e::BuildBabiSharedPrefixWorkload(babi, **tokenizer, wo);
+  if (!workload.ok()) return Fail(std::string(workload.status().message()));
+  o.workload = std::move(*workload);
+  o.workdir = out + ".work";
+  std::filesystem::create_directories(o.workdir);
+  std::cerr << kProgram << ": " << o.workload.size() << " contexts x " << questions << " questions, "
+            << o.modes.size() << " modes x " << o.bandwidths_gbps.size() << " bandwidths; logs in "
+            << o.workdir << "\n" << scd::cli::QuotedCommandLine(argc, argv) << "\n";
+  auto cells = scd::e2e::RunE2eBench(o, [](const std::string& line) { std::cerr << line << std::endl; });
+  if (!cells.ok()) return Fail(std::string(cells.status().message()));
+  nlohmann::json j = scd::e2e::E2eCellsJson(o, *cells);
+  j["command"] = scd::cli::QuotedCommandLine(argc, argv);
+  std::ofstream(out + ".json") << j.dump(2) << "\n";
+  const std::string md = scd::e2e::E2eCellsMarkdown(*cells);
+  std::ofstream(out + ".md") << md;
+  if (absl::Status st = scd::e2e::WriteE2ePlot(*cells, "TTFT p50, " + o.label, out + ".png"); !st.ok()) {
+    return Fail(std::string(st.message()));
+  }
+  std::cout << md;
+  return 0;
+}

@@ -1,0 +1,228 @@
+// scd-sekv-bench: SEKV at scale on the Llama-3-8B shape (32 layers, d 4096, 32 heads / 8 KV
+// heads, head_dim 128, FFN 14336) with random weights and random K/V (issue 6, "At scale"):
+//   1. memory: GPU-tier bytes against a full KV cache at each --mem-lengths, summed over all 32
+//      layers from the real data structures (SpanStore vectors and the SpanFetcher buffer).
+//      Layers are built one at a time and freed (a 128K fp32 full cache is 34 GB); the CPU
+//      tier (per-span SVDs) is built for layer 0 only and reported per layer.
+//   2. decode: the CPU decode-step time with the full cache and with SEKV at the same budget,
+//      at each --time-lengths, in one run, on the first --time-layers layers of the shape (the
+//      whole model does not fit this host's memory in fp32), with --vocab output rows.
+// Surprisal: from the real stories260K on packed TinyStories text (--surprisal-model and
+// --surprisal-text), tiled to the length; else i.i.d. exponential.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "common/base/random.h"
+#include "common/cli/flags.h"
+#include "common/eval/text_corpus.h"
+#include "common/model/weights.h"
+#include "common/runtime/backend.h"
+#include "common/sekv/budget_plan.h"
+#include "common/sekv/packed_text.h"
+#include "common/sekv/sekv_cache.h"
+#include "common/sekv/sekv_decoder.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace scd;
+using namespace scd::sekv;
+
+double Ms(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+ModelConfig Llama3Shape(int layers, int vocab) {
+  ModelConfig c;
+  c.name = "llama3-8b-shape (synthetic)";
+  c.hidden_size = 4096;
+  c.num_layers = layers;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.intermediate_size = 14336;
+  c.vocab_size = vocab;
+  c.max_position_embeddings = 131072;
+  c.rope_theta = 500000.0f;
+  c.rms_norm_eps = 1e-5f;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+std::vector<float> Surprisal(int t, const std::vector<float>& real, uint64_t seed) {
+  std::vector<float> s(t);
+  if (!real.empty()) {
+    for (int i = 0; i < t; ++i) s[i] = real[i % real.size()];
+  } else {
+    FillUniform(s.data(), t, seed, 0.0f, 1.0f);
+    for (float& x : s) x = -std::log(1.0f - x) * 2.0f;
+  }
+  s[0] = 0;
+  return s;
+}
+
+std::vector<int> ParseInts(const std::string& s) {
+  std::vector<int> out;
+  for (auto p : absl::StrSplit(s, ',', absl::SkipEmpty())) out.push_back(std::stoi(std::string(p)));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  float budget = 0.4f;
+  std::string mem_lengths = "32768,131072", time_lengths = "8192,32768";
+  std::string surprisal_model, surprisal_text;
+  int time_layers = 2, vocab = 32000, steps = 8;
+  scd::cli::FlagParser flags("scd-sekv-bench", "[flags]");
+  flags.AddFloat("budget", &budget,
+                 "GPU-tier bytes as a fraction of full KV (the planner's target)");
+  flags.AddString("mem-lengths", &mem_lengths, "context lengths of the memory measurement");
+  flags.AddString("time-lengths", &time_lengths, "context lengths of the decode timing");
+  flags.AddInt("time-layers", &time_layers, "layers of the timed model");
+  flags.AddInt("vocab", &vocab, "vocabulary of the timed model");
+  flags.AddInt("steps", &steps, "timed decode steps (median reported)");
+  flags.AddString("surprisal-model", &surprisal_model, "take surprisal from this model's prefill");
+  flags.AddString("surprisal-text", &surprisal_text, "text for --surprisal-model");
+  if (auto st = flags.Parse(argc, argv); !st.ok()) {
+    std::cerr << "scd-sekv-bench: " << st.message() << "\n" << flags.Usage();
+    return scd::cli::kExitUsage;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  std::printf("SEKV at scale (synthetic Llama-3-8B shape, random weights and K/V)\n");
+  std::printf("command: %s\n", scd::cli::QuotedCommandLine(argc, argv).c_str());
+
+  std::vector<float> real_surprisal;
+  if (!surprisal_model.empty() && !surprisal_text.empty()) {
+    auto model = LoadModel(surprisal_model);
+    auto tok = Tokenizer::FromFile(surprisal_model + "/tokenizer.json");
+    auto passages = eval::ReadPassages(surprisal_text);
+    if (!model.ok() || !tok.ok() || !passages.ok()) {
+      std::cerr << "scd-sekv-bench: cannot load the surprisal model or text\n";
+      return scd::cli::kExitFailure;
+    }
+    auto backend = CreateBackend(BackendKind::kCpu, *model);
+    const int ctx = (*model)->config.max_position_embeddings;
+    for (const auto& ids : PackPassages(**tok, *passages, ctx, 64)) {
+      auto seq = (*backend)->NewSequence(ctx);
+      PrefillOptions po;
+      po.surprisal = true;
+      PrefillResult pr;
+      if (!(*backend)->Prefill(**seq, ids, po, &pr).ok()) return scd::cli::kExitFailure;
+      real_surprisal.insert(real_surprisal.end(), pr.surprisal.begin() + 1, pr.surprisal.end());
+    }
+    std::printf("surprisal: stories260K on %zu tokens of %s, tiled\n", real_surprisal.size(),
+                surprisal_text.c_str());
+  } else {
+    std::printf("surprisal: i.i.d. exponential (mean 2 nats)\n");
+  }
+
+  // ---- 1. Memory at long contexts, all 32 layers. ----
+  const ModelConfig full_shape = Llama3Shape(32, vocab);
+  const CacheShape shape = CacheShape::FromConfig(full_shape);
+  std::printf("\nmemory: budget %.2f, all %d layers built one at a time from random N(0,1) K/V\n",
+              budget, shape.num_layers);
+  std::printf("%8s %12s %12s %10s %8s %8s %8s %8s %10s %12s\n", "tokens", "full_GB", "gpu_GB",
+              "gpu/full", "anchors", "spans", "window", "expand", "min_span", "cpu_GB/layer");
+  for (int t : ParseInts(mem_lengths)) {
+    const auto s = Surprisal(t, real_surprisal, 7);
+    const BudgetPlan plan = PlanBudget(s, budget, SekvOptions{}, BudgetShares{});
+    MemoryBreakdown total;
+    size_t cpu_layer0 = 0;
+    const size_t n = static_cast<size_t>(t) * shape.kv_dim();
+    std::vector<float> k(n), v(n);
+    for (int l = 0; l < shape.num_layers; ++l) {
+      FillNormal(k.data(), n, 1000 + 2 * l, 0.0f, 1.0f);
+      FillNormal(v.data(), n, 1001 + 2 * l, 0.0f, 1.0f);
+      SpanStoreOptions so = plan.sekv.store;
+      so.build_cpu_tier = l == 0;
+      const SpanStore st = SpanStore::Build(k.data(), v.data(), s, plan.segmentation,
+                                            shape.num_kv_heads, shape.head_dim, so);
+      const MemoryBreakdown m = st.Memory();
+      total += m;
+      if (l == 0) cpu_layer0 = m.cpu_bases;
+    }
+    const SpanFetcher fetcher(shape.num_layers, shape.num_kv_heads, shape.head_dim,
+                              plan.sekv.expand_budget, false);
+    total.expanded_cache = fetcher.CapacityBytes();
+    std::printf("%8d %12.3f %12.3f %10.3f %8zu %8zu %8d %8d %10d %12.3f\n", t, total.full_kv / 1e9,
+                total.gpu() / 1e9, total.gpu_ratio(), plan.segmentation.anchors.size(),
+                plan.segmentation.spans.size(), plan.segmentation.window_length(),
+                plan.sekv.expand_budget, plan.sekv.segmenter.min_span, cpu_layer0 / 1e9);
+    std::printf(
+        "         GPU bytes: anchors %.3f GB, summaries %.3f GB, window %.3f GB, expansion buffer "
+        "%.3f GB\n",
+        total.anchors / 1e9, total.summaries / 1e9, total.window / 1e9, total.expanded_cache / 1e9);
+  }
+
+  // ---- 2. Decode-step time, full cache against SEKV, same process. ----
+  const ModelConfig tc = Llama3Shape(time_layers, vocab);
+  std::printf("\ndecode: %d of 32 layers, vocab %d, median of %d steps after 2 warm-up steps\n",
+              time_layers, vocab, steps);
+  auto model = MakeSyntheticModel(tc, 11);
+  auto dec = SekvDecoder::Create(model);
+  if (!dec.ok()) return scd::cli::kExitFailure;
+  const CacheShape ts = CacheShape::FromConfig(tc);
+  std::printf("%8s %12s %12s %10s %14s %14s %12s\n", "tokens", "full_ms", "sekv_ms", "sekv/full",
+              "attn_full_ms", "attn_sekv_ms", "expanded/rd");
+  for (int t : ParseInts(time_lengths)) {
+    PrefixKv prefix;
+    prefix.num_tokens = t;
+    prefix.surprisal = Surprisal(t, real_surprisal, 9);
+    const size_t n = static_cast<size_t>(t) * ts.kv_dim();
+    for (int l = 0; l < ts.num_layers; ++l) {
+      prefix.k.emplace_back(n);
+      prefix.v.emplace_back(n);
+      FillNormal(prefix.k.back().data(), n, 500 + 2 * l, 0.0f, 1.0f);
+      FillNormal(prefix.v.back().data(), n, 501 + 2 * l, 0.0f, 1.0f);
+    }
+    const BudgetPlan plan = PlanBudget(prefix.surprisal, budget, SekvOptions{}, BudgetShares{});
+    auto sekv =
+        SekvCache::CreateWithSegmentation(ts, prefix, plan.segmentation, plan.sekv, nullptr);
+    if (!sekv.ok()) return scd::cli::kExitFailure;
+    FullKvCache full(ts, prefix);
+    // Attention-only timing: the same query against both caches, outside the model.
+    std::vector<float> q(ts.q_dim()), kk(ts.kv_dim()), vv(ts.kv_dim()), out(ts.q_dim()), logits;
+    auto time_steps = [&](KvCache& cache, double* attn_ms) {
+      std::vector<double> step_ms, att;
+      for (int i = 0; i < steps + 2; ++i) {
+        const auto t0 = Clock::now();
+        if (!(*dec)->Step(3 + i, t + i, cache, &logits).ok()) return -1.0;
+        const double ms = Ms(t0);
+        FillNormal(q.data(), q.size(), 77 + i, 0.0f, 1.0f);
+        FillNormal(kk.data(), kk.size(), 88 + i, 0.0f, 1.0f);
+        const auto t1 = Clock::now();
+        cache.Attend(0, q.data(), kk.data(), kk.data(), out.data());
+        const double a = Ms(t1);
+        if (i >= 2) {
+          step_ms.push_back(ms);
+          att.push_back(a);
+        }
+      }
+      std::sort(step_ms.begin(), step_ms.end());
+      std::sort(att.begin(), att.end());
+      *attn_ms = att[att.size() / 2];
+      return step_ms[step_ms.size() / 2];
+    };
+    double af = 0, as = 0;
+    const double f_ms = time_steps(full, &af);
+    const double s_ms = time_steps(**sekv, &as);
+    const ZoomStats z = (*sekv)->zoom_stats();
+    std::printf("%8d %12.2f %12.2f %10.3f %14.2f %14.2f %12.1f\n", t, f_ms, s_ms, s_ms / f_ms, af,
+                as, z.steps > 0 ? double(z.expanded_tokens) / z.steps : 0.0);
+    const MemoryBreakdown sm = (*sekv)->Memory();
+    std::printf(
+        "         SEKV GPU tier %.3f of full KV; expansion budget %d tokens per (layer, head)\n",
+        sm.gpu_ratio(), plan.sekv.expand_budget);
+  }
+  return 0;
+}

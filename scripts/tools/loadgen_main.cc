@@ -1,0 +1,285 @@
+// scd-loadgen: load-tests an OpenAI-compatible server (issue 5) and runs the soak of issue 8.
+// Drives streaming requests at a Poisson rate (--rate) or a fixed concurrency (--concurrency)
+// for --requests N and/or --duration SECONDS, with prompts from a file or synthetic ones;
+// prints a live progress line on stderr and a summary on stdout; writes the results JSON
+// (--json; schema in common/loadgen/report.h), a TTFT-distribution PNG, optionally per-request
+// JSONL records and a time-series PNG. All logic lives in common/loadgen/.
+//
+// Exit status: 0 when the run completed and at least one request succeeded; 1 when none did
+// or an output could not be written; 2 for a bad command line. Ctrl-C stops issuing, lets the
+// requests in flight finish, and still writes everything; a second Ctrl-C kills.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/base/file_io.h"
+#include "common/cli/flags.h"
+#include "common/loadgen/report.h"
+#include "common/loadgen/runner.h"
+#include "common/loadgen/stream_client.h"
+#include "common/loadgen/workload.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+constexpr char kProgram[] = "scd-loadgen";
+
+std::atomic<bool> g_stop{false};
+
+void OnSigint(int) {
+  if (g_stop.exchange(true)) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+}
+
+int Usage(const std::string& message, const scd::cli::FlagParser& flags) {
+  std::cerr << kProgram << ": " << message << "\n\n" << flags.Usage();
+  return scd::cli::kExitUsage;
+}
+
+int Fail(const std::string& message) {
+  std::cerr << kProgram << ": " << message << "\n";
+  return scd::cli::kExitFailure;
+}
+
+// OUT.json -> OUT_ttft.png (the default --png).
+std::string DefaultPngPath(const std::string& json_path) {
+  std::string stem = json_path;
+  if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".json") == 0)
+    stem.resize(stem.size() - 5);
+  return stem + "_ttft.png";
+}
+
+// Writes the progress line: redrawn in place on a terminal, one line per report otherwise.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool tty) : tty_(tty) {}
+  void Show(const scd::loadgen::Progress& p) {
+    const std::string line = scd::loadgen::FormatProgress(p);
+    if (tty_) {
+      const size_t pad = last_width_ > line.size() ? last_width_ - line.size() : 0;
+      std::cerr << "\r" << line << std::string(pad, ' ') << std::flush;
+      last_width_ = line.size();
+    } else {
+      std::cerr << line << "\n" << std::flush;
+    }
+  }
+  void End() {
+    if (tty_ && last_width_ > 0) std::cerr << "\n";
+    last_width_ = 0;
+  }
+
+ private:
+  bool tty_;
+  size_t last_width_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string url, model, prompts_path, json_out, png_out, timeseries_png, records_out;
+  std::string api_key, rss_pids, extra_body = "{}";
+  float rate = 0, duration = 0, timeout = 300, slo_ttft_ms = 0, slo_itl_ms = 0, interval = 10;
+  float drift_window = 60;
+  int concurrency = 0, requests = 0, warmup = 0, max_tokens = 128, synthetic_tokens = 0;
+  int synthetic_count = 0, max_in_flight = 4096;
+  uint64_t seed = 0;
+  bool chat = true, completions = false, quiet = false, shuffle = false;
+
+  scd::cli::FlagParser flags(
+      kProgram,
+      "--url http://HOST:PORT --model NAME (--rate R | --concurrency C) (--requests N | "
+      "--duration S) (--prompts FILE | --synthetic-prompt-tokens N) [--json OUT.json] [options]");
+  flags.AddString("url", &url, "server base URL, http[s]://HOST:PORT[/PREFIX]", true);
+  flags.AddString("model", &model, "model name sent in every request", true);
+  flags.AddFloat("rate", &rate, "open loop: Poisson arrivals at R requests/s");
+  flags.AddInt("concurrency", &concurrency, "closed loop: keep C requests in flight");
+  flags.AddInt("requests", &requests, "measured requests to issue (0 = until --duration)");
+  flags.AddFloat("duration", &duration, "stop issuing after S seconds (0 = until --requests)");
+  flags.AddString("prompts", &prompts_path,
+                  "prompt file: JSONL ({\"prompt\"}, {\"messages\"} or {\"context\", "
+                  "\"questions\"}, optional \"max_tokens\") or plain text, one per line");
+  flags.AddInt("synthetic-prompt-tokens", &synthetic_tokens,
+               "instead of --prompts: synthetic prompts of about N words (~tokens)");
+  flags.AddInt("synthetic-prompts", &synthetic_count,
+               "distinct synthetic prompts (0 = one per request, at most 10000 and ~64 MB)");
+  flags.AddBool("shuffle", &shuffle,
+                "shuffle the prompt order (seeded) instead of cycling in order");
+  flags.AddBool("chat", &chat, "use /v1/chat/completions");
+  flags.AddBool("completions", &completions, "use /v1/completions instead");
+  flags.AddInt("max-tokens", &max_tokens, "max_tokens for prompts that set none");
+  flags.AddString("extra-body", &extra_body,
+                  "JSON object merged into every request body, e.g. '{\"temperature\": 0}'");
+  flags.AddString("api-key", &api_key, "sent as Authorization: Bearer KEY");
+  flags.AddFloat("timeout", &timeout, "per-request timeout in seconds (start to outcome)");
+  flags.AddFloat("slo-ttft-ms", &slo_ttft_ms, "goodput SLO on TTFT in ms (0 = no bound)");
+  flags.AddFloat("slo-itl-ms", &slo_itl_ms,
+                 "goodput SLO on each request's mean inter-token latency in ms (0 = no bound)");
+  flags.AddUint64("seed", &seed, "seed for arrivals, synthetic prompts and shuffling");
+  flags.AddInt("warmup", &warmup, "warm-up requests before measuring (reported apart)");
+  flags.AddInt("max-in-flight", &max_in_flight, "open-loop cap on requests in flight");
+  flags.AddString("json", &json_out, "write the results JSON here");
+  flags.AddString("png", &png_out,
+                  "TTFT distribution PNG (default: OUT_ttft.png beside --json; 'none' = skip)");
+  flags.AddString("timeseries-png", &timeseries_png, "PNG of TTFT p50/p99 (and RSS) over time");
+  flags.AddString("records", &records_out, "write one JSON line per request here");
+  flags.AddFloat("interval", &interval, "time-series interval and RSS sampling period, s");
+  flags.AddString("rss-pid", &rss_pids, "comma-separated server pids whose RSS to sample");
+  flags.AddFloat("drift-window", &drift_window,
+                 "window (s) for the first-vs-last p99 TTFT drift in the JSON");
+  flags.AddBool("quiet", &quiet, "no progress line or banner (the summary still prints)");
+
+  if (absl::Status s = flags.Parse(argc, argv); !s.ok())
+    return Usage(std::string(s.message()), flags);
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  if (!flags.positional().empty()) {
+    return Usage(absl::StrCat("unexpected argument \"", flags.positional()[0], "\""), flags);
+  }
+  if (flags.Seen("chat") && completions) {
+    return Usage("--chat and --completions exclude each other", flags);
+  }
+  if (prompts_path.empty() == (synthetic_tokens <= 0)) {
+    return Usage("give exactly one of --prompts FILE or --synthetic-prompt-tokens N", flags);
+  }
+  if (synthetic_count < 0) return Usage("--synthetic-prompts must be >= 0", flags);
+  if (slo_ttft_ms < 0 || slo_itl_ms < 0) return Usage("SLO bounds must be >= 0", flags);
+  if (!(drift_window > 0)) return Usage("--drift-window must be > 0", flags);
+
+  scd::loadgen::LoadOptions options;
+  absl::StatusOr<scd::loadgen::Target> target = scd::loadgen::ParseUrl(url);
+  if (!target.ok()) return Usage(std::string(target.status().message()), flags);
+  options.client.target = *target;
+  options.client.api_key = api_key;
+  options.client.timeout_s = timeout;
+  options.body.api = completions ? scd::loadgen::Api::kCompletions : scd::loadgen::Api::kChat;
+  options.body.model = model;
+  options.body.max_tokens = max_tokens;
+  options.body.extra_body = nlohmann::json::parse(extra_body, nullptr, false);
+  if (!options.body.extra_body.is_object()) {
+    return Usage("--extra-body is not a JSON object", flags);
+  }
+  options.rate = rate;
+  options.concurrency = concurrency;
+  options.requests = requests;
+  options.duration_s = duration;
+  options.warmup = warmup;
+  options.seed = seed;
+  options.shuffle = shuffle;
+  options.max_in_flight = max_in_flight;
+  options.interval_s = interval;
+  for (absl::string_view part : absl::StrSplit(rss_pids, ',', absl::SkipWhitespace())) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(part, &pid) || pid <= 0) {
+      return Usage(absl::StrCat("--rss-pid: \"", part, "\" is not a process id"), flags);
+    }
+    options.rss_pids.push_back(pid);
+  }
+  const bool tty = isatty(STDERR_FILENO) == 1;
+  options.progress_period_s = tty ? 0.5 : 5.0;
+  options.stop = &g_stop;
+  if (absl::Status s = scd::loadgen::ValidateLoadOptions(options); !s.ok()) {
+    return Usage(std::string(s.message()), flags);
+  }
+
+  std::string prompts_label;
+  absl::StatusOr<std::vector<scd::loadgen::Prompt>> prompts;
+  if (!prompts_path.empty()) {
+    prompts = scd::loadgen::LoadPromptFile(prompts_path);
+    prompts_label = prompts_path;
+  } else {
+    int count = synthetic_count;
+    if (count == 0) {
+      // One per request, within 10000 prompts and about 64 MB of prompt text.
+      count = requests > 0 ? std::min(requests + warmup, 10000) : 10000;
+      count = std::min(count, std::max(100, (64 << 20) / (synthetic_tokens * 6)));
+    }
+    prompts = scd::loadgen::SyntheticPrompts(count, synthetic_tokens, seed);
+    prompts_label = absl::StrCat("synthetic:", synthetic_tokens, " words");
+  }
+  if (!prompts.ok()) return Fail(std::string(prompts.status().message()));
+  if (absl::Status s = scd::loadgen::CheckPromptsForApi(*prompts, options.body.api); !s.ok()) {
+    return Usage(std::string(s.message()), flags);
+  }
+
+  if (!quiet) {
+    std::cerr << kProgram << ": "
+              << (rate > 0 ? absl::StrCat("Poisson arrivals at ", rate, " req/s")
+                           : absl::StrCat("concurrency ", concurrency))
+              << (requests > 0 ? absl::StrCat(", ", requests, " requests") : "")
+              << (duration > 0 ? absl::StrCat(", for ", duration, " s") : "")
+              << (warmup > 0 ? absl::StrCat(" after ", warmup, " warm-up") : "") << " -> "
+              << target->base << target->path_prefix << scd::loadgen::ApiPath(options.body.api)
+              << " (model " << model << "; prompts " << prompts_label << ", " << prompts->size()
+              << ")\n";
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGINT, OnSigint);
+
+  ProgressLine progress(tty);
+  std::function<void(const scd::loadgen::Progress&)> on_progress;
+  if (!quiet) on_progress = [&](const scd::loadgen::Progress& p) { progress.Show(p); };
+  absl::StatusOr<scd::loadgen::RunResult> result =
+      scd::loadgen::RunLoad(options, *prompts, on_progress);
+  progress.End();
+  if (!result.ok()) return Fail(std::string(result.status().message()));
+
+  scd::loadgen::ReportContext context;
+  context.url = url;
+  context.prompts = prompts_label;
+  context.num_prompts = static_cast<int>(prompts->size());
+  context.command = scd::cli::QuotedCommandLine(argc, argv);
+  context.slo.ttft_s = slo_ttft_ms / 1e3;
+  context.slo.itl_s = slo_itl_ms / 1e3;
+  context.drift_window_s = drift_window;
+  const nlohmann::json report = scd::loadgen::BuildReport(options, *result, context);
+  std::cout << scd::loadgen::SummaryText(report) << std::flush;
+
+  int exit_code = 0;
+  auto wrote = [&](const std::string& what, const std::string& path, const absl::Status& s) {
+    if (s.ok()) {
+      if (!quiet) std::cerr << kProgram << ": wrote " << what << " " << path << "\n";
+    } else {
+      std::cerr << kProgram << ": cannot write " << what << " " << path << ": " << s.message()
+                << "\n";
+      exit_code = scd::cli::kExitFailure;
+    }
+  };
+  if (!json_out.empty()) {
+    wrote(
+        "results", json_out,
+        scd::WriteFileAtomically(
+            json_out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"));
+  }
+  if (png_out.empty() && !json_out.empty()) png_out = DefaultPngPath(json_out);
+  if (!png_out.empty() && png_out != "none") {
+    const std::string title = absl::StrCat(
+        "TTFT, ",
+        rate > 0 ? absl::StrCat(rate, " req/s") : absl::StrCat("concurrency ", concurrency), ", ",
+        report["ttft_ms"]["count"].get<int64_t>(), " requests");
+    wrote("TTFT plot", png_out, scd::loadgen::WriteTtftPng(result->records, png_out, title));
+  }
+  if (!timeseries_png.empty()) {
+    wrote("time-series plot", timeseries_png,
+          scd::loadgen::WriteTimeSeriesPng(report, timeseries_png));
+  }
+  if (!records_out.empty()) {
+    wrote("records", records_out, scd::loadgen::WriteRecordsJsonl(*result, records_out));
+  }
+  if (report["requests"]["ok"].get<int64_t>() == 0) {
+    return Fail("no request succeeded");
+  }
+  return exit_code;
+}

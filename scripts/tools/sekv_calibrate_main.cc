@@ -1,0 +1,122 @@
+// scd-sekv-calibrate: fits the SEKV zoom router of one consumer model (common/sekv/
+// sekv_calibration.h) on calibration text with the full KV cache as teacher, and writes the
+// SEKV artifact (safetensors + JSON report). Sequences: packed full-context samples of the
+// --text passages, plus bAbI stories rendered as text (--babi) for a bAbI specialist.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "common/base/file_io.h"
+#include "common/cli/flags.h"
+#include "common/eval/babi.h"
+#include "common/eval/text_corpus.h"
+#include "common/model/weights.h"
+#include "common/runtime/backend.h"
+#include "common/sekv/packed_text.h"
+#include "common/sekv/sekv_artifact.h"
+#include "common/sekv/sekv_calibration.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace {
+
+constexpr char kProgram[] = "scd-sekv-calibrate";
+
+int Fail(const std::string& message) {
+  std::cerr << kProgram << ": " << message << "\n";
+  return scd::cli::kExitFailure;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_dir, text, babi, out;
+  float budget = 0.4f;
+  int sequences = 48, babi_sequences = 24, passages = 1500;
+  scd::sekv::CalibrationRun run;
+  scd::sekv::CalibrationOptions co;
+  scd::cli::FlagParser flags(kProgram, "--model DIR --text FILES --out ARTIFACT");
+  flags.AddString("model", &model_dir, "consumer checkpoint directory", true);
+  flags.AddString("text", &text, "calibration passages (comma-separated files)", true);
+  flags.AddString("babi", &babi, "bAbI train files rendered as extra calibration text");
+  flags.AddString("out", &out, "write the SEKV artifact here", true);
+  flags.AddFloat("budget", &budget, "plan segmentations as the evaluation does at this budget");
+  flags.AddInt("sequences", &sequences, "packed text sequences");
+  flags.AddInt("babi-sequences", &babi_sequences, "packed bAbI sequences");
+  flags.AddInt("passages", &passages, "passages read from --text");
+  flags.AddInt("prefix", &run.prefix, "prompt tokens per sequence (the rest is decoded)");
+  flags.AddFloat("label-threshold", &co.label_threshold,
+                 "teacher attention mass that labels a span");
+  flags.AddFloat("alpha", &run.base.segmenter.alpha, "boundary threshold in std above the mean");
+  flags.AddInt("min-span", &run.base.segmenter.min_span, "minimum span length");
+  flags.AddInt("max-span", &run.base.segmenter.max_span, "maximum span length (0 = none)");
+  flags.AddFloat("window-share", &run.shares.window_share, "share of the budget for the window");
+  flags.AddFloat("expand-share", &run.shares.expand_share, "share of the budget for expansions");
+  if (auto st = flags.Parse(argc, argv); !st.ok()) {
+    std::cerr << kProgram << ": " << st.message() << "\n\n" << flags.Usage();
+    return scd::cli::kExitUsage;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  run.budget = budget;
+  auto model = scd::LoadModel(model_dir);
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+  auto tokenizer = scd::Tokenizer::FromFile(model_dir + "/tokenizer.json");
+  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  auto backend = scd::CreateBackend(scd::BackendKind::kCpu, *model);
+  if (!backend.ok()) return Fail(std::string(backend.status().message()));
+  auto decoder = scd::sekv::SekvDecoder::Create(*model);
+  if (!decoder.ok()) return Fail(std::string(decoder.status().message()));
+  run.context = (*model)->config.max_position_embeddings;
+
+  scd::eval::CorpusOptions corpus;
+  corpus.max_passages = passages;
+  auto texts = scd::eval::ReadPassages(text, corpus);
+  if (!texts.ok()) return Fail(std::string(texts.status().message()));
+  auto seqs = scd::sekv::PackPassages(**tokenizer, *texts, run.context, sequences);
+  if (!babi.empty()) {
+    auto stories = scd::eval::ReadBabiFiles(babi);
+    if (!stories.ok()) return Fail(std::string(stories.status().message()));
+    std::vector<std::string> rendered;
+    std::string last_story;
+    for (const auto& ex : scd::eval::MakeBabiExamples(*stories)) {
+      // Keep each story's longest prompt (its last question), answered.
+      if (!rendered.empty() && ex.story_id == std::stoi(last_story)) rendered.pop_back();
+      rendered.push_back(ex.prompt + " " + ex.answer + ".");
+      last_story = std::to_string(ex.story_id);
+    }
+    auto more = scd::sekv::PackPassages(**tokenizer, rendered, run.context, babi_sequences);
+    seqs.insert(seqs.end(), more.begin(), more.end());
+  }
+  run.max_sequences = static_cast<int>(seqs.size());
+  const scd::ModelConfig& c = (*model)->config;
+  scd::sekv::RouterSampleSet set(c.num_layers, c.num_kv_heads, c.head_dim, co);
+  std::cerr << kProgram << ": teacher pass over " << seqs.size() << " sequences of " << run.context
+            << " tokens\n";
+  if (auto st = scd::sekv::CollectRouterSamples(**backend, **decoder, seqs, run, &set); !st.ok()) {
+    return Fail(std::string(st.message()));
+  }
+  nlohmann::json report;
+  auto router = scd::sekv::FitZoomRouter(set, co, &report);
+  if (!router.ok()) return Fail(std::string(router.status().message()));
+  scd::sekv::SekvArtifact artifact;
+  artifact.model_name = c.name;
+  artifact.model_digest = (*model)->digest;
+  artifact.router = *router;
+  report["command"] = scd::cli::QuotedCommandLine(argc, argv);
+  report["sequences"] = seqs.size();
+  report["budget"] = budget;
+  artifact.report = report;
+  if (auto st = artifact.Save(out); !st.ok()) return Fail(std::string(st.message()));
+  if (auto st = scd::WriteFileAtomically(out + ".json", report.dump(2)); !st.ok()) {
+    return Fail(std::string(st.message()));
+  }
+  for (const auto& h : report["heads"]) {
+    std::cout << "layer " << h["layer"] << " head " << h["kv_head"] << ": samples " << h["samples"]
+              << " positives " << h["positives"] << " tau " << h.value("tau", 0.5) << " precision "
+              << h.value("precision", 0.0) << " recall " << h.value("recall", 0.0) << "\n";
+  }
+  std::cout << "wrote " << out << "\n";
+  return 0;
+}

@@ -1,0 +1,130 @@
+// deploy/configs and the container health probe (issue 5). The configs are read by the
+// daemons' own readers, which only read strings: the /srv/scd paths they name need not exist
+// here. The probe (deploy/docker/scd-healthcheck) runs against a real HTTP server.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <set>
+
+#include "common/http/http_server.h"
+#include "tests/deploy/deploy_model.h"
+
+namespace scd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+Launch ReadConfigOrFail(const std::string& binary, const std::string& name) {
+  const std::string file = DeployPath("configs/" + name);
+  absl::StatusOr<Launch> launch =
+      ReadLaunch({"/opt/scd/bin/" + binary, "--config", std::string(kEtcDir) + "/" + name},
+                 [&](const std::string&) -> absl::StatusOr<std::string> { return file; });
+  if (!launch.ok()) FAIL(launch.status().ToString());
+  return *std::move(launch);
+}
+
+TEST_CASE("deploy configs load with the daemons' readers and fit together", "[cpu]") {
+  const Launch prefill = ReadConfigOrFail("scd-prefill", "prefill.yaml");
+  const std::vector<std::string> instances = DecodeInstances();
+  REQUIRE(instances.size() >= 2);  // two replicas of the bundled specialist
+
+  // Secrets are never in the files: the units and compose pass them from the environment.
+  CHECK(prefill.prefill->cluster_token.empty());
+  CHECK(prefill.prefill->api_key.empty());
+  // Reachable from other hosts and containers.
+  CHECK(prefill.prefill->http_host == "0.0.0.0");
+  CHECK(HostOf(prefill.prefill->grpc_listen) == "0.0.0.0");
+  for (const std::string& path : prefill.read_paths()) {
+    INFO(path);
+    CHECK(PathUnder(path, "/srv/scd"));  // the read-only mounts of the units and compose
+  }
+  std::set<std::string> specialists;
+  for (const SpecialistConfig& s : prefill.prefill->specialists) specialists.insert(s.name);
+
+  std::set<int> all_ports = prefill.ports();
+  std::set<std::string> ids, rpc_advertised, data_advertised;
+  std::map<std::string, int> replicas;
+  for (const std::string& instance : instances) {
+    INFO("decode-" << instance << ".yaml");
+    const Launch decode = ReadConfigOrFail("scd-decode", "decode-" + instance + ".yaml");
+    const DecodeDaemonConfig& d = *decode.decode;
+    CHECK(d.cluster_token.empty());
+    CHECK(specialists.count(d.model_name) == 1);
+    ++replicas[d.model_name];
+    for (const SpecialistConfig& s : prefill.prefill->specialists) {
+      if (s.name == d.model_name) CHECK(s.artifact_path == d.artifact_path);  // the same pair
+    }
+    for (const std::string& path : decode.read_paths()) {
+      INFO(path);
+      CHECK(PathUnder(path, "/srv/scd"));
+    }
+    // Listening on every interface, so each address the prefill daemon dials is advertised,
+    // on the port that listens (0.0.0.0 itself cannot be dialled).
+    CHECK(HostOf(d.rpc_listen) == "0.0.0.0");
+    CHECK(HostOf(d.data_plane_listen) == "0.0.0.0");
+    CHECK(d.http_host == "0.0.0.0");
+    CHECK(d.http_port > 0);
+    REQUIRE(!d.rpc_advertise.empty());
+    REQUIRE(!d.data_plane_advertise.empty());
+    CHECK(PortOf(d.rpc_advertise).value() == PortOf(d.rpc_listen).value());
+    CHECK(PortOf(d.data_plane_advertise).value() == PortOf(d.data_plane_listen).value());
+    CHECK(HostOf(d.rpc_advertise) == HostOf(d.data_plane_advertise));
+    CHECK(HostOf(d.rpc_advertise) != "0.0.0.0");
+    CHECK(rpc_advertised.insert(d.rpc_advertise).second);
+    CHECK(data_advertised.insert(d.data_plane_advertise).second);
+    CHECK(!d.instance_id.empty());
+    CHECK(ids.insert(d.instance_id).second);
+    // The control plane is the prefill daemon's gRPC port.
+    CHECK(PortOf(d.control_plane).value() == PortOf(prefill.prefill->grpc_listen).value());
+    CHECK(d.data_plane_transport == prefill.prefill->data_plane_transport);
+    // Distinct ports everywhere: every daemon fits on one host too.
+    for (const int port : decode.ports()) {
+      INFO("port " << port);
+      CHECK(all_ports.insert(port).second);
+    }
+  }
+  for (const std::string& name : specialists) {
+    INFO(name);
+    CHECK(replicas[name] >= 2);
+  }
+}
+
+TEST_CASE("deploy configs: data_plane.advertise takes host:port, not a URL", "[cpu]") {
+  const std::string file = DeployPath("configs/decode-" + DecodeInstances().at(0) + ".yaml");
+  absl::StatusOr<Launch> launch =
+      ReadLaunch({"scd-decode", "--config", file, "--data_plane.advertise=tcp://decode:7201"},
+                 [](const std::string& path) -> absl::StatusOr<std::string> { return path; });
+  REQUIRE(!launch.ok());
+  CHECK_THAT(std::string(launch.status().message()),
+             Catch::Contains("data_plane.advertise") && Catch::Contains("host:port"));
+}
+
+TEST_CASE("deploy health probe answers 0 only for a 200", "[cpu]") {
+  const std::string probe = DeployPath("docker/scd-healthcheck");
+  REQUIRE(fs::exists(probe));
+  // The image runs it directly (HEALTHCHECK CMD exec form): it must be executable.
+  CHECK((fs::status(probe).permissions() & fs::perms::owner_exec) != fs::perms::none);
+  if (!CommandExists("bash")) {
+    WARN("bash not found: the probe is not run");
+    return;
+  }
+  http::HttpServerOptions options;
+  options.num_threads = 4;
+  absl::StatusOr<std::unique_ptr<http::HttpServer>> server = http::HttpServer::Create(options);
+  REQUIRE(server.ok());
+  (*server)->AddHealthRoute();
+  (*server)->AddReadyRoute([] { return absl::UnavailableError("not registered"); });
+  REQUIRE((*server)->Start().ok());
+  const std::string port = std::to_string((*server)->port());
+  auto run = [&](const std::string& args) {
+    return RunCommand("bash " + ShellQuote(probe) + " " + args).exit_code;
+  };
+  CHECK(run(port + " /health") == 0);
+  CHECK(run(port) == 0);                // /health by default
+  CHECK(run(port + " /ready") != 0);    // 503
+  CHECK(run(port + " /missing") != 0);  // 404
+  (*server)->Stop();
+  CHECK(run(port + " /health") != 0);  // nothing listens
+}
+
+}  // namespace
+}  // namespace scd::testing

@@ -1,0 +1,284 @@
+// SEKV building blocks: segmentation invariants, SVD energy rank, summary math, mixed
+// attention (one softmax, log|S| correction), routing selection, memory accounting and the
+// budget planner.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "catch2/catch.hpp"
+#include "common/base/random.h"
+#include "common/sekv/budget_plan.h"
+#include "common/sekv/chunk_cache.h"
+#include "common/sekv/low_rank.h"
+#include "common/sekv/mixed_attention.h"
+#include "common/sekv/span_store.h"
+#include "common/sekv/surprisal_segmenter.h"
+#include "common/sekv/zoom_router.h"
+
+namespace scd::sekv {
+namespace {
+
+std::vector<float> Normal(size_t n, uint64_t seed, float std = 1.0f) {
+  std::vector<float> v(n);
+  FillNormal(v.data(), n, seed, 0.0f, std);
+  return v;
+}
+
+std::vector<float> Surprisal(int t, uint64_t seed) {
+  std::vector<float> s(t);
+  FillUniform(s.data(), t, seed, 0.0f, 1.0f);
+  for (float& x : s) x = -std::log(1.0f - x) * 2.0f;  // exponential, mean 2
+  s[0] = 0;
+  return s;
+}
+
+void CheckPartition(const Segmentation& seg) {
+  std::vector<int> cover(seg.num_tokens, 0);
+  for (int a : seg.anchors) ++cover[a];
+  for (const TokenSpan& s : seg.spans) {
+    REQUIRE(s.length() > 0);
+    for (int i = s.begin; i < s.end; ++i) ++cover[i];
+  }
+  for (int i = seg.window_begin; i < seg.num_tokens; ++i) ++cover[i];
+  for (int i = 0; i < seg.num_tokens; ++i) REQUIRE(cover[i] == 1);
+  REQUIRE(std::is_sorted(seg.anchors.begin(), seg.anchors.end()));
+}
+
+TEST_CASE("segmentation partitions the prompt with anchors at surprisal peaks", "[cpu]") {
+  for (int t : {1, 5, 40, 300}) {
+    SegmenterOptions o;
+    o.alpha = 1.0f;
+    o.min_span = 4;
+    o.window = 16;
+    auto seg_or = SurprisalSegmenter::Create(o);
+    REQUIRE(seg_or.ok());
+    const auto s = Surprisal(t, 7 + t);
+    const Segmentation seg = seg_or->Segment(s);
+    CheckPartition(seg);
+    REQUIRE(seg.window_length() == std::min(t - std::min(t, 1), 16));
+    int prev = 0;
+    for (size_t i = 1; i < seg.anchors.size(); ++i) {
+      const int a = seg.anchors[i];
+      REQUIRE(s[a] > seg.threshold);        // a boundary is a surprisal peak
+      REQUIRE(a - prev - 1 >= o.min_span);  // and respects the minimum span length
+      prev = a;
+    }
+    // Spans between two anchors are at least min_span long.
+    for (const TokenSpan& sp : seg.spans) {
+      const bool before_anchor =
+          std::find(seg.anchors.begin(), seg.anchors.end(), sp.end) != seg.anchors.end();
+      if (before_anchor) REQUIRE(sp.length() >= o.min_span);
+    }
+  }
+  SECTION("max_span cuts long spans") {
+    SegmenterOptions o;
+    o.alpha = 100.0f;  // no boundaries at all
+    o.max_span = 10;
+    o.window = 8;
+    const auto seg = SurprisalSegmenter::Create(o)->Segment(Surprisal(100, 3));
+    CheckPartition(seg);
+    REQUIRE(seg.anchors.size() == 1);  // the sink only
+    for (const TokenSpan& sp : seg.spans) REQUIRE(sp.length() <= 10);
+  }
+  SECTION("invalid options are errors") {
+    SegmenterOptions o;
+    o.min_span = 0;
+    REQUIRE(!SurprisalSegmenter::Create(o).ok());
+    o.min_span = 4;
+    o.max_span = 2;
+    REQUIRE(!SurprisalSegmenter::Create(o).ok());
+  }
+}
+
+TEST_CASE("truncated SVD keeps the smallest rank that holds the energy share", "[cpu]") {
+  const int n = 12, d = 8;
+  SECTION("exact rank-2 data needs rank 2, and rebuilds exactly") {
+    const auto a = Normal(n * 2, 1), b = Normal(2 * d, 2);
+    std::vector<float> x(n * d, 0.0f);
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < d; ++c) x[i * d + c] = a[i * 2] * b[c] + a[i * 2 + 1] * b[d + c];
+    const LowRankBasis lr = TruncatedSvd(x.data(), n, d, d, 0.9999, 32);
+    REQUIRE(lr.rank == 2);
+    std::vector<float> y(n * d);
+    lr.Reconstruct(y.data(), d);
+    for (int i = 0; i < n * d; ++i) REQUIRE(y[i] == Approx(x[i]).margin(1e-4));
+  }
+  SECTION("rank follows the spectrum, capped at r_max") {
+    const auto x = Normal(n * d, 3);
+    // Singular values from the Gram eigenvalues, to check the rank rule independently.
+    std::vector<double> g(d * d, 0.0), lam, vec;
+    for (int i = 0; i < d; ++i)
+      for (int j = 0; j < d; ++j)
+        for (int r = 0; r < n; ++r) g[i * d + j] += double(x[r * d + i]) * x[r * d + j];
+    SymmetricEigenJacobi(g, d, &lam, &vec);
+    const double total = std::accumulate(lam.begin(), lam.end(), 0.0);
+    for (double e : {0.5, 0.8, 0.95}) {
+      int want = 0;
+      double kept = 0;
+      while (kept < e * total) kept += lam[want++];
+      const LowRankBasis lr = TruncatedSvd(x.data(), n, d, d, e, 32);
+      REQUIRE(lr.rank == want);
+      REQUIRE(lr.energy_kept >= e);
+      // The reconstruction error is exactly the dropped energy.
+      std::vector<float> y(n * d);
+      lr.Reconstruct(y.data(), d);
+      double err = 0;
+      for (int i = 0; i < n * d; ++i) err += (y[i] - x[i]) * double(y[i] - x[i]);
+      REQUIRE(err == Approx(total - kept).epsilon(1e-3).margin(1e-4));
+    }
+    REQUIRE(TruncatedSvd(x.data(), n, d, d, 1.0, 3).rank == 3);
+    // Tall and wide inputs take different Gram sides; both are exact at full energy.
+    const auto wide = Normal(4 * d, 4);
+    const LowRankBasis lw = TruncatedSvd(wide.data(), 4, d, d, 1.0, 32);
+    REQUIRE(lw.rank == 4);
+    std::vector<float> y(4 * d);
+    lw.Reconstruct(y.data(), d);
+    for (int i = 0; i < 4 * d; ++i) REQUIRE(y[i] == Approx(wide[i]).margin(1e-4));
+  }
+}
+
+TEST_CASE("span store: summaries, tiers and memory accounting", "[cpu]") {
+  const int t = 40, heads = 2, hd = 4, kvd = heads * hd;
+  const auto k = Normal(t * kvd, 11), v = Normal(t * kvd, 12);
+  auto s = Surprisal(t, 13);
+  Segmentation seg;
+  seg.num_tokens = t;
+  seg.anchors = {0, 10};
+  seg.spans = {{1, 10}, {11, 30}};
+  seg.window_begin = 30;
+  SpanStoreOptions o;
+  o.energy = 1.0;
+  const SpanStore st = SpanStore::Build(k.data(), v.data(), s, seg, heads, hd, o);
+  REQUIRE(st.num_anchors() == 2);
+  REQUIRE(st.num_spans() == 2);
+  REQUIRE(st.window_rows() == 10);
+  // Summary = surprisal-weighted mean of keys, plain mean of values.
+  for (int sp = 0; sp < 2; ++sp) {
+    const TokenSpan span = seg.spans[sp];
+    double wsum = 0;
+    for (int i = span.begin; i < span.end; ++i) wsum += std::max(s[i], 1e-3f);
+    for (int c = 0; c < kvd; ++c) {
+      double kk = 0, vv = 0;
+      for (int i = span.begin; i < span.end; ++i) {
+        kk += std::max(s[i], 1e-3f) / wsum * k[i * kvd + c];
+        vv += v[i * kvd + c] / span.length();
+      }
+      REQUIRE(st.summary_k()[sp * kvd + c] == Approx(kk).margin(1e-5));
+      REQUIRE(st.summary_v()[sp * kvd + c] == Approx(vv).margin(1e-5));
+    }
+    REQUIRE(st.log_span_length()[sp] == Approx(std::log(float(span.length()))));
+  }
+  // CPU tier at full energy rebuilds the span exactly.
+  std::vector<float> rk(19 * hd), rv(19 * hd);
+  st.Rebuild(1, 1, rk.data(), rv.data());
+  for (int i = 0; i < 19; ++i)
+    for (int c = 0; c < hd; ++c) {
+      REQUIRE(rk[i * hd + c] == Approx(k[(11 + i) * kvd + hd + c]).margin(1e-4));
+      REQUIRE(rv[i * hd + c] == Approx(v[(11 + i) * kvd + hd + c]).margin(1e-4));
+    }
+  // Bytes come from the structures: 2 anchors + 2 summaries (+2 log lengths) + 10 window rows.
+  const MemoryBreakdown m = st.Memory();
+  REQUIRE(m.anchors == 2 * kvd * 2 * sizeof(float));
+  REQUIRE(m.summaries == (2 * kvd * 2 + 2) * sizeof(float));
+  REQUIRE(m.window == 10 * kvd * 2 * sizeof(float));
+  REQUIRE(m.full_kv == size_t(t) * kvd * 2 * sizeof(float));
+  REQUIRE(m.cpu_bases > 0);
+  SpanStore grown = st;
+  grown.AppendWindow(k.data(), v.data());
+  REQUIRE(grown.Memory().window == 11 * kvd * 2 * sizeof(float));
+  REQUIRE(grown.Memory().full_kv == size_t(t + 1) * kvd * 2 * sizeof(float));
+}
+
+TEST_CASE("mixed attention is one softmax over its blocks", "[cpu]") {
+  const int d = 8, n = 37;
+  const auto q = Normal(d, 21), k = Normal(n * d, 22), v = Normal(n * d, 23);
+  std::vector<float> scratch, ref(d), out(d);
+  const AttentionBlock all{k.data(), v.data(), n, d, nullptr};
+  MixedAttention(q.data(), {&all, 1}, d, ref.data(), &scratch);
+  // Reference softmax by hand.
+  std::vector<double> s(n);
+  double m = -1e30, sum = 0;
+  for (int i = 0; i < n; ++i) {
+    s[i] = 0;
+    for (int c = 0; c < d; ++c) s[i] += q[c] * k[i * d + c];
+    s[i] /= std::sqrt(double(d));
+    m = std::max(m, s[i]);
+  }
+  for (int i = 0; i < n; ++i) sum += std::exp(s[i] - m);
+  for (int c = 0; c < d; ++c) {
+    double o = 0;
+    for (int i = 0; i < n; ++i) o += std::exp(s[i] - m) / sum * v[i * d + c];
+    REQUIRE(ref[c] == Approx(o).margin(1e-5));
+  }
+  // Split into blocks in any order: the same output.
+  const AttentionBlock a{k.data(), v.data(), 10, d, nullptr};
+  const AttentionBlock b{k.data() + 10 * d, v.data() + 10 * d, 20, d, nullptr};
+  const AttentionBlock c{k.data() + 30 * d, v.data() + 30 * d, 7, d, nullptr};
+  const AttentionBlock blocks[] = {c, a, b};
+  MixedAttention(q.data(), blocks, d, out.data(), &scratch);
+  for (int i = 0; i < d; ++i) REQUIRE(out[i] == Approx(ref[i]).margin(1e-6));
+}
+
+TEST_CASE("log|S| correction: a summary of identical tokens equals the expanded tokens", "[cpu]") {
+  const int d = 8, len = 9;
+  const auto q = Normal(d, 31), others_k = Normal(5 * d, 32), others_v = Normal(5 * d, 33);
+  const auto kbar = Normal(d, 34), vbar = Normal(d, 35);
+  std::vector<float> span_k, span_v;
+  for (int i = 0; i < len; ++i) {
+    span_k.insert(span_k.end(), kbar.begin(), kbar.end());
+    span_v.insert(span_v.end(), vbar.begin(), vbar.end());
+  }
+  const float log_len = std::log(float(len));
+  const AttentionBlock others{others_k.data(), others_v.data(), 5, d, nullptr};
+  const AttentionBlock expanded{span_k.data(), span_v.data(), len, d, nullptr};
+  const AttentionBlock summary{kbar.data(), vbar.data(), 1, d, &log_len};
+  const AttentionBlock without_correction{kbar.data(), vbar.data(), 1, d, nullptr};
+  std::vector<float> scratch, a(d), b(d), c(d);
+  const AttentionBlock e1[] = {others, expanded}, e2[] = {others, summary},
+                       e3[] = {others, without_correction};
+  MixedAttention(q.data(), e1, d, a.data(), &scratch);
+  MixedAttention(q.data(), e2, d, b.data(), &scratch);
+  MixedAttention(q.data(), e3, d, c.data(), &scratch);
+  double diff_without = 0;
+  for (int i = 0; i < d; ++i) {
+    REQUIRE(b[i] == Approx(a[i]).margin(1e-6));
+    diff_without += std::fabs(c[i] - a[i]);
+  }
+  REQUIRE(diff_without > 1e-3);  // the correction matters
+}
+
+TEST_CASE("span selection ranks by gate and respects the token budget", "[cpu]") {
+  const std::vector<float> alpha = {0.9f, 0.2f, 0.7f, 0.95f, 0.6f};
+  const std::vector<int> len = {10, 5, 4, 30, 6};
+  REQUIRE(SelectSpans(alpha, len, 0.5f, 20) == std::vector<int>{0, 2, 4});  // 3 does not fit
+  REQUIRE(SelectSpans(alpha, len, 0.8f, 100) == std::vector<int>{3, 0});
+  REQUIRE(SelectSpans(alpha, len, 0.5f, 0).empty());
+  REQUIRE(Sigmoid(0.0f) == Approx(0.5f));
+  // The default router's logit is the log-share minus log θ.
+  const ZoomRouter r = ZoomRouter::Default(2, 2, 4, 0.1f);
+  REQUIRE(r.Logit(1, 1, 0.0f, 1.0f, std::log(0.1f)) == Approx(0.0f).margin(1e-6));
+  REQUIRE(r.Validate().ok());
+}
+
+TEST_CASE("budget plan fits every cache into the same GPU budget", "[cpu]") {
+  const int t = 384;
+  const auto s = Surprisal(t, 41);
+  for (double f : {0.2, 0.4, 0.6}) {
+    const BudgetPlan p = PlanBudget(s, f, SekvOptions{}, BudgetShares{});
+    const Segmentation& seg = p.segmentation;
+    CheckPartition(seg);
+    const int sekv_tokens =
+        int(seg.anchors.size() + seg.spans.size()) + seg.window_length() + p.sekv.expand_budget;
+    REQUIRE(sekv_tokens <= p.budget_tokens);
+    REQUIRE(p.budget_tokens <= int(f * t));
+    REQUIRE(p.h2o.budget_tokens == p.budget_tokens);
+    const Segmentation chunks = ChunkSegmentation(t, p.chunk);
+    CheckPartition(chunks);
+    REQUIRE(int(chunks.anchors.size() + chunks.spans.size()) + chunks.window_length() <=
+            p.budget_tokens);
+  }
+}
+
+}  // namespace
+}  // namespace scd::sekv

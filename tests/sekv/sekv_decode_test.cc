@@ -1,0 +1,279 @@
+// SEKV decode path: the decoder against the CPU backend, the hierarchy against the full cache
+// when everything is expanded, asynchronous against inline fetches, the router calibration fit,
+// the artifact round trip, and the baselines.
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "catch2/catch.hpp"
+#include "common/base/random.h"
+#include "common/model/weights.h"
+#include "common/runtime/backend.h"
+#include "common/sekv/budget_plan.h"
+#include "common/sekv/chunk_cache.h"
+#include "common/sekv/h2o_cache.h"
+#include "common/sekv/kv_cache.h"
+#include "common/sekv/sekv_artifact.h"
+#include "common/sekv/sekv_cache.h"
+#include "common/sekv/sekv_calibration.h"
+#include "common/sekv/sekv_decoder.h"
+#include "tests/test_support.h"
+
+namespace scd::sekv {
+namespace {
+
+std::shared_ptr<const Model> TinyModel() {
+  ModelConfig c;
+  c.hidden_size = 32;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  c.intermediate_size = 48;
+  c.vocab_size = 64;
+  c.max_position_embeddings = 256;
+  c.rms_norm_eps = 1e-5f;
+  c.tie_word_embeddings = true;
+  c.name = "tiny";
+  REQUIRE(c.Validate().ok());
+  return MakeSyntheticModel(c, 5, 0.3f);
+}
+
+std::vector<int32_t> Tokens(int n, uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<int32_t> ids = {1};
+  while (static_cast<int>(ids.size()) < n)
+    ids.push_back(3 + static_cast<int32_t>(rng.NextBelow(60)));
+  return ids;
+}
+
+struct Prefilled {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Sequence> seq;
+  PrefixKv prefix;
+};
+
+Prefilled Prefill(std::shared_ptr<const Model> model, SekvDecoder& dec,
+                  const std::vector<int32_t>& ids, int p) {
+  Prefilled out;
+  auto b = CreateBackend(BackendKind::kCpu, model);
+  REQUIRE(b.ok());
+  out.backend = std::move(b).value();
+  auto seq = out.backend->NewSequence(static_cast<int>(ids.size()) + 8);
+  REQUIRE(seq.ok());
+  out.seq = std::move(seq).value();
+  PrefillOptions po;
+  po.layer_states = po.surprisal = true;
+  PrefillResult pr;
+  REQUIRE(out.backend->Prefill(*out.seq, absl::MakeConstSpan(ids).first(p), po, &pr).ok());
+  auto prefix = dec.MakePrefix(pr.layers, p, pr.surprisal);
+  REQUIRE(prefix.ok());
+  out.prefix = std::move(prefix).value();
+  return out;
+}
+
+double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+  return m;
+}
+
+TEST_CASE("decoder with the full cache reproduces the backend's decode", "[cpu]") {
+  auto model = TinyModel();
+  auto dec = SekvDecoder::Create(model);
+  REQUIRE(dec.ok());
+  const auto ids = Tokens(60, 1);
+  const int p = 50;
+  Prefilled pf = Prefill(model, **dec, ids, p);
+  FullKvCache full((*dec)->shape(), pf.prefix);
+  std::vector<float> mine, ref;
+  for (int i = p; i < 60; ++i) {
+    REQUIRE((*dec)->Step(ids[i], i, full, &mine).ok());
+    Sequence* batch[] = {pf.seq.get()};
+    REQUIRE(pf.backend->Decode(batch, absl::MakeConstSpan(&ids[i], 1), &ref).ok());
+    REQUIRE(MaxDiff(mine, ref) < 1e-4);
+  }
+}
+
+TEST_CASE("SEKV with every span expanded equals the full cache", "[cpu]") {
+  auto model = TinyModel();
+  auto dec = SekvDecoder::Create(model);
+  REQUIRE(dec.ok());
+  const auto ids = Tokens(120, 2);
+  const int p = 100;
+  Prefilled pf = Prefill(model, **dec, ids, p);
+  SekvOptions o;
+  o.segmenter.window = 8;
+  o.segmenter.min_span = 3;
+  o.store.energy = 1.0;   // lossless CPU bases
+  o.expand_budget = p;    // room for every span
+  o.tau_override = 0.0f;  // the gate passes every span
+  for (bool async : {false, true}) {
+    o.async_fetch = async;
+    auto sekv = SekvCache::Create((*dec)->shape(), pf.prefix, o, nullptr);
+    REQUIRE(sekv.ok());
+    REQUIRE((*sekv)->segmentation().spans.size() > 5);
+    FullKvCache full((*dec)->shape(), pf.prefix);
+    std::vector<float> a, b;
+    for (int i = p; i < 120; ++i) {
+      REQUIRE((*dec)->Step(ids[i], i, **sekv, &a).ok());
+      REQUIRE((*dec)->Step(ids[i], i, full, &b).ok());
+      REQUIRE(MaxDiff(a, b) < 1e-4);
+    }
+    const ZoomStats z = (*sekv)->zoom_stats();
+    REQUIRE(z.expanded_spans == z.steps * static_cast<long>((*sekv)->segmentation().spans.size()));
+    const FetchStats f = (*sekv)->fetch_stats();
+    REQUIRE(f.hits > 0);  // later steps reuse the cached expansions
+  }
+  SECTION("all tokens in the window is the full cache too") {
+    SekvOptions w;
+    w.segmenter.window = p;
+    auto sekv = SekvCache::Create((*dec)->shape(), pf.prefix, w, nullptr);
+    REQUIRE(sekv.ok());
+    FullKvCache full((*dec)->shape(), pf.prefix);
+    std::vector<float> a, b;
+    REQUIRE((*dec)->Step(ids[p], p, **sekv, &a).ok());
+    REQUIRE((*dec)->Step(ids[p], p, full, &b).ok());
+    REQUIRE(MaxDiff(a, b) < 1e-4);
+  }
+}
+
+TEST_CASE("caches at a budget report their bytes and stay close to the full cache", "[cpu]") {
+  auto model = TinyModel();
+  auto dec = SekvDecoder::Create(model);
+  REQUIRE(dec.ok());
+  const auto ids = Tokens(200, 3);
+  const int p = 180;
+  Prefilled pf = Prefill(model, **dec, ids, p);
+  const BudgetPlan plan = PlanBudget(pf.prefix.surprisal, 0.4, SekvOptions{}, BudgetShares{});
+  auto sekv = SekvCache::CreateWithSegmentation((*dec)->shape(), pf.prefix, plan.segmentation,
+                                                plan.sekv, nullptr);
+  auto h2o = HeavyHitterCache::Create((*dec)->shape(), pf.prefix, plan.h2o);
+  auto chunk = CreateChunkCache((*dec)->shape(), pf.prefix, plan.chunk);
+  REQUIRE(sekv.ok());
+  REQUIRE(h2o.ok());
+  REQUIRE(chunk.ok());
+  FullKvCache full((*dec)->shape(), pf.prefix);
+  KvCache* caches[] = {sekv->get(), h2o->get(), chunk->get()};
+  std::vector<float> ref, got;
+  REQUIRE((*dec)->Step(ids[p], p, full, &ref).ok());
+  for (KvCache* c : caches) {
+    REQUIRE((*dec)->Step(ids[p], p, *c, &got).ok());
+    const MemoryBreakdown m = c->Memory();
+    INFO(c->kind());
+    REQUIRE(m.full_kv == full.Memory().full_kv);
+    REQUIRE(m.gpu_ratio() <= 0.41);
+    REQUIRE(m.gpu_ratio() >= 0.25);
+    double z = 0;
+    for (float x : got) z += std::isfinite(x) ? 0 : 1;
+    REQUIRE(z == 0);
+  }
+  const MemoryBreakdown sm = (*sekv)->Memory();
+  REQUIRE(sm.anchors > 0);
+  REQUIRE(sm.summaries > 0);
+  REQUIRE(sm.expanded_cache == size_t(2) * 2 * plan.sekv.expand_budget * 2 * 8 * sizeof(float));
+  REQUIRE(sm.cpu_bases > 0);
+  REQUIRE((*chunk)->Memory().cpu_bases == 0);  // no zoom-in, no CPU tier
+}
+
+TEST_CASE("router calibration separates heavy spans on a small case", "[cpu]") {
+  // Synthetic samples: a span is significant when <q, k̄> is large; the fit must find it.
+  const int hd = 4;
+  CalibrationOptions co;
+  co.max_samples_per_head = 4000;
+  co.target_recall = 0;  // F_beta threshold
+  RouterSampleSet set(1, 1, hd, co);
+  SplitMix64 rng(9);
+  std::vector<float> q(hd), k(hd);
+  for (int i = 0; i < 4000; ++i) {
+    FillNormal(q.data(), hd, 100 + i, 0.0f, 1.0f);
+    FillNormal(k.data(), hd, 50000 + i, 0.0f, 1.0f);
+    float dot = 0;
+    for (int c = 0; c < hd; ++c)
+      dot += q[c] * k[c] * (c == 0 ? 3.0f : 0.0f);  // only channel 0 matters
+    const float mass = dot > 1.0f ? 0.5f : 0.001f;
+    set.Add(0, 0, q.data(), k.data(), hd, 1.0f, -3.0f, mass);
+  }
+  nlohmann::json report;
+  auto router = FitZoomRouter(set, co, &report);
+  REQUIRE(router.ok());
+  REQUIRE(report["heads"][0]["fit"] == "logistic");
+  REQUIRE(report["heads"][0]["precision"].get<double>() > 0.85);
+  REQUIRE(report["heads"][0]["recall"].get<double>() > 0.85);
+  // The routed score orders spans by the hidden rule.
+  std::vector<float> qr(hd);
+  const float qq[hd] = {1, 0, 0, 0}, hi[hd] = {1, 0, 0, 0}, lo[hd] = {-1, 0, 0, 0};
+  router->RouteQuery(0, 0, qq, qr.data());
+  float b_hi = 0, b_lo = 0;
+  for (int c = 0; c < hd; ++c) {
+    b_hi += qr[c] * hi[c];
+    b_lo += qr[c] * lo[c];
+  }
+  REQUIRE(b_hi > b_lo + 1.0f);
+}
+
+TEST_CASE("SEKV artifact round-trips and rejects corrupt files", "[cpu]") {
+  auto model = TinyModel();
+  ZoomRouter r = ZoomRouter::Default(2, 2, 8, 0.05f);
+  r.Reset(2, 2, 8, 3);
+  for (size_t i = 0; i < r.all_p_q().size(); ++i) {
+    r.all_p_q()[i] = 0.01f * i;
+    r.all_p_k()[i] = -0.02f * i;
+  }
+  r.gate(1, 1) = RouterGate{0.5f, 0.9f, -1.5f, 0.3f};
+  SekvArtifact a;
+  a.model_name = "tiny";
+  a.model_digest = model->digest;
+  a.router = r;
+  a.report = {{"note", "test"}};
+  const std::string path = testing::TempDir() + "/router.sekv.safetensors";
+  REQUIRE(a.Save(path).ok());
+  auto b = SekvArtifact::Load(path);
+  REQUIRE(b.ok());
+  REQUIRE(b->router.all_p_q() == r.all_p_q());
+  REQUIRE(b->router.all_p_k() == r.all_p_k());
+  REQUIRE(b->router.gate(1, 1).bias == -1.5f);
+  REQUIRE(b->router.gate(1, 1).tau == 0.3f);
+  REQUIRE(b->report["note"] == "test");
+  REQUIRE(b->CheckModel(*model).ok());
+  REQUIRE(!b->CheckModel(*MakeSyntheticModel(model->config, 6, 0.3f)).ok());
+
+  std::string bytes = testing::ReadFileOrFail(path);
+  SECTION("a flipped byte inside a tensor") { bytes[bytes.size() - 5] ^= 0x40; }
+  SECTION("a truncated file") { bytes.resize(bytes.size() / 2); }
+  SECTION("garbage") { bytes = "not a safetensors file at all"; }
+  const std::string bad = testing::TempDir() + "/bad.sekv.safetensors";
+  std::ofstream(bad, std::ios::binary) << bytes;
+  REQUIRE(!SekvArtifact::Load(bad).ok());
+}
+
+TEST_CASE("heavy hitters keep the most attended tokens", "[cpu]") {
+  // One layer, one head; the query attends strongly to token 7 of 30.
+  CacheShape shape{1, 1, 1, 4};
+  PrefixKv prefix;
+  prefix.num_tokens = 30;
+  prefix.k.assign(1, std::vector<float>(30 * 4, 0.0f));
+  prefix.v.assign(1, std::vector<float>(30 * 4, 0.0f));
+  prefix.surprisal.assign(30, 1.0f);
+  for (int i = 0; i < 30; ++i) prefix.v[0][i * 4] = float(i);
+  prefix.k[0][7 * 4] = 10.0f;
+  HeavyHitterOptions o;
+  o.budget_tokens = 6;
+  o.window = 2;
+  o.sink_tokens = 1;
+  o.pool_radius = 0;
+  auto c = HeavyHitterCache::Create(shape, prefix, o);
+  REQUIRE(c.ok());
+  const float q[4] = {1, 0, 0, 0}, k[4] = {0, 0, 0, 0}, v[4] = {100, 0, 0, 0};
+  float out[4];
+  (*c)->Attend(0, q, k, v, out);
+  // Kept: sink 0, hit 7 plus 3 others, window 28-29, and the new token: 7 rows.
+  REQUIRE((*c)->Memory().window == 7 * 4 * 2 * sizeof(float));
+  // Token 7 dominates (e^{5} against e^0 for the others): the output leans to its value 7.
+  REQUIRE(out[0] > 5.0f);
+  REQUIRE(out[0] < 8.0f + 100.0f / 100.0f);
+}
+
+}  // namespace
+}  // namespace scd::sekv
