@@ -22,6 +22,7 @@ PACKAGES=(
   libucx-dev
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev libpng-dev
   prometheus
+  clang-14 libclang-rt-14-dev  # libFuzzer + sanitizer runtimes for scripts/fuzz.sh
 )
 
 step() { printf '\n==> %s\n' "$*"; }
