@@ -155,7 +155,18 @@ absl::Status DecodeDaemon::Start() {
     r.queue_depth = engine_->queued();
     active->Set(r.active_requests);
     queued->Set(r.queue_depth);
-    registered->Set(control_ != nullptr && control_->registered() ? 1 : 0);
+    const bool now_registered = control_ != nullptr && control_->registered();
+    registered->Set(now_registered ? 1 : 0);
+    if (now_registered != was_registered_.exchange(now_registered)) {
+      // Registration changes are rare and operationally interesting (prefill restarts,
+      // network loss), so each is one log line.
+      const absl::Status last = control_ != nullptr ? control_->last_error() : absl::OkStatus();
+      daemon::LogInfo(now_registered ? "registered" : "registration_lost",
+                      {{"instance_id", config_.instance_id},
+                       {"control_plane", config_.control_plane},
+                       {"registrations", control_ != nullptr ? control_->registrations() : 0},
+                       {"last_error", std::string(last.message())}});
+    }
     return r;
   };
   SCD_ASSIGN_OR_RETURN(control_, rpc::ControlPlaneClient::Create(co));
@@ -166,6 +177,7 @@ absl::Status DecodeDaemon::Start() {
                                                 std::string(st.message())));
   }
   registered->Set(control_->registered() ? 1 : 0);
+  was_registered_.store(control_->registered());
   daemon::LogInfo("decode_started",
                   {{"model", c.model_name},
                    {"instance_id", c.instance_id},

@@ -14,6 +14,7 @@
 #ifndef SCD_DECODE_SERVER_DECODE_DAEMON_H_
 #define SCD_DECODE_SERVER_DECODE_DAEMON_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -111,6 +112,7 @@ class DecodeDaemon {
   rpc::GrpcServer grpc_;
   std::unique_ptr<http::HttpServer> http_;
   std::unique_ptr<rpc::ControlPlaneClient> control_;
+  std::atomic<bool> was_registered_{false};
   bool shut_down_ = false;
 };
 

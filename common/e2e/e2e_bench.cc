@@ -152,15 +152,25 @@ absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const
   if (!port.ok()) return port.status();
   c.grpc_address = absl::StrCat("127.0.0.1:", *port);
   // The decode daemons start first and keep retrying registration until a prefill daemon is up.
-  for (int i = 0; i < o.decode_daemons; ++i) {
-    const std::string config = absl::StrCat(o.workdir, "/decode-", i, ".json");
-    if (absl::Status st = cluster::WriteJsonFile(config, DecodeJson(o, c.grpc_address, i)); !st.ok()) return st;
-    absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> d = cluster::DaemonProcess::Start(
-        o.bin_dir + "/scd-decode", {"--config", config}, absl::StrCat(o.workdir, "/decode-", i, ".log"));
-    if (!d.ok()) return d.status();
-    c.decodes.push_back(std::move(*d));
-  }
+  int generation = 0;
+  auto start_decodes = [&]() -> absl::Status {
+    for (auto& d : c.decodes) d->Stop(std::chrono::seconds(10));
+    c.decodes.clear();
+    ++generation;
+    for (int i = 0; i < o.decode_daemons; ++i) {
+      const std::string config = absl::StrCat(o.workdir, "/decode-", i, ".json");
+      if (absl::Status st = cluster::WriteJsonFile(config, DecodeJson(o, c.grpc_address, i)); !st.ok()) return st;
+      absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> d = cluster::DaemonProcess::Start(
+          o.bin_dir + "/scd-decode", {"--config", config},
+          absl::StrCat(o.workdir, "/decode-", i, "-", generation, ".log"));
+      if (!d.ok()) return d.status();
+      c.decodes.push_back(std::move(*d));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status st = start_decodes(); !st.ok()) return st;
   std::vector<E2eCell> cells;
+  int decode_restarts = 0;
   int cell_index = 0;
   const int total_cells = static_cast<int>(o.modes.size() * o.bandwidths_gbps.size()) * ((o.warm ? 1 : 0) + (o.cold ? 1 : 0));
   for (const std::string& mode : o.modes) {
@@ -169,7 +179,22 @@ absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const
         if ((warm && !o.warm) || (!warm && !o.cold)) continue;
         ++cell_index;
         const std::string tag = absl::StrCat(mode, "-", gbps, "g-", warm ? "warm" : "cold");
-        if (absl::Status st = StartPrefill(o, c, mode, gbps, warm, tag); !st.ok()) return st;
+        absl::Status started = StartPrefill(o, c, mode, gbps, warm, tag);
+        if (!started.ok()) {
+          // A decode daemon that did not re-register with the restarted prefill daemon in time
+          // (seen rarely after dozens of restarts; under investigation) is restarted too, so one
+          // stuck daemon cannot void the run. The report counts these restarts.
+          if (progress) progress(absl::StrCat("  decode daemons did not re-register; restarting them: ",
+                                              started.message().substr(0, 120)));
+          ++decode_restarts;
+          if (absl::Status st = start_decodes(); !st.ok()) return st;
+          started = StartPrefill(o, c, mode, gbps, warm, tag + "-retry");
+        }
+        if (!started.ok()) {
+          std::string tails;
+          for (auto& d : c.decodes) absl::StrAppend(&tails, "\n", d->log_path(), ":\n", d->LogTail(1500));
+          return absl::Status(started.code(), absl::StrCat(started.message(), tails));
+        }
         auto stub = scd::v1::Generation::NewStub(grpc::CreateChannel(c.grpc_address, grpc::InsecureChannelCredentials()));
         E2eCell cell;
         cell.mode = mode;
