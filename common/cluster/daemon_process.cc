@@ -9,8 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -129,22 +131,38 @@ std::optional<int> DaemonProcess::Stop(std::chrono::milliseconds timeout) {
   return rc;
 }
 
-absl::StatusOr<int> PickFreePort() {
+namespace {
+
+// Whether `port` can be bound on 127.0.0.1 right now.
+bool CanBind(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return absl::InternalError(absl::StrCat("bind: ", std::strerror(errno)));
-  }
-  const int port = ntohs(addr.sin_port);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
-  return port;
+  return ok;
+}
+
+}  // namespace
+
+absl::StatusOr<int> PickFreePort() {
+  // Below the kernel's ephemeral range: a client connecting to a port inside that range while
+  // nothing listens can be handed that very port as its local port and connect to itself (TCP
+  // simultaneous open), which wedges a control-plane channel across daemon restarts.
+  int low = 32768;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> low;
+  const int lo = 10000, hi = std::max(lo + 100, low - 1);
+  std::random_device rd;
+  std::mt19937 rng(rd());
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo));
+    if (CanBind(port)) return port;
+  }
+  return absl::UnavailableError(absl::StrCat("no free port in [", lo, ", ", hi, ")"));
 }
 
 absl::Status WriteJsonFile(const std::string& path, const nlohmann::json& config) {

@@ -50,7 +50,8 @@ class DaemonProcess {
   std::optional<int> exit_code_;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
+// A TCP port on 127.0.0.1 that was free a moment ago, chosen below the ephemeral port range
+// (see daemon_process.cc for why).
 absl::StatusOr<int> PickFreePort();
 
 // Writes `config` as pretty JSON to `path`.
