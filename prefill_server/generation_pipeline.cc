@@ -186,13 +186,19 @@ absl::StatusOr<GenerationPipeline::Encoded> GenerationPipeline::BuildPayload(
   PrefillResult states;
   const auto t0 = Clock::now();
   if (s.mode != CodecMode::kOracle) {
-    if (producer_waiting_.load() >= options_.producer_max_queue) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the prefill queue is full (", options_.producer_max_queue, " requests waiting)"));
+    // The base model runs one prefill at a time; up to producer_max_queue more may wait for
+    // it, and beyond that the request is refused (429 with Retry-After) rather than queued
+    // without bound.
+    std::unique_lock<std::mutex> lock(producer_mu_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      if (producer_waiting_.fetch_add(1) >= options_.producer_max_queue) {
+        --producer_waiting_;
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the prefill queue is full (", options_.producer_max_queue, " requests waiting)"));
+      }
+      lock.lock();
+      --producer_waiting_;
     }
-    ++producer_waiting_;
-    std::unique_lock<std::mutex> lock(producer_mu_);
-    --producer_waiting_;
     timings->set_queue_ms(MsSince(t0));
     if (absl::Now() > r.deadline) return absl::DeadlineExceededError("request deadline passed while queued for prefill");
     const auto tp = Clock::now();

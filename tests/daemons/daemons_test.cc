@@ -258,3 +258,36 @@ TEST_CASE("The pair serves over the UCX data plane and in a baseline mode", "[da
 }
 
 }  // namespace scd::testing
+
+namespace scd::testing {
+
+TEST_CASE("scd-loadgen drives the real daemons and accounts for every request", "[daemons]") {
+  const std::string dir = TempDir();
+  PrefillHandle prefill = StartPrefill(dir, PrefillConfig("scd"));
+  DecodeHandle a = StartDecode(dir, DecodeConfig(prefill.grpc_address), "decode-a");
+  DecodeHandle b = StartDecode(dir, DecodeConfig(prefill.grpc_address), "decode-b");
+  REQUIRE(WaitForReady(prefill.http_port, 200, std::chrono::seconds(10)));
+  const std::string prompts = dir + "/prompts.jsonl";
+  std::ofstream(prompts) << json({{"context", kStory},
+                                  {"questions", {"Q: Where is Mary? A:", "Q: Where is John? A:"}}})
+                                .dump()
+                         << "\n";
+  const std::string out = dir + "/loadgen.json";
+  std::string log;
+  const int rc = RunCommand(BinaryPath("scd-loadgen") + " --url http://127.0.0.1:" +
+                                std::to_string(prefill.http_port) +
+                                " --model stories260K-babi-qa --concurrency 3 --requests 12 --completions"
+                                " --max-tokens 4 --prompts " + prompts + " --json " + out +
+                                " --png none --quiet",
+                            &log);
+  INFO(log);
+  REQUIRE(rc == 0);
+  json j = json::parse(ReadFileOrFail(out));
+  CHECK(j["requests"]["issued"] == 12);
+  CHECK(j["requests"]["ok"] == 12);
+  CHECK(j["requests"]["lost"] == 0);
+  CHECK(j["ttft_ms"]["p50"].get<double>() > 0);
+  CHECK(j["throughput"]["output_tokens_per_s"].get<double>() > 0);
+}
+
+}  // namespace scd::testing

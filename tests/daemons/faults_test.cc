@@ -8,6 +8,8 @@
 #include <future>
 #include <thread>
 
+#include <httplib.h>
+
 #include "tests/daemons/daemon_harness.h"
 #include "tests/test_support.h"
 
@@ -257,6 +259,72 @@ TEST_CASE("The official openai npm client streams a chat from the real daemons",
   INFO("node output:\n" << bad_output);
   CHECK(bad_rc == 2);
   CHECK(bad_output.rfind("ERROR 401", 0) == 0);
+}
+
+}  // namespace scd::testing
+
+namespace scd::testing {
+
+TEST_CASE("Limits: API key, full prefill queue, request deadline", "[daemons]") {
+  const std::string dir = TempDir();
+  json pc = PrefillConfig("scd");
+  pc["http"]["api_key"] = "sk-limits";
+  pc["limits"]["prefill_queue"] = 0;       // only the running prefill; nobody waits
+  pc["limits"]["request_timeout"] = "1s";  // every request's deadline
+  pc["prefix_cache"] = {{"enabled", false}};
+  PrefillHandle prefill = StartPrefill(dir, pc);
+  DecodeHandle d = StartDecode(dir, SlowDecodeConfig(prefill.grpc_address));
+  REQUIRE(WaitForReady(prefill.http_port, 200, seconds(10)));
+  const std::map<std::string, std::string> auth = {{"Authorization", "Bearer sk-limits"}};
+  const std::string body = json({{"model", "stories260K-babi-qa"},
+                                 {"prompt", "Mary went to the garden. John went to the office."},
+                                 {"max_tokens", 2},
+                                 {"temperature", 0}})
+                               .dump();
+  {  // No key, or a wrong one: 401 and no work (nothing reaches the decode daemon).
+    HttpResult none = HttpPost(prefill.http_port, "/v1/completions", body);
+    CHECK(none.status == 401);
+    HttpResult wrong = HttpPost(prefill.http_port, "/v1/completions", body, {{"Authorization", "Bearer nope"}});
+    CHECK(wrong.status == 401);
+    CHECK(!MetricValue(HttpGet(prefill.http_port, "/metrics").body,
+                       "scd_requests_total{model=\"stories260K-babi-qa\",mode=\"scd\"}")
+               .has_value());
+    CHECK(HttpGet(prefill.http_port, "/health").status == 200);  // probes need no key
+  }
+  {  // A burst beyond the prefill queue: some requests get 429 with Retry-After, the rest succeed.
+    std::vector<std::future<HttpResult>> burst;
+    for (int i = 0; i < 12; ++i) {
+      burst.push_back(std::async(std::launch::async, [&] {
+        return HttpPost(prefill.http_port, "/v1/completions", body, auth);
+      }));
+    }
+    int ok = 0, refused = 0;
+    for (auto& f : burst) {
+      HttpResult r = f.get();
+      if (r.status == 200) ++ok;
+      if (r.status == 429) {
+        ++refused;
+        CHECK(r.headers["retry-after"] == "1");
+      }
+    }
+    CHECK(ok >= 1);
+    CHECK(refused >= 1);
+    CHECK(ok + refused == 12);
+  }
+  {  // A request that outlives its 1 s deadline (40 ms per token, 200 tokens) ends with an error.
+    json slow = json::parse(body);
+    slow["max_tokens"] = 200;
+    slow["stream"] = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    httplib::Client client("127.0.0.1", prefill.http_port);
+    client.set_read_timeout(seconds(30));
+    httplib::Headers h = {{"Authorization", "Bearer sk-limits"}};
+    auto res = client.Post("/v1/completions", h, slow.dump(), "application/json");
+    REQUIRE(res);
+    CHECK(res->status == 200);
+    CHECK(res->body.find("deadline") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - t0 < seconds(10));
+  }
 }
 
 }  // namespace scd::testing
