@@ -182,7 +182,12 @@ absl::StatusOr<GenerationPipeline::Encoded> GenerationPipeline::BuildPayload(
     }
     if (metrics_->cache_misses != nullptr) metrics_->cache_misses->WithLabels({model}).value()->Increment();
   }
-  const absl::Span<const int32_t> prefix(r.tokens.data(), r.tokens.size() - 1);
+  size_t covered = r.tokens.size() - 1;
+  if (options_.payload_block_tokens > 0 && s.mode != CodecMode::kOracle) {
+    const size_t block = static_cast<size_t>(options_.payload_block_tokens);
+    if (covered >= block) covered = covered / block * block;
+  }
+  const absl::Span<const int32_t> prefix(r.tokens.data(), covered);
   PrefillResult states;
   const auto t0 = Clock::now();
   if (s.mode != CodecMode::kOracle) {
@@ -214,7 +219,7 @@ absl::StatusOr<GenerationPipeline::Encoded> GenerationPipeline::BuildPayload(
   if (!payload.ok()) return payload.status();
   out.bytes = SerializePayload(*payload);
   timings->set_encode_ms(MsSince(te));
-  out.suffix.assign(r.tokens.end() - 1, r.tokens.end());
+  out.suffix.assign(r.tokens.begin() + static_cast<std::ptrdiff_t>(covered), r.tokens.end());
   if (metrics_->prefill != nullptr && s.mode != CodecMode::kOracle) {
     metrics_->prefill->WithLabels({model, mode}).value()->Observe(timings->prefill_ms() / 1e3);
     metrics_->encode->WithLabels({model, mode}).value()->Observe(timings->encode_ms() / 1e3);

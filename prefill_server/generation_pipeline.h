@@ -96,6 +96,12 @@ struct GenerationPipelineOptions {
   // Prefix cache: a hit is used only when the consumer's own prefill stays this short.
   int max_consumer_suffix = 128;
   bool prefix_cache = true;
+  // On a cache miss, the payload covers the prompt up to its last multiple of this many tokens
+  // (when at least one), and the decode daemon prefills the rest — the partial last block and
+  // the question — with its own weights, exactly as on a block-granular cache hit. Cold and
+  // warm requests then see the same split, and the payload is the cacheable one. 0: the
+  // payload covers all but the last token.
+  int payload_block_tokens = 16;
   rpc::ChannelOptions decode_channel;  // TLS etc. for calls to decode daemons
 };
 

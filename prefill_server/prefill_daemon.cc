@@ -64,6 +64,7 @@ absl::Status PrefillDaemon::Start() {
   GenerationPipelineOptions po = c.pipeline;
   po.max_tokens = c.limits.max_tokens;
   po.default_max_tokens = c.limits.default_max_tokens;
+  po.payload_block_tokens = c.prefix_block_tokens;
   pipeline_ = std::make_unique<GenerationPipeline>(
       po, producer_.get(), tokenizer_.get(), &specialists_, registry_.get(), cache_.get(),
       std::make_unique<PayloadSender>(std::move(transport)), &metrics_);

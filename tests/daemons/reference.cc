@@ -29,7 +29,12 @@ ReferenceOutput ReferenceGreedy(const std::string& mode_name, const std::string&
   ReferenceOutput out;
   out.prompt = pair->tokenizer->Encode(prompt, true);
   REQUIRE(out.prompt.size() >= 2);
-  const std::vector<int32_t> prefix(out.prompt.begin(), out.prompt.end() - 1);
+  // As the prefill daemon does (payload_block_tokens = prefix_cache.block_tokens = 16): the
+  // payload covers the prompt up to its last whole 16-token block, the consumer prefills the rest.
+  size_t covered = out.prompt.size() - 1;
+  if (*mode != CodecMode::kOracle && covered >= 16) covered = covered / 16 * 16;
+  const std::vector<int32_t> prefix(out.prompt.begin(), out.prompt.begin() + covered);
+  const std::vector<int32_t> rest(out.prompt.begin() + covered, out.prompt.end());
   const int capacity = pair->consumer_model->config.max_position_embeddings;
   PrefillResult states;
   if (*mode != CodecMode::kOracle) {
@@ -45,7 +50,7 @@ ReferenceOutput ReferenceGreedy(const std::string& mode_name, const std::string&
   REQUIRE(cseq.ok());
   REQUIRE((*consumer)->Rebuild(*parsed, *pair->consumer, **cseq).ok());
   PrefillResult last;
-  REQUIRE(pair->consumer->Prefill(**cseq, {out.prompt.back()}, PrefillOptions{}, &last).ok());
+  REQUIRE(pair->consumer->Prefill(**cseq, rest, PrefillOptions{}, &last).ok());
   std::vector<float> logits = last.logits;
   const auto& eos = pair->consumer_model->config.eos_token_ids;
   for (int i = 0; i < max_tokens; ++i) {
