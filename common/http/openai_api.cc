@@ -33,7 +33,7 @@ absl::StatusOr<json> ParseObject(std::string_view body, const RequestLimits& lim
   json parsed;
   try {
     parsed = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     return WithErrorCode(
         absl::InvalidArgumentError(absl::StrCat("Request body is not valid JSON: ", e.what())),
         "invalid_json");

@@ -2,6 +2,9 @@
 // patch.<l>.code.{mu_in,encoder,decoder,mu_out}, patch.<l>.aligner.{a,c,w1,b1,w2,b2}.
 #include "common/scd/artifact.h"
 
+#include <climits>
+#include <stdexcept>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/sha256.h"
 #include "common/base/status_macros.h"
@@ -42,6 +45,17 @@ absl::Status GetCode(const SafetensorsFile& f, const std::string& prefix, int in
   SCD_RETURN_IF_ERROR(GetVec(f, prefix + ".decoder", {rank, out}, &c->decoder));
   SCD_RETURN_IF_ERROR(GetVec(f, prefix + ".mu_out", {out}, &c->mu_out));
   return absl::OkStatus();
+}
+
+// An integer metadata field. The implicit json -> int conversion truncates a float, and is
+// undefined for one out of int's range (1e30); a malformed artifact must be an error instead.
+int MetaInt(const nlohmann::json& v) {
+  if (!v.is_number_integer() ||
+      (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t{INT_MAX}
+                              : v.get<int64_t>() < INT_MIN || v.get<int64_t>() > INT_MAX)) {
+    throw std::out_of_range("expected an integer in int range, got " + v.dump());
+  }
+  return static_cast<int>(v.get<int64_t>());
 }
 
 std::string TensorDigest(const TensorMap& m) {
@@ -116,18 +130,21 @@ absl::StatusOr<ScdArtifact> ScdArtifact::Load(const std::string& path) {
     a.producer_digest = meta.at("producer").at("digest");
     a.consumer_name = meta.at("consumer").at("name");
     a.consumer_digest = meta.at("consumer").at("digest");
-    a.num_layers = meta.at("num_layers");
-    a.hidden_size = meta.at("hidden_size");
-    a.kv_dim = meta.at("kv_dim");
-    a.rank_k = meta.at("rank_k");
-    a.rank_v = meta.at("rank_v");
-    a.rank_h = meta.at("rank_h");
-    SCD_ASSIGN_OR_RETURN(a.code_encoding,
-                         EncodingFromByte(meta.at("code_encoding").get<uint8_t>()));
-    a.patch_order = meta.at("patch_order").get<std::vector<int>>();
-    a.patch_budget = meta.at("patch_budget");
-    a.recompute_first = meta.at("recompute_block").at(0);
-    a.recompute_end = meta.at("recompute_block").at(1);
+    a.num_layers = MetaInt(meta.at("num_layers"));
+    a.hidden_size = MetaInt(meta.at("hidden_size"));
+    a.kv_dim = MetaInt(meta.at("kv_dim"));
+    a.rank_k = MetaInt(meta.at("rank_k"));
+    a.rank_v = MetaInt(meta.at("rank_v"));
+    a.rank_h = MetaInt(meta.at("rank_h"));
+    const int code_encoding = MetaInt(meta.at("code_encoding"));
+    if (code_encoding < 0 || code_encoding > 255) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": bad code_encoding"));
+    }
+    SCD_ASSIGN_OR_RETURN(a.code_encoding, EncodingFromByte(static_cast<uint8_t>(code_encoding)));
+    for (const nlohmann::json& l : meta.at("patch_order")) a.patch_order.push_back(MetaInt(l));
+    a.patch_budget = MetaInt(meta.at("patch_budget"));
+    a.recompute_first = MetaInt(meta.at("recompute_block").at(0));
+    a.recompute_end = MetaInt(meta.at("recompute_block").at(1));
     a.report = meta.at("report");
     if (a.num_layers <= 0 || a.hidden_size <= 0 || a.kv_dim <= 0 || a.rank_k <= 0 ||
         a.rank_v <= 0 || a.rank_k > a.kv_dim || a.rank_v > a.kv_dim || a.rank_h < 0 ||
@@ -137,12 +154,15 @@ absl::StatusOr<ScdArtifact> ScdArtifact::Load(const std::string& path) {
           a.recompute_end <= a.num_layers)) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": inconsistent artifact metadata"));
     }
-    a.reuse.resize(a.num_layers);
+    // Layer by layer, so that a num_layers the file has no tensors for fails at the first
+    // missing one instead of allocating num_layers entries up front.
     for (int l = 0; l < a.num_layers; ++l) {
+      ReuseLayer layer;
       SCD_RETURN_IF_ERROR(GetCode(*file, absl::StrCat("reuse.", l, ".k"), a.kv_dim, a.rank_k,
-                                  a.kv_dim, &a.reuse[l].key));
+                                  a.kv_dim, &layer.key));
       SCD_RETURN_IF_ERROR(GetCode(*file, absl::StrCat("reuse.", l, ".v"), a.kv_dim, a.rank_v,
-                                  a.kv_dim, &a.reuse[l].value));
+                                  a.kv_dim, &layer.value));
+      a.reuse.push_back(std::move(layer));
     }
     for (const auto& [key, hidden] : meta.at("patch_hidden").items()) {
       const int l = std::stoi(key);
@@ -151,7 +171,11 @@ absl::StatusOr<ScdArtifact> ScdArtifact::Load(const std::string& path) {
       }
       PatchLayer p;
       const std::string prefix = absl::StrCat("patch.", l);
-      const int d = a.hidden_size, r = a.rank_h, m = hidden.get<int>();
+      const int d = a.hidden_size, r = a.rank_h, m = MetaInt(hidden);
+      if (m < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": patch layer ", l, " has width ", m));
+      }
       SCD_RETURN_IF_ERROR(GetCode(*file, prefix + ".code", d, r, d, &p.code));
       p.aligner.code_dim = r;
       p.aligner.hidden_dim = m;
@@ -172,7 +196,7 @@ absl::StatusOr<ScdArtifact> ScdArtifact::Load(const std::string& path) {
             absl::StrCat(path, ": patch order names layer ", l, " which has no PATCH fit"));
       }
     }
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const std::exception& e) {  // json errors, MetaInt, std::stoi of a patch layer key
     return absl::InvalidArgumentError(absl::StrCat(path, ": bad artifact metadata: ", e.what()));
   }
   // Recompute the id from the loaded tensors exactly as Save did.

@@ -118,7 +118,10 @@ std::vector<uint8_t> SerializePayload(const Payload& p) {
   std::memcpy(out.data() + 32, p.pair_digest.data(), 16);
 
   size_t at = kWireHeaderBytes;
-  std::memcpy(out.data() + at, p.token_ids.data(), p.token_ids.size() * 4);
+  // memcpy from an empty vector's data() (null) is undefined even for 0 bytes.
+  if (!p.token_ids.empty()) {
+    std::memcpy(out.data() + at, p.token_ids.data(), p.token_ids.size() * 4);
+  }
   at += p.token_ids.size() * 4;
   for (const PayloadBlock& b : p.blocks) {
     Put<uint8_t>(out, at, static_cast<uint8_t>(b.kind));
@@ -131,7 +134,7 @@ std::vector<uint8_t> SerializePayload(const Payload& p) {
     at += kWireDescriptorBytes;
   }
   for (const PayloadBlock& b : p.blocks) {
-    std::memcpy(out.data() + at, b.data.data(), b.data.size());
+    if (!b.data.empty()) std::memcpy(out.data() + at, b.data.data(), b.data.size());
     at += b.data.size();
   }
   Put<uint32_t>(out, 48, Crc32c(out.data() + kWireHeaderBytes, body));
@@ -173,7 +176,7 @@ absl::StatusOr<Payload> ParsePayload(absl::Span<const uint8_t> bytes) {
   const uint64_t fixed = uint64_t{num_tokens} * 4 + uint64_t{num_blocks} * kWireDescriptorBytes;
   if (fixed > body) return bad("token ids and descriptors overrun the body");
   p.token_ids.resize(num_tokens);
-  std::memcpy(p.token_ids.data(), b, uint64_t{num_tokens} * 4);
+  if (num_tokens > 0) std::memcpy(p.token_ids.data(), b, uint64_t{num_tokens} * 4);
   uint64_t at = uint64_t{num_tokens} * 4;
   uint64_t data_at = fixed;
   p.blocks.resize(num_blocks);

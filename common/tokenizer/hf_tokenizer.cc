@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace scd::tokenizer_internal {
 namespace {
@@ -78,6 +79,19 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(Parts parts) {
     return absl::InvalidArgumentError("tokenizer.json: a model and a decoder are required");
   }
   parts.added_tokens = ResolveAddedTokenIds(std::move(parts.added_tokens), *parts.model);
+  // The ids the post-processor adds (BOS, EOS) must be tokens: one past the vocabulary would
+  // address an embedding row that does not exist.
+  for (const std::vector<int32_t>* ids :
+       {&parts.post_processor.prefix(), &parts.post_processor.suffix()}) {
+    for (int32_t id : *ids) {
+      const bool added = std::any_of(parts.added_tokens.begin(), parts.added_tokens.end(),
+                                     [id](const AddedToken& t) { return t.id == id; });
+      if (!added && parts.model->IdToToken(id) == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tokenizer.json: post_processor: special token id ", id, " is not in the vocabulary"));
+      }
+    }
+  }
   return std::unique_ptr<HfTokenizer>(new HfTokenizer(std::move(parts)));
 }
 

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Builds and tests under the sanitizers (STYLE.md: sanitizer builds must pass the test suite):
+#   asan  build-asan/, -DSANITIZE=address,undefined: the full ctest suite, integration tests
+#         (real daemons on loopback) included. Leaks and every UBSan report fail the run.
+#   tsan  build-tsan/, -DSANITIZE=thread: the test binaries whose threads synchronise through
+#         primitives TSan can see (pthread/std mutexes, condition variables, atomics). Debian's
+#         Abseil, gRPC and UCX are not TSan-instrumented: absl::Mutex (futex-based, and what
+#         gRPC locks with) and UCX's locks are invisible to TSan, so every access our code makes
+#         under them is reported as a race that is not one. The binaries built on them
+#         (TSAN_EXCLUDE below) are skipped rather than suppressed, since a suppression would
+#         have to name our own functions and would hide real races too. tests/sanitizers/
+#         README.md lists what each run covers and why.
+# Both build dirs are reused (cmake is re-run, nothing is deleted). Builds at -O1 -g without
+# NDEBUG, so assert()s stay on.
+#
+# Usage: scripts/sanitize.sh [asan|tsan|all] [extra ctest arguments]   (default: all)
+# Environment: JOBS (build jobs, default 2), SCD_CUDA (default OFF: the sanitizers run the
+# CPU path), ASAN_BUILD_DIR (default build-asan), TSAN_BUILD_DIR (default build-tsan).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+WHICH="${1:-all}"
+shift || true
+JOBS="${JOBS:-2}"
+SCD_CUDA="${SCD_CUDA:-OFF}"
+ASAN_BUILD_DIR="${ASAN_BUILD_DIR:-build-asan}"
+TSAN_BUILD_DIR="${TSAN_BUILD_DIR:-build-tsan}"
+SUPP="$(pwd)/tests/sanitizers"
+# Test binaries that synchronise through uninstrumented absl::Mutex, gRPC or UCX (see above),
+# and test_deploy: single-threaded checks of deploy/ files that link both daemons, so running
+# it would only cost a TSan build of everything.
+TSAN_EXCLUDE='^(test_rpc|test_transport|test_daemons|test_deploy)$'
+
+step() { printf '\n==> %s\n' "$*"; }
+run() { printf '+'; printf ' %q' "$@"; printf '\n'; "$@"; }
+
+configure() {
+  local dir="$1" sanitize="$2"
+  step "configuring ${dir}/ (SANITIZE=${sanitize}, -O1 -g, SCD_CUDA=${SCD_CUDA})"
+  run cmake -S . -B "${dir}" -G Ninja -DSANITIZE="${sanitize}" -DSCD_CUDA="${SCD_CUDA}" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" \
+    "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g"
+}
+
+status=0
+if [[ "${WHICH}" == asan || "${WHICH}" == all ]]; then
+  configure "${ASAN_BUILD_DIR}" address,undefined
+  step "building ${ASAN_BUILD_DIR}/ with ${JOBS} jobs"
+  run cmake --build "${ASAN_BUILD_DIR}" -j"${JOBS}"
+  # The environment reaches the daemons that the integration tests start, too.
+  export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0:strict_string_checks=1"
+  export LSAN_OPTIONS="suppressions=${SUPP}/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+  step "testing ${ASAN_BUILD_DIR}/ under ASan+UBSan"
+  echo "ASAN_OPTIONS=${ASAN_OPTIONS}"
+  echo "LSAN_OPTIONS=${LSAN_OPTIONS}"
+  echo "UBSAN_OPTIONS=${UBSAN_OPTIONS}"
+  SECONDS=0
+  run ctest --test-dir "${ASAN_BUILD_DIR}" --output-on-failure "$@" || status=1
+  echo "asan: ctest took ${SECONDS} s, $([[ ${status} == 0 ]] && echo passed || echo FAILED)"
+  unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
+fi
+
+if [[ "${WHICH}" == tsan || "${WHICH}" == all ]]; then
+  configure "${TSAN_BUILD_DIR}" thread
+  # Only the test binaries that run (and what they need): the excluded ones would pull in
+  # gRPC's generated code and both daemons for nothing.
+  mapfile -t tsan_tests < <(ctest --test-dir "${TSAN_BUILD_DIR}" -N -E "${TSAN_EXCLUDE}" |
+                            sed -n 's/^ *Test *#[0-9]*: *//p')
+  step "building ${#tsan_tests[@]} test binaries in ${TSAN_BUILD_DIR}/ with ${JOBS} jobs"
+  run cmake --build "${TSAN_BUILD_DIR}" -j"${JOBS}" --target "${tsan_tests[@]}"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=${SUPP}/tsan.supp"
+  step "testing ${TSAN_BUILD_DIR}/ under TSan, without ${TSAN_EXCLUDE} (uninstrumented absl/gRPC/UCX)"
+  echo "TSAN_OPTIONS=${TSAN_OPTIONS}"
+  SECONDS=0
+  tsan_status=0
+  run ctest --test-dir "${TSAN_BUILD_DIR}" --output-on-failure -E "${TSAN_EXCLUDE}" "$@" \
+    || tsan_status=1
+  echo "tsan: ctest took ${SECONDS} s, $([[ ${tsan_status} == 0 ]] && echo passed || echo FAILED)"
+  [[ ${tsan_status} == 0 ]] || status=1
+fi
+
+if [[ "${WHICH}" != asan && "${WHICH}" != tsan && "${WHICH}" != all ]]; then
+  echo "usage: scripts/sanitize.sh [asan|tsan|all] [ctest arguments]" >&2
+  exit 2
+fi
+exit "${status}"

@@ -1,0 +1,40 @@
+// Fuzzes the SCD wire-format decoder (ParsePayload, common/scd/wire_format.h): header, CRCs,
+// token ids, block descriptors and every encoding's block data. Input: byte 0 is a mode byte,
+// the rest the payload. When bit 0 of the mode byte is set, the harness first rewrites both
+// CRC fields to match (a mutated payload almost never has valid checksums, and the checks
+// behind them would otherwise stay unreached); when clear, the payload is parsed as received.
+// An accepted payload must decode every block to rows × cols floats, and serialize to bytes
+// that parse back to the same serialization.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/base/crc32c.h"
+#include "common/scd/wire_format.h"
+#include "tests/fuzz/fuzz_support.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  std::vector<uint8_t> bytes(data + 1, data + size);
+  if ((data[0] & 1) != 0 && bytes.size() >= scd::kWireHeaderBytes) {
+    uint8_t* h = bytes.data();
+    const uint32_t body_crc =
+        scd::Crc32c(h + scd::kWireHeaderBytes, bytes.size() - scd::kWireHeaderBytes);
+    std::memcpy(h + 48, &body_crc, 4);
+    const uint32_t header_crc = scd::Crc32c(h + 56, 8, scd::Crc32c(h, 52));
+    std::memcpy(h + 52, &header_crc, 4);
+  }
+  auto payload = scd::ParsePayload(bytes);
+  if (!payload.ok()) return 0;
+  for (const scd::PayloadBlock& block : payload->blocks) {
+    auto floats = block.ToFloats();
+    FUZZ_CHECK(floats.ok());
+    FUZZ_CHECK(floats->size() == size_t{block.rows} * block.cols);
+  }
+  const std::vector<uint8_t> serialized = scd::SerializePayload(*payload);
+  auto again = scd::ParsePayload(serialized);
+  FUZZ_CHECK(again.ok());
+  FUZZ_CHECK(scd::SerializePayload(*again) == serialized);
+  return 0;
+}
