@@ -50,8 +50,8 @@ for t in "${TARGETS[@]}"; do
     exit 2
   fi
 done
-if ! command -v clang++-14 >/dev/null || \
-   ! compgen -G "/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null; then
+LIBFUZZER="/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a"
+if ! command -v clang++-14 >/dev/null || ! compgen -G "${LIBFUZZER}" >/dev/null; then
   echo "fuzz.sh: needs clang-14 and libFuzzer: apt-get install clang-14 libclang-rt-14-dev" >&2
   exit 1
 fi
@@ -122,15 +122,18 @@ failed=0
     status="0"
     if [[ "${rc}" != 0 || "${saved}" != 0 ]] || \
        grep -qE 'runtime error:|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)' "${log}"; then
-      status="**FAILED** (exit ${rc}; $(find "${dir}/artifacts" -type f ! -name 'slow-unit-*' -printf '%f ' | head -c 200))"
+      inputs="$(find "${dir}/artifacts" -type f ! -name 'slow-unit-*' -printf '%f ' | head -c 200)"
+      status="**FAILED** (exit ${rc}; ${inputs})"
       failed=1
     fi
-    echo "| ${t} | ${SECONDS_PER_TARGET} | ${execs:-?} | ${rate:-?} | ${cov:-?} | ${corp:-?} | ${status} |"
+    echo "| ${t} | ${SECONDS_PER_TARGET} | ${execs:-?} | ${rate:-?} | ${cov:-?} | ${corp:-?}" \
+         "| ${status} |"
   done
 } >"${summary}"
 cat "${summary}"
 echo
-echo "command: scripts/fuzz.sh ${SECONDS_PER_TARGET}; logs, corpora and crash inputs in ${WORK_DIR}/"
+echo "command: scripts/fuzz.sh ${SECONDS_PER_TARGET}"
+echo "logs, corpora and crash inputs: ${WORK_DIR}/"
 if (( failed )); then
   echo "fuzz.sh: FAILED: reproduce with build-fuzz/fuzz/TARGET FILE (see the logs)" >&2
   exit 1

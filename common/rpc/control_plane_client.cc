@@ -212,7 +212,10 @@ void ControlPlaneClient::HeartbeatLoop() {
       absl::StatusOr<bool> reregister = HeartbeatOnce();
       if (reregister.ok() && !*reregister) continue;  // lease renewed
       if (!reregister.ok()) {
-        if (reregister.status().code() == absl::StatusCode::kCancelled) return;
+        // CANCELLED is ours only when Shutdown cancelled the call. A server that shuts down
+        // (a prefill daemon restarting) cancels its calls in flight too: that is one more
+        // failed heartbeat, and the client must go on to re-register.
+        if (stopping()) return;
         RecordError(reregister.status());
       }
       absl::MutexLock lock(&mu_);
@@ -225,12 +228,17 @@ void ControlPlaneClient::HeartbeatLoop() {
       ResetBackoff();
       continue;
     }
-    if (status.code() == absl::StatusCode::kCancelled) return;
+    if (stopping()) return;
     RecordError(status);
     need_register = true;
     // A refusal will not clear up quickly (token or artifact changed on the server).
     if (IsRefusal(status)) backoff_ = options_.max_backoff;
   }
+}
+
+bool ControlPlaneClient::stopping() {
+  absl::MutexLock lock(&mu_);
+  return stop_;
 }
 
 bool ControlPlaneClient::SleepUnlessStopped(absl::Duration duration) {

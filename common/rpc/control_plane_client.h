@@ -93,6 +93,8 @@ class ControlPlaneClient {
   void DeregisterOnce();
 
   void HeartbeatLoop();
+  // Whether Shutdown was requested.
+  bool stopping();
   // Sleeps up to `duration`; false when Shutdown was requested.
   bool SleepUnlessStopped(absl::Duration duration);
   absl::Duration NextBackoff();

@@ -16,11 +16,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/tokenizer/known_regex.h"
 #include "common/tokenizer/tokenizer.h"
@@ -32,7 +31,7 @@ namespace {
 using nlohmann::json;
 
 json AddedToken(int id, const std::string& content) {
-  return {{"id", id},        {"content", content}, {"single_word", false}, {"lstrip", false},
+  return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
           {"rstrip", false}, {"normalized", false}, {"special", true}};
 }
 
@@ -48,10 +47,10 @@ json ByteLevelModel(bool ignore_merges) {
   using scd::tokenizer_internal::ByteToUnicode;
   json vocab = json::object();
   for (int b = 0; b < 256; ++b) vocab[ByteToUnicode(static_cast<uint8_t>(b))] = b;
-  const char* merges[][2] = {{"h", "e"},         {"\u0120", "c"},       {"a", "t"},
-                             {"\u0120c", "at"},  {"t", "he"},           {"'", "s"},
-                             {"\u0120", "h"},    {"\u0120", "he"},      {"r", "e"},
-                             {"\u0120he", "re"}, {"\u010A", "\u010A"},  {"\u0120", "\u0120"}};
+  const char* merges[][2] = {{"h", "e"},         {"\u0120", "c"},      {"a", "t"},
+                             {"\u0120c", "at"},  {"t", "he"},          {"'", "s"},
+                             {"\u0120", "h"},    {"\u0120", "he"},     {"r", "e"},
+                             {"\u0120he", "re"}, {"\u010A", "\u010A"}, {"\u0120", "\u0120"}};
   json merge_list = json::array();
   int next_id = 256;
   for (const auto& m : merges) {
@@ -59,9 +58,9 @@ json ByteLevelModel(bool ignore_merges) {
     merge_list.push_back(std::string(m[0]) + " " + m[1]);
   }
   vocab["\u0120the"] = next_id;
-  return {{"type", "BPE"},           {"dropout", nullptr},        {"unk_token", nullptr},
-          {"fuse_unk", false},       {"byte_fallback", false},    {"ignore_merges", ignore_merges},
-          {"vocab", vocab},          {"merges", merge_list}};
+  return {{"type", "BPE"},     {"dropout", nullptr},     {"unk_token", nullptr},
+          {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", ignore_merges},
+          {"vocab", vocab},    {"merges", merge_list}};
 }
 
 json Gpt2Json() {
@@ -88,17 +87,17 @@ json Llama3Json() {
       {"special_tokens",
        {{"<|begin_of_text|>",
          {{"id", "<|begin_of_text|>"}, {"ids", {269}}, {"tokens", {"<|begin_of_text|>"}}}}}}};
-  return {{"version", "1.0"},
-          {"added_tokens",
-           {AddedToken(269, "<|begin_of_text|>"), AddedToken(270, "<|end_of_text|>"),
-            AddedToken(271, "<|eot_id|>")}},
-          {"normalizer", nullptr},
-          {"pre_tokenizer",
-           {{"type", "Sequence"}, {"pretokenizers", {split, ByteLevelStep(false)}}}},
-          {"post_processor",
-           {{"type", "Sequence"}, {"processors", {ByteLevelStep(true), bos_template}}}},
-          {"decoder", ByteLevelStep(true)},
-          {"model", ByteLevelModel(true)}};
+  return {
+      {"version", "1.0"},
+      {"added_tokens",
+       {AddedToken(269, "<|begin_of_text|>"), AddedToken(270, "<|end_of_text|>"),
+        AddedToken(271, "<|eot_id|>")}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", {split, ByteLevelStep(false)}}}},
+      {"post_processor",
+       {{"type", "Sequence"}, {"processors", {ByteLevelStep(true), bos_template}}}},
+      {"decoder", ByteLevelStep(true)},
+      {"model", ByteLevelModel(true)}};
 }
 
 std::unique_ptr<scd::Tokenizer> LoadOrDie(const char* what,

@@ -71,8 +71,10 @@ void WirePayloads(const std::string& dir) {
   raw.mode = CodecMode::kRaw;
   const std::vector<float> kv = Ramp(tokens * kv_dim, 0.25f);
   for (int l = 0; l < 2; ++l) {
-    raw.blocks.push_back(scd::MakeBlock(BlockKind::kKey, Encoding::kF16, l, kv.data(), tokens, kv_dim));
-    raw.blocks.push_back(scd::MakeBlock(BlockKind::kValue, Encoding::kF32, l, kv.data(), tokens, kv_dim));
+    raw.blocks.push_back(
+        scd::MakeBlock(BlockKind::kKey, Encoding::kF16, l, kv.data(), tokens, kv_dim));
+    raw.blocks.push_back(
+        scd::MakeBlock(BlockKind::kValue, Encoding::kF32, l, kv.data(), tokens, kv_dim));
   }
   const std::vector<float> surprisal = Ramp(tokens, 0.5f);
   raw.blocks.push_back(
@@ -86,7 +88,8 @@ void WirePayloads(const std::string& dir) {
     q.mode = mode;
     for (int l = 0; l < 2; ++l) {
       q.blocks.push_back(scd::MakeBlock(BlockKind::kKey, key_enc, l, kv.data(), tokens, kv_dim, 2));
-      q.blocks.push_back(scd::MakeBlock(BlockKind::kValue, value_enc, l, kv.data(), tokens, kv_dim, 4));
+      q.blocks.push_back(
+          scd::MakeBlock(BlockKind::kValue, value_enc, l, kv.data(), tokens, kv_dim, 4));
     }
     WritePayload(dir, name, q);
   }

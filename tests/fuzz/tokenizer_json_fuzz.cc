@@ -32,7 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const scd::Tokenizer& t = **tokenizer;
   const int vocab = t.vocab_size();
   FUZZ_CHECK(vocab >= 0);
-  std::vector<int32_t> ids = t.Encode("Once upon a time, caf\xc3\xa9 <s> \xf0\x9f\x99\x82 12!", true);
+  std::vector<int32_t> ids =
+      t.Encode("Once upon a time, caf\xc3\xa9 <s> \xf0\x9f\x99\x82 12!", true);
   for (int32_t id : ids) FUZZ_CHECK(id >= 0 && id < vocab);
   CheckStream(t, ids, true);
   // Every id once (the fuzzer keeps vocabularies small), plus ids just outside it.

@@ -228,6 +228,68 @@ TEST_CASE("Client re-registers after the control plane restarts on the same port
   CHECK(server->registry->Pick(kModel).ok());
 }
 
+// The real service, except that the next `cancel_heartbeats` heartbeats are answered
+// CANCELLED, as a server that is shutting down answers the calls it still has in flight.
+class CancellingControlPlane final : public scd::v1::ControlPlane::Service {
+ public:
+  explicit CancellingControlPlane(ControlPlaneService* inner) : inner_(inner) {}
+
+  grpc::Status Register(grpc::ServerContext* context, const scd::v1::RegisterRequest* request,
+                        scd::v1::RegisterResponse* response) override {
+    return inner_->Register(context, request, response);
+  }
+  grpc::Status Heartbeat(grpc::ServerContext* context, const scd::v1::HeartbeatRequest* request,
+                         scd::v1::HeartbeatResponse* response) override {
+    int left = cancel_heartbeats.load();
+    while (left > 0 && !cancel_heartbeats.compare_exchange_weak(left, left - 1)) {
+    }
+    if (left > 0) {
+      ++cancelled;
+      return grpc::Status(grpc::StatusCode::CANCELLED, "server is shutting down");
+    }
+    return inner_->Heartbeat(context, request, response);
+  }
+  grpc::Status Deregister(grpc::ServerContext* context, const scd::v1::DeregisterRequest* request,
+                          scd::v1::DeregisterResponse* response) override {
+    return inner_->Deregister(context, request, response);
+  }
+
+  std::atomic<int> cancel_heartbeats{0};
+  std::atomic<int> cancelled{0};
+
+ private:
+  ControlPlaneService* const inner_;
+};
+
+TEST_CASE("A heartbeat the server cancels is a failure to recover from, not a shutdown",
+          "[cpu]") {
+  // A prefill daemon that restarts cancels the heartbeat it is serving. The client once took
+  // that CANCELLED for its own Shutdown and stopped heartbeating for good.
+  absl::StatusOr<std::unique_ptr<DecodeRegistry>> registry =
+      DecodeRegistry::Create(RealTimeOptions());
+  REQUIRE(registry.ok());
+  ControlPlaneService inner(registry->get());
+  CancellingControlPlane service(&inner);
+  absl::StatusOr<GrpcServer> server = StartGrpcServer(GrpcServerOptions(), {&service});
+  REQUIRE(server.ok());
+  {
+    auto client = MakeClient(ClientOptions(server->address, "decode-1"));
+    REQUIRE(client->Start(absl::Seconds(5)).ok());
+    REQUIRE(client->registrations() == 1);
+
+    service.cancel_heartbeats = 1;
+    REQUIRE(WaitFor([&] { return service.cancelled.load() == 1; }));
+    // It registers again at once and goes on heartbeating: past two leases it is still live.
+    REQUIRE(WaitFor([&] { return client->registrations() >= 2 && client->registered(); }));
+    absl::SleepFor(absl::Seconds(2));
+    CHECK(client->registered());
+    CHECK((*registry)->LiveInstanceCount(kModel) == 1);
+    CHECK((*registry)->Pick(kModel).ok());
+  }
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server->server->Wait();
+}
+
 TEST_CASE("Start gives up with Unavailable when no control plane answers", "[cpu]") {
   // Bind a server to learn a free port, then stop it so nothing listens there.
   std::string address;

@@ -2,6 +2,7 @@
 // cap, and never a hit for a prompt that only collides in hash.
 #include "common/serving/prefix_cache.h"
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <thread>
 
@@ -80,6 +81,9 @@ TEST_CASE("Prefix cache evicts least recently used entries under its byte cap", 
 
 TEST_CASE("Prefix cache is safe under concurrent use", "[cpu]") {
   PrefixCache cache(1 << 16);
+  // Catch2 v2 assertions are not thread-safe: the workers count, the test thread checks.
+  std::atomic<int> hits{0};
+  std::atomic<int> wrong_owner{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
@@ -88,11 +92,15 @@ TEST_CASE("Prefix cache is safe under concurrent use", "[cpu]") {
         cache.Insert("p", 0, tokens, std::vector<uint8_t>(50, static_cast<uint8_t>(i)));
         tokens.push_back(9);
         auto hit = cache.Lookup("p", 0, tokens);
-        if (hit) CHECK(hit.entry->tokens[0] == t);
+        if (!hit) continue;
+        ++hits;
+        if (hit.entry->tokens[0] != t) ++wrong_owner;
       }
     });
   }
   for (auto& th : threads) th.join();
+  CHECK(hits.load() > 0);
+  CHECK(wrong_owner.load() == 0);
   CHECK(cache.stats().bytes <= (1 << 16));
 }
 

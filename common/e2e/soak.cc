@@ -1,0 +1,350 @@
+// See soak.h.
+#include "common/e2e/soak.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/cluster/daemon_process.h"
+#include "common/loadgen/report.h"
+#include "common/loadgen/runner.h"
+
+namespace scd::e2e {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kToken[] = "soak-token";
+
+struct SoakCluster {
+  std::vector<std::unique_ptr<cluster::DaemonProcess>> decodes;
+  std::unique_ptr<cluster::DaemonProcess> prefill;
+  int http_port = 0;
+};
+
+nlohmann::json PrefillJson(const SoakOptions& o, const std::string& grpc_address) {
+  nlohmann::json c;
+  c["base_model"] = o.base_model;
+  c["http"] = {{"port", 0}};
+  c["grpc"] = {{"listen", grpc_address}};
+  c["control_plane"] = {{"cluster_token", kToken}};
+  c["data_plane"] = {{"transport", "tcp"}};
+  c["prefix_cache"] = {{"enabled", true}};
+  c["limits"] = {{"max_tokens", 256}, {"default_max_tokens", o.max_tokens},
+                 {"request_timeout", "120s"}};
+  c["drain_timeout"] = "10s";
+  c["specialists"] = nlohmann::json::array(
+      {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"mode", o.mode}}});
+  return c;
+}
+
+nlohmann::json DecodeJson(const SoakOptions& o, const std::string& grpc_address, int i) {
+  nlohmann::json c;
+  c["model"] = {{"name", o.specialist_name}, {"path", o.specialist_model}, {"artifact", o.artifact}};
+  c["instance_id"] = absl::StrCat("decode-", i);
+  c["grpc"] = {{"listen", "127.0.0.1:0"}};
+  c["data_plane"] = {{"transport", "tcp"}, {"listen", "127.0.0.1:0"}};
+  c["control_plane"] = {{"address", grpc_address}, {"cluster_token", kToken},
+                        {"register_wait", "120s"}};
+  c["drain_timeout"] = "10s";
+  return c;
+}
+
+// Live decode daemons of the specialist, from the prefill daemon's gauge; -1 when unreadable.
+int LiveDecodeInstances(int http_port, const std::string& model) {
+  httplib::Client client("127.0.0.1", http_port);
+  client.set_read_timeout(std::chrono::seconds(5));
+  httplib::Result r = client.Get("/metrics");
+  if (!r || r->status != 200) return -1;
+  const std::string series = absl::StrCat("scd_decode_instances{model=\"", model, "\"} ");
+  const size_t at = r->body.find(series);
+  if (at == std::string::npos) return -1;
+  return std::atoi(r->body.c_str() + at + series.size());
+}
+
+absl::Status StartCluster(const SoakOptions& o, SoakCluster& c) {
+  absl::StatusOr<int> grpc_port = cluster::PickFreePort();
+  if (!grpc_port.ok()) return grpc_port.status();
+  const std::string grpc_address = absl::StrCat("127.0.0.1:", *grpc_port);
+  const std::string prefill_config = o.workdir + "/prefill.json";
+  if (absl::Status s = cluster::WriteJsonFile(prefill_config, PrefillJson(o, grpc_address));
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> prefill = cluster::DaemonProcess::Start(
+      o.bin_dir + "/scd-prefill", {"--config", prefill_config}, o.workdir + "/prefill.log");
+  if (!prefill.ok()) return prefill.status();
+  c.prefill = *std::move(prefill);
+  absl::StatusOr<nlohmann::json> started =
+      c.prefill->WaitForEvent("prefill_started", std::chrono::seconds(120));
+  if (!started.ok()) return started.status();
+  c.http_port = (*started)["http_port"].get<int>();
+
+  for (int i = 0; i < o.decode_daemons; ++i) {
+    const std::string config = absl::StrCat(o.workdir, "/decode-", i, ".json");
+    if (absl::Status s = cluster::WriteJsonFile(config, DecodeJson(o, grpc_address, i)); !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> decode = cluster::DaemonProcess::Start(
+        o.bin_dir + "/scd-decode", {"--config", config}, absl::StrCat(o.workdir, "/decode-", i, ".log"));
+    if (!decode.ok()) return decode.status();
+    c.decodes.push_back(*std::move(decode));
+  }
+  const auto until = Clock::now() + std::chrono::seconds(120);
+  while (Clock::now() < until) {
+    if (LiveDecodeInstances(c.http_port, o.specialist_name) >= o.decode_daemons) {
+      return absl::OkStatus();
+    }
+    for (size_t i = 0; i < c.decodes.size(); ++i) {
+      if (!c.decodes[i]->running()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "decode daemon ", i, " exited during start-up; log tail:\n", c.decodes[i]->LogTail()));
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "the decode daemons did not all register within 120 s; prefill log tail:\n",
+      c.prefill->LogTail()));
+}
+
+loadgen::LoadOptions BaseLoad(const SoakOptions& o, int http_port) {
+  loadgen::LoadOptions load;
+  load.client.target.base = absl::StrCat("http://127.0.0.1:", http_port);
+  load.client.timeout_s = 120;
+  load.body.api = loadgen::Api::kCompletions;
+  load.body.model = o.specialist_name;
+  load.body.max_tokens = o.max_tokens;
+  load.body.extra_body = {{"temperature", 0}};
+  load.interval_s = o.interval_s;
+  load.progress_period_s = 10;
+  load.seed = 1;
+  return load;
+}
+
+std::string Fmt(double v, int digits = 1) { return absl::StrFormat("%.*f", digits, v); }
+
+}  // namespace
+
+std::vector<SoakCheck> EvaluateSoak(const SoakOptions& o, const nlohmann::json& report,
+                                    const std::vector<std::string>& daemons,
+                                    const std::vector<bool>& alive) {
+  std::vector<SoakCheck> checks;
+  {
+    const nlohmann::json& r = report["requests"];
+    const int64_t issued = r["issued"].get<int64_t>(), failed = r["failed"].get<int64_t>(),
+                  lost = r["lost"].get<int64_t>();
+    SoakCheck c{"zero failed or lost requests", failed == 0 && lost == 0 && issued > 0,
+                absl::StrCat(issued, " issued, ", r["ok"].get<int64_t>(), " ok, ", failed,
+                             " failed, ", lost, " lost")};
+    if (failed > 0 && r.contains("error_examples")) {
+      c.detail += absl::StrCat("; e.g. ", report["requests"]["error_examples"].dump());
+    }
+    checks.push_back(std::move(c));
+  }
+  {
+    int dead = 0;
+    std::string names;
+    for (size_t i = 0; i < alive.size(); ++i) {
+      if (!alive[i]) absl::StrAppend(&names, names.empty() ? "" : ", ", daemons[i]), ++dead;
+    }
+    checks.push_back({"every daemon still running", dead == 0,
+                      dead == 0 ? absl::StrCat(alive.size(), " of ", alive.size(), " running")
+                                : absl::StrCat("exited: ", names)});
+  }
+  {
+    // Per daemon: the first sample at or after the warm-up is the reference; the worst
+    // relative deviation of any later sample is the figure.
+    const nlohmann::json& samples = report["timeseries"]["rss_samples"];
+    bool ok = !daemons.empty();
+    std::string detail;
+    for (size_t d = 0; d < daemons.size(); ++d) {
+      double ref = -1, worst = 0, last = -1;
+      int n = 0;
+      for (const nlohmann::json& s : samples) {
+        if (s["t_s"].get<double>() < o.rss_warmup_s) continue;
+        const double kib = s["kib"][d].get<double>();
+        if (kib <= 0) continue;
+        if (ref < 0) ref = kib;
+        worst = std::max(worst, std::abs(kib - ref) / ref);
+        last = kib;
+        ++n;
+      }
+      const bool pass = ref > 0 && n >= 2 && worst <= o.rss_tolerance;
+      ok = ok && pass;
+      absl::StrAppend(&detail, detail.empty() ? "" : "; ", daemons[d], ": ",
+                      ref > 0 ? absl::StrCat(Fmt(ref / 1024), " -> ", Fmt(last / 1024),
+                                             " MiB, worst ", Fmt(100 * worst, 2), "% (", n,
+                                             " samples)")
+                              : "no samples after the warm-up");
+    }
+    checks.push_back({absl::StrCat("RSS flat within ", Fmt(100 * o.rss_tolerance, 0),
+                                   "% after ", Fmt(o.rss_warmup_s, 0), " s"),
+                      ok, detail});
+  }
+  {
+    const nlohmann::json& drift = report["ttft_drift"];
+    if (drift.is_null()) {
+      checks.push_back({"p99 TTFT drift", false, "no drift figure (too few requests)"});
+    } else {
+      const double change = drift["relative_change"].get<double>();
+      checks.push_back(
+          {absl::StrCat("p99 TTFT drift below ", Fmt(100 * o.ttft_drift_tolerance, 0),
+                        "% (first vs last ", Fmt(o.drift_window_s, 0), " s)"),
+           std::abs(change) < o.ttft_drift_tolerance,
+           absl::StrCat(Fmt(drift["first_p99_ms"].get<double>()), " ms -> ",
+                        Fmt(drift["last_p99_ms"].get<double>()), " ms (",
+                        change >= 0 ? "+" : "", Fmt(100 * change, 1), "%; ",
+                        drift["first_count"].get<int64_t>(), " and ",
+                        drift["last_count"].get<int64_t>(), " requests)")});
+    }
+  }
+  return checks;
+}
+
+absl::StatusOr<SoakResult> RunSoak(const SoakOptions& o, const SoakProgressFn& progress) {
+  if (o.prompts.empty()) return absl::InvalidArgumentError("soak: no prompts");
+  if (!(o.load_fraction > 0 && o.load_fraction <= 1)) {
+    return absl::InvalidArgumentError("soak: load fraction must be in (0, 1]");
+  }
+  SoakCluster c;
+  if (absl::Status s = StartCluster(o, c); !s.ok()) return s;
+  progress(absl::StrCat("soak: 1 prefill daemon (pid ", c.prefill->pid(), ", HTTP port ",
+                        c.http_port, ") and ", c.decodes.size(), " decode daemons registered"));
+
+  SoakResult result;
+  // Saturation sweep.
+  for (int concurrency : o.saturation_concurrency) {
+    loadgen::LoadOptions load = BaseLoad(o, c.http_port);
+    load.concurrency = concurrency;
+    load.duration_s = o.saturation_level_s;
+    load.warmup = concurrency;
+    absl::StatusOr<loadgen::RunResult> run = loadgen::RunLoad(load, o.prompts);
+    if (!run.ok()) return run.status();
+    loadgen::ReportContext context;
+    const nlohmann::json report = loadgen::BuildReport(load, *run, context);
+    SaturationLevel level;
+    level.concurrency = concurrency;
+    level.ok = report["requests"]["ok"].get<int64_t>();
+    level.failed = report["requests"]["failed"].get<int64_t>();
+    level.requests_per_s = report["throughput"]["requests_per_s"].get<double>();
+    if (!report["ttft_ms"]["p50"].is_null()) {
+      level.ttft_p50_ms = report["ttft_ms"]["p50"].get<double>();
+      level.ttft_p99_ms = report["ttft_ms"]["p99"].get<double>();
+    }
+    progress(absl::StrCat("saturation: concurrency ", concurrency, ": ",
+                          Fmt(level.requests_per_s, 2), " req/s, TTFT p50 ",
+                          Fmt(level.ttft_p50_ms), " ms, p99 ", Fmt(level.ttft_p99_ms), " ms, ",
+                          level.failed, " failed"));
+    const double best = result.saturation_rate;
+    result.saturation.push_back(level);
+    result.saturation_rate = std::max(best, level.requests_per_s);
+    if (best > 0 && level.requests_per_s < 1.05 * best) break;
+  }
+  if (!(result.saturation_rate > 0)) {
+    return absl::FailedPreconditionError("soak: no request succeeded in the saturation sweep");
+  }
+
+  // The soak itself.
+  result.soak_rate = o.load_fraction * result.saturation_rate;
+  loadgen::LoadOptions load = BaseLoad(o, c.http_port);
+  load.rate = result.soak_rate;
+  load.duration_s = o.duration_s;
+  load.warmup = o.warmup_requests;
+  load.rss_pids.push_back(c.prefill->pid());
+  result.daemons.push_back("prefill");
+  for (size_t i = 0; i < c.decodes.size(); ++i) {
+    load.rss_pids.push_back(c.decodes[i]->pid());
+    result.daemons.push_back(absl::StrCat("decode-", i));
+  }
+  progress(absl::StrCat("soak: Poisson arrivals at ", Fmt(result.soak_rate, 2), " req/s (",
+                        Fmt(100 * o.load_fraction, 0), "% of ", Fmt(result.saturation_rate, 2),
+                        ") for ", Fmt(o.duration_s, 0), " s"));
+  absl::StatusOr<loadgen::RunResult> run =
+      loadgen::RunLoad(load, o.prompts, [&](const loadgen::Progress& p) {
+        progress(loadgen::FormatProgress(p));
+      });
+  if (!run.ok()) return run.status();
+  loadgen::ReportContext context;
+  context.url = load.client.target.base;
+  context.prompts = "bAbI shared-prefix workload";
+  context.num_prompts = static_cast<int>(o.prompts.size());
+  context.drift_window_s = o.drift_window_s;
+  result.report = loadgen::BuildReport(load, *run, context);
+
+  std::vector<bool> alive = {c.prefill->running()};
+  for (auto& d : c.decodes) alive.push_back(d->running());
+  result.checks = EvaluateSoak(o, result.report, result.daemons, alive);
+
+  // Clean shutdown: SIGTERM, exit 0, decode daemons first (the prefill daemon is their peer).
+  std::string exits;
+  bool clean = true;
+  auto stop = [&](cluster::DaemonProcess& d, const std::string& name) {
+    const std::optional<int> code = d.Stop(std::chrono::seconds(30));
+    clean = clean && code.has_value() && *code == 0;
+    absl::StrAppend(&exits, exits.empty() ? "" : ", ", name, " ",
+                    code.has_value() ? absl::StrCat(*code) : "hung");
+  };
+  for (size_t i = 0; i < c.decodes.size(); ++i) stop(*c.decodes[i], result.daemons[i + 1]);
+  stop(*c.prefill, "prefill");
+  result.checks.push_back({"SIGTERM: every daemon exits 0", clean, exits});
+
+  result.passed = std::all_of(result.checks.begin(), result.checks.end(),
+                              [](const SoakCheck& check) { return check.passed; });
+  return result;
+}
+
+nlohmann::json SoakResultJson(const SoakOptions& o, const SoakResult& r) {
+  nlohmann::json j;
+  j["mode"] = o.mode;
+  j["decode_daemons"] = o.decode_daemons;
+  j["base_model"] = o.base_model;
+  j["specialist_model"] = o.specialist_model;
+  j["max_tokens"] = o.max_tokens;
+  j["load_fraction"] = o.load_fraction;
+  j["saturation_rate"] = r.saturation_rate;
+  j["soak_rate"] = r.soak_rate;
+  j["daemons"] = r.daemons;
+  for (const SaturationLevel& l : r.saturation) {
+    j["saturation"].push_back({{"concurrency", l.concurrency}, {"ok", l.ok}, {"failed", l.failed},
+                               {"requests_per_s", l.requests_per_s},
+                               {"ttft_p50_ms", l.ttft_p50_ms}, {"ttft_p99_ms", l.ttft_p99_ms}});
+  }
+  for (const SoakCheck& c : r.checks) {
+    j["checks"].push_back({{"name", c.name}, {"passed", c.passed}, {"detail", c.detail}});
+  }
+  j["passed"] = r.passed;
+  j["report"] = r.report;
+  return j;
+}
+
+std::string SoakMarkdown(const SoakResult& r) {
+  std::string md = "| concurrency | req/s | TTFT p50 ms | TTFT p99 ms | failed |\n|---|---|---|---|---|\n";
+  for (const SaturationLevel& l : r.saturation) {
+    absl::StrAppend(&md, "| ", l.concurrency, " | ", Fmt(l.requests_per_s, 2), " | ",
+                    Fmt(l.ttft_p50_ms), " | ", Fmt(l.ttft_p99_ms), " | ", l.failed, " |\n");
+  }
+  const nlohmann::json& rep = r.report;
+  absl::StrAppend(&md, "\nSaturation: ", Fmt(r.saturation_rate, 2), " req/s. Soak at ",
+                  Fmt(r.soak_rate, 2), " req/s asked, ",
+                  Fmt(rep["schedule"]["achieved_rate"].get<double>(), 2), " achieved, for ",
+                  Fmt(rep["duration_s"].get<double>(), 0), " s: ",
+                  rep["requests"]["issued"].get<int64_t>(), " requests");
+  if (!rep["ttft_ms"]["p50"].is_null()) {
+    absl::StrAppend(&md, ", TTFT p50 ", Fmt(rep["ttft_ms"]["p50"].get<double>()), " ms, p99 ",
+                    Fmt(rep["ttft_ms"]["p99"].get<double>()), " ms");
+  }
+  absl::StrAppend(&md, ".\n\n| check | result | figures |\n|---|---|---|\n");
+  for (const SoakCheck& c : r.checks) {
+    absl::StrAppend(&md, "| ", c.name, " | ", c.passed ? "pass" : "**FAIL**", " | ", c.detail,
+                    " |\n");
+  }
+  return md;
+}
+
+}  // namespace scd::e2e

@@ -1,0 +1,107 @@
+// scd-soak: the soak run of issue 8 (see common/e2e/soak.h). Starts one prefill daemon and N
+// decode daemons from build/bin, measures the saturation rate, then runs Poisson load at a
+// fraction of it for --duration seconds on the bAbI shared-prefix workload, and checks: zero
+// failed requests, every daemon's RSS flat after the warm-up, p99 TTFT drift between the first
+// and last minute, clean SIGTERM exits. Writes PREFIX.json, PREFIX.md, PREFIX_timeseries.png
+// (p50/p99 TTFT and RSS over time) and PREFIX_ttft.png. Exit status 1 when a check fails.
+//   scd-soak --base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/file_io.h"
+#include "common/cli/flags.h"
+#include "common/e2e/shared_prefix_workload.h"
+#include "common/e2e/soak.h"
+#include "common/loadgen/report.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace {
+constexpr char kProgram[] = "scd-soak";
+int Fail(const std::string& message) {
+  std::cerr << kProgram << ": " << message << "\n";
+  return scd::cli::kExitFailure;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  scd::e2e::SoakOptions o;
+  std::string babi, out;
+  int contexts = 40, questions = 3;
+  float duration = 600, fraction = 0.7f, level_s = 30, rss_warmup = 60, window = 60;
+  scd::cli::FlagParser flags(kProgram,
+                             "--base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX");
+  flags.AddString("base", &o.base_model, "producer checkpoint", true);
+  flags.AddString("specialist", &o.specialist_model, "consumer checkpoint", true);
+  flags.AddString("artifact", &o.artifact, "the pair's calibration artifact", true);
+  flags.AddString("babi", &babi, "bAbI task-1 file the shared-prefix workload is built from", true);
+  flags.AddString("out", &out, "output prefix", true);
+  flags.AddString("bin-dir", &o.bin_dir, "where scd-prefill and scd-decode are");
+  flags.AddString("mode", &o.mode, "codec mode of the specialist");
+  flags.AddInt("decode-daemons", &o.decode_daemons, "decode daemons to start");
+  flags.AddInt("contexts", &contexts, "shared contexts in the workload");
+  flags.AddInt("questions", &questions, "questions per context");
+  flags.AddInt("max-tokens", &o.max_tokens, "tokens generated per request");
+  flags.AddFloat("duration", &duration, "soak duration in seconds");
+  flags.AddFloat("fraction", &fraction, "soak rate as a fraction of the saturation rate");
+  flags.AddFloat("level-seconds", &level_s, "duration of each saturation-sweep level");
+  flags.AddFloat("rss-warmup", &rss_warmup, "seconds of the soak before RSS must stay flat");
+  flags.AddFloat("drift-window", &window, "first and last window (s) compared for p99 TTFT");
+  if (absl::Status st = flags.Parse(argc, argv); !st.ok()) {
+    std::cerr << kProgram << ": " << st.message() << "\n" << flags.Usage();
+    return scd::cli::kExitUsage;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  namespace fs = std::filesystem;
+  for (std::string* path : {&o.base_model, &o.specialist_model, &o.artifact, &o.bin_dir}) {
+    *path = fs::absolute(*path).lexically_normal().string();
+  }
+  o.duration_s = duration;
+  o.load_fraction = fraction;
+  o.saturation_level_s = level_s;
+  o.rss_warmup_s = rss_warmup;
+  o.drift_window_s = window;
+  auto tokenizer = scd::Tokenizer::FromFile(o.base_model + "/tokenizer.json");
+  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  scd::e2e::SharedPrefixOptions wo;
+  wo.contexts = contexts;
+  wo.questions_per_context = questions;
+  auto workload = scd::e2e::BuildBabiSharedPrefixWorkload(babi, **tokenizer, wo);
+  if (!workload.ok()) return Fail(std::string(workload.status().message()));
+  for (size_t i = 0; i < workload->size(); ++i) {
+    for (const scd::e2e::SharedPrefixQuestion& q : (*workload)[i].questions) {
+      scd::loadgen::Prompt p;
+      p.text = q.prompt;
+      p.group = static_cast<int>(i);
+      o.prompts.push_back(std::move(p));
+    }
+  }
+  o.workdir = out + ".work";
+  fs::create_directories(o.workdir);
+  std::cerr << kProgram << ": " << o.prompts.size() << " prompts (" << workload->size()
+            << " shared contexts); logs in " << o.workdir << "\n"
+            << scd::cli::QuotedCommandLine(argc, argv) << "\n";
+  auto result = scd::e2e::RunSoak(o, [](const std::string& line) { std::cerr << line << std::endl; });
+  if (!result.ok()) return Fail(std::string(result.status().message()));
+
+  nlohmann::json j = scd::e2e::SoakResultJson(o, *result);
+  j["command"] = scd::cli::QuotedCommandLine(argc, argv);
+  if (absl::Status s = scd::WriteFileAtomically(
+          out + ".json", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+      !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  const std::string md = scd::e2e::SoakMarkdown(*result);
+  std::ofstream(out + ".md") << md;
+  if (absl::Status s = scd::loadgen::WriteTimeSeriesPng(result->report, out + "_timeseries.png");
+      !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  std::cout << md;
+  if (!result->passed) return Fail("a soak check failed (see the table)");
+  return 0;
+}
