@@ -32,6 +32,9 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   c.rpc_tls.cert = path(tls, "cert");
   c.rpc_tls.key = path(tls, "key");
   c.rpc_tls.ca_cert = path(tls, "ca");
+  c.grpc_keepalive_time = absl::Seconds(grpc.DurationSeconds("keepalive_time", 10, 1, 86400));
+  c.grpc_keepalive_timeout =
+      absl::Seconds(grpc.DurationSeconds("keepalive_timeout", 10, 0.1, 3600));
 
   config::ConfigReader dp = r.Child("data_plane");
   c.data_plane_transport = dp.Enum("transport", "tcp", std::array<std::string_view, 2>{"tcp", "ucx"});
@@ -44,6 +47,7 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   c.mailbox_max_bytes = static_cast<size_t>(dp.Int("max_pending_bytes", int64_t{1} << 30, 1 << 20, int64_t{1} << 40));
   c.mailbox_ttl = absl::Seconds(dp.DurationSeconds("pending_ttl", 60, 0.1, 86400));
   c.payload_wait = absl::Seconds(dp.DurationSeconds("payload_wait", 5, 0.001, 3600));
+  c.data_plane_peer_timeout = absl::Seconds(dp.DurationSeconds("peer_timeout", 30, 1, 3600));
 
   config::ConfigReader http = r.Child("http");
   c.http_host = http.String("host", c.http_host);
@@ -66,6 +70,11 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   c.max_tokens = static_cast<int>(engine.Int("max_tokens", 4096, 1, 1 << 20));
   c.default_deadline = absl::Seconds(engine.DurationSeconds("default_deadline", 300, 0.001, 86400));
   c.drain_timeout = absl::Seconds(r.DurationSeconds("drain_timeout", 30, 0, 3600));
+
+  config::ConfigReader sekv = r.Child("sekv");
+  c.sekv_enabled = sekv.Bool("enabled", false);
+  c.sekv_budget = sekv.Double("budget", 0.4, 0.01, 1.0);
+  c.sekv_router = path(sekv, "router");
   if (absl::Status st = r.Finish(); !st.ok()) return st;
   return c;
 }

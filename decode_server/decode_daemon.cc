@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -12,6 +13,7 @@
 #include "common/model/weights.h"
 #include "common/scd/codec.h"
 #include "common/scd/wire_format.h"
+#include "common/sekv/sekv_artifact.h"
 
 namespace scd {
 namespace {
@@ -19,6 +21,52 @@ namespace {
 std::string RandomSuffix() {
   std::random_device rd;
   return absl::StrCat(absl::Hex(static_cast<uint32_t>(rd()), absl::kZeroPad8));
+}
+
+// The SEKV path's engine options (config keys sekv.*) and its metrics: bytes of every SEKV
+// cache, measured from its structures after the request's first decode step.
+absl::Status ConfigureSekv(const DecodeDaemonConfig& c, const Model& model,
+                           metrics::Registry* registry, SekvServingOptions* o) {
+  o->enabled = true;
+  o->budget = c.sekv_budget;
+  if (!c.sekv_router.empty()) {
+    SCD_ASSIGN_OR_RETURN(sekv::SekvArtifact a, sekv::SekvArtifact::Load(c.sekv_router));
+    if (absl::Status st = a.CheckModel(model); !st.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("sekv router ", c.sekv_router,
+                                                        " does not fit model ", c.model_path,
+                                                        ": ", std::string(st.message())));
+    }
+    o->router = std::make_shared<const sekv::ZoomRouter>(std::move(a.router));
+  }
+  SCD_ASSIGN_OR_RETURN(metrics::Counter * requests,
+                       registry->AddCounter("scd_decode_sekv_requests_total",
+                                            "Requests served through a SEKV cache."));
+  SCD_ASSIGN_OR_RETURN(
+      metrics::Counter * gpu_total,
+      registry->AddCounter("scd_decode_sekv_gpu_bytes_total",
+                           "GPU-tier bytes of SEKV caches (anchors, summaries, window, pinned "
+                           "tokens, expansion buffer), summed over requests after their first "
+                           "decode step."));
+  SCD_ASSIGN_OR_RETURN(
+      metrics::Counter * full_total,
+      registry->AddCounter("scd_decode_sekv_full_kv_bytes_total",
+                           "Bytes a full KV cache of the same positions would hold, summed "
+                           "like scd_decode_sekv_gpu_bytes_total."));
+  SCD_ASSIGN_OR_RETURN(metrics::Gauge * gpu_now,
+                       registry->AddGauge("scd_decode_sekv_gpu_bytes",
+                                          "GPU-tier bytes of the running requests' SEKV caches."));
+  o->on_cache = [=](const sekv::MemoryBreakdown& m, bool started) {
+    const double gpu = static_cast<double>(m.gpu());
+    if (started) {
+      requests->Increment();
+      gpu_total->Increment(gpu);
+      full_total->Increment(static_cast<double>(m.full_kv));
+      gpu_now->Add(gpu);
+    } else {
+      gpu_now->Subtract(gpu);
+    }
+  };
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -77,11 +125,14 @@ absl::Status DecodeDaemon::Start() {
   eo.max_batch = c.max_batch;
   eo.max_queue = c.max_queue;
   eo.min_step_interval = c.min_step_interval;
+  if (c.sekv_enabled) SCD_RETURN_IF_ERROR(ConfigureSekv(c, *model, &metrics_, &eo.sekv));
   SCD_ASSIGN_OR_RETURN(engine_, DecodeEngine::Create(std::move(backend), std::move(codec), eo));
 
   // Data plane.
   transport::TransportOptions to;
   to.ucx_transports = c.ucx_transports;
+  to.peer_timeout = c.data_plane_peer_timeout;
+  to.stall_timeout = c.data_plane_peer_timeout;
   SCD_ASSIGN_OR_RETURN(transport_, transport::CreateTransport(c.data_plane_transport, to));
   SCD_ASSIGN_OR_RETURN(listener_, transport_->Listen(absl::StrCat(c.data_plane_transport, "://",
                                                                   c.data_plane_listen)));
@@ -92,6 +143,7 @@ absl::Status DecodeDaemon::Start() {
   PayloadMailboxOptions mo;
   mo.max_bytes = c.mailbox_max_bytes;
   mo.ttl = c.mailbox_ttl;
+  mo.orphan_ttl = std::min(c.payload_wait, c.mailbox_ttl);
   mailbox_ = std::make_unique<PayloadMailbox>(listener_.get(), mo);
 
   // gRPC Decode service.
@@ -104,6 +156,8 @@ absl::Status DecodeDaemon::Start() {
                                             &metrics_);
   rpc::GrpcServerOptions go;
   go.address = c.rpc_listen;
+  go.keepalive_time = c.grpc_keepalive_time;
+  go.keepalive_timeout = c.grpc_keepalive_timeout;
   SCD_ASSIGN_OR_RETURN(go.credentials, rpc::MakeServerCredentials(c.rpc_tls));
   SCD_ASSIGN_OR_RETURN(grpc_, rpc::StartGrpcServer(go, {service_.get()}));
   rpc_address_ = c.rpc_advertise.empty() ? grpc_.address : c.rpc_advertise;
@@ -118,6 +172,17 @@ absl::Status DecodeDaemon::Start() {
   auto* registered = metrics_.AddGauge("scd_decode_registered",
                                        "1 while registered with the control plane.")
                          .value();
+  auto* pending = metrics_
+                      .AddGauge("scd_decode_pending_payloads",
+                                "Payloads on the data plane waiting for their Decode RPC.")
+                      .value();
+  auto* payloads =
+      metrics_
+          .AddCounterFamily("scd_decode_payloads_total",
+                            "Data-plane payloads by fate: received, taken, corrupted, expired "
+                            "(TTL), evicted (byte cap), orphaned (sender hung up).",
+                            {"outcome"})
+          .value();
   if (c.http_port >= 0) {
     http::HttpServerOptions ho;
     ho.host = c.http_host;
@@ -149,24 +214,12 @@ absl::Status DecodeDaemon::Start() {
   co.instance.capacity = c.max_batch + c.max_queue;
   co.instance.data_plane_address = data_plane_address_;
   co.instance.rpc_address = rpc_address_;
-  co.load_report = [this, active, queued, registered]() {
+  co.channel.keepalive_time = c.grpc_keepalive_time;
+  co.channel.keepalive_timeout = c.grpc_keepalive_timeout;
+  co.load_report = [this]() {
     rpc::LoadReport r;
     r.active_requests = engine_->running();
     r.queue_depth = engine_->queued();
-    active->Set(r.active_requests);
-    queued->Set(r.queue_depth);
-    const bool now_registered = control_ != nullptr && control_->registered();
-    registered->Set(now_registered ? 1 : 0);
-    if (now_registered != was_registered_.exchange(now_registered)) {
-      // Registration changes are rare and operationally interesting (prefill restarts,
-      // network loss), so each is one log line.
-      const absl::Status last = control_ != nullptr ? control_->last_error() : absl::OkStatus();
-      daemon::LogInfo(now_registered ? "registered" : "registration_lost",
-                      {{"instance_id", config_.instance_id},
-                       {"control_plane", config_.control_plane},
-                       {"registrations", control_ != nullptr ? control_->registrations() : 0},
-                       {"last_error", std::string(last.message())}});
-    }
     return r;
   };
   SCD_ASSIGN_OR_RETURN(control_, rpc::ControlPlaneClient::Create(co));
@@ -178,6 +231,45 @@ absl::Status DecodeDaemon::Start() {
   }
   registered->Set(control_->registered() ? 1 : 0);
   was_registered_.store(control_->registered());
+  // State gauges and registration changes, sampled every 100 ms rather than from the
+  // heartbeat: while the control plane is unreachable no heartbeat runs, and the loss itself
+  // is what must show up.
+  ticker_ = std::thread([this, active, queued, registered, pending, payloads] {
+    PayloadMailboxStats last;
+    while (!stop_ticker_.load()) {
+      active->Set(engine_->running());
+      queued->Set(engine_->queued());
+      const PayloadMailboxStats now = mailbox_->stats();
+      pending->Set(static_cast<double>(now.pending));
+      auto count = [&](const char* outcome, long before, long after) {
+        if (after > before) payloads->WithLabels({outcome}).value()->Increment(after - before);
+      };
+      count("received", last.received, now.received);
+      count("taken", last.taken, now.taken);
+      count("corrupted", last.corrupted, now.corrupted);
+      count("expired", last.expired, now.expired);
+      count("evicted", last.evicted, now.evicted);
+      count("orphaned", last.orphaned, now.orphaned);
+      if (now.orphaned > last.orphaned) {
+        daemon::LogInfo("payloads_orphaned",
+                        {{"count", now.orphaned - last.orphaned}, {"pending", now.pending}});
+      }
+      last = now;
+      const bool now_registered = control_->registered();
+      registered->Set(now_registered ? 1 : 0);
+      if (now_registered != was_registered_.exchange(now_registered)) {
+        // Registration changes are rare and operationally interesting (prefill restarts,
+        // network loss), so each is one log line.
+        const absl::Status error = control_->last_error();
+        daemon::LogInfo(now_registered ? "registered" : "registration_lost",
+                        {{"instance_id", config_.instance_id},
+                         {"control_plane", config_.control_plane},
+                         {"registrations", control_->registrations()},
+                         {"last_error", std::string(error.message())}});
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  });
   daemon::LogInfo("decode_started",
                   {{"model", c.model_name},
                    {"instance_id", c.instance_id},
@@ -194,6 +286,8 @@ absl::Status DecodeDaemon::Start() {
 void DecodeDaemon::Shutdown(absl::Duration drain) {
   if (shut_down_) return;
   shut_down_ = true;
+  stop_ticker_.store(true);
+  if (ticker_.joinable()) ticker_.join();
   // No new routes, then no new calls, then let the running ones finish.
   if (control_ != nullptr) control_->Shutdown();
   if (service_ != nullptr) service_->StopAccepting();

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -49,6 +50,9 @@ struct DecodeDaemonConfig {
   std::string rpc_listen = "127.0.0.1:0";
   std::string rpc_advertise;  // what the prefill daemon dials; empty: the bound listen address
   rpc::TlsPaths rpc_tls;
+  // HTTP/2 keepalive on the Decode service and on the control-plane channel.
+  absl::Duration grpc_keepalive_time = absl::Seconds(10);
+  absl::Duration grpc_keepalive_timeout = absl::Seconds(10);
 
   // Data plane.
   std::string data_plane_transport = "tcp";  // tcp | ucx
@@ -57,6 +61,7 @@ struct DecodeDaemonConfig {
   std::string ucx_transports;
   size_t mailbox_max_bytes = size_t{1} << 30;
   absl::Duration mailbox_ttl = absl::Seconds(60);
+  absl::Duration data_plane_peer_timeout = absl::Seconds(30);  // a silent sender is gone
 
   // Health and metrics over HTTP; port -1 turns it off.
   std::string http_host = "127.0.0.1";
@@ -76,6 +81,12 @@ struct DecodeDaemonConfig {
   absl::Duration default_deadline = absl::Minutes(5);
   absl::Duration payload_wait = absl::Seconds(5);
   absl::Duration drain_timeout = absl::Seconds(30);
+
+  // SEKV (issue 6, common/serving/sekv_session.h): off by default. When on, every request is
+  // served through a SEKV cache whose GPU tier is `sekv_budget` of its full KV cache.
+  bool sekv_enabled = false;
+  double sekv_budget = 0.4;
+  std::string sekv_router;  // calibrated router (.sekv.safetensors); empty: share-threshold gate
 };
 
 class DecodeDaemon {
@@ -113,6 +124,10 @@ class DecodeDaemon {
   std::unique_ptr<http::HttpServer> http_;
   std::unique_ptr<rpc::ControlPlaneClient> control_;
   std::atomic<bool> was_registered_{false};
+  // Samples state a scrape or an operator needs even while no heartbeat runs (the control
+  // plane unreachable): registration (logged when it changes), load, pending payloads.
+  std::thread ticker_;
+  std::atomic<bool> stop_ticker_{false};
   bool shut_down_ = false;
 };
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/daemon/event_log.h"
 #include "common/rpc/status_translation.h"
+#include "common/scd/wire_format.h"
 
 namespace scd {
 namespace {
@@ -156,6 +157,10 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
     job.payload = std::move(*bytes);
   } else {
     job.payload.assign(request->inline_payload().begin(), request->inline_payload().end());
+    // Data-plane payloads were verified by the transport's frame checksum; an inline one only
+    // by TCP's 16-bit sum, so damage on the way is told apart here (DATA_LOSS: the prefill
+    // daemon may try another replica) rather than as a malformed request.
+    if (absl::Status st = VerifyPayloadChecksums(job.payload); !st.ok()) return refuse(st);
   }
   if (payload_bytes_ != nullptr) payload_bytes_->Observe(static_cast<double>(job.payload.size()));
   job.suffix.assign(request->suffix_token_ids().begin(), request->suffix_token_ids().end());

@@ -9,6 +9,7 @@ namespace scd {
 
 PayloadMailbox::PayloadMailbox(transport::Listener* listener, PayloadMailboxOptions options)
     : listener_(listener), options_(options) {
+  listener_->SetPeerClosedCallback([this](const std::string& peer) { PeerClosed(peer); });
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -20,6 +21,7 @@ void PayloadMailbox::Stop() {
     if (stopped_ && !thread_.joinable()) return;
     stopped_ = true;
   }
+  listener_->SetPeerClosedCallback(nullptr);
   listener_->Close();
   arrived_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -27,7 +29,9 @@ void PayloadMailbox::Stop() {
 
 void PayloadMailbox::Loop() {
   for (;;) {
-    absl::StatusOr<transport::Message> m = listener_->Receive(absl::Now() + absl::Seconds(1));
+    // A short wait keeps expiry prompt when nothing arrives.
+    absl::StatusOr<transport::Message> m =
+        listener_->Receive(absl::Now() + absl::Milliseconds(200));
     std::lock_guard<std::mutex> lock(mu_);
     ExpireLocked(absl::Now());
     if (!m.ok()) {
@@ -38,6 +42,7 @@ void PayloadMailbox::Loop() {
     Item item;
     item.arrived = absl::Now();
     item.status = m->status;
+    item.peer = m->peer;
     if (m->status.ok()) {
       item.bytes.assign(m->data.get(), m->data.get() + m->size);
       stats_.bytes += item.bytes.size();
@@ -64,12 +69,29 @@ void PayloadMailbox::Loop() {
   }
 }
 
+void PayloadMailbox::PeerClosed(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_peers_[peer] = absl::Now();
+}
+
 void PayloadMailbox::ExpireLocked(absl::Time now) {
   for (auto it = items_.begin(); it != items_.end();) {
-    if (now - it->second.arrived > options_.ttl) {
+    auto closed = closed_peers_.find(it->second.peer);
+    const bool orphaned =
+        closed != closed_peers_.end() && now - closed->second > options_.orphan_ttl;
+    if (orphaned || now - it->second.arrived > options_.ttl) {
       stats_.bytes -= it->second.bytes.size();
       it = items_.erase(it);
-      ++stats_.expired;
+      ++(orphaned ? stats_.orphaned : stats_.expired);
+    } else {
+      ++it;
+    }
+  }
+  // A closed sender's messages are all queued before the close is reported, so once its
+  // items are gone nothing of its can arrive later (a new connection has a new port).
+  for (auto it = closed_peers_.begin(); it != closed_peers_.end();) {
+    if (now - it->second > options_.orphan_ttl + absl::Seconds(5)) {
+      it = closed_peers_.erase(it);
     } else {
       ++it;
     }
@@ -106,7 +128,9 @@ absl::StatusOr<std::vector<uint8_t>> PayloadMailbox::Take(uint64_t transfer_id,
 
 PayloadMailboxStats PayloadMailbox::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  PayloadMailboxStats out = stats_;
+  out.pending = items_.size();
+  return out;
 }
 
 }  // namespace scd

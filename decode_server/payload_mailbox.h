@@ -5,10 +5,14 @@
 // also waits a little for one still being moved from the listener.
 //
 // Invariants: each payload is taken at most once; a payload nobody claims within `ttl` is
-// dropped (its prefill daemon died between send and RPC) and so is the oldest when the byte
-// cap is exceeded, so a misbehaving peer cannot grow memory without bound. A message that
-// arrived corrupted is kept as its error, so the RPC fails at once with DATA_LOSS instead of
-// waiting for a payload that will never come.
+// dropped, and so is the oldest when the byte cap is exceeded, so a misbehaving peer cannot
+// grow memory without bound. A payload whose sender's connection ended (its prefill daemon
+// was killed between send and RPC, or the link died) is kept only `orphan_ttl` more: its RPC,
+// if one is coming at all, is already on its way, and a restarted prefill daemon must not
+// find the decode daemon holding state for the dead one (transports that report closed
+// connections; see Listener::SetPeerClosedCallback). A message that arrived corrupted is
+// kept as its error, so the RPC fails at once with DATA_LOSS instead of waiting for a payload
+// that will never come.
 #ifndef SCD_DECODE_SERVER_PAYLOAD_MAILBOX_H_
 #define SCD_DECODE_SERVER_PAYLOAD_MAILBOX_H_
 
@@ -17,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,11 +33,13 @@ namespace scd {
 
 struct PayloadMailboxOptions {
   absl::Duration ttl = absl::Seconds(60);
+  absl::Duration orphan_ttl = absl::Seconds(5);  // after the sender's connection ended
   size_t max_bytes = size_t{1} << 30;
 };
 
 struct PayloadMailboxStats {
-  long received = 0, taken = 0, expired = 0, evicted = 0, corrupted = 0;
+  long received = 0, taken = 0, expired = 0, evicted = 0, corrupted = 0, orphaned = 0;
+  size_t pending = 0;  // payloads (or loss reports) waiting for their RPC
   size_t bytes = 0;
 };
 
@@ -57,15 +64,19 @@ class PayloadMailbox {
     absl::Status status;
     std::vector<uint8_t> bytes;
     absl::Time arrived;
+    std::string peer;
   };
   void Loop();
   void ExpireLocked(absl::Time now);
+  void PeerClosed(const std::string& peer);
 
   transport::Listener* listener_;
   const PayloadMailboxOptions options_;
   mutable std::mutex mu_;
   std::condition_variable arrived_;
   std::map<uint64_t, Item> items_;
+  // Senders whose connection ended, and when; forgotten once nothing of theirs can remain.
+  std::map<std::string, absl::Time> closed_peers_;
   bool stopped_ = false;
   PayloadMailboxStats stats_;
   std::thread thread_;

@@ -1,6 +1,8 @@
 // See payload_sender.h.
 #include "prefill_server/payload_sender.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace scd {
@@ -15,8 +17,19 @@ absl::StatusOr<std::shared_ptr<transport::Connection>> PayloadSender::Connection
   }
   // Connect outside the lock: a slow peer must not stall sends to the others. Two callers may
   // race to connect; the second connection simply replaces the first in the map.
-  absl::StatusOr<std::unique_ptr<transport::Connection>> c = transport_->Connect(address, deadline);
-  if (!c.ok()) return c.status();
+  const absl::Time connect_by = std::min(deadline, absl::Now() + connect_timeout_);
+  absl::StatusOr<std::unique_ptr<transport::Connection>> c =
+      transport_->Connect(address, connect_by);
+  if (!c.ok()) {
+    // Our connect timeout, not the request's deadline, ran out: the daemon is unreachable,
+    // which another replica may not be.
+    if (absl::IsDeadlineExceeded(c.status()) && connect_by < deadline) {
+      return absl::UnavailableError(absl::StrCat("no answer within ",
+                                                 absl::FormatDuration(connect_timeout_), " (",
+                                                 c.status().message(), ")"));
+    }
+    return c.status();
+  }
   std::shared_ptr<transport::Connection> shared(std::move(*c));
   std::lock_guard<std::mutex> lock(mu_);
   connections_[address] = shared;

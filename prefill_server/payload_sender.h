@@ -2,7 +2,9 @@
 // decode daemon address (connecting on first use), sends a payload under a transfer id and
 // returns once the receiver verified it (transport.h). A connection that fails for any reason
 // but a corrupted frame (which the connection survives) is dropped, so the next send to that
-// daemon reconnects — a restarted decode daemon is picked up without intervention.
+// daemon reconnects — a restarted decode daemon is picked up without intervention. A connect
+// waits at most `connect_timeout` (not the whole request deadline), so a daemon behind a dead
+// link costs one timeout and leaves time to retry on another replica.
 #ifndef SCD_PREFILL_SERVER_PAYLOAD_SENDER_H_
 #define SCD_PREFILL_SERVER_PAYLOAD_SENDER_H_
 
@@ -21,8 +23,9 @@ namespace scd {
 class PayloadSender {
  public:
   // `transport` is owned.
-  explicit PayloadSender(std::unique_ptr<transport::Transport> transport)
-      : transport_(std::move(transport)) {}
+  explicit PayloadSender(std::unique_ptr<transport::Transport> transport,
+                         absl::Duration connect_timeout = absl::Seconds(30))
+      : transport_(std::move(transport)), connect_timeout_(connect_timeout) {}
 
   // Sends `bytes` to `address` ("tcp://..." or "ucx://..."). Errors are the transport's,
   // annotated with the address.
@@ -38,6 +41,7 @@ class PayloadSender {
   void Drop(const std::string& address, const transport::Connection* connection);
 
   std::unique_ptr<transport::Transport> transport_;
+  const absl::Duration connect_timeout_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<transport::Connection>> connections_;
 };

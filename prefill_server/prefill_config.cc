@@ -44,6 +44,9 @@ absl::StatusOr<PrefillDaemonConfig> PrefillConfigFromJson(const nlohmann::json& 
   c.grpc_tls.cert = config::ResolveConfigPath(config_path, tls.String("cert", ""));
   c.grpc_tls.key = config::ResolveConfigPath(config_path, tls.String("key", ""));
   c.grpc_tls.ca_cert = config::ResolveConfigPath(config_path, tls.String("ca", ""));
+  c.grpc_keepalive_time = absl::Seconds(grpc.DurationSeconds("keepalive_time", 10, 1, 86400));
+  c.grpc_keepalive_timeout =
+      absl::Seconds(grpc.DurationSeconds("keepalive_timeout", 10, 0.1, 3600));
 
   config::ConfigReader cp = r.Child("control_plane");
   c.cluster_token = cp.String("cluster_token", "");
@@ -56,6 +59,7 @@ absl::StatusOr<PrefillDaemonConfig> PrefillConfigFromJson(const nlohmann::json& 
   c.bandwidth_gbps = dp.Double("bandwidth_gbps", 0, 0, 1e6);
   c.ucx_transports = dp.String("ucx_transports", "");
   c.pipeline.inline_max_bytes = static_cast<size_t>(dp.Int("inline_max_bytes", 0, 0, 32 << 20));
+  c.data_plane_peer_timeout = absl::Seconds(dp.DurationSeconds("peer_timeout", 30, 1, 3600));
   config::ConfigReader dtls = dp.Child("decode_tls");
   c.pipeline.decode_channel.tls.cert = config::ResolveConfigPath(config_path, dtls.String("cert", ""));
   c.pipeline.decode_channel.tls.key = config::ResolveConfigPath(config_path, dtls.String("key", ""));

@@ -59,19 +59,25 @@ absl::Status PrefillDaemon::Start() {
   transport::TransportOptions to;
   to.bandwidth_gbps = c.bandwidth_gbps;
   to.ucx_transports = c.ucx_transports;
+  to.peer_timeout = c.data_plane_peer_timeout;
+  to.stall_timeout = c.data_plane_peer_timeout;
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Transport> transport,
                        transport::CreateTransport(c.data_plane_transport, to));
   GenerationPipelineOptions po = c.pipeline;
   po.max_tokens = c.limits.max_tokens;
   po.default_max_tokens = c.limits.default_max_tokens;
   po.payload_block_tokens = c.prefix_block_tokens;
+  po.decode_channel.keepalive_time = c.grpc_keepalive_time;
+  po.decode_channel.keepalive_timeout = c.grpc_keepalive_timeout;
   pipeline_ = std::make_unique<GenerationPipeline>(
       po, producer_.get(), tokenizer_.get(), &specialists_, registry_.get(), cache_.get(),
-      std::make_unique<PayloadSender>(std::move(transport)), &metrics_);
+      std::make_unique<PayloadSender>(std::move(transport), c.data_plane_peer_timeout), &metrics_);
 
   generation_ = std::make_unique<GenerationService>(pipeline_.get(), c.api_key, c.limits);
   rpc::GrpcServerOptions go;
   go.address = c.grpc_listen;
+  go.keepalive_time = c.grpc_keepalive_time;
+  go.keepalive_timeout = c.grpc_keepalive_timeout;
   SCD_ASSIGN_OR_RETURN(go.credentials, rpc::MakeServerCredentials(c.grpc_tls));
   SCD_ASSIGN_OR_RETURN(grpc_, rpc::StartGrpcServer(go, {control_plane_.get(), generation_.get()}));
 

@@ -50,6 +50,9 @@ struct PrefillDaemonConfig {
 
   std::string grpc_listen = "127.0.0.1:7000";
   rpc::TlsPaths grpc_tls;
+  // HTTP/2 keepalive on the gRPC server and on the channels to decode daemons.
+  absl::Duration grpc_keepalive_time = absl::Seconds(10);
+  absl::Duration grpc_keepalive_timeout = absl::Seconds(10);
 
   std::string cluster_token;
   absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -58,6 +61,8 @@ struct PrefillDaemonConfig {
   std::string data_plane_transport = "tcp";
   double bandwidth_gbps = 0;
   std::string ucx_transports;
+  // A data-plane peer silent this long is gone (connect, stalled frame, missing ACK).
+  absl::Duration data_plane_peer_timeout = absl::Seconds(30);
 
   size_t prefix_cache_bytes = size_t{256} << 20;
   int prefix_block_tokens = 16;

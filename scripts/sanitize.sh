@@ -30,7 +30,7 @@ SUPP="$(pwd)/tests/sanitizers"
 # Test binaries that synchronise through uninstrumented absl::Mutex, gRPC or UCX (see above),
 # and test_deploy: single-threaded checks of deploy/ files that link both daemons, so running
 # it would only cost a TSan build of everything.
-TSAN_EXCLUDE='^(test_rpc|test_transport|test_daemons|test_deploy)$'
+TSAN_EXCLUDE='^(test_rpc|test_transport|test_daemons|test_netfaults|test_deploy)$'
 # Test binaries that run with tests/sanitizers/tsan_httplib.supp (see the TSan step below).
 TSAN_HTTPLIB='^test_loadgen$'
 

@@ -23,6 +23,7 @@ PACKAGES=(
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev libpng-dev
   prometheus
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizer runtimes for scripts/fuzz.sh
+  iproute2 nftables  # test_netfaults: `ip netns`, veth, `tc` (tbf) and random loss (no netem here)
 )
 
 step() { printf '\n==> %s\n' "$*"; }

@@ -53,6 +53,14 @@ struct ChannelOptions {
   absl::Duration max_reconnect_backoff = absl::Seconds(2);
   // Largest message either way (inline SCD payloads can exceed gRPC's 4 MB default).
   int max_message_bytes = 64 << 20;
+  // HTTP/2 keepalive: a PING after `keepalive_time` without traffic, and the connection is
+  // declared dead (its calls fail UNAVAILABLE, the channel reconnects) when no answer comes
+  // within `keepalive_timeout` (gRPC also sets TCP_USER_TIMEOUT to it). Pings go out even
+  // without calls in flight. Without keepalive a stream whose link died waits for its
+  // deadline, and an idle channel keeps a dead connection until the kernel gives up
+  // (~15 min). Servers must accept the rate (GrpcServerOptions::min_ping_interval).
+  absl::Duration keepalive_time = absl::Seconds(10);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
 };
 
 // A channel to `target` ("host:port") with the credentials and settings of `options`.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace scd::rpc {
 
@@ -23,6 +24,14 @@ struct GrpcServerOptions {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   // Largest message either way (inline SCD payloads can exceed gRPC's 4 MB default).
   int max_message_bytes = 64 << 20;
+  // HTTP/2 keepalive towards clients (see ChannelOptions): a call whose client vanished (link
+  // down, host dead) is cancelled within about keepalive_time + keepalive_timeout, so a
+  // decode daemon stops generating for a prefill daemon it can no longer reach. Zero: off.
+  absl::Duration keepalive_time = absl::Seconds(10);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
+  // Client PINGs closer together than this (without data) count as abuse; gRPC's default
+  // (5 min) would make the server hang up on any client with a shorter keepalive_time.
+  absl::Duration min_ping_interval = absl::Seconds(1);
 };
 
 struct GrpcServer {

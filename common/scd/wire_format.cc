@@ -142,6 +142,20 @@ std::vector<uint8_t> SerializePayload(const Payload& p) {
   return out;
 }
 
+absl::Status VerifyPayloadChecksums(absl::Span<const uint8_t> bytes) {
+  if (bytes.size() < kWireHeaderBytes) return absl::OkStatus();
+  const uint8_t* h = bytes.data();
+  if (Get<uint32_t>(h, 52) != HeaderCrc(h)) {
+    return absl::DataLossError("SCD payload: header checksum mismatch (corrupted in transit)");
+  }
+  const size_t body = bytes.size() - kWireHeaderBytes;
+  if (Get<uint32_t>(h, 48) != Crc32c(h + kWireHeaderBytes, body)) {
+    return absl::DataLossError(absl::StrCat("SCD payload: body checksum mismatch over ", body,
+                                            " bytes (corrupted in transit)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Payload> ParsePayload(absl::Span<const uint8_t> bytes) {
   auto bad = [](auto... parts) {
     return absl::InvalidArgumentError(absl::StrCat("SCD payload: ", parts...));

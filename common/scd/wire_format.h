@@ -94,6 +94,13 @@ std::vector<uint8_t> SerializePayload(const Payload& payload);
 // Parses and validates a serialized payload: magic, version, CRCs, sizes and every block.
 absl::StatusOr<Payload> ParsePayload(absl::Span<const uint8_t> bytes);
 
+// Checks only the two CRCs, for a receiver that must tell damage in transit (DATA_LOSS,
+// worth another path or replica) from a malformed payload (ParsePayload's INVALID_ARGUMENT)
+// before decoding anything: a decode daemon on payloads that rode inside an RPC, where no
+// transport frame checksum covered them. OK for bytes too short to hold a header (left to
+// ParsePayload).
+absl::Status VerifyPayloadChecksums(absl::Span<const uint8_t> bytes);
+
 }  // namespace scd
 
 #endif  // SCD_COMMON_SCD_WIRE_FORMAT_H_

@@ -7,7 +7,7 @@
 namespace scd::sekv {
 
 BudgetPlan PlanBudget(absl::Span<const float> surprisal, double fraction, const SekvOptions& base,
-                      const BudgetShares& shares) {
+                      const BudgetShares& shares, int head_dim) {
   BudgetPlan plan;
   const int t = static_cast<int>(surprisal.size());
   const int sinks = std::min(base.segmenter.sink_tokens, t);
@@ -30,7 +30,16 @@ BudgetPlan PlanBudget(absl::Span<const float> surprisal, double fraction, const 
     if (fixed + b_target <= g || ms >= t) break;
   }
   const int fixed = static_cast<int>(seg.anchors.size() + seg.spans.size()) + seg.window_length();
-  o.expand_budget = o.zoom ? std::max(0, g - fixed) : 0;
+  int zoom_slots = o.zoom ? std::max(0, g - fixed) : 0;
+  const float pin_share = std::clamp(shares.pin_share, 0.0f, 1.0f);
+  if (pin_share > 0 && zoom_slots > 0) {
+    const int per_head_floats = static_cast<int>(seg.spans.size());
+    const int reserve =
+        (per_head_floats + 2 * std::max(head_dim, 1) - 1) / (2 * std::max(head_dim, 1));
+    zoom_slots = std::max(0, zoom_slots - reserve);
+  }
+  o.pin_tokens = static_cast<int>(std::lround(pin_share * zoom_slots));
+  o.expand_budget = zoom_slots - o.pin_tokens;
   o.cache_tokens = o.expand_budget;
   plan.sekv = o;
   plan.segmentation = seg;

@@ -5,10 +5,14 @@
 // one V row of head_dim floats, so G = floor(F · T) − 1 of them fit (one kept in reserve for
 // the summaries' log|S| floats).
 //
-// SEKV: window W = window_share · G (at least min_window), expansion cache B =
+// SEKV: window W = window_share · G (at least min_window), zoom-in slots B =
 // expand_share · G, and the segmentation must fit anchors + summaries into G − W − B: the
 // minimum span length is raised until it does (fewer, longer spans; zoom-in recovers the
-// detail). Whatever is left over goes to the expansion cache.
+// detail). Whatever is left over goes to B too. B is then split: pin_share · B slots hold the
+// observation-window anchors chosen at the first decode step (sekv_cache.h), the rest is
+// the expansion buffer of the per-step zoom-in. With pins, each KV head keeps its own count of
+// the tokens each summary stands for (one float per span and head): ⌈spans / (2·head_dim)⌉
+// token-equivalents, reserved before the split.
 // Chunk summaries: the same window; every other slot is a chunk summary: G − sinks − W
 // near-equal chunks over the T − sinks − W middle tokens.
 // Heavy hitters: G tokens kept (sinks + hits + the same window).
@@ -25,6 +29,7 @@ namespace scd::sekv {
 struct BudgetShares {
   float window_share = 0.2f;
   float expand_share = 0.45f;
+  float pin_share = 0.5f;  // of the zoom-in slots: observation-window anchors
   int min_window = 8;
 };
 
@@ -36,9 +41,10 @@ struct BudgetPlan {
   HeavyHitterOptions h2o;
 };
 
-// Plans all three caches for a prompt with this surprisal at budget fraction F.
+// Plans all three caches for a prompt with this surprisal at budget fraction F, for a cache
+// of this head_dim (it sizes the per-head summary counts that pinning adds).
 BudgetPlan PlanBudget(absl::Span<const float> surprisal, double fraction, const SekvOptions& base,
-                      const BudgetShares& shares);
+                      const BudgetShares& shares, int head_dim);
 
 }  // namespace scd::sekv
 

@@ -19,6 +19,15 @@ void LowRankBasis::Reconstruct(float* out, int out_stride) const {
   }
 }
 
+void LowRankBasis::ReconstructRow(int i, float* out) const {
+  std::fill(out, out + cols, 0.0f);
+  for (int j = 0; j < rank; ++j) {
+    const float a = us[static_cast<size_t>(i) * rank + j];
+    const float* v = vt.data() + static_cast<size_t>(j) * cols;
+    for (int c = 0; c < cols; ++c) out[c] += a * v[c];
+  }
+}
+
 void SymmetricEigenJacobi(std::vector<double> a, int n, std::vector<double>* values,
                           std::vector<double>* vectors) {
   std::vector<double> v(static_cast<size_t>(n) * n, 0.0);

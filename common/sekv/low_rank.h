@@ -28,6 +28,8 @@ struct LowRankBasis {
   size_t bytes() const { return (us.size() + vt.size()) * sizeof(float); }
   // out[n, d] (row stride `out_stride`) = us · vt.
   void Reconstruct(float* out, int out_stride) const;
+  // out[d] = row i of us · vt (one token, for token-resolution zoom-in).
+  void ReconstructRow(int i, float* out) const;
 };
 
 // Eigendecomposition of a symmetric matrix a [n, n] (row-major, double): eigenvalues in

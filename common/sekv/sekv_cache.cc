@@ -52,6 +52,12 @@ absl::StatusOr<std::unique_ptr<SekvCache>> SekvCache::CreateWithSegmentation(
         "zoom router shape (", router->num_layers(), " layers, ", router->num_kv_heads(),
         " KV heads, head_dim ", router->head_dim(), ") does not match the model"));
   }
+  if (options.resolution == ZoomResolution::kToken && !(options.candidate_factor >= 1.0f)) {
+    return absl::InvalidArgumentError("sekv candidate_factor must be >= 1");
+  }
+  if (options.pin_tokens < 0 || (options.pin_tokens > 0 && !options.zoom)) {
+    return absl::InvalidArgumentError("sekv pin_tokens must be >= 0, and needs zoom-in");
+  }
   std::unique_ptr<SekvCache> c(new SekvCache());
   c->shape_ = shape;
   c->options_ = options;
@@ -62,6 +68,32 @@ absl::StatusOr<std::unique_ptr<SekvCache>> SekvCache::CreateWithSegmentation(
     c->stores_.push_back(SpanStore::Build(prefix.k[l].data(), prefix.v[l].data(), prefix.surprisal,
                                           seg, shape.num_kv_heads, shape.head_dim, so,
                                           options.generated_reserve));
+  }
+  const int ns = static_cast<int>(seg.spans.size());
+  c->span_offset_.assign(ns + 1, 0);
+  for (int s = 0; s < ns; ++s) c->span_offset_[s + 1] = c->span_offset_[s] + seg.spans[s].length();
+  const size_t per_layer = static_cast<size_t>(shape.num_kv_heads) * ns;
+  c->remaining_.resize(shape.num_layers);
+  c->log_count_.resize(shape.num_layers);
+  for (int l = 0; l < shape.num_layers; ++l) {
+    c->remaining_[l].resize(per_layer);
+    c->log_count_[l].resize(per_layer);
+    for (size_t i = 0; i < per_layer; ++i) {
+      c->remaining_[l][i] = seg.spans[i % ns].length();
+      c->log_count_[l][i] = c->stores_[l].log_span_length()[i % ns];
+    }
+  }
+  const int pins = std::min(options.pin_tokens, c->span_offset_[ns]);
+  c->options_.pin_tokens = pins;
+  c->pins_done_.assign(shape.num_layers, pins == 0);
+  if (pins > 0) {
+    const size_t rows = static_cast<size_t>(shape.num_kv_heads) * pins * shape.head_dim;
+    c->pinned_.assign(
+        shape.num_layers,
+        std::vector<uint8_t>(static_cast<size_t>(shape.num_kv_heads) * c->span_offset_[ns]));
+    c->pin_k_.assign(shape.num_layers, std::vector<float>(rows, 0.0f));
+    c->pin_v_ = c->pin_k_;
+    c->pin_rows_.assign(shape.num_layers, std::vector<int>(shape.num_kv_heads, 0));
   }
   c->seg_ = std::move(seg);
   c->router_ = std::move(router);
@@ -74,100 +106,202 @@ absl::StatusOr<std::unique_ptr<SekvCache>> SekvCache::CreateWithSegmentation(
   c->teacher_ = teacher;
   if (teacher != nullptr) c->prefix_ = &prefix;
   c->partial_.resize(shape.num_heads);
-  c->selected_.resize(shape.num_kv_heads);
+  c->expanded_.assign(per_layer, 0);
   return c;
 }
 
-void SekvCache::Attend(int l, const float* q, const float* k, const float* v, float* out) {
-  SpanStore& st = stores_[l];
-  st.AppendWindow(k, v);
+void SekvCache::ResidentScores(int l, const float* q) {
+  const SpanStore& st = stores_[l];
   const int hd = shape_.head_dim, kvd = shape_.kv_dim(), group = shape_.group();
   const int na = st.num_anchors(), ns = st.num_spans(), nw = st.window_rows();
-  const int n = na + ns + nw;
+  const int np = options_.pin_tokens;
+  const int n = na + ns + nw + np;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   scores_.resize(static_cast<size_t>(shape_.num_heads) * n);
   lse_.resize(shape_.num_heads);
-
-  // Resident scores for every query head: anchors | summaries (+log|S|) | window.
   for (int h = 0; h < shape_.num_heads; ++h) {
     const int g = h / group;
     const float* qh = q + h * hd;
     float* s = scores_.data() + static_cast<size_t>(h) * n;
     ScoreBlock(qh, {st.anchor_k() + g * hd, st.anchor_v() + g * hd, na, kvd, nullptr}, hd, scale,
                s);
-    ScoreBlock(qh,
-               {st.summary_k() + g * hd, st.summary_v() + g * hd, ns, kvd, st.log_span_length()},
-               hd, scale, s + na);
+    ScoreBlock(qh, {st.summary_k() + g * hd, st.summary_v() + g * hd, ns, kvd, log_count(l, g)}, hd,
+               scale, s + na);
     ScoreBlock(qh, {st.window_k() + g * hd, st.window_v() + g * hd, nw, kvd, nullptr}, hd, scale,
                s + na + ns);
+    const int pr = np > 0 ? pin_rows_[l][g] : 0;
+    if (pr > 0) {
+      const size_t off = static_cast<size_t>(g) * np * hd;
+      ScoreBlock(qh, {pin_k_[l].data() + off, pin_v_[l].data() + off, pr, hd, nullptr}, hd, scale,
+                 s + na + ns + nw);
+    }
+    for (int i = na + ns + nw + pr; i < n; ++i) s[i] = -1e30f;  // pin slots not filled
     float m = -1e30f;
     for (int i = 0; i < n; ++i) m = std::max(m, s[i]);
     double sum = 0;
     for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(s[i] - m));
     lse_[h] = static_cast<float>(m + std::log(sum));
   }
+}
 
-  // Route and request the expansions of every KV head before any accumulation, so that the
-  // fetch worker rebuilds while the resident part is accumulated below.
-  skip_.assign(static_cast<size_t>(shape_.num_kv_heads) * ns, 0);
-  q_route_.resize(hd);
+void SekvCache::Pin(int l, const float* q) {
+  const SpanStore& st = stores_[l];
+  const int hd = shape_.head_dim, group = shape_.group(), ns = st.num_spans();
+  const int np = options_.pin_tokens;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int g = 0; g < shape_.num_kv_heads; ++g) {
+    scored_.clear();
+    for (int s = 0; s < ns; ++s) {
+      ScoreSpanTokens(st, g, s, q + static_cast<size_t>(g) * group * hd, group,
+                      lse_.data() + g * group, scale, nullptr, &scored_, &zoom_scratch_);
+    }
+    KeepHeaviest(&scored_, np);
+    uint8_t* pinned = pinned_[l].data() + static_cast<size_t>(g) * span_offset_[ns];
+    int* rem = remaining(l, g);
+    float* lc = log_count(l, g);
+    int row = 0;
+    for (const ScoredToken& t : scored_) {
+      const size_t off = (static_cast<size_t>(g) * np + row) * hd;
+      st.RebuildRow(t.ref.span, g, t.ref.offset, pin_k_[l].data() + off, pin_v_[l].data() + off);
+      pinned[span_offset_[t.ref.span] + t.ref.offset] = 1;
+      const int left = --rem[t.ref.span];
+      lc[t.ref.span] = left > 0 ? std::log(static_cast<float>(left)) : -1e30f;
+      ++row;
+    }
+    pin_rows_[l][g] = row;
+    zoom_stats_.pinned_tokens += row;
+  }
+  pins_done_[l] = 1;
+}
+
+void SekvCache::Zoom(int l, int g, const float* q) {
+  const SpanStore& st = stores_[l];
+  const int hd = shape_.head_dim, kvd = shape_.kv_dim(), group = shape_.group();
+  const int na = st.num_anchors(), ns = st.num_spans();
+  const int n = static_cast<int>(scores_.size()) / shape_.num_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int* rem = remaining(l, g);
+  const float* lc = log_count(l, g);
+  const uint8_t* pinned =
+      pinned_.empty() ? nullptr : pinned_[l].data() + static_cast<size_t>(g) * span_offset_[ns];
+  int* expanded = expanded_.data() + static_cast<size_t>(g) * ns;
+  std::fill(expanded, expanded + ns, 0);
+  // Gate: α_S, the maximum over the group's query heads; spans with no token left are out.
+  alpha_.assign(ns, 0.0f);
+  std::vector<int> lengths(rem, rem + ns);
+  for (int h = g * group; h < (g + 1) * group; ++h) {
+    router_->RouteQuery(l, g, q + h * hd, q_route_.data());
+    const float* s_scores = scores_.data() + static_cast<size_t>(h) * n + na;
+    for (int s = 0; s < ns; ++s) {
+      if (rem[s] == 0) continue;
+      const float* kbar = st.summary_k() + static_cast<size_t>(s) * kvd + g * hd;
+      float bil = 0;
+      for (int c = 0; c < hd; ++c) bil += q_route_[c] * kbar[c];
+      const float z = router_->Logit(l, g, bil, lc[s], s_scores[s] - lse_[h]);
+      alpha_[s] = std::max(alpha_[s], Sigmoid(z));
+    }
+  }
+  const float tau = options_.tau_override >= 0 ? options_.tau_override : router_->gate(l, g).tau;
+  const bool by_token = options_.resolution == ZoomResolution::kToken;
+  const int budget = options_.expand_budget;
+  const int candidate_budget =
+      by_token ? static_cast<int>(std::lround(options_.candidate_factor * budget)) : budget;
+  const std::vector<int> candidates = SelectSpans(alpha_, lengths, tau, candidate_budget);
+  rows_.clear();
+  if (by_token) {
+    scored_.clear();
+    for (int s : candidates) {
+      ScoreSpanTokens(
+          st, g, s, q + static_cast<size_t>(g) * group * hd, group, lse_.data() + g * group, scale,
+          pinned != nullptr ? pinned + span_offset_[s] : nullptr, &scored_, &zoom_scratch_);
+    }
+    zoom_stats_.candidate_tokens += static_cast<long>(scored_.size());
+    KeepHeaviest(&scored_, budget);
+    for (const ScoredToken& t : scored_) rows_.push_back(t.ref);
+  } else {
+    for (int s : candidates) {
+      for (int i = 0; i < st.span_length(s); ++i) {
+        if (pinned == nullptr || !pinned[span_offset_[s] + i]) rows_.push_back({s, i});
+      }
+    }
+  }
+  for (const TokenRef& r : rows_) ++expanded[r.span];
+  for (int s = 0; s < ns; ++s) zoom_stats_.expanded_spans += expanded[s] > 0;
+  zoom_stats_.expanded_tokens += static_cast<long>(rows_.size());
+  ++zoom_stats_.steps;
+  fetcher_->Request(l, g, st, rows_);
+}
+
+void SekvCache::Attend(int l, const float* q, const float* k, const float* v, float* out) {
+  SpanStore& st = stores_[l];
+  st.AppendWindow(k, v);
+  if (teacher_ == nullptr && !pins_done_[l]) {
+    ResidentScores(l, q);
+    Pin(l, q);
+  }
+  ResidentScores(l, q);
   if (teacher_ != nullptr) {
     TeacherAttend(l, q, out);
     return;
   }
-  if (fetcher_ != nullptr && ns > 0 && options_.expand_budget > 0) {
-    std::vector<int> lengths(ns);
-    for (int s = 0; s < ns; ++s) lengths[s] = st.span_length(s);
-    alpha_.resize(ns);
-    for (int g = 0; g < shape_.num_kv_heads; ++g) {
-      std::fill(alpha_.begin(), alpha_.end(), 0.0f);
-      for (int h = g * group; h < (g + 1) * group; ++h) {
-        router_->RouteQuery(l, g, q + h * hd, q_route_.data());
-        const float* s_scores = scores_.data() + static_cast<size_t>(h) * n + na;
-        for (int s = 0; s < ns; ++s) {
-          const float* kbar = st.summary_k() + static_cast<size_t>(s) * kvd + g * hd;
-          float bil = 0;
-          for (int c = 0; c < hd; ++c) bil += q_route_[c] * kbar[c];
-          const float z = router_->Logit(l, g, bil, st.log_span_length()[s], s_scores[s] - lse_[h]);
-          alpha_[s] = std::max(alpha_[s], Sigmoid(z));
-        }
-      }
-      const float tau =
-          options_.tau_override >= 0 ? options_.tau_override : router_->gate(l, g).tau;
-      selected_[g] = SelectSpans(alpha_, lengths, tau, options_.expand_budget);
-      for (int s : selected_[g]) {
-        skip_[static_cast<size_t>(g) * ns + s] = 1;
-        ++zoom_stats_.expanded_spans;
-        zoom_stats_.expanded_tokens += lengths[s];
-      }
-      ++zoom_stats_.steps;
-      fetcher_->Request(l, g, st, selected_[g]);
-    }
-  } else {
-    for (auto& sel : selected_) sel.clear();
+  const int hd = shape_.head_dim, kvd = shape_.kv_dim(), group = shape_.group();
+  const int na = st.num_anchors(), ns = st.num_spans(), nw = st.window_rows();
+  const int np = options_.pin_tokens;
+  const int n = static_cast<int>(scores_.size()) / shape_.num_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  // Route and request the expansions of every KV head before any accumulation, so that the
+  // fetch worker rebuilds while the resident part is accumulated below.
+  q_route_.resize(hd);
+  const bool zoom = fetcher_ != nullptr && ns > 0 && options_.expand_budget > 0;
+  std::fill(expanded_.begin(), expanded_.end(), 0);
+  if (zoom) {
+    for (int g = 0; g < shape_.num_kv_heads; ++g) Zoom(l, g, q);
   }
 
-  // Resident part of the softmax.
+  // Resident part of the softmax. A summary stands for the tokens of its span neither pinned
+  // nor expanded now: its log-count term is adjusted, and it drops out when none is left.
+  skip_.resize(ns);
   for (int h = 0; h < shape_.num_heads; ++h) {
     const int g = h / group;
-    const float* s = scores_.data() + static_cast<size_t>(h) * n;
+    float* s = scores_.data() + static_cast<size_t>(h) * n;
+    const int* rem = remaining(l, g);
+    const int* expanded = expanded_.data() + static_cast<size_t>(g) * ns;
+    for (int j = 0; j < ns; ++j) {
+      const int left = rem[j] - expanded[j];
+      skip_[j] = left <= 0;
+      if (left > 0 && expanded[j] > 0) {
+        s[na + j] += std::log(static_cast<float>(left)) - log_count(l, g)[j];
+      }
+    }
     PartialAttention& p = partial_[h];
     p.Reset(hd);
     AccumulateScored(s, {st.anchor_k() + g * hd, st.anchor_v() + g * hd, na, kvd, nullptr}, hd,
                      nullptr, &p);
     AccumulateScored(s + na, {st.summary_k() + g * hd, st.summary_v() + g * hd, ns, kvd, nullptr},
-                     hd, skip_.data() + static_cast<size_t>(g) * ns, &p);
+                     hd, skip_.data(), &p);
     AccumulateScored(s + na + ns,
                      {st.window_k() + g * hd, st.window_v() + g * hd, nw, kvd, nullptr}, hd,
                      nullptr, &p);
+    if (np > 0 && pin_rows_[l][g] > 0) {
+      const size_t off = static_cast<size_t>(g) * np * hd;
+      AccumulateScored(
+          s + na + ns + nw,
+          {pin_k_[l].data() + off, pin_v_[l].data() + off, pin_rows_[l][g], hd, nullptr}, hd,
+          nullptr, &p);
+    }
   }
-  // Expanded spans' rebuilt tokens join the same softmax.
-  for (int g = 0; g < shape_.num_kv_heads; ++g) {
-    for (int s : selected_[g]) {
-      auto e = fetcher_->Get(l, g, s);
-      const AttentionBlock b{e->k.data(), e->v.data(), e->length, hd, nullptr};
+  // The expansion buffer's rows of this round join the same softmax.
+  if (zoom) {
+    for (int g = 0; g < shape_.num_kv_heads; ++g) {
+      const BufferView b = fetcher_->Get(l, g);
+      inactive_.resize(b.rows);
+      for (int i = 0; i < b.rows; ++i) inactive_[i] = !b.active[i];
+      tmp_.resize(b.rows);
       for (int h = g * group; h < (g + 1) * group; ++h) {
-        AccumulateBlock(q + h * hd, b, hd, scale, &partial_[h], &tmp_);
+        ScoreBlock(q + h * hd, {b.k, b.v, b.rows, hd, nullptr}, hd, scale, tmp_.data());
+        AccumulateScored(tmp_.data(), {b.k, b.v, b.rows, hd, nullptr}, hd, inactive_.data(),
+                         &partial_[h]);
       }
     }
   }
@@ -178,7 +312,7 @@ void SekvCache::TeacherAttend(int l, const float* q, float* out) {
   const SpanStore& st = stores_[l];
   const int hd = shape_.head_dim, kvd = shape_.kv_dim(), group = shape_.group();
   const int na = st.num_anchors(), ns = st.num_spans();
-  const int n = na + ns + st.window_rows();
+  const int n = static_cast<int>(scores_.size()) / shape_.num_heads;
   const int t = prefix_->num_tokens;
   const int generated = st.window_rows() - st.initial_window();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -215,6 +349,13 @@ MemoryBreakdown SekvCache::Memory() const {
   MemoryBreakdown m;
   for (const SpanStore& st : stores_) m += st.Memory();
   if (fetcher_ != nullptr) m.expanded_cache = fetcher_->CapacityBytes();
+  for (size_t l = 0; l < pin_k_.size(); ++l) {
+    m.pinned += (pin_k_[l].size() + pin_v_[l].size()) * sizeof(float);
+  }
+  // With pins each head keeps its own summary counts (beyond the store's log|S| per span).
+  if (options_.pin_tokens > 0) {
+    for (const auto& lc : log_count_) m.summaries += lc.size() * sizeof(float);
+  }
   return m;
 }
 

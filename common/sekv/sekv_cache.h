@@ -5,15 +5,32 @@
 //   2. one SpanStore per layer holds the GPU tier (anchors, span summaries, window) and the
 //      CPU tier (per-span low-rank bases);
 //   3. at each decode step and layer, for every KV head, the ZoomRouter scores the spans
-//      against the group's queries, the selected spans are requested from the SpanFetcher
-//      (asynchronous rebuild, LRU of recent expansions), the resident part of attention is
-//      accumulated for every head while the fetch runs, and the rebuilt tokens are merged
-//      into the same softmax (mixed_attention.h): anchors | summaries (+log|S|) of the
-//      unexpanded spans | expanded tokens | window.
+//      against the group's queries and picks candidate spans; the zoom-in brings their
+//      content into the expansion buffer through the SpanFetcher (asynchronous rebuild, LRU
+//      of recently expanded rows); the resident part of attention is accumulated for every
+//      head while the fetch runs, and the rebuilt tokens are merged into the same softmax
+//      (mixed_attention.h): anchors | summaries (+log count) | pinned | expanded | window.
+//
+// Zoom resolution:
+//   - kSpan (SeKV as published): the candidate spans are expanded whole, within
+//     expand_budget tokens;
+//   - kToken (default): the candidates may hold candidate_factor × expand_budget tokens; their
+//     tokens are scored in the CPU tier's low-rank coordinates (token_zoom.h) and only the
+//     expand_budget heaviest move into the buffer. The tokens of a span that stay behind are
+//     still represented by its summary, now counted as |S| − (expanded tokens).
+//
+// Observation-window anchors ("pinned" tokens, pin_tokens per layer and KV head): at the
+// first decode step of each layer the zoom-in runs once over every span (an exhaustive
+// token-resolution zoom, as SnapKV selects with the prompt's last queries) and the
+// pin_tokens heaviest tokens stay in the GPU tier for the rest of the request. Surprisal
+// anchors are what the producer found hard to predict; pinned tokens are what the consumer's
+// question reads. A pinned token leaves its span: the summary's count drops by one and the
+// zoom-in never expands it again, so each token is counted once in the softmax.
 //
 // Teacher mode (calibration): with a RouterSampleSink, the step's output is full attention
 // over every position (the teacher), and for each (layer, query head, span) the sink gets
-// the router's inputs and the span's teacher attention mass Σ_{t∈S} p_t.
+// the router's inputs and the span's teacher attention mass Σ_{t∈S} p_t. No tokens are pinned
+// in teacher mode.
 #ifndef SCD_COMMON_SEKV_SEKV_CACHE_H_
 #define SCD_COMMON_SEKV_SEKV_CACHE_H_
 
@@ -26,16 +43,22 @@
 #include "common/sekv/span_fetcher.h"
 #include "common/sekv/span_store.h"
 #include "common/sekv/surprisal_segmenter.h"
+#include "common/sekv/token_zoom.h"
 #include "common/sekv/zoom_router.h"
 
 namespace scd::sekv {
+
+enum class ZoomResolution { kSpan, kToken };
 
 struct SekvOptions {
   SegmenterOptions segmenter;
   SpanStoreOptions store;
   int expand_budget = 64;  // expanded tokens per layer, per KV head, per step
-  int cache_tokens = 0;    // expanded-span LRU capacity per (layer, head); 0 = expand_budget
-  bool zoom = true;        // false: summaries only (no CPU tier, no fetches)
+  int cache_tokens = 0;    // expansion buffer (LRU) rows per (layer, head); 0 = expand_budget
+  ZoomResolution resolution = ZoomResolution::kToken;
+  float candidate_factor = 2.0f;  // kToken: candidate spans hold up to this × expand_budget
+  int pin_tokens = 0;             // observation-window anchors per (layer, KV head)
+  bool zoom = true;               // false: summaries only (no CPU tier, no fetches)
   bool async_fetch = true;
   int generated_reserve = 0;  // window rows reserved for generated tokens
   float tau_override = -1;    // >= 0: use this gate threshold for every head (ablations)
@@ -52,9 +75,11 @@ class RouterSampleSink {
 };
 
 struct ZoomStats {
-  long steps = 0;  // (layer, kv head) routing rounds
-  long expanded_spans = 0;
-  long expanded_tokens = 0;
+  long steps = 0;             // (layer, kv head) routing rounds
+  long expanded_spans = 0;    // spans that contributed at least one expanded token
+  long expanded_tokens = 0;   // tokens moved into the expansion buffer (hits included)
+  long candidate_tokens = 0;  // tokens scored in the CPU tier (kToken)
+  long pinned_tokens = 0;     // observation-window anchors chosen, over layers and heads
 };
 
 class SekvCache : public KvCache {
@@ -73,6 +98,7 @@ class SekvCache : public KvCache {
       std::shared_ptr<const ZoomRouter> router, RouterSampleSink* teacher = nullptr);
 
   std::string_view kind() const override { return options_.zoom ? "sekv" : "summaries"; }
+  const SekvOptions& options() const { return options_; }
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override;
   MemoryBreakdown Memory() const override;
 
@@ -84,6 +110,18 @@ class SekvCache : public KvCache {
  private:
   SekvCache() = default;
   void TeacherAttend(int layer, const float* q, float* out);
+  // scores_ and lse_ for the resident entries of `layer`: anchors | summaries | window | pins.
+  void ResidentScores(int layer, const float* q);
+  // The observation-window anchors of `layer` (first decode step; ResidentScores done).
+  void Pin(int layer, const float* q);
+  // Routes KV head g of `layer` and requests its expansion; fills expanded_ for g.
+  void Zoom(int layer, int g, const float* q);
+  float* log_count(int l, int g) {
+    return log_count_[l].data() + static_cast<size_t>(g) * seg_.spans.size();
+  }
+  int* remaining(int l, int g) {
+    return remaining_[l].data() + static_cast<size_t>(g) * seg_.spans.size();
+  }
 
   CacheShape shape_;
   SekvOptions options_;
@@ -94,11 +132,25 @@ class SekvCache : public KvCache {
   RouterSampleSink* teacher_ = nullptr;
   const PrefixKv* prefix_ = nullptr;  // teacher mode only
   ZoomStats zoom_stats_;
+  // Per layer, [num_kv_heads × num_spans]: tokens of each span its summary still stands for
+  // (|S| minus pinned tokens) and the log of that count (the summary's log-count term).
+  std::vector<std::vector<int>> remaining_;
+  std::vector<std::vector<float>> log_count_;
+  // Per layer: whether its pins are chosen; [num_kv_heads × span tokens] pinned flags (span
+  // token j of the layer = span_offset_[s] + offset); pinned rows [num_kv_heads × pin_tokens,
+  // head_dim] and how many each head has.
+  std::vector<uint8_t> pins_done_;
+  std::vector<std::vector<uint8_t>> pinned_;
+  std::vector<std::vector<float>> pin_k_, pin_v_;
+  std::vector<std::vector<int>> pin_rows_;
+  std::vector<int> span_offset_;  // [num_spans + 1], prefix sums of span lengths
   // Step scratch.
-  std::vector<float> scores_, lse_, alpha_, q_route_, tmp_;
-  std::vector<uint8_t> skip_;
+  std::vector<float> scores_, lse_, alpha_, q_route_, tmp_, zoom_scratch_;
+  std::vector<uint8_t> skip_, inactive_;
+  std::vector<int> expanded_;  // [num_kv_heads × num_spans] tokens expanded this step
   std::vector<PartialAttention> partial_;
-  std::vector<std::vector<int>> selected_;
+  std::vector<ScoredToken> scored_;
+  std::vector<TokenRef> rows_;
 };
 
 }  // namespace scd::sekv

@@ -234,7 +234,8 @@ absl::Status CollectRouterSamples(Backend& consumer, SekvDecoder& decoder,
     PrefillResult pr;
     SCD_RETURN_IF_ERROR(consumer.Prefill(*seq, absl::MakeConstSpan(ids).first(p), po, &pr));
     SCD_ASSIGN_OR_RETURN(PrefixKv prefix, decoder.MakePrefix(pr.layers, p, pr.surprisal));
-    const BudgetPlan plan = PlanBudget(prefix.surprisal, run.budget, run.base, run.shares);
+    const BudgetPlan plan =
+        PlanBudget(prefix.surprisal, run.budget, run.base, run.shares, shape.head_dim);
     SCD_ASSIGN_OR_RETURN(
         auto cache, SekvCache::CreateWithSegmentation(shape, prefix, plan.segmentation, plan.sekv,
                                                       nullptr, set));

@@ -34,7 +34,8 @@ struct Accum {
   eval::QaAggregate qa;
   std::map<std::string, eval::QaAggregate> by_file;
   std::vector<eval::MeanAccumulator> niah;
-  long zoom_rounds = 0, expanded_tokens = 0, fetch_requests = 0, fetch_hits = 0;
+  long zoom_rounds = 0, expanded_tokens = 0, candidate_tokens = 0, fetch_requests = 0,
+       fetch_hits = 0;
   double wait_ms = 0;
 };
 
@@ -54,7 +55,11 @@ absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(const std::string& method,
   SekvOptions o = plan.sekv;
   if (method == "sekv-nozoom") {
     o.zoom = false;
-    o.expand_budget = o.cache_tokens = 0;
+    o.expand_budget = o.cache_tokens = o.pin_tokens = 0;
+  } else if (method == "sekv-span" || method == "sekv-nopin") {
+    // The plan was made with pin_share 0: every zoom-in slot is the expansion buffer.
+    o.pin_tokens = 0;
+    if (method == "sekv-span") o.resolution = ZoomResolution::kSpan;
   }
   SCD_ASSIGN_OR_RETURN(auto c, SekvCache::CreateWithSegmentation(shape, prefix, plan.segmentation,
                                                                  o, std::move(router)));
@@ -68,6 +73,7 @@ void Harvest(const KvCache& cache, Accum& a) {
   const FetchStats f = s->fetch_stats();
   a.zoom_rounds += z.steps;
   a.expanded_tokens += z.expanded_tokens;
+  a.candidate_tokens += z.candidate_tokens;
   a.fetch_requests += f.requests;
   a.fetch_hits += f.hits;
   a.wait_ms += f.wait_ms;
@@ -192,16 +198,25 @@ nlohmann::json SekvEvalReport::ToJson() const {
                           {"summaries", m.memory.summaries},
                           {"window", m.memory.window},
                           {"expanded_cache", m.memory.expanded_cache},
+                          {"pinned", m.memory.pinned},
                           {"cpu_bases", m.memory.cpu_bases},
                           {"full_kv", m.memory.full_kv}}}};
     nlohmann::json by_file = nlohmann::json::object();
     for (const auto& [f, v] : m.f1_by_file) by_file[f] = {{"f1", v.first}, {"examples", v.second}};
     j["f1_by_file"] = by_file;
-    if (m.name == "sekv") {
+    nlohmann::json full_by_file = nlohmann::json::object();
+    if (full != nullptr) {
+      for (const auto& [f, v] : full->f1_by_file) {
+        full_by_file[f] = {{"f1", v.first}, {"examples", v.second}};
+      }
+    }
+    j["f1_by_file_full"] = full_by_file;
+    if (m.name.rfind("sekv", 0) == 0) {
       j["expanded_tokens_per_round"] = m.expanded_tokens_per_step;
+      j["candidate_tokens_per_round"] = m.candidate_tokens_per_step;
       j["fetch_hit_rate"] = m.fetch_hit_rate;
       j["fetch_wait_ms"] = m.fetch_wait_ms;
-      j["plan"] = plan;
+      if (m.name == "sekv") j["plan"] = plan;
     }
     out[m.name] = j;
   }
@@ -232,15 +247,26 @@ absl::StatusOr<SekvEvalReport> SekvEvaluator::Run(
   const int vocab = consumer_.model().config.vocab_size;
   const int ctx = std::min(cfg.context, consumer_.model().config.max_position_embeddings);
   std::vector<std::string> methods = {"full", "sekv", "h2o", "chunk"};
-  if (cfg.ablate_no_zoom) methods.push_back("sekv-nozoom");
+  if (cfg.ablate) {
+    for (const char* m : {"sekv-nozoom", "sekv-span", "sekv-nopin"}) methods.push_back(m);
+  }
+  // The ablations without pins plan every zoom-in slot as expansion buffer.
+  BudgetShares no_pin_shares = cfg.shares;
+  no_pin_shares.pin_share = 0;
+  auto plan_for = [&](const std::string& method, const BudgetPlan& plan,
+                      const BudgetPlan& no_pin) -> const BudgetPlan& {
+    return method == "sekv-span" || method == "sekv-nopin" ? no_pin : plan;
+  };
   std::vector<Accum> acc(methods.size());
   for (Accum& a : acc) a.niah.resize(cfg.niah_depths.size());
-  double plan_g = 0, plan_w = 0, plan_b = 0, plan_a = 0, plan_s = 0, plan_ms = 0, plan_chunk = 0;
+  double plan_g = 0, plan_w = 0, plan_b = 0, plan_p = 0, plan_a = 0, plan_s = 0, plan_ms = 0,
+         plan_chunk = 0;
   int plans = 0;
   auto note_plan = [&](const BudgetPlan& p) {
     plan_g += p.budget_tokens;
     plan_w += p.segmentation.window_length();
     plan_b += p.sekv.expand_budget;
+    plan_p += p.sekv.pin_tokens;
     plan_a += p.segmentation.anchors.size();
     plan_s += p.segmentation.spans.size();
     plan_ms += p.sekv.segmenter.min_span;
@@ -271,11 +297,15 @@ absl::StatusOr<SekvEvalReport> SekvEvaluator::Run(
       PrefillResult full;
       SCD_ASSIGN_OR_RETURN(auto fseq, consumer_.NewSequence(ctx));
       SCD_RETURN_IF_ERROR(consumer_.Prefill(*fseq, ids, all, &full));
-      const BudgetPlan plan = PlanBudget(prefix.surprisal, cfg.budget, cfg.sekv, cfg.shares);
+      const BudgetPlan plan =
+          PlanBudget(prefix.surprisal, cfg.budget, cfg.sekv, cfg.shares, shape.head_dim);
+      const BudgetPlan no_pin =
+          PlanBudget(prefix.surprisal, cfg.budget, cfg.sekv, no_pin_shares, shape.head_dim);
       note_plan(plan);
       for (size_t m = 0; m < methods.size(); ++m) {
         Accum& a = acc[m];
-        SCD_ASSIGN_OR_RETURN(auto cache, MakeCache(methods[m], shape, prefix, plan, router_));
+        SCD_ASSIGN_OR_RETURN(auto cache, MakeCache(methods[m], shape, prefix,
+                                                   plan_for(methods[m], plan, no_pin), router_));
         for (int i = p; i < ctx - 1; ++i) {
           const auto ref =
               absl::MakeConstSpan(full.logits).subspan(static_cast<size_t>(i) * vocab, vocab);
@@ -345,9 +375,13 @@ absl::StatusOr<SekvEvalReport> SekvEvaluator::Run(
           const std::function<void(size_t, const eval::QaScore&)>& record) -> absl::Status {
     const int t = static_cast<int>(ids.size());
     SCD_ASSIGN_OR_RETURN(PrefixKv prefix, make_prefix(absl::MakeConstSpan(ids).first(t - 1)));
-    const BudgetPlan plan = PlanBudget(prefix.surprisal, cfg.budget, cfg.sekv, cfg.shares);
+    const BudgetPlan plan =
+        PlanBudget(prefix.surprisal, cfg.budget, cfg.sekv, cfg.shares, shape.head_dim);
+    const BudgetPlan no_pin =
+        PlanBudget(prefix.surprisal, cfg.budget, cfg.sekv, no_pin_shares, shape.head_dim);
     for (size_t m = 0; m < methods.size(); ++m) {
-      SCD_ASSIGN_OR_RETURN(auto cache, MakeCache(methods[m], shape, prefix, plan, router_));
+      SCD_ASSIGN_OR_RETURN(auto cache, MakeCache(methods[m], shape, prefix,
+                                                 plan_for(methods[m], plan, no_pin), router_));
       SCD_ASSIGN_OR_RETURN(
           std::string answer,
           GreedyAnswer(*dec, *cache, ids[t - 1], t - 1, cfg.max_answer_tokens, tokenizer_, acc[m]));
@@ -405,10 +439,11 @@ absl::StatusOr<SekvEvalReport> SekvEvaluator::Run(
   report.kv_source_babi = through_scd ? "scd" : "oracle";
   report.niah_depths = cfg.niah_depths;
   if (plans > 0) {
-    report.plan = {{"budget_tokens", plan_g / plans},  {"window", plan_w / plans},
-                   {"expand_budget", plan_b / plans},  {"anchors", plan_a / plans},
-                   {"spans", plan_s / plans},          {"min_span", plan_ms / plans},
-                   {"chunk_size", plan_chunk / plans}, {"text_samples_planned", plans}};
+    report.plan = {{"budget_tokens", plan_g / plans}, {"window", plan_w / plans},
+                   {"expand_budget", plan_b / plans}, {"pin_tokens", plan_p / plans},
+                   {"anchors", plan_a / plans},       {"spans", plan_s / plans},
+                   {"min_span", plan_ms / plans},     {"chunk_size", plan_chunk / plans},
+                   {"text_samples_planned", plans}};
   }
   for (size_t m = 0; m < methods.size(); ++m) {
     const Accum& a = acc[m];
@@ -427,6 +462,8 @@ absl::StatusOr<SekvEvalReport> SekvEvaluator::Run(
     for (const auto& n : a.niah) r.niah_accuracy.push_back(n.mean());
     r.expanded_tokens_per_step =
         a.zoom_rounds > 0 ? static_cast<double>(a.expanded_tokens) / a.zoom_rounds : 0;
+    r.candidate_tokens_per_step =
+        a.zoom_rounds > 0 ? static_cast<double>(a.candidate_tokens) / a.zoom_rounds : 0;
     r.fetch_hit_rate =
         a.fetch_requests > 0 ? static_cast<double>(a.fetch_hits) / a.fetch_requests : 0;
     r.fetch_wait_ms = a.wait_ms;

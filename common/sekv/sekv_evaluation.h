@@ -49,19 +49,22 @@ struct SekvEvalConfig {
   int niah_trials = 20;  // per depth; 0 = skip
   SekvOptions sekv;
   BudgetShares shares;
-  bool ablate_no_zoom = false;  // also run SEKV with zoom-in off ("sekv-nozoom")
+  // Also run the ablations: "sekv-nozoom" (summaries only), "sekv-span" (whole-span zoom-in,
+  // no pins: SeKV as published) and "sekv-nopin" (token zoom-in, no pins).
+  bool ablate = false;
 };
 
 struct MethodReport {
-  std::string name;        // "full", "sekv", "h2o", "chunk", "sekv-nozoom"
+  std::string name;        // "full", "sekv", "h2o", "chunk", or an ablation (see ablate)
   MemoryBreakdown memory;  // summed over samples, after the first decode step
   double text_nll = 0, text_kl = 0, text_top1 = 0;
   long text_rows = 0;
   double f1 = 0, em = 0;
   int babi_examples = 0;
   std::map<std::string, std::pair<double, int>> f1_by_file;
-  std::vector<double> niah_accuracy;    // per depth
-  double expanded_tokens_per_step = 0;  // per (layer, KV head) routing round
+  std::vector<double> niah_accuracy;     // per depth
+  double expanded_tokens_per_step = 0;   // per (layer, KV head) routing round
+  double candidate_tokens_per_step = 0;  // tokens scored in the CPU tier per round
   double fetch_hit_rate = 0, fetch_wait_ms = 0;
 
   double ppl() const;
@@ -75,7 +78,7 @@ struct SekvEvalReport {
   nlohmann::json plan = nlohmann::json::object();  // mean plan figures
 
   const MethodReport* Find(const std::string& name) const;
-  // {"sekv": {...}, "h2o": {...}, "chunk": {...}} (+ "sekv-nozoom"), each with budget,
+  // {"sekv": {...}, "h2o": {...}, "chunk": {...}} (+ the ablations), each with budget,
   // gpu_bytes_ratio, ppl_full, ppl_<name>, f1_full, f1_<name>, top1_agreement and details.
   nlohmann::json ToJson() const;
 };

@@ -4,6 +4,13 @@
 #include <chrono>
 
 namespace scd::sekv {
+namespace {
+
+int64_t Key(const TokenRef& r) {
+  return (static_cast<int64_t>(r.span) << 32) | static_cast<uint32_t>(r.offset);
+}
+
+}  // namespace
 
 SpanFetcher::SpanFetcher(int num_layers, int num_kv_heads, int head_dim, int capacity_tokens,
                          bool async)
@@ -13,6 +20,13 @@ SpanFetcher::SpanFetcher(int num_layers, int num_kv_heads, int head_dim, int cap
       capacity_tokens_(capacity_tokens),
       async_(async),
       buckets_(static_cast<size_t>(num_layers) * num_kv_heads) {
+  for (Bucket& b : buckets_) {
+    b.k.assign(static_cast<size_t>(capacity_tokens) * head_dim, 0.0f);
+    b.v.assign(b.k.size(), 0.0f);
+    b.slots.resize(capacity_tokens);
+    b.active.assign(capacity_tokens, 0);
+    for (int i = capacity_tokens - 1; i >= 0; --i) b.free.push_back(i);
+  }
   if (async_) worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -37,53 +51,73 @@ FetchStats SpanFetcher::stats() const {
   return stats_;
 }
 
-std::shared_ptr<const ExpandedSpan> SpanFetcher::Build(const SpanStore& store, int head, int span) {
-  auto e = std::make_shared<ExpandedSpan>();
-  e->length = store.span_length(span);
-  e->k.resize(static_cast<size_t>(e->length) * store.head_dim());
-  e->v.resize(e->k.size());
-  store.Rebuild(span, head, e->k.data(), e->v.data());
-  return e;
+void SpanFetcher::Run(const Job& j) {
+  Bucket& b = bucket(j.layer, j.head);
+  const size_t off = static_cast<size_t>(j.slot) * head_dim_;
+  j.store->RebuildRow(j.row.span, j.head, j.row.offset, b.k.data() + off, b.v.data() + off);
 }
 
 void SpanFetcher::Request(int layer, int head, const SpanStore& store,
-                          absl::Span<const int> spans) {
+                          absl::Span<const TokenRef> rows) {
   std::vector<Job> inline_jobs;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const uint64_t round = ++round_;
     Bucket& b = bucket(layer, head);
-    for (int s : spans) {
-      ++stats_.requests;
-      auto it = b.slots.find(s);
-      if (it != b.slots.end()) {
-        ++stats_.hits;
-        it->second.round = round;
-        b.lru.splice(b.lru.begin(), b.lru, it->second.lru);
+    std::fill(b.active.begin(), b.active.end(), 0);
+    int placed = 0;
+    for (const TokenRef& r : rows) {
+      if (placed == capacity_tokens_) {
+        ++stats_.dropped;
         continue;
       }
-      ++stats_.misses;
-      const int len = store.span_length(s);
-      // Make room: drop the least recently used spans not needed in this round.
-      auto victim = b.lru.end();
-      while (b.tokens + len > capacity_tokens_ && victim != b.lru.begin()) {
-        --victim;
-        Slot& v = b.slots.at(*victim);
-        if (v.round == round || v.data == nullptr) continue;
-        b.tokens -= v.length;
-        auto erase_it = victim++;
-        b.slots.erase(*erase_it);
-        b.lru.erase(erase_it);
+      ++stats_.requests;
+      const int64_t key = Key(r);
+      auto it = b.index.find(key);
+      if (it != b.index.end()) {
+        Slot& s = b.slots[it->second];
+        if (s.round == round) continue;  // asked twice in one round
+        ++stats_.hits;
+        s.round = round;
+        b.active[it->second] = 1;
+        b.lru.splice(b.lru.begin(), b.lru, s.lru);
+        ++placed;
+        continue;
       }
-      b.lru.push_front(s);
-      Slot slot;
-      slot.length = len;
-      slot.round = round;
-      slot.lru = b.lru.begin();
-      b.slots.emplace(s, std::move(slot));
-      b.tokens += len;
-      stats_.tokens_rebuilt += len;
-      Job job{layer, head, s, &store};
+      // A free slot, else the least recently used row not needed in this round and not being
+      // written (there is one: at most `placed` < capacity slots belong to this round).
+      int slot = -1;
+      if (!b.free.empty()) {
+        slot = b.free.back();
+        b.free.pop_back();
+      } else {
+        for (auto v = b.lru.rbegin(); v != b.lru.rend(); ++v) {
+          const Slot& cand = b.slots[*v];
+          if (cand.round != round && cand.ready) {
+            slot = *v;
+            break;
+          }
+        }
+        if (slot < 0) {  // every other row is still in flight: leave this one out
+          ++stats_.dropped;
+          continue;
+        }
+        b.index.erase(b.slots[slot].key);
+        b.lru.erase(b.slots[slot].lru);
+      }
+      ++stats_.misses;
+      ++stats_.tokens_rebuilt;
+      b.lru.push_front(slot);
+      Slot& s = b.slots[slot];
+      s.key = key;
+      s.round = round;
+      s.ready = false;
+      s.lru = b.lru.begin();
+      b.index[key] = slot;
+      b.active[slot] = 1;
+      ++b.pending;
+      ++placed;
+      const Job job{layer, head, slot, r, &store};
       if (async_) {
         queue_.push_back(job);
       } else {
@@ -95,26 +129,23 @@ void SpanFetcher::Request(int layer, int head, const SpanStore& store,
     work_cv_.notify_one();
     return;
   }
-  for (const Job& j : inline_jobs) {
-    auto data = Build(*j.store, j.head, j.span);
-    std::lock_guard<std::mutex> lock(mu_);
-    bucket(j.layer, j.head).slots.at(j.span).data = std::move(data);
-  }
+  for (const Job& j : inline_jobs) Run(j);
+  std::lock_guard<std::mutex> lock(mu_);
+  Bucket& b = bucket(layer, head);
+  for (const Job& j : inline_jobs) b.slots[j.slot].ready = true;
+  b.pending -= static_cast<int>(inline_jobs.size());
 }
 
-std::shared_ptr<const ExpandedSpan> SpanFetcher::Get(int layer, int head, int span) {
+BufferView SpanFetcher::Get(int layer, int head) {
   std::unique_lock<std::mutex> lock(mu_);
   Bucket& b = bucket(layer, head);
-  auto it = b.slots.find(span);
-  if (it == b.slots.end()) return nullptr;
-  if (it->second.data == nullptr) {
+  if (b.pending > 0) {
     const auto t0 = std::chrono::steady_clock::now();
-    done_cv_.wait(lock, [&] { return b.slots.at(span).data != nullptr; });
+    done_cv_.wait(lock, [&] { return b.pending == 0; });
     stats_.wait_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    it = b.slots.find(span);
   }
-  return it->second.data;
+  return {b.k.data(), b.v.data(), b.active.data(), capacity_tokens_};
 }
 
 void SpanFetcher::WorkerLoop() {
@@ -125,11 +156,11 @@ void SpanFetcher::WorkerLoop() {
     const Job j = queue_.front();
     queue_.pop_front();
     lock.unlock();
-    auto data = Build(*j.store, j.head, j.span);
+    Run(j);  // the slot is reserved for this job: nobody else touches its rows
     lock.lock();
-    auto& slots = bucket(j.layer, j.head).slots;
-    auto it = slots.find(j.span);
-    if (it != slots.end()) it->second.data = std::move(data);
+    Bucket& b = bucket(j.layer, j.head);
+    b.slots[j.slot].ready = true;
+    --b.pending;
     done_cv_.notify_all();
   }
 }

@@ -21,6 +21,7 @@ MemoryBreakdown& MemoryBreakdown::operator+=(const MemoryBreakdown& o) {
   summaries += o.summaries;
   window += o.window;
   expanded_cache += o.expanded_cache;
+  pinned += o.pinned;
   cpu_bases += o.cpu_bases;
   full_kv += o.full_kv;
   return *this;
@@ -101,6 +102,11 @@ void SpanStore::AppendWindow(const float* k, const float* v) {
 void SpanStore::Rebuild(int s, int h, float* k_out, float* v_out) const {
   key_basis(s, h).Reconstruct(k_out, head_dim_);
   value_basis(s, h).Reconstruct(v_out, head_dim_);
+}
+
+void SpanStore::RebuildRow(int s, int h, int offset, float* k_out, float* v_out) const {
+  key_basis(s, h).ReconstructRow(offset, k_out);
+  value_basis(s, h).ReconstructRow(offset, v_out);
 }
 
 MemoryBreakdown SpanStore::Memory() const {

@@ -39,10 +39,11 @@ struct SpanStoreOptions {
 // Byte counts of one or more layers' caches.
 struct MemoryBreakdown {
   size_t anchors = 0, summaries = 0, window = 0, expanded_cache = 0;  // GPU tier
-  size_t cpu_bases = 0;                                               // CPU tier
-  size_t full_kv = 0;  // a full KV cache of the same positions and layers, same dtype
+  size_t pinned = 0;     // GPU tier: SekvCache's observation-window anchors (sekv_cache.h)
+  size_t cpu_bases = 0;  // CPU tier
+  size_t full_kv = 0;    // a full KV cache of the same positions and layers, same dtype
 
-  size_t gpu() const { return anchors + summaries + window + expanded_cache; }
+  size_t gpu() const { return anchors + summaries + window + expanded_cache + pinned; }
   double gpu_ratio() const { return full_kv > 0 ? static_cast<double>(gpu()) / full_kv : 0; }
   MemoryBreakdown& operator+=(const MemoryBreakdown& o);
 };
@@ -78,6 +79,8 @@ class SpanStore {
 
   // CPU tier: rebuilds span s for KV head h into k_out, v_out [length, head_dim].
   void Rebuild(int s, int h, float* k_out, float* v_out) const;
+  // CPU tier: rebuilds token `offset` of span s for KV head h into k_out, v_out [head_dim].
+  void RebuildRow(int s, int h, int offset, float* k_out, float* v_out) const;
   const LowRankBasis& key_basis(int s, int h) const {
     return k_basis_[static_cast<size_t>(s) * num_kv_heads_ + h];
   }

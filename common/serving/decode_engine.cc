@@ -22,7 +22,9 @@ struct DecodeEngine::Active {
   DecodeJob job;
   DecodeCallback callback;
   Clock::time_point submitted;
-  std::unique_ptr<Sequence> seq;
+  std::unique_ptr<Sequence> seq;    // the backend path
+  std::unique_ptr<SekvSession> sekv;  // the SEKV path
+  int capacity = 0;                   // positions the request may reach
   std::unique_ptr<Sampler> sampler;
   std::vector<int32_t> stops;
   int prompt_tokens = 0;
@@ -30,6 +32,8 @@ struct DecodeEngine::Active {
   int32_t next_input = -1;
   DecodeTimings timings;
   bool done = false;
+
+  int length() const { return sekv != nullptr ? sekv->length() : seq->length(); }
 };
 
 absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
@@ -43,6 +47,15 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
   }
   std::unique_ptr<DecodeEngine> e(
       new DecodeEngine(std::move(backend), std::move(codec), options));
+  if (options.sekv.enabled) {
+    if (!(options.sekv.budget > 0 && options.sekv.budget <= 1)) {
+      return absl::InvalidArgumentError("sekv budget must be in (0, 1]");
+    }
+    // The decoder reads the engine's model, which the backend owns for the engine's lifetime.
+    const Model& m = e->backend_->model();
+    SCD_ASSIGN_OR_RETURN(e->sekv_decoder_, sekv::SekvDecoder::Create(std::shared_ptr<const Model>(
+                                               std::shared_ptr<const Model>(), &m)));
+  }
   e->thread_ = std::thread([p = e.get()] { p->Loop(); });
   return e;
 }
@@ -111,6 +124,7 @@ DecodeEngineStats DecodeEngine::stats() const {
 void DecodeEngine::Finish(Active& a, DecodeEvent event) {
   if (a.done) return;
   a.done = true;
+  if (a.sekv != nullptr && options_.sekv.on_cache) options_.sekv.on_cache(a.sekv->memory(), false);
   event.prompt_tokens = a.prompt_tokens;
   event.completion_tokens = a.generated;
   event.timings = a.timings;
@@ -215,19 +229,39 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
         "prompt of ", a->prompt_tokens, " tokens does not fit the context of ",
         c.max_position_embeddings)));
   }
-  const int capacity = std::min(c.max_position_embeddings, a->prompt_tokens + a->job.max_tokens);
-  auto seq = backend_->NewSequence(capacity);
-  if (!seq.ok()) return fail(seq.status());
-  a->seq = std::move(seq).value();
-  const auto t0 = Clock::now();
-  if (has_payload) {
-    if (absl::Status st = codec_->Rebuild(payload, *backend_, *a->seq); !st.ok()) return fail(st);
-  }
-  const auto t1 = Clock::now();
+  a->capacity = std::min(c.max_position_embeddings, a->prompt_tokens + a->job.max_tokens);
   PrefillResult prefill;
-  if (absl::Status st = backend_->Prefill(*a->seq, a->job.suffix, PrefillOptions{}, &prefill);
-      !st.ok()) {
-    return fail(st);
+  const auto t0 = Clock::now();
+  auto t1 = t0;
+  if (sekv_decoder_ != nullptr) {
+    // The SEKV path: rebuild, hierarchy and the last prompt token in one go (sekv_session.h).
+    auto session = SekvSession::Start(*backend_, *codec_, *sekv_decoder_,
+                                      has_payload ? &payload : nullptr, a->job.suffix,
+                                      options_.sekv, &prefill.logits);
+    if (!session.ok()) return fail(session.status());
+    a->sekv = std::move(session).value();
+    t1 = Clock::now();
+    const sekv::MemoryBreakdown m = a->sekv->memory();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.sekv_requests;
+      stats_.sekv_gpu_bytes += static_cast<double>(m.gpu());
+      stats_.sekv_full_kv_bytes += static_cast<double>(m.full_kv);
+      stats_.sekv_cpu_bytes += static_cast<double>(m.cpu_bases);
+    }
+    if (options_.sekv.on_cache) options_.sekv.on_cache(m, true);
+  } else {
+    auto seq = backend_->NewSequence(a->capacity);
+    if (!seq.ok()) return fail(seq.status());
+    a->seq = std::move(seq).value();
+    if (has_payload) {
+      if (absl::Status st = codec_->Rebuild(payload, *backend_, *a->seq); !st.ok()) return fail(st);
+    }
+    t1 = Clock::now();
+    if (absl::Status st = backend_->Prefill(*a->seq, a->job.suffix, PrefillOptions{}, &prefill);
+        !st.ok()) {
+      return fail(st);
+    }
   }
   const auto t2 = Clock::now();
   a->timings.rebuild_ms = MsBetween(t0, t1);
@@ -245,36 +279,49 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
                                      // the stream before the final event carries them)
   a->callback(first_event);
   if (a->generated >= a->job.max_tokens) return Finish(*a, DecodeEvent::Done("length"));
-  if (a->seq->length() >= a->seq->capacity()) {
-    return Finish(*a, DecodeEvent::Done("context"));
-  }
+  if (a->length() >= a->capacity) return Finish(*a, DecodeEvent::Done("context"));
   a->next_input = first;
   running_.push_back(std::move(a));
 }
 
 void DecodeEngine::Step() {
+  // One batched Decode over the backend's sequences; SEKV requests step one by one after it.
   std::vector<Sequence*> seqs;
   std::vector<int32_t> inputs;
   for (auto& a : running_) {
+    if (a->sekv != nullptr) continue;
     seqs.push_back(a->seq.get());
     inputs.push_back(a->next_input);
   }
-  std::vector<float> logits;
-  const absl::Status st = backend_->Decode(seqs, inputs, &logits);
+  std::vector<float> logits, sekv_logits;
+  const absl::Status st =
+      seqs.empty() ? absl::OkStatus() : backend_->Decode(seqs, inputs, &logits);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.steps;
-    stats_.max_batch_seen = std::max<long>(stats_.max_batch_seen, static_cast<long>(seqs.size()));
+    stats_.max_batch_seen =
+        std::max<long>(stats_.max_batch_seen, static_cast<long>(running_.size()));
   }
   const int vocab = backend_->model().config.vocab_size;
+  size_t row = 0;  // this request's row in the batched logits
   for (size_t i = 0; i < running_.size(); ++i) {
     Active& a = *running_[i];
-    if (!st.ok()) {
-      Finish(a, DecodeEvent::Error(st));
-      continue;
+    absl::Span<const float> out;
+    if (a.sekv != nullptr) {
+      if (absl::Status sst = a.sekv->Step(a.next_input, &sekv_logits); !sst.ok()) {
+        Finish(a, DecodeEvent::Error(sst));
+        continue;
+      }
+      out = sekv_logits;
+    } else {
+      const size_t r = row++;
+      if (!st.ok()) {
+        Finish(a, DecodeEvent::Error(st));
+        continue;
+      }
+      out = absl::MakeConstSpan(logits).subspan(r * vocab, vocab);
     }
-    const int32_t next = a.sampler->Sample(
-        absl::MakeConstSpan(logits).subspan(static_cast<size_t>(i) * vocab, vocab));
+    const int32_t next = a.sampler->Sample(out);
     if (std::find(a.stops.begin(), a.stops.end(), next) != a.stops.end()) {
       Finish(a, DecodeEvent::Done("stop"));
       continue;
@@ -283,7 +330,7 @@ void DecodeEngine::Step() {
     a.callback(DecodeEvent::Token(next));
     if (a.generated >= a.job.max_tokens) {
       Finish(a, DecodeEvent::Done("length"));
-    } else if (a.seq->length() >= a.seq->capacity()) {
+    } else if (a.length() >= a.capacity) {
       Finish(a, DecodeEvent::Done("context"));
     } else {
       a.next_input = next;

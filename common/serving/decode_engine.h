@@ -6,6 +6,8 @@
 //   retire — on a stop id, max_tokens, deadline or cancellation, free the sequence.
 // Newly admitted requests join the running batch at the next step, so a long generation never
 // blocks a short one. Every request ends with exactly one terminal event (done or error).
+// With options.sekv.enabled, admission builds a SEKV cache instead (sekv_session.h) and those
+// requests decode one by one through it on the CPU path, after the backend's batched step.
 #ifndef SCD_COMMON_SERVING_DECODE_ENGINE_H_
 #define SCD_COMMON_SERVING_DECODE_ENGINE_H_
 
@@ -27,6 +29,7 @@
 #include "common/runtime/backend.h"
 #include "common/runtime/sampler.h"
 #include "common/scd/codec.h"
+#include "common/serving/sekv_session.h"
 
 namespace scd {
 
@@ -87,11 +90,16 @@ struct DecodeEngineOptions {
   // flat out; a positive value emulates a slower accelerator, so that benchmarks and fault
   // tests can hold requests mid-stream on a model as small as the bundled one.
   absl::Duration min_step_interval = absl::ZeroDuration();
+  SekvServingOptions sekv;  // off by default
 };
 
 struct DecodeEngineStats {
   long admitted = 0, completed = 0, failed = 0, cancelled = 0, steps = 0;
   long max_batch_seen = 0;
+  // SEKV requests started, and their caches' bytes summed over them, each measured after
+  // its first decode step (gpu / full_kv is the GPU-tier ratio; cpu is the CPU tier).
+  long sekv_requests = 0;
+  double sekv_gpu_bytes = 0, sekv_full_kv_bytes = 0, sekv_cpu_bytes = 0;
 };
 
 class DecodeEngine {
@@ -125,6 +133,7 @@ class DecodeEngine {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<ConsumerCodec> codec_;
   DecodeEngineOptions options_;
+  std::unique_ptr<sekv::SekvDecoder> sekv_decoder_;  // with options_.sekv.enabled
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

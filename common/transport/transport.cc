@@ -26,6 +26,10 @@ absl::Status ValidateOptions(const TransportOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("stall_timeout must be positive, got ",
                                                    absl::FormatDuration(options.stall_timeout)));
   }
+  if (options.peer_timeout < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(absl::StrCat("peer_timeout must be at least 1s, got ",
+                                                   absl::FormatDuration(options.peer_timeout)));
+  }
   if (options.socket_buffer_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("socket_buffer_bytes must be >= 0 (0 = kernel default), got ",

@@ -41,6 +41,12 @@ struct TransportOptions {
   // A frame that stops making progress for this long means the peer is gone (TCP; UCX relies
   // on its own keepalive and error handling).
   absl::Duration stall_timeout = absl::Seconds(30);
+  // TCP: a peer that acknowledges nothing for this long is gone. Sets TCP_USER_TIMEOUT (data in
+  // flight) and keepalive probes after a third of it idle, so a pulled cable or a blackholed
+  // route is noticed within about this long on a busy connection, on an idle one, and while a
+  // sender waits for an ACK. The kernel defaults (15 retransmissions, about 15 min; keepalive
+  // after 2 h) would hold a sender until its deadline. Whole seconds for the keepalive part.
+  absl::Duration peer_timeout = absl::Seconds(30);
   // TCP: requested SO_SNDBUF/SO_RCVBUF. Applied only where the kernel cap (net.core.*mem_max)
   // allows it; otherwise the kernel's autotuning, which grows larger, is kept.
   int socket_buffer_bytes = 8 << 20;
@@ -102,6 +108,16 @@ class Listener {
 
   // The bound address with the real port, e.g. "tcp://127.0.0.1:41234" after binding port 0.
   virtual const std::string& address() const = 0;
+
+  // Registers `callback`, called from a transport thread with a sender's address (as in
+  // Message::peer) after that sender's connection ended and its last message was queued, so a
+  // receiver can drop what a vanished sender left behind (a decode daemon's unclaimed payloads
+  // after its prefill daemon died). Set it before messages flow; a later call replaces it.
+  // Optional: the default implementation never calls it (UCX), and receivers fall back on
+  // their own expiry.
+  virtual void SetPeerClosedCallback(std::function<void(const std::string& peer)> callback) {
+    (void)callback;
+  }
 };
 
 class Transport {

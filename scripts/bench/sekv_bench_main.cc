@@ -131,11 +131,12 @@ int main(int argc, char** argv) {
   const CacheShape shape = CacheShape::FromConfig(full_shape);
   std::printf("\nmemory: budget %.2f, all %d layers built one at a time from random N(0,1) K/V\n",
               budget, shape.num_layers);
-  std::printf("%8s %12s %12s %10s %8s %8s %8s %8s %10s %12s\n", "tokens", "full_GB", "gpu_GB",
-              "gpu/full", "anchors", "spans", "window", "expand", "min_span", "cpu_GB/layer");
+  std::printf("%8s %12s %12s %10s %8s %8s %8s %8s %8s %10s %12s\n", "tokens", "full_GB",
+              "gpu_GB", "gpu/full", "anchors", "spans", "window", "pinned", "expand", "min_span",
+              "cpu_GB/layer");
   for (int t : ParseInts(mem_lengths)) {
     const auto s = Surprisal(t, real_surprisal, 7);
-    const BudgetPlan plan = PlanBudget(s, budget, SekvOptions{}, BudgetShares{});
+    const BudgetPlan plan = PlanBudget(s, budget, SekvOptions{}, BudgetShares{}, shape.head_dim);
     MemoryBreakdown total;
     size_t cpu_layer0 = 0;
     const size_t n = static_cast<size_t>(t) * shape.kv_dim();
@@ -154,14 +155,24 @@ int main(int argc, char** argv) {
     const SpanFetcher fetcher(shape.num_layers, shape.num_kv_heads, shape.head_dim,
                               plan.sekv.expand_budget, false);
     total.expanded_cache = fetcher.CapacityBytes();
-    std::printf("%8d %12.3f %12.3f %10.3f %8zu %8zu %8d %8d %10d %12.3f\n", t, total.full_kv / 1e9,
-                total.gpu() / 1e9, total.gpu_ratio(), plan.segmentation.anchors.size(),
-                plan.segmentation.spans.size(), plan.segmentation.window_length(),
-                plan.sekv.expand_budget, plan.sekv.segmenter.min_span, cpu_layer0 / 1e9);
+    // SekvCache's own GPU rows (not built here: it needs every layer's K/V at once): the pinned
+    // rows, [pin_tokens, head_dim] K and V per (layer, KV head), and with pins the per-head
+    // summary counts, one float per (layer, KV head, span). tests/sekv checks these sizes.
+    const size_t layer_heads = static_cast<size_t>(shape.num_layers) * shape.num_kv_heads;
+    total.pinned = layer_heads * plan.sekv.pin_tokens * 2 * shape.head_dim * sizeof(float);
+    if (plan.sekv.pin_tokens > 0) {
+      total.summaries += layer_heads * plan.segmentation.spans.size() * sizeof(float);
+    }
+    std::printf("%8d %12.3f %12.3f %10.3f %8zu %8zu %8d %8d %8d %10d %12.3f\n", t,
+                total.full_kv / 1e9, total.gpu() / 1e9, total.gpu_ratio(),
+                plan.segmentation.anchors.size(), plan.segmentation.spans.size(),
+                plan.segmentation.window_length(), plan.sekv.pin_tokens, plan.sekv.expand_budget,
+                plan.sekv.segmenter.min_span, cpu_layer0 / 1e9);
     std::printf(
-        "         GPU bytes: anchors %.3f GB, summaries %.3f GB, window %.3f GB, expansion buffer "
-        "%.3f GB\n",
-        total.anchors / 1e9, total.summaries / 1e9, total.window / 1e9, total.expanded_cache / 1e9);
+        "         GPU bytes: anchors %.3f GB, summaries %.3f GB, window %.3f GB, pinned %.3f GB, "
+        "expansion buffer %.3f GB\n",
+        total.anchors / 1e9, total.summaries / 1e9, total.window / 1e9, total.pinned / 1e9,
+        total.expanded_cache / 1e9);
   }
 
   // ---- 2. Decode-step time, full cache against SEKV, same process. ----
@@ -185,7 +196,8 @@ int main(int argc, char** argv) {
       FillNormal(prefix.k.back().data(), n, 500 + 2 * l, 0.0f, 1.0f);
       FillNormal(prefix.v.back().data(), n, 501 + 2 * l, 0.0f, 1.0f);
     }
-    const BudgetPlan plan = PlanBudget(prefix.surprisal, budget, SekvOptions{}, BudgetShares{});
+    const BudgetPlan plan =
+        PlanBudget(prefix.surprisal, budget, SekvOptions{}, BudgetShares{}, ts.head_dim);
     auto sekv =
         SekvCache::CreateWithSegmentation(ts, prefix, plan.segmentation, plan.sekv, nullptr);
     if (!sekv.ok()) return scd::cli::kExitFailure;
@@ -221,8 +233,9 @@ int main(int argc, char** argv) {
                 as, z.steps > 0 ? double(z.expanded_tokens) / z.steps : 0.0);
     const MemoryBreakdown sm = (*sekv)->Memory();
     std::printf(
-        "         SEKV GPU tier %.3f of full KV; expansion budget %d tokens per (layer, head)\n",
-        sm.gpu_ratio(), plan.sekv.expand_budget);
+        "         SEKV GPU tier %.3f of full KV; %d pinned and %d expansion-buffer tokens per "
+        "(layer, head)\n",
+        sm.gpu_ratio(), plan.sekv.pin_tokens, plan.sekv.expand_budget);
   }
   return 0;
 }

@@ -70,8 +70,12 @@ int main(int argc, char** argv) {
   flags.AddInt("sekv-rmax", &sk.sekv.store.r_max, "SEKV: rank cap of the CPU bases");
   float sekv_energy = static_cast<float>(sk.sekv.store.energy);
   flags.AddFloat("sekv-energy", &sekv_energy, "SEKV: spectral energy share kept by the CPU bases");
+  flags.AddFloat("sekv-pin-share", &sk.shares.pin_share, "SEKV: share of the zoom-in slots pinned at the first decode step");
+  std::string sekv_resolution = "token";
+  flags.AddString("sekv-zoom", &sekv_resolution, "SEKV: zoom-in resolution, token or span");
+  flags.AddFloat("sekv-candidates", &sk.sekv.candidate_factor, "SEKV: token zoom scores up to this x expansion-buffer tokens of routed spans");
   flags.AddFloat("sekv-tau", &sk.sekv.tau_override, "SEKV: gate threshold for every head (-1 = the router's)");
-  flags.AddBool("sekv-ablate", &sekv_ablate, "SEKV: also run SEKV without zoom-in (sekv-nozoom)");
+  flags.AddBool("sekv-ablate", &sekv_ablate, "SEKV: also run SEKV without zoom-in (sekv-nozoom), with whole-span zoom-in and no pins (sekv-span, SeKV as published) and with token zoom-in but no pins (sekv-nopin)");
   if (auto st = flags.Parse(argc, argv); !st.ok()) {
     std::cerr << kProgram << ": " << st.message() << "\n\n" << flags.Usage();
     return scd::cli::kExitUsage;
@@ -124,6 +128,11 @@ int main(int argc, char** argv) {
       if (auto st = a->CheckModel(*consumer_model); !st.ok()) return Fail(std::string(st.message()));
       router = std::make_shared<const scd::sekv::ZoomRouter>(a->router);
     }
+    if (sekv_resolution == "span") {
+      sk.sekv.resolution = scd::sekv::ZoomResolution::kSpan;
+    } else if (sekv_resolution != "token") {
+      return Fail("--sekv-zoom must be token or span");
+    }
     sk.budget = sekv_budget;
     sk.sekv.store.energy = sekv_energy;
     sk.text_file = cfg.text_file;
@@ -131,7 +140,7 @@ int main(int argc, char** argv) {
     sk.max_examples = cfg.max_examples;
     sk.max_examples_per_file = cfg.max_examples_per_file;
     sk.max_answer_tokens = cfg.max_answer_tokens;
-    sk.ablate_no_zoom = sekv_ablate;
+    sk.ablate = sekv_ablate;
     std::cerr << kProgram << ": SEKV at budget " << sekv_budget << "\n";
     auto sekv_eval = scd::sekv::SekvEvaluator::Create(*producer, *consumer, artifact, *tokenizer, router);
     if (!sekv_eval.ok()) return Fail(std::string(sekv_eval.status().message()));
@@ -140,7 +149,7 @@ int main(int argc, char** argv) {
     const nlohmann::json sj = sr->ToJson();
     for (auto it = sj.begin(); it != sj.end(); ++it) out[it.key()] = it.value();
     if (!sekv_router.empty()) out["sekv"]["router"] = sekv_router;
-    for (const char* m : {"sekv", "h2o", "chunk", "sekv-nozoom"}) {
+    for (const char* m : {"sekv", "h2o", "chunk", "sekv-nozoom", "sekv-span", "sekv-nopin"}) {
       if (!out.contains(m)) continue;
       const auto& j = out[m];
       std::cout << m << ": gpu_bytes_ratio " << j["gpu_bytes_ratio"] << " ppl " << j["ppl"] << " (full "

@@ -1,7 +1,9 @@
 // See daemon_harness.h.
 #include "tests/daemons/daemon_harness.h"
 
+#include <fcntl.h>
 #include <httplib.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,16 +24,25 @@ std::string ArtifactPath() {
 }
 
 DaemonProcess::DaemonProcess(std::string binary, std::vector<std::string> args,
-                             std::string log_path)
+                             std::string log_path, const std::string& netns)
     : log_path_(std::move(log_path)) {
   std::vector<char*> argv;
   argv.push_back(binary.data());
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  const std::string netns_path = netns.empty() ? "" : "/run/netns/" + netns;
   pid_ = fork();
   if (pid_ == 0) {
     FILE* log = std::freopen(log_path_.c_str(), "w", stderr);
     if (log == nullptr) _exit(127);
+    if (!netns_path.empty()) {
+      const int ns = open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) {
+        std::fprintf(stderr, "cannot enter network namespace %s\n", netns_path.c_str());
+        _exit(127);
+      }
+      close(ns);
+    }
     std::freopen("/dev/null", "w", stdout);
     // The test binary may block signals in threads; start the child with a clean mask.
     sigset_t none;
@@ -139,13 +150,13 @@ nlohmann::json DecodeConfig(const std::string& control_plane) {
 }
 
 PrefillHandle StartPrefill(const std::string& dir, const nlohmann::json& config,
-                           const std::string& tag) {
+                           const std::string& tag, const std::string& netns) {
   const std::string path = dir + "/" + tag + ".json";
   WriteJson(path, config);
   PrefillHandle h;
   h.process = std::make_unique<DaemonProcess>(BinaryPath("scd-prefill"),
                                               std::vector<std::string>{"--config", path},
-                                              dir + "/" + tag + ".log");
+                                              dir + "/" + tag + ".log", netns);
   auto started = h.process->WaitForEvent("prefill_started", std::chrono::seconds(60));
   INFO("prefill log:\n" << h.process->LogText());
   REQUIRE(started.has_value());
@@ -155,13 +166,13 @@ PrefillHandle StartPrefill(const std::string& dir, const nlohmann::json& config,
 }
 
 DecodeHandle StartDecode(const std::string& dir, const nlohmann::json& config,
-                         const std::string& tag) {
+                         const std::string& tag, const std::string& netns) {
   const std::string path = dir + "/" + tag + ".json";
   WriteJson(path, config);
   DecodeHandle h;
   h.process = std::make_unique<DaemonProcess>(BinaryPath("scd-decode"),
                                               std::vector<std::string>{"--config", path},
-                                              dir + "/" + tag + ".log");
+                                              dir + "/" + tag + ".log", netns);
   auto started = h.process->WaitForEvent("decode_started", std::chrono::seconds(60));
   INFO("decode log:\n" << h.process->LogText());
   REQUIRE(started.has_value());

@@ -23,10 +23,12 @@ std::string BinaryPath(const std::string& name);  // build/bin/<name>
 std::string ModelDir(const std::string& name);    // ../shared/models/<name>
 std::string ArtifactPath();                       // the bundled pair's calibration artifact
 
-// One daemon process; stderr (its JSON log) goes to a file.
+// One daemon process; stderr (its JSON log) goes to a file. A non-empty `netns` starts it
+// inside that network namespace (/run/netns/<netns>, tests/netfaults).
 class DaemonProcess {
  public:
-  DaemonProcess(std::string binary, std::vector<std::string> args, std::string log_path);
+  DaemonProcess(std::string binary, std::vector<std::string> args, std::string log_path,
+                const std::string& netns = "");
   ~DaemonProcess();  // SIGKILL if still running
 
   // The first log line with "event" == `event`, waiting up to `timeout`; nullopt when the
@@ -68,11 +70,12 @@ struct DecodeHandle {
   int http_port = -1;
   std::string instance_id;
 };
-// Starts a daemon from `config` (written under `dir`); fails the test if it does not start.
+// Starts a daemon from `config` (written under `dir`), inside network namespace `netns` when
+// given; fails the test if it does not start.
 PrefillHandle StartPrefill(const std::string& dir, const nlohmann::json& config,
-                           const std::string& tag = "prefill");
+                           const std::string& tag = "prefill", const std::string& netns = "");
 DecodeHandle StartDecode(const std::string& dir, const nlohmann::json& config,
-                         const std::string& tag = "decode");
+                         const std::string& tag = "decode", const std::string& netns = "");
 
 // Minimal HTTP/1.1 client calls against 127.0.0.1:port.
 struct HttpResult {

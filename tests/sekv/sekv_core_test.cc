@@ -265,11 +265,13 @@ TEST_CASE("budget plan fits every cache into the same GPU budget", "[cpu]") {
   const int t = 384;
   const auto s = Surprisal(t, 41);
   for (double f : {0.2, 0.4, 0.6}) {
-    const BudgetPlan p = PlanBudget(s, f, SekvOptions{}, BudgetShares{});
+    const BudgetPlan p = PlanBudget(s, f, SekvOptions{}, BudgetShares{}, 8);
     const Segmentation& seg = p.segmentation;
     CheckPartition(seg);
-    const int sekv_tokens =
-        int(seg.anchors.size() + seg.spans.size()) + seg.window_length() + p.sekv.expand_budget;
+    const int count_table = (int(seg.spans.size()) + 15) / 16;  // per-head counts, head_dim 8
+    const int sekv_tokens = int(seg.anchors.size() + seg.spans.size()) + seg.window_length() +
+                            p.sekv.expand_budget + p.sekv.pin_tokens + count_table;
+    REQUIRE(p.sekv.pin_tokens > 0);
     REQUIRE(sekv_tokens <= p.budget_tokens);
     REQUIRE(p.budget_tokens <= int(f * t));
     REQUIRE(p.h2o.budget_tokens == p.budget_tokens);

@@ -1,6 +1,6 @@
 // SEKV decode path: the decoder against the CPU backend, the hierarchy against the full cache
-// when everything is expanded, asynchronous against inline fetches, the router calibration fit,
-// the artifact round trip, and the baselines.
+// when everything is expanded (token and whole-span zoom-in), asynchronous against inline
+// fetches, the router calibration fit, the artifact round trip, and the baselines.
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -109,8 +109,9 @@ TEST_CASE("SEKV with every span expanded equals the full cache", "[cpu]") {
   o.store.energy = 1.0;   // lossless CPU bases
   o.expand_budget = p;    // room for every span
   o.tau_override = 0.0f;  // the gate passes every span
-  for (bool async : {false, true}) {
-    o.async_fetch = async;
+  for (int run = 0; run < 4; ++run) {
+    o.async_fetch = run % 2 == 1;
+    o.resolution = run < 2 ? ZoomResolution::kToken : ZoomResolution::kSpan;
     auto sekv = SekvCache::Create((*dec)->shape(), pf.prefix, o, nullptr);
     REQUIRE(sekv.ok());
     REQUIRE((*sekv)->segmentation().spans.size() > 5);
@@ -146,7 +147,7 @@ TEST_CASE("caches at a budget report their bytes and stay close to the full cach
   const auto ids = Tokens(200, 3);
   const int p = 180;
   Prefilled pf = Prefill(model, **dec, ids, p);
-  const BudgetPlan plan = PlanBudget(pf.prefix.surprisal, 0.4, SekvOptions{}, BudgetShares{});
+  const BudgetPlan plan = PlanBudget(pf.prefix.surprisal, 0.4, SekvOptions{}, BudgetShares{}, 8);
   auto sekv = SekvCache::CreateWithSegmentation((*dec)->shape(), pf.prefix, plan.segmentation,
                                                 plan.sekv, nullptr);
   auto h2o = HeavyHitterCache::Create((*dec)->shape(), pf.prefix, plan.h2o);
@@ -173,6 +174,8 @@ TEST_CASE("caches at a budget report their bytes and stay close to the full cach
   REQUIRE(sm.anchors > 0);
   REQUIRE(sm.summaries > 0);
   REQUIRE(sm.expanded_cache == size_t(2) * 2 * plan.sekv.expand_budget * 2 * 8 * sizeof(float));
+  REQUIRE(plan.sekv.pin_tokens > 0);
+  REQUIRE(sm.pinned == size_t(2) * 2 * plan.sekv.pin_tokens * 2 * 8 * sizeof(float));
   REQUIRE(sm.cpu_bases > 0);
   REQUIRE((*chunk)->Memory().cpu_bases == 0);  // no zoom-in, no CPU tier
 }

@@ -178,12 +178,22 @@ absl::StatusOr<ScopedFd> ListenTcp(const sockaddr_in& address) {
   return fd;
 }
 
-void TuneSocket(int fd, int buffer_bytes) {
+void TuneSocket(int fd, int buffer_bytes, absl::Duration peer_timeout) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  // Keepalive finds peers that vanished without a FIN or RST (power loss, partition) on
-  // idle connections within about a minute, so no reader waits on them forever.
-  const int idle_s = 30, interval_s = 10, probes = 3;
+  // A peer that vanished without a FIN or RST (pulled link, partition, power loss) must fail
+  // the socket, or a sender waits for its ACK until the request deadline. TCP_USER_TIMEOUT
+  // bounds how long sent data may stay unacknowledged (default: ~15 min of retransmissions);
+  // keepalive probes after a third of it idle give the same bound on idle connections and
+  // while waiting for an ACK (the kernel then drops the connection once the user timeout has
+  // passed without an answer, whatever TCP_KEEPCNT says).
+  const int64_t timeout_ms = std::max<int64_t>(1000, absl::ToInt64Milliseconds(peer_timeout));
+  const unsigned int user_timeout_ms =
+      static_cast<unsigned int>(std::min<int64_t>(timeout_ms, 1 << 30));
+  const int idle_s = static_cast<int>(std::clamp<int64_t>(timeout_ms / 3000, 1, 32767));
+  const int interval_s = static_cast<int>(std::clamp<int64_t>(timeout_ms / 6000, 1, 32767));
+  const int probes = 3;
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));

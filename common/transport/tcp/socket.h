@@ -55,9 +55,10 @@ absl::StatusOr<ScopedFd> ConnectTcp(const sockaddr_in& address, absl::Time deadl
 // A non-blocking listening socket on `address` (SO_REUSEADDR).
 absl::StatusOr<ScopedFd> ListenTcp(const sockaddr_in& address);
 
-// TCP_NODELAY, keepalive (dead idle peers found in ~1 min) and SO_SNDBUF/SO_RCVBUF of
-// `buffer_bytes` where the kernel cap permits it.
-void TuneSocket(int fd, int buffer_bytes);
+// TCP_NODELAY; TCP_USER_TIMEOUT and keepalive so that a peer silent for about `peer_timeout`
+// fails the socket (TransportOptions::peer_timeout); SO_SNDBUF/SO_RCVBUF of `buffer_bytes`
+// where the kernel cap permits it.
+void TuneSocket(int fd, int buffer_bytes, absl::Duration peer_timeout);
 
 // The local / remote address of a socket.
 absl::StatusOr<sockaddr_in> LocalAddress(int fd);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <list>
 #include <thread>
 #include <utility>
@@ -62,7 +63,7 @@ class TcpConnection : public Connection {
       return absl::Status(fd.status().code(),
                           absl::StrCat("connecting to ", address, ": ", fd.status().message()));
     }
-    TuneSocket(fd->get(), options.socket_buffer_bytes);
+    TuneSocket(fd->get(), options.socket_buffer_bytes, options.peer_timeout);
     // The receiver speaks first; a listener that accepts but never answers is not a peer.
     bool clean_eof = false;
     auto hello = ReadHeader(fd->get(), 0, deadline, options.stall_timeout, &clean_eof);
@@ -180,6 +181,11 @@ class TcpListener : public Listener {
 
   const std::string& address() const override { return address_; }
 
+  void SetPeerClosedCallback(std::function<void(const std::string& peer)> callback) override {
+    absl::MutexLock lock(&callback_mu_);
+    peer_closed_ = std::move(callback);
+  }
+
  private:
   struct Peer {
     ScopedFd fd;
@@ -204,7 +210,7 @@ class TcpListener : public Listener {
       if (fds[1].revents != 0 || closing_.load()) return;
       ScopedFd conn(accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
       if (conn.get() < 0) continue;  // EAGAIN, a connection reset before accept, EMFILE, ...
-      TuneSocket(conn.get(), options_.socket_buffer_bytes);
+      TuneSocket(conn.get(), options_.socket_buffer_bytes, options_.peer_timeout);
       auto peer = std::make_unique<Peer>();
       auto remote = PeerAddress(conn.get());
       peer->address = remote.ok() ? FormatAddress(kScheme, *remote) : "tcp://unknown";
@@ -215,6 +221,7 @@ class TcpListener : public Listener {
       peer->thread = std::thread([this, raw] {
         Serve(*raw);
         shutdown(raw->fd.get(), SHUT_RDWR);  // the peer sees the hang-up now; close on reap
+        if (!closing_.load()) NotifyPeerClosed(raw->address);
         raw->done.store(true);
       });
       peers_.push_back(std::move(peer));
@@ -230,6 +237,12 @@ class TcpListener : public Listener {
         ++it;
       }
     }
+  }
+
+  // Runs on the peer's thread after its last message was queued (see transport.h).
+  void NotifyPeerClosed(const std::string& peer) {
+    absl::MutexLock lock(&callback_mu_);
+    if (peer_closed_) peer_closed_(peer);
   }
 
   // Loss reports name the peer and keep the request id when the header was valid.
@@ -312,6 +325,8 @@ class TcpListener : public Listener {
   std::thread accept_thread_;
   absl::Mutex peers_mu_;
   std::list<std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(peers_mu_);
+  absl::Mutex callback_mu_;
+  std::function<void(const std::string&)> peer_closed_ ABSL_GUARDED_BY(callback_mu_);
 };
 
 class TcpTransport : public Transport {

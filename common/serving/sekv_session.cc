@@ -1,0 +1,108 @@
+// See sekv_session.h.
+#include "common/serving/sekv_session.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/scd/wire_format.h"
+#include "common/sekv/kv_capture_backend.h"
+
+namespace scd {
+
+absl::StatusOr<std::vector<float>> PayloadSurprisal(const Payload& payload) {
+  const PayloadBlock* b = payload.Find(BlockKind::kSurprisal, 0);
+  if (b == nullptr) return absl::NotFoundError("the payload carries no surprisal block");
+  if (b->rows != payload.token_ids.size() || b->cols != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the payload's surprisal block is [", b->rows,
+                                                   ", ", b->cols, "], not [",
+                                                   payload.token_ids.size(), ", 1]"));
+  }
+  return b->ToFloats();
+}
+
+absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
+    Backend& backend, const ConsumerCodec& codec, sekv::SekvDecoder& decoder,
+    const Payload* payload, absl::Span<const int32_t> suffix, const SekvServingOptions& options,
+    std::vector<float>* logits) {
+  if (suffix.empty()) return absl::InvalidArgumentError("SEKV needs at least one suffix token");
+  if (payload != nullptr && payload->start_position != 0) {
+    return absl::UnimplementedError("SEKV serves payloads that start at position 0 only");
+  }
+  if (payload != nullptr && payload->mode == CodecMode::kRecompute) {
+    return absl::UnimplementedError(
+        "SEKV cannot serve recompute payloads (their rebuild fills layers inside the backend)");
+  }
+  const bool own_prefill = payload == nullptr || payload->mode == CodecMode::kOracle;
+  const std::vector<int32_t> head(suffix.begin(), suffix.end() - 1);
+  const int payload_tokens = payload != nullptr ? static_cast<int>(payload->token_ids.size()) : 0;
+  const int t = payload_tokens + static_cast<int>(head.size());  // positions in the cache
+  if (t == 0) {
+    return absl::InvalidArgumentError("SEKV needs a prompt of at least two tokens");
+  }
+
+  // 1-2. The prompt's pre-RoPE K/V and surprisal, from the rebuild and/or a prefill.
+  ExternalKv kv;
+  std::vector<float> surprisal;
+  SCD_ASSIGN_OR_RETURN(auto seq, backend.NewSequence(t));
+  PrefillOptions po;
+  po.layer_states = po.surprisal = true;
+  if (own_prefill) {
+    std::vector<int32_t> prompt = payload != nullptr ? payload->token_ids : std::vector<int32_t>{};
+    prompt.insert(prompt.end(), head.begin(), head.end());
+    PrefillResult pr;
+    SCD_RETURN_IF_ERROR(backend.Prefill(*seq, prompt, po, &pr));
+    kv.num_tokens = t;
+    for (LayerStates& s : pr.layers) {
+      kv.k_pre_rope.push_back(std::move(s.k_pre_rope));
+      kv.v.push_back(std::move(s.v));
+    }
+    surprisal = std::move(pr.surprisal);
+  } else {
+    SCD_ASSIGN_OR_RETURN(surprisal, PayloadSurprisal(*payload));
+    sekv::KvCaptureBackend capture(backend);
+    SCD_RETURN_IF_ERROR(codec.Rebuild(*payload, capture, *seq));
+    kv = capture.TakeCaptured();
+    if (kv.num_tokens != payload_tokens) {
+      return absl::InternalError("the payload's rebuild did not append its K/V in one piece");
+    }
+    if (!head.empty()) {
+      PrefillResult pr;
+      SCD_RETURN_IF_ERROR(backend.Prefill(*seq, head, po, &pr));
+      const size_t kvd = static_cast<size_t>(backend.model().config.kv_dim());
+      for (size_t l = 0; l < kv.k_pre_rope.size(); ++l) {
+        if (pr.layers[l].k_pre_rope.size() != head.size() * kvd) {
+          return absl::InternalError("the suffix prefill returned no layer states");
+        }
+        kv.k_pre_rope[l].insert(kv.k_pre_rope[l].end(), pr.layers[l].k_pre_rope.begin(),
+                                pr.layers[l].k_pre_rope.end());
+        kv.v[l].insert(kv.v[l].end(), pr.layers[l].v.begin(), pr.layers[l].v.end());
+      }
+      surprisal.insert(surprisal.end(), pr.surprisal.begin(), pr.surprisal.end());
+      kv.num_tokens = t;
+    }
+  }
+  seq.reset();  // from here on the SEKV cache holds the prompt
+
+  // 3. The hierarchy at the budget.
+  SCD_ASSIGN_OR_RETURN(sekv::PrefixKv prefix, decoder.MakePrefix(kv, std::move(surprisal)));
+  kv = ExternalKv{};
+  const sekv::CacheShape shape = decoder.shape();
+  const sekv::BudgetPlan plan = sekv::PlanBudget(prefix.surprisal, options.budget, options.cache,
+                                                 options.shares, shape.head_dim);
+  std::unique_ptr<SekvSession> s(new SekvSession(decoder));
+  SCD_ASSIGN_OR_RETURN(s->cache_, sekv::SekvCache::CreateWithSegmentation(
+                                      shape, prefix, plan.segmentation, plan.sekv, options.router));
+  s->length_ = t;
+
+  // 4. The last prompt token through the cache.
+  SCD_RETURN_IF_ERROR(s->Step(suffix.back(), logits));
+  s->memory_ = s->cache_->Memory();
+  return s;
+}
+
+absl::Status SekvSession::Step(int32_t token, std::vector<float>* logits) {
+  SCD_RETURN_IF_ERROR(decoder_.Step(token, length_, *cache_, logits));
+  ++length_;
+  return absl::OkStatus();
+}
+
+}  // namespace scd

@@ -1,0 +1,82 @@
+// SekvSession: one decode request served through the SEKV hierarchy (issue 6, "plugs into the
+// decode daemon"; common/sekv/sekv_cache.h) instead of the backend's flat KV cache.
+//
+// Start():
+//   1. the payload's K/V is rebuilt by the consumer codec exactly as on the plain path, but
+//      through a KvCaptureBackend, which keeps the rebuilt pre-RoPE K/V (every mode whose
+//      rebuild is one AppendKv: raw, quant8, quant4, scd-reuse, scd). An oracle payload or no
+//      payload at all is prefilled by the consumer itself, with its own surprisal;
+//   2. the suffix except its last token is prefilled on the backend after it (the consumer's
+//      own surprisal for those tokens; the first has no prediction and gets 0);
+//   3. the prompt so far becomes a SekvCache at `budget` (budget_plan.h): the segmentation uses
+//      the producer's per-token surprisal, which the SCD payload carries (block kSurprisal);
+//      the backend sequence is freed;
+//   4. the last suffix token is decoded through the cache (SekvDecoder), which also picks the
+//      observation-window anchors with that query, and its logits give the first token.
+// Step() then decodes one token at a time through the cache. The decode runs on the CPU
+// (SekvDecoder), whatever the engine's backend; the GPU tier is what a GPU would hold, and
+// memory() reports it from the cache's own structures (measured after the first step).
+//
+// Not supported: recompute payloads (their rebuild fills a block of layers inside the backend,
+// which the capture cannot see) and payloads that do not start at position 0.
+#ifndef SCD_COMMON_SERVING_SEKV_SESSION_H_
+#define SCD_COMMON_SERVING_SEKV_SESSION_H_
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/runtime/backend.h"
+#include "common/scd/codec.h"
+#include "common/sekv/budget_plan.h"
+#include "common/sekv/sekv_cache.h"
+#include "common/sekv/sekv_decoder.h"
+#include "common/sekv/zoom_router.h"
+
+namespace scd {
+
+struct SekvServingOptions {
+  bool enabled = false;
+  double budget = 0.4;  // GPU-tier bytes as a fraction of the request's full KV cache
+  std::shared_ptr<const sekv::ZoomRouter> router;  // null: the default share-threshold gate
+  sekv::SekvOptions cache;                         // segmenter, CPU tier, zoom-in
+  sekv::BudgetShares shares;
+  // Optional, called on the engine thread: with started = true after a SEKV request's first
+  // step, with its cache's bytes; with started = false and the same bytes when it ends.
+  std::function<void(const sekv::MemoryBreakdown& bytes, bool started)> on_cache;
+};
+
+class SekvSession {
+ public:
+  // Steps 1-4 above. `payload` may be null (suffix only). Writes the logits that follow the
+  // prompt (the first generated token's distribution) into `logits`.
+  static absl::StatusOr<std::unique_ptr<SekvSession>> Start(
+      Backend& backend, const ConsumerCodec& codec, sekv::SekvDecoder& decoder,
+      const Payload* payload, absl::Span<const int32_t> suffix, const SekvServingOptions& options,
+      std::vector<float>* logits);
+
+  // Decodes `token` at the next position; next-token logits into `logits`.
+  absl::Status Step(int32_t token, std::vector<float>* logits);
+
+  int length() const { return length_; }  // positions held: prompt + decoded tokens
+  const sekv::MemoryBreakdown& memory() const { return memory_; }  // after the first step
+  const sekv::SekvCache& cache() const { return *cache_; }
+
+ private:
+  explicit SekvSession(sekv::SekvDecoder& decoder) : decoder_(decoder) {}
+
+  sekv::SekvDecoder& decoder_;
+  std::unique_ptr<sekv::SekvCache> cache_;  // copies what it keeps of the prompt's K/V
+  sekv::MemoryBreakdown memory_;
+  int length_ = 0;
+};
+
+// The producer's per-token surprisal from a payload's kSurprisal block; NOT_FOUND when the
+// payload carries none.
+absl::StatusOr<std::vector<float>> PayloadSurprisal(const Payload& payload);
+
+}  // namespace scd
+
+#endif  // SCD_COMMON_SERVING_SEKV_SESSION_H_

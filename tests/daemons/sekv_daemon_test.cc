@@ -1,0 +1,83 @@
+// SEKV in the decode daemon (issue 6): a scd-decode with `sekv.enabled` serves requests that
+// arrive through the real prefill daemon and SCD payloads, decodes them through a SEKV cache
+// at the configured budget, and reports the cache's GPU-tier bytes in /metrics. A bad sekv
+// key is refused at start-up with the key's name.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+
+#include "tests/daemons/daemon_harness.h"
+#include "tests/test_support.h"
+
+namespace scd::testing {
+namespace {
+
+using nlohmann::json;
+
+std::string SekvRouterPath() {
+  return std::string(SCD_SOURCE_DIR) + "/docs/results/stories260K-babi-qa.sekv.safetensors";
+}
+
+}  // namespace
+
+TEST_CASE("A decode daemon with SEKV serves requests and reports its GPU tier", "[daemons]") {
+  const std::string dir = TempDir();
+  PrefillHandle prefill = StartPrefill(dir, PrefillConfig("scd"));
+  json dc = DecodeConfig(prefill.grpc_address);
+  dc["sekv"] = {{"enabled", true}, {"budget", 0.4}, {"router", SekvRouterPath()}};
+  DecodeHandle decode = StartDecode(dir, dc);
+  REQUIRE(WaitForReady(prefill.http_port, 200, std::chrono::seconds(10)));
+  REQUIRE(decode.http_port > 0);
+
+  const std::string story =
+      "Mary moved to the bathroom. John went to the hallway. Daniel went back to the hallway. "
+      "Sandra moved to the garden. John moved to the office. Sandra journeyed to the bathroom. "
+      "Mary moved to the hallway. Daniel travelled to the office. ";
+  for (const char* who : {"Mary", "Sandra"}) {
+    json body = {{"model", "stories260K-babi-qa"},
+                 {"prompt", story + "Where is " + who + "?"},
+                 {"max_tokens", 6},
+                 {"temperature", 0}};
+    HttpResult r = HttpPost(prefill.http_port, "/v1/completions", body.dump());
+    INFO(r.body);
+    REQUIRE(r.status == 200);
+    json j = json::parse(r.body);
+    CHECK(j["usage"]["completion_tokens"].get<int>() >= 1);
+  }
+  SseResult s = HttpStream(prefill.http_port, "/v1/completions",
+                           json({{"model", "stories260K-babi-qa"},
+                                 {"prompt", story + "Where is John?"},
+                                 {"max_tokens", 6},
+                                 {"temperature", 0},
+                                 {"stream", true}})
+                               .dump());
+  REQUIRE(s.status == 200);
+  CHECK(s.done());
+
+  HttpResult m = HttpGet(decode.http_port, "/metrics");
+  REQUIRE(m.status == 200);
+  INFO(m.body);
+  CHECK(MetricValue(m.body, "scd_decode_sekv_requests_total") == std::optional<double>(3));
+  const auto gpu = MetricValue(m.body, "scd_decode_sekv_gpu_bytes_total");
+  const auto full = MetricValue(m.body, "scd_decode_sekv_full_kv_bytes_total");
+  REQUIRE(gpu.has_value());
+  REQUIRE(full.has_value());
+  CHECK(*gpu > 0);
+  CHECK(*gpu / *full <= 0.40);
+  CHECK(*gpu / *full >= 0.25);
+  // Nothing runs any more: the live gauge is back to zero.
+  CHECK(MetricValue(m.body, "scd_decode_sekv_gpu_bytes") == std::optional<double>(0));
+}
+
+TEST_CASE("A bad sekv key stops the decode daemon with the key's name", "[daemons]") {
+  const std::string dir = TempDir();
+  json dc = DecodeConfig("127.0.0.1:1");
+  dc["sekv"] = {{"enabled", true}, {"budget", 1.5}};
+  const std::string path = dir + "/sekv-bad.json";
+  WriteJson(path, dc);
+  DaemonProcess p(BinaryPath("scd-decode"), {"--config", path}, dir + "/sekv-bad.log");
+  CHECK(p.Wait(std::chrono::seconds(60)) == std::optional<int>(2));
+  CHECK(p.LogText().find("sekv.budget") != std::string::npos);
+}
+
+}  // namespace scd::testing
