@@ -1,6 +1,8 @@
 // See daemon_main.h.
 #include "common/daemon/daemon_main.h"
 
+#include <malloc.h>
+
 #include <cstdio>
 
 #include "common/config/daemon_config.h"
@@ -11,6 +13,14 @@
 namespace scd::daemon {
 
 int RunDaemon(int argc, char** argv, const std::string& component, const DaemonHooks& hooks) {
+  // A request's buffers (rebuilt KV, activations, payload) are a few hundred KB each, above
+  // glibc's default mmap threshold, so each was mapped and unmapped per request and RSS went
+  // up and down with the number of requests in flight. A fixed 32 MiB threshold keeps them on
+  // the heap, and a 256 MiB trim threshold keeps freed heap for the next request. RSS then
+  // settles at the working set's high-water mark, and growth beyond it is a leak (the soak
+  // run checks this). Both before any thread exists, so every arena gets them.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   // Before any thread exists, so that every thread inherits the mask.
   BlockShutdownSignals();
   ConfigureEventLog(component);

@@ -10,8 +10,9 @@
 //    daemon's VmRSS every interval_s.
 // 4. Verdict, each criterion reported with its figures:
 //    - zero failed and zero lost requests, and every daemon still running at the end;
-//    - RSS flat: after rss_warmup_s, every sample of every daemon within rss_tolerance of
-//      that daemon's first sample after the warm-up;
+//    - RSS flat: after rss_warmup_s, the median RSS of every drift_window_s window within
+//      rss_tolerance of the first window's, for every daemon (a single sample also counts
+//      the requests in flight at that moment; the peak sample is reported, not judged);
 //    - p99 TTFT of the last drift_window_s within ttft_drift_tolerance of the first's.
 //    Finally each daemon gets SIGTERM and must exit 0.
 #ifndef SCD_COMMON_E2E_SOAK_H_
