@@ -270,6 +270,42 @@ absl::StatusOr<SoakResult> RunSoak(const SoakOptions& o, const SoakProgressFn& p
   if (!(result.saturation_rate > 0)) {
     return absl::FailedPreconditionError("soak: no request succeeded in the saturation sweep");
   }
+  // Open-loop probes (see soak.h).
+  const double closed_loop = result.saturation_rate;
+  double first_p50 = 0, sustained = 0, first_achieved = 0;
+  for (double rate = 0.5 * closed_loop; rate <= 1.05 * closed_loop; rate *= 1.15) {
+    loadgen::LoadOptions probe = BaseLoad(o, c.http_port);
+    probe.rate = rate;
+    probe.duration_s = o.probe_s;
+    absl::StatusOr<loadgen::RunResult> run = loadgen::RunLoad(probe, o.prompts);
+    if (!run.ok()) return run.status();
+    loadgen::ReportContext context;
+    const nlohmann::json report = loadgen::BuildReport(probe, *run, context);
+    SaturationLevel level;
+    level.rate_asked = rate;
+    level.ok = report["requests"]["ok"].get<int64_t>();
+    level.failed = report["requests"]["failed"].get<int64_t>();
+    level.requests_per_s = report["throughput"]["requests_per_s"].get<double>();
+    if (!report["ttft_ms"]["p50"].is_null()) {
+      level.ttft_p50_ms = report["ttft_ms"]["p50"].get<double>();
+      level.ttft_p99_ms = report["ttft_ms"]["p99"].get<double>();
+    }
+    if (first_p50 == 0) {
+      first_p50 = level.ttft_p50_ms;
+      first_achieved = level.requests_per_s;
+    }
+    level.kept_up = level.failed == 0 && level.requests_per_s >= 0.95 * rate &&
+                    level.ttft_p50_ms <= 3 * first_p50;
+    progress(absl::StrCat("saturation: open loop ", Fmt(rate, 2), " req/s asked: ",
+                          Fmt(level.requests_per_s, 2), " completed/s, TTFT p50 ",
+                          Fmt(level.ttft_p50_ms), " ms, p99 ", Fmt(level.ttft_p99_ms), " ms, ",
+                          level.failed, " failed: ", level.kept_up ? "kept up" : "fell behind"));
+    result.saturation.push_back(level);
+    if (!level.kept_up) break;
+    sustained = rate;
+  }
+  // When even the first probe fell behind, what it completed is the best estimate.
+  result.saturation_rate = sustained > 0 ? sustained : first_achieved;
 
   // The soak itself.
   result.soak_rate = o.load_fraction * result.saturation_rate;
@@ -337,7 +373,8 @@ nlohmann::json SoakResultJson(const SoakOptions& o, const SoakResult& r) {
   j["soak_rate"] = r.soak_rate;
   j["daemons"] = r.daemons;
   for (const SaturationLevel& l : r.saturation) {
-    j["saturation"].push_back({{"concurrency", l.concurrency}, {"ok", l.ok}, {"failed", l.failed},
+    j["saturation"].push_back({{"concurrency", l.concurrency}, {"rate_asked", l.rate_asked},
+                               {"kept_up", l.kept_up}, {"ok", l.ok}, {"failed", l.failed},
                                {"requests_per_s", l.requests_per_s},
                                {"ttft_p50_ms", l.ttft_p50_ms}, {"ttft_p99_ms", l.ttft_p99_ms}});
   }
@@ -350,13 +387,18 @@ nlohmann::json SoakResultJson(const SoakOptions& o, const SoakResult& r) {
 }
 
 std::string SoakMarkdown(const SoakResult& r) {
-  std::string md = "| concurrency | req/s | TTFT p50 ms | TTFT p99 ms | failed |\n|---|---|---|---|---|\n";
+  std::string md =
+      "| load | completed req/s | TTFT p50 ms | TTFT p99 ms | failed |\n|---|---|---|---|---|\n";
   for (const SaturationLevel& l : r.saturation) {
-    absl::StrAppend(&md, "| ", l.concurrency, " | ", Fmt(l.requests_per_s, 2), " | ",
-                    Fmt(l.ttft_p50_ms), " | ", Fmt(l.ttft_p99_ms), " | ", l.failed, " |\n");
+    const std::string load =
+        l.concurrency > 0 ? absl::StrCat("closed loop, concurrency ", l.concurrency)
+                          : absl::StrCat("open loop, ", Fmt(l.rate_asked, 2), " req/s asked",
+                                         l.kept_up ? "" : " (fell behind)");
+    absl::StrAppend(&md, "| ", load, " | ", Fmt(l.requests_per_s, 2), " | ", Fmt(l.ttft_p50_ms),
+                    " | ", Fmt(l.ttft_p99_ms), " | ", l.failed, " |\n");
   }
   const nlohmann::json& rep = r.report;
-  absl::StrAppend(&md, "\nSaturation: ", Fmt(r.saturation_rate, 2), " req/s. Soak at ",
+  absl::StrAppend(&md, "\nSaturation (highest open-loop rate kept up): ", Fmt(r.saturation_rate, 2), " req/s. Soak at ",
                   Fmt(r.soak_rate, 2), " req/s asked, ",
                   Fmt(rep["schedule"]["achieved_rate"].get<double>(), 2), " achieved, for ",
                   Fmt(rep["duration_s"].get<double>(), 0), " s: ",
