@@ -181,7 +181,6 @@ absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const
   };
   if (absl::Status st = start_decodes(); !st.ok()) return st;
   std::vector<E2eCell> cells;
-  int decode_restarts = 0;
   int cell_index = 0;
   const int total_cells = static_cast<int>(o.modes.size() * o.bandwidths_gbps.size()) * ((o.warm ? 1 : 0) + (o.cold ? 1 : 0));
   for (const std::string& mode : o.modes) {
@@ -199,7 +198,6 @@ absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const
           // ControlPlaneClient; this stays as a safety net.)
           if (progress) progress(absl::StrCat("  decode daemons did not re-register; restarting them: ",
                                               started.message().substr(0, 400)));
-          ++decode_restarts;
           if (absl::Status st = start_decodes(); !st.ok()) return st;
           started = StartPrefill(o, c, mode, gbps, warm, tag + "-retry");
         }

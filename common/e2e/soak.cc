@@ -130,6 +130,23 @@ loadgen::LoadOptions BaseLoad(const SoakOptions& o, int http_port) {
 
 std::string Fmt(double v, int digits = 1) { return absl::StrFormat("%.*f", digits, v); }
 
+// Runs one saturation level or probe and summarises it.
+absl::StatusOr<SaturationLevel> MeasureLevel(const loadgen::LoadOptions& load,
+                                             const std::vector<loadgen::Prompt>& prompts) {
+  absl::StatusOr<loadgen::RunResult> run = loadgen::RunLoad(load, prompts);
+  if (!run.ok()) return run.status();
+  const nlohmann::json report = loadgen::BuildReport(load, *run, loadgen::ReportContext());
+  SaturationLevel level;
+  level.ok = report["requests"]["ok"].get<int64_t>();
+  level.failed = report["requests"]["failed"].get<int64_t>();
+  level.requests_per_s = report["throughput"]["requests_per_s"].get<double>();
+  if (!report["ttft_ms"]["p50"].is_null()) {
+    level.ttft_p50_ms = report["ttft_ms"]["p50"].get<double>();
+    level.ttft_p99_ms = report["ttft_ms"]["p99"].get<double>();
+  }
+  return level;
+}
+
 }  // namespace
 
 std::vector<SoakCheck> EvaluateSoak(const SoakOptions& o, const nlohmann::json& report,
@@ -245,19 +262,10 @@ absl::StatusOr<SoakResult> RunSoak(const SoakOptions& o, const SoakProgressFn& p
     load.concurrency = concurrency;
     load.duration_s = o.saturation_level_s;
     load.warmup = concurrency;
-    absl::StatusOr<loadgen::RunResult> run = loadgen::RunLoad(load, o.prompts);
-    if (!run.ok()) return run.status();
-    loadgen::ReportContext context;
-    const nlohmann::json report = loadgen::BuildReport(load, *run, context);
-    SaturationLevel level;
+    absl::StatusOr<SaturationLevel> measured = MeasureLevel(load, o.prompts);
+    if (!measured.ok()) return measured.status();
+    SaturationLevel level = *measured;
     level.concurrency = concurrency;
-    level.ok = report["requests"]["ok"].get<int64_t>();
-    level.failed = report["requests"]["failed"].get<int64_t>();
-    level.requests_per_s = report["throughput"]["requests_per_s"].get<double>();
-    if (!report["ttft_ms"]["p50"].is_null()) {
-      level.ttft_p50_ms = report["ttft_ms"]["p50"].get<double>();
-      level.ttft_p99_ms = report["ttft_ms"]["p99"].get<double>();
-    }
     progress(absl::StrCat("saturation: concurrency ", concurrency, ": ",
                           Fmt(level.requests_per_s, 2), " req/s, TTFT p50 ",
                           Fmt(level.ttft_p50_ms), " ms, p99 ", Fmt(level.ttft_p99_ms), " ms, ",
@@ -277,19 +285,10 @@ absl::StatusOr<SoakResult> RunSoak(const SoakOptions& o, const SoakProgressFn& p
     loadgen::LoadOptions probe = BaseLoad(o, c.http_port);
     probe.rate = rate;
     probe.duration_s = o.probe_s;
-    absl::StatusOr<loadgen::RunResult> run = loadgen::RunLoad(probe, o.prompts);
-    if (!run.ok()) return run.status();
-    loadgen::ReportContext context;
-    const nlohmann::json report = loadgen::BuildReport(probe, *run, context);
-    SaturationLevel level;
+    absl::StatusOr<SaturationLevel> measured = MeasureLevel(probe, o.prompts);
+    if (!measured.ok()) return measured.status();
+    SaturationLevel level = *measured;
     level.rate_asked = rate;
-    level.ok = report["requests"]["ok"].get<int64_t>();
-    level.failed = report["requests"]["failed"].get<int64_t>();
-    level.requests_per_s = report["throughput"]["requests_per_s"].get<double>();
-    if (!report["ttft_ms"]["p50"].is_null()) {
-      level.ttft_p50_ms = report["ttft_ms"]["p50"].get<double>();
-      level.ttft_p99_ms = report["ttft_ms"]["p99"].get<double>();
-    }
     if (first_p50 == 0) {
       first_p50 = level.ttft_p50_ms;
       first_achieved = level.requests_per_s;
