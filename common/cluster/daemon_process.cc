@@ -4,12 +4,14 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -22,7 +24,8 @@ namespace scd::cluster {
 
 absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::string& binary,
                                                                     std::vector<std::string> args,
-                                                                    std::string log_path) {
+                                                                    std::string log_path,
+                                                                    const std::string& netns) {
   if (access(binary.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat(binary, " is not an executable (build it first)"));
   }
@@ -31,6 +34,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::s
   std::vector<char*> argv;
   for (std::string& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
+  const std::string netns_path = netns.empty() ? "" : "/run/netns/" + netns;
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   if (pid == 0) {
@@ -39,6 +43,15 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::s
     if (log < 0 || null < 0) _exit(127);
     dup2(log, STDERR_FILENO);
     dup2(null, STDOUT_FILENO);
+    if (!netns_path.empty()) {
+      const int ns = open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) {
+        dprintf(STDERR_FILENO, "cannot enter network namespace %s: %s\n", netns_path.c_str(),
+                std::strerror(errno));
+        _exit(127);
+      }
+      close(ns);
+    }
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);

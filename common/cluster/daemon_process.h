@@ -1,5 +1,5 @@
-// DaemonProcess: runs one scd-prefill or scd-decode process for benchmark and soak drivers
-// (and the integration tests): fork/exec with stderr — the daemon's JSON event log — to a
+// DaemonProcess: runs one scd-prefill or scd-decode process for the benchmark and soak drivers
+// and the integration tests: fork/exec with stderr — the daemon's JSON event log — to a
 // file, waiting for a named start-up event to learn the ports it bound, signals, bounded
 // waits. Nothing here blocks without a deadline.
 #ifndef SCD_COMMON_CLUSTER_DAEMON_PROCESS_H_
@@ -20,10 +20,14 @@ namespace scd::cluster {
 
 class DaemonProcess {
  public:
-  // Starts `binary` with `args`; stderr goes to `log_path`, stdout to /dev/null.
+  // Starts `binary` with `args`; stderr goes to `log_path`, stdout to /dev/null. A non-empty
+  // `netns` starts it inside that network namespace (/run/netns/<netns>, as `ip netns add`
+  // makes them; the network-fault tests use this); a namespace it cannot enter makes the child
+  // exit 127 with the reason in its log.
   static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(const std::string& binary,
                                                               std::vector<std::string> args,
-                                                              std::string log_path);
+                                                              std::string log_path,
+                                                              const std::string& netns = "");
   ~DaemonProcess();  // SIGKILL if still running
 
   // The first log line whose "event" is `event`; DeadlineExceeded after `timeout`, or

@@ -2,19 +2,17 @@
 #include "common/e2e/e2e_bench.h"
 
 #include <grpcpp/grpcpp.h>
-#include <httplib.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <memory>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/cluster/daemon_process.h"
+#include "common/cluster/local_cluster.h"
 #include "common/eval/answer.h"
 #include "common/eval/metrics.h"
+#include "common/loadgen/stats.h"
 #include "common/plot/plot.h"
 #include "proto/scd.grpc.pb.h"
 
@@ -23,15 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr char kToken[] = "e2e-bench-token";
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
 
 struct Cluster {
   std::vector<std::unique_ptr<cluster::DaemonProcess>> decodes;
@@ -55,60 +44,19 @@ nlohmann::json PrefillJson(const E2eBenchOptions& o, const std::string& mode, do
   return c;
 }
 
-nlohmann::json DecodeJson(const E2eBenchOptions& o, const std::string& grpc_address, int i) {
-  nlohmann::json c;
-  c["model"] = {{"name", o.specialist_name}, {"path", o.specialist_model}, {"artifact", o.artifact}};
-  c["instance_id"] = absl::StrCat("decode-", i);
-  c["grpc"] = {{"listen", "127.0.0.1:0"}};
-  c["data_plane"] = {{"transport", o.transport}, {"listen", "127.0.0.1:0"}};
-  c["control_plane"] = {{"address", grpc_address}, {"cluster_token", kToken}, {"register_wait", "120s"}};
-  c["engine"] = {{"max_batch", 8}, {"max_queue", 64}};
-  c["drain_timeout"] = "5s";
-  return c;
-}
-
+// Decode daemons keep their registration across prefill restarts: only the prefill daemon is
+// restarted between cells.
 absl::Status StartPrefill(const E2eBenchOptions& o, Cluster& c, const std::string& mode,
                           double gbps, bool cache, const std::string& tag) {
   if (c.prefill != nullptr) c.prefill->Stop(std::chrono::seconds(10));
-  const std::string config = absl::StrCat(o.workdir, "/prefill-", tag, ".json");
-  if (absl::Status st = cluster::WriteJsonFile(config, PrefillJson(o, mode, gbps, cache, c.grpc_address)); !st.ok()) return st;
-  absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> p = cluster::DaemonProcess::Start(
-      o.bin_dir + "/scd-prefill", {"--config", config}, absl::StrCat(o.workdir, "/prefill-", tag, ".log"));
-  if (!p.ok()) return p.status();
-  c.prefill = std::move(*p);
-  absl::StatusOr<nlohmann::json> started = c.prefill->WaitForEvent("prefill_started", std::chrono::seconds(120));
+  c.prefill.reset();
+  absl::StatusOr<cluster::StartedPrefill> started =
+      cluster::StartPrefillDaemon(o.bin_dir, PrefillJson(o, mode, gbps, cache, c.grpc_address),
+                                  o.workdir, absl::StrCat("prefill-", tag), std::chrono::seconds(120));
   if (!started.ok()) return started.status();
-  // Ready once every decode daemon has re-registered: the scd_decode_instances gauge (refreshed
-  // every second) counts live daemons.
-  const int http_port = (*started)["http_port"].get<int>();
-  const std::string series = absl::StrCat("scd_decode_instances{model=\"", o.specialist_name, "\"} ");
-  const auto until = Clock::now() + std::chrono::seconds(60);
-  httplib::Client client("127.0.0.1", http_port);
-  client.set_read_timeout(std::chrono::seconds(5));
-  std::string last_seen = "no answer yet";
-  while (Clock::now() < until) {
-    httplib::Result r = client.Get("/metrics");
-    if (!r) {
-      last_seen = absl::StrCat("GET /metrics failed: ", httplib::to_string(r.error()));
-    } else if (r->status != 200) {
-      last_seen = absl::StrCat("GET /metrics answered ", r->status);
-    } else {
-      const size_t at = r->body.find(series);
-      if (at == std::string::npos) {
-        last_seen = "no scd_decode_instances series for the specialist";
-      } else {
-        const int live = std::atoi(r->body.c_str() + at + series.size());
-        if (live >= static_cast<int>(c.decodes.size())) return absl::OkStatus();
-        last_seen = absl::StrCat("scd_decode_instances = ", live);
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  std::string ready = "GET /ready failed";
-  if (httplib::Result r = client.Get("/ready")) ready = absl::StrCat(r->status, " ", r->body);
-  return absl::DeadlineExceededError(absl::StrCat(
-      "the decode daemons did not all register with the prefill daemon within 60 s (last: ",
-      last_seen, "; /ready: ", ready, "); log tail:\n", c.prefill->LogTail()));
+  c.prefill = std::move(started->process);
+  return cluster::WaitForDecodeInstances(started->http_port, o.specialist_name, *c.prefill,
+                                         c.decodes, std::chrono::seconds(60));
 }
 
 struct Outcome {
@@ -164,16 +112,23 @@ absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const
   c.grpc_address = absl::StrCat("127.0.0.1:", *port);
   // The decode daemons start first and keep retrying registration until a prefill daemon is up.
   int generation = 0;
+  cluster::DecodeDaemonSpec spec;
+  spec.model_name = o.specialist_name;
+  spec.model_path = o.specialist_model;
+  spec.artifact = o.artifact;
+  spec.transport = o.transport;
+  spec.control_plane = c.grpc_address;
+  spec.cluster_token = kToken;
+  spec.drain_timeout = "5s";
   auto start_decodes = [&]() -> absl::Status {
     for (auto& d : c.decodes) d->Stop(std::chrono::seconds(10));
     c.decodes.clear();
     ++generation;
     for (int i = 0; i < o.decode_daemons; ++i) {
-      const std::string config = absl::StrCat(o.workdir, "/decode-", i, ".json");
-      if (absl::Status st = cluster::WriteJsonFile(config, DecodeJson(o, c.grpc_address, i)); !st.ok()) return st;
-      absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> d = cluster::DaemonProcess::Start(
-          o.bin_dir + "/scd-decode", {"--config", config},
-          absl::StrCat(o.workdir, "/decode-", i, "-", generation, ".log"));
+      nlohmann::json config = cluster::DecodeDaemonJson(spec, i);
+      config["engine"] = {{"max_batch", 8}, {"max_queue", 64}};
+      absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> d = cluster::StartWithConfig(
+          o.bin_dir + "/scd-decode", config, o.workdir, absl::StrCat("decode-", i, "-", generation));
       if (!d.ok()) return d.status();
       c.decodes.push_back(std::move(*d));
     }
@@ -247,11 +202,10 @@ absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const
                             &s.suffix_prefill_ms, &s.server_ttft_ms, &s.payload_bytes}) {
             *v /= n;
           }
-          cell.ttft_p50_ms = Percentile(ttfts, 0.5);
-          cell.ttft_p99_ms = Percentile(ttfts, 0.99);
-          double sum = 0;
-          for (double t : ttfts) sum += t;
-          cell.ttft_mean_ms = sum / n;
+          const loadgen::Distribution ttft = loadgen::Summarize(ttfts);
+          cell.ttft_p50_ms = ttft.p50;
+          cell.ttft_p99_ms = ttft.p99;
+          cell.ttft_mean_ms = ttft.mean;
         }
         cell.f1 = cell.scored > 0 ? f1_sum / cell.scored : 0;
         if (progress) {

@@ -1,25 +1,22 @@
 // See soak.h.
 #include "common/e2e/soak.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/cluster/daemon_process.h"
+#include "common/cluster/local_cluster.h"
 #include "common/loadgen/report.h"
 #include "common/loadgen/runner.h"
 
 namespace scd::e2e {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr char kToken[] = "soak-token";
 
 struct SoakCluster {
@@ -44,74 +41,31 @@ nlohmann::json PrefillJson(const SoakOptions& o, const std::string& grpc_address
   return c;
 }
 
-nlohmann::json DecodeJson(const SoakOptions& o, const std::string& grpc_address, int i) {
-  nlohmann::json c;
-  c["model"] = {{"name", o.specialist_name}, {"path", o.specialist_model}, {"artifact", o.artifact}};
-  c["instance_id"] = absl::StrCat("decode-", i);
-  c["grpc"] = {{"listen", "127.0.0.1:0"}};
-  c["data_plane"] = {{"transport", "tcp"}, {"listen", "127.0.0.1:0"}};
-  c["control_plane"] = {{"address", grpc_address}, {"cluster_token", kToken},
-                        {"register_wait", "120s"}};
-  c["drain_timeout"] = "10s";
-  return c;
-}
-
-// Live decode daemons of the specialist, from the prefill daemon's gauge; -1 when unreadable.
-int LiveDecodeInstances(int http_port, const std::string& model) {
-  httplib::Client client("127.0.0.1", http_port);
-  client.set_read_timeout(std::chrono::seconds(5));
-  httplib::Result r = client.Get("/metrics");
-  if (!r || r->status != 200) return -1;
-  const std::string series = absl::StrCat("scd_decode_instances{model=\"", model, "\"} ");
-  const size_t at = r->body.find(series);
-  if (at == std::string::npos) return -1;
-  return std::atoi(r->body.c_str() + at + series.size());
-}
-
 absl::Status StartCluster(const SoakOptions& o, SoakCluster& c) {
   absl::StatusOr<int> grpc_port = cluster::PickFreePort();
   if (!grpc_port.ok()) return grpc_port.status();
   const std::string grpc_address = absl::StrCat("127.0.0.1:", *grpc_port);
-  const std::string prefill_config = o.workdir + "/prefill.json";
-  if (absl::Status s = cluster::WriteJsonFile(prefill_config, PrefillJson(o, grpc_address));
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> prefill = cluster::DaemonProcess::Start(
-      o.bin_dir + "/scd-prefill", {"--config", prefill_config}, o.workdir + "/prefill.log");
+  absl::StatusOr<cluster::StartedPrefill> prefill = cluster::StartPrefillDaemon(
+      o.bin_dir, PrefillJson(o, grpc_address), o.workdir, "prefill", std::chrono::seconds(120));
   if (!prefill.ok()) return prefill.status();
-  c.prefill = *std::move(prefill);
-  absl::StatusOr<nlohmann::json> started =
-      c.prefill->WaitForEvent("prefill_started", std::chrono::seconds(120));
-  if (!started.ok()) return started.status();
-  c.http_port = (*started)["http_port"].get<int>();
+  c.prefill = std::move(prefill->process);
+  c.http_port = prefill->http_port;
 
+  cluster::DecodeDaemonSpec spec;
+  spec.model_name = o.specialist_name;
+  spec.model_path = o.specialist_model;
+  spec.artifact = o.artifact;
+  spec.control_plane = grpc_address;
+  spec.cluster_token = kToken;
   for (int i = 0; i < o.decode_daemons; ++i) {
-    const std::string config = absl::StrCat(o.workdir, "/decode-", i, ".json");
-    if (absl::Status s = cluster::WriteJsonFile(config, DecodeJson(o, grpc_address, i)); !s.ok()) {
-      return s;
-    }
-    absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> decode = cluster::DaemonProcess::Start(
-        o.bin_dir + "/scd-decode", {"--config", config}, absl::StrCat(o.workdir, "/decode-", i, ".log"));
+    absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> decode =
+        cluster::StartWithConfig(o.bin_dir + "/scd-decode", cluster::DecodeDaemonJson(spec, i),
+                                 o.workdir, absl::StrCat("decode-", i));
     if (!decode.ok()) return decode.status();
     c.decodes.push_back(*std::move(decode));
   }
-  const auto until = Clock::now() + std::chrono::seconds(120);
-  while (Clock::now() < until) {
-    if (LiveDecodeInstances(c.http_port, o.specialist_name) >= o.decode_daemons) {
-      return absl::OkStatus();
-    }
-    for (size_t i = 0; i < c.decodes.size(); ++i) {
-      if (!c.decodes[i]->running()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "decode daemon ", i, " exited during start-up; log tail:\n", c.decodes[i]->LogTail()));
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "the decode daemons did not all register within 120 s; prefill log tail:\n",
-      c.prefill->LogTail()));
+  return cluster::WaitForDecodeInstances(c.http_port, o.specialist_name, *c.prefill, c.decodes,
+                                         std::chrono::seconds(120));
 }
 
 loadgen::LoadOptions BaseLoad(const SoakOptions& o, int http_port) {

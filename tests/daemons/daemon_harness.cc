@@ -1,12 +1,7 @@
 // See daemon_harness.h.
 #include "tests/daemons/daemon_harness.h"
 
-#include <fcntl.h>
 #include <httplib.h>
-#include <sched.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -23,94 +18,25 @@ std::string ArtifactPath() {
   return std::string(SCD_SOURCE_DIR) + "/docs/results/stories260K-babi-qa.scd.safetensors";
 }
 
-DaemonProcess::DaemonProcess(std::string binary, std::vector<std::string> args,
-                             std::string log_path, const std::string& netns)
-    : log_path_(std::move(log_path)) {
-  std::vector<char*> argv;
-  argv.push_back(binary.data());
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const std::string netns_path = netns.empty() ? "" : "/run/netns/" + netns;
-  pid_ = fork();
-  if (pid_ == 0) {
-    FILE* log = std::freopen(log_path_.c_str(), "w", stderr);
-    if (log == nullptr) _exit(127);
-    if (!netns_path.empty()) {
-      const int ns = open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) {
-        std::fprintf(stderr, "cannot enter network namespace %s\n", netns_path.c_str());
-        _exit(127);
-      }
-      close(ns);
-    }
-    std::freopen("/dev/null", "w", stdout);
-    // The test binary may block signals in threads; start the child with a clean mask.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv(binary.c_str(), argv.data());
-    _exit(127);
-  }
+std::unique_ptr<DaemonProcess> Spawn(const std::string& binary, std::vector<std::string> args,
+                                     const std::string& log_path, const std::string& netns) {
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> p =
+      DaemonProcess::Start(binary, std::move(args), log_path, netns);
+  INFO(p.status().ToString());
+  REQUIRE(p.ok());
+  return *std::move(p);
 }
 
-DaemonProcess::~DaemonProcess() {
-  if (running()) {
-    kill(pid_, SIGKILL);
-    Wait(std::chrono::seconds(10));
-  }
-}
-
-std::vector<nlohmann::json> DaemonProcess::LogLines() const {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(log_path_);
-  std::string line;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded()) lines.push_back(std::move(j));
-  }
-  return lines;
-}
-
-std::string DaemonProcess::LogText() const {
-  std::ifstream in(log_path_);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::optional<nlohmann::json> DaemonProcess::WaitForEvent(const std::string& event,
-                                                          std::chrono::milliseconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    for (nlohmann::json& j : LogLines()) {
-      if (j.value("event", "") == event) return j;
-    }
-    if (!running() || std::chrono::steady_clock::now() > until) return std::nullopt;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
-
-void DaemonProcess::Signal(int sig) {
-  if (pid_ > 0 && !exit_code_) kill(pid_, sig);
-}
-
-bool DaemonProcess::running() {
-  if (exit_code_ || pid_ <= 0) return false;
-  int status = 0;
-  if (waitpid(pid_, &status, WNOHANG) == pid_) {
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-    return false;
-  }
-  return true;
-}
-
-std::optional<int> DaemonProcess::Wait(std::chrono::milliseconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (running()) {
-    if (std::chrono::steady_clock::now() > until) return std::nullopt;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return exit_code_;
+std::optional<int> RunToExit(const std::string& binary, const std::string& dir,
+                             const nlohmann::json& config, const std::string& tag,
+                             std::string* log, const std::string& netns) {
+  const std::string path = dir + "/" + tag + ".json";
+  WriteJson(path, config);
+  std::unique_ptr<DaemonProcess> p =
+      Spawn(BinaryPath(binary), {"--config", path}, dir + "/" + tag + ".log", netns);
+  const std::optional<int> rc = p->Wait(std::chrono::seconds(60));
+  *log = p->LogText();
+  return rc;
 }
 
 void WriteJson(const std::string& path, const nlohmann::json& config) {
@@ -154,12 +80,10 @@ PrefillHandle StartPrefill(const std::string& dir, const nlohmann::json& config,
   const std::string path = dir + "/" + tag + ".json";
   WriteJson(path, config);
   PrefillHandle h;
-  h.process = std::make_unique<DaemonProcess>(BinaryPath("scd-prefill"),
-                                              std::vector<std::string>{"--config", path},
-                                              dir + "/" + tag + ".log", netns);
+  h.process = Spawn(BinaryPath("scd-prefill"), {"--config", path}, dir + "/" + tag + ".log", netns);
   auto started = h.process->WaitForEvent("prefill_started", std::chrono::seconds(60));
-  INFO("prefill log:\n" << h.process->LogText());
-  REQUIRE(started.has_value());
+  INFO(started.status().ToString());
+  REQUIRE(started.ok());
   h.http_port = (*started)["http_port"].get<int>();
   h.grpc_address = (*started)["grpc_address"].get<std::string>();
   return h;
@@ -170,12 +94,10 @@ DecodeHandle StartDecode(const std::string& dir, const nlohmann::json& config,
   const std::string path = dir + "/" + tag + ".json";
   WriteJson(path, config);
   DecodeHandle h;
-  h.process = std::make_unique<DaemonProcess>(BinaryPath("scd-decode"),
-                                              std::vector<std::string>{"--config", path},
-                                              dir + "/" + tag + ".log", netns);
+  h.process = Spawn(BinaryPath("scd-decode"), {"--config", path}, dir + "/" + tag + ".log", netns);
   auto started = h.process->WaitForEvent("decode_started", std::chrono::seconds(60));
-  INFO("decode log:\n" << h.process->LogText());
-  REQUIRE(started.has_value());
+  INFO(started.status().ToString());
+  REQUIRE(started.ok());
   h.http_port = (*started)["http_port"].get<int>();
   h.instance_id = (*started)["instance_id"].get<std::string>();
   return h;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cluster/daemon_process.h"
 #include "nlohmann/json.hpp"
 
 namespace scd::testing {
@@ -23,33 +24,21 @@ std::string BinaryPath(const std::string& name);  // build/bin/<name>
 std::string ModelDir(const std::string& name);    // ../shared/models/<name>
 std::string ArtifactPath();                       // the bundled pair's calibration artifact
 
-// One daemon process; stderr (its JSON log) goes to a file. A non-empty `netns` starts it
-// inside that network namespace (/run/netns/<netns>, tests/netfaults).
-class DaemonProcess {
- public:
-  DaemonProcess(std::string binary, std::vector<std::string> args, std::string log_path,
-                const std::string& netns = "");
-  ~DaemonProcess();  // SIGKILL if still running
+// One daemon process; stderr (its JSON log) goes to a file (common/cluster, shared with the
+// benchmark drivers).
+using DaemonProcess = cluster::DaemonProcess;
 
-  // The first log line with "event" == `event`, waiting up to `timeout`; nullopt when the
-  // process exited or the time ran out.
-  std::optional<nlohmann::json> WaitForEvent(const std::string& event,
-                                             std::chrono::milliseconds timeout);
-  // Every log line so far.
-  std::vector<nlohmann::json> LogLines() const;
-  std::string LogText() const;
+// Starts `binary` with `args`, inside network namespace `netns` when given; fails the test if
+// it cannot be started.
+std::unique_ptr<DaemonProcess> Spawn(const std::string& binary, std::vector<std::string> args,
+                                     const std::string& log_path, const std::string& netns = "");
 
-  void Signal(int sig);
-  // Waits for exit up to `timeout`; the exit code, -signal when killed, nullopt on timeout.
-  std::optional<int> Wait(std::chrono::milliseconds timeout);
-  bool running();
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  std::string log_path_;
-  std::optional<int> exit_code_;
-};
+// Writes `config` to `dir`/`tag`.json, runs build/bin/`binary` on it (in `netns` when given)
+// until it exits by itself, up to 60 s: its exit code (nullopt if it was still running, and
+// then killed) and, in `log`, its whole log.
+std::optional<int> RunToExit(const std::string& binary, const std::string& dir,
+                             const nlohmann::json& config, const std::string& tag,
+                             std::string* log, const std::string& netns = "");
 
 // Writes `config` as JSON to `path`.
 void WriteJson(const std::string& path, const nlohmann::json& config);

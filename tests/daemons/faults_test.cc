@@ -162,14 +162,7 @@ TEST_CASE("SIGTERM lets a stream in flight finish, then the daemon exits 0", "[d
 TEST_CASE("Invalid configs and wrong pairs are refused with the reason", "[daemons]") {
   const std::string dir = TempDir();
   auto run_until_exit = [&](const std::string& binary, const json& config, const std::string& tag,
-                            std::string* log) {
-    const std::string path = dir + "/" + tag + ".json";
-    WriteJson(path, config);
-    DaemonProcess p(BinaryPath(binary), {"--config", path}, dir + "/" + tag + ".log");
-    std::optional<int> rc = p.Wait(seconds(60));
-    *log = p.LogText();
-    return rc;
-  };
+                            std::string* log) { return RunToExit(binary, dir, config, tag, log); };
   std::string log;
   {  // A bad value names the key; exit code 2.
     json c = PrefillConfig();
@@ -194,10 +187,10 @@ TEST_CASE("Invalid configs and wrong pairs are refused with the reason", "[daemo
     json c = PrefillConfig();
     const std::string path = dir + "/override.json";
     WriteJson(path, c);
-    DaemonProcess p(BinaryPath("scd-prefill"), {"--config", path, "--limits.max_tokens=0"},
-                    dir + "/override.log");
-    CHECK(p.Wait(seconds(60)) == std::optional<int>(2));
-    CHECK(p.LogText().find("limits.max_tokens") != std::string::npos);
+    std::unique_ptr<DaemonProcess> p = Spawn(
+        BinaryPath("scd-prefill"), {"--config", path, "--limits.max_tokens=0"}, dir + "/override.log");
+    CHECK(p->Wait(seconds(60)) == std::optional<int>(2));
+    CHECK(p->LogText().find("limits.max_tokens") != std::string::npos);
   }
 
   PrefillHandle prefill = StartPrefill(dir, PrefillConfig("scd"));

@@ -73,11 +73,9 @@ TEST_CASE("A bad sekv key stops the decode daemon with the key's name", "[daemon
   const std::string dir = TempDir();
   json dc = DecodeConfig("127.0.0.1:1");
   dc["sekv"] = {{"enabled", true}, {"budget", 1.5}};
-  const std::string path = dir + "/sekv-bad.json";
-  WriteJson(path, dc);
-  DaemonProcess p(BinaryPath("scd-decode"), {"--config", path}, dir + "/sekv-bad.log");
-  CHECK(p.Wait(std::chrono::seconds(60)) == std::optional<int>(2));
-  CHECK(p.LogText().find("sekv.budget") != std::string::npos);
+  std::string log;
+  CHECK(RunToExit("scd-decode", dir, dc, "sekv-bad", &log) == std::optional<int>(2));
+  CHECK(log.find("sekv.budget") != std::string::npos);
 }
 
 }  // namespace scd::testing

@@ -37,19 +37,6 @@ bool AllDecodeReady(const NetnsLab& lab, int n, int status = 200) {
   return true;
 }
 
-// Runs the decode daemon until it exits by itself; its exit code and log.
-std::optional<int> RunToExit(const std::string& dir, const json& config, const std::string& tag,
-                             const std::string& netns, std::string* log, double* seconds_taken) {
-  const std::string path = dir + "/" + tag + ".json";
-  WriteJson(path, config);
-  const auto start = Clock::now();
-  DaemonProcess p(BinaryPath("scd-decode"), {"--config", path}, dir + "/" + tag + ".log", netns);
-  const std::optional<int> rc = p.Wait(seconds(60));
-  *seconds_taken = SecondsSince(start);
-  *log = p.LogText();
-  return rc;
-}
-
 // The log line that gives the refusal.
 std::string RefusalLine(const std::string& log) {
   std::istringstream in(log);
@@ -318,8 +305,10 @@ TEST_CASE(
     c["model"] = {{"name", "stories260K-wiki"},
                   {"path", ModelDir("stories260K-wiki")},
                   {"producer_path", ModelDir("stories260K")}};
-    CHECK(RunToExit(dir, c, "wrong-specialist", lab->decode_ns(1), &log, &took) ==
+    const auto start = Clock::now();
+    CHECK(RunToExit("scd-decode", dir, c, "wrong-specialist", &log, lab->decode_ns(1)) ==
           std::optional<int>(1));
+    took = SecondsSince(start);
     INFO(log);
     CHECK(log.find("registration refused") != std::string::npos);
     CHECK(log.find("'stories260K-wiki' is not served by this prefill daemon") != std::string::npos);
@@ -337,8 +326,10 @@ TEST_CASE(
     }
     json c = LabDecodeConfig(1);
     c["model"]["artifact"] = other;
-    CHECK(RunToExit(dir, c, "wrong-artifact", lab->decode_ns(1), &log, &took) ==
+    const auto start = Clock::now();
+    CHECK(RunToExit("scd-decode", dir, c, "wrong-artifact", &log, lab->decode_ns(1)) ==
           std::optional<int>(1));
+    took = SecondsSince(start);
     INFO(log);
     CHECK(log.find("registration refused") != std::string::npos);
     CHECK(log.find("pair digest mismatch") != std::string::npos);

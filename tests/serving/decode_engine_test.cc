@@ -4,66 +4,27 @@
 #include "common/serving/decode_engine.h"
 
 #include <catch2/catch.hpp>
-#include <condition_variable>
-#include <map>
-#include <mutex>
 #include <thread>
 
 #include "common/runtime/generate.h"
 #include "common/scd/wire_format.h"
+#include "tests/serving/engine_fixture.h"
 #include "tests/test_support.h"
 
 namespace scd {
 namespace {
 
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<uint64_t, std::vector<int32_t>> tokens;
-  std::map<uint64_t, DecodeEvent> final_events;
+using Collector = testing::DecodeEventCollector;
+using testing::SyntheticPrompt;
 
-  DecodeCallback For(uint64_t id) {
-    return [this, id](const DecodeEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (e.kind == DecodeEvent::Kind::kToken) {
-        tokens[id].push_back(e.token);
-      } else {
-        final_events[id] = e;
-        cv.notify_all();
-      }
-    };
-  }
-  void WaitFor(size_t n) {
-    std::unique_lock<std::mutex> lock(mu);
-    REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return final_events.size() >= n; }));
-  }
-};
-
-struct Fixture {
-  std::shared_ptr<const Model> model;
-  std::unique_ptr<Backend> reference;  // for expected outputs and producer states
-  std::unique_ptr<ProducerCodec> producer;
+struct Fixture : testing::ProducerFixture {
   std::unique_ptr<DecodeEngine> engine;
 
-  explicit Fixture(DecodeEngineOptions options = {}) {
-    auto m = LoadModel(testing::SharedPath("models/stories260K"));
-    REQUIRE(m.ok());
-    model = *m;
-    reference = CreateBackend(BackendKind::kCpu, model).value();
-    producer = ProducerCodec::Create(model, model->digest, nullptr).value();
-    auto codec = ConsumerCodec::Create(model, model->digest, nullptr).value();
-    auto e = DecodeEngine::Create(CreateBackend(BackendKind::kCpu, model).value(),
-                                  std::move(codec), options);
-    REQUIRE(e.ok());
-    engine = std::move(e).value();
-  }
+  explicit Fixture(const DecodeEngineOptions& options = {}) { engine = Engine(options); }
 
   // A raw payload for `prefix` made from the reference backend's states.
   std::vector<uint8_t> Payload(const std::vector<int32_t>& prefix) {
-    auto seq = reference->NewSequence(static_cast<int>(prefix.size())).value();
-    PrefillResult states;
-    REQUIRE(reference->Prefill(*seq, prefix, ProducerPrefillOptions(CodecMode::kRaw), &states).ok());
-    return SerializePayload(producer->Encode(CodecMode::kRaw, prefix, states).value());
+    return SerializePayload(Encode(CodecMode::kRaw, prefix));
   }
 
   std::vector<int32_t> Expected(const std::vector<int32_t>& prompt, int max_tokens) {
@@ -75,12 +36,6 @@ struct Fixture {
   }
 };
 
-std::vector<int32_t> Prompt(int n, int seed) {
-  std::vector<int32_t> p = {1};
-  for (int i = 1; i < n; ++i) p.push_back(3 + (i * 131 + seed * 17) % 500);
-  return p;
-}
-
 }  // namespace
 
 TEST_CASE("Concurrent requests are batched and each matches plain generation", "[cpu]") {
@@ -89,7 +44,7 @@ TEST_CASE("Concurrent requests are batched and each matches plain generation", "
   std::map<uint64_t, std::vector<int32_t>> want;
   std::vector<DecodeJob> jobs;
   for (uint64_t id = 1; id <= 6; ++id) {
-    const auto prompt = Prompt(10 + 7 * static_cast<int>(id), static_cast<int>(id));
+    const auto prompt = SyntheticPrompt(10 + 7 * static_cast<int>(id), static_cast<int>(id));
     const int max_tokens = 5 + 4 * static_cast<int>(id);
     want[id] = f.Expected(prompt, max_tokens);
     DecodeJob job;
@@ -103,7 +58,7 @@ TEST_CASE("Concurrent requests are batched and each matches plain generation", "
   // A long-running request first, so the six arrive while a batch is in flight.
   DecodeJob blocker;
   blocker.request_id = 100;
-  blocker.suffix = Prompt(8, 9);
+  blocker.suffix = SyntheticPrompt(8, 9);
   blocker.max_tokens = 300;
   blocker.stop_ids = {-1};
   REQUIRE(f.engine->Submit(std::move(blocker), c.For(100)).ok());
@@ -133,7 +88,7 @@ TEST_CASE("Bad requests fail alone and the engine keeps serving", "[cpu]") {
   o.max_queue = 64;
   Fixture f(o);
   Collector c;
-  const auto prompt = Prompt(30, 1);
+  const auto prompt = SyntheticPrompt(30, 1);
   const std::vector<int32_t> prefix(prompt.begin(), prompt.end() - 1);
   const std::vector<int32_t> suffix = {prompt.back()};
 
@@ -152,7 +107,7 @@ TEST_CASE("Bad requests fail alone and the engine keeps serving", "[cpu]") {
 
   DecodeJob too_long;
   too_long.request_id = 3;
-  too_long.suffix = Prompt(600, 2);
+  too_long.suffix = SyntheticPrompt(600, 2);
   REQUIRE(f.engine->Submit(std::move(too_long), c.For(3)).ok());
 
   DecodeJob good;
@@ -181,7 +136,7 @@ TEST_CASE("Cancellation ends one request; a full queue refuses with RESOURCE_EXH
   Collector c;
   DecodeJob longer;
   longer.request_id = 1;
-  longer.suffix = Prompt(8, 3);
+  longer.suffix = SyntheticPrompt(8, 3);
   longer.max_tokens = 400;
   longer.stop_ids = {-1};
   REQUIRE(f.engine->Submit(std::move(longer), c.For(1)).ok());
@@ -191,12 +146,12 @@ TEST_CASE("Cancellation ends one request; a full queue refuses with RESOURCE_EXH
   }
   DecodeJob queued;
   queued.request_id = 2;
-  queued.suffix = Prompt(8, 4);
+  queued.suffix = SyntheticPrompt(8, 4);
   queued.max_tokens = 3;
   REQUIRE(f.engine->Submit(std::move(queued), c.For(2)).ok());
   DecodeJob overflow;
   overflow.request_id = 3;
-  overflow.suffix = Prompt(8, 5);
+  overflow.suffix = SyntheticPrompt(8, 5);
   CHECK(f.engine->Submit(std::move(overflow), c.For(3)).code() ==
         absl::StatusCode::kResourceExhausted);
   f.engine->Cancel(1);

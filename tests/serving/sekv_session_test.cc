@@ -6,73 +6,25 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <condition_variable>
-#include <map>
-#include <mutex>
 
 #include "common/scd/wire_format.h"
 #include "common/sekv/kv_cache.h"
 #include "common/serving/decode_engine.h"
+#include "tests/serving/engine_fixture.h"
 #include "tests/test_support.h"
 
 namespace scd {
 namespace {
 
-struct Events {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<uint64_t, std::vector<int32_t>> tokens;
-  std::map<uint64_t, DecodeEvent> final_events;
+using testing::DecodeEventCollector;
+using testing::SyntheticPrompt;
 
-  DecodeCallback For(uint64_t id) {
-    return [this, id](const DecodeEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (e.kind == DecodeEvent::Kind::kToken) {
-        tokens[id].push_back(e.token);
-      } else {
-        final_events[id] = e;
-        cv.notify_all();
-      }
-    };
-  }
-  void WaitFor(size_t n) {
-    std::unique_lock<std::mutex> lock(mu);
-    REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return final_events.size() >= n; }));
-  }
-};
-
-std::vector<int32_t> Prompt(int n, int seed) {
-  std::vector<int32_t> p = {1};
-  for (int i = 1; i < n; ++i) p.push_back(3 + (i * 131 + seed * 17) % 500);
-  return p;
-}
-
-struct SekvFixture {
-  std::shared_ptr<const Model> model;
-  std::unique_ptr<Backend> reference;
-  std::unique_ptr<ProducerCodec> producer;
-
-  SekvFixture() {
-    auto m = LoadModel(testing::SharedPath("models/stories260K"));
-    REQUIRE(m.ok());
-    model = *m;
-    reference = CreateBackend(BackendKind::kCpu, model).value();
-    producer = ProducerCodec::Create(model, model->digest, nullptr).value();
-  }
-  Payload Encode(CodecMode mode, const std::vector<int32_t>& prefix) {
-    auto seq = reference->NewSequence(static_cast<int>(prefix.size())).value();
-    PrefillResult states;
-    REQUIRE(reference->Prefill(*seq, prefix, ProducerPrefillOptions(mode), &states).ok());
-    return producer->Encode(mode, prefix, states).value();
-  }
+struct SekvFixture : testing::ProducerFixture {
   std::unique_ptr<DecodeEngine> Engine(double budget) {
     DecodeEngineOptions o;
     o.sekv.enabled = true;
     o.sekv.budget = budget;
-    auto e = DecodeEngine::Create(CreateBackend(BackendKind::kCpu, model).value(),
-                                  ConsumerCodec::Create(model, model->digest, nullptr).value(), o);
-    REQUIRE(e.ok());
-    return std::move(e).value();
+    return ProducerFixture::Engine(o);
   }
 };
 
@@ -81,11 +33,11 @@ struct SekvFixture {
 TEST_CASE("SEKV engine serves batched requests within the GPU budget", "[cpu]") {
   SekvFixture f;
   auto engine = f.Engine(0.4);
-  Events ev;
+  DecodeEventCollector ev;
   const CodecMode modes[] = {CodecMode::kRaw, CodecMode::kQuant8, CodecMode::kOracle,
                              CodecMode::kRaw};
   for (uint64_t id = 1; id <= 4; ++id) {
-    const auto prompt = Prompt(120 + 20 * static_cast<int>(id), static_cast<int>(id));
+    const auto prompt = SyntheticPrompt(120 + 20 * static_cast<int>(id), static_cast<int>(id));
     DecodeJob job;
     job.request_id = id;
     job.payload = SerializePayload(
@@ -97,7 +49,7 @@ TEST_CASE("SEKV engine serves batched requests within the GPU budget", "[cpu]") 
   }
   DecodeJob bare;  // no payload: the consumer prefills the whole prompt itself
   bare.request_id = 5;
-  bare.suffix = Prompt(90, 5);
+  bare.suffix = SyntheticPrompt(90, 5);
   bare.max_tokens = 6;
   bare.stop_ids = {-1};
   REQUIRE(engine->Submit(std::move(bare), ev.For(5)).ok());
@@ -119,7 +71,7 @@ TEST_CASE("SEKV engine serves batched requests within the GPU budget", "[cpu]") 
 
 TEST_CASE("SEKV session builds the hierarchy from the payload's K/V and surprisal", "[cpu]") {
   SekvFixture f;
-  const auto prompt = Prompt(150, 7);
+  const auto prompt = SyntheticPrompt(150, 7);
   const std::vector<int32_t> prefix(prompt.begin(), prompt.end() - 4);
   const Payload payload = f.Encode(CodecMode::kRaw, prefix);
   auto surprisal = PayloadSurprisal(payload);
@@ -167,8 +119,8 @@ TEST_CASE("SEKV session builds the hierarchy from the payload's K/V and surprisa
 TEST_CASE("SEKV refuses what it cannot serve, one request at a time", "[cpu]") {
   SekvFixture f;
   auto engine = f.Engine(0.4);
-  Events ev;
-  const auto prompt = Prompt(80, 3);
+  DecodeEventCollector ev;
+  const auto prompt = SyntheticPrompt(80, 3);
   const std::vector<int32_t> prefix(prompt.begin(), prompt.end() - 1);
   // A payload without its surprisal block.
   Payload stripped = f.Encode(CodecMode::kRaw, prefix);
