@@ -33,7 +33,10 @@ using testing::FakeLlmOptions;
 using testing::FakeLlmServer;
 
 // TSan makes starting a thread cost tens of milliseconds, so the open-loop client cannot keep a
-// 100 req/s schedule under it; the lag bounds are checked in uninstrumented builds only.
+// 100 req/s schedule under it; the lag bounds are checked in the other builds only. ASan
+// (with detect_stack_use_after_return, as scripts/sanitize.sh runs it) makes it cost a few
+// milliseconds: the worst lag gets a looser bound there, still far below the seconds a
+// fixed thread pool falls behind.
 #if defined(__SANITIZE_THREAD__)
 constexpr bool kThreadSanitizer = true;
 #elif defined(__has_feature)
@@ -44,6 +47,17 @@ constexpr bool kThreadSanitizer = false;
 #endif
 #else
 constexpr bool kThreadSanitizer = false;
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+constexpr double kMaxLagS = 1.0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr double kMaxLagS = 1.0;
+#else
+constexpr double kMaxLagS = 0.25;
+#endif
+#else
+constexpr double kMaxLagS = 0.25;
 #endif
 
 LoadOptions Options(const std::string& url) {
@@ -280,12 +294,12 @@ TEST_CASE("open loop: slow requests do not hold back later arrivals", "[cpu]") {
     CHECK(r.ttft_s() >= 0.3);
     lags.push_back(r.lag_s());
   }
-  // A fixed pool of 4 threads would serve ~13 requests/s here and fall seconds behind; the
-  // bounds leave room for a busy CI machine.
+  // A fixed pool of 4 threads would serve ~13 requests/s here and fall seconds behind (the
+  // last request by about 4 s); the bounds leave room for a busy CI machine.
   std::sort(lags.begin(), lags.end());
   if (!kThreadSanitizer) {
     CHECK(lags[30] < 0.05);
-    CHECK(lags.back() < 0.25);
+    CHECK(lags.back() < kMaxLagS);
   }
   CHECK(result->peak_in_flight >= 10);
   CHECK(fake.max_streams_at_once() >= 10);
@@ -296,7 +310,7 @@ TEST_CASE("open loop: slow requests do not hold back later arrivals", "[cpu]") {
   CHECK(report["schedule"]["target_rate"] == 100.0);
   if (!kThreadSanitizer) {
     CHECK(report["schedule"]["achieved_rate"].get<double>() > 50);
-    CHECK(report["schedule"]["lag_ms"]["max"].get<double>() < 250);
+    CHECK(report["schedule"]["lag_ms"]["max"].get<double>() < 1000 * kMaxLagS);
   }
 }
 
