@@ -272,6 +272,7 @@ absl::StatusOr<SoakResult> RunSoak(const SoakOptions& o, const SoakProgressFn& p
     load.rss_pids.push_back(c.decodes[i]->pid());
     result.daemons.push_back(absl::StrCat("decode-", i));
   }
+  load.rss_labels = result.daemons;
   progress(absl::StrCat("soak: Poisson arrivals at ", Fmt(result.soak_rate, 2), " req/s (",
                         Fmt(100 * o.load_fraction, 0), "% of ", Fmt(result.saturation_rate, 2),
                         ") for ", Fmt(o.duration_s, 0), " s"));

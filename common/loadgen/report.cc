@@ -74,10 +74,12 @@ json TimeSeriesJson(const LoadOptions& options, const RunResult& result) {
   for (const RssSample& s : result.rss) {
     samples.push_back({{"t_s", s.t_s}, {"kib", s.kib}, {"client_kib", s.client_kib}});
   }
-  return json{{"interval_s", options.interval_s},
-              {"rss_pids", options.rss_pids},
-              {"points", std::move(points)},
-              {"rss_samples", std::move(samples)}};
+  json out{{"interval_s", options.interval_s},
+           {"rss_pids", options.rss_pids},
+           {"points", std::move(points)},
+           {"rss_samples", std::move(samples)}};
+  if (!options.rss_labels.empty()) out["rss_labels"] = options.rss_labels;
+  return out;
 }
 
 std::string Ms(const json& value) {
@@ -343,9 +345,12 @@ absl::Status WriteTimeSeriesPng(const json& report, const std::string& path) {
         mib.push_back(static_cast<double>(kib) / 1024.0);
       }
       if (st.empty()) continue;
-      if (absl::Status s = memory.AddSeries(absl::StrCat("pid ", pids[i].get<int>()), std::move(st),
-                                            std::move(mib));
-          !s.ok()) {
+      const bool labelled = ts.contains("rss_labels") && ts["rss_labels"].is_array() &&
+                            ts["rss_labels"].size() == pids.size() && ts["rss_labels"][i].is_string();
+      const std::string name =
+          labelled ? absl::StrCat(ts["rss_labels"][i].get<std::string>(), " (pid ", pids[i].get<int>(), ")")
+                   : absl::StrCat("pid ", pids[i].get<int>());
+      if (absl::Status s = memory.AddSeries(name, std::move(st), std::move(mib)); !s.ok()) {
         return s;
       }
     }

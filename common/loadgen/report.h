@@ -24,7 +24,8 @@
 //                "client_threads"},
 //   "ttft_drift": {"window_s", "first_p99_ms", "last_p99_ms", "first_count", "last_count",
 //                  "relative_change"} | null,
-//   "timeseries": {"interval_s", "rss_pids", "points": [{"t_start_s", "t_end_s", "issued",
+//   "timeseries": {"interval_s", "rss_pids", "rss_labels" (when given),
+//                  "points": [{"t_start_s", "t_end_s", "issued",
 //                  "completed", "ok", "errors", "ttft_p50_ms", "ttft_p99_ms",
 //                  "output_tokens_per_s", "rss_kib": [per pid], "client_rss_kib"}, ...],
 //                  "rss_samples": [{"t_s", "kib": [per pid], "client_kib"}, ...]}

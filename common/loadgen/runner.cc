@@ -353,6 +353,9 @@ absl::Status ValidateLoadOptions(const LoadOptions& o) {
   for (int pid : o.rss_pids) {
     if (pid <= 0) return bad("--rss-pid values must be positive process ids");
   }
+  if (!o.rss_labels.empty() && o.rss_labels.size() != o.rss_pids.size()) {
+    return bad("RSS labels must name every RSS pid, one each");
+  }
   return absl::OkStatus();
 }
 

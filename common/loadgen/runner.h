@@ -51,6 +51,9 @@ struct LoadOptions {
   int max_in_flight = 4096;  // open loop only
   double interval_s = 10;    // RSS sampling period
   std::vector<int> rss_pids;
+  // Optional names of the rss_pids processes, one each (e.g. "prefill"), for the report and
+  // its plot; empty: they are named by pid.
+  std::vector<std::string> rss_labels;
   double progress_period_s = 1;
   const std::atomic<bool>* stop = nullptr;  // issuing stops once it reads true
 };

@@ -323,6 +323,7 @@ TEST_CASE("--duration ends issuing; time series, RSS, records and PNGs", "[cpu]"
   options.duration_s = 1.0;
   options.interval_s = 0.25;
   options.rss_pids = {static_cast<int>(::getpid())};
+  options.rss_labels = {"this test"};
   absl::StatusOr<RunResult> result = RunLoad(options, Prompts(4));
   REQUIRE(result.ok());
   const int64_t issued = static_cast<int64_t>(result->records.size());
@@ -355,6 +356,7 @@ TEST_CASE("--duration ends issuing; time series, RSS, records and PNGs", "[cpu]"
   CHECK(points[0]["ttft_p99_ms"].get<double>() >= 20);
   REQUIRE(report["ttft_drift"].is_object());
   CHECK(report["ttft_drift"]["window_s"] == 0.25);
+  CHECK(report["timeseries"]["rss_labels"] == nlohmann::json::array({"this test"}));
 
   const std::string dir = scd::testing::TempDir();
   const std::string ttft_png = dir + "/ttft.png";
@@ -418,6 +420,12 @@ TEST_CASE("invalid load options are rejected before any request", "[cpu]") {
   options.client.timeout_s = 0;
   CHECK_FALSE(ValidateLoadOptions(options).ok());
   options.client.timeout_s = 1;
+  options.rss_pids = {1, 2};
+  options.rss_labels = {"only one"};
+  CHECK_FALSE(ValidateLoadOptions(options).ok());  // a label for each pid, or none
+  options.rss_labels.clear();
+  CHECK(ValidateLoadOptions(options).ok());
+  options.rss_pids.clear();
   options.body.api = Api::kCompletions;
   Prompt chat;
   chat.messages = {{"user", "hi"}};
