@@ -65,7 +65,7 @@ ControlPlaneClient::~ControlPlaneClient() { Shutdown(); }
 
 absl::Status ControlPlaneClient::Start(absl::Duration wait) {
   {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     if (started_) return absl::FailedPreconditionError("ControlPlaneClient::Start called twice");
     started_ = true;
   }
@@ -87,7 +87,7 @@ absl::Status ControlPlaneClient::Start(absl::Duration wait) {
   }
   ResetBackoff();
   {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     if (!stop_) {
       thread_ = std::thread([this] { HeartbeatLoop(); });
       return absl::OkStatus();
@@ -101,7 +101,7 @@ absl::Status ControlPlaneClient::Start(absl::Duration wait) {
 void ControlPlaneClient::Shutdown() {
   std::thread thread;
   {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
     stop_ = true;
@@ -113,22 +113,22 @@ void ControlPlaneClient::Shutdown() {
 }
 
 bool ControlPlaneClient::registered() {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   return registered_;
 }
 
 int64_t ControlPlaneClient::registrations() {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   return registrations_;
 }
 
 absl::Status ControlPlaneClient::last_error() {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   return last_error_;
 }
 
 absl::Duration ControlPlaneClient::heartbeat_interval() {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   return heartbeat_interval_;
 }
 
@@ -146,12 +146,12 @@ absl::Status ControlPlaneClient::RegisterOnce() {
   grpc::ClientContext context;
   SetDeadline(&context, options_.rpc_timeout);
   {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     if (stop_) return absl::CancelledError("control plane client is shutting down");
     active_context_ = &context;
   }
   const grpc::Status rpc = stub_->Register(&context, request, &response);
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   active_context_ = nullptr;
   if (!rpc.ok()) {
     registered_ = false;
@@ -179,12 +179,12 @@ absl::StatusOr<bool> ControlPlaneClient::HeartbeatOnce() {
   grpc::ClientContext context;
   SetDeadline(&context, options_.rpc_timeout);
   {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     if (stop_) return absl::CancelledError("control plane client is shutting down");
     active_context_ = &context;
   }
   const grpc::Status rpc = stub_->Heartbeat(&context, request, &response);
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   active_context_ = nullptr;
   if (!rpc.ok()) return FromGrpcStatus(rpc);
   return response.reregister();
@@ -199,7 +199,7 @@ void ControlPlaneClient::DeregisterOnce() {
   SetDeadline(&context, options_.rpc_timeout);
   // Best effort: if it fails the lease expires on the server anyway.
   const grpc::Status rpc = stub_->Deregister(&context, request, &response);
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   registered_ = false;
   if (!rpc.ok()) last_error_ = FromGrpcStatus(rpc);
 }
@@ -218,7 +218,7 @@ void ControlPlaneClient::HeartbeatLoop() {
         if (stopping()) return;
         RecordError(reregister.status());
       }
-      absl::MutexLock lock(&mu_);
+      scd::MutexLock lock(&mu_);
       registered_ = false;
     }
     // Either the server forgot us (register at once) or a retry is due.
@@ -237,12 +237,12 @@ void ControlPlaneClient::HeartbeatLoop() {
 }
 
 bool ControlPlaneClient::stopping() {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   return stop_;
 }
 
 bool ControlPlaneClient::SleepUnlessStopped(absl::Duration duration) {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(&stop_), duration);
   return !stop_;
 }
@@ -257,7 +257,7 @@ absl::Duration ControlPlaneClient::NextBackoff() {
 void ControlPlaneClient::ResetBackoff() { backoff_ = options_.initial_backoff; }
 
 void ControlPlaneClient::RecordError(const absl::Status& status) {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   last_error_ = status;
 }
 

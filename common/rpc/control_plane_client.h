@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/mutex.h"
 #include "common/base/random.h"
 #include "common/rpc/credentials.h"
 #include "common/rpc/decode_registry.h"
@@ -106,7 +107,7 @@ class ControlPlaneClient {
   std::unique_ptr<scd::v1::ControlPlane::Stub> stub_;
   std::thread thread_;
 
-  absl::Mutex mu_;
+  scd::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -108,7 +108,7 @@ absl::Status DecodeRegistry::SetExpectedDigest(const std::string& model,
   absl::StatusOr<std::string> digest =
       NormalizeDigest(digest_hex, absl::StrCat("expected pair digest of model '", model, "'"));
   if (!digest.ok()) return digest.status();
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   expected_digests_[model] = *digest;
   for (auto it = instances_.begin(); it != instances_.end();) {
     const DecodeInstanceInfo& info = it->second.info;
@@ -143,7 +143,7 @@ absl::StatusOr<RegisterOutcome> DecodeRegistry::Register(const DecodeInstanceInf
   if (!digest.ok()) return digest.status();
 
   const absl::Time now = Now();
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   ExpireLocked(now);
   auto expected = expected_digests_.find(info.model_name);
   if (expected == expected_digests_.end()) {
@@ -187,7 +187,7 @@ absl::StatusOr<bool> DecodeRegistry::Heartbeat(const std::string& instance_id,
         absl::StrCat("heartbeat from '", instance_id, "' refused: cluster token does not match"));
   }
   const absl::Time now = Now();
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   ExpireLocked(now);
   auto it = instances_.find(instance_id);
   if (it == instances_.end()) return false;
@@ -205,13 +205,13 @@ absl::StatusOr<bool> DecodeRegistry::Deregister(const std::string& instance_id,
     return absl::PermissionDeniedError(absl::StrCat("deregistration of '", instance_id,
                                                     "' refused: cluster token does not match"));
   }
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   return instances_.erase(instance_id) > 0;
 }
 
 absl::StatusOr<DecodeLease> DecodeRegistry::Pick(const std::string& model) {
   const absl::Time now = Now();
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   ExpireLocked(now);
   if (expected_digests_.count(model) == 0) {
     return absl::NotFoundError(absl::StrCat("model '", model, "' is not served here"));
@@ -264,7 +264,7 @@ absl::StatusOr<DecodeLease> DecodeRegistry::Pick(const std::string& model) {
 }
 
 void DecodeRegistry::Release(const std::string& instance_id, uint64_t epoch) {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   auto it = instances_.find(instance_id);
   if (it == instances_.end() || it->second.epoch != epoch) return;
   Entry& entry = it->second;
@@ -275,7 +275,7 @@ void DecodeRegistry::Release(const std::string& instance_id, uint64_t epoch) {
 
 void DecodeRegistry::MarkFailed(const std::string& instance_id) {
   const absl::Time now = Now();
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   auto it = instances_.find(instance_id);
   if (it == instances_.end()) return;
   it->second.quarantined_until = now + options_.failure_quarantine;
@@ -283,7 +283,7 @@ void DecodeRegistry::MarkFailed(const std::string& instance_id) {
 
 std::vector<DecodeInstanceStatus> DecodeRegistry::Instances() {
   const absl::Time now = Now();
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   ExpireLocked(now);
   std::vector<DecodeInstanceStatus> result;
   for (const auto& [id, entry] : instances_) {
@@ -306,7 +306,7 @@ std::vector<DecodeInstanceStatus> DecodeRegistry::Instances() {
 
 int DecodeRegistry::LiveInstanceCount(const std::string& model) {
   const absl::Time now = Now();
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   ExpireLocked(now);
   int count = 0;
   for (const auto& [id, entry] : instances_) {
@@ -316,7 +316,7 @@ int DecodeRegistry::LiveInstanceCount(const std::string& model) {
 }
 
 std::vector<std::string> DecodeRegistry::Models() {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   std::vector<std::string> models;
   for (const auto& [model, unused] : expected_digests_) models.push_back(model);
   return models;

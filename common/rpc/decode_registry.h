@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/mutex.h"
 
 namespace scd::rpc {
 
@@ -184,7 +185,7 @@ class DecodeRegistry {
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DecodeRegistryOptions options_;
-  absl::Mutex mu_;
+  scd::Mutex mu_;
   std::map<std::string, std::string> expected_digests_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Entry> instances_ ABSL_GUARDED_BY(mu_);       // by instance id
   std::map<std::string, uint64_t> round_robin_ ABSL_GUARDED_BY(mu_);  // model → next start

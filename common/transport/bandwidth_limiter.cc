@@ -29,7 +29,7 @@ absl::Status BandwidthLimiter::Acquire(size_t bytes, absl::Time deadline) {
   if (unlimited() || bytes == 0) return absl::OkStatus();
   absl::Duration wait;
   {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     const absl::Time now = absl::Now();
     tokens_ = std::min(burst_bytes_,
                        tokens_ + absl::ToDoubleSeconds(now - last_refill_) * bytes_per_second_);

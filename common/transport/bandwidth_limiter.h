@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/mutex.h"
 
 namespace scd::transport {
 
@@ -40,7 +41,7 @@ class BandwidthLimiter {
 
   const double bytes_per_second_;
   const double burst_bytes_;
-  absl::Mutex mu_;
+  scd::Mutex mu_;
   double tokens_ ABSL_GUARDED_BY(mu_);
   absl::Time last_refill_ ABSL_GUARDED_BY(mu_);
 };

@@ -38,7 +38,7 @@ absl::Status FrameSender::Send(uint64_t request_id, absl::Span<const uint8_t> by
   }
 
   {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     auto wire_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writing_ || broken_; };
     if (!mu_.AwaitWithDeadline(absl::Condition(&wire_free), deadline)) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -52,7 +52,7 @@ absl::Status FrameSender::Send(uint64_t request_id, absl::Span<const uint8_t> by
   bool started = false;
   const absl::Status written = WriteFrame(EncodeHeader(header), bytes, deadline, &started);
   {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     writing_ = false;
   }
   if (!written.ok()) {
@@ -68,7 +68,7 @@ absl::Status FrameSender::Send(uint64_t request_id, absl::Span<const uint8_t> by
 
 void FrameSender::Break(const absl::Status& reason) {
   {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     if (broken_) return;
     broken_ = true;
   }

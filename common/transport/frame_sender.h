@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/base/mutex.h"
 #include "common/transport/bandwidth_limiter.h"
 #include "common/transport/frame.h"
 #include "common/transport/pending_acks.h"
@@ -58,7 +59,7 @@ class FrameSender {
   const BrokenFn on_broken_;
   PendingAcks acks_;
 
-  absl::Mutex mu_;
+  scd::Mutex mu_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a frame is on the wire
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;

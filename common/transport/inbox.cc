@@ -22,7 +22,7 @@ bool AllocateBody(size_t size, Message* message) {
 }
 
 bool Inbox::Push(Message message) {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](Inbox* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
         return self->closed_ || self->queue_.size() < self->capacity_;
@@ -34,14 +34,14 @@ bool Inbox::Push(Message message) {
 }
 
 bool Inbox::TryPush(Message& message) {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   if (closed_ || queue_.size() >= capacity_) return false;
   queue_.push_back(std::move(message));
   return true;
 }
 
 void Inbox::PushReport(Message message) {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   if (!closed_) queue_.push_back(std::move(message));
 }
 
@@ -49,7 +49,7 @@ absl::StatusOr<Message> Inbox::Pop(absl::Time deadline) {
   std::function<void()> on_space;
   Message message;
   {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     mu_.AwaitWithDeadline(absl::Condition(
                               +[](Inbox* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
                                 return self->closed_ || !self->queue_.empty();
@@ -67,14 +67,14 @@ absl::StatusOr<Message> Inbox::Pop(absl::Time deadline) {
 }
 
 void Inbox::Close() {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   closed_ = true;
   queue_.clear();
   on_space_ = nullptr;
 }
 
 void Inbox::SetOnSpace(std::function<void()> on_space) {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   on_space_ = std::move(on_space);
 }
 

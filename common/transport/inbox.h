@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/mutex.h"
 #include "common/transport/transport.h"
 
 namespace scd::transport {
@@ -44,7 +45,7 @@ class Inbox {
 
  private:
   const size_t capacity_;
-  absl::Mutex mu_;
+  scd::Mutex mu_;
   std::deque<Message> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> on_space_ ABSL_GUARDED_BY(mu_);

@@ -8,23 +8,23 @@
 namespace scd::transport {
 
 void PendingAcks::Expect(uint64_t sequence) {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   verdicts_[sequence] = std::nullopt;
 }
 
 void PendingAcks::Resolve(uint64_t sequence, absl::Status verdict) {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   auto it = verdicts_.find(sequence);
   if (it != verdicts_.end() && !it->second.has_value()) it->second = std::move(verdict);
 }
 
 void PendingAcks::FailAll(absl::Status reason) {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   if (failure_.ok()) failure_ = std::move(reason);
 }
 
 absl::Status PendingAcks::Await(uint64_t sequence, absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   auto ready = [this, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = verdicts_.find(sequence);
     return !failure_.ok() || it == verdicts_.end() || it->second.has_value();
@@ -46,12 +46,12 @@ absl::Status PendingAcks::Await(uint64_t sequence, absl::Time deadline) {
 }
 
 void PendingAcks::Forget(uint64_t sequence) {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   verdicts_.erase(sequence);
 }
 
 absl::Status PendingAcks::failure() const {
-  absl::MutexLock lock(&mu_);
+  scd::MutexLock lock(&mu_);
   return failure_;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/mutex.h"
 
 namespace scd::transport {
 
@@ -33,7 +34,7 @@ class PendingAcks {
   absl::Status failure() const;
 
  private:
-  mutable absl::Mutex mu_;
+  mutable scd::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::optional<absl::Status>> verdicts_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
 };

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/base/mutex.h"
 #include "common/base/status_macros.h"
 #include "common/transport/address.h"
 #include "common/transport/bandwidth_limiter.h"
@@ -164,7 +165,7 @@ class TcpListener : public Listener {
   absl::StatusOr<Message> Receive(absl::Time deadline) override { return inbox_.Pop(deadline); }
 
   void Close() override {
-    absl::MutexLock lock(&close_mu_);  // a concurrent Close returns only once this one is done
+    scd::MutexLock lock(&close_mu_);  // a concurrent Close returns only once this one is done
     if (closing_.exchange(true)) return;
     inbox_.Close();  // wakes readers blocked on a full inbox
     const uint64_t one = 1;
@@ -172,7 +173,7 @@ class TcpListener : public Listener {
     accept_thread_.join();
     std::list<std::unique_ptr<Peer>> peers;
     {
-      absl::MutexLock peers_lock(&peers_mu_);
+      scd::MutexLock peers_lock(&peers_mu_);
       peers.swap(peers_);
     }
     for (auto& peer : peers) shutdown(peer->fd.get(), SHUT_RDWR);
@@ -182,7 +183,7 @@ class TcpListener : public Listener {
   const std::string& address() const override { return address_; }
 
   void SetPeerClosedCallback(std::function<void(const std::string& peer)> callback) override {
-    absl::MutexLock lock(&callback_mu_);
+    scd::MutexLock lock(&callback_mu_);
     peer_closed_ = std::move(callback);
   }
 
@@ -216,7 +217,7 @@ class TcpListener : public Listener {
       peer->address = remote.ok() ? FormatAddress(kScheme, *remote) : "tcp://unknown";
       peer->fd = std::move(conn);
       Peer* raw = peer.get();
-      absl::MutexLock lock(&peers_mu_);
+      scd::MutexLock lock(&peers_mu_);
       ReapFinishedLocked();
       peer->thread = std::thread([this, raw] {
         Serve(*raw);
@@ -241,7 +242,7 @@ class TcpListener : public Listener {
 
   // Runs on the peer's thread after its last message was queued (see transport.h).
   void NotifyPeerClosed(const std::string& peer) {
-    absl::MutexLock lock(&callback_mu_);
+    scd::MutexLock lock(&callback_mu_);
     if (peer_closed_) peer_closed_(peer);
   }
 
@@ -321,11 +322,11 @@ class TcpListener : public Listener {
   const TransportOptions options_;
   Inbox inbox_;
   std::atomic<bool> closing_{false};
-  absl::Mutex close_mu_;
+  scd::Mutex close_mu_;
   std::thread accept_thread_;
-  absl::Mutex peers_mu_;
+  scd::Mutex peers_mu_;
   std::list<std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(peers_mu_);
-  absl::Mutex callback_mu_;
+  scd::Mutex callback_mu_;
   std::function<void(const std::string&)> peer_closed_ ABSL_GUARDED_BY(callback_mu_);
 };
 

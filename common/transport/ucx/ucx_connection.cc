@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/base/mutex.h"
 #include "common/base/status_macros.h"
 #include "common/transport/address.h"
 #include "common/transport/frame.h"
@@ -26,18 +27,18 @@ constexpr absl::Duration kCloseWait = absl::Seconds(5);
 
 // One write handed to the progress thread, and its outcome.
 struct PendingWrite {
-  absl::Mutex mu;
+  scd::Mutex mu;
   bool done ABSL_GUARDED_BY(mu) = false;
   ucs_status_t status ABSL_GUARDED_BY(mu) = UCS_OK;
 
   void Finish(ucs_status_t result) {
-    absl::MutexLock lock(&mu);
+    scd::MutexLock lock(&mu);
     done = true;
     status = result;
   }
   // True when finished before `deadline`.
   bool Wait(absl::Time deadline) {
-    absl::MutexLock lock(&mu);
+    scd::MutexLock lock(&mu);
     return mu.AwaitWithDeadline(absl::Condition(&done), deadline);
   }
 };
@@ -56,7 +57,7 @@ class UcxClient : public std::enable_shared_from_this<UcxClient> {
             },
             [this](const absl::Status&) {
               {
-                absl::MutexLock lock(&mu_);
+                scd::MutexLock lock(&mu_);
                 broken_ = true;
               }
               worker_->Post([self = shared_from_this()] { self->CloseEndpoint(); });
@@ -90,7 +91,7 @@ class UcxClient : public std::enable_shared_from_this<UcxClient> {
   // Waits for HELLO, a failure, or the deadline.
   absl::Status AwaitHello(absl::Time deadline) {
     {
-      absl::MutexLock lock(&mu_);
+      scd::MutexLock lock(&mu_);
       auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return hello_ || broken_; };
       mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
       if (hello_ && !broken_) return absl::OkStatus();
@@ -106,7 +107,7 @@ class UcxClient : public std::enable_shared_from_this<UcxClient> {
   // Breaks the connection and waits (bounded) until UCX has closed the endpoint.
   void Shutdown(const absl::Status& reason) {
     sender_.Break(reason);
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     mu_.AwaitWithTimeout(absl::Condition(&closed_), kCloseWait);
   }
 
@@ -128,7 +129,7 @@ class UcxClient : public std::enable_shared_from_this<UcxClient> {
       pending->Wait(absl::InfiniteFuture());
       return absl::DeadlineExceededError(absl::StrCat("UCX send to ", peer_, " timed out"));
     }
-    absl::MutexLock lock(&pending->mu);
+    scd::MutexLock lock(&pending->mu);
     return UcxStatus(pending->status, absl::StrCat("UCX send to ", peer_));
   }
 
@@ -155,7 +156,7 @@ class UcxClient : public std::enable_shared_from_this<UcxClient> {
     if (!header.ok()) return Fail(header.status());
     header_ = *header;
     if (header_.type == FrameType::kHello) {
-      absl::MutexLock lock(&mu_);
+      scd::MutexLock lock(&mu_);
       hello_ = true;
     } else if (header_.type != FrameType::kAck) {
       return Fail(absl::DataLossError("unexpected frame type from the receiver"));
@@ -193,7 +194,7 @@ class UcxClient : public std::enable_shared_from_this<UcxClient> {
   }
 
   void MarkClosed() {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     closed_ = true;
   }
 
@@ -210,7 +211,7 @@ class UcxClient : public std::enable_shared_from_this<UcxClient> {
   FrameHeader header_;
   std::string ack_text_;
 
-  absl::Mutex mu_;
+  scd::Mutex mu_;
   bool hello_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/base/mutex.h"
 #include "common/base/status_macros.h"
 #include "common/transport/address.h"
 #include "common/transport/frame.h"
@@ -94,7 +95,7 @@ class ListenerCore : public std::enable_shared_from_this<ListenerCore> {
 
   // Any thread: waits (bounded) for Shutdown's endpoint closes to complete.
   void AwaitAllClosed() {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     mu_.AwaitWithTimeout(absl::Condition(&all_closed_), kCloseWait);
   }
 
@@ -150,7 +151,7 @@ class ListenerCore : public std::enable_shared_from_this<ListenerCore> {
     if (ucp_ep_create(worker_->worker(), &params, &sep->ep) != UCS_OK) return;  // peer retries
     eps_[sep.get()] = sep;
     {
-      absl::MutexLock lock(&mu_);
+      scd::MutexLock lock(&mu_);
       all_closed_ = false;
     }
     UcxStreamSend(sep->ep, HelloFrame().data(), HelloFrame().size(), [](ucs_status_t) {});
@@ -248,7 +249,7 @@ class ListenerCore : public std::enable_shared_from_this<ListenerCore> {
 
   void MaybeAllClosed() {
     if (!closing_ || !eps_.empty()) return;
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     all_closed_ = true;
   }
 
@@ -263,7 +264,7 @@ class ListenerCore : public std::enable_shared_from_this<ListenerCore> {
   absl::flat_hash_map<ServerEp*, std::shared_ptr<ServerEp>> eps_;
   std::deque<std::shared_ptr<ServerEp>> blocked_;
 
-  absl::Mutex mu_;
+  scd::Mutex mu_;
   bool all_closed_ ABSL_GUARDED_BY(mu_) = true;
 };
 
@@ -287,7 +288,7 @@ class UcxListener : public Listener {
   }
 
   void Close() override {
-    absl::MutexLock lock(&close_mu_);
+    scd::MutexLock lock(&close_mu_);
     if (closed_) return;
     closed_ = true;
     core_->inbox().Close();
@@ -300,7 +301,7 @@ class UcxListener : public Listener {
  private:
   const std::shared_ptr<UcxWorker> worker_;
   const std::shared_ptr<ListenerCore> core_;
-  absl::Mutex close_mu_;
+  scd::Mutex close_mu_;
   bool closed_ ABSL_GUARDED_BY(close_mu_) = false;
 };
 

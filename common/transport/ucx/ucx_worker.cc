@@ -108,7 +108,7 @@ UcxWorker::UcxWorker(ucp_context_h context, ucp_worker_h worker, int wake_fd, in
 
 UcxWorker::~UcxWorker() {
   {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     stopping_ = true;
   }
   const uint64_t one = 1;
@@ -121,7 +121,7 @@ UcxWorker::~UcxWorker() {
 
 void UcxWorker::Post(std::function<void()> task) {
   {
-    absl::MutexLock lock(&mu_);
+    scd::MutexLock lock(&mu_);
     if (stopping_) return;
     tasks_.push_back(std::move(task));
   }
@@ -130,7 +130,7 @@ void UcxWorker::Post(std::function<void()> task) {
 }
 
 void UcxWorker::Run(const std::function<void()>& task) {
-  absl::Notification done;
+  scd::Notification done;
   Post([&] {
     task();
     done.Notify();
@@ -143,7 +143,7 @@ void UcxWorker::Loop() {
     std::deque<std::function<void()>> tasks;
     bool stopping = false;
     {
-      absl::MutexLock lock(&mu_);
+      scd::MutexLock lock(&mu_);
       tasks.swap(tasks_);
       stopping = stopping_;
     }

@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/base/mutex.h"
 
 namespace scd::transport {
 
@@ -47,7 +48,7 @@ class UcxWorker {
   ucp_worker_h const worker_;
   const int wake_fd_;    // eventfd: closures are waiting
   const int worker_fd_;  // UCX's event fd for the worker
-  absl::Mutex mu_;
+  scd::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
