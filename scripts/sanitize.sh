@@ -2,9 +2,8 @@
 # Builds and tests under the sanitizers (STYLE.md: sanitizer builds must pass the test suite):
 #   asan  build-asan/, -DSANITIZE=address,undefined: the full ctest suite, integration tests
 #         (real daemons on loopback) included. Leaks and every UBSan report fail the run.
-#   tsan  build-tsan/, -DSANITIZE=thread: the suite, integration tests included, except
-#         test_deploy (single-threaded file checks that would only cost a TSan build of
-#         everything). Debian's Abseil, gRPC and UCX are not TSan-instrumented, so: our own
+#   tsan  build-tsan/, -DSANITIZE=thread: the full ctest suite, integration tests included
+#         (TSan-built daemons). Debian's Abseil, gRPC and UCX are not TSan-instrumented, so: our own
 #         locks are scd::Mutex (common/base/mutex.h), which under TSan is a pthread mutex TSan
 #         sees instead of absl::Mutex; what the uninstrumented libraries do inside themselves is
 #         ignored (ignore_noninstrumented_modules=1), our code's accesses are all checked; UCX's
@@ -27,9 +26,6 @@ SCD_CUDA="${SCD_CUDA:-OFF}"
 ASAN_BUILD_DIR="${ASAN_BUILD_DIR:-build-asan}"
 TSAN_BUILD_DIR="${TSAN_BUILD_DIR:-build-tsan}"
 SUPP="$(pwd)/tests/sanitizers"
-# test_deploy: single-threaded checks of deploy/ files that link both daemons, so running it
-# would only cost a TSan build of everything.
-TSAN_EXCLUDE='^(test_deploy)$'
 # Test binaries that run with tests/sanitizers/tsan_httplib.supp (see the TSan step below).
 TSAN_HTTPLIB='^test_loadgen$'
 
@@ -64,8 +60,8 @@ fi
 
 if [[ "${WHICH}" == tsan || "${WHICH}" == all ]]; then
   configure "${TSAN_BUILD_DIR}" thread
-  # Only the test binaries that run (and what they need, both daemons included).
-  mapfile -t tsan_tests < <(ctest --test-dir "${TSAN_BUILD_DIR}" -N -E "${TSAN_EXCLUDE}" |
+  # Every test binary and what it needs (both daemons included); the bench tools are not built.
+  mapfile -t tsan_tests < <(ctest --test-dir "${TSAN_BUILD_DIR}" -N |
                             sed -n 's/^ *Test *#[0-9]*: *//p')
   step "building ${#tsan_tests[@]} test binaries in ${TSAN_BUILD_DIR}/ with ${JOBS} jobs"
   run cmake --build "${TSAN_BUILD_DIR}" -j"${JOBS}" --target "${tsan_tests[@]}"
@@ -82,13 +78,13 @@ if [[ "${WHICH}" == tsan || "${WHICH}" == all ]]; then
   # Ignoring interceptors called from uninstrumented modules drops exactly those; every
   # access made by our instrumented code is still checked.
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1"
-  step "testing ${TSAN_BUILD_DIR}/ under TSan, skipping ${TSAN_EXCLUDE}"
+  step "testing ${TSAN_BUILD_DIR}/ under TSan"
   echo "OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS} UCX_MEM_MMAP_HOOK_MODE=${UCX_MEM_MMAP_HOOK_MODE}"
   echo "TSAN_OPTIONS=${TSAN_OPTIONS}"
   SECONDS=0
   tsan_status=0
   run ctest --test-dir "${TSAN_BUILD_DIR}" --output-on-failure \
-    -E "${TSAN_EXCLUDE}|${TSAN_HTTPLIB}" "$@" || tsan_status=1
+    -E "${TSAN_HTTPLIB}" "$@" || tsan_status=1
   # The HTTP client from many threads: reports through Debian's uninstrumented cpp-httplib
   # are suppressed (tests/sanitizers/tsan_httplib.supp says which and why).
   export TSAN_OPTIONS="${TSAN_OPTIONS}:suppressions=${SUPP}/tsan_httplib.supp"
