@@ -130,13 +130,21 @@ class FakeLlmServer {
       for (int seen = max_streams_.load(); streams > seen;) {
         if (max_streams_.compare_exchange_weak(seen, streams)) break;
       }
-      Produce(*sse, kind, info, behavior, max_tokens, usage);
-      --streams_;
+      // A stream stops counting before its last event is sent: once the client has it, it may
+      // send its next request, and that one must not overlap this one in the count.
+      bool counted = true;
+      auto uncount = [&] {
+        if (counted) --streams_;
+        counted = false;
+      };
+      Produce(*sse, kind, info, behavior, max_tokens, usage, uncount);
+      uncount();
     });
   }
 
   void Produce(http::SseStream& sse, http::ApiKind kind, const http::ResponseInfo& info,
-               FakeBehavior behavior, int max_tokens, const http::Usage& usage) {
+               FakeBehavior behavior, int max_tokens, const http::Usage& usage,
+               const std::function<void()>& before_last_event) {
     if (behavior == FakeBehavior::kStall) {
       sse.WaitCancelled(std::chrono::seconds(20));  // only keep-alives until the client leaves
       return;
@@ -146,11 +154,13 @@ class FakeLlmServer {
     for (int i = 0; i < max_tokens; ++i) {
       if (i > 0 && sse.WaitCancelled(options_.token_delay)) return;
       if (behavior == FakeBehavior::kFailMidStream && i == 2) {
+        before_last_event();
         sse.Fail(absl::UnavailableError("decode daemon lost"));
         return;
       }
       if (!sse.Send(encoder.Delta(absl::StrCat(" w", i)))) return;
     }
+    before_last_event();
     for (std::string& payload : encoder.Finish(http::FinishReason::kLength, usage)) {
       sse.Send(std::move(payload));
     }
