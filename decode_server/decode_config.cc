@@ -23,6 +23,7 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   c.artifact_path = path(model, "artifact");
   c.producer_path = path(model, "producer_path");
   c.backend = r.Enum("backend", "cpu", std::array<std::string_view, 2>{"cpu", "cuda"});
+  c.gpu_rebuild = r.Bool("gpu_rebuild", true);
   c.instance_id = r.String("instance_id", "");
 
   config::ConfigReader grpc = r.Child("grpc");

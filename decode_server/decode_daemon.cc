@@ -119,8 +119,10 @@ absl::Status DecodeDaemon::Start() {
 
   SCD_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(c.backend));
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(kind, model));
+  CodecOptions codec_options;
+  codec_options.gpu_rebuild = c.gpu_rebuild;
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<ConsumerCodec> codec,
-                       ConsumerCodec::Create(model, producer_digest, artifact));
+                       ConsumerCodec::Create(model, producer_digest, artifact, codec_options));
   DecodeEngineOptions eo;
   eo.max_batch = c.max_batch;
   eo.max_queue = c.max_queue;

@@ -44,6 +44,7 @@ struct DecodeDaemonConfig {
   std::string artifact_path;  // calibration artifact (.scd.safetensors); empty: baselines only
   std::string producer_path;  // base checkpoint, only read for its digest when no artifact
   std::string backend = "cpu";
+  bool gpu_rebuild = true;  // cuda backend: scd payloads rebuilt on the GPU (gpu_rebuild.h)
   std::string instance_id;    // empty: "<model>-<pid>-<random>"
 
   // gRPC Decode service.

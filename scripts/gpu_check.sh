@@ -6,8 +6,9 @@
 #      in build-gpu/ and builds only what it runs (test_cuda, scd-gpu-bench),
 #   3. runs every [cuda] Catch2 test (kernel-vs-CPU-twin parity, golden stories260K, CPU-vs-
 #      CUDA backend parity) and fails if any of them skipped although a device is present,
-#   4. runs scd-gpu-bench (cuBLAS GEMM peak, copy bandwidth, prefill TFLOP/s at 1K/4K/16K and
-#      decode tok/s at batch 1/32 on Mistral-7B and Llama-3-8B shapes, random device weights),
+#   4. runs scd-gpu-bench (cuBLAS GEMM peak, copy bandwidth, prefill TFLOP/s at 1K/4K/16K,
+#      decode tok/s at batch 1/32, SCD rebuild vs prefill at 4K, SEKV vs full-KV decode step at
+#      32K/128K, on Mistral-7B and Llama-3-8B shapes, random device weights),
 # and writes every log plus results.json / results.md / summary.txt into OUTDIR.
 # Environment: JOBS (default 16), SCD_GPU_BUILD_DIR (default <repo>/build-gpu),
 # BENCH_ARGS (extra scd-gpu-bench flags, e.g. "--prefill 1024,4096").
@@ -68,7 +69,8 @@ step "bench: $BUILD/bin/scd-gpu-bench --out $OUT ${BENCH_ARGS:-} (log: bench.log
 # shellcheck disable=SC2086
 timeout 200 "$BUILD/bin/scd-gpu-bench" --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
 BENCH_RC=$?
-grep -E "vs_gemm_peak=|vs_copy=" "$OUT/bench.log" | tee -a "$SUMMARY"
+grep -E "vs_gemm_peak=|vs_copy=|scd_rebuild_speedup=|sekv_vs_full=" "$OUT/bench.log" \
+  | tee -a "$SUMMARY"
 note "scd-gpu-bench exit code $BENCH_RC (results: results.json, results.md)"
 
 step "done in $((SECONDS - START))s: logs and results in $OUT"

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/scd/gpu_rebuild.h"
 #include "kernels/cpu/ops.h"
 
 namespace scd {
@@ -175,6 +176,9 @@ absl::StatusOr<std::unique_ptr<ConsumerCodec>> ConsumerCodec::Create(
   cc->producer_digest_ = std::move(producer_digest);
   cc->artifact_ = std::move(artifact);
   cc->options_ = std::move(options);
+  if (cc->options_.gpu_rebuild && cc->artifact_ != nullptr) {
+    cc->gpu_ = std::make_shared<GpuRebuild>(cc->consumer_, cc->artifact_);
+  }
   return cc;
 }
 
@@ -212,6 +216,10 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
   if (NeedsArtifact(p.mode) && artifact_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("mode ", mode_name, " needs this consumer's calibration artifact"));
+  }
+  if (gpu_ != nullptr && (p.mode == CodecMode::kScd || p.mode == CodecMode::kScdReuse) &&
+      GpuRebuild::Applies(backend)) {
+    return gpu_->Rebuild(p, backend, seq, &st);
   }
   auto t0 = Clock::now();
   const int kvd = c.kv_dim();

@@ -27,7 +27,12 @@ struct CodecOptions {
   int kivi_group = 32;  // KIVI group size (tokens for keys, channels for values)
   // Producer side, for ablations: patch these layers instead of the artifact's selection.
   std::optional<std::vector<int>> patch_layers;
+  // Consumer side: on a CUDA backend (in a CUDA build), scd and scd-reuse payloads are rebuilt
+  // on the GPU (gpu_rebuild.h); false decodes on the host and uploads K/V through AppendKv.
+  bool gpu_rebuild = true;
 };
+
+class GpuRebuild;
 
 // The prefill hooks a mode needs from the producer.
 PrefillOptions ProducerPrefillOptions(CodecMode mode);
@@ -79,6 +84,7 @@ class ConsumerCodec {
   std::string producer_digest_;
   std::shared_ptr<const ScdArtifact> artifact_;
   CodecOptions options_;
+  std::shared_ptr<GpuRebuild> gpu_;  // with options_.gpu_rebuild and an artifact
 };
 
 }  // namespace scd

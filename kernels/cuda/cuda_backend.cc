@@ -104,6 +104,28 @@ class CudaBackend : public Backend {
   const Model& model() const override { return *model_; }
   size_t decode_bytes_streamed() const { return weights_->DecodeBytesStreamed(); }
 
+  absl::StatusOr<cuda::SequenceCache> CacheOf(Sequence& seq_base) const {
+    SCD_ASSIGN_OR_RETURN(CudaSequence * seq, Own(&seq_base));
+    cuda::SequenceCache view;
+    view.k = seq->k_.as<Bf16>();
+    view.v = seq->v_.as<Bf16>();
+    view.layer_stride = static_cast<int64_t>(seq->capacity_) * model_->config.kv_dim();
+    view.length = seq->length_;
+    view.capacity = seq->capacity_;
+    return view;
+  }
+
+  absl::Status CommitPositions(Sequence& seq_base, int tokens) const {
+    SCD_ASSIGN_OR_RETURN(CudaSequence * seq, Own(&seq_base));
+    if (tokens <= 0 || seq->length_ + tokens > seq->capacity_) {
+      return absl::OutOfRangeError(absl::StrCat("cannot commit ", tokens, " positions at ",
+                                                seq->length_, " (capacity ", seq->capacity_, ")"));
+    }
+    seq->length_ += tokens;
+    seq->has_last_logits_ = false;  // as AppendKv: no logits for positions computed elsewhere
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(int capacity) override {
     const ModelConfig& c = model_->config;
     if (capacity <= 0 || capacity > c.max_position_embeddings) {
@@ -562,6 +584,24 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateSyntheticCudaBackend(const ModelC
   return CudaBackend::Create(std::move(model), [&](StreamHandle stream) {
     return DeviceWeights::Random(config, seed, init_std, stream);
   });
+}
+
+absl::StatusOr<SequenceCache> CudaSequenceCache(Backend& backend, Sequence& seq) {
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
+  }
+  return cuda_backend->CacheOf(seq);
+}
+
+absl::Status CudaCommitPositions(Backend& backend, Sequence& seq, int tokens) {
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
+  }
+  return cuda_backend->CommitPositions(seq, tokens);
 }
 
 size_t CudaDecodeBytesStreamed(const Backend& backend) {

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_memory.h"
@@ -91,6 +93,32 @@ __device__ __forceinline__ double BlockSumDouble(double v, double* scratch) {
   v = lane < warps ? scratch[lane] : 0.0;
   return WarpSumDouble(v);
 }
+
+constexpr int kMaxHalf = 256;  // RoPE tables hold head_dim / 2 <= 256 angles
+
+inline absl::Status CheckHeadDim(int head_dim) {
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim / 2 > kMaxHalf) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RoPE needs an even head_dim <= ", 2 * kMaxHalf, ", got ", head_dim));
+  }
+  return absl::OkStatus();
+}
+
+// cos/sin of positions * inv_freq for one token into shared memory.
+__device__ __forceinline__ void RopeTable(int32_t position, const float* inv_freq, int half,
+                                          float* cos_s, float* sin_s) {
+  const float pos = static_cast<float>(position);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float angle = pos * inv_freq[i];  // float32, as HF computes it
+    double s, c;
+    sincos(static_cast<double>(angle), &s, &c);
+    cos_s[i] = static_cast<float>(c);
+    sin_s[i] = static_cast<float>(s);
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ float Silu(float x) { return x / (1.0f + expf(-x)); }
 
 }  // namespace scd::cuda::internal
 

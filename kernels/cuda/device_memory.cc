@@ -168,6 +168,38 @@ absl::StatusOr<int> CurrentDevice() {
   return device;
 }
 
+absl::StatusOr<std::unique_ptr<Event>> Event::Create() {
+  cudaEvent_t e = nullptr;
+  SCD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+  return std::unique_ptr<Event>(new Event(e));
+}
+
+Event::~Event() {
+  if (handle_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(handle_));
+}
+
+absl::Status Event::Record(StreamHandle stream) {
+  return CudaStatus(cudaEventRecord(static_cast<cudaEvent_t>(handle_), AsStream(stream)),
+                    "cudaEventRecord");
+}
+
+absl::Status Event::WaitOn(StreamHandle stream) const {
+  return CudaStatus(cudaStreamWaitEvent(AsStream(stream), static_cast<cudaEvent_t>(handle_), 0),
+                    "cudaStreamWaitEvent");
+}
+
+absl::Status Event::Synchronize() const {
+  return CudaStatus(cudaEventSynchronize(static_cast<cudaEvent_t>(handle_)),
+                    "cudaEventSynchronize");
+}
+
+absl::StatusOr<float> Event::ElapsedMs(const Event& start, const Event& stop) {
+  float ms = 0.0f;
+  SCD_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.handle_),
+                                                static_cast<cudaEvent_t>(stop.handle_)));
+  return ms;
+}
+
 absl::StatusOr<std::unique_ptr<StreamTimer>> StreamTimer::Create() {
   std::unique_ptr<StreamTimer> timer(new StreamTimer());
   cudaEvent_t start = nullptr, stop = nullptr;

@@ -113,6 +113,27 @@ absl::Status SynchronizeStream(StreamHandle stream);
 absl::Status SetDevice(int device);
 absl::StatusOr<int> CurrentDevice();
 
+// A CUDA event (timing enabled): orders work across streams (Record on one, WaitOn another)
+// and times it.
+class Event {
+ public:
+  static absl::StatusOr<std::unique_ptr<Event>> Create();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  absl::Status Record(StreamHandle stream);
+  // Work queued on `stream` after this call waits for the last Record (no host wait).
+  absl::Status WaitOn(StreamHandle stream) const;
+  absl::Status Synchronize() const;
+  // Milliseconds from `start` to `stop`; both recorded and complete.
+  static absl::StatusOr<float> ElapsedMs(const Event& start, const Event& stop);
+
+ private:
+  explicit Event(void* handle) : handle_(handle) {}
+  void* handle_;  // cudaEvent_t
+};
+
 // Wall time between two points of a stream, for the benchmarks.
 class StreamTimer {
  public:

@@ -17,7 +17,7 @@ absl::StatusOr<std::unique_ptr<CublasGemm>> CublasGemm::Create(StreamHandle stre
   cublasHandle_t handle = nullptr;
   absl::Status s = CublasStatus(cublasCreate(&handle), "cublasCreate");
   if (!s.ok()) return s;
-  std::unique_ptr<CublasGemm> gemm(new CublasGemm(handle));
+  std::unique_ptr<CublasGemm> gemm(new CublasGemm(handle, stream));
   s = CublasStatus(cublasSetStream(handle, static_cast<cudaStream_t>(stream)), "cublasSetStream");
   if (!s.ok()) return s;
   // Tensor cores for BF16 with F32 accumulation are the default math; pointer mode host.
@@ -38,6 +38,17 @@ absl::Status CublasGemm::Linear(const Bf16* x, const Bf16* w, float* y, int m, i
                                    CUDA_R_16BF, k, x, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, n,
                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                       absl::StrCat("cublasGemmEx(m=", m, ", n=", n, ", k=", k, ")"));
+}
+
+absl::Status CublasGemm::MatMulF32(const float* x, const float* w, float* y, int m, int n, int k,
+                                   float beta) {
+  if (m <= 0 || n <= 0) return absl::OkStatus();
+  const float alpha = 1.0f;
+  // Row-major y[m, n] is column-major yᵀ[n, m] = wᵀ · xᵀ, where row-major w[k, n] is
+  // column-major wᵀ [n, k] (ld n) and row-major x[m, k] is column-major xᵀ [k, m] (ld k).
+  return CublasStatus(cublasSgemm(AsHandle(handle_), CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, w,
+                                  n, x, k, &beta, y, n),
+                      absl::StrCat("cublasSgemm(m=", m, ", n=", n, ", k=", k, ")"));
 }
 
 }  // namespace scd::cuda

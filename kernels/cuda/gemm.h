@@ -30,9 +30,18 @@ class CublasGemm {
   absl::Status Linear(const Bf16* x, const Bf16* w, float* y, int m, int n, int k,
                       float beta = 0.0f);
 
+  // y[m, n] = x[m, k] · w[k, n] + beta · y in F32 (cublasSgemm, pure F32 math, no TF32): the
+  // consumer side's small products (SCD PATCH aligner). Row-major and dense; w is NOT
+  // transposed here (it is a [k, n] matrix, as the aligner stores it). Twin: cblas_sgemm.
+  absl::Status MatMulF32(const float* x, const float* w, float* y, int m, int n, int k,
+                         float beta = 0.0f);
+
+  StreamHandle stream() const { return stream_; }
+
  private:
-  explicit CublasGemm(void* handle) : handle_(handle) {}
+  CublasGemm(void* handle, StreamHandle stream) : handle_(handle), stream_(stream) {}
   void* handle_;  // cublasHandle_t
+  StreamHandle stream_;
 };
 
 }  // namespace scd::cuda

@@ -17,7 +17,9 @@ namespace {
 
 using internal::AsStream;
 
-constexpr int kMaxHalf = 256;  // head_dim <= 512
+using internal::CheckHeadDim;
+using internal::kMaxHalf;
+using internal::RopeTable;
 
 __global__ void RmsNormKernel(const float* x, const float* __restrict__ gain, float* y,
                               Bf16* __restrict__ y_bf16, int dim, float eps) {
@@ -33,20 +35,6 @@ __global__ void RmsNormKernel(const float* x, const float* __restrict__ gain, fl
     if (y != nullptr) y[r * dim + i] = value;
     if (y_bf16 != nullptr) y_bf16[r * dim + i] = internal::ToBf16(value);
   }
-}
-
-// cos/sin of positions * inv_freq for one token into shared memory.
-__device__ __forceinline__ void RopeTable(int32_t position, const float* inv_freq, int half,
-                                          float* cos_s, float* sin_s) {
-  const float pos = static_cast<float>(position);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float angle = pos * inv_freq[i];  // float32, as HF computes it
-    double s, c;
-    sincos(static_cast<double>(angle), &s, &c);
-    cos_s[i] = static_cast<float>(c);
-    sin_s[i] = static_cast<float>(s);
-  }
-  __syncthreads();
 }
 
 __global__ void RopeKernel(float* x, int num_heads, int head_dim, int64_t row_stride,
@@ -92,14 +80,6 @@ __global__ void RopeStoreKvKernel(const float* __restrict__ k_pre, const float* 
     k_dst[ib] = internal::ToBf16(b0 * cos_s[i] + a0 * sin_s[i]);
   }
   for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) v_dst[i] = internal::ToBf16(v_row[i]);
-}
-
-absl::Status CheckHeadDim(int head_dim) {
-  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim / 2 > kMaxHalf) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RoPE needs an even head_dim <= ", 2 * kMaxHalf, ", got ", head_dim));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace

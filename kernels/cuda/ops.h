@@ -73,6 +73,17 @@ absl::Status RmsNorm(const float* x, const float* gain, float* y, Bf16* y_bf16, 
 absl::Status ApplyRope(float* x, int tokens, int num_heads, int head_dim, int64_t row_stride,
                        const int32_t* positions, const float* inv_freq, StreamHandle stream);
 
+// One sequence's cache, host-side view: positions [0, length) are filled. Writers outside the
+// backend (the SCD GPU rebuild) store positions [length, length + T) and then commit them
+// (synthetic_backend.h).
+struct SequenceCache {
+  Bf16* k = nullptr;
+  Bf16* v = nullptr;
+  int64_t layer_stride = 0;  // elements between layers (capacity * kv_dim)
+  int capacity = 0;
+  int length = 0;
+};
+
 // Device arrays, one entry per sequence of a step: where each sequence's cache lives.
 struct KvCacheTable {
   Bf16* const* k = nullptr;               // [num_seqs] layer-0 base of K

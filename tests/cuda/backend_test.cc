@@ -59,17 +59,11 @@ Errors Compare(const std::vector<float>& got, const std::vector<float>& want) {
 }
 
 std::shared_ptr<const Model> LoadStories() {
-  auto model = LoadModel(testing::SharedPath("models/stories260K"));
-  INFO(model.status());
-  REQUIRE(model.ok());
-  return *model;
+  return testing::LoadSharedModel("models/stories260K");
 }
 
 std::unique_ptr<Backend> Make(BackendKind kind, std::shared_ptr<const Model> model) {
-  auto backend = CreateBackend(kind, std::move(model));
-  INFO(backend.status());
-  REQUIRE(backend.ok());
-  return std::move(backend).value();
+  return testing::MakeBackend(kind, std::move(model));
 }
 
 std::unique_ptr<Sequence> NewSeq(Backend& backend, int capacity) {

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <random>
 
+#include "common/model/weights.h"
+#include "tests/test_support.h"
+
 namespace scd::testing {
 
 std::vector<float> RandomFloats(size_t count, uint64_t seed, float scale) {
@@ -20,6 +23,37 @@ std::vector<int32_t> RandomInts(size_t count, uint64_t seed, int32_t bound) {
   std::vector<int32_t> x(count);
   for (int32_t& v : x) v = dist(rng);
   return x;
+}
+
+TestKvCaches::TestKvCaches(int count, size_t elems, int64_t layer_stride, float fill) {
+  const std::vector<cuda::Bf16> filled(elems, cuda::FloatToBf16(fill));
+  std::vector<cuda::Bf16*> k_ptrs, v_ptrs;
+  for (int s = 0; s < count; ++s) {
+    k_.emplace_back(filled);
+    v_.emplace_back(filled);
+    k_ptrs.push_back(k_.back().get());
+    v_ptrs.push_back(v_.back().get());
+  }
+  k_ptrs_ = std::make_unique<DeviceArray<cuda::Bf16*>>(k_ptrs);
+  v_ptrs_ = std::make_unique<DeviceArray<cuda::Bf16*>>(v_ptrs);
+  strides_ = std::make_unique<DeviceArray<int64_t>>(std::vector<int64_t>(count, layer_stride));
+  table_.k = k_ptrs_->get();
+  table_.v = v_ptrs_->get();
+  table_.layer_stride = strides_->get();
+}
+
+std::shared_ptr<const Model> LoadSharedModel(const std::string& relative) {
+  auto model = LoadModel(SharedPath(relative));
+  INFO(relative << ": " << model.status());
+  REQUIRE(model.ok());
+  return *model;
+}
+
+std::unique_ptr<Backend> MakeBackend(BackendKind kind, std::shared_ptr<const Model> model) {
+  auto backend = CreateBackend(kind, std::move(model));
+  INFO(backend.status());
+  REQUIRE(backend.ok());
+  return std::move(backend).value();
 }
 
 std::vector<cuda::Bf16> ToBf16(const std::vector<float>& x) {

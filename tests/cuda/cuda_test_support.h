@@ -6,12 +6,14 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/runtime/cuda_backend.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/ops.h"
 
 // Ends the current test case with a WARN when this machine has no CUDA device. Catch2 v2 has
 // no SKIP, so the warning is the visible record; scripts/gpu_check.sh runs these on a GPU.
@@ -69,6 +71,27 @@ class DeviceArray {
 // Waits for the default stream and fails the test when a launch or the wait failed.
 void RequireOk(const absl::Status& status);
 void RequireSynced();
+
+// `count` sequence caches in the KV cache layout of kernels/cuda/ops.h, K and V of `elems`
+// BF16 each, filled with `fill` (a sentinel the tests check unwritten slots against), and the
+// KvCacheTable that points at them, with `layer_stride` elements between layers.
+class TestKvCaches {
+ public:
+  TestKvCaches(int count, size_t elems, int64_t layer_stride, float fill);
+  const cuda::KvCacheTable& table() const { return table_; }
+  std::vector<cuda::Bf16> K(int seq) const { return k_[seq].ToHost(); }
+  std::vector<cuda::Bf16> V(int seq) const { return v_[seq].ToHost(); }
+
+ private:
+  std::vector<DeviceArray<cuda::Bf16>> k_, v_;
+  std::unique_ptr<DeviceArray<cuda::Bf16*>> k_ptrs_, v_ptrs_;
+  std::unique_ptr<DeviceArray<int64_t>> strides_;
+  cuda::KvCacheTable table_;
+};
+
+// A model under ../shared (REQUIREs that it loads) and a backend of `kind` for it.
+std::shared_ptr<const Model> LoadSharedModel(const std::string& relative);
+std::unique_ptr<Backend> MakeBackend(BackendKind kind, std::shared_ptr<const Model> model);
 
 struct Mismatch {
   size_t count = 0;    // elements outside atol + rtol * |want|

@@ -160,27 +160,16 @@ TEST_CASE("CUDA RopeStoreKv writes RoPE(K) and V into the right cache slots", "[
   const std::vector<int32_t> positions = {0, 7, 1, 8, 49, 33};
   const std::vector<float> in = RandomFloats(static_cast<size_t>(rows) * 2 * kv_dim, 8);
   const size_t cache_elems = static_cast<size_t>(layers) * capacity * kv_dim;
-  const std::vector<Bf16> sentinel(cache_elems, cuda::FloatToBf16(-7.0f));
-  std::vector<DeviceArray<Bf16>> k_caches, v_caches;
-  for (int s = 0; s < 2; ++s) {
-    k_caches.emplace_back(sentinel);
-    v_caches.emplace_back(sentinel);
-  }
-  DeviceArray<Bf16*> k_ptrs(std::vector<Bf16*>{k_caches[0].get(), k_caches[1].get()});
-  DeviceArray<Bf16*> v_ptrs(std::vector<Bf16*>{v_caches[0].get(), v_caches[1].get()});
-  DeviceArray<int64_t> strides(std::vector<int64_t>(2, int64_t{capacity} * kv_dim));
-  cuda::KvCacheTable table;
-  table.k = k_ptrs.get();
-  table.v = v_ptrs.get();
-  table.layer_stride = strides.get();
+  const testing::TestKvCaches caches(2, cache_elems, int64_t{capacity} * kv_dim, -7.0f);
   DeviceArray<float> in_dev(in), inv_dev(inv_freq);
   DeviceArray<int32_t> seq_dev(row_seq), pos_dev(positions);
   RequireOk(cuda::RopeStoreKv(in_dev.get(), in_dev.get() + kv_dim, 2 * kv_dim, rows, seq_dev.get(),
-                              pos_dev.get(), table, layer, kv_heads, head_dim, inv_dev.get(),
-                              nullptr));
+                              pos_dev.get(), caches.table(), layer, kv_heads, head_dim,
+                              inv_dev.get(), nullptr));
   RequireSynced();
 
-  std::vector<std::vector<float>> want_k(2, Widen(sentinel)), want_v(2, Widen(sentinel));
+  const std::vector<float> sentinel(cache_elems, -7.0f);  // exact in BF16
+  std::vector<std::vector<float>> want_k(2, sentinel), want_v(2, sentinel);
   for (int r = 0; r < rows; ++r) {
     std::vector<float> k(in.begin() + r * 2 * kv_dim, in.begin() + r * 2 * kv_dim + kv_dim);
     cpu::ApplyRope(k.data(), 1, kv_heads, head_dim, &positions[r], inv_freq.data());
@@ -192,8 +181,8 @@ TEST_CASE("CUDA RopeStoreKv writes RoPE(K) and V into the right cache slots", "[
   }
   for (int s = 0; s < 2; ++s) {
     INFO("sequence " << s);
-    CheckClose(Widen(k_caches[s].ToHost()), want_k[s], 0, kBf16Ulp, "K cache");
-    CheckClose(Widen(v_caches[s].ToHost()), want_v[s], 0, 0, "V cache");
+    CheckClose(Widen(caches.K(s)), want_k[s], 0, kBf16Ulp, "K cache");
+    CheckClose(Widen(caches.V(s)), want_v[s], 0, 0, "V cache");
   }
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/http/http_server.h"
+#include "decode_server/decode_config.h"
 #include "tests/deploy/deploy_model.h"
 
 namespace scd::testing {
@@ -127,4 +128,24 @@ TEST_CASE("deploy health probe answers 0 only for a 200", "[cpu]") {
 }
 
 }  // namespace
+
+TEST_CASE("decode config: gpu_rebuild is on by default and read as a bool", "[cpu]") {
+  nlohmann::json json = {
+      {"model", {{"name", "m"}, {"path", "/srv/scd/m"}, {"producer_path", "/srv/scd/p"}}},
+      {"backend", "cuda"},
+      {"control_plane", {{"address", "127.0.0.1:7000"}}}};
+  absl::StatusOr<DecodeDaemonConfig> on = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+  INFO(on.status());
+  REQUIRE(on.ok());
+  CHECK(on->gpu_rebuild);
+  json["gpu_rebuild"] = false;
+  absl::StatusOr<DecodeDaemonConfig> off = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+  REQUIRE(off.ok());
+  CHECK(!off->gpu_rebuild);
+  json["gpu_rebuild"] = "sometimes";
+  absl::StatusOr<DecodeDaemonConfig> bad = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+  REQUIRE(!bad.ok());
+  CHECK(bad.status().message().find("gpu_rebuild") != std::string_view::npos);
+}
+
 }  // namespace scd::testing

@@ -1,6 +1,6 @@
 // scd-gpu-bench: GPU roofline and runtime benchmark of the CUDA backend (issue 7), with random
 // BF16 weights drawn on the device from the Mistral-7B and Llama-3-8B configs (no host copy).
-// Every figure is measured in the same run as its ceiling:
+// Every figure is measured in the same run as its ceiling or its baseline:
 //   - compute ceiling: the best cuBLAS BF16 GEMM TFLOP/s over a few large shapes (2·M·N·K
 //     flops per GEMM); prefill is reported as achieved TFLOP/s (the model-cost FLOPs of
 //     common/bench/model_cost.h, the same count the CPU benchmark uses:
@@ -8,17 +8,25 @@
 //     token, and as a fraction of that ceiling;
 //   - memory ceiling: device-to-device cudaMemcpy GB/s, counting 2·bytes (read + write, the
 //     STREAM "Copy" convention); decode is reported as tokens/s and as achieved HBM GB/s
-//     (weights streamed once per step + the KV cache read) over that ceiling.
-// Writes results.json and results.md into --out, and prints the command line, each step, and
-// the ratios. Usage:
+//     (weights streamed once per step + the KV cache read) over that ceiling;
+//   - SCD rebuild (scd_rebuild_bench.h): ScdGpuRebuilder's time from host codes to a filled
+//     KV cache for --scd-tokens positions, against the consumer's own prefill TTFT at that
+//     length, measured here (target: at least 5x faster);
+//   - SEKV decode step (sekv_step_bench.h): the attention part of one batch-1 decode step
+//     over all layers, SEKV's mixed-resolution GPU tier against DecodeAttention over the full
+//     KV cache, at each --sekv-contexts length.
+// Writes results.json and results.md into --out after every part (so a later failure keeps the
+// earlier figures), and prints the command line, each step, and the ratios. Usage:
 //   scd-gpu-bench --out DIR [--models mistral-7b,llama3-8b] [--prefill 1024,4096,16384]
-//                 [--batches 1,32] [--context 512] [--steps 16]
+//                 [--batches 1,32] [--context 512] [--steps 16] [--scd-tokens 4096]
+//                 [--sekv-contexts 32768,131072] [--skip-scd] [--skip-sekv]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -29,6 +37,9 @@
 #include "common/bench/model_cost.h"
 #include "common/model/config.h"
 #include "common/runtime/backend.h"
+#include "kernels/cuda/bench/bench_support.h"
+#include "kernels/cuda/bench/scd_rebuild_bench.h"
+#include "kernels/cuda/bench/sekv_step_bench.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
@@ -37,7 +48,8 @@
 namespace scd {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using cuda_bench::Clock;
+using cuda_bench::Seconds;
 
 struct Flags {
   std::string out = ".";
@@ -46,6 +58,10 @@ struct Flags {
   std::vector<int> batches = {1, 32};
   int context = 512;
   int steps = 16;
+  int scd_tokens = 4096;
+  std::vector<int> sekv_contexts = {32768, 131072};
+  bool skip_scd = false;
+  bool skip_sekv = false;
 };
 
 [[noreturn]] void Die(const std::string& message) {
@@ -88,11 +104,33 @@ Flags ParseFlags(int argc, char** argv) {
       f.context = std::stoi(value());
     } else if (arg == "--steps") {
       f.steps = std::stoi(value());
+    } else if (arg == "--scd-tokens") {
+      f.scd_tokens = std::stoi(value());
+    } else if (arg == "--sekv-contexts") {
+      f.sekv_contexts = ParseInts(value());
+    } else if (arg == "--skip-scd") {
+      f.skip_scd = true;
+    } else if (arg == "--skip-sekv") {
+      f.skip_sekv = true;
     } else {
       Die("unknown flag " + arg + " (see the usage in kernels/cuda/bench/gpu_bench_main.cc)");
     }
   }
+  if (f.scd_tokens < 1) Die("--scd-tokens must be positive");
+  for (int n : f.sekv_contexts) {
+    if (n < 1024) {
+      Die("--sekv-contexts values must be at least 1024 (got " + std::to_string(n) + ")");
+    }
+  }
   return f;
+}
+
+// Longest sequence any part runs on the backend (ConfigFor raises max_position_embeddings).
+int MaxTokens(const Flags& f) {
+  int max_tokens = f.context + f.steps + 4;
+  for (int t : f.prefill) max_tokens = std::max(max_tokens, t);
+  if (!f.skip_scd) max_tokens = std::max(max_tokens, f.scd_tokens);
+  return max_tokens;
 }
 
 // Public HF configs. Llama-3-8B's max_position_embeddings (8192) is raised so that the 16K
@@ -125,10 +163,6 @@ ModelConfig ConfigFor(const std::string& name, int max_tokens) {
   }
   c.max_position_embeddings = std::max(c.max_position_embeddings, max_tokens);
   return c;
-}
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
 }
 
 // Best cuBLAS BF16 GEMM TFLOP/s over shapes typical of prefill (and one square).
@@ -207,11 +241,29 @@ std::vector<int32_t> Tokens(int count, int vocab, int salt) {
   return ids;
 }
 
-nlohmann::json BenchModel(const std::string& name, const Flags& f, double gemm_peak,
-                          double copy_gbps) {
-  int max_tokens = f.context + f.steps + 4;
-  for (int t : f.prefill) max_tokens = std::max(max_tokens, t);
-  const ModelConfig c = ConfigFor(name, max_tokens);
+// Time to first token of a `tokens`-token prompt: one untimed run (it grows the workspaces),
+// then the timed one.
+double PrefillSeconds(Backend& backend, const ModelConfig& c, int tokens) {
+  const std::vector<int32_t> ids = Tokens(tokens, c.vocab_size, tokens);
+  double best = 1e30;
+  for (int rep = 0; rep < 2; ++rep) {
+    auto seq = backend.NewSequence(tokens);
+    Check(seq.status(), "sequence");
+    PrefillResult r;
+    const auto t0 = Clock::now();
+    Check(backend.Prefill(**seq, ids, PrefillOptions{}, &r), "prefill");
+    const double s = Seconds(t0, Clock::now());
+    if (rep > 0) best = std::min(best, s);
+  }
+  return best;
+}
+
+// Prefill and decode on the synthetic backend. Also sets *scd_prefill_ms to the TTFT at
+// f.scd_tokens (from the prefill table when it ran that length, else measured here), the
+// baseline of the SCD rebuild.
+nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak, double copy_gbps,
+                          double* scd_prefill_ms) {
+  const std::string& name = c.name;
   std::printf(
       "[%s] random BF16 weights on the device (d %d, %d layers, %d/%d heads, ffn %d, "
       "vocab %d, window %d)\n",
@@ -223,20 +275,11 @@ nlohmann::json BenchModel(const std::string& name, const Flags& f, double gemm_p
   const double weight_bytes = static_cast<double>(cuda::CudaDecodeBytesStreamed(backend));
   nlohmann::json out = {{"model", name}, {"weight_gb", weight_bytes / 1e9}};
 
-  // Prefill: one untimed run per length (it grows the workspaces), then the timed one.
   nlohmann::json prefill = nlohmann::json::array();
+  *scd_prefill_ms = 0;
   for (int t : f.prefill) {
-    const std::vector<int32_t> ids = Tokens(t, c.vocab_size, t);
-    double best = 1e30;
-    for (int rep = 0; rep < 2; ++rep) {
-      auto seq = backend.NewSequence(t);
-      Check(seq.status(), "sequence");
-      PrefillResult r;
-      const auto t0 = Clock::now();
-      Check(backend.Prefill(**seq, ids, PrefillOptions{}, &r), "prefill");
-      const double s = Seconds(t0, Clock::now());
-      if (rep > 0) best = std::min(best, s);
-    }
+    const double best = PrefillSeconds(backend, c, t);
+    if (t == f.scd_tokens) *scd_prefill_ms = best * 1e3;
     const double flops = bench::PrefillFlops(c, 0, t, /*logits_rows=*/1);
     const double tflops = flops / best / 1e12;
     std::printf(
@@ -250,6 +293,11 @@ nlohmann::json BenchModel(const std::string& name, const Flags& f, double gemm_p
                        {"flops", flops}});
   }
   out["prefill"] = prefill;
+  if (!f.skip_scd && *scd_prefill_ms == 0) {
+    *scd_prefill_ms = PrefillSeconds(backend, c, f.scd_tokens) * 1e3;
+    std::printf("  prefill %6d tokens (SCD baseline): TTFT %9.2f ms\n", f.scd_tokens,
+                *scd_prefill_ms);
+  }
 
   // Decode: B sequences prefilled with `context` tokens, then `steps` timed batched steps.
   nlohmann::json decode = nlohmann::json::array();
@@ -316,10 +364,108 @@ std::string Markdown(const nlohmann::json& r) {
           d["tokens_per_s"].get<double>(), d["hbm_gbps"].get<double>(), d["vs_copy"].get<double>());
     }
   }
+  bool scd = false, sekv = false;
+  for (const auto& m : r["models"]) {
+    scd = scd || m.contains("scd_rebuild");
+    sekv = sekv || m.contains("sekv");
+  }
+  if (scd) {
+    md << "\nSCD rebuild (host F32 codes to the filled BF16 cache: staging + upload + decode) "
+       << absl::StrFormat("against the consumer's own prefill of the same tokens; target >= %.0fx.",
+                          cuda_bench::kScdTargetSpeedup)
+       << "\n\n"
+       << "| model | tokens | payload (MB) | rebuild (ms) | stage (ms) | GPU (ms) | prefill (ms) "
+       << "| speedup | target |\n|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& m : r["models"]) {
+      if (!m.contains("scd_rebuild")) continue;
+      const auto& x = m["scd_rebuild"];
+      if (x.contains("error")) {
+        md << "| " << m["model"].get<std::string>() << " | error: " << x["error"].get<std::string>()
+           << " ||||||||\n";
+        continue;
+      }
+      md << absl::StrFormat("| %s | %d | %.1f | %.2f | %.2f | %.2f | %.1f | %.2fx | %s |\n",
+                            m["model"].get<std::string>(), x["tokens"].get<int>(),
+                            x["payload_bytes"].get<double>() / 1e6, x["rebuild_ms"].get<double>(),
+                            x["stage_ms"].get<double>(), x["gpu_ms"].get<double>(),
+                            x["prefill_ms"].get<double>(), x["speedup"].get<double>(),
+                            x["verdict"].get<std::string>());
+    }
+  }
+  if (sekv) {
+    md << "\nSEKV decode step against full-KV decode: attention of a batch-1 step over all "
+       << "layers (window 0), host time; layer caches 1 means one layer's cache read L times.\n\n"
+       << "| model | context | layer caches | full KV (ms) | SEKV (ms) | host select (ms) "
+       << "| full/SEKV | entries per KV head | GPU tier GB (SEKV / full) |\n"
+       << "|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& m : r["models"]) {
+      if (!m.contains("sekv")) continue;
+      for (const auto& x : m["sekv"]) {
+        if (x.contains("error")) {
+          md << absl::StrFormat("| %s | %d | error: %s |||||||\n", m["model"].get<std::string>(),
+                                x["context"].get<int>(), x["error"].get<std::string>());
+          continue;
+        }
+        md << absl::StrFormat(
+            "| %s | %d | %d | %.3f | %.3f | %.3f | %.2fx | %d / %d | %.2f / %.2f (%.2f) |\n",
+            m["model"].get<std::string>(), x["context"].get<int>(), x["layer_caches"].get<int>(),
+            x["full_ms"].get<double>(), x["sekv_ms"].get<double>(), x["select_ms"].get<double>(),
+            x["ratio"].get<double>(), x["entries_per_head"].get<int>(), x["context"].get<int>(),
+            x["sekv_tier_bytes"].get<double>() / 1e9, x["full_kv_bytes"].get<double>() / 1e9,
+            x["tier_fraction"].get<double>());
+      }
+    }
+  }
   return md.str();
 }
 
+nlohmann::json ErrorJson(const absl::Status& status) { return {{"error", status.ToString()}}; }
+
+// The figures scripts/gpu_check.sh greps into its summary, one line each.
+void PrintSummary(const nlohmann::json& r) {
+  for (const auto& m : r["models"]) {
+    const char* name = m["model"].get_ref<const std::string&>().c_str();
+    for (const auto& p : m["prefill"]) {
+      if (p["tokens"] == 4096) {
+        std::printf("%s prefill_4k_vs_gemm_peak=%.3f\n", name, p["vs_gemm_peak"].get<double>());
+      }
+    }
+    for (const auto& d : m["decode"]) {
+      std::printf("%s decode_b%d_vs_copy=%.3f\n", name, d["batch"].get<int>(),
+                  d["vs_copy"].get<double>());
+    }
+    if (m.contains("scd_rebuild")) {
+      const auto& x = m["scd_rebuild"];
+      if (x.contains("error")) {
+        std::printf("%s scd_rebuild_speedup=error (%s)\n", name,
+                    x["error"].get<std::string>().c_str());
+      } else {
+        std::printf(
+            "%s scd_rebuild_speedup=%.2f (rebuild %.2f ms vs prefill %.2f ms at %d tokens; "
+            "target >= %.0fx: %s)\n",
+            name, x["speedup"].get<double>(), x["rebuild_ms"].get<double>(),
+            x["prefill_ms"].get<double>(), x["tokens"].get<int>(), x["target"].get<double>(),
+            x["verdict"].get<std::string>().c_str());
+      }
+    }
+    for (const auto& x : m.value("sekv", nlohmann::json::array())) {
+      if (x.contains("error")) {
+        std::printf("%s context %d sekv_vs_full=error (%s)\n", name, x["context"].get<int>(),
+                    x["error"].get<std::string>().c_str());
+      } else {
+        std::printf(
+            "%s context %d sekv_vs_full=%.2f (full KV %.3f ms vs SEKV %.3f ms per step; GPU "
+            "tier %.2f of full KV)\n",
+            name, x["context"].get<int>(), x["ratio"].get<double>(), x["full_ms"].get<double>(),
+            x["sekv_ms"].get<double>(), x["tier_fraction"].get<double>());
+      }
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
+  // Line-buffered even into a log file, so that a run cut short by a timeout keeps its steps.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const Flags f = ParseFlags(argc, argv);
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
@@ -331,30 +477,58 @@ int Main(int argc, char** argv) {
   std::printf("device: %s\n", description.c_str());
 
   nlohmann::json r = {{"command", command}, {"device", description}};
+  std::filesystem::create_directories(f.out);
+  const std::string json_path = (std::filesystem::path(f.out) / "results.json").string();
+  const std::string md_path = (std::filesystem::path(f.out) / "results.md").string();
+  auto save = [&] {
+    std::ofstream(json_path) << r.dump(2) << "\n";
+    std::ofstream(md_path) << Markdown(r);
+  };
   r["gemm"] = MeasureGemmPeak();
   r["copy"] = MeasureCopy();
   const double peak = r["gemm"]["peak_tflops"], copy = r["copy"]["gbps"];
   r["models"] = nlohmann::json::array();
-  for (const std::string& m : f.models) r["models"].push_back(BenchModel(m, f, peak, copy));
-
-  std::filesystem::create_directories(f.out);
-  const std::string json_path = (std::filesystem::path(f.out) / "results.json").string();
-  const std::string md_path = (std::filesystem::path(f.out) / "results.md").string();
-  std::ofstream(json_path) << r.dump(2) << "\n";
-  const std::string md = Markdown(r);
-  std::ofstream(md_path) << md;
-  std::printf("\n%s\nwrote %s and %s\n", md.c_str(), json_path.c_str(), md_path.c_str());
-  for (const auto& m : r["models"]) {
-    for (const auto& p : m["prefill"]) {
-      if (p["tokens"] == 4096) {
-        std::printf("%s prefill_4k_vs_gemm_peak=%.3f\n", m["model"].get<std::string>().c_str(),
-                    p["vs_gemm_peak"].get<double>());
+  int failures = 0;
+  for (const std::string& name : f.models) {
+    const ModelConfig c = ConfigFor(name, MaxTokens(f));
+    double scd_prefill_ms = 0;
+    r["models"].push_back(BenchModel(c, f, peak, copy, &scd_prefill_ms));
+    nlohmann::json& entry = r["models"].back();
+    save();
+    // The SCD and SEKV parts report an error in the results instead of exiting, so that the
+    // figures above are kept; the exit code still says that something failed.
+    if (!f.skip_scd) {
+      absl::StatusOr<nlohmann::json> scd =
+          cuda_bench::MeasureScdRebuild(c, f.scd_tokens, scd_prefill_ms);
+      if (!scd.ok()) {
+        std::printf("  scd rebuild FAILED: %s\n", scd.status().ToString().c_str());
+        ++failures;
+      }
+      entry["scd_rebuild"] = scd.ok() ? *scd : ErrorJson(scd.status());
+      save();
+    }
+    if (!f.skip_sekv) {
+      entry["sekv"] = nlohmann::json::array();
+      for (int context : f.sekv_contexts) {
+        absl::StatusOr<nlohmann::json> sekv = cuda_bench::MeasureSekvStep(c, context);
+        if (!sekv.ok()) {
+          std::printf("  sekv context %d FAILED: %s\n", context, sekv.status().ToString().c_str());
+          ++failures;
+        }
+        nlohmann::json x = sekv.ok() ? *sekv : ErrorJson(sekv.status());
+        x["context"] = context;
+        entry["sekv"].push_back(x);
+        save();
       }
     }
-    for (const auto& d : m["decode"]) {
-      std::printf("%s decode_b%d_vs_copy=%.3f\n", m["model"].get<std::string>().c_str(),
-                  d["batch"].get<int>(), d["vs_copy"].get<double>());
-    }
+  }
+
+  std::printf("\n%s\nwrote %s and %s\n", Markdown(r).c_str(), json_path.c_str(), md_path.c_str());
+  PrintSummary(r);
+  if (failures > 0) {
+    std::fprintf(stderr, "scd-gpu-bench: %d part(s) failed (see above and results.json)\n",
+                 failures);
+    return 1;
   }
   return 0;
 }

@@ -1,0 +1,170 @@
+// See gpu_rebuild.h.
+#include "common/scd/gpu_rebuild.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/model/config.h"
+
+#if SCD_HAVE_CUDA
+#include "kernels/cuda/scd_rebuilder.h"
+#include "kernels/cuda/synthetic_backend.h"
+#endif
+
+namespace scd {
+
+GpuRebuild::GpuRebuild(std::shared_ptr<const Model> consumer,
+                       std::shared_ptr<const ScdArtifact> artifact)
+    : consumer_(std::move(consumer)), artifact_(std::move(artifact)) {}
+
+GpuRebuild::~GpuRebuild() = default;
+
+#if !SCD_HAVE_CUDA
+
+bool GpuRebuild::Applies(const Backend&) { return false; }
+
+absl::Status GpuRebuild::Rebuild(const Payload&, Backend&, Sequence&, RebuildStats*) {
+  return absl::UnimplementedError("this build has no CUDA: the GPU rebuild is not available");
+}
+
+#else
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The rebuild spec of a payload layout: PATCH on `patched`, REUSE elsewhere.
+cuda::RebuildSpec SpecFor(const std::vector<int>& patched, const ScdArtifact& artifact,
+                          const Model& consumer) {
+  const ModelConfig& c = consumer.config;
+  cuda::RebuildSpec spec;
+  spec.hidden_size = c.hidden_size;
+  spec.num_kv_heads = c.num_kv_heads;
+  spec.head_dim = c.head_dim;
+  spec.inv_freq = RopeInverseFrequencies(c);
+  for (int l = 0; l < c.num_layers; ++l) {
+    cuda::RebuildLayerSpec& layer = spec.layers.emplace_back();
+    if (std::find(patched.begin(), patched.end(), l) != patched.end()) {
+      const PatchAligner& f = artifact.patches.at(l).aligner;
+      const LayerWeights& w = consumer.weights.layers[l];
+      layer.kind = cuda::RebuildLayerSpec::Kind::kPatch;
+      layer.code_dim = f.code_dim;
+      layer.hidden_dim = f.hidden_dim;
+      layer.a = f.a;
+      layer.c_b2.resize(f.out_dim);
+      for (int j = 0; j < f.out_dim; ++j) layer.c_b2[j] = f.c[j] + f.b2[j];
+      layer.w1 = f.w1;
+      layer.b1 = f.b1;
+      layer.w2 = f.w2;
+      layer.w_kv = w.wk;
+      layer.w_kv.insert(layer.w_kv.end(), w.wv.begin(), w.wv.end());
+      if (!w.bk.empty()) {
+        layer.b_kv = w.bk;
+        layer.b_kv.insert(layer.b_kv.end(), w.bv.begin(), w.bv.end());
+      }
+    } else {
+      const ReuseLayer& r = artifact.reuse[l];
+      layer.rank_k = r.key.rank;
+      layer.rank_v = r.value.rank;
+      layer.dec_k = r.key.decoder;
+      layer.mu_k = r.key.mu_out;
+      layer.dec_v = r.value.decoder;
+      layer.mu_v = r.value.mu_out;
+    }
+  }
+  return spec;
+}
+
+absl::Status CheckBlock(const PayloadBlock* b, int rows, int cols, const char* what, int layer,
+                        const std::string& mode) {
+  if (b == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(mode, " payload lacks the ", what, " block of layer ", layer));
+  }
+  if (static_cast<int>(b->cols) != cols || static_cast<int>(b->rows) != rows) {
+    return absl::InvalidArgumentError(absl::StrCat(mode, " payload's ", what, " block of layer ",
+                                                   layer, " is ", b->rows, " x ", b->cols,
+                                                   ", expected ", rows, " x ", cols));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool GpuRebuild::Applies(const Backend& backend) { return backend.name() == "cuda"; }
+
+absl::Status GpuRebuild::Rebuild(const Payload& p, Backend& backend, Sequence& seq,
+                                 RebuildStats* stats) {
+  const auto t0 = Clock::now();
+  const ModelConfig& c = consumer_->config;
+  const int t = static_cast<int>(p.token_ids.size());
+  const std::string mode(CodecModeName(p.mode));
+  if (p.mode != CodecMode::kScd && p.mode != CodecMode::kScdReuse) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the GPU rebuild takes scd and scd-reuse payloads, not ", mode));
+  }
+  // Layout and block checks first, as the host path does: nothing is written on a bad payload.
+  std::vector<int> patched;
+  std::vector<std::vector<float> > z_k(c.num_layers), z_v(c.num_layers);
+  std::vector<cuda::LayerCodes> codes(c.num_layers);
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (p.Find(BlockKind::kResidual, l) != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(mode, " payload has a residual block"));
+    }
+    if (const PayloadBlock* pb = p.Find(BlockKind::kPatch, l); pb != nullptr) {
+      if (p.mode != CodecMode::kScd) {
+        return absl::InvalidArgumentError("PATCH block in a payload whose mode is not scd");
+      }
+      auto it = artifact_->patches.find(l);
+      if (it == artifact_->patches.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("payload patches layer ", l, ", which this artifact has no aligner for"));
+      }
+      SCD_RETURN_IF_ERROR(CheckBlock(pb, t, it->second.aligner.code_dim, "patch", l, mode));
+      SCD_ASSIGN_OR_RETURN(z_k[l], pb->ToFloats());
+      patched.push_back(l);
+    } else {
+      const ReuseLayer& r = artifact_->reuse[l];
+      const PayloadBlock* kb = p.Find(BlockKind::kKey, l);
+      const PayloadBlock* vb = p.Find(BlockKind::kValue, l);
+      SCD_RETURN_IF_ERROR(CheckBlock(kb, t, r.key.rank, "key code", l, mode));
+      SCD_RETURN_IF_ERROR(CheckBlock(vb, t, r.value.rank, "value code", l, mode));
+      SCD_ASSIGN_OR_RETURN(z_k[l], kb->ToFloats());
+      SCD_ASSIGN_OR_RETURN(z_v[l], vb->ToFloats());
+    }
+    codes[l] = {z_k[l].data(), z_v[l].empty() ? nullptr : z_v[l].data()};
+  }
+  SCD_ASSIGN_OR_RETURN(const cuda::SequenceCache cache, cuda::CudaSequenceCache(backend, seq));
+  if (cache.length + t > cache.capacity) {
+    return absl::OutOfRangeError(absl::StrCat("payload of ", t, " tokens at position ",
+                                              cache.length, " exceeds sequence capacity ",
+                                              cache.capacity));
+  }
+
+  MutexLock lock(&mu_);
+  Entry& entry = rebuilders_[patched];
+  if (entry.rebuilder == nullptr || entry.max_tokens < t) {
+    // Room for this payload, rounded up to a power of two so that growth is rare.
+    int max_tokens = 256;
+    while (max_tokens < t) max_tokens *= 2;
+    entry.rebuilder.reset();  // frees the smaller one's device memory first
+    SCD_ASSIGN_OR_RETURN(
+        entry.rebuilder,
+        cuda::ScdGpuRebuilder::Create(SpecFor(patched, *artifact_, *consumer_), max_tokens));
+    entry.max_tokens = max_tokens;
+  }
+
+  SCD_RETURN_IF_ERROR(entry.rebuilder->Rebuild(codes, t, cache));
+  SCD_RETURN_IF_ERROR(cuda::CudaCommitPositions(backend, seq, t));
+  if (stats != nullptr) {
+    stats->decode_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  return absl::OkStatus();
+}
+
+#endif  // SCD_HAVE_CUDA
+
+}  // namespace scd

@@ -1,0 +1,332 @@
+// See scd_rebuilder.h. Host orchestration only; the kernels are in scd_codec.cu and
+// norm_rope.cu, the GEMMs in gemm.cc.
+#include "kernels/cuda/scd_rebuilder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/scd_sekv_ops.h"
+
+namespace scd::cuda {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+absl::Status CheckSize(const std::vector<float>& v, size_t want, int layer, const char* what) {
+  if (v.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat("rebuild spec layer ", layer, ": ", what,
+                                                   " has ", v.size(), " floats, expected ", want));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceBuffer> UploadF32(const std::vector<float>& host, const char* what) {
+  SCD_ASSIGN_OR_RETURN(
+      DeviceBuffer buffer,
+      DeviceBuffer::Allocate(std::max<size_t>(host.size(), 1) * sizeof(float), what));
+  SCD_RETURN_IF_ERROR(CopyToDeviceSync(buffer.data(), host.data(), host.size() * sizeof(float)));
+  return buffer;
+}
+
+absl::StatusOr<DeviceBuffer> UploadBf16(const std::vector<float>& host, const char* what) {
+  std::vector<Bf16> rounded(host.size());
+  for (size_t i = 0; i < host.size(); ++i) rounded[i] = FloatToBf16(host[i]);
+  SCD_ASSIGN_OR_RETURN(
+      DeviceBuffer buffer,
+      DeviceBuffer::Allocate(std::max<size_t>(host.size(), 1) * sizeof(Bf16), what));
+  SCD_RETURN_IF_ERROR(
+      CopyToDeviceSync(buffer.data(), rounded.data(), rounded.size() * sizeof(Bf16)));
+  return buffer;
+}
+
+}  // namespace
+
+absl::Status RebuildSpec::Validate() const {
+  if (hidden_size <= 0 || num_kv_heads <= 0 || head_dim <= 0 || head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("rebuild spec has a bad shape (hidden ",
+                                                   hidden_size, ", kv heads ", num_kv_heads,
+                                                   ", head_dim ", head_dim, ")"));
+  }
+  if (inv_freq.size() != static_cast<size_t>(head_dim / 2)) {
+    return absl::InvalidArgumentError(absl::StrCat("rebuild spec has ", inv_freq.size(),
+                                                   " RoPE frequencies, expected ", head_dim / 2));
+  }
+  if (layers.empty()) return absl::InvalidArgumentError("rebuild spec has no layers");
+  const size_t kvd = kv_dim(), d = hidden_size;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const RebuildLayerSpec& l = layers[i];
+    const int li = static_cast<int>(i);
+    if (l.kind == RebuildLayerSpec::Kind::kReuse) {
+      if (l.rank_k <= 0 || l.rank_k > kMaxCodeRank || l.rank_v <= 0 || l.rank_v > kMaxCodeRank) {
+        return absl::InvalidArgumentError(absl::StrCat("rebuild spec layer ", li, ": ranks ",
+                                                       l.rank_k, "/", l.rank_v, " outside 1..",
+                                                       kMaxCodeRank));
+      }
+      SCD_RETURN_IF_ERROR(CheckSize(l.dec_k, l.rank_k * kvd, li, "key decoder"));
+      SCD_RETURN_IF_ERROR(CheckSize(l.mu_k, kvd, li, "key mean"));
+      SCD_RETURN_IF_ERROR(CheckSize(l.dec_v, l.rank_v * kvd, li, "value decoder"));
+      SCD_RETURN_IF_ERROR(CheckSize(l.mu_v, kvd, li, "value mean"));
+    } else {
+      if (l.code_dim <= 0 || l.hidden_dim < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rebuild spec layer ", li, ": patch code_dim ", l.code_dim));
+      }
+      const size_t r = l.code_dim, m = l.hidden_dim;
+      SCD_RETURN_IF_ERROR(CheckSize(l.a, r * d, li, "aligner A"));
+      SCD_RETURN_IF_ERROR(CheckSize(l.c_b2, d, li, "aligner c + b2"));
+      SCD_RETURN_IF_ERROR(CheckSize(l.w1, r * m, li, "aligner W1"));
+      SCD_RETURN_IF_ERROR(CheckSize(l.b1, m, li, "aligner b1"));
+      SCD_RETURN_IF_ERROR(CheckSize(l.w2, m * d, li, "aligner W2"));
+      SCD_RETURN_IF_ERROR(CheckSize(l.w_kv, 2 * kvd * d, li, "[W_K; W_V]"));
+      if (!l.b_kv.empty()) {
+        SCD_RETURN_IF_ERROR(CheckSize(l.b_kv, 2 * kvd, li, "K/V bias"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+struct ScdGpuRebuilder::Impl {
+  struct Layer {
+    RebuildLayerSpec::Kind kind = RebuildLayerSpec::Kind::kReuse;
+    int rank_k = 0, rank_v = 0, code_dim = 0, hidden_dim = 0;
+    DeviceBuffer dec_k, mu_k, dec_v, mu_v;  // REUSE
+    DeviceBuffer a, c_b2, w1, b1, w2;       // PATCH aligner, F32
+    DeviceBuffer w_kv;                      // PATCH projections, BF16 [2 kv_dim, d]
+    DeviceBuffer b_kv;                      // F32 [2 kv_dim] or empty
+    bool has_bias = false;
+    int CodeFloats() const {
+      return kind == RebuildLayerSpec::Kind::kReuse ? rank_k + rank_v : code_dim;
+    }
+  };
+
+  int hidden = 0, num_kv_heads = 0, head_dim = 0, max_tokens = 0, max_hidden = 0;
+  std::vector<Layer> layers;
+  DeviceBuffer inv_freq;
+  std::unique_ptr<Stream> compute, copy;
+  std::unique_ptr<CublasGemm> gemm;
+  std::vector<std::unique_ptr<Event>> uploaded;  // per layer, on the copy stream
+  std::unique_ptr<Event> start, stop;
+  PinnedBuffer staging;  // every layer's codes for max_tokens, back to back
+  DeviceBuffer codes;    // the same on the device
+  PinnedBuffer meta_host;
+  DeviceBuffer meta;  // k pointer | v pointer | layer stride | row_seq [T] | positions [T]
+  DeviceBuffer h, hidden_scratch, h_bf16, kv;  // PATCH scratch
+
+  int kv_dim() const { return num_kv_heads * head_dim; }
+  size_t CodeFloatsPerToken() const {
+    size_t n = 0;
+    for (const Layer& l : layers) n += l.CodeFloats();
+    return n;
+  }
+};
+
+ScdGpuRebuilder::ScdGpuRebuilder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ScdGpuRebuilder::~ScdGpuRebuilder() = default;
+
+absl::StatusOr<std::unique_ptr<ScdGpuRebuilder>> ScdGpuRebuilder::Create(const RebuildSpec& spec,
+                                                                         int max_tokens) {
+  SCD_RETURN_IF_ERROR(spec.Validate());
+  if (max_tokens <= 0) return absl::InvalidArgumentError("rebuilder needs max_tokens > 0");
+  auto impl = std::make_unique<Impl>();
+  impl->hidden = spec.hidden_size;
+  impl->num_kv_heads = spec.num_kv_heads;
+  impl->head_dim = spec.head_dim;
+  impl->max_tokens = max_tokens;
+  size_t bytes = 0;
+  bool any_patch = false;
+  for (const RebuildLayerSpec& s : spec.layers) {
+    Impl::Layer l;
+    l.kind = s.kind;
+    if (s.kind == RebuildLayerSpec::Kind::kReuse) {
+      l.rank_k = s.rank_k;
+      l.rank_v = s.rank_v;
+      SCD_ASSIGN_OR_RETURN(l.dec_k, UploadF32(s.dec_k, "REUSE key decoder"));
+      SCD_ASSIGN_OR_RETURN(l.mu_k, UploadF32(s.mu_k, "REUSE key mean"));
+      SCD_ASSIGN_OR_RETURN(l.dec_v, UploadF32(s.dec_v, "REUSE value decoder"));
+      SCD_ASSIGN_OR_RETURN(l.mu_v, UploadF32(s.mu_v, "REUSE value mean"));
+      bytes += (s.dec_k.size() + s.mu_k.size() + s.dec_v.size() + s.mu_v.size()) * sizeof(float);
+    } else {
+      any_patch = true;
+      l.code_dim = s.code_dim;
+      l.hidden_dim = s.hidden_dim;
+      impl->max_hidden = std::max(impl->max_hidden, s.hidden_dim);
+      SCD_ASSIGN_OR_RETURN(l.a, UploadF32(s.a, "aligner A"));
+      SCD_ASSIGN_OR_RETURN(l.c_b2, UploadF32(s.c_b2, "aligner c + b2"));
+      SCD_ASSIGN_OR_RETURN(l.w1, UploadF32(s.w1, "aligner W1"));
+      SCD_ASSIGN_OR_RETURN(l.b1, UploadF32(s.b1, "aligner b1"));
+      SCD_ASSIGN_OR_RETURN(l.w2, UploadF32(s.w2, "aligner W2"));
+      SCD_ASSIGN_OR_RETURN(l.w_kv, UploadBf16(s.w_kv, "patch [W_K; W_V]"));
+      l.has_bias = !s.b_kv.empty();
+      if (l.has_bias) {
+        SCD_ASSIGN_OR_RETURN(l.b_kv, UploadF32(s.b_kv, "patch K/V bias"));
+      }
+      bytes +=
+          (s.a.size() + s.c_b2.size() + s.w1.size() + s.b1.size() + s.w2.size() + s.b_kv.size()) *
+              sizeof(float) +
+          s.w_kv.size() * sizeof(Bf16);
+    }
+    impl->layers.push_back(std::move(l));
+  }
+  SCD_ASSIGN_OR_RETURN(impl->inv_freq, UploadF32(spec.inv_freq, "RoPE frequencies"));
+  SCD_ASSIGN_OR_RETURN(impl->compute, Stream::Create());
+  SCD_ASSIGN_OR_RETURN(impl->copy, Stream::Create());
+  SCD_ASSIGN_OR_RETURN(impl->gemm, CublasGemm::Create(impl->compute->handle()));
+  for (size_t i = 0; i < impl->layers.size(); ++i) {
+    SCD_ASSIGN_OR_RETURN(std::unique_ptr<Event> e, Event::Create());
+    impl->uploaded.push_back(std::move(e));
+  }
+  SCD_ASSIGN_OR_RETURN(impl->start, Event::Create());
+  SCD_ASSIGN_OR_RETURN(impl->stop, Event::Create());
+  const size_t t = max_tokens;
+  const size_t code_bytes = impl->CodeFloatsPerToken() * t * sizeof(float);
+  SCD_RETURN_IF_ERROR(impl->staging.Reserve(code_bytes));
+  SCD_RETURN_IF_ERROR(impl->codes.Reserve(code_bytes, "SCD codes"));
+  const size_t meta_bytes = 3 * sizeof(int64_t) + 2 * t * sizeof(int32_t);
+  SCD_RETURN_IF_ERROR(impl->meta_host.Reserve(meta_bytes));
+  SCD_RETURN_IF_ERROR(impl->meta.Reserve(meta_bytes, "rebuild metadata"));
+  if (any_patch) {
+    const size_t d = impl->hidden;
+    SCD_RETURN_IF_ERROR(impl->h.Reserve(t * d * sizeof(float), "patch H"));
+    SCD_RETURN_IF_ERROR(impl->h_bf16.Reserve(t * d * sizeof(Bf16), "patch H (BF16)"));
+    SCD_RETURN_IF_ERROR(impl->kv.Reserve(t * 2 * impl->kv_dim() * sizeof(float), "patch K|V"));
+    if (impl->max_hidden > 0) {
+      SCD_RETURN_IF_ERROR(impl->hidden_scratch.Reserve(
+          t * static_cast<size_t>(impl->max_hidden) * sizeof(float), "aligner hidden"));
+    }
+  }
+  std::unique_ptr<ScdGpuRebuilder> r(new ScdGpuRebuilder(std::move(impl)));
+  r->weight_bytes_ = bytes;
+  return r;
+}
+
+absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int tokens,
+                                      const SequenceCache& target, RebuildTimes* times) {
+  Impl& m = *impl_;
+  const auto t_begin = Clock::now();
+  const int num_layers = static_cast<int>(m.layers.size());
+  if (static_cast<int>(codes.size()) != num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rebuild got codes for ", codes.size(), " layers, the spec has ", num_layers));
+  }
+  if (tokens <= 0 || tokens > m.max_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rebuild of ", tokens, " tokens; this rebuilder takes 1..", m.max_tokens));
+  }
+  if (target.k == nullptr || target.v == nullptr || target.length < 0 ||
+      target.length + tokens > target.capacity ||
+      target.layer_stride < static_cast<int64_t>(target.capacity) * m.kv_dim()) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "rebuild target cannot hold positions [", target.length, ", ", target.length + tokens,
+        ") (capacity ", target.capacity, ", layer stride ", target.layer_stride, ")"));
+  }
+  for (int l = 0; l < num_layers; ++l) {
+    const bool reuse = m.layers[l].kind == RebuildLayerSpec::Kind::kReuse;
+    if (codes[l].z_k == nullptr || (reuse && codes[l].z_v == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat("rebuild codes of layer ", l, " are missing"));
+    }
+  }
+  const StreamHandle cs = m.compute->handle(), xs = m.copy->handle();
+  const size_t t = tokens;
+
+  // Metadata: the one-sequence cache table, row_seq (all 0) and the positions.
+  unsigned char* meta = static_cast<unsigned char*>(m.meta_host.data());
+  const int64_t head[3] = {reinterpret_cast<int64_t>(target.k), reinterpret_cast<int64_t>(target.v),
+                           target.layer_stride};
+  std::memcpy(meta, head, sizeof(head));
+  int32_t* row_seq = reinterpret_cast<int32_t*>(meta + sizeof(head));
+  int32_t* positions = row_seq + t;
+  for (size_t i = 0; i < t; ++i) {
+    row_seq[i] = 0;
+    positions[i] = target.length + static_cast<int32_t>(i);
+  }
+  unsigned char* dev_meta = m.meta.as<unsigned char>();
+  KvCacheTable table;
+  table.k = reinterpret_cast<Bf16* const*>(dev_meta);
+  table.v = reinterpret_cast<Bf16* const*>(dev_meta + sizeof(int64_t));
+  table.layer_stride = reinterpret_cast<const int64_t*>(dev_meta + 2 * sizeof(int64_t));
+  const int32_t* dev_row_seq = reinterpret_cast<const int32_t*>(dev_meta + sizeof(head));
+  const int32_t* dev_positions = dev_row_seq + t;
+
+  // Pipeline: stage layer l (host copy into pinned memory, where a UCX receive lands), upload
+  // it on the copy stream and mark it; the compute stream decodes layer l once its mark is
+  // reached, while the host stages layer l + 1.
+  double stage_ms = 0;
+  size_t offset = 0;  // floats into staging / codes
+  for (int l = 0; l < num_layers; ++l) {
+    const Impl::Layer& layer = m.layers[l];
+    const auto t_stage = Clock::now();
+    float* host = m.staging.as<float>() + offset;
+    if (layer.kind == RebuildLayerSpec::Kind::kReuse) {
+      std::memcpy(host, codes[l].z_k, t * layer.rank_k * sizeof(float));
+      std::memcpy(host + t * layer.rank_k, codes[l].z_v, t * layer.rank_v * sizeof(float));
+    } else {
+      std::memcpy(host, codes[l].z_k, t * layer.code_dim * sizeof(float));
+    }
+    stage_ms += MsSince(t_stage);
+    if (l == 0) {  // device time starts with the first upload
+      SCD_RETURN_IF_ERROR(m.start->Record(xs));
+      SCD_RETURN_IF_ERROR(CopyToDevice(m.meta.data(), m.meta_host.data(),
+                                       sizeof(head) + 2 * t * sizeof(int32_t), xs));
+    }
+    const size_t floats = t * layer.CodeFloats();
+    float* dev = m.codes.as<float>() + offset;
+    SCD_RETURN_IF_ERROR(CopyToDevice(dev, host, floats * sizeof(float), xs));
+    SCD_RETURN_IF_ERROR(m.uploaded[l]->Record(xs));
+    SCD_RETURN_IF_ERROR(m.uploaded[l]->WaitOn(cs));
+    if (layer.kind == RebuildLayerSpec::Kind::kReuse) {
+      const LowRankDecoder key{layer.dec_k.as<float>(), layer.mu_k.as<float>(), layer.rank_k};
+      const LowRankDecoder value{layer.dec_v.as<float>(), layer.mu_v.as<float>(), layer.rank_v};
+      SCD_RETURN_IF_ERROR(ReuseDecodeStoreKv(dev, dev + t * layer.rank_k, tokens, key, value,
+                                             dev_row_seq, dev_positions, table, l, m.num_kv_heads,
+                                             m.head_dim, m.inv_freq.as<float>(), cs));
+    } else {
+      DeviceAlignerView view;
+      view.code_dim = layer.code_dim;
+      view.hidden_dim = layer.hidden_dim;
+      view.out_dim = m.hidden;
+      view.a = layer.a.as<float>();
+      view.c_b2 = layer.c_b2.as<float>();
+      view.w1 = layer.w1.as<float>();
+      view.b1 = layer.b1.as<float>();
+      view.w2 = layer.w2.as<float>();
+      float* h = m.h.as<float>();
+      SCD_RETURN_IF_ERROR(
+          PatchAlignerForward(*m.gemm, view, dev, tokens, m.hidden_scratch.as<float>(), h));
+      SCD_RETURN_IF_ERROR(
+          F32ToBf16(h, m.h_bf16.as<Bf16>(), static_cast<int64_t>(t) * m.hidden, cs));
+      const int kvd = m.kv_dim();
+      float* kv = m.kv.as<float>();
+      SCD_RETURN_IF_ERROR(m.gemm->Linear(m.h_bf16.as<Bf16>(), layer.w_kv.as<Bf16>(), kv, tokens,
+                                         2 * kvd, m.hidden));
+      if (layer.has_bias) {
+        SCD_RETURN_IF_ERROR(AddBias(kv, layer.b_kv.as<float>(), tokens, 2 * kvd, 2 * kvd, cs));
+      }
+      SCD_RETURN_IF_ERROR(RopeStoreKv(kv, kv + kvd, 2 * kvd, tokens, dev_row_seq, dev_positions,
+                                      table, l, m.num_kv_heads, m.head_dim, m.inv_freq.as<float>(),
+                                      cs));
+    }
+    offset += floats;
+  }
+  SCD_RETURN_IF_ERROR(m.stop->Record(cs));
+  SCD_RETURN_IF_ERROR(m.stop->Synchronize());
+  SCD_RETURN_IF_ERROR(m.copy->Synchronize());
+  if (times != nullptr) {
+    SCD_ASSIGN_OR_RETURN(const float gpu_ms, Event::ElapsedMs(*m.start, *m.stop));
+    times->stage_ms = stage_ms;
+    times->gpu_ms = gpu_ms;
+    times->total_ms = MsSince(t_begin);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace scd::cuda

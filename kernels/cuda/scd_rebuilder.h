@@ -1,0 +1,94 @@
+// ScdGpuRebuilder: SCD's consumer-side rebuild on the GPU (issue 7): a payload's per-layer
+// codes go from host memory to the consumer's KV cache without a host-side decode.
+//   REUSE layer: ReuseDecodeStoreKv (low-rank decode + RoPE + BF16 store, one kernel);
+//   PATCH layer: PatchAlignerForward → BF16 → the consumer's [W_K; W_V] as one cuBLAS GEMM
+//                (+ biases) → RopeStoreKv.
+// Transfers overlap with compute: the codes are staged into a pinned buffer (where a UCX
+// receive would land them), and each layer's upload runs on a copy stream, recorded by an
+// event the compute stream waits on, so layer l + 1 crosses PCIe while layer l is decoded.
+//
+// The spec is plain host arrays (no dependency on common/scd, which sits above the backends);
+// tests/cuda and scd-gpu-bench build it from an ScdArtifact or at random. CUDA-free header.
+#ifndef SCD_KERNELS_CUDA_SCD_REBUILDER_H_
+#define SCD_KERNELS_CUDA_SCD_REBUILDER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/ops.h"
+
+namespace scd::cuda {
+
+struct RebuildLayerSpec {
+  enum class Kind { kReuse, kPatch };
+  Kind kind = Kind::kReuse;
+  // kReuse: the REUSE decoders of K and V (LinearCode::decoder and mu_out).
+  int rank_k = 0, rank_v = 0;
+  std::vector<float> dec_k, mu_k;  // [rank_k, kv_dim], [kv_dim]
+  std::vector<float> dec_v, mu_v;  // [rank_v, kv_dim], [kv_dim]
+  // kPatch: the aligner (PatchAligner fields, c_b2 = c + b₂) and the consumer's own K and V
+  // projections of this layer in the HF layout, stacked: w_kv = [W_K; W_V] [2 kv_dim, d].
+  int code_dim = 0, hidden_dim = 0;
+  std::vector<float> a, c_b2, w1, b1, w2;
+  std::vector<float> w_kv;
+  std::vector<float> b_kv;  // [2 kv_dim] or empty (no q/k/v biases)
+};
+
+struct RebuildSpec {
+  int hidden_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  std::vector<float> inv_freq;  // [head_dim / 2], the consumer's RoPE frequencies
+  std::vector<RebuildLayerSpec> layers;
+
+  int kv_dim() const { return num_kv_heads * head_dim; }
+  absl::Status Validate() const;
+};
+
+// One layer's codes in host memory. REUSE: z_k [T, rank_k] and z_v [T, rank_v]; PATCH: z_k is
+// the H_in code [T, code_dim] and z_v is unused.
+struct LayerCodes {
+  const float* z_k = nullptr;
+  const float* z_v = nullptr;
+};
+
+struct RebuildTimes {
+  double stage_ms = 0;  // host: codes copied into the pinned staging buffer
+  double gpu_ms = 0;    // device: first upload to the last store (events on the streams);
+                        // includes any wait of the copy stream for the host's staging
+  double total_ms = 0;  // host wall time of Rebuild
+};
+
+class ScdGpuRebuilder {
+ public:
+  // Uploads the decoders, aligners and projections (BF16 for w_kv) for up to `max_tokens`
+  // positions per call.
+  static absl::StatusOr<std::unique_ptr<ScdGpuRebuilder>> Create(const RebuildSpec& spec,
+                                                                 int max_tokens);
+  ~ScdGpuRebuilder();
+
+  // Rebuilds `tokens` positions of every layer into `target` at positions [target.length,
+  // target.length + tokens) (codes[l] for layer l; the cache layout of ops.h) and waits for the
+  // device. Fails without touching the cache on a shape error. Does not change target.length.
+  absl::Status Rebuild(absl::Span<const LayerCodes> codes, int tokens, const SequenceCache& target,
+                       RebuildTimes* times = nullptr);
+
+  // Device bytes of the decoders, aligners and projections.
+  size_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  struct Impl;
+  explicit ScdGpuRebuilder(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  size_t weight_bytes_ = 0;
+};
+
+}  // namespace scd::cuda
+
+#endif  // SCD_KERNELS_CUDA_SCD_REBUILDER_H_

@@ -1,0 +1,162 @@
+// CUDA kernels of SCD's consumer side and of the SEKV decode step (issue 7), one host-callable
+// launcher per CPU twin, with the conventions of ops.h: CUDA-free header, device memory as
+// plain pointers, row-major layouts, F32 arithmetic, launchers return the launch status and
+// never synchronise. tests/cuda/scd_sekv_test.cc compares each launcher with its twin.
+//
+//   SCD REUSE   ReuseDecodeStoreKv  codes → k = z_k D_k + μ_k, v = z_v D_v + μ_v, RoPE on k,
+//                                   BF16 store into the KV cache, in one kernel
+//   SCD PATCH   PatchAlignerForward: Ĥ = z A + c + b₂ + silu(z W₁ + b₁) W₂ (F32 cuBLAS GEMMs
+//               and BiasActivation / BroadcastRow);
+//               K/V regeneration is the consumer's own BF16 projection (CublasGemm::Linear)
+//               followed by RopeStoreKv (ops.h)
+//   SEKV        SekvAttention        one softmax over segments of mixed resolution (anchors,
+//                                    span summaries with their log-count, pinned tokens,
+//                                    rebuilt tokens, the window), split over entries
+//               SekvRouteGate        α_S for every span and KV head (the zoom-in gate)
+//               SpanRebuildRows      token rows rebuilt from the CPU tier's low-rank bases
+//
+// Span selection (which candidates fit the expansion budget, SelectSpans) stays on the host:
+// it reads α back (a few KB per layer) and uploads the rebuild jobs.
+#ifndef SCD_KERNELS_CUDA_SCD_SEKV_OPS_H_
+#define SCD_KERNELS_CUDA_SCD_SEKV_OPS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/ops.h"
+
+namespace scd::cuda {
+
+// ---- SCD: REUSE decode (scd_codec.cu) ----
+
+// A layer's REUSE decoder for K or V on the device (LinearCode's decoder half).
+struct LowRankDecoder {
+  const float* decoder = nullptr;  // [rank, kv_dim] F32
+  const float* mu = nullptr;       // [kv_dim] F32
+  int rank = 0;                    // 1..kMaxCodeRank
+};
+inline constexpr int kMaxCodeRank = 512;
+
+// For each row r (token):
+//   k = z_k[r, :] · D_k + μ_k,   v = z_v[r, :] · D_v + μ_v          (F32, kv_dim wide)
+// then RoPE at positions[r] on k (as RopeStoreKv does), and both stored as BF16 into layer
+// `layer` of sequence row_seq[r] at position positions[r]. z_k rows are key.rank floats apart,
+// z_v rows value.rank. Twin: LinearCode::Decode (common/scd/reduced_rank.h) for K and V, then
+// cpu::ApplyRope on K and the BF16 store (the CPU backend's AppendKv).
+absl::Status ReuseDecodeStoreKv(const float* z_k, const float* z_v, int rows, LowRankDecoder key,
+                                LowRankDecoder value, const int32_t* row_seq,
+                                const int32_t* positions, KvCacheTable cache, int layer,
+                                int num_kv_heads, int head_dim, const float* inv_freq,
+                                StreamHandle stream);
+
+// ---- SCD: PATCH aligner (scd_codec.cu) ----
+
+enum class Activation { kNone, kSilu };
+
+// y[r, c] = act(y[r, c] + bias[c]) for rows of `cols` floats (bias may be null; silu(x) =
+// x / (1 + e^{-x})). Twin: the bias and SiLU loops of PatchAligner::Apply.
+absl::Status BiasActivation(float* y, const float* bias, int rows, int cols, Activation act,
+                            StreamHandle stream);
+
+// y[r, :] = row[:] for every r < rows.
+absl::Status BroadcastRow(float* y, const float* row, int rows, int cols, StreamHandle stream);
+
+// A PatchAligner (common/scd/patch_aligner.h) on the device, F32.
+struct DeviceAlignerView {
+  int code_dim = 0;             // r_H
+  int hidden_dim = 0;           // m (0: the linear skip only)
+  int out_dim = 0;              // d
+  const float* a = nullptr;     // [r, d]
+  const float* c_b2 = nullptr;  // [d] = c + b₂ (summed on the host in float, as the twin does)
+  const float* w1 = nullptr;    // [r, m]
+  const float* b1 = nullptr;    // [m]
+  const float* w2 = nullptr;    // [m, d]
+};
+
+// h[rows, d] = z A + (c + b₂) + silu(z W₁ + b₁) W₂, with `hidden` [rows, m] as scratch (may
+// be null when m = 0): three F32 GEMMs (CublasGemm::MatMulF32) and two elementwise kernels on
+// the GEMM's stream. Twin: PatchAligner::Apply.
+absl::Status PatchAlignerForward(CublasGemm& gemm, const DeviceAlignerView& f, const float* z,
+                                 int rows, float* hidden, float* h);
+
+// ---- SEKV: mixed-resolution attention (sekv.cu) ----
+
+enum class KvType : int32_t { kF32 = 0, kBf16 = 1 };
+
+// `rows` entries of one KV head: K/V rows of head_dim elements, `stride` elements apart (the
+// pointers are at the head's first column), F32 or BF16. log_count (optional) is added to each
+// score (c_i = |S| for a span summary); rows with skip[i] != 0 (optional) are left out.
+struct AttentionSegment {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const float* log_count = nullptr;  // [rows] or null
+  const uint8_t* skip = nullptr;     // [rows] or null
+  int32_t rows = 0;
+  int32_t stride = 0;
+  KvType type = KvType::kF32;
+  int32_t pad = 0;
+};
+
+// One softmax per query head h over the entries of its KV head g = h / (num_heads /
+// num_kv_heads): `segments` is a device array [num_kv_heads][num_segments] (unused slots have
+// rows = 0). With s_i = <q_h, k_i> / sqrt(head_dim) + log_count_i over the rows not skipped:
+//   out[h, :] = Σ_i softmax(s)_i v_i   (when out is non-null; zeros when no entry),
+//   lse[h]    = log Σ_i e^{s_i}        (when lse is non-null; -1e30 when no entry).
+// Without `out`, V is never read (the routing pass needs only the log-sum-exp). The entries
+// are split into chunks over blocks and merged exactly (as DecodeAttention); `max_rows` (host)
+// bounds the total rows of any KV head and sizes the split. q rows are head_dim floats apart.
+// Twin: sekv::ScoreBlock + AccumulateScored + FinishAttention / LogSumExp.
+absl::Status SekvAttention(const float* q, const AttentionSegment* segments, int num_segments,
+                           int num_heads, int num_kv_heads, int head_dim, int max_rows, float* out,
+                           float* lse, float* workspace, int64_t workspace_floats,
+                           StreamHandle stream);
+
+// Floats of `workspace` SekvAttention needs for this shape.
+int64_t SekvAttentionWorkspaceFloats(int num_heads, int head_dim, int max_rows);
+
+// ---- SEKV: zoom-in gate and span rebuild (sekv.cu) ----
+
+struct RouterGateParams {
+  float w_size = 0, w_share = 1, bias = 0, pad = 0;
+};
+inline constexpr int kMaxRouteDim = 128;
+
+// For KV head g and span s, the largest over the query heads h of g's group of
+//   σ(<P_kᵀ P_q q_h, k̄_s> + w_size · log_count[g, s] + w_share · (ŝ_{h,s} − lse[h]) + bias),
+//   ŝ_{h,s} = <q_h, k̄_s> / sqrt(head_dim) + log_count[g, s],
+// written to alpha[g, s]; 0 when remaining[g, s] == 0 (the span has no token left).
+//   q          [num_heads, head_dim]
+//   p_q, p_k   [num_kv_heads, route_dim, head_dim] (this layer's routing projections)
+//   summary_k  span rows `summary_stride` elements apart, F32 or BF16 (`summary_type`; the
+//              same rows the attention's summary segment reads); head g at column g * head_dim
+//   log_count, remaining, alpha   [num_kv_heads, num_spans];  gates [num_kv_heads]
+//   lse        [num_heads], the resident log-sum-exp (SekvAttention without out)
+// Twin: the gate in SekvCache::Zoom (ZoomRouter::RouteQuery, Logit, sekv::Sigmoid).
+absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, int route_dim,
+                           const void* summary_k, KvType summary_type, int64_t summary_stride,
+                           const float* log_count, const int32_t* remaining,
+                           const RouterGateParams* gates, const float* lse, int num_spans,
+                           int num_heads, int num_kv_heads, int head_dim, float* alpha,
+                           StreamHandle stream);
+
+// One token row rebuilt from a span's low-rank basis: out = us_row · vt, i.e. row i of
+// (U_r Σ_r) V_rᵀ. us_row and vt may be device memory or pinned host memory (read through
+// unified addressing, so the CPU tier needs no separate copy).
+struct RebuildJob {
+  const float* us_row = nullptr;  // [rank]
+  const float* vt = nullptr;      // [rank, head_dim]
+  float* out = nullptr;           // [head_dim]
+  int32_t rank = 0;
+  int32_t pad = 0;
+};
+
+// Runs `count` jobs of the device array `jobs` (head_dim wide). Twin:
+// sekv::LowRankBasis::ReconstructRow.
+absl::Status SpanRebuildRows(const RebuildJob* jobs, int count, int head_dim, StreamHandle stream);
+
+}  // namespace scd::cuda
+
+#endif  // SCD_KERNELS_CUDA_SCD_SEKV_OPS_H_

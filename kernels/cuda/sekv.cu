@@ -1,0 +1,374 @@
+// SEKV decode-step kernels (see scd_sekv_ops.h).
+//   SekvAttention: the mixed-resolution softmax. A KV head's entries are the concatenation of
+//   its segments (anchors, span summaries, pinned tokens, rebuilt tokens, window), of mixed
+//   element type. The concatenation is cut into chunks of at most kChunk entries; the block
+//   (KV head g, chunk) scores its entries for all query heads of g's group (K read once per
+//   group), keeps the partial softmax state per head (max m, Σ e^{s-m}, Σ e^{s-m} v), and a
+//   combine kernel merges the chunks exactly, as DecodeAttention does (flash-decoding).
+//   Skipped rows score -inf and so weigh exactly 0, as in the twin, which leaves them out.
+//   SekvRouteGate: one block per (KV head, span tile). It forms q_route = P_kᵀ (P_q q) for the
+//   group's query heads in shared memory (the twin's order of summation), then one warp per
+//   span computes <q_route, k̄> and <q, k̄> for each head and the gate's maximum.
+//   SpanRebuildRows: one block per job, threads across head_dim, the rank loop in the twin's
+//   order.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/scd_sekv_ops.h"
+
+namespace scd::cuda {
+namespace {
+
+using internal::AsStream;
+using internal::CeilDiv;
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxGroup = 16;  // query heads per KV head
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxSegments = 16;  // segments per KV head
+constexpr int kMinChunk = 64;
+constexpr int kMaxChunk = 256;
+constexpr int kWantSplits = 64;  // chunks per KV head when rows allow (fills the GPU at 8 heads)
+constexpr float kEmptyLse = -1e30f;
+
+int ChunkFor(int max_rows) {
+  const int64_t want = CeilDiv(std::max(max_rows, 1), kWantSplits);
+  const int64_t rounded = CeilDiv(want, 32) * 32;
+  return static_cast<int>(std::min<int64_t>(kMaxChunk, std::max<int64_t>(kMinChunk, rounded)));
+}
+
+int SplitsFor(int max_rows) {
+  return static_cast<int>(CeilDiv(std::max(max_rows, 1), ChunkFor(max_rows)));
+}
+
+__device__ __forceinline__ float LoadAs(const void* p, KvType type, int64_t i) {
+  return type == KvType::kBf16 ? internal::LoadBf16(static_cast<const Bf16*>(p) + i)
+                               : static_cast<const float*>(p)[i];
+}
+
+__global__ void __launch_bounds__(kThreads)
+    SekvAttentionSplitKernel(const float* __restrict__ q, const AttentionSegment* __restrict__ segs,
+                             int num_segments, int num_heads, int num_kv_heads, int hd, float scale,
+                             int chunk, int splits, bool want_out, float* __restrict__ ws_o,
+                             float* __restrict__ ws_m, float* __restrict__ ws_l) {
+  extern __shared__ float smem[];
+  __shared__ AttentionSegment seg_s[kMaxSegments];
+  __shared__ int off_s[kMaxSegments + 1];
+  const int group = num_heads / num_kv_heads;
+  float* q_s = smem;               // [group][hd]
+  float* s_s = smem + group * hd;  // [group][chunk]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int split = blockIdx.x, g = blockIdx.y;
+  if (tid == 0) {
+    int total = 0;
+    for (int i = 0; i < num_segments; ++i) {
+      seg_s[i] = segs[static_cast<int64_t>(g) * num_segments + i];
+      off_s[i] = total;
+      total += max(seg_s[i].rows, 0);
+    }
+    off_s[num_segments] = total;
+  }
+  for (int idx = tid; idx < group * hd; idx += kThreads) {
+    q_s[idx] = q[static_cast<int64_t>(g) * group * hd + idx];
+  }
+  __syncthreads();
+  const int begin = split * chunk;
+  const int end = min(off_s[num_segments], begin + chunk);
+  const int n = end - begin;
+  auto slot = [&](int i) { return static_cast<int64_t>(g * group + i) * splits + split; };
+  if (n <= 0) {
+    for (int i = tid; i < group; i += kThreads) {
+      ws_m[slot(i)] = -INFINITY;
+      ws_l[slot(i)] = 0.0f;
+    }
+    if (want_out) {
+      for (int idx = tid; idx < group * hd; idx += kThreads) {
+        ws_o[slot(idx / hd) * hd + idx % hd] = 0.0f;
+      }
+    }
+    return;
+  }
+
+  // Scores: one warp per entry, lanes across head_dim, every head of the group at once.
+  for (int sgi = 0; sgi < num_segments; ++sgi) {
+    const int lo = max(begin, off_s[sgi]), hi = min(end, off_s[sgi + 1]);
+    if (lo >= hi) continue;
+    const AttentionSegment sg = seg_s[sgi];
+    for (int e = lo + warp; e < hi; e += kWarps) {
+      const int row = e - off_s[sgi];
+      const int j = e - begin;
+      if (sg.skip != nullptr && sg.skip[row] != 0) {
+        if (lane == 0) {
+          for (int i = 0; i < group; ++i) s_s[i * chunk + j] = -INFINITY;
+        }
+        continue;
+      }
+      float acc[kMaxGroup];
+#pragma unroll
+      for (int i = 0; i < kMaxGroup; ++i) acc[i] = 0.0f;
+      const int64_t base = static_cast<int64_t>(row) * sg.stride;
+      for (int d = lane; d < hd; d += 32) {
+        const float kd = LoadAs(sg.k, sg.type, base + d);
+#pragma unroll
+        for (int i = 0; i < kMaxGroup; ++i) {
+          if (i < group) acc[i] += q_s[i * hd + d] * kd;
+        }
+      }
+      const float lc = sg.log_count != nullptr ? sg.log_count[row] : 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxGroup; ++i) {
+        if (i < group) {
+          const float s = internal::WarpSum(acc[i]);
+          if (lane == 0) s_s[i * chunk + j] = s * scale + lc;
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // Per-head max and sum over the chunk; scores become e^{s - m} (0 for skipped rows).
+  for (int i = warp; i < group; i += kWarps) {
+    float* row = s_s + i * chunk;
+    float mx = -INFINITY;
+    for (int j = lane; j < n; j += 32) mx = fmaxf(mx, row[j]);
+    mx = internal::WarpMax(mx);
+    float sum = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+      const float p = mx == -INFINITY ? 0.0f : expf(row[j] - mx);
+      row[j] = p;
+      sum += p;
+    }
+    sum = internal::WarpSum(sum);
+    if (lane == 0) {
+      ws_m[slot(i)] = sum > 0.0f ? mx : -INFINITY;
+      ws_l[slot(i)] = sum;
+    }
+  }
+  if (!want_out) return;
+  __syncthreads();
+
+  // Unnormalised output: threads across head_dim (coalesced V rows), the group in registers.
+  for (int d = tid; d < hd; d += kThreads) {
+    float acc[kMaxGroup];
+#pragma unroll
+    for (int i = 0; i < kMaxGroup; ++i) acc[i] = 0.0f;
+    for (int sgi = 0; sgi < num_segments; ++sgi) {
+      const int lo = max(begin, off_s[sgi]), hi = min(end, off_s[sgi + 1]);
+      if (lo >= hi) continue;
+      const AttentionSegment sg = seg_s[sgi];
+      for (int e = lo; e < hi; ++e) {
+        const int row = e - off_s[sgi];
+        const int j = e - begin;
+        if (sg.skip != nullptr && sg.skip[row] != 0) continue;
+        const float vd = LoadAs(sg.v, sg.type, static_cast<int64_t>(row) * sg.stride + d);
+#pragma unroll
+        for (int i = 0; i < kMaxGroup; ++i) {
+          if (i < group) acc[i] += s_s[i * chunk + j] * vd;
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxGroup; ++i) {
+      if (i < group) ws_o[slot(i) * hd + d] = acc[i];
+    }
+  }
+}
+
+__global__ void SekvAttentionCombineKernel(const float* __restrict__ ws_o,
+                                           const float* __restrict__ ws_m,
+                                           const float* __restrict__ ws_l, int splits, int hd,
+                                           float* __restrict__ out, float* __restrict__ lse) {
+  const int h = blockIdx.x;
+  const int64_t base = static_cast<int64_t>(h) * splits;
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, ws_m[base + s]);
+  float total = 0.0f;
+  if (mx != -INFINITY) {
+    for (int s = 0; s < splits; ++s) {
+      const float m = ws_m[base + s];
+      if (m != -INFINITY) total += ws_l[base + s] * expf(m - mx);
+    }
+  }
+  if (lse != nullptr && threadIdx.x == 0) {
+    lse[h] = total > 0.0f ? mx + logf(total) : kEmptyLse;
+  }
+  if (out == nullptr) return;
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = 0.0f;
+    if (total > 0.0f) {
+      for (int s = 0; s < splits; ++s) {
+        const float m = ws_m[base + s];
+        if (m != -INFINITY) acc += ws_o[(base + s) * hd + d] * expf(m - mx);
+      }
+    }
+    out[static_cast<int64_t>(h) * hd + d] = acc * inv;
+  }
+}
+
+constexpr int kSpansPerBlock = 64;
+
+__global__ void __launch_bounds__(kThreads) SekvRouteGateKernel(
+    const float* __restrict__ q, const float* __restrict__ p_q, const float* __restrict__ p_k,
+    int route_dim, const void* __restrict__ summary_k, KvType summary_type, int64_t summary_stride,
+    const float* __restrict__ log_count, const int32_t* __restrict__ remaining,
+    const RouterGateParams* __restrict__ gates, const float* __restrict__ lse, int num_spans,
+    int num_heads, int num_kv_heads, int hd, float scale, float* __restrict__ alpha) {
+  extern __shared__ float smem[];
+  const int group = num_heads / num_kv_heads;
+  const int g = blockIdx.y;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float* q_s = smem;               // [group][hd]
+  float* qr_s = q_s + group * hd;  // [group][hd]: P_kᵀ P_q q
+  float* z_s = qr_s + group * hd;  // [group][route_dim]: P_q q
+  const float* pq = p_q + static_cast<int64_t>(g) * route_dim * hd;
+  const float* pk = p_k + static_cast<int64_t>(g) * route_dim * hd;
+  for (int idx = tid; idx < group * hd; idx += kThreads) {
+    q_s[idx] = q[static_cast<int64_t>(g) * group * hd + idx];
+  }
+  __syncthreads();
+  for (int idx = tid; idx < group * route_dim; idx += kThreads) {
+    const int i = idx / route_dim, r = idx - i * route_dim;
+    float z = 0.0f;
+    for (int c = 0; c < hd; ++c) z += pq[static_cast<int64_t>(r) * hd + c] * q_s[i * hd + c];
+    z_s[idx] = z;
+  }
+  __syncthreads();
+  for (int idx = tid; idx < group * hd; idx += kThreads) {
+    const int i = idx / hd, c = idx - i * hd;
+    float acc = 0.0f;
+    for (int r = 0; r < route_dim; ++r)
+      acc += z_s[i * route_dim + r] * pk[static_cast<int64_t>(r) * hd + c];
+    qr_s[idx] = acc;
+  }
+  __syncthreads();
+  const RouterGateParams gate = gates[g];
+  const int s_end = min(num_spans, (blockIdx.x + 1) * kSpansPerBlock);
+  for (int s = blockIdx.x * kSpansPerBlock + warp; s < s_end; s += kWarps) {
+    const int64_t gs = static_cast<int64_t>(g) * num_spans + s;
+    if (remaining[gs] == 0) {
+      if (lane == 0) alpha[gs] = 0.0f;
+      continue;
+    }
+    const int64_t kbar = static_cast<int64_t>(s) * summary_stride + g * hd;
+    const float lc = log_count[gs];
+    float best = 0.0f;
+    for (int i = 0; i < group; ++i) {
+      float bil = 0.0f, dot = 0.0f;
+      for (int c = lane; c < hd; c += 32) {
+        const float k = LoadAs(summary_k, summary_type, kbar + c);
+        bil += qr_s[i * hd + c] * k;
+        dot += q_s[i * hd + c] * k;
+      }
+      bil = internal::WarpSum(bil);
+      dot = internal::WarpSum(dot);
+      const float s_hat = dot * scale + lc;
+      const float z =
+          bil + gate.w_size * lc + gate.w_share * (s_hat - lse[g * group + i]) + gate.bias;
+      best = fmaxf(best, 1.0f / (1.0f + expf(-z)));
+    }
+    if (lane == 0) alpha[gs] = best;
+  }
+}
+
+__global__ void SpanRebuildKernel(const RebuildJob* __restrict__ jobs, int hd) {
+  const RebuildJob job = jobs[blockIdx.x];
+  for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int r = 0; r < job.rank; ++r)
+      acc += job.us_row[r] * job.vt[static_cast<int64_t>(r) * hd + c];
+    job.out[c] = acc;
+  }
+}
+
+absl::Status CheckSekvShape(const char* what, int num_heads, int num_kv_heads, int head_dim) {
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_heads / num_kv_heads > kMaxGroup ||
+      num_kv_heads > 65535 || head_dim <= 0 || head_dim > kMaxHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": unsupported shape (heads ", num_heads, "/", num_kv_heads, ", head_dim ", head_dim,
+        "; at most ", kMaxGroup, " query heads per KV head and head_dim ", kMaxHeadDim, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t SekvAttentionWorkspaceFloats(int num_heads, int head_dim, int max_rows) {
+  if (num_heads <= 0) return 0;
+  return static_cast<int64_t>(num_heads) * SplitsFor(max_rows) * (head_dim + 2);
+}
+
+absl::Status SekvAttention(const float* q, const AttentionSegment* segments, int num_segments,
+                           int num_heads, int num_kv_heads, int head_dim, int max_rows, float* out,
+                           float* lse, float* workspace, int64_t workspace_floats,
+                           StreamHandle stream) {
+  if (num_heads <= 0 || (out == nullptr && lse == nullptr)) return absl::OkStatus();
+  if (absl::Status s = CheckSekvShape("SekvAttention", num_heads, num_kv_heads, head_dim);
+      !s.ok()) {
+    return s;
+  }
+  if (num_segments <= 0 || num_segments > kMaxSegments || max_rows < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("SekvAttention: ", num_segments,
+                                                   " segments per KV head (1..", kMaxSegments,
+                                                   "), max_rows ", max_rows));
+  }
+  const int64_t need = SekvAttentionWorkspaceFloats(num_heads, head_dim, max_rows);
+  if (workspace_floats < need) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SekvAttention: workspace holds ", workspace_floats, " floats, needs ", need));
+  }
+  const int chunk = ChunkFor(max_rows), splits = SplitsFor(max_rows);
+  const int group = num_heads / num_kv_heads;
+  const int64_t slots = static_cast<int64_t>(num_heads) * splits;
+  float* ws_o = workspace;
+  float* ws_m = ws_o + slots * head_dim;
+  float* ws_l = ws_m + slots;
+  const size_t smem = sizeof(float) * static_cast<size_t>(group) * (head_dim + chunk);
+  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  const dim3 grid(splits, num_kv_heads);
+  SekvAttentionSplitKernel<<<grid, kThreads, smem, AsStream(stream)>>>(
+      q, segments, num_segments, num_heads, num_kv_heads, head_dim, scale, chunk, splits,
+      out != nullptr, ws_o, ws_m, ws_l);
+  if (absl::Status s = LaunchStatus("SekvAttentionSplitKernel"); !s.ok()) return s;
+  SekvAttentionCombineKernel<<<num_heads, 128, 0, AsStream(stream)>>>(ws_o, ws_m, ws_l, splits,
+                                                                      head_dim, out, lse);
+  return LaunchStatus("SekvAttentionCombineKernel");
+}
+
+absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, int route_dim,
+                           const void* summary_k, KvType summary_type, int64_t summary_stride,
+                           const float* log_count, const int32_t* remaining,
+                           const RouterGateParams* gates, const float* lse, int num_spans,
+                           int num_heads, int num_kv_heads, int head_dim, float* alpha,
+                           StreamHandle stream) {
+  if (num_spans <= 0 || num_heads <= 0) return absl::OkStatus();
+  if (absl::Status s = CheckSekvShape("SekvRouteGate", num_heads, num_kv_heads, head_dim);
+      !s.ok()) {
+    return s;
+  }
+  if (route_dim <= 0 || route_dim > kMaxRouteDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SekvRouteGate: route_dim ", route_dim, " outside 1..", kMaxRouteDim));
+  }
+  const int group = num_heads / num_kv_heads;
+  const size_t smem = sizeof(float) * static_cast<size_t>(group) * (2 * head_dim + route_dim);
+  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  const dim3 grid(static_cast<unsigned>(CeilDiv(num_spans, kSpansPerBlock)), num_kv_heads);
+  SekvRouteGateKernel<<<grid, kThreads, smem, AsStream(stream)>>>(
+      q, p_q, p_k, route_dim, summary_k, summary_type, summary_stride, log_count, remaining, gates,
+      lse, num_spans, num_heads, num_kv_heads, head_dim, scale, alpha);
+  return LaunchStatus("SekvRouteGateKernel");
+}
+
+absl::Status SpanRebuildRows(const RebuildJob* jobs, int count, int head_dim, StreamHandle stream) {
+  if (count <= 0) return absl::OkStatus();
+  if (head_dim <= 0) return absl::InvalidArgumentError("SpanRebuildRows: head_dim must be > 0");
+  const int threads = head_dim >= 128 ? 128 : 64;
+  SpanRebuildKernel<<<count, threads, 0, AsStream(stream)>>>(jobs, head_dim);
+  return LaunchStatus("SpanRebuildKernel");
+}
+
+}  // namespace scd::cuda
