@@ -1,14 +1,33 @@
 // Backend factory: the one place that knows which backends this build has (STYLE.md: `#if`
-// only in the backend factory and in CMake).
+// only in the backend factory and in CMake). Also the Backend interface's default methods.
 #include "common/runtime/backend.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/runtime/cpu_backend.h"
 #if SCD_HAVE_CUDA
 #include "common/runtime/cuda_backend.h"
 #endif
 
 namespace scd {
+
+absl::Status Backend::DecodeSample(absl::Span<Sequence* const> seqs,
+                                   absl::Span<const int32_t> tokens,
+                                   absl::Span<const SampleDraw> draws, std::vector<int32_t>* next) {
+  if (draws.size() != seqs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode batch has ", seqs.size(), " sequences and ", draws.size(), " draws"));
+  }
+  std::vector<float> logits;
+  SCD_RETURN_IF_ERROR(Decode(seqs, tokens, &logits));
+  const size_t vocab = static_cast<size_t>(model().config.vocab_size);
+  next->resize(seqs.size());
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    (*next)[b] = SampleWithDraw(absl::MakeConstSpan(logits).subspan(b * vocab, vocab),
+                                draws[b].params, draws[b].canonical);
+  }
+  return absl::OkStatus();
+}
 
 bool BackendAvailable(BackendKind kind) {
   switch (kind) {

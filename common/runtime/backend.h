@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/model/weights.h"
+#include "common/runtime/sampler.h"
 
 namespace scd {
 
@@ -41,8 +42,8 @@ struct LayerStates {
 
 struct PrefillResult {
   int num_tokens = 0;
-  std::vector<float> logits;       // [T, vocab] with all_logits, else [vocab]
-  std::vector<LayerStates> layers; // [num_layers] with layer_states
+  std::vector<float> logits;        // [T, vocab] with all_logits, else [vocab]
+  std::vector<LayerStates> layers;  // [num_layers] with layer_states
   // [T] with surprisal. Entry t is -log softmax(logits[t-1])[x_t]. The first token of the
   // call has no prediction inside the call: 0 when the sequence was empty (BOS), otherwise
   // computed from the logits the previous Prefill/Decode of this sequence produced.
@@ -86,6 +87,13 @@ class Backend {
   // into `logits` as [B, vocab].
   virtual absl::Status Decode(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
                               std::vector<float>* logits) = 0;
+
+  // Decode, then the next token of row b picked with draws[b] (SampleWithDraw): token ids
+  // instead of logits. This default samples the host logits; the CUDA backend samples on the
+  // device and copies back only the ids.
+  virtual absl::Status DecodeSample(absl::Span<Sequence* const> seqs,
+                                    absl::Span<const int32_t> tokens,
+                                    absl::Span<const SampleDraw> draws, std::vector<int32_t>* next);
 
   // Selective recompute (DroidSpeak-style): re-runs layers [first_layer, end_layer) for the
   // positions [start, start + rows) already in `seq`, starting from `residual_in` [rows, d],

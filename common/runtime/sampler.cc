@@ -33,47 +33,66 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 
 int32_t Sampler::Sample(absl::Span<const float> logits) {
   if (params_.temperature == 0.0f || params_.top_k == 1) return ArgMax(logits);
+  // uniform_real_distribution(0, total) is generate_canonical · total: the draw is taken here,
+  // scaled inside SampleWithDraw once the kept mass is known.
+  const double canonical = std::generate_canonical<double, 53>(rng_);
+  return SampleWithDraw(logits, params_, canonical, &scratch_);
+}
+
+SampleDraw Sampler::Draw() {
+  SampleDraw draw;
+  draw.params = params_;
+  if (params_.temperature != 0.0f && params_.top_k != 1) {
+    draw.canonical = std::generate_canonical<double, 53>(rng_);
+  }
+  return draw;
+}
+
+int32_t SampleWithDraw(absl::Span<const float> logits, const SamplingParams& params,
+                       double canonical, std::vector<std::pair<float, int32_t>>* scratch) {
+  if (params.temperature == 0.0f || params.top_k == 1) return ArgMax(logits);
+  std::vector<std::pair<float, int32_t>> local;
+  std::vector<std::pair<float, int32_t>>& sorted = scratch != nullptr ? *scratch : local;
   const int n = static_cast<int>(logits.size());
-  scratch_.resize(n);
-  for (int i = 0; i < n; ++i) scratch_[i] = {logits[i] / params_.temperature, i};
+  sorted.resize(n);
+  for (int i = 0; i < n; ++i) sorted[i] = {logits[i] / params.temperature, i};
   int keep = n;
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
-  if (params_.top_k > 0 && params_.top_k < n) {
-    keep = params_.top_k;
-    std::partial_sort(scratch_.begin(), scratch_.begin() + keep, scratch_.end(), by_logit);
+  if (params.top_k > 0 && params.top_k < n) {
+    keep = params.top_k;
+    std::partial_sort(sorted.begin(), sorted.begin() + keep, sorted.end(), by_logit);
   } else {
-    std::sort(scratch_.begin(), scratch_.end(), by_logit);
+    std::sort(sorted.begin(), sorted.end(), by_logit);
   }
   // Softmax over the kept candidates (sorted descending), then the nucleus cut.
-  const float max_v = scratch_[0].first;
+  const float max_v = sorted[0].first;
   double total = 0.0;
   for (int i = 0; i < keep; ++i) {
-    scratch_[i].first = std::exp(scratch_[i].first - max_v);
-    total += scratch_[i].first;
+    sorted[i].first = std::exp(sorted[i].first - max_v);
+    total += sorted[i].first;
   }
-  if (params_.top_p < 1.0f) {
+  if (params.top_p < 1.0f) {
     double cum = 0.0;
     int cut = keep;
     for (int i = 0; i < keep; ++i) {
-      cum += scratch_[i].first / total;
-      if (cum >= params_.top_p) {
+      cum += sorted[i].first / total;
+      if (cum >= params.top_p) {
         cut = i + 1;
         break;
       }
     }
     keep = cut;
     total = 0.0;
-    for (int i = 0; i < keep; ++i) total += scratch_[i].first;
+    for (int i = 0; i < keep; ++i) total += sorted[i].first;
   }
-  std::uniform_real_distribution<double> uniform(0.0, total);
-  double u = uniform(rng_);
+  double u = canonical * total;
   for (int i = 0; i < keep; ++i) {
-    u -= scratch_[i].first;
-    if (u <= 0.0) return scratch_[i].second;
+    u -= sorted[i].first;
+    if (u <= 0.0) return sorted[i].second;
   }
-  return scratch_[keep - 1].second;
+  return sorted[keep - 1].second;
 }
 
 }  // namespace scd

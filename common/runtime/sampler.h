@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -23,10 +24,20 @@ struct SamplingParams {
   absl::Status Validate() const;  // errors name the field
 };
 
+// One step's sampling decision before the logits exist: the parameters and the draw.
+struct SampleDraw {
+  SamplingParams params;
+  double canonical = 0.0;  // std::generate_canonical<double, 53> of the generator; 0 if greedy
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
   int32_t Sample(absl::Span<const float> logits);
+  // Takes this step's draw without the logits (for a backend that samples where the logits
+  // are, Backend::DecodeSample): SampleWithDraw(logits, Draw()) == Sample(logits), and the
+  // generator advances exactly as Sample would advance it.
+  SampleDraw Draw();
 
  private:
   SamplingParams params_;
@@ -36,6 +47,13 @@ class Sampler {
 
 // Index of the largest logit (lowest index on ties).
 int32_t ArgMax(absl::Span<const float> logits);
+
+// The token Sampler::Sample picks when its generator's draw for this step is `canonical`
+// (std::generate_canonical<double, 53>, in [0, 1)): the draw is scaled by the mass kept after
+// top-k and top-p. The contract the device sampler (kernels/cuda SampleRows) implements.
+// `scratch` (optional) is reused between calls.
+int32_t SampleWithDraw(absl::Span<const float> logits, const SamplingParams& params,
+                       double canonical, std::vector<std::pair<float, int32_t>>* scratch = nullptr);
 
 }  // namespace scd
 

@@ -286,42 +286,45 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
 
 void DecodeEngine::Step() {
   // One batched Decode over the backend's sequences; SEKV requests step one by one after it.
+  // The backend samples where the logits are (on the device for CUDA): each request's sampler
+  // takes its draw first, exactly as Sample would.
   std::vector<Sequence*> seqs;
   std::vector<int32_t> inputs;
+  std::vector<SampleDraw> draws;
   for (auto& a : running_) {
     if (a->sekv != nullptr) continue;
     seqs.push_back(a->seq.get());
     inputs.push_back(a->next_input);
+    draws.push_back(a->sampler->Draw());
   }
-  std::vector<float> logits, sekv_logits;
+  std::vector<int32_t> sampled;
+  std::vector<float> sekv_logits;
   const absl::Status st =
-      seqs.empty() ? absl::OkStatus() : backend_->Decode(seqs, inputs, &logits);
+      seqs.empty() ? absl::OkStatus() : backend_->DecodeSample(seqs, inputs, draws, &sampled);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.steps;
     stats_.max_batch_seen =
         std::max<long>(stats_.max_batch_seen, static_cast<long>(running_.size()));
   }
-  const int vocab = backend_->model().config.vocab_size;
-  size_t row = 0;  // this request's row in the batched logits
+  size_t row = 0;  // this request's row in the batch
   for (size_t i = 0; i < running_.size(); ++i) {
     Active& a = *running_[i];
-    absl::Span<const float> out;
+    int32_t next = 0;
     if (a.sekv != nullptr) {
       if (absl::Status sst = a.sekv->Step(a.next_input, &sekv_logits); !sst.ok()) {
         Finish(a, DecodeEvent::Error(sst));
         continue;
       }
-      out = sekv_logits;
+      next = a.sampler->Sample(sekv_logits);
     } else {
       const size_t r = row++;
       if (!st.ok()) {
         Finish(a, DecodeEvent::Error(st));
         continue;
       }
-      out = absl::MakeConstSpan(logits).subspan(r * vocab, vocab);
+      next = sampled[r];
     }
-    const int32_t next = a.sampler->Sample(out);
     if (std::find(a.stops.begin(), a.stops.end(), next) != a.stops.end()) {
       Finish(a, DecodeEvent::Done("stop"));
       continue;

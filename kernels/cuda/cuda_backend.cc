@@ -296,6 +296,24 @@ class CudaBackend : public Backend {
 
   absl::Status Decode(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
                       std::vector<float>* logits) override {
+    return DecodeStep(seqs, tokens, {}, logits, nullptr);
+  }
+
+  // Samples on the device (cuda::SampleRows): only the token ids come back.
+  absl::Status DecodeSample(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
+                            absl::Span<const SampleDraw> draws,
+                            std::vector<int32_t>* next) override {
+    if (draws.size() != seqs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("decode batch has ", seqs.size(),
+                                                     " sequences and ", draws.size(), " draws"));
+    }
+    return DecodeStep(seqs, tokens, draws, nullptr, next);
+  }
+
+  // One decode step; with `draws`, samples on the device into *next, else copies the logits.
+  absl::Status DecodeStep(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
+                          absl::Span<const SampleDraw> draws, std::vector<float>* logits,
+                          std::vector<int32_t>* next) {
     const ModelConfig& c = model_->config;
     const int b = static_cast<int>(seqs.size());
     if (b == 0 || tokens.size() != seqs.size()) {
@@ -332,6 +350,18 @@ class CudaBackend : public Backend {
     const size_t row_seq_at = meta.Add(row_seq.data(), b);
     const size_t len_at = meta.Add(lengths.data(), b);
     const size_t dst_at = meta.Add(logits_dst.data(), b);
+    const bool sample = next != nullptr;
+    size_t params_at = 0;
+    if (sample) {
+      std::vector<cuda::SampleParams> params(b);
+      for (int i = 0; i < b; ++i) {
+        params[i].temperature = draws[i].params.temperature;
+        params[i].top_k = draws[i].params.top_k;
+        params[i].top_p = draws[i].params.top_p;
+        params[i].canonical = draws[i].canonical;
+      }
+      params_at = meta.Add(params.data(), b);
+    }
     SCD_ASSIGN_OR_RETURN(cuda::KvCacheTable table, AddTable(batch, &meta));
     SCD_RETURN_IF_ERROR(Upload(meta));
     table = Relocate(table);
@@ -355,11 +385,23 @@ class CudaBackend : public Backend {
         gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(), logits_.as<float>(), b, vocab, d));
     SCD_RETURN_IF_ERROR(
         cuda::ScatterRows(logits_.as<float>(), vocab, Dev<float* const>(dst_at), b, vocab, s));
-    const size_t bytes = sizeof(float) * b * vocab;
-    SCD_RETURN_IF_ERROR(pinned_.Reserve(bytes));
-    SCD_RETURN_IF_ERROR(cuda::CopyToHost(pinned_.data(), logits_.data(), bytes, s));
-    SCD_RETURN_IF_ERROR(stream_->Synchronize());
-    logits->assign(pinned_.as<float>(), pinned_.as<float>() + static_cast<size_t>(b) * vocab);
+    if (sample) {
+      SCD_ASSIGN_OR_RETURN(const size_t ws_bytes, cuda::SampleRowsWorkspaceBytes(b, vocab));
+      SCD_RETURN_IF_ERROR(sample_ws_.Reserve(ws_bytes + sizeof(int32_t) * b, "sampling"));
+      int32_t* ids = reinterpret_cast<int32_t*>(sample_ws_.as<unsigned char>() + ws_bytes);
+      SCD_RETURN_IF_ERROR(cuda::SampleRows(logits_.as<float>(), Dev<cuda::SampleParams>(params_at),
+                                           b, vocab, ids, sample_ws_.data(), ws_bytes, s));
+      SCD_RETURN_IF_ERROR(pinned_.Reserve(sizeof(int32_t) * b));
+      SCD_RETURN_IF_ERROR(cuda::CopyToHost(pinned_.data(), ids, sizeof(int32_t) * b, s));
+      SCD_RETURN_IF_ERROR(stream_->Synchronize());
+      next->assign(pinned_.as<int32_t>(), pinned_.as<int32_t>() + b);
+    } else {
+      const size_t bytes = sizeof(float) * b * vocab;
+      SCD_RETURN_IF_ERROR(pinned_.Reserve(bytes));
+      SCD_RETURN_IF_ERROR(cuda::CopyToHost(pinned_.data(), logits_.data(), bytes, s));
+      SCD_RETURN_IF_ERROR(stream_->Synchronize());
+      logits->assign(pinned_.as<float>(), pinned_.as<float>() + static_cast<size_t>(b) * vocab);
+    }
     for (CudaSequence* seq : batch) {
       seq->length_ += 1;
       seq->has_last_logits_ = true;
@@ -537,6 +579,7 @@ class CudaBackend : public Backend {
   DeviceBuffer meta_dev_;
   DeviceBuffer x_, xn_, xn_bf16_, qkv_, att_, att_bf16_, gate_up_, act_bf16_;
   DeviceBuffer logits_, nll_, hooks_, decode_ws_, append_stage_;
+  DeviceBuffer sample_ws_;     // SampleRows workspace, then the sampled ids
   cuda::PinnedBuffer pinned_;  // results back to the host, AppendKv uploads
 };
 

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/device_memory.h"
 
@@ -151,6 +152,28 @@ absl::Status NegLogLikelihood(const float* logits, const int32_t* targets, float
 // Twin: scd::ArgMax (common/runtime/sampler.h).
 absl::Status ArgmaxRows(const float* logits, int32_t* out, int rows, int vocab,
                         StreamHandle stream);
+
+// ---- sampling (sampling.cu) ----
+
+// One row's sampling parameters (SamplingParams) and its draw: `canonical` in [0, 1) is what
+// the twin's generator yields for this step, std::generate_canonical<double, 53>(rng), which
+// the twin scales by the kept mass (uniform_real_distribution(0, total)).
+struct SampleParams {
+  float temperature = 0.0f;  // 0 = greedy
+  int32_t top_k = 0;         // 0 = no limit
+  float top_p = 1.0f;        // 1 = no limit
+  int32_t pad = 0;
+  double canonical = 0.0;
+};
+
+// out[r] = the token scd::Sampler::Sample (common/runtime/sampler.h) picks for logits row r
+// with params[r] (device array) when its generator draws params[r].canonical: temperature,
+// top-k, top-p, then the draw, on the device, so a step returns token ids instead of logits.
+// Needs SampleRowsWorkspaceBytes(rows, vocab) bytes of device workspace; rows * vocab < 2^31.
+// Twin: scd::Sampler::Sample (exact up to float rounding at a draw's boundary, see sampling.cu).
+absl::Status SampleRows(const float* logits, const SampleParams* params, int rows, int vocab,
+                        int32_t* out, void* workspace, size_t workspace_bytes, StreamHandle stream);
+absl::StatusOr<size_t> SampleRowsWorkspaceBytes(int rows, int vocab);
 
 }  // namespace scd::cuda
 

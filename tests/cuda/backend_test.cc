@@ -387,6 +387,46 @@ TEST_CASE("CUDA AppendKv continues like the CPU backend", "[cuda]") {
   }
 }
 
+TEST_CASE("CUDA DecodeSample samples on the device what SampleWithDraw picks", "[cuda]") {
+  // Two identical batches on one backend give identical logits (same kernels, same shapes):
+  // one samples on the device, the other returns logits that the CPU twin samples with the
+  // same draws. Greedy, temperature-only and top-k + top-p rows, 12 steps fed back.
+  SCD_SKIP_WITHOUT_CUDA();
+  auto backend = Make(BackendKind::kCuda, LoadStories());
+  const int vocab = backend->model().config.vocab_size;
+  const SamplingParams settings[] = {{0.0f, 0, 1.0f, 1}, {0.8f, 0, 1.0f, 2}, {1.2f, 20, 0.9f, 3}};
+  std::vector<std::unique_ptr<Sequence>> device_set, host_set;
+  std::vector<Sampler> drawing;
+  for (int i = 0; i < 3; ++i) {
+    for (auto* set : {&device_set, &host_set}) {
+      set->push_back(NewSeq(*backend, 40));
+      PrefillResult r;
+      const std::vector<int32_t> prompt = {1, 50 + i, 60 + i, 70 + i};
+      REQUIRE(backend->Prefill(*set->back(), prompt, {}, &r).ok());
+    }
+    drawing.emplace_back(settings[i]);
+  }
+  std::vector<int32_t> inputs = {7, 8, 9};
+  for (int step = 0; step < 12; ++step) {
+    INFO("step " << step);
+    std::vector<SampleDraw> draws;
+    for (Sampler& s : drawing) draws.push_back(s.Draw());
+    std::vector<Sequence*> a = {device_set[0].get(), device_set[1].get(), device_set[2].get()};
+    std::vector<int32_t> next;
+    const absl::Status sampled = backend->DecodeSample(a, inputs, draws, &next);
+    INFO(sampled);
+    REQUIRE(sampled.ok());
+    std::vector<Sequence*> b = {host_set[0].get(), host_set[1].get(), host_set[2].get()};
+    std::vector<float> logits;
+    REQUIRE(backend->Decode(b, inputs, &logits).ok());
+    for (int i = 0; i < 3; ++i) {
+      const absl::Span<const float> row = absl::MakeConstSpan(logits).subspan(i * vocab, vocab);
+      CHECK(next[i] == SampleWithDraw(row, draws[i].params, draws[i].canonical));
+    }
+    inputs = next;
+  }
+}
+
 TEST_CASE("CUDA backend rejects bad requests without changing the sequence", "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();
   const ModelConfig config = SyntheticConfig(Architecture::kLlama);

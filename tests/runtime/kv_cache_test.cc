@@ -116,8 +116,8 @@ TEST_CASE("Prefill from an externally supplied KV cache equals normal prefill", 
     CHECK(seq->length() == split);
     PrefillResult rest;
     REQUIRE(backend->Prefill(*seq, absl::MakeConstSpan(tokens).subspan(split), opts, &rest).ok());
-    CHECK(MaxAbs(rest.logits.data(), ref.logits.data() + split * c.vocab_size,
-                 rest.logits.size()) < 1e-4f);
+    CHECK(MaxAbs(rest.logits.data(), ref.logits.data() + split * c.vocab_size, rest.logits.size()) <
+          1e-4f);
     // And decoding continues identically.
     std::vector<float> a, b;
     Sequence* s1[] = {seq.get()};
@@ -155,12 +155,48 @@ TEST_CASE("Batched decode equals one-at-a-time decode", "[cpu]") {
   }
 }
 
+TEST_CASE("DecodeSample picks what each request's sampler picks on the decode logits", "[cpu]") {
+  auto backend = testing::MakeBackend("models/stories260K");
+  const int vocab = backend->model().config.vocab_size;
+  const SamplingParams settings[] = {{0.0f, 0, 1.0f, 1}, {0.8f, 0, 1.0f, 2}, {1.2f, 20, 0.9f, 3}};
+  std::vector<std::unique_ptr<Sequence>> sampled, reference;
+  std::vector<Sampler> drawing, sampling;
+  for (int i = 0; i < 3; ++i) {
+    for (auto* set : {&sampled, &reference}) {
+      set->push_back(backend->NewSequence(40).value());
+      PrefillResult r;
+      REQUIRE(backend->Prefill(*set->back(), Tokens(5 + 3 * i, vocab, i), {}, &r).ok());
+    }
+    drawing.emplace_back(settings[i]);
+    sampling.emplace_back(settings[i]);
+  }
+  std::vector<int32_t> inputs = {7, 8, 9};
+  for (int step = 0; step < 12; ++step) {
+    INFO("step " << step);
+    std::vector<SampleDraw> draws;
+    for (Sampler& s : drawing) draws.push_back(s.Draw());
+    std::vector<Sequence*> a = {sampled[0].get(), sampled[1].get(), sampled[2].get()};
+    std::vector<int32_t> next;
+    REQUIRE(backend->DecodeSample(a, inputs, draws, &next).ok());
+    std::vector<Sequence*> b = {reference[0].get(), reference[1].get(), reference[2].get()};
+    std::vector<float> logits;
+    REQUIRE(backend->Decode(b, inputs, &logits).ok());
+    for (int i = 0; i < 3; ++i) {
+      CHECK(next[i] == sampling[i].Sample(absl::MakeConstSpan(logits).subspan(i * vocab, vocab)));
+    }
+    inputs = next;
+  }
+  std::vector<Sequence*> one = {sampled[0].get()};
+  std::vector<int32_t> next;
+  CHECK(backend->DecodeSample(one, {inputs[0]}, {}, &next).code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("Backend rejects bad input without changing the sequence", "[cpu]") {
   auto backend = testing::MakeBackend("models/stories260K");
   auto seq = backend->NewSequence(8).value();
   PrefillResult r;
-  CHECK(backend->Prefill(*seq, Tokens(9, 512, 0), {}, &r).code() ==
-        absl::StatusCode::kOutOfRange);
+  CHECK(backend->Prefill(*seq, Tokens(9, 512, 0), {}, &r).code() == absl::StatusCode::kOutOfRange);
   CHECK(seq->length() == 0);
   const std::vector<int32_t> bad = {1, 512};
   CHECK(backend->Prefill(*seq, bad, {}, &r).code() == absl::StatusCode::kInvalidArgument);
@@ -212,9 +248,9 @@ TEST_CASE("RecomputeLayers restores a block of layers from its entering residual
       kv.k_pre_rope.push_back(in_block ? std::vector<float>(n, 0.0f)
                                        : std::vector<float>(ref.layers[l].k_pre_rope.begin(),
                                                             ref.layers[l].k_pre_rope.begin() + n));
-      kv.v.push_back(in_block ? std::vector<float>(n, 0.0f)
-                              : std::vector<float>(ref.layers[l].v.begin(),
-                                                   ref.layers[l].v.begin() + n));
+      kv.v.push_back(
+          in_block ? std::vector<float>(n, 0.0f)
+                   : std::vector<float>(ref.layers[l].v.begin(), ref.layers[l].v.begin() + n));
     }
     const std::vector<float> residual(
         ref.layers[first].residual.begin(),
@@ -225,14 +261,15 @@ TEST_CASE("RecomputeLayers restores a block of layers from its entering residual
     {
       auto seq = backend->NewSequence(64).value();
       REQUIRE(backend->AppendKv(*seq, kv).ok());
-      REQUIRE(backend->Prefill(*seq, absl::MakeConstSpan(tokens).subspan(split), logits_only,
-                               &broken).ok());
+      REQUIRE(
+          backend->Prefill(*seq, absl::MakeConstSpan(tokens).subspan(split), logits_only, &broken)
+              .ok());
     }
     auto seq = backend->NewSequence(64).value();
     REQUIRE(backend->AppendKv(*seq, kv).ok());
     REQUIRE(backend->RecomputeLayers(*seq, 0, first, end, residual).ok());
-    REQUIRE(backend->Prefill(*seq, absl::MakeConstSpan(tokens).subspan(split), logits_only,
-                             &fixed).ok());
+    REQUIRE(backend->Prefill(*seq, absl::MakeConstSpan(tokens).subspan(split), logits_only, &fixed)
+                .ok());
     const float* want = ref.logits.data() + split * c.vocab_size;
     CHECK(MaxAbs(fixed.logits.data(), want, fixed.logits.size()) < 1e-4f);
     CHECK(MaxAbs(broken.logits.data(), want, broken.logits.size()) > 1e-3f);  // it mattered
