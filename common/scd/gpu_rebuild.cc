@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/model/config.h"
+#include "common/scd/quantize.h"
 
 #if SCD_HAVE_CUDA
 #include "kernels/cuda/scd_rebuilder.h"
@@ -92,6 +93,39 @@ absl::Status CheckBlock(const PayloadBlock* b, int rows, int cols, const char* w
   return absl::OkStatus();
 }
 
+// The device decodes F32, F16 and int8-row blocks itself (its CodeFormat numbering is the
+// wire's Encoding numbering for these three).
+bool SentAsIs(const PayloadBlock& b) {
+  return (b.encoding == Encoding::kF32 || b.encoding == Encoding::kF16 ||
+          b.encoding == Encoding::kInt8Row) &&
+         b.data.size() == EncodedBytes(b.encoding, b.rows, b.cols, b.group);
+}
+
+// The layer's codes for the device: the blocks' bytes as they arrived when the device can
+// decode them (4x fewer bytes to stage and upload for int8), else host-decoded F32.
+absl::Status LayerCodesFor(const PayloadBlock* k, const PayloadBlock* v, std::vector<float>* k_f32,
+                           std::vector<float>* v_f32, cuda::LayerCodes* codes) {
+  if (SentAsIs(*k) && (v == nullptr || (SentAsIs(*v) && v->encoding == k->encoding))) {
+    codes->z_k = k->data.data();
+    codes->z_v = v != nullptr ? v->data.data() : nullptr;
+    codes->format = static_cast<cuda::CodeFormat>(k->encoding);
+    return absl::OkStatus();
+  }
+  SCD_ASSIGN_OR_RETURN(*k_f32, k->ToFloats());
+  if (v != nullptr) {
+    SCD_ASSIGN_OR_RETURN(*v_f32, v->ToFloats());
+  }
+  codes->z_k = k_f32->data();
+  codes->z_v = v != nullptr ? v_f32->data() : nullptr;
+  codes->format = cuda::CodeFormat::kF32;
+  return absl::OkStatus();
+}
+
+static_assert(static_cast<int>(cuda::CodeFormat::kF16) == static_cast<int>(Encoding::kF16) &&
+              static_cast<int>(cuda::CodeFormat::kInt8Row) ==
+                  static_cast<int>(Encoding::kInt8Row) &&
+              static_cast<int>(cuda::CodeFormat::kF32) == static_cast<int>(Encoding::kF32));
+
 }  // namespace
 
 bool GpuRebuild::Applies(const Backend& backend) { return backend.name() == "cuda"; }
@@ -108,7 +142,7 @@ absl::Status GpuRebuild::Rebuild(const Payload& p, Backend& backend, Sequence& s
   }
   // Layout and block checks first, as the host path does: nothing is written on a bad payload.
   std::vector<int> patched;
-  std::vector<std::vector<float> > z_k(c.num_layers), z_v(c.num_layers);
+  std::vector<std::vector<float>> z_k(c.num_layers), z_v(c.num_layers);
   std::vector<cuda::LayerCodes> codes(c.num_layers);
   for (int l = 0; l < c.num_layers; ++l) {
     if (p.Find(BlockKind::kResidual, l) != nullptr) {
@@ -124,7 +158,7 @@ absl::Status GpuRebuild::Rebuild(const Payload& p, Backend& backend, Sequence& s
             absl::StrCat("payload patches layer ", l, ", which this artifact has no aligner for"));
       }
       SCD_RETURN_IF_ERROR(CheckBlock(pb, t, it->second.aligner.code_dim, "patch", l, mode));
-      SCD_ASSIGN_OR_RETURN(z_k[l], pb->ToFloats());
+      SCD_RETURN_IF_ERROR(LayerCodesFor(pb, nullptr, &z_k[l], &z_v[l], &codes[l]));
       patched.push_back(l);
     } else {
       const ReuseLayer& r = artifact_->reuse[l];
@@ -132,10 +166,8 @@ absl::Status GpuRebuild::Rebuild(const Payload& p, Backend& backend, Sequence& s
       const PayloadBlock* vb = p.Find(BlockKind::kValue, l);
       SCD_RETURN_IF_ERROR(CheckBlock(kb, t, r.key.rank, "key code", l, mode));
       SCD_RETURN_IF_ERROR(CheckBlock(vb, t, r.value.rank, "value code", l, mode));
-      SCD_ASSIGN_OR_RETURN(z_k[l], kb->ToFloats());
-      SCD_ASSIGN_OR_RETURN(z_v[l], vb->ToFloats());
+      SCD_RETURN_IF_ERROR(LayerCodesFor(kb, vb, &z_k[l], &z_v[l], &codes[l]));
     }
-    codes[l] = {z_k[l].data(), z_v[l].empty() ? nullptr : z_v[l].data()};
   }
   SCD_ASSIGN_OR_RETURN(const cuda::SequenceCache cache, cuda::CudaSequenceCache(backend, seq));
   if (cache.length + t > cache.capacity) {

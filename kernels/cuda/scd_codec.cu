@@ -7,6 +7,8 @@
 //   stored as BF16 straight into the cache; no F32 K/V ever reaches HBM.
 //   BiasActivation / BroadcastRow: the elementwise parts of the PATCH aligner, whose GEMMs
 //   are cuBLAS F32 (CublasGemm::MatMulF32).
+#include <cuda_fp16.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -104,6 +106,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void DecodeCodesKernel(const void* __restrict__ in, CodeFormat format, int rows,
+                                  int cols, float* __restrict__ out) {
+  const int64_t count = static_cast<int64_t>(rows) * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (format == CodeFormat::kF16) {
+      out[i] = __half2float(static_cast<const __half*>(in)[i]);
+    } else if (format == CodeFormat::kInt8Row) {
+      const __half* scales = static_cast<const __half*>(in);
+      const int8_t* codes = reinterpret_cast<const int8_t*>(scales + rows);
+      out[i] = static_cast<float>(codes[i]) * __half2float(scales[i / cols]);
+    } else {
+      out[i] = static_cast<const float*>(in)[i];
+    }
+  }
+}
+
 __global__ void BiasActivationKernel(float* y, const float* __restrict__ bias, int64_t count,
                                      int cols, bool silu) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
@@ -147,6 +166,15 @@ absl::Status ReuseDecodeStoreKv(const float* z_k, const float* z_v, int rows, Lo
                                                                   row_seq, positions, cache, layer,
                                                                   num_kv_heads, head_dim, inv_freq);
   return LaunchStatus("ReuseDecodeKernel");
+}
+
+absl::Status DecodeCodes(const void* in, CodeFormat format, int rows, int cols, float* out,
+                         StreamHandle stream) {
+  const int64_t count = static_cast<int64_t>(rows) * cols;
+  if (count <= 0) return absl::OkStatus();
+  DecodeCodesKernel<<<internal::GridFor(count, 256), 256, 0, AsStream(stream)>>>(in, format, rows,
+                                                                                 cols, out);
+  return LaunchStatus("DecodeCodesKernel");
 }
 
 absl::Status BiasActivation(float* y, const float* bias, int rows, int cols, Activation act,

@@ -17,6 +17,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Bytes of one code matrix's slot in the staging buffers (16-byte aligned).
+size_t RawSlot(CodeFormat format, int rows, int cols) {
+  return cols <= 0 ? 0 : (CodeBytes(format, rows, cols) + 15) / 16 * 16;
+}
+
 double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
@@ -116,8 +121,9 @@ struct ScdGpuRebuilder::Impl {
   std::unique_ptr<CublasGemm> gemm;
   std::vector<std::unique_ptr<Event>> uploaded;  // per layer, on the copy stream
   std::unique_ptr<Event> start, stop;
-  PinnedBuffer staging;  // every layer's codes for max_tokens, back to back
-  DeviceBuffer codes;    // the same on the device
+  PinnedBuffer staging;  // every layer's codes as they travel, for max_tokens, back to back
+  DeviceBuffer raw;      // the same on the device
+  DeviceBuffer codes;    // every layer's codes decoded to F32 (F32 codes are used in place)
   PinnedBuffer meta_host;
   DeviceBuffer meta;  // k pointer | v pointer | layer stride | row_seq [T] | positions [T]
   DeviceBuffer h, hidden_scratch, h_bf16, kv;  // PATCH scratch
@@ -189,8 +195,16 @@ absl::StatusOr<std::unique_ptr<ScdGpuRebuilder>> ScdGpuRebuilder::Create(const R
   SCD_ASSIGN_OR_RETURN(impl->stop, Event::Create());
   const size_t t = max_tokens;
   const size_t code_bytes = impl->CodeFloatsPerToken() * t * sizeof(float);
-  SCD_RETURN_IF_ERROR(impl->staging.Reserve(code_bytes));
-  SCD_RETURN_IF_ERROR(impl->codes.Reserve(code_bytes, "SCD codes"));
+  // Raw slots: K then V, each 16-byte aligned and F32-sized (no format is larger).
+  size_t raw_bytes = 0;
+  for (const Impl::Layer& l : impl->layers) {
+    raw_bytes += RawSlot(CodeFormat::kF32, max_tokens,
+                         l.kind == RebuildLayerSpec::Kind::kReuse ? l.rank_k : l.code_dim) +
+                 RawSlot(CodeFormat::kF32, max_tokens, l.rank_v);
+  }
+  SCD_RETURN_IF_ERROR(impl->staging.Reserve(raw_bytes));
+  SCD_RETURN_IF_ERROR(impl->raw.Reserve(raw_bytes, "SCD codes (as sent)"));
+  SCD_RETURN_IF_ERROR(impl->codes.Reserve(code_bytes, "SCD codes (F32)"));
   const size_t meta_bytes = 3 * sizeof(int64_t) + 2 * t * sizeof(int32_t);
   SCD_RETURN_IF_ERROR(impl->meta_host.Reserve(meta_bytes));
   SCD_RETURN_IF_ERROR(impl->meta.Reserve(meta_bytes, "rebuild metadata"));
@@ -261,17 +275,20 @@ absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int to
   // it on the copy stream and mark it; the compute stream decodes layer l once its mark is
   // reached, while the host stages layer l + 1.
   double stage_ms = 0;
-  size_t offset = 0;  // floats into staging / codes
+  size_t offset = 0;      // floats into codes
+  size_t raw_offset = 0;  // bytes into staging / raw
   for (int l = 0; l < num_layers; ++l) {
     const Impl::Layer& layer = m.layers[l];
+    const bool reuse = layer.kind == RebuildLayerSpec::Kind::kReuse;
+    const CodeFormat format = codes[l].format;
+    const int cols_k = reuse ? layer.rank_k : layer.code_dim, cols_v = reuse ? layer.rank_v : 0;
+    const size_t bytes_k = CodeBytes(format, tokens, cols_k);
+    const size_t bytes_v = cols_v > 0 ? CodeBytes(format, tokens, cols_v) : 0;
+    const size_t slot_k = RawSlot(format, tokens, cols_k);
     const auto t_stage = Clock::now();
-    float* host = m.staging.as<float>() + offset;
-    if (layer.kind == RebuildLayerSpec::Kind::kReuse) {
-      std::memcpy(host, codes[l].z_k, t * layer.rank_k * sizeof(float));
-      std::memcpy(host + t * layer.rank_k, codes[l].z_v, t * layer.rank_v * sizeof(float));
-    } else {
-      std::memcpy(host, codes[l].z_k, t * layer.code_dim * sizeof(float));
-    }
+    unsigned char* host = m.staging.as<unsigned char>() + raw_offset;
+    std::memcpy(host, codes[l].z_k, bytes_k);
+    if (bytes_v > 0) std::memcpy(host + slot_k, codes[l].z_v, bytes_v);
     stage_ms += MsSince(t_stage);
     if (l == 0) {  // device time starts with the first upload
       SCD_RETURN_IF_ERROR(m.start->Record(xs));
@@ -279,16 +296,29 @@ absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int to
                                        sizeof(head) + 2 * t * sizeof(int32_t), xs));
     }
     const size_t floats = t * layer.CodeFloats();
-    float* dev = m.codes.as<float>() + offset;
-    SCD_RETURN_IF_ERROR(CopyToDevice(dev, host, floats * sizeof(float), xs));
+    unsigned char* raw = m.raw.as<unsigned char>() + raw_offset;
+    SCD_RETURN_IF_ERROR(CopyToDevice(raw, host, slot_k + bytes_v, xs));
     SCD_RETURN_IF_ERROR(m.uploaded[l]->Record(xs));
     SCD_RETURN_IF_ERROR(m.uploaded[l]->WaitOn(cs));
+    // Codes sent as F32 are used where they landed; F16 and int8 ones are decoded first.
+    const float* z_k = reinterpret_cast<const float*>(raw);
+    const float* z_v = reinterpret_cast<const float*>(raw + slot_k);
+    if (format != CodeFormat::kF32) {
+      float* decoded = m.codes.as<float>() + offset;
+      SCD_RETURN_IF_ERROR(DecodeCodes(raw, format, tokens, cols_k, decoded, cs));
+      if (cols_v > 0) {
+        SCD_RETURN_IF_ERROR(
+            DecodeCodes(raw + slot_k, format, tokens, cols_v, decoded + t * cols_k, cs));
+      }
+      z_k = decoded;
+      z_v = decoded + t * cols_k;
+    }
     if (layer.kind == RebuildLayerSpec::Kind::kReuse) {
       const LowRankDecoder key{layer.dec_k.as<float>(), layer.mu_k.as<float>(), layer.rank_k};
       const LowRankDecoder value{layer.dec_v.as<float>(), layer.mu_v.as<float>(), layer.rank_v};
-      SCD_RETURN_IF_ERROR(ReuseDecodeStoreKv(dev, dev + t * layer.rank_k, tokens, key, value,
-                                             dev_row_seq, dev_positions, table, l, m.num_kv_heads,
-                                             m.head_dim, m.inv_freq.as<float>(), cs));
+      SCD_RETURN_IF_ERROR(ReuseDecodeStoreKv(z_k, z_v, tokens, key, value, dev_row_seq,
+                                             dev_positions, table, l, m.num_kv_heads, m.head_dim,
+                                             m.inv_freq.as<float>(), cs));
     } else {
       DeviceAlignerView view;
       view.code_dim = layer.code_dim;
@@ -301,7 +331,7 @@ absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int to
       view.w2 = layer.w2.as<float>();
       float* h = m.h.as<float>();
       SCD_RETURN_IF_ERROR(
-          PatchAlignerForward(*m.gemm, view, dev, tokens, m.hidden_scratch.as<float>(), h));
+          PatchAlignerForward(*m.gemm, view, z_k, tokens, m.hidden_scratch.as<float>(), h));
       SCD_RETURN_IF_ERROR(
           F32ToBf16(h, m.h_bf16.as<Bf16>(), static_cast<int64_t>(t) * m.hidden, cs));
       const int kvd = m.kv_dim();
@@ -316,6 +346,8 @@ absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int to
                                       cs));
     }
     offset += floats;
+    raw_offset += RawSlot(CodeFormat::kF32, m.max_tokens, cols_k) +
+                  RawSlot(CodeFormat::kF32, m.max_tokens, cols_v);
   }
   SCD_RETURN_IF_ERROR(m.stop->Record(cs));
   SCD_RETURN_IF_ERROR(m.stop->Synchronize());

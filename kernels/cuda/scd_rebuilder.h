@@ -22,6 +22,7 @@
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/scd_sekv_ops.h"
 
 namespace scd::cuda {
 
@@ -51,11 +52,13 @@ struct RebuildSpec {
   absl::Status Validate() const;
 };
 
-// One layer's codes in host memory. REUSE: z_k [T, rank_k] and z_v [T, rank_v]; PATCH: z_k is
-// the H_in code [T, code_dim] and z_v is unused.
+// One layer's codes in host memory, as they travel (`format`, scd_sekv_ops.h: F32, or a
+// payload block's F16 or int8-row bytes, decoded on the device). REUSE: z_k [T, rank_k] and
+// z_v [T, rank_v]; PATCH: z_k is the H_in code [T, code_dim] and z_v is unused.
 struct LayerCodes {
-  const float* z_k = nullptr;
-  const float* z_v = nullptr;
+  const void* z_k = nullptr;
+  const void* z_v = nullptr;
+  CodeFormat format = CodeFormat::kF32;
 };
 
 struct RebuildTimes {

@@ -30,6 +30,32 @@
 
 namespace scd::cuda {
 
+// ---- SCD: codes as they travel (scd_codec.cu) ----
+
+// A payload block's encoding (common/scd/quantize.h, same numbering): F32, F16, or int8 with
+// one F16 scale per row (all row scales first, then the row-major int8 codes).
+enum class CodeFormat : int32_t { kF32 = 0, kF16 = 1, kInt8Row = 2 };
+
+// Bytes of a [rows, cols] matrix in `format` (scd::EncodedBytes for these three).
+inline size_t CodeBytes(CodeFormat format, int rows, int cols) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  switch (format) {
+    case CodeFormat::kF16:
+      return 2 * n;
+    case CodeFormat::kInt8Row:
+      return 2 * static_cast<size_t>(rows) + n;
+    case CodeFormat::kF32:
+      break;
+  }
+  return 4 * n;
+}
+
+// out[rows, cols] (F32) = the matrix at `in` (device memory, CodeBytes long) decoded exactly
+// as the host does: F16 widened, int8 times its row's widened scale. `in` must be 2-byte
+// aligned. Twin: scd::DecodeMatrix.
+absl::Status DecodeCodes(const void* in, CodeFormat format, int rows, int cols, float* out,
+                         StreamHandle stream);
+
 // ---- SCD: REUSE decode (scd_codec.cu) ----
 
 // A layer's REUSE decoder for K or V on the device (LinearCode's decoder half).

@@ -27,6 +27,7 @@
 #include "absl/types/span.h"
 #include "common/model/config.h"
 #include "common/scd/patch_aligner.h"
+#include "common/scd/quantize.h"
 #include "common/scd/reduced_rank.h"
 #include "common/sekv/low_rank.h"
 #include "common/sekv/mixed_attention.h"
@@ -741,6 +742,46 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
   CHECK(times.gpu_ms >= 0);
   CHECK(times.stage_ms >= 0);
   const std::vector<Bf16> got_k = k_cache.ToHost(), got_v = v_cache.ToHost();
+
+  // The same rebuild from codes as they travel (F16, int8 with a scale per row), decoded on the
+  // device: bit-identical to rebuilding from the host's decoding of those bytes as F32.
+  for (const Encoding encoding : {Encoding::kF16, Encoding::kInt8Row}) {
+    INFO("codes sent as " << EncodingName(encoding));
+    std::vector<std::vector<uint8_t>> sent_k(layers), sent_v(layers);
+    std::vector<std::vector<float>> host_k(layers), host_v(layers);
+    std::vector<cuda::LayerCodes> sent(layers), host(layers);
+    auto encode = [&](const std::vector<float>& z, int cols, std::vector<uint8_t>* bytes,
+                      std::vector<float>* decoded) {
+      bytes->resize(EncodedBytes(encoding, tokens, cols, 0));
+      EncodeMatrix(encoding, z.data(), tokens, cols, 0, bytes->data());
+      decoded->resize(z.size());
+      REQUIRE(DecodeMatrix(encoding, bytes->data(), bytes->size(), tokens, cols, 0, decoded->data())
+                  .ok());
+    };
+    for (int l = 0; l < layers; ++l) {
+      const cuda::RebuildLayerSpec& ls = spec.layers[l];
+      const bool reuse = ls.kind == Kind::kReuse;
+      encode(z_k[l], reuse ? ls.rank_k : ls.code_dim, &sent_k[l], &host_k[l]);
+      sent[l] = {sent_k[l].data(), nullptr, static_cast<cuda::CodeFormat>(encoding)};
+      host[l] = {host_k[l].data(), nullptr, cuda::CodeFormat::kF32};
+      if (reuse) {
+        encode(z_v[l], ls.rank_v, &sent_v[l], &host_v[l]);
+        sent[l].z_v = sent_v[l].data();
+        host[l].z_v = host_v[l].data();
+      }
+    }
+    DeviceArray<Bf16> k_sent(sentinel), v_sent(sentinel), k_host(sentinel), v_host(sentinel);
+    cuda::SequenceCache into_sent = target, into_host = target;
+    into_sent.k = k_sent.get();
+    into_sent.v = v_sent.get();
+    into_host.k = k_host.get();
+    into_host.v = v_host.get();
+    RequireOk((*rebuilder)->Rebuild(sent, tokens, into_sent));
+    RequireOk((*rebuilder)->Rebuild(host, tokens, into_host));
+    CheckClose(Widen(k_sent.ToHost()), Widen(k_host.ToHost()), 0, 0, "K cache, codes as sent");
+    CheckClose(Widen(v_sent.ToHost()), Widen(v_host.ToHost()), 0, 0, "V cache, codes as sent");
+  }
+
   const size_t per_layer = static_cast<size_t>(capacity) * kv_dim;
   for (int l = 0; l < layers; ++l) {
     const bool patch = spec.layers[l].kind == Kind::kPatch;
@@ -753,6 +794,29 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
     CheckCache(Slice(got_v, at, per_layer), Slice(want_v, at, per_layer),
                Slice(written, at, per_layer), Slice(slack_v, at, per_layer), atol, kBf16Store,
                "V cache");
+  }
+}
+
+TEST_CASE("CUDA DecodeCodes matches DecodeMatrix bit for bit", "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  // Odd shapes, a zero row (scale 0) and values that round to F16 subnormals.
+  const int rows = 37, cols = 23;
+  std::vector<float> x = RandomFloats(static_cast<size_t>(rows) * cols, 901, 3.0f);
+  for (int c = 0; c < cols; ++c) x[5 * cols + c] = 0.0f;
+  for (int c = 0; c < cols; ++c) x[6 * cols + c] *= 1e-6f;
+  for (const Encoding encoding : {Encoding::kF32, Encoding::kF16, Encoding::kInt8Row}) {
+    INFO(EncodingName(encoding));
+    const auto format = static_cast<cuda::CodeFormat>(encoding);
+    std::vector<uint8_t> bytes(EncodedBytes(encoding, rows, cols, 0));
+    REQUIRE(bytes.size() == cuda::CodeBytes(format, rows, cols));
+    EncodeMatrix(encoding, x.data(), rows, cols, 0, bytes.data());
+    std::vector<float> want(x.size());
+    REQUIRE(DecodeMatrix(encoding, bytes.data(), bytes.size(), rows, cols, 0, want.data()).ok());
+    DeviceArray<uint8_t> in(bytes);
+    DeviceArray<float> out(x.size());
+    RequireOk(cuda::DecodeCodes(in.get(), format, rows, cols, out.get(), nullptr));
+    RequireSynced();
+    CheckClose(out.ToHost(), want, 0, 0, "decoded codes");
   }
 }
 

@@ -15,8 +15,9 @@ namespace scd::cuda_bench {
 inline constexpr double kScdTargetSpeedup = 5.0;
 
 // Rebuilds `tokens` positions of every layer (warm-up, then the median of 5) and returns the
-// figures: rebuild_ms (RebuildTimes::total_ms), stage_ms, gpu_ms, prefill_ms, speedup =
-// prefill_ms / rebuild_ms, payload_bytes (F32 codes), verdict "PASS"/"FAIL" against
+// figures: rebuild_ms (RebuildTimes::total_ms), stage_ms and gpu_ms with int8-row codes (what
+// a payload carries), the same with F32 codes (*_f32_ms), prefill_ms, speedup = prefill_ms /
+// rebuild_ms, payload_bytes (int8) and payload_bytes_f32, verdict "PASS"/"FAIL" against
 // kScdTargetSpeedup, and the spec's shape. Prints one progress line per step.
 absl::StatusOr<nlohmann::json> MeasureScdRebuild(const ModelConfig& config, int tokens,
                                                  double prefill_ms);
