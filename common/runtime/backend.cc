@@ -22,9 +22,10 @@ absl::Status Backend::DecodeSample(absl::Span<Sequence* const> seqs,
   SCD_RETURN_IF_ERROR(Decode(seqs, tokens, &logits));
   const size_t vocab = static_cast<size_t>(model().config.vocab_size);
   next->resize(seqs.size());
+  std::vector<std::pair<float, int32_t>> scratch;  // one sort buffer for the batch
   for (size_t b = 0; b < seqs.size(); ++b) {
     (*next)[b] = SampleWithDraw(absl::MakeConstSpan(logits).subspan(b * vocab, vocab),
-                                draws[b].params, draws[b].canonical);
+                                draws[b].params, draws[b].canonical, &scratch);
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/scd/gpu_rebuild.h"
+#include "common/scd/payload_checks.h"
 #include "kernels/cpu/ops.h"
 
 namespace scd {
@@ -229,16 +230,8 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
   kv.v.resize(c.num_layers);
   const PayloadBlock* residual = nullptr;
   int recompute_first = -1, recompute_end = -1;
-  auto expect_cols = [&](const PayloadBlock* b, int cols, const char* what, int l) -> absl::Status {
-    if (b == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(mode_name, " payload lacks the ", what,
-                                                     " block of layer ", l));
-    }
-    if (static_cast<int>(b->cols) != cols) {
-      return absl::InvalidArgumentError(absl::StrCat(mode_name, " payload's ", what, " block of layer ",
-                                                     l, " has ", b->cols, " columns, expected ", cols));
-    }
-    return absl::OkStatus();
+  auto expect_cols = [&](const PayloadBlock* b, int cols, const char* what, int l) {
+    return ExpectBlockCols(b, cols, what, l, mode_name);
   };
   std::vector<float> h, proj;
   for (int l = 0; l < c.num_layers; ++l) {
@@ -254,16 +247,9 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
     }
     const bool codes = p.mode == CodecMode::kScdReuse || p.mode == CodecMode::kScd;
     if (pb != nullptr) {
-      if (p.mode != CodecMode::kScd) {
-        return absl::InvalidArgumentError("PATCH block in a payload whose mode is not scd");
-      }
-      auto it = artifact_->patches.find(l);
-      if (it == artifact_->patches.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("payload patches layer ", l,
-                                                       ", which this artifact has no aligner for"));
-      }
-      const PatchAligner& aligner = it->second.aligner;
-      SCD_RETURN_IF_ERROR(expect_cols(pb, aligner.code_dim, "patch", l));
+      SCD_ASSIGN_OR_RETURN(const PatchAligner* aligner_ptr,
+                           PatchAlignerFor(p, pb, l, artifact_.get()));
+      const PatchAligner& aligner = *aligner_ptr;
       SCD_ASSIGN_OR_RETURN(std::vector<float> z, pb->ToFloats());
       h.resize(static_cast<size_t>(t) * c.hidden_size);
       aligner.Apply(z.data(), t, h.data());

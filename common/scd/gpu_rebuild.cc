@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/model/config.h"
+#include "common/scd/payload_checks.h"
 #include "common/scd/quantize.h"
 
 #if SCD_HAVE_CUDA
@@ -79,16 +80,15 @@ cuda::RebuildSpec SpecFor(const std::vector<int>& patched, const ScdArtifact& ar
   return spec;
 }
 
+// The host path's checks (payload_checks.h), plus the row count: the device reads the block's
+// bytes as they are, without ToFloats' sizing.
 absl::Status CheckBlock(const PayloadBlock* b, int rows, int cols, const char* what, int layer,
                         const std::string& mode) {
-  if (b == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(mode, " payload lacks the ", what, " block of layer ", layer));
-  }
-  if (static_cast<int>(b->cols) != cols || static_cast<int>(b->rows) != rows) {
+  if (absl::Status s = ExpectBlockCols(b, cols, what, layer, mode); !s.ok()) return s;
+  if (static_cast<int>(b->rows) != rows) {
     return absl::InvalidArgumentError(absl::StrCat(mode, " payload's ", what, " block of layer ",
-                                                   layer, " is ", b->rows, " x ", b->cols,
-                                                   ", expected ", rows, " x ", cols));
+                                                   layer, " has ", b->rows, " rows, expected ",
+                                                   rows));
   }
   return absl::OkStatus();
 }
@@ -142,22 +142,15 @@ absl::Status GpuRebuild::Rebuild(const Payload& p, Backend& backend, Sequence& s
   }
   // Layout and block checks first, as the host path does: nothing is written on a bad payload.
   std::vector<int> patched;
-  std::vector<std::vector<float>> z_k(c.num_layers), z_v(c.num_layers);
+  std::vector<std::vector<float> > z_k(c.num_layers), z_v(c.num_layers);
   std::vector<cuda::LayerCodes> codes(c.num_layers);
   for (int l = 0; l < c.num_layers; ++l) {
     if (p.Find(BlockKind::kResidual, l) != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(mode, " payload has a residual block"));
     }
     if (const PayloadBlock* pb = p.Find(BlockKind::kPatch, l); pb != nullptr) {
-      if (p.mode != CodecMode::kScd) {
-        return absl::InvalidArgumentError("PATCH block in a payload whose mode is not scd");
-      }
-      auto it = artifact_->patches.find(l);
-      if (it == artifact_->patches.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("payload patches layer ", l, ", which this artifact has no aligner for"));
-      }
-      SCD_RETURN_IF_ERROR(CheckBlock(pb, t, it->second.aligner.code_dim, "patch", l, mode));
+      SCD_ASSIGN_OR_RETURN(const PatchAligner* aligner, PatchAlignerFor(p, pb, l, artifact_.get()));
+      SCD_RETURN_IF_ERROR(CheckBlock(pb, t, aligner->code_dim, "patch", l, mode));
       SCD_RETURN_IF_ERROR(LayerCodesFor(pb, nullptr, &z_k[l], &z_v[l], &codes[l]));
       patched.push_back(l);
     } else {
