@@ -76,6 +76,7 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   c.sekv_enabled = sekv.Bool("enabled", false);
   c.sekv_budget = sekv.Double("budget", 0.4, 0.01, 1.0);
   c.sekv_router = path(sekv, "router");
+  c.sekv_gpu = sekv.Bool("gpu", true);
   if (absl::Status st = r.Finish(); !st.ok()) return st;
   return c;
 }

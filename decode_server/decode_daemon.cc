@@ -29,6 +29,7 @@ absl::Status ConfigureSekv(const DecodeDaemonConfig& c, const Model& model,
                            metrics::Registry* registry, SekvServingOptions* o) {
   o->enabled = true;
   o->budget = c.sekv_budget;
+  o->gpu = c.sekv_gpu;
   if (!c.sekv_router.empty()) {
     SCD_ASSIGN_OR_RETURN(sekv::SekvArtifact a, sekv::SekvArtifact::Load(c.sekv_router));
     if (absl::Status st = a.CheckModel(model); !st.ok()) {

@@ -88,6 +88,7 @@ struct DecodeDaemonConfig {
   bool sekv_enabled = false;
   double sekv_budget = 0.4;
   std::string sekv_router;  // calibrated router (.sekv.safetensors); empty: share-threshold gate
+  bool sekv_gpu = true;     // on the CUDA backend, decode SEKV requests on the GPU (gpu_sekv.h)
 };
 
 class DecodeDaemon {

@@ -128,7 +128,7 @@ static_assert(static_cast<int>(cuda::CodeFormat::kF16) == static_cast<int>(Encod
 
 }  // namespace
 
-bool GpuRebuild::Applies(const Backend& backend) { return backend.name() == "cuda"; }
+bool GpuRebuild::Applies(const Backend& backend) { return cuda::IsCudaBackend(backend); }
 
 absl::Status GpuRebuild::Rebuild(const Payload& p, Backend& backend, Sequence& seq,
                                  RebuildStats* stats) {

@@ -34,7 +34,7 @@ class GpuRebuild {
   GpuRebuild(std::shared_ptr<const Model> consumer, std::shared_ptr<const ScdArtifact> artifact);
   ~GpuRebuild();
 
-  // True when this build has CUDA and `backend` is a CUDA backend.
+  // True when this build has CUDA and `backend` is a CUDA backend (not a wrapper of one).
   static bool Applies(const Backend& backend);
 
   // Appends the positions of `p` (mode scd or scd-reuse, already checked against the pair and

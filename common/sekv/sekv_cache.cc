@@ -174,21 +174,15 @@ void SekvCache::Pin(int l, const float* q) {
   pins_done_[l] = 1;
 }
 
-void SekvCache::Zoom(int l, int g, const float* q) {
+void SekvCache::GateAlpha(int l, int g, const float* q) {
   const SpanStore& st = stores_[l];
   const int hd = shape_.head_dim, kvd = shape_.kv_dim(), group = shape_.group();
   const int na = st.num_anchors(), ns = st.num_spans();
   const int n = static_cast<int>(scores_.size()) / shape_.num_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int* rem = remaining(l, g);
   const float* lc = log_count(l, g);
-  const uint8_t* pinned =
-      pinned_.empty() ? nullptr : pinned_[l].data() + static_cast<size_t>(g) * span_offset_[ns];
-  int* expanded = expanded_.data() + static_cast<size_t>(g) * ns;
-  std::fill(expanded, expanded + ns, 0);
-  // Gate: α_S, the maximum over the group's query heads; spans with no token left are out.
+  // α_S, the maximum over the group's query heads; spans with no token left are out.
   alpha_.assign(ns, 0.0f);
-  std::vector<int> lengths(rem, rem + ns);
   for (int h = g * group; h < (g + 1) * group; ++h) {
     router_->RouteQuery(l, g, q + h * hd, q_route_.data());
     const float* s_scores = scores_.data() + static_cast<size_t>(h) * n + na;
@@ -201,6 +195,19 @@ void SekvCache::Zoom(int l, int g, const float* q) {
       alpha_[s] = std::max(alpha_[s], Sigmoid(z));
     }
   }
+}
+
+void SekvCache::Select(int l, int g, const float* q) {
+  const SpanStore& st = stores_[l];
+  const int hd = shape_.head_dim, group = shape_.group();
+  const int ns = st.num_spans();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int* rem = remaining(l, g);
+  const uint8_t* pinned =
+      pinned_.empty() ? nullptr : pinned_[l].data() + static_cast<size_t>(g) * span_offset_[ns];
+  int* expanded = expanded_.data() + static_cast<size_t>(g) * ns;
+  std::fill(expanded, expanded + ns, 0);
+  const std::vector<int> lengths(rem, rem + ns);
   const float tau = options_.tau_override >= 0 ? options_.tau_override : router_->gate(l, g).tau;
   const bool by_token = options_.resolution == ZoomResolution::kToken;
   const int budget = options_.expand_budget;
@@ -253,10 +260,13 @@ void SekvCache::Attend(int l, const float* q, const float* k, const float* v, fl
   // Route and request the expansions of every KV head before any accumulation, so that the
   // fetch worker rebuilds while the resident part is accumulated below.
   q_route_.resize(hd);
-  const bool zoom = fetcher_ != nullptr && ns > 0 && options_.expand_budget > 0;
+  const bool zoom = zooms(l);
   std::fill(expanded_.begin(), expanded_.end(), 0);
   if (zoom) {
-    for (int g = 0; g < shape_.num_kv_heads; ++g) Zoom(l, g, q);
+    for (int g = 0; g < shape_.num_kv_heads; ++g) {
+      GateAlpha(l, g, q);
+      Select(l, g, q);
+    }
   }
 
   // Resident part of the softmax. A summary stands for the tokens of its span neither pinned
@@ -306,6 +316,37 @@ void SekvCache::Attend(int l, const float* q, const float* k, const float* v, fl
     }
   }
   for (int h = 0; h < shape_.num_heads; ++h) FinishAttention(partial_[h], hd, out + h * hd);
+}
+
+absl::Status SekvCache::ExternalPin(int l, const float* q, absl::Span<const float> lse) {
+  if (l < 0 || l >= shape_.num_layers || pins_done(l) ||
+      static_cast<int>(lse.size()) != shape_.num_heads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sekv ExternalPin: layer ", l, " has its pins or is out of range, or ",
+                     lse.size(), " log-sum-exps for ", shape_.num_heads, " heads"));
+  }
+  lse_.assign(lse.begin(), lse.end());
+  Pin(l, q);
+  return absl::OkStatus();
+}
+
+absl::Status SekvCache::ExternalZoom(int l, const float* q, absl::Span<const float> lse,
+                                     absl::Span<const float> alpha) {
+  const size_t ns = seg_.spans.size();
+  if (l < 0 || l >= shape_.num_layers || static_cast<int>(lse.size()) != shape_.num_heads ||
+      alpha.size() != ns * shape_.num_kv_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sekv ExternalZoom: layer ", l, " with ", lse.size(), " log-sum-exps and ", alpha.size(),
+        " gates, for ", shape_.num_heads, " heads and ", ns * shape_.num_kv_heads, " spans"));
+  }
+  std::fill(expanded_.begin(), expanded_.end(), 0);
+  if (!zooms(l)) return absl::OkStatus();
+  lse_.assign(lse.begin(), lse.end());
+  for (int g = 0; g < shape_.num_kv_heads; ++g) {
+    alpha_.assign(alpha.begin() + g * ns, alpha.begin() + (g + 1) * ns);
+    Select(l, g, q);
+  }
+  return absl::OkStatus();
 }
 
 void SekvCache::TeacherAttend(int l, const float* q, float* out) {

@@ -99,6 +99,8 @@ class SekvCache : public KvCache {
 
   std::string_view kind() const override { return options_.zoom ? "sekv" : "summaries"; }
   const SekvOptions& options() const { return options_; }
+  const CacheShape& shape() const { return shape_; }
+  bool teacher_mode() const { return teacher_ != nullptr; }
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override;
   MemoryBreakdown Memory() const override;
 
@@ -106,6 +108,47 @@ class SekvCache : public KvCache {
   const SpanStore& store(int layer) const { return stores_[layer]; }
   ZoomStats zoom_stats() const { return zoom_stats_; }
   FetchStats fetch_stats() const { return fetcher_ ? fetcher_->stats() : FetchStats{}; }
+  const ZoomRouter& router() const { return *router_; }
+
+  // ---- The same step with the resident tier held elsewhere (the GPU path, gpu_sekv.h) ----
+  // An executor that keeps anchors, summaries, window and pins on a device computes the
+  // resident log-sum-exp and the gate α there, and leaves the rest of Attend to this cache on
+  // the host. For layer l, in this order:
+  //   1. ExternalAppend(l, k, v): the new token joins the window (the host copy);
+  //   2. if !pins_done(l): ExternalPin(l, q, lse), lse [num_heads] over anchors | summaries
+  //      (summary_log_count) | window. Chooses the observation-window anchors: pin_k/pin_v,
+  //      pin_rows, summary_log_count and summary_remaining change;
+  //   3. ExternalZoom(l, q, lse, alpha), lse over anchors | summaries | window | pins and
+  //      alpha [num_kv_heads, num_spans] the gate (0 where no token is left). Selects and
+  //      requests the expansions of every KV head; nothing when !zooms(l);
+  //   4. the resident part of the softmax counts each summary as summary_remaining −
+  //      expanded(g)[s] tokens (left out at 0); ExpandedRows(l, g) are the expanded tokens.
+  // Attend is this protocol with every step on the host (tests/sekv checks that the two
+  // agree). Not in teacher mode.
+  bool pins_done(int l) const { return pins_done_[l] != 0; }
+  bool zooms(int l) const {
+    return fetcher_ != nullptr && stores_[l].num_spans() > 0 && options_.expand_budget > 0;
+  }
+  void ExternalAppend(int l, const float* k, const float* v) { stores_[l].AppendWindow(k, v); }
+  // Both fail (changing nothing) on a wrong layer or sizes, ExternalPin on a pinned layer.
+  absl::Status ExternalPin(int l, const float* q, absl::Span<const float> lse);
+  absl::Status ExternalZoom(int l, const float* q, absl::Span<const float> lse,
+                            absl::Span<const float> alpha);
+  // [num_kv_heads, pin_tokens, head_dim] rows (null without pins); rows filled per KV head.
+  const float* pin_k(int l) const { return pin_k_.empty() ? nullptr : pin_k_[l].data(); }
+  const float* pin_v(int l) const { return pin_v_.empty() ? nullptr : pin_v_[l].data(); }
+  int pin_rows(int l, int g) const { return pin_rows_.empty() ? 0 : pin_rows_[l][g]; }
+  // [num_spans] for (layer, KV head): tokens each summary stands for, and its log (-1e30 at 0).
+  const int* summary_remaining(int l, int g) const {
+    return remaining_[l].data() + static_cast<size_t>(g) * seg_.spans.size();
+  }
+  const float* summary_log_count(int l, int g) const {
+    return log_count_[l].data() + static_cast<size_t>(g) * seg_.spans.size();
+  }
+  // [num_spans]: tokens of each span KV head g expanded at the last zoomed layer.
+  const int* expanded(int g) const { return expanded_.data() + g * seg_.spans.size(); }
+  // Waits for the expansion of (l, g) requested by ExternalZoom; rows flagged active.
+  BufferView ExpandedRows(int l, int g) { return fetcher_->Get(l, g); }
 
  private:
   SekvCache() = default;
@@ -114,8 +157,10 @@ class SekvCache : public KvCache {
   void ResidentScores(int layer, const float* q);
   // The observation-window anchors of `layer` (first decode step; ResidentScores done).
   void Pin(int layer, const float* q);
-  // Routes KV head g of `layer` and requests its expansion; fills expanded_ for g.
-  void Zoom(int layer, int g, const float* q);
+  // The gate α of every span for KV head g of `layer` into alpha_ (ResidentScores done).
+  void GateAlpha(int layer, int g, const float* q);
+  // Picks KV head g's expansion from alpha_ and lse_ and requests it; fills expanded_ for g.
+  void Select(int layer, int g, const float* q);
   float* log_count(int l, int g) {
     return log_count_[l].data() + static_cast<size_t>(g) * seg_.spans.size();
   }

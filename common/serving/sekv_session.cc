@@ -92,6 +92,9 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
   SCD_ASSIGN_OR_RETURN(s->cache_, sekv::SekvCache::CreateWithSegmentation(
                                       shape, prefix, plan.segmentation, plan.sekv, options.router));
   s->length_ = t;
+  if (options.gpu && sekv::GpuSekv::Applies(backend)) {
+    SCD_ASSIGN_OR_RETURN(s->gpu_, sekv::GpuSekv::Create(backend, *s->cache_));
+  }
 
   // 4. The last prompt token through the cache.
   SCD_RETURN_IF_ERROR(s->Step(suffix.back(), logits));
@@ -100,7 +103,11 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
 }
 
 absl::Status SekvSession::Step(int32_t token, std::vector<float>* logits) {
-  SCD_RETURN_IF_ERROR(decoder_.Step(token, length_, *cache_, logits));
+  if (gpu_ != nullptr) {
+    SCD_RETURN_IF_ERROR(gpu_->Step(token, length_, logits));
+  } else {
+    SCD_RETURN_IF_ERROR(decoder_.Step(token, length_, *cache_, logits));
+  }
   ++length_;
   return absl::OkStatus();
 }

@@ -13,9 +13,11 @@
 //      the backend sequence is freed;
 //   4. the last suffix token is decoded through the cache (SekvDecoder), which also picks the
 //      observation-window anchors with that query, and its logits give the first token.
-// Step() then decodes one token at a time through the cache. The decode runs on the CPU
-// (SekvDecoder), whatever the engine's backend; the GPU tier is what a GPU would hold, and
-// memory() reports it from the cache's own structures (measured after the first step).
+// Step() then decodes one token at a time through the cache. On a CUDA backend (with
+// options.gpu) the decode runs on the GPU: the model on the device and the cache's GPU tier
+// mirrored there (sekv::GpuSekv, common/sekv/gpu_sekv.h), with planning and the CPU tier on the
+// host. Otherwise it runs on the CPU (SekvDecoder). memory() reports the tiers from the
+// cache's own structures (measured after the first step).
 //
 // Not supported: recompute payloads (their rebuild fills a block of layers inside the backend,
 // which the capture cannot see) and payloads that do not start at position 0.
@@ -31,6 +33,7 @@
 #include "common/runtime/backend.h"
 #include "common/scd/codec.h"
 #include "common/sekv/budget_plan.h"
+#include "common/sekv/gpu_sekv.h"
 #include "common/sekv/sekv_cache.h"
 #include "common/sekv/sekv_decoder.h"
 #include "common/sekv/zoom_router.h"
@@ -43,6 +46,7 @@ struct SekvServingOptions {
   std::shared_ptr<const sekv::ZoomRouter> router;  // null: the default share-threshold gate
   sekv::SekvOptions cache;                         // segmenter, CPU tier, zoom-in
   sekv::BudgetShares shares;
+  bool gpu = true;  // on a CUDA backend, decode on the GPU (sekv::GpuSekv); else on the CPU
   // Optional, called on the engine thread: with started = true after a SEKV request's first
   // step, with its cache's bytes; with started = false and the same bytes when it ends.
   std::function<void(const sekv::MemoryBreakdown& bytes, bool started)> on_cache;
@@ -63,12 +67,14 @@ class SekvSession {
   int length() const { return length_; }  // positions held: prompt + decoded tokens
   const sekv::MemoryBreakdown& memory() const { return memory_; }  // after the first step
   const sekv::SekvCache& cache() const { return *cache_; }
+  bool on_gpu() const { return gpu_ != nullptr; }
 
  private:
   explicit SekvSession(sekv::SekvDecoder& decoder) : decoder_(decoder) {}
 
   sekv::SekvDecoder& decoder_;
   std::unique_ptr<sekv::SekvCache> cache_;  // copies what it keeps of the prompt's K/V
+  std::unique_ptr<sekv::GpuSekv> gpu_;      // mirrors cache_ on the device (destroyed first)
   sekv::MemoryBreakdown memory_;
   int length_ = 0;
 };

@@ -79,6 +79,8 @@ struct AttentionStep {
   // Decode: row b is sequence b of the table, attending to lengths[b] positions.
   const int32_t* lengths = nullptr;
   int max_length = 0;
+  // External (one row, no table): the caller's attention, with K rotated in place.
+  cuda::DeviceLayerAttention* external = nullptr;
 };
 
 class CudaBackend : public Backend {
@@ -409,6 +411,40 @@ class CudaBackend : public Backend {
     return absl::OkStatus();
   }
 
+  // One decode step whose attention is the caller's (synthetic_backend.h).
+  absl::Status DecodeExternal(int32_t token, int position, cuda::DeviceLayerAttention& attention,
+                              std::vector<float>* logits) {
+    const ModelConfig& c = model_->config;
+    SCD_RETURN_IF_ERROR(CheckTokenIds(c, absl::MakeConstSpan(&token, 1)));
+    if (position < 0 || position >= c.max_position_embeddings) {
+      return absl::OutOfRangeError(
+          absl::StrCat("position ", position, " is outside [0, ", c.max_position_embeddings, ")"));
+    }
+    SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
+    StepMeta meta;
+    const size_t ids_at = meta.Add(&token, 1);
+    const int32_t pos = position;
+    const size_t pos_at = meta.Add(&pos, 1);
+    SCD_RETURN_IF_ERROR(Upload(meta));
+    SCD_RETURN_IF_ERROR(ReserveRows(1, /*hooks=*/false));
+    SCD_RETURN_IF_ERROR(logits_.Reserve(sizeof(float) * c.vocab_size, "logits"));
+    AttentionStep step;
+    step.external = &attention;
+    SCD_RETURN_IF_ERROR(Forward(1, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at), nullptr,
+                                cuda::KvCacheTable{}, step, false));
+    SCD_RETURN_IF_ERROR(cuda::RmsNorm(x_.as<float>(), weights_->final_norm(), nullptr,
+                                      xn_bf16_.as<Bf16>(), 1, c.hidden_size, c.rms_norm_eps,
+                                      stream()));
+    SCD_RETURN_IF_ERROR(gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(), logits_.as<float>(),
+                                      1, c.vocab_size, c.hidden_size));
+    const size_t bytes = sizeof(float) * c.vocab_size;
+    SCD_RETURN_IF_ERROR(pinned_.Reserve(bytes));
+    SCD_RETURN_IF_ERROR(cuda::CopyToHost(pinned_.data(), logits_.data(), bytes, stream()));
+    SCD_RETURN_IF_ERROR(stream_->Synchronize());
+    logits->assign(pinned_.as<float>(), pinned_.as<float>() + c.vocab_size);
+    return absl::OkStatus();
+  }
+
  private:
   static constexpr size_t kAppendStagingBytes = size_t{256} << 20;
 
@@ -518,20 +554,26 @@ class CudaBackend : public Backend {
       }
       SCD_RETURN_IF_ERROR(
           cuda::ApplyRope(qkv, rows, c.num_heads, c.head_dim, qkv_dim, positions, inv_freq, s));
-      SCD_RETURN_IF_ERROR(cuda::RopeStoreKv(qkv + qd, qkv + qd + kvd, qkv_dim, rows, row_seq,
-                                            positions, table, l, c.num_kv_heads, c.head_dim,
-                                            inv_freq, s));
-      if (attention.decode) {
-        SCD_RETURN_IF_ERROR(cuda::DecodeAttention(
-            qkv, qkv_dim, table, l, attention.lengths, rows, attention.max_length, c.num_heads,
-            c.num_kv_heads, c.head_dim, c.sliding_window, att, qd, decode_ws_.as<float>(),
-            static_cast<int64_t>(decode_ws_.size() / sizeof(float)), s));
+      if (attention.external != nullptr) {
+        SCD_RETURN_IF_ERROR(cuda::ApplyRope(qkv + qd, rows, c.num_kv_heads, c.head_dim, qkv_dim,
+                                            positions, inv_freq, s));
+        SCD_RETURN_IF_ERROR(attention.external->Attend(l, qkv, qkv + qd, qkv + qd + kvd, att, s));
       } else {
-        const int64_t layer_offset = l * attention.layer_stride;
-        SCD_RETURN_IF_ERROR(cuda::PrefillAttention(
-            qkv, qkv_dim, attention.k0 + layer_offset, attention.v0 + layer_offset, att, qd, rows,
-            attention.start, c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window,
-            cuda::AttentionImpl::kAuto, s));
+        SCD_RETURN_IF_ERROR(cuda::RopeStoreKv(qkv + qd, qkv + qd + kvd, qkv_dim, rows, row_seq,
+                                              positions, table, l, c.num_kv_heads, c.head_dim,
+                                              inv_freq, s));
+        if (attention.decode) {
+          SCD_RETURN_IF_ERROR(cuda::DecodeAttention(
+              qkv, qkv_dim, table, l, attention.lengths, rows, attention.max_length, c.num_heads,
+              c.num_kv_heads, c.head_dim, c.sliding_window, att, qd, decode_ws_.as<float>(),
+              static_cast<int64_t>(decode_ws_.size() / sizeof(float)), s));
+        } else {
+          const int64_t layer_offset = l * attention.layer_stride;
+          SCD_RETURN_IF_ERROR(cuda::PrefillAttention(
+              qkv, qkv_dim, attention.k0 + layer_offset, attention.v0 + layer_offset, att, qd, rows,
+              attention.start, c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window,
+              cuda::AttentionImpl::kAuto, s));
+        }
       }
       SCD_RETURN_IF_ERROR(
           cuda::F32ToBf16(att, att_bf16_.as<Bf16>(), static_cast<int64_t>(rows) * qd, s));
@@ -629,6 +671,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateSyntheticCudaBackend(const ModelC
   });
 }
 
+bool IsCudaBackend(const Backend& backend) {
+  return dynamic_cast<const CudaBackend*>(&backend) != nullptr;
+}
+
 absl::StatusOr<SequenceCache> CudaSequenceCache(Backend& backend, Sequence& seq) {
   auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
   if (cuda_backend == nullptr) {
@@ -650,6 +696,16 @@ absl::Status CudaCommitPositions(Backend& backend, Sequence& seq, int tokens) {
 size_t CudaDecodeBytesStreamed(const Backend& backend) {
   const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
   return cuda_backend == nullptr ? 0 : cuda_backend->decode_bytes_streamed();
+}
+
+absl::Status CudaDecodeExternal(Backend& backend, int32_t token, int position,
+                                DeviceLayerAttention& attention, std::vector<float>* logits) {
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
+  }
+  return cuda_backend->DecodeExternal(token, position, attention, logits);
 }
 
 }  // namespace cuda

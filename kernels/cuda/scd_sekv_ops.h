@@ -143,6 +143,25 @@ absl::Status SekvAttention(const float* q, const AttentionSegment* segments, int
 // Floats of `workspace` SekvAttention needs for this shape.
 int64_t SekvAttentionWorkspaceFloats(int num_heads, int head_dim, int max_rows);
 
+// Merges two softmaxes over disjoint entries of the same heads: out_a/lse_a and out_b/lse_b
+// [num_heads, head_dim] / [num_heads] as SekvAttention writes them (lse -1e30 and zeros for
+// no entry) become one: out = (e^{lse_a} out_a + e^{lse_b} out_b) / (e^{lse_a} + e^{lse_b}).
+// `out` may be out_a. So the resident part of a step can run while the expanded rows are
+// still on their way, and the rows join the same softmax after. Twin: the blockwise merge of
+// sekv::PartialAttention.
+absl::Status MergeAttention(const float* out_a, const float* lse_a, const float* out_b,
+                            const float* lse_b, int num_heads, int head_dim, float* out,
+                            StreamHandle stream);
+
+// The summaries' log counts for one step after the zoom-in, per (KV head, span) index i of
+// `total`: step_lc[i] = base_lc[i] and step_skip[i] = (remaining[i] <= 0), except at the
+// `num_edits` pairs edits[2j] = i, edits[2j+1] = tokens of the span expanded now, where the
+// summary stands for left = remaining[i] − expanded tokens: step_lc[i] = log(left), and it is
+// skipped when left <= 0. Twin: the resident part of SekvCache::Attend.
+absl::Status SekvSummaryStep(const float* base_lc, const int32_t* remaining, const int32_t* edits,
+                             int num_edits, int total, float* step_lc, uint8_t* step_skip,
+                             StreamHandle stream);
+
 // ---- SEKV: zoom-in gate and span rebuild (sekv.cu) ----
 
 struct RouterGateParams {

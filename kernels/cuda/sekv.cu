@@ -284,6 +284,42 @@ __global__ void SpanRebuildKernel(const RebuildJob* __restrict__ jobs, int hd) {
   }
 }
 
+__global__ void MergeAttentionKernel(const float* out_a, const float* __restrict__ lse_a,
+                                     const float* __restrict__ out_b,
+                                     const float* __restrict__ lse_b, int hd, float* out) {
+  const int h = blockIdx.x;
+  const float la = lse_a[h], lb = lse_b[h];
+  const float m = fmaxf(la, lb);
+  const bool empty = m <= 0.5f * kEmptyLse;
+  const float wa = empty ? 0.0f : expf(la - m), wb = empty ? 0.0f : expf(lb - m);
+  const float inv = empty ? 0.0f : 1.0f / (wa + wb);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    const int64_t i = static_cast<int64_t>(h) * hd + d;
+    out[i] = (wa * out_a[i] + wb * out_b[i]) * inv;
+  }
+}
+
+__global__ void SummaryResetKernel(const float* __restrict__ base_lc,
+                                   const int32_t* __restrict__ remaining, int total,
+                                   float* __restrict__ step_lc, uint8_t* __restrict__ step_skip) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  step_lc[i] = base_lc[i];
+  step_skip[i] = remaining[i] <= 0;
+}
+
+__global__ void SummaryEditKernel(const int32_t* __restrict__ remaining,
+                                  const int32_t* __restrict__ edits, int num_edits, int total,
+                                  float* __restrict__ step_lc, uint8_t* __restrict__ step_skip) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= num_edits) return;
+  const int i = edits[2 * j];
+  if (i < 0 || i >= total || edits[2 * j + 1] <= 0) return;
+  const int left = remaining[i] - edits[2 * j + 1];
+  step_skip[i] = left <= 0;
+  if (left > 0) step_lc[i] = logf(static_cast<float>(left));
+}
+
 absl::Status CheckSekvShape(const char* what, int num_heads, int num_kv_heads, int head_dim) {
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_heads / num_kv_heads > kMaxGroup ||
       num_kv_heads > 65535 || head_dim <= 0 || head_dim > kMaxHeadDim) {
@@ -369,6 +405,30 @@ absl::Status SpanRebuildRows(const RebuildJob* jobs, int count, int head_dim, St
   const int threads = head_dim >= 128 ? 128 : 64;
   SpanRebuildKernel<<<count, threads, 0, AsStream(stream)>>>(jobs, head_dim);
   return LaunchStatus("SpanRebuildKernel");
+}
+
+absl::Status MergeAttention(const float* out_a, const float* lse_a, const float* out_b,
+                            const float* lse_b, int num_heads, int head_dim, float* out,
+                            StreamHandle stream) {
+  if (num_heads <= 0) return absl::OkStatus();
+  if (head_dim <= 0) return absl::InvalidArgumentError("MergeAttention: head_dim must be > 0");
+  MergeAttentionKernel<<<num_heads, 128, 0, AsStream(stream)>>>(out_a, lse_a, out_b, lse_b,
+                                                                head_dim, out);
+  return LaunchStatus("MergeAttentionKernel");
+}
+
+absl::Status SekvSummaryStep(const float* base_lc, const int32_t* remaining, const int32_t* edits,
+                             int num_edits, int total, float* step_lc, uint8_t* step_skip,
+                             StreamHandle stream) {
+  if (total <= 0) return absl::OkStatus();
+  if (num_edits < 0) return absl::InvalidArgumentError("SekvSummaryStep: negative edit count");
+  SummaryResetKernel<<<static_cast<unsigned>(CeilDiv(total, 256)), 256, 0, AsStream(stream)>>>(
+      base_lc, remaining, total, step_lc, step_skip);
+  if (absl::Status s = LaunchStatus("SummaryResetKernel"); !s.ok()) return s;
+  if (num_edits == 0) return absl::OkStatus();
+  SummaryEditKernel<<<static_cast<unsigned>(CeilDiv(num_edits, 256)), 256, 0, AsStream(stream)>>>(
+      remaining, edits, num_edits, total, step_lc, step_skip);
+  return LaunchStatus("SummaryEditKernel");
 }
 
 }  // namespace scd::cuda

@@ -1,12 +1,14 @@
 // A CUDA backend whose weights are drawn on the device (DeviceWeights::Random) instead of
 // uploaded from a host Model, so benchmarks can run Mistral-7B / Llama-3-8B shapes without a
 // 30 GB F32 host copy. Its model() has the config but empty host weights. Also the hooks that
-// let kernels outside the backend write a sequence's cache. CUDA-free header.
+// let kernels outside the backend write a sequence's cache or run a step's attention.
+// CUDA-free header.
 #ifndef SCD_KERNELS_CUDA_SYNTHETIC_BACKEND_H_
 #define SCD_KERNELS_CUDA_SYNTHETIC_BACKEND_H_
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/runtime/backend.h"
@@ -18,6 +20,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateSyntheticCudaBackend(const ModelC
                                                                     uint64_t seed,
                                                                     float init_std = 0.02f);
 
+// True when `backend` itself is a CUDA backend (a wrapper that forwards to one, such as
+// sekv::KvCaptureBackend, is not: its sequences and steps are not the device's).
+bool IsCudaBackend(const Backend& backend);
+
 // A CUDA backend sequence's device KV cache (layout in ops.h), for writers outside the
 // backend such as the SCD GPU rebuild (scd_rebuilder.h): they store positions
 // [length, length + T) on their own stream, wait for it, then CudaCommitPositions. Fails when
@@ -26,6 +32,23 @@ absl::StatusOr<SequenceCache> CudaSequenceCache(Backend& backend, Sequence& seq)
 
 // Marks `tokens` positions after seq.length() as filled (their K/V already stored).
 absl::Status CudaCommitPositions(Backend& backend, Sequence& seq, int tokens);
+
+// The attention of a decode step computed outside the backend (the GPU SEKV path,
+// common/sekv/gpu_sekv.h), which holds the context itself.
+class DeviceLayerAttention {
+ public:
+  virtual ~DeviceLayerAttention() = default;
+  // Called once per layer, in layer order: q [num_heads, head_dim] and k [kv_dim] after RoPE,
+  // v [kv_dim], device F32, of the step's one token. Writes out [num_heads, head_dim] (device
+  // F32) by work on `stream`, the backend's stream; it may wait on the stream.
+  virtual absl::Status Attend(int layer, const float* q, const float* k, const float* v, float* out,
+                              StreamHandle stream) = 0;
+};
+
+// One decode step of `token` at `position` whose attention is `attention`'s, without a backend
+// Sequence; next-token logits [vocab] into *logits. Fails when `backend` is not CUDA.
+absl::Status CudaDecodeExternal(Backend& backend, int32_t token, int position,
+                                DeviceLayerAttention& attention, std::vector<float>* logits);
 
 // Bytes of device weights one decode step streams (for a backend made by either factory);
 // 0 when `backend` is not a CUDA backend.

@@ -1,6 +1,7 @@
 // See cuda_test_support.h.
 #include "tests/cuda/cuda_test_support.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -108,6 +109,22 @@ void CheckClose(const std::vector<float>& got, const std::vector<float>& want, d
   } else {
     CHECK(m.count == 0);
   }
+}
+
+void CheckLogits(const std::vector<float>& got, const std::vector<float>& want, double max_abs,
+                 double mean_abs, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  double worst = 0, sum = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    sum += d;
+  }
+  const double mean = got.empty() ? 0.0 : sum / got.size();
+  INFO(what << ": max |d| " << worst << " (bound " << max_abs << "), mean |d| " << mean
+            << " (bound " << mean_abs << ")");
+  CHECK(worst <= max_abs);
+  CHECK(mean <= mean_abs);
 }
 
 }  // namespace scd::testing

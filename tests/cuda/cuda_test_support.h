@@ -107,6 +107,11 @@ Mismatch CompareClose(const std::vector<float>& got, const std::vector<float>& w
 void CheckClose(const std::vector<float>& got, const std::vector<float>& want, double atol,
                 double rtol, const std::string& what);
 
+// CHECKs max |got - want| <= max_abs and mean |got - want| <= mean_abs over a logit vector
+// (NaN counts as infinite); the message names `what` and both statistics.
+void CheckLogits(const std::vector<float>& got, const std::vector<float>& want, double max_abs,
+                 double mean_abs, const std::string& what);
+
 }  // namespace scd::testing
 
 #endif  // SCD_TESTS_CUDA_CUDA_TEST_SUPPORT_H_

@@ -45,21 +45,6 @@ std::vector<float> DecodeOne(Backend& backend, Sequence& seq, int32_t next) {
   return logits;
 }
 
-void CheckLogits(const std::vector<float>& got, const std::vector<float>& want, double max_abs,
-                 double mean_abs, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  double worst = 0, sum = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
-    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-    sum += d;
-  }
-  INFO(what << ": max |d| " << worst << " (bound " << max_abs << "), mean |d| " << sum / got.size()
-            << " (bound " << mean_abs << ")");
-  CHECK(worst <= max_abs);
-  CHECK(sum / got.size() <= mean_abs);
-}
-
 }  // namespace
 
 TEST_CASE("SCD GPU rebuild of the bundled pair matches the CPU rebuild", "[cuda]") {
@@ -124,9 +109,9 @@ TEST_CASE("SCD GPU rebuild of the bundled pair matches the CPU rebuild", "[cuda]
   CHECK(stats.append_seconds == 0);  // no host decode, no AppendKv
   const std::vector<float> got = DecodeOne(*gpu, *gpu_seq, next);
 
-  CheckLogits(append, want, kLogitMaxAbs, kLogitMeanAbs, "append vs cpu");
-  CheckLogits(got, want, kLogitMaxAbs, kLogitMeanAbs, "gpu rebuild vs cpu");
-  CheckLogits(got, append, kLogitMaxAbs / 2, kLogitMeanAbs / 2, "gpu rebuild vs append");
+  testing::CheckLogits(append, want, kLogitMaxAbs, kLogitMeanAbs, "append vs cpu");
+  testing::CheckLogits(got, want, kLogitMaxAbs, kLogitMeanAbs, "gpu rebuild vs cpu");
+  testing::CheckLogits(got, append, kLogitMaxAbs / 2, kLogitMeanAbs / 2, "gpu rebuild vs append");
 
   // A second payload into the same sequence reuses the rebuilder (positions t+1 onwards).
   auto pseq2 = producer->NewSequence(64).value();

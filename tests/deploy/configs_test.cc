@@ -129,7 +129,7 @@ TEST_CASE("deploy health probe answers 0 only for a 200", "[cpu]") {
 
 }  // namespace
 
-TEST_CASE("decode config: gpu_rebuild is on by default and read as a bool", "[cpu]") {
+TEST_CASE("decode config: gpu_rebuild and sekv.gpu are on by default and read as bools", "[cpu]") {
   nlohmann::json json = {
       {"model", {{"name", "m"}, {"path", "/srv/scd/m"}, {"producer_path", "/srv/scd/p"}}},
       {"backend", "cuda"},
@@ -138,10 +138,13 @@ TEST_CASE("decode config: gpu_rebuild is on by default and read as a bool", "[cp
   INFO(on.status());
   REQUIRE(on.ok());
   CHECK(on->gpu_rebuild);
+  CHECK(on->sekv_gpu);
   json["gpu_rebuild"] = false;
+  json["sekv"] = {{"gpu", false}};
   absl::StatusOr<DecodeDaemonConfig> off = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(off.ok());
   CHECK(!off->gpu_rebuild);
+  CHECK(!off->sekv_gpu);
   json["gpu_rebuild"] = "sometimes";
   absl::StatusOr<DecodeDaemonConfig> bad = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(!bad.ok());

@@ -15,15 +15,12 @@
 #include "common/sekv/span_store.h"
 #include "common/sekv/surprisal_segmenter.h"
 #include "common/sekv/zoom_router.h"
+#include "tests/sekv/sekv_test_support.h"
 
 namespace scd::sekv {
 namespace {
 
-std::vector<float> Normal(size_t n, uint64_t seed, float std = 1.0f) {
-  std::vector<float> v(n);
-  FillNormal(v.data(), n, seed, 0.0f, std);
-  return v;
-}
+using testing::Normal;
 
 std::vector<float> Surprisal(int t, uint64_t seed) {
   std::vector<float> s(t);

@@ -13,26 +13,16 @@
 #include "common/sekv/span_fetcher.h"
 #include "common/sekv/span_store.h"
 #include "common/sekv/token_zoom.h"
+#include "tests/sekv/sekv_test_support.h"
 
 namespace scd::sekv {
 namespace {
 
-std::vector<float> Normal(size_t n, uint64_t seed, float std = 1.0f) {
-  std::vector<float> v(n);
-  FillNormal(v.data(), n, seed, 0.0f, std);
-  return v;
-}
+using testing::Normal;
 
 // Anchors {0}, spans of `span` tokens, then a window of `window` tokens.
 Segmentation Chunks(int t, int span, int window) {
-  Segmentation seg;
-  seg.num_tokens = t;
-  seg.anchors = {0};
-  seg.window_begin = t - window;
-  for (int b = 1; b < seg.window_begin; b += span) {
-    seg.spans.push_back({b, std::min(b + span, seg.window_begin)});
-  }
-  return seg;
+  return testing::ChunkedSegmentation(t, span, window, {0});
 }
 
 TEST_CASE("token scores in low-rank coordinates are the exact attention shares", "[cpu]") {

@@ -1,0 +1,449 @@
+// See gpu_sekv.h.
+#include "common/sekv/gpu_sekv.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+#if SCD_HAVE_CUDA
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/scd_sekv_ops.h"
+#include "kernels/cuda/synthetic_backend.h"
+#endif
+
+namespace scd::sekv {
+
+#if !SCD_HAVE_CUDA
+
+class GpuSekv::Impl {};
+
+GpuSekv::GpuSekv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuSekv::~GpuSekv() = default;
+
+bool GpuSekv::Applies(const Backend&) { return false; }
+
+absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend&, SekvCache&) {
+  return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
+}
+
+absl::Status GpuSekv::Step(int32_t, int, std::vector<float>*) {
+  return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
+}
+
+absl::Status GpuSekv::Attend(int, const float*, const float*, const float*, float*, void*) {
+  return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
+}
+
+#else
+
+namespace {
+
+using cuda::AttentionSegment;
+using cuda::DeviceBuffer;
+using cuda::KvType;
+using cuda::PinnedBuffer;
+using cuda::StreamHandle;
+
+constexpr int kResidentSegments = 4;  // anchors | summaries | window | pins
+constexpr int kTables = 4;            // segment tables per layer step (see Attend)
+constexpr int kWindowSlack = 256;     // device window rows beyond the need when it (re)grows
+
+// `count` elements from pageable host memory (staged by the driver before the call returns).
+template <typename T>
+absl::Status Upload(DeviceBuffer* dst, const T* src, size_t count, const char* what,
+                    StreamHandle s) {
+  SCD_RETURN_IF_ERROR(dst->Reserve(std::max<size_t>(count, 1) * sizeof(T), what));
+  if (count == 0) return absl::OkStatus();
+  return cuda::CopyToDevice(dst->data(), src, count * sizeof(T), s);
+}
+
+// One layer's GPU tier.
+struct DeviceLayer {
+  DeviceBuffer anchor_k, anchor_v, summary_k, summary_v, window_k, window_v, pin_k, pin_v;
+  DeviceBuffer base_lc, remaining, step_lc, step_skip;  // [num_kv_heads, num_spans]
+  DeviceBuffer p_q, p_k, gates;                         // the layer's router
+  DeviceBuffer expanded_k, expanded_v;                  // [num_kv_heads, budget, head_dim]
+  int window_capacity = 0;                              // rows
+};
+
+}  // namespace
+
+class GpuSekv::Impl : public cuda::DeviceLayerAttention {
+ public:
+  Impl(Backend& backend, SekvCache& cache)
+      : backend_(backend), cache_(cache), shape_(CacheShape::FromConfig(backend.model().config)) {}
+
+  absl::Status Init();
+  absl::Status Attend(int l, const float* q, const float* k, const float* v, float* out,
+                      StreamHandle s) override;
+  Backend& backend() { return backend_; }
+
+ private:
+  // Table `t` of the step (one pinned and one device region each): anchors | summaries
+  // (log counts lc, skip flags) | window of `window_rows` | pins (when `pins`), per KV head.
+  AttentionSegment* HostTable(int t) {
+    return host_tables_.as<AttentionSegment>() + t * TableSize();
+  }
+  AttentionSegment* DeviceTable(int t) const {
+    return segments_.as<AttentionSegment>() + t * TableSize();
+  }
+  int TableSize() const { return shape_.num_kv_heads * kResidentSegments; }
+  absl::Status UploadResident(int l, int t, int window_rows, const float* lc, const uint8_t* skip,
+                              bool pins, StreamHandle s);
+  // The resident rows of a KV head at this step: anchors + summaries + window + pins.
+  int ResidentRows(int l, int window_rows) const {
+    const SpanStore& st = cache_.store(l);
+    return st.num_anchors() + st.num_spans() + window_rows + cache_.options().pin_tokens;
+  }
+  absl::Status Reserve(int max_rows, StreamHandle s);
+  absl::Status GrowWindow(int l, int rows, StreamHandle s);
+  absl::Status UploadCounts(int l, StreamHandle s);
+
+  Backend& backend_;
+  SekvCache& cache_;
+  const CacheShape shape_;
+  int num_spans_ = 0, budget_ = 0, pins_ = 0, route_dim_ = 0;
+  std::vector<DeviceLayer> layers_;
+  DeviceBuffer alpha_, lse_, lse_e_, out_e_, edits_, segments_, workspace_;
+  PinnedBuffer host_qkv_, host_la_, host_tables_, host_edits_, host_rows_;
+};
+
+absl::Status GpuSekv::Impl::Init() {
+  const int hd = shape_.head_dim, kvd = shape_.kv_dim(), qd = shape_.q_dim();
+  const int heads = shape_.num_heads, groups = shape_.num_kv_heads;
+  const SekvOptions& o = cache_.options();
+  const ZoomRouter& router = cache_.router();
+  num_spans_ = static_cast<int>(cache_.segmentation().spans.size());
+  budget_ = cache_.zooms(0) ? o.expand_budget : 0;
+  pins_ = o.pin_tokens;
+  route_dim_ = router.route_dim();
+  const size_t gs = static_cast<size_t>(groups) * num_spans_;
+  const StreamHandle s = nullptr;  // one-off uploads, waited for below
+  layers_.resize(shape_.num_layers);
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    const SpanStore& st = cache_.store(l);
+    DeviceLayer& d = layers_[l];
+    const size_t na = st.num_anchors(), ns = st.num_spans(), nw = st.window_rows();
+    SCD_RETURN_IF_ERROR(Upload(&d.anchor_k, st.anchor_k(), na * kvd, "sekv anchors", s));
+    SCD_RETURN_IF_ERROR(Upload(&d.anchor_v, st.anchor_v(), na * kvd, "sekv anchors", s));
+    SCD_RETURN_IF_ERROR(Upload(&d.summary_k, st.summary_k(), ns * kvd, "sekv summaries", s));
+    SCD_RETURN_IF_ERROR(Upload(&d.summary_v, st.summary_v(), ns * kvd, "sekv summaries", s));
+    d.window_capacity = static_cast<int>(nw) + o.generated_reserve + kWindowSlack;
+    const size_t window_bytes = sizeof(float) * d.window_capacity * kvd;
+    SCD_RETURN_IF_ERROR(d.window_k.Reserve(window_bytes, "sekv window"));
+    SCD_RETURN_IF_ERROR(d.window_v.Reserve(window_bytes, "sekv window"));
+    if (nw > 0) {
+      SCD_RETURN_IF_ERROR(
+          cuda::CopyToDevice(d.window_k.data(), st.window_k(), sizeof(float) * nw * kvd, s));
+      SCD_RETURN_IF_ERROR(
+          cuda::CopyToDevice(d.window_v.data(), st.window_v(), sizeof(float) * nw * kvd, s));
+    }
+    const size_t pin_floats = static_cast<size_t>(groups) * std::max(pins_, 1) * hd;
+    SCD_RETURN_IF_ERROR(d.pin_k.Reserve(sizeof(float) * pin_floats, "sekv pins"));
+    SCD_RETURN_IF_ERROR(d.pin_v.Reserve(sizeof(float) * pin_floats, "sekv pins"));
+    SCD_RETURN_IF_ERROR(d.step_lc.Reserve(sizeof(float) * std::max<size_t>(gs, 1), "sekv counts"));
+    SCD_RETURN_IF_ERROR(d.step_skip.Reserve(std::max<size_t>(gs, 1), "sekv counts"));
+    SCD_RETURN_IF_ERROR(UploadCounts(l, s));
+    const size_t proj = static_cast<size_t>(groups) * route_dim_ * hd;
+    SCD_RETURN_IF_ERROR(Upload(&d.p_q, router.p_q(l, 0), proj, "sekv router", s));
+    SCD_RETURN_IF_ERROR(Upload(&d.p_k, router.p_k(l, 0), proj, "sekv router", s));
+    std::vector<cuda::RouterGateParams> gates(groups);
+    for (int g = 0; g < groups; ++g) {
+      const RouterGate& gt = router.gate(l, g);
+      gates[g] = {gt.w_size, gt.w_share, gt.bias, 0.0f};
+    }
+    SCD_RETURN_IF_ERROR(Upload(&d.gates, gates.data(), gates.size(), "sekv router", s));
+    const size_t rows = sizeof(float) * groups * std::max(budget_, 1) * hd;
+    SCD_RETURN_IF_ERROR(d.expanded_k.Reserve(rows, "sekv expansion"));
+    SCD_RETURN_IF_ERROR(d.expanded_v.Reserve(rows, "sekv expansion"));
+  }
+  SCD_RETURN_IF_ERROR(alpha_.Reserve(sizeof(float) * std::max<size_t>(gs, 1), "sekv gate"));
+  SCD_RETURN_IF_ERROR(lse_.Reserve(sizeof(float) * heads, "sekv lse"));
+  SCD_RETURN_IF_ERROR(lse_e_.Reserve(sizeof(float) * heads, "sekv lse"));
+  SCD_RETURN_IF_ERROR(out_e_.Reserve(sizeof(float) * qd, "sekv expanded attention"));
+  SCD_RETURN_IF_ERROR(edits_.Reserve(sizeof(int32_t) * 2 * std::max<size_t>(gs, 1), "sekv edits"));
+  SCD_RETURN_IF_ERROR(
+      segments_.Reserve(sizeof(AttentionSegment) * kTables * TableSize(), "sekv segments"));
+  SCD_RETURN_IF_ERROR(host_qkv_.Reserve(sizeof(float) * (qd + 2 * kvd)));
+  SCD_RETURN_IF_ERROR(host_la_.Reserve(sizeof(float) * (heads + gs)));
+  SCD_RETURN_IF_ERROR(host_tables_.Reserve(sizeof(AttentionSegment) * kTables * TableSize()));
+  SCD_RETURN_IF_ERROR(host_edits_.Reserve(sizeof(int32_t) * 2 * std::max<size_t>(gs, 1)));
+  SCD_RETURN_IF_ERROR(host_rows_.Reserve(sizeof(float) * 2 * groups * std::max(budget_, 1) *
+                                         static_cast<size_t>(hd)));
+  return cuda::SynchronizeStream(s);
+}
+
+// The layer's summary counts (base log counts and remaining tokens), after the pins.
+absl::Status GpuSekv::Impl::UploadCounts(int l, StreamHandle s) {
+  DeviceLayer& d = layers_[l];
+  const size_t gs = static_cast<size_t>(shape_.num_kv_heads) * num_spans_;
+  if (gs == 0) return absl::OkStatus();
+  static_assert(sizeof(int) == sizeof(int32_t));
+  SCD_RETURN_IF_ERROR(Upload(&d.base_lc, cache_.summary_log_count(l, 0), gs, "sekv counts", s));
+  return Upload(&d.remaining, cache_.summary_remaining(l, 0), gs, "sekv counts", s);
+}
+
+absl::Status GpuSekv::Impl::Reserve(int max_rows, StreamHandle s) {
+  // The split of SekvAttention (so its workspace) is not monotonic in the rows: size for
+  // both calls of the step, the resident rows and the expansion's.
+  const int64_t floats =
+      std::max(cuda::SekvAttentionWorkspaceFloats(shape_.num_heads, shape_.head_dim, max_rows),
+               cuda::SekvAttentionWorkspaceFloats(shape_.num_heads, shape_.head_dim, budget_));
+  if (sizeof(float) * static_cast<size_t>(floats) <= workspace_.size()) return absl::OkStatus();
+  SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(s));  // the old workspace may be in use
+  return workspace_.Reserve(sizeof(float) * static_cast<size_t>(floats) * 2, "sekv workspace");
+}
+
+absl::Status GpuSekv::Impl::GrowWindow(int l, int rows, StreamHandle s) {
+  DeviceLayer& d = layers_[l];
+  if (rows <= d.window_capacity) return absl::OkStatus();
+  const size_t kvd = shape_.kv_dim();
+  const int capacity = 2 * rows + kWindowSlack;
+  SCD_ASSIGN_OR_RETURN(DeviceBuffer k,
+                       DeviceBuffer::Allocate(sizeof(float) * capacity * kvd, "sekv window"));
+  SCD_ASSIGN_OR_RETURN(DeviceBuffer v,
+                       DeviceBuffer::Allocate(sizeof(float) * capacity * kvd, "sekv window"));
+  const size_t used = sizeof(float) * d.window_capacity * kvd;
+  SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(k.data(), d.window_k.data(), used, s));
+  SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(v.data(), d.window_v.data(), used, s));
+  SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(s));  // before the old buffers are freed
+  d.window_k = std::move(k);
+  d.window_v = std::move(v);
+  d.window_capacity = capacity;
+  return absl::OkStatus();
+}
+
+absl::Status GpuSekv::Impl::UploadResident(int l, int t, int window_rows, const float* lc,
+                                           const uint8_t* skip, bool pins, StreamHandle s) {
+  const SpanStore& st = cache_.store(l);
+  const DeviceLayer& d = layers_[l];
+  const int hd = shape_.head_dim, kvd = shape_.kv_dim(), ns = st.num_spans();
+  AttentionSegment* table = HostTable(t);
+  for (int g = 0; g < shape_.num_kv_heads; ++g) {
+    AttentionSegment* seg = table + g * kResidentSegments;
+    const size_t col = static_cast<size_t>(g) * hd;
+    seg[0] = {d.anchor_k.as<float>() + col,
+              d.anchor_v.as<float>() + col,
+              nullptr,
+              nullptr,
+              st.num_anchors(),
+              kvd,
+              KvType::kF32,
+              0};
+    seg[1] = {d.summary_k.as<float>() + col,
+              d.summary_v.as<float>() + col,
+              ns > 0 ? lc + static_cast<size_t>(g) * ns : nullptr,
+              ns > 0 && skip != nullptr ? skip + static_cast<size_t>(g) * ns : nullptr,
+              ns,
+              kvd,
+              KvType::kF32,
+              0};
+    seg[2] = {d.window_k.as<float>() + col,
+              d.window_v.as<float>() + col,
+              nullptr,
+              nullptr,
+              window_rows,
+              kvd,
+              KvType::kF32,
+              0};
+    seg[3] = AttentionSegment{};
+    const int pr = pins ? cache_.pin_rows(l, g) : 0;
+    if (pr > 0) {
+      const size_t off = static_cast<size_t>(g) * pins_ * hd;
+      seg[3] = {d.pin_k.as<float>() + off,
+                d.pin_v.as<float>() + off,
+                nullptr,
+                nullptr,
+                pr,
+                hd,
+                KvType::kF32,
+                0};
+    }
+  }
+  return cuda::CopyToDevice(DeviceTable(t), table, sizeof(AttentionSegment) * TableSize(), s);
+}
+
+absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const float* v,
+                                   float* out, StreamHandle s) {
+  if (l < 0 || l >= shape_.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("GpuSekv: no layer ", l));
+  }
+  const SpanStore& st = cache_.store(l);
+  DeviceLayer& d = layers_[l];
+  const int hd = shape_.head_dim, kvd = shape_.kv_dim(), qd = shape_.q_dim();
+  const int heads = shape_.num_heads, groups = shape_.num_kv_heads, ns = st.num_spans();
+  const int gs = groups * ns;
+  const int rows = st.window_rows() + 1;  // the window with this token
+  const float* ws_lc = d.base_lc.as<float>();
+
+  // 1. The token joins the device window; q, k, v go to the host for the planning.
+  SCD_RETURN_IF_ERROR(GrowWindow(l, rows, s));
+  SCD_RETURN_IF_ERROR(Reserve(ResidentRows(l, rows), s));
+  const size_t at = static_cast<size_t>(rows - 1) * kvd;
+  SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(d.window_k.as<float>() + at, k, sizeof(float) * kvd, s));
+  SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(d.window_v.as<float>() + at, v, sizeof(float) * kvd, s));
+  float* hq = host_qkv_.as<float>();
+  float* hk = hq + qd;
+  float* hv = hk + kvd;
+  SCD_RETURN_IF_ERROR(cuda::CopyToHost(hq, q, sizeof(float) * qd, s));
+  SCD_RETURN_IF_ERROR(cuda::CopyToHost(hk, k, sizeof(float) * kvd, s));
+  SCD_RETURN_IF_ERROR(cuda::CopyToHost(hv, v, sizeof(float) * kvd, s));
+  float* lse_host = host_la_.as<float>();
+  float* alpha_host = lse_host + heads;
+  float* ws = workspace_.as<float>();
+  const int64_t ws_floats = static_cast<int64_t>(workspace_.size() / sizeof(float));
+  bool appended = false;
+  auto wait_and_append = [&]() -> absl::Status {
+    SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(s));
+    if (!appended) cache_.ExternalAppend(l, hk, hv);
+    appended = true;
+    return absl::OkStatus();
+  };
+  auto resident_lse = [&](int table, bool pins) -> absl::Status {
+    SCD_RETURN_IF_ERROR(UploadResident(l, table, rows, ws_lc, nullptr, pins, s));
+    return cuda::SekvAttention(q, DeviceTable(table), kResidentSegments, heads, groups, hd,
+                               ResidentRows(l, rows), nullptr, lse_.as<float>(), ws, ws_floats, s);
+  };
+
+  // 2. The observation-window anchors, at the layer's first step.
+  if (!cache_.pins_done(l)) {
+    SCD_RETURN_IF_ERROR(resident_lse(0, /*pins=*/false));
+    SCD_RETURN_IF_ERROR(cuda::CopyToHost(lse_host, lse_.data(), sizeof(float) * heads, s));
+    SCD_RETURN_IF_ERROR(wait_and_append());
+    SCD_RETURN_IF_ERROR(cache_.ExternalPin(l, hq, absl::MakeConstSpan(lse_host, heads)));
+    if (pins_ > 0) {
+      const size_t pin_floats = static_cast<size_t>(groups) * pins_ * hd;
+      SCD_RETURN_IF_ERROR(
+          cuda::CopyToDevice(d.pin_k.data(), cache_.pin_k(l), sizeof(float) * pin_floats, s));
+      SCD_RETURN_IF_ERROR(
+          cuda::CopyToDevice(d.pin_v.data(), cache_.pin_v(l), sizeof(float) * pin_floats, s));
+      SCD_RETURN_IF_ERROR(UploadCounts(l, s));
+    }
+  }
+
+  // 3-4. Gate, selection, the step's summary counts.
+  const bool zoom = cache_.zooms(l);
+  int num_edits = 0;
+  if (zoom) {
+    SCD_RETURN_IF_ERROR(resident_lse(1, /*pins=*/true));
+    SCD_RETURN_IF_ERROR(cuda::SekvRouteGate(
+        q, d.p_q.as<float>(), d.p_k.as<float>(), route_dim_, d.summary_k.data(), KvType::kF32, kvd,
+        d.base_lc.as<float>(), d.remaining.as<int32_t>(), d.gates.as<cuda::RouterGateParams>(),
+        lse_.as<float>(), ns, heads, groups, hd, alpha_.as<float>(), s));
+    SCD_RETURN_IF_ERROR(cuda::CopyToHost(lse_host, lse_.data(), sizeof(float) * heads, s));
+    SCD_RETURN_IF_ERROR(cuda::CopyToHost(alpha_host, alpha_.data(), sizeof(float) * gs, s));
+    SCD_RETURN_IF_ERROR(wait_and_append());
+    SCD_RETURN_IF_ERROR(cache_.ExternalZoom(l, hq, absl::MakeConstSpan(lse_host, heads),
+                                            absl::MakeConstSpan(alpha_host, gs)));
+    int32_t* edits = host_edits_.as<int32_t>();
+    for (int g = 0; g < groups; ++g) {
+      const int* expanded = cache_.expanded(g);
+      for (int j = 0; j < ns; ++j) {
+        if (expanded[j] == 0) continue;
+        edits[2 * num_edits] = g * ns + j;
+        edits[2 * num_edits + 1] = expanded[j];
+        ++num_edits;
+      }
+    }
+    if (num_edits > 0) {
+      SCD_RETURN_IF_ERROR(
+          cuda::CopyToDevice(edits_.data(), edits, sizeof(int32_t) * 2 * num_edits, s));
+    }
+  } else {
+    SCD_RETURN_IF_ERROR(wait_and_append());
+  }
+  SCD_RETURN_IF_ERROR(cuda::SekvSummaryStep(d.base_lc.as<float>(), d.remaining.as<int32_t>(),
+                                            edits_.as<int32_t>(), num_edits, gs,
+                                            d.step_lc.as<float>(), d.step_skip.as<uint8_t>(), s));
+
+  // 5. The resident part of the softmax, while the host waits for the rebuilt rows.
+  SCD_RETURN_IF_ERROR(UploadResident(l, 2, rows, d.step_lc.as<float>(), d.step_skip.as<uint8_t>(),
+                                     /*pins=*/true, s));
+  SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(2), kResidentSegments, heads, groups, hd,
+                                          ResidentRows(l, rows), out, lse_.as<float>(), ws,
+                                          ws_floats, s));
+  if (!zoom) return absl::OkStatus();
+
+  // 6. The expanded rows join the same softmax.
+  float* row_k = host_rows_.as<float>();
+  float* row_v = row_k + static_cast<size_t>(groups) * budget_ * hd;
+  AttentionSegment* table = HostTable(3);
+  for (int g = 0; g < groups; ++g) {
+    const BufferView b = cache_.ExpandedRows(l, g);
+    int n = 0;
+    for (int i = 0; i < b.rows; ++i) {
+      if (!b.active[i]) continue;
+      if (n == budget_) {
+        return absl::InternalError(
+            absl::StrCat("GpuSekv: more than ", budget_, " expanded rows for layer ", l));
+      }
+      const size_t dst = (static_cast<size_t>(g) * budget_ + n) * hd;
+      std::memcpy(row_k + dst, b.k + static_cast<size_t>(i) * hd, sizeof(float) * hd);
+      std::memcpy(row_v + dst, b.v + static_cast<size_t>(i) * hd, sizeof(float) * hd);
+      ++n;
+    }
+    const size_t off = static_cast<size_t>(g) * budget_ * hd;
+    table[g * kResidentSegments] = {d.expanded_k.as<float>() + off,
+                                    d.expanded_v.as<float>() + off,
+                                    nullptr,
+                                    nullptr,
+                                    n,
+                                    hd,
+                                    KvType::kF32,
+                                    0};
+  }
+  const size_t block = sizeof(float) * groups * budget_ * hd;
+  SCD_RETURN_IF_ERROR(cuda::CopyToDevice(d.expanded_k.data(), row_k, block, s));
+  SCD_RETURN_IF_ERROR(cuda::CopyToDevice(d.expanded_v.data(), row_v, block, s));
+  for (int g = 0; g < groups; ++g) {
+    for (int j = 1; j < kResidentSegments; ++j) table[g * kResidentSegments + j] = {};
+  }
+  SCD_RETURN_IF_ERROR(
+      cuda::CopyToDevice(DeviceTable(3), table, sizeof(AttentionSegment) * TableSize(), s));
+  SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(3), kResidentSegments, heads, groups, hd,
+                                          budget_, out_e_.as<float>(), lse_e_.as<float>(), ws,
+                                          ws_floats, s));
+  return cuda::MergeAttention(out, lse_.as<float>(), out_e_.as<float>(), lse_e_.as<float>(), heads,
+                              hd, out, s);
+}
+
+GpuSekv::GpuSekv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuSekv::~GpuSekv() = default;
+
+bool GpuSekv::Applies(const Backend& backend) { return cuda::IsCudaBackend(backend); }
+
+absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvCache& cache) {
+  if (!Applies(backend)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
+  }
+  const CacheShape want = CacheShape::FromConfig(backend.model().config);
+  const CacheShape have = cache.shape();
+  if (have.num_layers != want.num_layers || have.num_heads != want.num_heads ||
+      have.num_kv_heads != want.num_kv_heads || have.head_dim != want.head_dim) {
+    return absl::InvalidArgumentError("the SEKV cache does not match the backend's model");
+  }
+  if (cache.teacher_mode()) {
+    return absl::InvalidArgumentError("the GPU SEKV path does not run teacher mode");
+  }
+  auto impl = std::make_unique<Impl>(backend, cache);
+  SCD_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<GpuSekv>(new GpuSekv(std::move(impl)));
+}
+
+absl::Status GpuSekv::Step(int32_t token, int position, std::vector<float>* logits) {
+  return cuda::CudaDecodeExternal(impl_->backend(), token, position, *impl_, logits);
+}
+
+absl::Status GpuSekv::Attend(int layer, const float* q, const float* k, const float* v, float* out,
+                             void* stream) {
+  return impl_->Attend(layer, q, k, v, out, stream);
+}
+
+#endif  // SCD_HAVE_CUDA
+
+}  // namespace scd::sekv

@@ -1,0 +1,69 @@
+// GpuSekv: the SEKV decode step on a CUDA backend (issue 7). The model runs on the GPU
+// (cuda::CudaDecodeExternal) and each layer's attention goes through the SEKV hierarchy with
+// its GPU tier on the device:
+//   - device: anchors, span summaries with their per-head log counts, the recent window
+//     (grows by one row per step), the observation-window anchors (pins), the routing
+//     projections and gates, and the expansion rows of the current step;
+//   - host: the SekvCache this object mirrors, which keeps the planning (pins, span and token
+//     selection), the CPU tier (per-span low-rank bases) and the SpanFetcher (the asynchronous
+//     rebuild of expanded rows, with its LRU of recent rows).
+//
+// One layer of one step, on the backend's stream (SekvCache's external-executor protocol):
+//   1. the token's K/V join the device window; q, k, v go to pinned host memory;
+//   2. first step of a layer only: the resident log-sum-exp (SekvAttention without V) comes
+//      back, the host picks the pins, and the device gets their rows and the new counts;
+//   3. the resident log-sum-exp again (with pins), and the gate α of every span and KV head
+//      (SekvRouteGate) come back (the step's one host round trip);
+//   4. the host selects the spans and tokens to expand and queues their rebuild on the
+//      SpanFetcher's worker; the summaries' counts for this step go up as edits
+//      (SekvSummaryStep);
+//   5. the resident part of the softmax is launched on the device while the host waits for
+//      the rebuilt rows: the CPU-tier fetch overlaps with the GPU's resident attention;
+//   6. the rebuilt rows go up through pinned memory, their softmax runs, and MergeAttention
+//      folds it into the resident one: one softmax over every entry, as SekvCache::Attend.
+// Everything is F32 on the device, as in the host cache, so the two agree to float rounding
+// (tests/cuda checks the layer attention against SekvCache::Attend, and whole-model logits).
+//
+// CUDA-free header. In a build without CUDA, Applies() is false and Create is UNIMPLEMENTED.
+#ifndef SCD_COMMON_SEKV_GPU_SEKV_H_
+#define SCD_COMMON_SEKV_GPU_SEKV_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/runtime/backend.h"
+#include "common/sekv/sekv_cache.h"
+
+namespace scd::sekv {
+
+class GpuSekv {
+ public:
+  // True when this build has CUDA and `backend` is a CUDA backend.
+  static bool Applies(const Backend& backend);
+
+  // Mirrors `cache`'s GPU tier on `backend`'s device. `cache` (not in teacher mode, no step
+  // taken yet) and `backend` must outlive this object; from now on only this object steps it.
+  static absl::StatusOr<std::unique_ptr<GpuSekv>> Create(Backend& backend, SekvCache& cache);
+  ~GpuSekv();
+
+  // Decodes `token` at `position` through the hierarchy; next-token logits [vocab].
+  absl::Status Step(int32_t token, int position, std::vector<float>* logits);
+
+  // One layer's attention for device q [num_heads, head_dim], k, v [kv_dim] (k after RoPE)
+  // into device out [num_heads, head_dim], on `stream` (a cuda::StreamHandle). What Step runs
+  // inside the model; public for the parity tests.
+  absl::Status Attend(int layer, const float* q, const float* k, const float* v, float* out,
+                      void* stream);
+
+  class Impl;
+
+ private:
+  explicit GpuSekv(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace scd::sekv
+
+#endif  // SCD_COMMON_SEKV_GPU_SEKV_H_

@@ -1,0 +1,228 @@
+// Parity of the GPU SEKV decode (common/sekv/gpu_sekv.h: the GPU tier mirrored on the device,
+// the planning and the CPU tier on the host, the model through cuda::CudaDecodeExternal) with
+// the CPU path.
+//   - One layer's attention, GpuSekv::Attend against SekvCache::Attend on an identical cache
+//     and identical F32 inputs: the device computes what the host computes, in another order,
+//     so 1e-4 relative + 1e-5 absolute (SekvAttention's bound in scd_sekv_test). The gate's α
+//     and the resident log-sum-exp come from the device, so a selection could differ where an
+//     α lies within float rounding of τ; the random-router cases run few steps, and the long
+//     runs use selections that cannot flip (summaries only; every token expanded).
+//   - Whole-model decode of stories260K: GpuSekv::Step against SekvDecoder::Step (CPU model,
+//     CPU SEKV cache) and against the CUDA backend's own full-KV decode, with backend_test's
+//     CPU-vs-CUDA logit bounds (0.6 max abs, 0.06 mean abs): the device path differs by its
+//     BF16 weights, as the CUDA backend does.
+#include "common/sekv/gpu_sekv.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/runtime/backend.h"
+#include "common/sekv/sekv_cache.h"
+#include "common/sekv/sekv_decoder.h"
+#include "common/sekv/zoom_router.h"
+#include "kernels/cuda/device_memory.h"
+#include "tests/cuda/cuda_test_support.h"
+#include "tests/sekv/sekv_test_support.h"
+
+namespace scd::sekv {
+namespace {
+
+using testing::CheckClose;
+using testing::DeviceArray;
+using testing::RandomFloats;
+
+constexpr double kLogitMaxAbs = 0.6, kLogitMeanAbs = 0.06;
+
+std::shared_ptr<ZoomRouter> RandomRouter(const CacheShape& shape) {
+  auto r = std::make_shared<ZoomRouter>();
+  r->Reset(shape.num_layers, shape.num_kv_heads, shape.head_dim, 4);
+  r->all_p_q() = RandomFloats(r->all_p_q().size(), 7, 0.5f);
+  r->all_p_k() = RandomFloats(r->all_p_k().size(), 8, 0.5f);
+  for (int l = 0; l < shape.num_layers; ++l) {
+    for (int g = 0; g < shape.num_kv_heads; ++g) r->gate(l, g) = {0.2f, 0.8f, 1.0f, 0.4f};
+  }
+  return r;
+}
+
+// Runs `steps` decode steps of random q/k/v through a host SekvCache and a GpuSekv over an
+// identical one, comparing every layer's output.
+void CompareLayerAttention(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
+                           const Segmentation& seg, const SekvOptions& o,
+                           std::shared_ptr<const ZoomRouter> router, int steps) {
+  auto host = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, router);
+  auto mirrored = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, router);
+  REQUIRE(host.ok());
+  REQUIRE(mirrored.ok());
+  auto gpu = GpuSekv::Create(backend, **mirrored);
+  INFO(gpu.status());
+  REQUIRE(gpu.ok());
+  auto stream = cuda::Stream::Create();
+  REQUIRE(stream.ok());
+  DeviceArray<float> q(shape.q_dim()), k(shape.kv_dim()), v(shape.kv_dim()), out(shape.q_dim());
+  for (int step = 0; step < steps; ++step) {
+    for (int l = 0; l < shape.num_layers; ++l) {
+      const uint64_t seed = 1000 + 16 * step + l;
+      const std::vector<float> hq = RandomFloats(shape.q_dim(), seed, 2.0f);
+      const std::vector<float> hk = RandomFloats(shape.kv_dim(), seed + 1, 2.0f);
+      const std::vector<float> hv = RandomFloats(shape.kv_dim(), seed + 2);
+      testing::RequireOk(cuda::CopyToDeviceSync(q.get(), hq.data(), sizeof(float) * hq.size()));
+      testing::RequireOk(cuda::CopyToDeviceSync(k.get(), hk.data(), sizeof(float) * hk.size()));
+      testing::RequireOk(cuda::CopyToDeviceSync(v.get(), hv.data(), sizeof(float) * hv.size()));
+      std::vector<float> want(shape.q_dim());
+      (*host)->Attend(l, hq.data(), hk.data(), hv.data(), want.data());
+      testing::RequireOk(
+          (*gpu)->Attend(l, q.get(), k.get(), v.get(), out.get(), (*stream)->handle()));
+      testing::RequireOk((*stream)->Synchronize());
+      CheckClose(out.ToHost(), want, 1e-5, 1e-4,
+                 "step " + std::to_string(step) + " layer " + std::to_string(l));
+    }
+  }
+  const ZoomStats a = (*host)->zoom_stats(), b = (*mirrored)->zoom_stats();
+  CHECK(a.expanded_tokens == b.expanded_tokens);
+  CHECK(a.pinned_tokens == b.pinned_tokens);
+  CHECK((*host)->store(0).window_rows() == (*mirrored)->store(0).window_rows());
+}
+
+}  // namespace
+
+TEST_CASE("GpuSekv layer attention matches SekvCache::Attend", "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  auto model = testing::LoadSharedModel("models/stories260K");
+  auto backend = testing::MakeBackend(BackendKind::kCuda, model);
+  const CacheShape shape = CacheShape::FromConfig(model->config);
+  const int t = 120;
+  PrefixKv prefix;
+  prefix.num_tokens = t;
+  for (int l = 0; l < shape.num_layers; ++l) {
+    prefix.k.push_back(RandomFloats(static_cast<size_t>(t) * shape.kv_dim(), 10 + l, 2.0f));
+    prefix.v.push_back(RandomFloats(static_cast<size_t>(t) * shape.kv_dim(), 20 + l));
+  }
+  prefix.surprisal = RandomFloats(t, 5, 3.0f);
+  for (float& s : prefix.surprisal) s = std::fabs(s);
+  const Segmentation seg = testing::ChunkedSegmentation(t, 7, 10, {0, 17});
+  SekvOptions o;
+  o.async_fetch = true;
+
+  SECTION("calibrated-style router: token zoom with pins") {
+    o.pin_tokens = 4;
+    o.expand_budget = 6;
+    CompareLayerAttention(*backend, shape, prefix, seg, o, RandomRouter(shape), 4);
+  }
+  SECTION("calibrated-style router: span zoom") {
+    o.resolution = ZoomResolution::kSpan;
+    o.expand_budget = 10;
+    CompareLayerAttention(*backend, shape, prefix, seg, o, RandomRouter(shape), 4);
+  }
+  SECTION("default router, small expansion buffer") {
+    o.expand_budget = 2;
+    CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 4);
+  }
+  SECTION("summaries only, 300 steps: the device window grows") {
+    o.zoom = false;
+    CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 300);
+  }
+  SECTION("every token expanded, with pins: equals full attention") {
+    o.store.energy = 1.0;
+    o.expand_budget = t;
+    o.tau_override = 0.0f;
+    o.pin_tokens = 3;
+    CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 20);
+  }
+}
+
+TEST_CASE("GPU SEKV decode of stories260K follows the CPU SEKV decode and the full cache",
+          "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  auto model = testing::LoadSharedModel("models/stories260K");
+  auto cpu = testing::MakeBackend(BackendKind::kCpu, model);
+  auto gpu_backend = testing::MakeBackend(BackendKind::kCuda, model);
+  auto decoder = SekvDecoder::Create(model);
+  REQUIRE(decoder.ok());
+  const int vocab = model->config.vocab_size;
+  std::vector<int32_t> prompt = testing::RandomInts(80, 3, vocab - 3);
+  for (int32_t& x : prompt) x += 3;
+  prompt.front() = 1;
+  std::vector<int32_t> next = testing::RandomInts(8, 4, vocab - 3);
+  for (int32_t& x : next) x += 3;
+  const int t = static_cast<int>(prompt.size());
+
+  // The prompt's K/V and surprisal from the CPU prefill (the session's step 1-2).
+  auto seq = cpu->NewSequence(t).value();
+  PrefillOptions po;
+  po.layer_states = po.surprisal = true;
+  PrefillResult pr;
+  testing::RequireOk(cpu->Prefill(*seq, prompt, po, &pr));
+  auto prefix = (*decoder)->MakePrefix(pr.layers, t, pr.surprisal);
+  REQUIRE(prefix.ok());
+
+  auto run = [&](const SekvOptions& o, bool against_full) {
+    auto host = SekvCache::Create((*decoder)->shape(), *prefix, o, nullptr);
+    auto mirrored = SekvCache::Create((*decoder)->shape(), *prefix, o, nullptr);
+    REQUIRE(host.ok());
+    REQUIRE(mirrored.ok());
+    auto gpu = GpuSekv::Create(*gpu_backend, **mirrored);
+    INFO(gpu.status());
+    REQUIRE(gpu.ok());
+    std::unique_ptr<Sequence> full;
+    if (against_full) {
+      full = gpu_backend->NewSequence(t + static_cast<int>(next.size())).value();
+      PrefillResult ignored;
+      testing::RequireOk(gpu_backend->Prefill(*full, prompt, PrefillOptions{}, &ignored));
+    }
+    for (size_t i = 0; i < next.size(); ++i) {
+      const int position = t + static_cast<int>(i);
+      std::vector<float> want, got;
+      testing::RequireOk((*decoder)->Step(next[i], position, **host, &want));
+      testing::RequireOk((*gpu)->Step(next[i], position, &got));
+      testing::CheckLogits(got, want, kLogitMaxAbs, kLogitMeanAbs,
+                           "GPU SEKV vs CPU SEKV, step " + std::to_string(i));
+      if (against_full) {
+        std::vector<float> reference;
+        Sequence* seqs[] = {full.get()};
+        testing::RequireOk(gpu_backend->Decode(seqs, {&next[i], 1}, &reference));
+        testing::CheckLogits(got, reference, kLogitMaxAbs, kLogitMeanAbs,
+                             "GPU SEKV vs CUDA full KV, step " + std::to_string(i));
+      }
+    }
+  };
+  SECTION("every token expanded (lossless bases): the full cache's logits") {
+    SekvOptions o;
+    o.store.energy = 1.0;
+    o.expand_budget = t;
+    o.tau_override = 0.0f;
+    run(o, /*against_full=*/true);
+  }
+  SECTION("summaries only") {
+    SekvOptions o;
+    o.zoom = false;
+    run(o, /*against_full=*/false);
+  }
+}
+
+TEST_CASE("GpuSekv refuses a cache of another model", "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  auto model = testing::LoadSharedModel("models/stories260K");
+  auto backend = testing::MakeBackend(BackendKind::kCuda, model);
+  CacheShape shape = CacheShape::FromConfig(model->config);
+  shape.num_layers += 1;
+  const int t = 40;
+  PrefixKv prefix;
+  prefix.num_tokens = t;
+  for (int l = 0; l < shape.num_layers; ++l) {
+    prefix.k.push_back(RandomFloats(static_cast<size_t>(t) * shape.kv_dim(), l));
+    prefix.v.push_back(RandomFloats(static_cast<size_t>(t) * shape.kv_dim(), 50 + l));
+  }
+  prefix.surprisal.assign(t, 1.0f);
+  auto cache = SekvCache::CreateWithSegmentation(
+      shape, prefix, testing::ChunkedSegmentation(t, 7, 6, {0}), SekvOptions{}, nullptr);
+  REQUIRE(cache.ok());
+  auto gpu = GpuSekv::Create(*backend, **cache);
+  REQUIRE(!gpu.ok());
+  CHECK(gpu.status().message().find("does not match") != std::string::npos);
+}
+
+}  // namespace scd::sekv
