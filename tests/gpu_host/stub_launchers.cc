@@ -1,0 +1,235 @@
+// CPU stand-ins of the CUDA runtime calls and launchers that sekv::GpuSekv uses (the
+// "device" memory is host memory), written from the launchers' contracts in
+// kernels/cuda/scd_sekv_ops.h and device_memory.h. They let CI run GpuSekv's host
+// orchestration (segment tables, summary-count edits, pins, window growth, workspace sizing,
+// the order of SekvCache's external protocol) without a GPU. They check the kernels'
+// preconditions: SekvAttention's workspace size, and that its max_rows covers every row (the
+// device kernel would leave rows beyond its split uncounted). Freed and fresh buffers are
+// poisoned so that a stale read shows. The kernels themselves are checked by test_cuda.
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "common/runtime/backend.h"
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/scd_sekv_ops.h"
+#include "kernels/cuda/synthetic_backend.h"
+
+namespace scd::cuda {
+
+DeviceBuffer::~DeviceBuffer() { Release(); }
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) {
+  o.data_ = nullptr;
+  o.bytes_ = 0;
+}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    Release();
+    data_ = o.data_;
+    bytes_ = o.bytes_;
+    o.data_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+void DeviceBuffer::Release() {
+  if (data_) {
+    std::memset(data_, 0x7f, bytes_);
+    std::free(data_);
+  }
+  data_ = nullptr;
+  bytes_ = 0;
+}
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes, absl::string_view) {
+  DeviceBuffer b;
+  b.data_ = std::malloc(std::max<size_t>(bytes, 1));
+  std::memset(b.data_, 0x7f, std::max<size_t>(bytes, 1));  // uninitialised: poison
+  b.bytes_ = bytes;
+  return b;
+}
+absl::Status DeviceBuffer::Reserve(size_t bytes, absl::string_view what) {
+  if (bytes <= bytes_ && data_ != nullptr) return absl::OkStatus();
+  Release();
+  auto b = Allocate(bytes, what);
+  *this = std::move(b).value();
+  return absl::OkStatus();
+}
+PinnedBuffer::~PinnedBuffer() { std::free(data_); }
+absl::Status PinnedBuffer::Reserve(size_t bytes) {
+  if (bytes <= bytes_ && data_ != nullptr) return absl::OkStatus();
+  std::free(data_);
+  data_ = std::malloc(std::max<size_t>(bytes, 1));
+  std::memset(data_, 0x7f, std::max<size_t>(bytes, 1));
+  bytes_ = bytes;
+  return absl::OkStatus();
+}
+absl::Status CopyToDevice(void* d, const void* s, size_t n, StreamHandle) {
+  std::memcpy(d, s, n);
+  return absl::OkStatus();
+}
+absl::Status CopyToHost(void* d, const void* s, size_t n, StreamHandle) {
+  std::memcpy(d, s, n);
+  return absl::OkStatus();
+}
+absl::Status CopyOnDevice(void* d, const void* s, size_t n, StreamHandle) {
+  std::memmove(d, s, n);
+  return absl::OkStatus();
+}
+absl::Status SynchronizeStream(StreamHandle) { return absl::OkStatus(); }
+
+namespace {
+constexpr int kMinChunk = 64, kMaxChunk = 256, kWantSplits = 64;
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int ChunkFor(int max_rows) {
+  const int64_t want = CeilDiv(std::max(max_rows, 1), kWantSplits);
+  const int64_t rounded = CeilDiv(want, 32) * 32;
+  return static_cast<int>(std::min<int64_t>(kMaxChunk, std::max<int64_t>(kMinChunk, rounded)));
+}
+int SplitsFor(int max_rows) {
+  return static_cast<int>(CeilDiv(std::max(max_rows, 1), ChunkFor(max_rows)));
+}
+}  // namespace
+
+int64_t SekvAttentionWorkspaceFloats(int num_heads, int head_dim, int max_rows) {
+  if (num_heads <= 0) return 0;
+  return static_cast<int64_t>(num_heads) * SplitsFor(max_rows) * (head_dim + 2);
+}
+
+absl::Status SekvAttention(const float* q, const AttentionSegment* segs, int nseg, int H, int G,
+                           int hd, int max_rows, float* out, float* lse, float* ws,
+                           int64_t ws_floats, StreamHandle) {
+  if (H <= 0 || (out == nullptr && lse == nullptr)) return absl::OkStatus();
+  if (nseg <= 0 || nseg > 16) return absl::InvalidArgumentError("segments");
+  const int64_t need = SekvAttentionWorkspaceFloats(H, hd, max_rows);
+  if (ws_floats < need) {
+    std::fprintf(stderr, "workspace %ld < %ld\n", (long)ws_floats, (long)need);
+    return absl::InvalidArgumentError("workspace");
+  }
+  (void)ws;
+  const int group = H / G;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  for (int h = 0; h < H; ++h) {
+    const int g = h / group;
+    int total = 0;
+    for (int i = 0; i < nseg; ++i) total += std::max(segs[g * nseg + i].rows, 0);
+    // The kernel covers only splits * chunk rows.
+    if (total > SplitsFor(max_rows) * ChunkFor(max_rows)) {
+      std::fprintf(stderr, "rows %d beyond max_rows %d coverage\n", total, max_rows);
+      std::abort();
+    }
+    std::vector<float> s;
+    std::vector<const float*> vrow;
+    for (int i = 0; i < nseg; ++i) {
+      const AttentionSegment& sg = segs[g * nseg + i];
+      assert(sg.type == KvType::kF32);
+      for (int r = 0; r < sg.rows; ++r) {
+        if (sg.skip && sg.skip[r]) continue;
+        const float* k = static_cast<const float*>(sg.k) + (int64_t)r * sg.stride;
+        float dot = 0;
+        for (int d = 0; d < hd; ++d) dot += q[h * hd + d] * k[d];
+        s.push_back(dot * scale + (sg.log_count ? sg.log_count[r] : 0.0f));
+        vrow.push_back(static_cast<const float*>(sg.v) + (int64_t)r * sg.stride);
+      }
+    }
+    float m = -INFINITY;
+    for (float x : s) m = std::max(m, x);
+    double sum = 0;
+    std::vector<double> acc(hd, 0.0);
+    for (size_t i = 0; i < s.size(); ++i) {
+      const double p = std::exp(double(s[i]) - m);
+      sum += p;
+      if (out)
+        for (int d = 0; d < hd; ++d) acc[d] += p * vrow[i][d];
+    }
+    if (lse) lse[h] = sum > 0 ? float(m + std::log(sum)) : -1e30f;
+    if (out)
+      for (int d = 0; d < hd; ++d) out[h * hd + d] = sum > 0 ? float(acc[d] / sum) : 0.0f;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, int r,
+                           const void* summary_k, KvType type, int64_t stride,
+                           const float* log_count, const int32_t* remaining,
+                           const RouterGateParams* gates, const float* lse, int ns, int H, int G,
+                           int hd, float* alpha, StreamHandle) {
+  if (ns <= 0 || H <= 0) return absl::OkStatus();
+  assert(type == KvType::kF32);
+  const int group = H / G;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  for (int g = 0; g < G; ++g) {
+    std::vector<float> qr(group * hd, 0.0f);
+    for (int i = 0; i < group; ++i) {
+      const float* qh = q + (g * group + i) * hd;
+      std::vector<float> z(r, 0.0f);
+      for (int a = 0; a < r; ++a)
+        for (int c = 0; c < hd; ++c) z[a] += p_q[((int64_t)g * r + a) * hd + c] * qh[c];
+      for (int c = 0; c < hd; ++c)
+        for (int a = 0; a < r; ++a) qr[i * hd + c] += z[a] * p_k[((int64_t)g * r + a) * hd + c];
+    }
+    for (int s = 0; s < ns; ++s) {
+      const int64_t gs = (int64_t)g * ns + s;
+      if (remaining[gs] == 0) {
+        alpha[gs] = 0;
+        continue;
+      }
+      const float* kb = static_cast<const float*>(summary_k) + s * stride + g * hd;
+      float best = 0;
+      for (int i = 0; i < group; ++i) {
+        float bil = 0, dot = 0;
+        for (int c = 0; c < hd; ++c) {
+          bil += qr[i * hd + c] * kb[c];
+          dot += q[(g * group + i) * hd + c] * kb[c];
+        }
+        const float lc = log_count[gs];
+        const float z = bil + gates[g].w_size * lc +
+                        gates[g].w_share * (dot * scale + lc - lse[g * group + i]) + gates[g].bias;
+        best = std::max(best, 1.0f / (1.0f + std::exp(-z)));
+      }
+      alpha[gs] = best;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MergeAttention(const float* oa, const float* la, const float* ob, const float* lb,
+                            int H, int hd, float* out, StreamHandle) {
+  for (int h = 0; h < H; ++h) {
+    const float m = std::max(la[h], lb[h]);
+    const bool empty = m <= -0.5e30f;
+    const float wa = empty ? 0 : std::exp(la[h] - m), wb = empty ? 0 : std::exp(lb[h] - m);
+    const float inv = empty ? 0 : 1.0f / (wa + wb);
+    for (int d = 0; d < hd; ++d)
+      out[h * hd + d] = (wa * oa[h * hd + d] + wb * ob[h * hd + d]) * inv;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SekvSummaryStep(const float* base_lc, const int32_t* remaining, const int32_t* edits,
+                             int n, int total, float* step_lc, uint8_t* step_skip, StreamHandle) {
+  if (total <= 0) return absl::OkStatus();
+  for (int i = 0; i < total; ++i) {
+    step_lc[i] = base_lc[i];
+    step_skip[i] = remaining[i] <= 0;
+  }
+  for (int j = 0; j < n; ++j) {
+    const int i = edits[2 * j];
+    assert(i >= 0 && i < total && edits[2 * j + 1] > 0);
+    const int left = remaining[i] - edits[2 * j + 1];
+    step_skip[i] = left <= 0;
+    if (left > 0) step_lc[i] = std::log(float(left));
+  }
+  return absl::OkStatus();
+}
+
+bool IsCudaBackend(const Backend&) { return true; }
+absl::Status CudaDecodeExternal(Backend&, int32_t, int, DeviceLayerAttention&,
+                                std::vector<float>*) {
+  return absl::UnimplementedError("stub");
+}
+
+}  // namespace scd::cuda
