@@ -37,17 +37,6 @@ using testing::RandomFloats;
 
 constexpr double kLogitMaxAbs = 0.6, kLogitMeanAbs = 0.06;
 
-std::shared_ptr<ZoomRouter> RandomRouter(const CacheShape& shape) {
-  auto r = std::make_shared<ZoomRouter>();
-  r->Reset(shape.num_layers, shape.num_kv_heads, shape.head_dim, 4);
-  r->all_p_q() = RandomFloats(r->all_p_q().size(), 7, 0.5f);
-  r->all_p_k() = RandomFloats(r->all_p_k().size(), 8, 0.5f);
-  for (int l = 0; l < shape.num_layers; ++l) {
-    for (int g = 0; g < shape.num_kv_heads; ++g) r->gate(l, g) = {0.2f, 0.8f, 1.0f, 0.4f};
-  }
-  return r;
-}
-
 // Runs `steps` decode steps of random q/k/v through a host SekvCache and a GpuSekv over an
 // identical one, comparing every layer's output.
 void CompareLayerAttention(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
@@ -110,12 +99,12 @@ TEST_CASE("GpuSekv layer attention matches SekvCache::Attend", "[cuda]") {
   SECTION("calibrated-style router: token zoom with pins") {
     o.pin_tokens = 4;
     o.expand_budget = 6;
-    CompareLayerAttention(*backend, shape, prefix, seg, o, RandomRouter(shape), 4);
+    CompareLayerAttention(*backend, shape, prefix, seg, o, testing::RandomRouter(shape), 4);
   }
   SECTION("calibrated-style router: span zoom") {
     o.resolution = ZoomResolution::kSpan;
     o.expand_budget = 10;
-    CompareLayerAttention(*backend, shape, prefix, seg, o, RandomRouter(shape), 4);
+    CompareLayerAttention(*backend, shape, prefix, seg, o, testing::RandomRouter(shape), 4);
   }
   SECTION("default router, small expansion buffer") {
     o.expand_budget = 2;

@@ -45,17 +45,6 @@ class ShapeOnlyBackend : public Backend {
   Model model_;
 };
 
-std::shared_ptr<ZoomRouter> RandomRouter(const CacheShape& shape) {
-  auto r = std::make_shared<ZoomRouter>();
-  r->Reset(shape.num_layers, shape.num_kv_heads, shape.head_dim, 4);
-  r->all_p_q() = Normal(r->all_p_q().size(), 7, 0.3f);
-  r->all_p_k() = Normal(r->all_p_k().size(), 8, 0.3f);
-  for (int l = 0; l < shape.num_layers; ++l) {
-    for (int g = 0; g < shape.num_kv_heads; ++g) r->gate(l, g) = {0.2f, 0.8f, 1.0f, 0.4f};
-  }
-  return r;
-}
-
 void Compare(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
              const Segmentation& seg, const SekvOptions& o,
              std::shared_ptr<const ZoomRouter> router, int steps) {
@@ -122,13 +111,13 @@ TEST_CASE("GpuSekv's host orchestration reproduces SekvCache::Attend", "[cpu]") 
       SekvOptions o = base;
       o.pin_tokens = 4;
       o.expand_budget = 6;
-      Compare(backend, shape, prefix, seg, o, RandomRouter(shape), 4);
+      Compare(backend, shape, prefix, seg, o, testing::RandomRouter(shape), 4);
     }
     SECTION("span zoom, random router " + std::to_string(t)) {
       SekvOptions o = base;
       o.resolution = ZoomResolution::kSpan;
       o.expand_budget = 10;
-      Compare(backend, shape, prefix, seg, o, RandomRouter(shape), 4);
+      Compare(backend, shape, prefix, seg, o, testing::RandomRouter(shape), 4);
     }
     SECTION("default router, expansion buffer of 2 " + std::to_string(t)) {
       SekvOptions o = base;
@@ -153,7 +142,7 @@ TEST_CASE("GpuSekv's host orchestration reproduces SekvCache::Attend", "[cpu]") 
       o.pin_tokens = 5;
       o.expand_budget = 64;
       o.tau_override = 0.1f;
-      Compare(backend, shape, prefix, seg, o, RandomRouter(shape), 5);
+      Compare(backend, shape, prefix, seg, o, testing::RandomRouter(shape), 5);
     }
   }
 }

@@ -138,16 +138,7 @@ TEST_CASE("the external-executor protocol reproduces Attend step for step", "[cp
   }
   prefix.surprisal = Normal(t, 5);
   for (float& s : prefix.surprisal) s = std::fabs(s);
-  auto router = std::make_shared<ZoomRouter>(
-      ZoomRouter::Default(shape.num_layers, shape.num_kv_heads, shape.head_dim, 0.05f));
-  router->Reset(shape.num_layers, shape.num_kv_heads, shape.head_dim, 4);
-  const std::vector<float> pq = Normal(router->all_p_q().size(), 7, 0.3f);
-  const std::vector<float> pk = Normal(router->all_p_k().size(), 8, 0.3f);
-  router->all_p_q() = pq;
-  router->all_p_k() = pk;
-  for (int l = 0; l < shape.num_layers; ++l) {
-    for (int g = 0; g < shape.num_kv_heads; ++g) router->gate(l, g) = {0.2f, 0.8f, 1.0f, 0.4f};
-  }
+  const std::shared_ptr<const ZoomRouter> router = testing::RandomRouter(shape);
 
   struct Case {
     const char* name;

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/base/random.h"
+#include "common/sekv/kv_cache.h"
 #include "common/sekv/surprisal_segmenter.h"
+#include "common/sekv/zoom_router.h"
 
 namespace scd::testing {
 
@@ -39,6 +42,19 @@ inline sekv::Segmentation ChunkedSegmentation(int t, int span, int window,
     b = e;
   }
   return seg;
+}
+
+// A router with seeded random projections (route_dim 4) and one fixed gate per (layer, KV
+// head) that opens for a share of the spans: exercises every term of the gate.
+inline std::shared_ptr<sekv::ZoomRouter> RandomRouter(const sekv::CacheShape& shape) {
+  auto r = std::make_shared<sekv::ZoomRouter>();
+  r->Reset(shape.num_layers, shape.num_kv_heads, shape.head_dim, 4);
+  r->all_p_q() = Normal(r->all_p_q().size(), 7, 0.3f);
+  r->all_p_k() = Normal(r->all_p_k().size(), 8, 0.3f);
+  for (int l = 0; l < shape.num_layers; ++l) {
+    for (int g = 0; g < shape.num_kv_heads; ++g) r->gate(l, g) = {0.2f, 0.8f, 1.0f, 0.4f};
+  }
+  return r;
 }
 
 }  // namespace scd::testing
