@@ -2,16 +2,22 @@
 # gpu_check.sh OUTDIR: the one-shot GPU check of issue 7, sized for a short device run
 # (< 8 minutes on an H200 with 16 cores). It
 #   1. records the device (nvidia-smi),
-#   2. configures a CUDA build (Release, Ninja, -DSCD_CUDA=ON: sm_80 and sm_90, never native)
-#      in build-gpu/ and builds only what it runs (test_cuda, scd-gpu-bench),
+#   2. either takes the prebuilt binaries of .gpu_bundle/scd-gpu-bundle.tar.gz (made by
+#      scripts/gpu_bundle.sh on a machine with our build dependencies, for a GPU machine that
+#      lacks them; it checks the bundle's source sums against this tree and flags a stale one),
+#      or configures a CUDA build (Release, Ninja, -DSCD_CUDA=ON: sm_80 and sm_90, never
+#      native) in build-gpu/ and builds only what it runs (test_cuda, scd-gpu-bench),
 #   3. runs every [cuda] Catch2 test (kernel-vs-CPU-twin parity, golden stories260K, CPU-vs-
 #      CUDA backend parity) and fails if any of them skipped although a device is present,
 #   4. runs scd-gpu-bench (cuBLAS GEMM peak, copy bandwidth, prefill TFLOP/s at 1K/4K/16K,
 #      decode tok/s at batch 1/32, SCD rebuild vs prefill at 4K, SEKV vs full-KV decode step at
 #      32K/128K, on Mistral-7B and Llama-3-8B shapes, random device weights),
 # and writes every log plus results.json / results.md / summary.txt into OUTDIR.
-# Environment: JOBS (default 16), SCD_GPU_BUILD_DIR (default <repo>/build-gpu),
+# Environment: JOBS (default 16), SCD_GPU_BUILD_DIR (default <repo>/build-gpu), SCD_GPU_BUNDLE
+# (default <repo>/.gpu_bundle/scd-gpu-bundle.tar.gz; build from source when it is absent),
 # BENCH_ARGS (extra scd-gpu-bench flags, e.g. "--prefill 1024,4096").
+# Through the device tool, which returns at most 8 files from $OUT (docs/GPU.md):
+#   bash scripts/gpu_check.sh /tmp/gpu; rc=$?; tar -C /tmp -czf $OUT/gpu.tgz gpu; exit $rc
 set -uo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -29,6 +35,20 @@ START=$SECONDS
 
 step() { echo "== [$((SECONDS - START))s] $*" | tee -a "$SUMMARY"; }
 note() { echo "   $*" | tee -a "$SUMMARY"; }
+# The directory that holds shared library $1: CUDA's usual prefixes, then the loader's cache,
+# then a search of /usr and /opt (pip's nvidia-* wheels put cuBLAS under site-packages).
+find_lib_dir() {
+  local d sub
+  for d in ${CUDA_HOME:-} /usr/local/cuda /usr/local/cuda-13*; do
+    for sub in lib64 lib targets/x86_64-linux/lib; do
+      [[ -e "$d/$sub/$1" ]] && { echo "$d/$sub"; return; }
+    done
+  done
+  d=$(ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n {print $NF; exit}')
+  [[ -n "$d" ]] && { dirname "$d"; return; }
+  d=$(find /usr /opt -name "$1" -print -quit 2>/dev/null)
+  [[ -n "$d" ]] && dirname "$d"
+}
 
 step "device: nvidia-smi > $OUT/nvidia-smi.txt"
 if nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1; then
@@ -37,25 +57,66 @@ else
   note "nvidia-smi failed (see nvidia-smi.txt); continuing, the tests will say whether CUDA works"
 fi
 
-step "configure: cmake -S $ROOT -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DSCD_CUDA=ON"
-if ! cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSCD_CUDA=ON \
-    > "$OUT/configure.log" 2>&1; then
-  tail -20 "$OUT/configure.log"
-  note "FAILED: configure (see configure.log)"
-  exit 1
+BUNDLE=${SCD_GPU_BUNDLE:-$ROOT/.gpu_bundle/scd-gpu-bundle.tar.gz}
+STALE=0
+if [[ -f "$BUNDLE" ]]; then
+  # Prebuilt binaries (scripts/gpu_bundle.sh): for a GPU machine without our build dependencies.
+  B=$BUILD/bundle
+  step "prebuilt: unpacking $BUNDLE into $B"
+  rm -rf "$B" && mkdir -p "$B"
+  if ! tar -C "$B" -xzf "$BUNDLE"; then
+    note "FAILED: cannot unpack $BUNDLE"
+    exit 1
+  fi
+  while read -r line; do note "bundle $line"; done < "$B/MANIFEST"
+  if (cd "$ROOT" && sha256sum --quiet -c "$B/SOURCES.sha256" > "$B/stale.txt" 2>&1); then
+    note "bundle sources match this tree"
+  else
+    STALE=1
+    note "STALE: the bundle was built from other sources; results are flagged. Differences:"
+    head -5 "$B/stale.txt" | while read -r line; do note "  $line"; done
+  fi
+  CUBLAS_DIR=$(find_lib_dir libcublasLt.so.13)
+  note "cuBLAS 13 from: ${CUBLAS_DIR:-the default library paths (no libcublasLt.so.13 found)}"
+  export LD_LIBRARY_PATH="$B/lib${CUBLAS_DIR:+:$CUBLAS_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  TEST_BIN=$B/bin/test_cuda
+  BENCH_BIN=$B/bin/scd-gpu-bench
+  if ! "$TEST_BIN" --help > /dev/null 2>&1; then
+    # This machine's C++ runtime is older than the one the bundle was built with.
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$B/lib/compat"
+    note "using the bundle's libstdc++ (lib/compat)"
+  fi
+  if ! "$TEST_BIN" --help > /dev/null 2>&1; then
+    ldd "$TEST_BIN" "$BENCH_BIN" > "$OUT/ldd.txt" 2>&1
+    grep "not found" "$OUT/ldd.txt" | sort -u | while read -r line; do note "$line"; done
+    note "FAILED: the prebuilt binaries do not load here (see ldd.txt; LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
+    exit 1
+  fi
+  export SCD_SHARED_DIR=$B/shared SCD_SOURCE_DIR=$ROOT
+else
+  step "configure: cmake -S $ROOT -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DSCD_CUDA=ON"
+  if ! cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSCD_CUDA=ON \
+      > "$OUT/configure.log" 2>&1; then
+    tail -20 "$OUT/configure.log"
+    note "FAILED: configure (see configure.log). A machine without the build dependencies"
+    note "(gRPC, absl, OpenBLAS, Catch2) needs a bundle: run scripts/gpu_bundle.sh where they are."
+    exit 1
+  fi
+
+  step "build: cmake --build $BUILD --target test_cuda scd-gpu-bench -j $JOBS (log: build.log)"
+  if ! timeout 330 cmake --build "$BUILD" --target test_cuda scd-gpu-bench -j "$JOBS" \
+      > "$OUT/build.log" 2>&1; then
+    grep -E "error|FAILED" "$OUT/build.log" | head -20
+    note "FAILED: build (see build.log)"
+    exit 1
+  fi
+  note "warnings in build: $(grep -c 'warning' "$OUT/build.log" || true)"
+  TEST_BIN=$BUILD/tests/test_cuda
+  BENCH_BIN=$BUILD/bin/scd-gpu-bench
 fi
 
-step "build: cmake --build $BUILD --target test_cuda scd-gpu-bench -j $JOBS (log: build.log)"
-if ! timeout 330 cmake --build "$BUILD" --target test_cuda scd-gpu-bench -j "$JOBS" \
-    > "$OUT/build.log" 2>&1; then
-  grep -E "error|FAILED" "$OUT/build.log" | head -20
-  note "FAILED: build (see build.log)"
-  exit 1
-fi
-note "warnings in build: $(grep -c 'warning' "$OUT/build.log" || true)"
-
-step "test: $BUILD/tests/test_cuda '[cuda]' --durations yes (log: test_cuda.log)"
-timeout 180 "$BUILD/tests/test_cuda" '[cuda]' --durations yes > "$OUT/test_cuda.log" 2>&1
+step "test: $TEST_BIN '[cuda]' --durations yes (log: test_cuda.log)"
+timeout 180 "$TEST_BIN" '[cuda]' --durations yes > "$OUT/test_cuda.log" 2>&1
 TEST_RC=$?
 tail -4 "$OUT/test_cuda.log" | tee -a "$SUMMARY"
 SKIPPED=$(grep -c "no CUDA device: skipping" "$OUT/test_cuda.log" || true)
@@ -65,9 +126,9 @@ if [[ $TEST_RC -eq 0 && $SKIPPED -gt 0 ]]; then
 fi
 note "test_cuda exit code $TEST_RC"
 
-step "bench: $BUILD/bin/scd-gpu-bench --out $OUT ${BENCH_ARGS:-} (log: bench.log)"
+step "bench: $BENCH_BIN --out $OUT ${BENCH_ARGS:-} (log: bench.log)"
 # shellcheck disable=SC2086
-timeout 200 "$BUILD/bin/scd-gpu-bench" --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+timeout 200 "$BENCH_BIN" --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
 BENCH_RC=$?
 grep -E "vs_gemm_peak=|vs_copy=|scd_rebuild_speedup=|sekv_vs_full=" "$OUT/bench.log" \
   | tee -a "$SUMMARY"
@@ -76,6 +137,10 @@ note "scd-gpu-bench exit code $BENCH_RC (results: results.json, results.md)"
 step "done in $((SECONDS - START))s: logs and results in $OUT"
 if [[ $TEST_RC -ne 0 || $BENCH_RC -ne 0 ]]; then
   note "FAILED (test $TEST_RC, bench $BENCH_RC)"
+  exit 1
+fi
+if [[ $STALE -ne 0 ]]; then
+  note "OK, but from a STALE bundle: rebuild it (scripts/gpu_bundle.sh) before quoting results"
   exit 1
 fi
 note "OK"

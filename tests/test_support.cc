@@ -25,14 +25,30 @@ struct TempRoot {
   }
 };
 
+// The environment variable `name` when set and non-empty, else the path compiled in.
+std::filesystem::path Root(const char* name, const char* compiled) {
+  const char* env = std::getenv(name);
+  return std::filesystem::path(env != nullptr && *env != '\0' ? env : compiled);
+}
+
 }  // namespace
 
 std::string SharedPath(const std::string& relative) {
-  std::filesystem::path p = std::filesystem::path(SCD_SHARED_DIR) / relative;
+  std::filesystem::path p = Root("SCD_SHARED_DIR", SCD_SHARED_DIR) / relative;
   if (!std::filesystem::exists(p)) {
     FAIL("missing fixture " << p.string()
-                            << " (the shared fixtures must sit at ../shared beside the repo, "
-                               "or configure with -DSCD_SHARED_DIR=...)");
+                            << " (the shared fixtures must sit at ../shared beside the repo; "
+                               "else set SCD_SHARED_DIR or configure with -DSCD_SHARED_DIR=...)");
+  }
+  return std::filesystem::weakly_canonical(p).string();
+}
+
+std::string SourcePath(const std::string& relative) {
+  std::filesystem::path p = Root("SCD_SOURCE_DIR", SCD_SOURCE_DIR) / relative;
+  if (!std::filesystem::exists(p)) {
+    FAIL("missing source-tree file " << p.string()
+                                     << " (set SCD_SOURCE_DIR when the tests run outside the "
+                                        "tree they were built from)");
   }
   return std::filesystem::weakly_canonical(p).string();
 }

@@ -1,5 +1,5 @@
-// Test support: locating the shared fixtures (../shared), failing clearly when they are
-// missing, and a scratch directory per test binary.
+// Test support: locating the shared fixtures (../shared) and the source tree, failing clearly
+// when they are missing, and a scratch directory per test binary.
 #ifndef SCD_TESTS_TEST_SUPPORT_H_
 #define SCD_TESTS_TEST_SUPPORT_H_
 
@@ -7,9 +7,15 @@
 
 namespace scd::testing {
 
-// Absolute path of `relative` under the shared fixtures directory. Fails the current test
+// Absolute path of `relative` under the shared fixtures directory: $SCD_SHARED_DIR when set,
+// else the one configured at build time (../shared beside the repo). Fails the current test
 // (Catch2 FAIL) with a message naming the missing path when it does not exist.
 std::string SharedPath(const std::string& relative);
+
+// Absolute path of `relative` under the source tree: $SCD_SOURCE_DIR when set (a prebuilt
+// test binary run elsewhere, see scripts/gpu_bundle.sh), else the tree it was built from.
+// Fails the current test when the file does not exist.
+std::string SourcePath(const std::string& relative);
 
 // A fresh, empty temporary directory, removed at process exit.
 std::string TempDir();
