@@ -12,10 +12,12 @@
 #   4. runs scd-gpu-bench (cuBLAS GEMM peak, copy bandwidth, prefill TFLOP/s at 1K/4K/16K,
 #      decode tok/s at batch 1/32, SCD rebuild vs prefill at 4K, SEKV vs full-KV decode step at
 #      32K/128K, on Mistral-7B and Llama-3-8B shapes, random device weights),
+#   5. runs compute-sanitizer memcheck and racecheck over the kernel-level parity tests,
 # and writes every log plus results.json / results.md / summary.txt into OUTDIR.
 # Environment: JOBS (default 16), SCD_GPU_BUILD_DIR (default <repo>/build-gpu), SCD_GPU_BUNDLE
 # (default <repo>/.gpu_bundle/scd-gpu-bundle.tar.gz; build from source when it is absent),
-# BENCH_ARGS (extra scd-gpu-bench flags, e.g. "--prefill 1024,4096").
+# BENCH_ARGS (extra scd-gpu-bench flags, e.g. "--prefill 1024,4096"), SANITIZE_SECONDS
+# (limit of each compute-sanitizer run, default 75).
 # Through the device tool, which returns at most 8 files from $OUT (docs/GPU.md):
 #   bash scripts/gpu_check.sh /tmp/gpu; rc=$?; tar -C /tmp -czf $OUT/gpu.tgz gpu; exit $rc
 set -uo pipefail
@@ -134,9 +136,39 @@ grep -E "vs_gemm_peak=|vs_copy=|scd_rebuild_speedup=|sekv_vs_full=" "$OUT/bench.
   | tee -a "$SUMMARY"
 note "scd-gpu-bench exit code $BENCH_RC (results: results.json, results.md)"
 
+# compute-sanitizer (memcheck, then racecheck) over the kernel-level parity tests, whose shapes
+# are small; last, so that it never costs the figures above their time. Errors fail the check;
+# a run cut short by its time limit is reported as incomplete.
+SAN_RC=0
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+SAN_TESTS="[#attention_test],[#ops_test],[#scd_sekv_test],[#sampling_test]"
+for tool in memcheck racecheck; do
+  if [[ -z "$SANITIZER" ]]; then
+    note "compute-sanitizer not found: $tool skipped"
+    break
+  fi
+  if ((SECONDS - START > 400)); then
+    note "$tool skipped: $((SECONDS - START))s spent, keeping the run under 8 minutes"
+    break
+  fi
+  step "sanitize: compute-sanitizer --tool $tool $TEST_BIN -# '$SAN_TESTS' (log: $tool.log)"
+  timeout "${SANITIZE_SECONDS:-75}" "$SANITIZER" --tool "$tool" --error-exitcode 99 \
+    "$TEST_BIN" -# "$SAN_TESTS" > "$OUT/$tool.log" 2>&1
+  rc=$?
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/$tool.log" | tail -1 | while read -r line; do
+    note "$line"
+  done
+  if [[ $rc -eq 124 ]]; then
+    note "$tool incomplete: stopped after ${SANITIZE_SECONDS:-75}s"
+  elif [[ $rc -ne 0 ]]; then
+    note "FAILED: $tool exit code $rc (see $tool.log)"
+    SAN_RC=$rc
+  fi
+done
+
 step "done in $((SECONDS - START))s: logs and results in $OUT"
-if [[ $TEST_RC -ne 0 || $BENCH_RC -ne 0 ]]; then
-  note "FAILED (test $TEST_RC, bench $BENCH_RC)"
+if [[ $TEST_RC -ne 0 || $BENCH_RC -ne 0 || $SAN_RC -ne 0 ]]; then
+  note "FAILED (test $TEST_RC, bench $BENCH_RC, sanitizer $SAN_RC)"
   exit 1
 fi
 if [[ $STALE -ne 0 ]]; then
