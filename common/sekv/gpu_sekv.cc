@@ -430,6 +430,18 @@ absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvC
   if (cache.teacher_mode()) {
     return absl::InvalidArgumentError("the GPU SEKV path does not run teacher mode");
   }
+  // The kernels' limits, checked before anything is uploaded (else the first step would fail
+  // with the token already in the device window but not in the host cache).
+  const int group = have.num_heads / std::max(have.num_kv_heads, 1);
+  const int route_dim = cache.router().route_dim();
+  if (group > cuda::kSekvMaxGroup || have.head_dim > cuda::kSekvMaxHeadDim ||
+      have.num_kv_heads > 65535 || route_dim > cuda::kMaxRouteDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the GPU SEKV kernels take at most ", cuda::kSekvMaxGroup, " query heads per KV head, ",
+        "head_dim ", cuda::kSekvMaxHeadDim, ", 65535 KV heads and route_dim ", cuda::kMaxRouteDim,
+        "; this cache has ", group, ", ", have.head_dim, ", ", have.num_kv_heads, " and ",
+        route_dim));
+  }
   auto impl = std::make_unique<Impl>(backend, cache);
   SCD_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<GpuSekv>(new GpuSekv(std::move(impl)));

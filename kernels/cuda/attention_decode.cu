@@ -167,7 +167,7 @@ __global__ void DecodeAttentionCombineKernel(const float* __restrict__ ws_o,
     const float m = ws_m[base + s];
     if (m != -INFINITY) total += ws_l[base + s] * expf(m - mx);
   }
-  const float inv = 1.0f / total;
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;  // no key at all (length 0): zeros
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float acc = 0.0f;
     for (int s = 0; s < splits; ++s) {
@@ -201,6 +201,10 @@ absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cach
   if (head_dim <= 0 || group * head_dim > kMaxQueryFloats) {
     return absl::InvalidArgumentError(absl::StrCat("DecodeAttention: group ", group, " x head_dim ",
                                                    head_dim, " exceeds ", kMaxQueryFloats));
+  }
+  if (group > kScoreFloats / 32) {  // even the smallest chunk (32) would pass 48 KB of scores
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeAttention: group ", group, " exceeds ", kScoreFloats / 32));
   }
   const int64_t need =
       DecodeAttentionWorkspaceFloats(batch, max_length, num_heads, num_kv_heads, head_dim);

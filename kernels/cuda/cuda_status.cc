@@ -77,6 +77,11 @@ absl::StatusCode CodeFor(cublasStatus_t code) {
 
 absl::Status CudaStatus(cudaError_t code, absl::string_view what) {
   if (code == cudaSuccess) return absl::OkStatus();
+  // A failed runtime call also leaves its code as the thread's last error, which the next
+  // LaunchStatus (cudaGetLastError) would report as that launch's failure. Clear it here: a
+  // non-sticky error (an allocation refused, an invalid argument) belongs to this call alone.
+  // A sticky one (a kernel fault) cannot be cleared and keeps failing every later call.
+  (void)cudaGetLastError();
   return absl::Status(CodeFor(code), absl::StrCat(what, " failed: ", cudaGetErrorName(code), " (",
                                                   cudaGetErrorString(code), ")"));
 }

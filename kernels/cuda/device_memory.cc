@@ -144,8 +144,11 @@ absl::Status SetDeviceBytes(void* dst, int value, size_t bytes, StreamHandle str
 
 absl::Status CopyToDeviceSync(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
-  return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
-                    "cudaMemcpy(host to device)");
+  SCD_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy may return once the data is staged, before the DMA to
+  // `dst` completes; our streams are non-blocking and would not wait for it. Drain the legacy
+  // stream, so that the copy is complete for every stream (these are set-up calls).
+  return CudaStatus(cudaStreamSynchronize(0), "cudaStreamSynchronize(after host to device)");
 }
 
 absl::Status CopyToHostSync(void* dst, const void* src, size_t bytes) {

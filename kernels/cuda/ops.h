@@ -137,7 +137,9 @@ absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cach
                              int64_t out_stride, float* workspace, int64_t workspace_floats,
                              StreamHandle stream);
 
-// Floats of `workspace` DecodeAttention needs for this shape.
+// Floats of `workspace` DecodeAttention needs for this shape. Size it with the max_length of
+// the call: the split plan is not monotonic in max_length, so a workspace sized for a longer
+// context can be too small for a shorter one (DecodeAttention then refuses the call).
 int64_t DecodeAttentionWorkspaceFloats(int batch, int max_length, int num_heads, int num_kv_heads,
                                        int head_dim);
 

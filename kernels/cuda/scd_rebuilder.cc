@@ -129,10 +129,11 @@ struct ScdGpuRebuilder::Impl {
   DeviceBuffer h, hidden_scratch, h_bf16, kv;  // PATCH scratch
 
   int kv_dim() const { return num_kv_heads * head_dim; }
-  size_t CodeFloatsPerToken() const {
-    size_t n = 0;
-    for (const Layer& l : layers) n += l.CodeFloats();
-    return n;
+  // Floats of a layer's decoded codes for `rows` tokens, rounded up to 16 bytes, so that every
+  // layer's codes start aligned, as F32 codes used in place do (cuBLAS may pick its kernel by
+  // alignment, and the codes' format must not change the result).
+  static size_t DecodedFloats(const Layer& l, size_t rows) {
+    return (rows * l.CodeFloats() + 3) / 4 * 4;
   }
 };
 
@@ -194,7 +195,8 @@ absl::StatusOr<std::unique_ptr<ScdGpuRebuilder>> ScdGpuRebuilder::Create(const R
   SCD_ASSIGN_OR_RETURN(impl->start, Event::Create());
   SCD_ASSIGN_OR_RETURN(impl->stop, Event::Create());
   const size_t t = max_tokens;
-  const size_t code_bytes = impl->CodeFloatsPerToken() * t * sizeof(float);
+  size_t code_bytes = 0;
+  for (const Impl::Layer& l : impl->layers) code_bytes += Impl::DecodedFloats(l, t) * sizeof(float);
   // Raw slots: K then V, each 16-byte aligned and F32-sized (no format is larger).
   size_t raw_bytes = 0;
   for (const Impl::Layer& l : impl->layers) {
@@ -251,6 +253,16 @@ absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int to
   }
   const StreamHandle cs = m.compute->handle(), xs = m.copy->handle();
   const size_t t = tokens;
+  // An error return below would leave uploads and kernels queued on buffers that the next
+  // Rebuild rewrites (staging at once, from the host): wait for both streams on the way out.
+  // On success they are drained already.
+  struct DrainOnExit {
+    const Impl& m;
+    ~DrainOnExit() {
+      (void)m.copy->Synchronize();
+      (void)m.compute->Synchronize();
+    }
+  } drain{m};
 
   // Metadata: the one-sequence cache table, row_seq (all 0) and the positions.
   unsigned char* meta = static_cast<unsigned char*>(m.meta_host.data());
@@ -295,7 +307,6 @@ absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int to
       SCD_RETURN_IF_ERROR(CopyToDevice(m.meta.data(), m.meta_host.data(),
                                        sizeof(head) + 2 * t * sizeof(int32_t), xs));
     }
-    const size_t floats = t * layer.CodeFloats();
     unsigned char* raw = m.raw.as<unsigned char>() + raw_offset;
     SCD_RETURN_IF_ERROR(CopyToDevice(raw, host, slot_k + bytes_v, xs));
     SCD_RETURN_IF_ERROR(m.uploaded[l]->Record(xs));
@@ -345,7 +356,7 @@ absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int to
                                       table, l, m.num_kv_heads, m.head_dim, m.inv_freq.as<float>(),
                                       cs));
     }
-    offset += floats;
+    offset += Impl::DecodedFloats(layer, t);
     raw_offset += RawSlot(CodeFormat::kF32, m.max_tokens, cols_k) +
                   RawSlot(CodeFormat::kF32, m.max_tokens, cols_v);
   }

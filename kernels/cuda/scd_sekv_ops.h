@@ -112,6 +112,10 @@ absl::Status PatchAlignerForward(CublasGemm& gemm, const DeviceAlignerView& f, c
 
 enum class KvType : int32_t { kF32 = 0, kBf16 = 1 };
 
+// SekvAttention's shape limits: query heads per KV head, and head_dim.
+inline constexpr int kSekvMaxGroup = 16;
+inline constexpr int kSekvMaxHeadDim = 256;
+
 // `rows` entries of one KV head: K/V rows of head_dim elements, `stride` elements apart (the
 // pointers are at the head's first column), F32 or BF16. log_count (optional) is added to each
 // score (c_i = |S| for a span summary); rows with skip[i] != 0 (optional) are left out.

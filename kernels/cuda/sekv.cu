@@ -26,8 +26,8 @@ using internal::CeilDiv;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxGroup = 16;  // query heads per KV head
-constexpr int kMaxHeadDim = 256;
+constexpr int kMaxGroup = kSekvMaxGroup;  // query heads per KV head
+constexpr int kMaxHeadDim = kSekvMaxHeadDim;
 constexpr int kMaxSegments = 16;  // segments per KV head
 constexpr int kMinChunk = 64;
 constexpr int kMaxChunk = 256;

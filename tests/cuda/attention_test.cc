@@ -164,6 +164,10 @@ TEST_CASE("CUDA attention launchers reject bad shapes", "[cuda]") {
   CHECK(cuda::DecodeAttention(nullptr, 0, cuda::KvCacheTable{}, 0, nullptr, 2, 100, 8, 2, 64, 0,
                               nullptr, 0, nullptr, 0, nullptr)
             .code() == absl::StatusCode::kInvalidArgument);
+  // 512 query heads on one KV head: the scores of even a 32-key chunk pass 48 KB.
+  CHECK(cuda::DecodeAttention(nullptr, 0, cuda::KvCacheTable{}, 0, nullptr, 1, 100, 512, 1, 8, 0,
+                              nullptr, 0, nullptr, 1 << 20, nullptr)
+            .code() == absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace scd

@@ -27,7 +27,8 @@ using testing::RequireOk;
 using testing::RequireSynced;
 
 constexpr double kF32Rtol = 1e-5, kF32Atol = 1e-6;
-constexpr double kBf16Ulp = 1.0 / 256;
+// One BF16 step relative to the value: 2^-7 / m for a mantissa m in [1, 2), so at most 2^-7.
+constexpr double kBf16Ulp = 1.0 / 128;
 
 std::vector<float> Widen(const std::vector<Bf16>& x) {
   std::vector<float> y(x.size());

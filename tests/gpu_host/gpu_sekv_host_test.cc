@@ -147,4 +147,46 @@ TEST_CASE("GpuSekv's host orchestration reproduces SekvCache::Attend", "[cpu]") 
   }
 }
 
+TEST_CASE("GpuSekv refuses shapes its kernels cannot take, before uploading", "[cpu]") {
+  struct Case {
+    int heads, kv_heads, head_dim, route_dim;
+    bool taken;
+    const char* what;
+  };
+  for (const Case k :
+       {Case{32, 1, 8, 4, false, "32 query heads per KV head"},
+        Case{2, 1, 512, 4, false, "head_dim 512"}, Case{8, 4, 8, 129, false, "route_dim 129"},
+        Case{16, 1, 256, 128, true, "the largest shape the kernels take"}}) {
+    INFO(k.what);
+    ModelConfig c;
+    c.num_layers = 1;
+    c.num_heads = k.heads;
+    c.num_kv_heads = k.kv_heads;
+    c.head_dim = k.head_dim;
+    c.hidden_size = c.num_heads * c.head_dim;
+    ShapeOnlyBackend backend(c);
+    const CacheShape shape = CacheShape::FromConfig(c);
+    const int t = 40;
+    PrefixKv prefix;
+    prefix.num_tokens = t;
+    prefix.k.push_back(Normal(static_cast<size_t>(t) * shape.kv_dim(), 1));
+    prefix.v.push_back(Normal(static_cast<size_t>(t) * shape.kv_dim(), 2));
+    prefix.surprisal.assign(t, 1.0f);
+    auto router = std::make_shared<ZoomRouter>();
+    router->Reset(1, shape.num_kv_heads, shape.head_dim, k.route_dim);
+    auto cache = SekvCache::CreateWithSegmentation(
+        shape, prefix, testing::ChunkedSegmentation(t, 7, 10, {0}), SekvOptions{}, router);
+    REQUIRE(cache.ok());
+    auto gpu = GpuSekv::Create(backend, **cache);
+    INFO(gpu.status());
+    if (k.taken) {
+      CHECK(gpu.ok());
+    } else {
+      CHECK(gpu.status().code() == absl::StatusCode::kInvalidArgument);
+      CHECK(gpu.status().message().find("GPU SEKV kernels take at most") !=
+            absl::string_view::npos);
+    }
+  }
+}
+
 }  // namespace scd::sekv

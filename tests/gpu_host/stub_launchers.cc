@@ -7,7 +7,6 @@
 // device kernel would leave rows beyond its split uncounted). Freed and fresh buffers are
 // poisoned so that a stale read shows. The kernels themselves are checked by test_cuda.
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +19,18 @@
 #include "kernels/cuda/synthetic_backend.h"
 
 namespace scd::cuda {
+namespace {
+
+// A device kernel's precondition, always checked (assert would vanish from a Release build):
+// a broken one stops the test with a message.
+void Require(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "stand-in: precondition broken: %s\n", what);
+    std::abort();
+  }
+}
+
+}  // namespace
 
 DeviceBuffer::~DeviceBuffer() { Release(); }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) {
@@ -117,15 +128,12 @@ absl::Status SekvAttention(const float* q, const AttentionSegment* segs, int nse
     int total = 0;
     for (int i = 0; i < nseg; ++i) total += std::max(segs[g * nseg + i].rows, 0);
     // The kernel covers only splits * chunk rows.
-    if (total > SplitsFor(max_rows) * ChunkFor(max_rows)) {
-      std::fprintf(stderr, "rows %d beyond max_rows %d coverage\n", total, max_rows);
-      std::abort();
-    }
+    Require(total <= SplitsFor(max_rows) * ChunkFor(max_rows), "rows beyond max_rows' splits");
     std::vector<float> s;
     std::vector<const float*> vrow;
     for (int i = 0; i < nseg; ++i) {
       const AttentionSegment& sg = segs[g * nseg + i];
-      assert(sg.type == KvType::kF32);
+      Require(sg.type == KvType::kF32, "GpuSekv's segments are F32");
       for (int r = 0; r < sg.rows; ++r) {
         if (sg.skip && sg.skip[r]) continue;
         const float* k = static_cast<const float*>(sg.k) + (int64_t)r * sg.stride;
@@ -158,7 +166,7 @@ absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, i
                            const RouterGateParams* gates, const float* lse, int ns, int H, int G,
                            int hd, float* alpha, StreamHandle) {
   if (ns <= 0 || H <= 0) return absl::OkStatus();
-  assert(type == KvType::kF32);
+  Require(type == KvType::kF32, "GpuSekv's summaries are F32");
   const int group = H / G;
   const float scale = 1.0f / std::sqrt(float(hd));
   for (int g = 0; g < G; ++g) {
@@ -218,7 +226,7 @@ absl::Status SekvSummaryStep(const float* base_lc, const int32_t* remaining, con
   }
   for (int j = 0; j < n; ++j) {
     const int i = edits[2 * j];
-    assert(i >= 0 && i < total && edits[2 * j + 1] > 0);
+    Require(i >= 0 && i < total && edits[2 * j + 1] > 0, "an edit names a span and a count > 0");
     const int left = remaining[i] - edits[2 * j + 1];
     step_skip[i] = left <= 0;
     if (left > 0) step_lc[i] = std::log(float(left));

@@ -7,7 +7,8 @@
 //     2·T·L·P_layer + 2·P_out + L·4·q_dim·Σ_t min(t+1, window)) divided by the time to first
 //     token, and as a fraction of that ceiling;
 //   - memory ceiling: device-to-device cudaMemcpy GB/s, counting 2·bytes (read + write, the
-//     STREAM "Copy" convention); decode is reported as tokens/s and as achieved HBM GB/s
+//     STREAM "Copy" convention); decode (DecodeSample steps: greedy sampling on the device,
+//     the token ids back to the host) is reported as tokens/s and as achieved HBM GB/s
 //     (weights streamed once per step + the KV cache read) over that ceiling;
 //   - SCD rebuild (scd_rebuild_bench.h): ScdGpuRebuilder's time from host codes to a filled
 //     KV cache for --scd-tokens positions, against the consumer's own prefill TTFT at that
@@ -37,6 +38,7 @@
 #include "common/bench/model_cost.h"
 #include "common/model/config.h"
 #include "common/runtime/backend.h"
+#include "common/runtime/sampler.h"
 #include "kernels/cuda/bench/bench_support.h"
 #include "kernels/cuda/bench/scd_rebuild_bench.h"
 #include "kernels/cuda/bench/sekv_step_bench.h"
@@ -237,7 +239,9 @@ nlohmann::json MeasureCopy() {
 
 std::vector<int32_t> Tokens(int count, int vocab, int salt) {
   std::vector<int32_t> ids(count);
-  for (int i = 0; i < count; ++i) ids[i] = (i * 7919 + salt * 104729 + 1) % vocab;
+  for (int i = 0; i < count; ++i) {
+    ids[i] = static_cast<int32_t>((int64_t{i} * 7919 + int64_t{salt} * 104729 + 1) % vocab);
+  }
   return ids;
 }
 
@@ -313,11 +317,19 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
       batch.push_back(seq->get());
       seqs.push_back(std::move(seq).value());
     }
-    std::vector<int32_t> tokens(b, 1);
-    std::vector<float> logits;
-    for (int w = 0; w < 2; ++w) Check(backend.Decode(batch, tokens, &logits), "decode warm-up");
+    // A serving step: greedy sampling on the device, only the B token ids come back (the full
+    // [B][vocab] logits copy of Decode would be timed otherwise), each fed to the next step.
+    std::vector<int32_t> tokens(b, 1), next;
+    const std::vector<SampleDraw> draws(b);
+    for (int w = 0; w < 2; ++w) {
+      Check(backend.DecodeSample(batch, tokens, draws, &next), "decode warm-up");
+      tokens.swap(next);
+    }
     const auto t0 = Clock::now();
-    for (int s = 0; s < f.steps; ++s) Check(backend.Decode(batch, tokens, &logits), "decode");
+    for (int s = 0; s < f.steps; ++s) {
+      Check(backend.DecodeSample(batch, tokens, draws, &next), "decode");
+      tokens.swap(next);
+    }
     const double step = Seconds(t0, Clock::now()) / f.steps;
     const double avg_ctx = f.context + 2 + f.steps / 2.0;
     const double kv_bytes =
