@@ -450,9 +450,13 @@ TEST_CASE("CUDA backend rejects bad requests without changing the sequence", "[c
   std::vector<float> logits;
   CHECK(gpu->Decode(absl::MakeConstSpan(&s, 1), {1}, &logits).code() ==
         absl::StatusCode::kOutOfRange);
-  std::vector<Sequence*> twice = {s, s};
-  CHECK(gpu->Decode(twice, {1, 1}, &logits).code() == absl::StatusCode::kInvalidArgument);
   CHECK(seq->length() == 8);
+  // A repeated sequence, on one with room (a full one is refused first, as OUT_OF_RANGE).
+  auto roomy = NewSeq(*gpu, 8);
+  Sequence* t = roomy.get();
+  std::vector<Sequence*> twice = {t, t};
+  CHECK(gpu->Decode(twice, {1, 1}, &logits).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(roomy->length() == 0);
 }
 
 }  // namespace scd

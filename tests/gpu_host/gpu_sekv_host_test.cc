@@ -1,5 +1,5 @@
 // sekv::GpuSekv's host side (common/sekv/gpu_sekv.cc compiled with SCD_HAVE_CUDA=1) over the
-// CPU stand-ins of stub_launchers.cc: one layer's attention, step after step, equals
+// CPU stand-ins of tests/gpu_host/stub_*.cc: one layer's attention, step after step, equals
 // SekvCache::Attend on an identical cache, for every zoom-in setting, with pins, with the
 // device window growing past its first allocation, and at 5000 tokens (714 spans, several
 // attention splits). The stand-ins compute in double, so 1e-4 relative + 1e-5 absolute; the
@@ -16,6 +16,7 @@
 #include "common/sekv/gpu_sekv.h"
 #include "common/sekv/sekv_cache.h"
 #include "common/sekv/zoom_router.h"
+#include "kernels/cuda/device_memory.h"
 #include "tests/sekv/sekv_test_support.h"
 
 namespace scd::sekv {
@@ -55,6 +56,13 @@ void Compare(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
   auto gpu = GpuSekv::Create(backend, **mirrored);
   INFO(gpu.status());
   REQUIRE(gpu.ok());
+  auto device = [](size_t floats) {
+    auto buffer = cuda::DeviceBuffer::Allocate(sizeof(float) * floats, "test array");
+    REQUIRE(buffer.ok());
+    return std::move(buffer).value();
+  };
+  const cuda::DeviceBuffer dq = device(shape.q_dim()), dk = device(shape.kv_dim()),
+                           dv = device(shape.kv_dim()), dout = device(shape.q_dim());
   for (int step = 0; step < steps; ++step) {
     for (int l = 0; l < shape.num_layers; ++l) {
       const uint64_t seed = 1000 + 16 * step + l;
@@ -62,9 +70,15 @@ void Compare(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
       const auto k = Normal(shape.kv_dim(), seed + 1, 2.0f), v = Normal(shape.kv_dim(), seed + 2);
       std::vector<float> want(shape.q_dim()), got(shape.q_dim());
       (*host)->Attend(l, q.data(), k.data(), v.data(), want.data());
-      const absl::Status s = (*gpu)->Attend(l, q.data(), k.data(), v.data(), got.data(), nullptr);
+      // GpuSekv reads and writes device memory (the stand-ins check that it is).
+      REQUIRE(cuda::CopyToDeviceSync(dq.data(), q.data(), sizeof(float) * q.size()).ok());
+      REQUIRE(cuda::CopyToDeviceSync(dk.data(), k.data(), sizeof(float) * k.size()).ok());
+      REQUIRE(cuda::CopyToDeviceSync(dv.data(), v.data(), sizeof(float) * v.size()).ok());
+      const absl::Status s = (*gpu)->Attend(l, dq.as<float>(), dk.as<float>(), dv.as<float>(),
+                                            dout.as<float>(), nullptr);
       INFO(s);
       REQUIRE(s.ok());
+      REQUIRE(cuda::CopyToHostSync(got.data(), dout.data(), sizeof(float) * got.size()).ok());
       int bad = 0;
       for (int i = 0; i < shape.q_dim(); ++i) {
         bad += !(std::fabs(got[i] - want[i]) <= 1e-5 + 1e-4 * std::fabs(want[i]));

@@ -1,11 +1,11 @@
-// CPU stand-ins of the CUDA runtime calls and launchers that sekv::GpuSekv uses (the
-// "device" memory is host memory), written from the launchers' contracts in
-// kernels/cuda/scd_sekv_ops.h and device_memory.h. They let CI run GpuSekv's host
-// orchestration (segment tables, summary-count edits, pins, window growth, workspace sizing,
-// the order of SekvCache's external protocol) without a GPU. They check the kernels'
-// preconditions: SekvAttention's workspace size, and that its max_rows covers every row (the
-// device kernel would leave rows beyond its split uncounted). Freed and fresh buffers are
-// poisoned so that a stale read shows. The kernels themselves are checked by test_cuda.
+// CPU stand-ins of the SEKV launchers (kernels/cuda/scd_sekv_ops.h) that sekv::GpuSekv uses,
+// written from their contracts; the "device" is stub_memory.cc's (host memory, registered,
+// poisoned when fresh or freed). Linked into test_gpu_host (GpuSekv's host orchestration:
+// segment tables, summary-count edits, pins, window growth, workspace sizing, the order of
+// SekvCache's external protocol) and test_cuda_host (the same through the real CudaBackend).
+// They check the kernels' preconditions: SekvAttention's workspace size, and that its
+// max_rows covers every row (the device kernel would leave rows beyond its split uncounted).
+// The kernels themselves are checked by test_cuda.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,84 +13,13 @@
 #include <cstring>
 #include <vector>
 
-#include "common/runtime/backend.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/scd_sekv_ops.h"
-#include "kernels/cuda/synthetic_backend.h"
+#include "tests/gpu_host/stub_memory.h"
 
 namespace scd::cuda {
-namespace {
-
-// A device kernel's precondition, always checked (assert would vanish from a Release build):
-// a broken one stops the test with a message.
-void Require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "stand-in: precondition broken: %s\n", what);
-    std::abort();
-  }
-}
-
-}  // namespace
-
-DeviceBuffer::~DeviceBuffer() { Release(); }
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) {
-  o.data_ = nullptr;
-  o.bytes_ = 0;
-}
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
-  if (this != &o) {
-    Release();
-    data_ = o.data_;
-    bytes_ = o.bytes_;
-    o.data_ = nullptr;
-    o.bytes_ = 0;
-  }
-  return *this;
-}
-void DeviceBuffer::Release() {
-  if (data_) {
-    std::memset(data_, 0x7f, bytes_);
-    std::free(data_);
-  }
-  data_ = nullptr;
-  bytes_ = 0;
-}
-absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes, absl::string_view) {
-  DeviceBuffer b;
-  b.data_ = std::malloc(std::max<size_t>(bytes, 1));
-  std::memset(b.data_, 0x7f, std::max<size_t>(bytes, 1));  // uninitialised: poison
-  b.bytes_ = bytes;
-  return b;
-}
-absl::Status DeviceBuffer::Reserve(size_t bytes, absl::string_view what) {
-  if (bytes <= bytes_ && data_ != nullptr) return absl::OkStatus();
-  Release();
-  auto b = Allocate(bytes, what);
-  *this = std::move(b).value();
-  return absl::OkStatus();
-}
-PinnedBuffer::~PinnedBuffer() { std::free(data_); }
-absl::Status PinnedBuffer::Reserve(size_t bytes) {
-  if (bytes <= bytes_ && data_ != nullptr) return absl::OkStatus();
-  std::free(data_);
-  data_ = std::malloc(std::max<size_t>(bytes, 1));
-  std::memset(data_, 0x7f, std::max<size_t>(bytes, 1));
-  bytes_ = bytes;
-  return absl::OkStatus();
-}
-absl::Status CopyToDevice(void* d, const void* s, size_t n, StreamHandle) {
-  std::memcpy(d, s, n);
-  return absl::OkStatus();
-}
-absl::Status CopyToHost(void* d, const void* s, size_t n, StreamHandle) {
-  std::memcpy(d, s, n);
-  return absl::OkStatus();
-}
-absl::Status CopyOnDevice(void* d, const void* s, size_t n, StreamHandle) {
-  std::memmove(d, s, n);
-  return absl::OkStatus();
-}
-absl::Status SynchronizeStream(StreamHandle) { return absl::OkStatus(); }
+using stub::Require;
+using stub::RequireDevice;
 
 namespace {
 constexpr int kMinChunk = 64, kMaxChunk = 256, kWantSplits = 64;
@@ -120,7 +49,20 @@ absl::Status SekvAttention(const float* q, const AttentionSegment* segs, int nse
     std::fprintf(stderr, "workspace %ld < %ld\n", (long)ws_floats, (long)need);
     return absl::InvalidArgumentError("workspace");
   }
-  (void)ws;
+  RequireDevice(ws, need, "SekvAttention workspace");
+  RequireDevice(q, int64_t{H} * hd, "SekvAttention q");
+  RequireDevice(segs, int64_t{G} * nseg, "SekvAttention segment table");
+  if (out) RequireDevice(out, int64_t{H} * hd, "SekvAttention out");
+  if (lse) RequireDevice(lse, H, "SekvAttention lse");
+  for (int i = 0; i < G * nseg; ++i) {
+    const AttentionSegment& sg = segs[i];
+    if (sg.rows <= 0) continue;
+    const int64_t extent = int64_t{sg.rows - 1} * sg.stride + hd;
+    RequireDevice(static_cast<const float*>(sg.k), extent, "SekvAttention segment K rows");
+    if (out) RequireDevice(static_cast<const float*>(sg.v), extent, "SekvAttention segment V rows");
+    if (sg.log_count) RequireDevice(sg.log_count, sg.rows, "SekvAttention segment log counts");
+    if (sg.skip) RequireDevice(sg.skip, sg.rows, "SekvAttention segment skips");
+  }
   const int group = H / G;
   const float scale = 1.0f / std::sqrt(float(hd));
   for (int h = 0; h < H; ++h) {
@@ -167,6 +109,17 @@ absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, i
                            int hd, float* alpha, StreamHandle) {
   if (ns <= 0 || H <= 0) return absl::OkStatus();
   Require(type == KvType::kF32, "GpuSekv's summaries are F32");
+  RequireDevice(q, int64_t{H} * hd, "SekvRouteGate q");
+  RequireDevice(p_q, int64_t{G} * r * hd, "SekvRouteGate P_q");
+  RequireDevice(p_k, int64_t{G} * r * hd, "SekvRouteGate P_k");
+  RequireDevice(static_cast<const float*>(summary_k), (ns - 1) * stride + int64_t{G} * hd,
+                "SekvRouteGate summary K");
+  for (const float* p : {log_count, static_cast<const float*>(alpha)}) {
+    RequireDevice(p, int64_t{G} * ns, "SekvRouteGate per-span arrays");
+  }
+  RequireDevice(remaining, int64_t{G} * ns, "SekvRouteGate remaining");
+  RequireDevice(gates, G, "SekvRouteGate gates");
+  RequireDevice(lse, H, "SekvRouteGate lse");
   const int group = H / G;
   const float scale = 1.0f / std::sqrt(float(hd));
   for (int g = 0; g < G; ++g) {
@@ -206,6 +159,11 @@ absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, i
 
 absl::Status MergeAttention(const float* oa, const float* la, const float* ob, const float* lb,
                             int H, int hd, float* out, StreamHandle) {
+  for (const float* p : {oa, ob, static_cast<const float*>(out)}) {
+    RequireDevice(p, int64_t{H} * hd, "MergeAttention outputs");
+  }
+  RequireDevice(la, H, "MergeAttention lse");
+  RequireDevice(lb, H, "MergeAttention lse");
   for (int h = 0; h < H; ++h) {
     const float m = std::max(la[h], lb[h]);
     const bool empty = m <= -0.5e30f;
@@ -220,6 +178,11 @@ absl::Status MergeAttention(const float* oa, const float* la, const float* ob, c
 absl::Status SekvSummaryStep(const float* base_lc, const int32_t* remaining, const int32_t* edits,
                              int n, int total, float* step_lc, uint8_t* step_skip, StreamHandle) {
   if (total <= 0) return absl::OkStatus();
+  RequireDevice(base_lc, total, "SekvSummaryStep base counts");
+  RequireDevice(remaining, total, "SekvSummaryStep remaining");
+  RequireDevice(step_lc, total, "SekvSummaryStep step counts");
+  RequireDevice(step_skip, total, "SekvSummaryStep step skips");
+  RequireDevice(edits, 2 * int64_t{n}, "SekvSummaryStep edits");
   for (int i = 0; i < total; ++i) {
     step_lc[i] = base_lc[i];
     step_skip[i] = remaining[i] <= 0;
@@ -232,12 +195,6 @@ absl::Status SekvSummaryStep(const float* base_lc, const int32_t* remaining, con
     if (left > 0) step_lc[i] = std::log(float(left));
   }
   return absl::OkStatus();
-}
-
-bool IsCudaBackend(const Backend&) { return true; }
-absl::Status CudaDecodeExternal(Backend&, int32_t, int, DeviceLayerAttention&,
-                                std::vector<float>*) {
-  return absl::UnimplementedError("stub");
 }
 
 }  // namespace scd::cuda

@@ -1,0 +1,19 @@
+// test_gpu_host's stand-ins of the CUDA backend hooks that sekv::GpuSekv calls
+// (kernels/cuda/synthetic_backend.h): any backend counts as CUDA (the test's ShapeOnlyBackend
+// carries only the model's shape), and a whole-model step is not available. test_cuda_host
+// links the real ones (kernels/cuda/cuda_backend.cc) instead, so this file is not in it.
+#include <vector>
+
+#include "common/runtime/backend.h"
+#include "kernels/cuda/synthetic_backend.h"
+
+namespace scd::cuda {
+
+bool IsCudaBackend(const Backend&) { return true; }
+
+absl::Status CudaDecodeExternal(Backend&, int32_t, int, DeviceLayerAttention&,
+                                std::vector<float>*) {
+  return absl::UnimplementedError("test_gpu_host has no CUDA backend");
+}
+
+}  // namespace scd::cuda

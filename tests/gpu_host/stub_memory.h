@@ -1,0 +1,38 @@
+// The checks the CPU stand-ins of the CUDA calls share (tests/gpu_host/stub_*.cc): "device"
+// memory is host memory, so the stand-ins keep a registry of the live DeviceBuffer
+// allocations and every launcher checks that each range it reads or writes lies inside one of
+// them, aligned for its element type (a GPU faults on a host, freed, out-of-range or
+// misaligned address; a host loop would not). The checks are always on (assert would vanish
+// from a Release build): a broken precondition stops the test with a message.
+#ifndef SCD_TESTS_GPU_HOST_STUB_MEMORY_H_
+#define SCD_TESTS_GPU_HOST_STUB_MEMORY_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace scd::cuda::stub {
+
+// The byte every fresh or freed "device" (and pinned) byte holds: 0x7f7f7f7f is 3.4e38 as a
+// float, 0x7f7f as a BF16 and a huge int32, so a read of it shows downstream.
+constexpr int kPoison = 0x7f;
+
+// Stops the test with "stand-in: precondition broken: <what>" unless `ok`.
+void Require(bool ok, const char* what);
+
+// Requires [p, p + bytes) inside one live device allocation; bytes == 0 checks nothing.
+void RequireDeviceBytes(const void* p, size_t bytes, const char* what);
+
+// True when p lies inside a live device allocation.
+bool IsDevice(const void* p);
+
+// `count` elements of T at p: device memory, aligned for T.
+template <typename T>
+void RequireDevice(const T* p, int64_t count, const char* what) {
+  if (count <= 0) return;
+  Require(reinterpret_cast<uintptr_t>(p) % alignof(T) == 0, what);
+  RequireDeviceBytes(p, static_cast<size_t>(count) * sizeof(T), what);
+}
+
+}  // namespace scd::cuda::stub
+
+#endif  // SCD_TESTS_GPU_HOST_STUB_MEMORY_H_
