@@ -43,7 +43,7 @@ std::string SharedPath(const std::string& relative) {
   return std::filesystem::weakly_canonical(p).string();
 }
 
-std::string SourcePath(const std::string& relative) {
+std::string SourceFile(const std::string& relative) {
   std::filesystem::path p = Root("SCD_SOURCE_DIR", SCD_SOURCE_DIR) / relative;
   if (!std::filesystem::exists(p)) {
     FAIL("missing source-tree file " << p.string()

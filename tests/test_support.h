@@ -15,7 +15,7 @@ std::string SharedPath(const std::string& relative);
 // Absolute path of `relative` under the source tree: $SCD_SOURCE_DIR when set (a prebuilt
 // test binary run elsewhere, see scripts/gpu_bundle.sh), else the tree it was built from.
 // Fails the current test when the file does not exist.
-std::string SourcePath(const std::string& relative);
+std::string SourceFile(const std::string& relative);
 
 // A fresh, empty temporary directory, removed at process exit.
 std::string TempDir();

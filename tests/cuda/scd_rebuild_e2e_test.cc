@@ -32,7 +32,7 @@ namespace {
 constexpr double kLogitMaxAbs = 0.6, kLogitMeanAbs = 0.06;
 
 std::string ArtifactPath() {
-  return testing::SourcePath("docs/results/stories260K-babi-qa.scd.safetensors");
+  return testing::SourceFile("docs/results/stories260K-babi-qa.scd.safetensors");
 }
 
 // Next-token logits after `next` on a sequence that already holds the payload's positions.

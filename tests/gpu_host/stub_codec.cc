@@ -1,0 +1,139 @@
+// CPU stand-ins of SCD's consumer-side launchers (kernels/cuda/scd_codec.cu, declared in
+// scd_sekv_ops.h), for test_cuda_host: ScdGpuRebuilder's host pipeline (kernels/cuda/
+// scd_rebuilder.cc) and GpuRebuild (common/scd/gpu_rebuild.cc) run unchanged over them. Each
+// keeps its launcher's contract and its status errors, and computes with the twin the header
+// names: DecodeCodes with scd::DecodeMatrix; ReuseDecodeStoreKv as LinearCode::Decode (z·D + μ
+// in F32) followed by the RopeStoreKv stand-in (RoPE on K, BF16 store); PatchAlignerForward
+// as the .cu's host code does it, over the stand-ins of MatMulF32, BroadcastRow and
+// BiasActivation. Pointers, sizes and alignment are checked as in stub_ops.cc.
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/scd/quantize.h"
+#include "kernels/cuda/scd_sekv_ops.h"
+#include "tests/gpu_host/stub_memory.h"
+
+namespace scd::cuda {
+
+using stub::Require;
+using stub::RequireDevice;
+
+namespace {
+
+constexpr int kReuseTokens = 8;  // scd_codec.cu's kTokens: tokens per block of the REUSE decode
+
+}  // namespace
+
+absl::Status DecodeCodes(const void* in, CodeFormat format, int rows, int cols, float* out,
+                         StreamHandle) {
+  const int64_t count = static_cast<int64_t>(rows) * cols;
+  if (count <= 0) return absl::OkStatus();
+  const size_t bytes = CodeBytes(format, rows, cols);
+  Require(reinterpret_cast<uintptr_t>(in) % 2 == 0, "DecodeCodes input 2-byte aligned");
+  stub::RequireDeviceBytes(in, bytes, "DecodeCodes input");
+  RequireDevice(out, count, "DecodeCodes output");
+  const absl::Status s = DecodeMatrix(static_cast<Encoding>(format),
+                                      static_cast<const uint8_t*>(in), bytes, rows, cols, 0, out);
+  Require(s.ok(), "DecodeCodes input is a well-formed matrix");
+  return absl::OkStatus();
+}
+
+absl::Status ReuseDecodeStoreKv(const float* z_k, const float* z_v, int rows, LowRankDecoder key,
+                                LowRankDecoder value, const int32_t* row_seq,
+                                const int32_t* positions, KvCacheTable cache, int layer,
+                                int num_kv_heads, int head_dim, const float* inv_freq,
+                                StreamHandle stream) {
+  if (rows <= 0) return absl::OkStatus();
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim / 2 > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RoPE needs an even head_dim <= 512, got ", head_dim));
+  }
+  if (key.rank <= 0 || key.rank > kMaxCodeRank || value.rank <= 0 || value.rank > kMaxCodeRank) {
+    return absl::InvalidArgumentError(absl::StrCat("REUSE ranks must be in [1, ", kMaxCodeRank,
+                                                   "], got ", key.rank, " and ", value.rank));
+  }
+  const size_t smem = sizeof(float) * (size_t{kReuseTokens} * (key.rank + value.rank + head_dim));
+  if (smem > 48 * 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("REUSE decode needs ", smem, " bytes of shared memory, above 48 KB"));
+  }
+  const int kv_dim = num_kv_heads * head_dim;
+  RequireDevice(z_k, int64_t{rows} * key.rank, "ReuseDecodeStoreKv z_k");
+  RequireDevice(z_v, int64_t{rows} * value.rank, "ReuseDecodeStoreKv z_v");
+  RequireDevice(key.decoder, int64_t{key.rank} * kv_dim, "ReuseDecodeStoreKv D_k");
+  RequireDevice(value.decoder, int64_t{value.rank} * kv_dim, "ReuseDecodeStoreKv D_v");
+  RequireDevice(key.mu, kv_dim, "ReuseDecodeStoreKv mu_k");
+  RequireDevice(value.mu, kv_dim, "ReuseDecodeStoreKv mu_v");
+  // [rows][K | V] pre-RoPE, then the RopeStoreKv stand-in stores them as the kernel does.
+  auto kv = DeviceBuffer::Allocate(sizeof(float) * rows * 2 * kv_dim, "REUSE rows");
+  if (!kv.ok()) return kv.status();
+  float* out = kv->as<float>();
+  for (int r = 0; r < rows; ++r) {
+    for (int half = 0; half < 2; ++half) {
+      const LowRankDecoder& dec = half == 0 ? key : value;
+      const float* z = (half == 0 ? z_k : z_v) + static_cast<int64_t>(r) * dec.rank;
+      float* row = out + (static_cast<int64_t>(r) * 2 + half) * kv_dim;
+      for (int c = 0; c < kv_dim; ++c) {
+        float acc = dec.mu[c];
+        for (int a = 0; a < dec.rank; ++a) acc += z[a] * dec.decoder[int64_t{a} * kv_dim + c];
+        row[c] = acc;
+      }
+    }
+  }
+  return RopeStoreKv(out, out + kv_dim, 2 * kv_dim, rows, row_seq, positions, cache, layer,
+                     num_kv_heads, head_dim, inv_freq, stream);
+}
+
+absl::Status BiasActivation(float* y, const float* bias, int rows, int cols, Activation act,
+                            StreamHandle) {
+  const int64_t count = static_cast<int64_t>(rows) * cols;
+  if (count <= 0 || (bias == nullptr && act == Activation::kNone)) return absl::OkStatus();
+  RequireDevice(y, count, "BiasActivation y");
+  if (bias != nullptr) RequireDevice(bias, cols, "BiasActivation bias");
+  for (int64_t i = 0; i < count; ++i) {
+    float v = y[i] + (bias != nullptr ? bias[i % cols] : 0.0f);
+    if (act == Activation::kSilu) v = v / (1.0f + std::exp(-v));
+    y[i] = v;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BroadcastRow(float* y, const float* row, int rows, int cols, StreamHandle) {
+  const int64_t count = static_cast<int64_t>(rows) * cols;
+  if (count <= 0) return absl::OkStatus();
+  RequireDevice(y, count, "BroadcastRow y");
+  RequireDevice(row, cols, "BroadcastRow row");
+  for (int64_t i = 0; i < count; ++i) y[i] = row[i % cols];
+  return absl::OkStatus();
+}
+
+// scd_codec.cu's host code, over the stand-ins above and CublasGemm::MatMulF32's.
+absl::Status PatchAlignerForward(CublasGemm& gemm, const DeviceAlignerView& f, const float* z,
+                                 int rows, float* hidden, float* h) {
+  if (rows <= 0) return absl::OkStatus();
+  if (f.code_dim <= 0 || f.out_dim <= 0 || f.hidden_dim < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("aligner has an empty shape (code ", f.code_dim, ", out ", f.out_dim, ")"));
+  }
+  if (f.hidden_dim > 0 && hidden == nullptr) {
+    return absl::InvalidArgumentError("aligner with a hidden layer needs scratch space");
+  }
+  const StreamHandle s = gemm.stream();
+  if (absl::Status st = BroadcastRow(h, f.c_b2, rows, f.out_dim, s); !st.ok()) return st;
+  if (absl::Status st = gemm.MatMulF32(z, f.a, h, rows, f.out_dim, f.code_dim, 1.0f); !st.ok()) {
+    return st;
+  }
+  if (f.hidden_dim == 0) return absl::OkStatus();
+  if (absl::Status st = gemm.MatMulF32(z, f.w1, hidden, rows, f.hidden_dim, f.code_dim, 0.0f);
+      !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = BiasActivation(hidden, f.b1, rows, f.hidden_dim, Activation::kSilu, s);
+      !st.ok()) {
+    return st;
+  }
+  return gemm.MatMulF32(hidden, f.w2, h, rows, f.out_dim, f.hidden_dim, 1.0f);
+}
+
+}  // namespace scd::cuda
