@@ -5,6 +5,7 @@
 // SekvCache's external protocol) and test_cuda_host (the same through the real CudaBackend).
 // They check the kernels' preconditions: SekvAttention's workspace size, and that its
 // max_rows covers every row (the device kernel would leave rows beyond its split uncounted).
+// SpanRebuildRows is here for scd-gpu-bench-host (the SEKV step benchmark).
 // The kernels themselves are checked by test_cuda.
 #include <algorithm>
 #include <cmath>
@@ -32,6 +33,23 @@ int ChunkFor(int max_rows) {
 int SplitsFor(int max_rows) {
   return static_cast<int>(CeilDiv(std::max(max_rows, 1), ChunkFor(max_rows)));
 }
+// `n` elements of an F32 or BF16 array from element `at`, widened to F32.
+std::vector<float> Widened(const void* p, KvType type, int64_t at, int n) {
+  std::vector<float> out(n);
+  for (int i = 0; i < n; ++i) {
+    out[i] = type == KvType::kF32 ? static_cast<const float*>(p)[at + i]
+                                  : Bf16ToFloat(static_cast<const Bf16*>(p)[at + i]);
+  }
+  return out;
+}
+// Requires `count` elements of `type` at p in device memory.
+void RequireRows(const void* p, KvType type, int64_t count, const char* what) {
+  if (type == KvType::kF32) {
+    RequireDevice(static_cast<const float*>(p), count, what);
+  } else {
+    RequireDevice(static_cast<const Bf16*>(p), count, what);
+  }
+}
 }  // namespace
 
 int64_t SekvAttentionWorkspaceFloats(int num_heads, int head_dim, int max_rows) {
@@ -58,8 +76,8 @@ absl::Status SekvAttention(const float* q, const AttentionSegment* segs, int nse
     const AttentionSegment& sg = segs[i];
     if (sg.rows <= 0) continue;
     const int64_t extent = int64_t{sg.rows - 1} * sg.stride + hd;
-    RequireDevice(static_cast<const float*>(sg.k), extent, "SekvAttention segment K rows");
-    if (out) RequireDevice(static_cast<const float*>(sg.v), extent, "SekvAttention segment V rows");
+    RequireRows(sg.k, sg.type, extent, "SekvAttention segment K rows");
+    if (out) RequireRows(sg.v, sg.type, extent, "SekvAttention segment V rows");
     if (sg.log_count) RequireDevice(sg.log_count, sg.rows, "SekvAttention segment log counts");
     if (sg.skip) RequireDevice(sg.skip, sg.rows, "SekvAttention segment skips");
   }
@@ -72,17 +90,16 @@ absl::Status SekvAttention(const float* q, const AttentionSegment* segs, int nse
     // The kernel covers only splits * chunk rows.
     Require(total <= SplitsFor(max_rows) * ChunkFor(max_rows), "rows beyond max_rows' splits");
     std::vector<float> s;
-    std::vector<const float*> vrow;
+    std::vector<std::vector<float>> vrow;
     for (int i = 0; i < nseg; ++i) {
       const AttentionSegment& sg = segs[g * nseg + i];
-      Require(sg.type == KvType::kF32, "GpuSekv's segments are F32");
       for (int r = 0; r < sg.rows; ++r) {
         if (sg.skip && sg.skip[r]) continue;
-        const float* k = static_cast<const float*>(sg.k) + (int64_t)r * sg.stride;
+        const std::vector<float> k = Widened(sg.k, sg.type, int64_t{r} * sg.stride, hd);
         float dot = 0;
         for (int d = 0; d < hd; ++d) dot += q[h * hd + d] * k[d];
         s.push_back(dot * scale + (sg.log_count ? sg.log_count[r] : 0.0f));
-        vrow.push_back(static_cast<const float*>(sg.v) + (int64_t)r * sg.stride);
+        if (out) vrow.push_back(Widened(sg.v, sg.type, int64_t{r} * sg.stride, hd));
       }
     }
     float m = -INFINITY;
@@ -108,12 +125,10 @@ absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, i
                            const RouterGateParams* gates, const float* lse, int ns, int H, int G,
                            int hd, float* alpha, StreamHandle) {
   if (ns <= 0 || H <= 0) return absl::OkStatus();
-  Require(type == KvType::kF32, "GpuSekv's summaries are F32");
   RequireDevice(q, int64_t{H} * hd, "SekvRouteGate q");
   RequireDevice(p_q, int64_t{G} * r * hd, "SekvRouteGate P_q");
   RequireDevice(p_k, int64_t{G} * r * hd, "SekvRouteGate P_k");
-  RequireDevice(static_cast<const float*>(summary_k), (ns - 1) * stride + int64_t{G} * hd,
-                "SekvRouteGate summary K");
+  RequireRows(summary_k, type, (ns - 1) * stride + int64_t{G} * hd, "SekvRouteGate summary K");
   for (const float* p : {log_count, static_cast<const float*>(alpha)}) {
     RequireDevice(p, int64_t{G} * ns, "SekvRouteGate per-span arrays");
   }
@@ -138,7 +153,7 @@ absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, i
         alpha[gs] = 0;
         continue;
       }
-      const float* kb = static_cast<const float*>(summary_k) + s * stride + g * hd;
+      const std::vector<float> kb = Widened(summary_k, type, s * stride + g * hd, hd);
       float best = 0;
       for (int i = 0; i < group; ++i) {
         float bil = 0, dot = 0;
@@ -193,6 +208,29 @@ absl::Status SekvSummaryStep(const float* base_lc, const int32_t* remaining, con
     const int left = remaining[i] - edits[2 * j + 1];
     step_skip[i] = left <= 0;
     if (left > 0) step_lc[i] = std::log(float(left));
+  }
+  return absl::OkStatus();
+}
+
+// The jobs array is device memory; a job's basis (us_row, vt) may be device memory or pinned
+// host memory (unified addressing), so only the device side of it is checked.
+absl::Status SpanRebuildRows(const RebuildJob* jobs, int count, int head_dim, StreamHandle) {
+  if (count <= 0) return absl::OkStatus();
+  if (head_dim <= 0) return absl::InvalidArgumentError("SpanRebuildRows: head_dim must be > 0");
+  RequireDevice(jobs, count, "SpanRebuildRows jobs");
+  for (int j = 0; j < count; ++j) {
+    const RebuildJob& job = jobs[j];
+    Require(job.rank > 0 && job.us_row != nullptr && job.vt != nullptr, "a job has a basis");
+    if (stub::IsDevice(job.us_row)) RequireDevice(job.us_row, job.rank, "SpanRebuildRows U");
+    if (stub::IsDevice(job.vt)) {
+      RequireDevice(job.vt, int64_t{job.rank} * head_dim, "SpanRebuildRows V");
+    }
+    RequireDevice(job.out, head_dim, "SpanRebuildRows output row");
+    for (int d = 0; d < head_dim; ++d) {
+      float acc = 0.0f;
+      for (int a = 0; a < job.rank; ++a) acc += job.us_row[a] * job.vt[int64_t{a} * head_dim + d];
+      job.out[d] = acc;
+    }
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,7 @@
 #include "tests/gpu_host/stub_memory.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -231,24 +232,44 @@ absl::Status SetDevice(int device) {
 
 absl::StatusOr<int> CurrentDevice() { return 0; }
 
+// Events and timers hold a host time point: every stand-in ran at its call, so the host time
+// between two records is the "device" time (positive, so that a benchmark's ratios stay
+// finite). Recording, waiting and synchronising have nothing else to do.
+using TimePoint = std::chrono::steady_clock::time_point;
+
 absl::StatusOr<std::unique_ptr<Event>> Event::Create() {
-  return std::unique_ptr<Event>(new Event(new char));
+  return std::unique_ptr<Event>(new Event(new TimePoint(std::chrono::steady_clock::now())));
 }
 
-Event::~Event() { delete static_cast<char*>(handle_); }
+Event::~Event() { delete static_cast<TimePoint*>(handle_); }
 
-// Everything ran at its call, so recording, waiting and synchronising have nothing to do.
-absl::Status Event::Record(StreamHandle) { return absl::OkStatus(); }
+absl::Status Event::Record(StreamHandle) {
+  *static_cast<TimePoint*>(handle_) = std::chrono::steady_clock::now();
+  return absl::OkStatus();
+}
 absl::Status Event::WaitOn(StreamHandle) const { return absl::OkStatus(); }
 absl::Status Event::Synchronize() const { return absl::OkStatus(); }
-absl::StatusOr<float> Event::ElapsedMs(const Event&, const Event&) { return 0.0f; }
-
-absl::StatusOr<std::unique_ptr<StreamTimer>> StreamTimer::Create() {
-  return std::unique_ptr<StreamTimer>(new StreamTimer());
+absl::StatusOr<float> Event::ElapsedMs(const Event& start, const Event& stop) {
+  const std::chrono::duration<float, std::milli> ms =
+      *static_cast<TimePoint*>(stop.handle_) - *static_cast<TimePoint*>(start.handle_);
+  return std::max(ms.count(), 1e-6f);
 }
 
-StreamTimer::~StreamTimer() = default;
-absl::Status StreamTimer::Start(StreamHandle) { return absl::OkStatus(); }
-absl::StatusOr<float> StreamTimer::StopMs(StreamHandle) { return 0.0f; }
+absl::StatusOr<std::unique_ptr<StreamTimer>> StreamTimer::Create() {
+  auto timer = std::unique_ptr<StreamTimer>(new StreamTimer());
+  timer->start_ = new TimePoint(std::chrono::steady_clock::now());
+  return timer;
+}
+
+StreamTimer::~StreamTimer() { delete static_cast<TimePoint*>(start_); }
+absl::Status StreamTimer::Start(StreamHandle) {
+  *static_cast<TimePoint*>(start_) = std::chrono::steady_clock::now();
+  return absl::OkStatus();
+}
+absl::StatusOr<float> StreamTimer::StopMs(StreamHandle) {
+  const std::chrono::duration<float, std::milli> ms =
+      std::chrono::steady_clock::now() - *static_cast<TimePoint*>(start_);
+  return std::max(ms.count(), 1e-6f);
+}
 
 }  // namespace scd::cuda

@@ -21,7 +21,11 @@
 // earlier figures), and prints the command line, each step, and the ratios. Usage:
 //   scd-gpu-bench --out DIR [--models mistral-7b,llama3-8b] [--prefill 1024,4096,16384]
 //                 [--batches 1,32] [--context 512] [--steps 16] [--scd-tokens 4096]
-//                 [--sekv-contexts 32768,131072] [--skip-scd] [--skip-sekv]
+//                 [--sekv-contexts 32768,131072] [--skip-scd] [--skip-sekv] [--quick]
+// --quick (before the other flags, which then override it) runs every part at toy sizes (the
+// "tiny" model, 256-wide GEMMs, a 16 MiB copy): a check of the tool itself, whose figures
+// mean nothing. CI runs it over CPU stand-ins of the CUDA calls (scd-gpu-bench-host,
+// tests/CMakeLists.txt), so that the device run never meets a crash in the tool.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -65,7 +69,20 @@ struct Flags {
   std::vector<int> sekv_contexts = {32768, 131072};
   bool skip_scd = false;
   bool skip_sekv = false;
+  bool quick = false;  // toy sizes everywhere (see the usage above)
 };
+
+// --quick's sizes, for checking the tool itself.
+void SetQuick(Flags* f) {
+  f->quick = true;
+  f->models = {"tiny"};
+  f->prefill = {64, 128};
+  f->batches = {1, 2};
+  f->context = 32;
+  f->steps = 2;
+  f->scd_tokens = 128;
+  f->sekv_contexts = {1024};
+}
 
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "scd-gpu-bench: %s\n", message.c_str());
@@ -115,6 +132,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.skip_scd = true;
     } else if (arg == "--skip-sekv") {
       f.skip_sekv = true;
+    } else if (arg == "--quick") {
+      SetQuick(&f);
     } else {
       Die("unknown flag " + arg + " (see the usage in kernels/cuda/bench/gpu_bench_main.cc)");
     }
@@ -154,6 +173,17 @@ ModelConfig ConfigFor(const std::string& name, int max_tokens) {
     c.max_position_embeddings = 32768;
     c.sliding_window = 4096;
     c.rope_theta = 10000.0f;
+  } else if (name == "tiny") {  // --quick: 8 layers, so that the SCD part has REUSE layers too
+    c.arch = Architecture::kLlama;
+    c.hidden_size = 256;
+    c.num_layers = 8;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 64;
+    c.intermediate_size = 512;
+    c.vocab_size = 512;
+    c.max_position_embeddings = 2048;
+    c.rope_theta = 10000.0f;
   } else if (name == "llama3-8b") {
     c.arch = Architecture::kLlama;
     c.vocab_size = 128256;
@@ -162,14 +192,14 @@ ModelConfig ConfigFor(const std::string& name, int max_tokens) {
     c.bos_token_id = 128000;
     c.eos_token_ids = {128001};
   } else {
-    Die("unknown model " + name + " (mistral-7b or llama3-8b)");
+    Die("unknown model " + name + " (mistral-7b, llama3-8b, or tiny for --quick)");
   }
   c.max_position_embeddings = std::max(c.max_position_embeddings, max_tokens);
   return c;
 }
 
 // Best cuBLAS BF16 GEMM TFLOP/s over shapes typical of prefill (and one square).
-nlohmann::json MeasureGemmPeak() {
+nlohmann::json MeasureGemmPeak(bool quick) {
   std::printf("[gemm] cuBLAS BF16 GEMM (F32 accumulate and output), best of 5 after warm-up\n");
   auto stream = cuda::Stream::Create();
   Check(stream.status(), "stream");
@@ -182,8 +212,12 @@ nlohmann::json MeasureGemmPeak() {
   };
   nlohmann::json shapes = nlohmann::json::array();
   double best = 0;
-  for (const Shape& s : {Shape{8192, 8192, 8192}, Shape{4096, 28672, 4096},
-                         Shape{4096, 4096, 14336}, Shape{16384, 6144, 4096}}) {
+  const std::vector<Shape> all =
+      quick
+          ? std::vector<Shape>{{256, 256, 256}, {128, 384, 256}}
+          : std::vector<Shape>{
+                {8192, 8192, 8192}, {4096, 28672, 4096}, {4096, 4096, 14336}, {16384, 6144, 4096}};
+  for (const Shape& s : all) {
     auto x = cuda::DeviceBuffer::Allocate(size_t{2} * s.m * s.k, "gemm x");
     auto w = cuda::DeviceBuffer::Allocate(size_t{2} * s.n * s.k, "gemm w");
     auto y = cuda::DeviceBuffer::Allocate(size_t{4} * s.m * s.n, "gemm y");
@@ -211,8 +245,8 @@ nlohmann::json MeasureGemmPeak() {
   return {{"peak_tflops", best}, {"shapes", shapes}};
 }
 
-nlohmann::json MeasureCopy() {
-  const size_t bytes = size_t{2} << 30;
+nlohmann::json MeasureCopy(bool quick) {
+  const size_t bytes = quick ? size_t{16} << 20 : size_t{2} << 30;
   std::printf("[copy] device-to-device cudaMemcpy of %.1f GiB, best of 5 after warm-up\n",
               bytes / 1073741824.0);
   auto stream = cuda::Stream::Create();
@@ -359,6 +393,7 @@ std::string Markdown(const nlohmann::json& r) {
      << "Command: `" << r["command"].get<std::string>() << "`  \n"
      << absl::StrFormat("cuBLAS BF16 GEMM peak: %.1f TFLOP/s; device-to-device copy: %.0f GB/s\n\n",
                         r["gemm"]["peak_tflops"].get<double>(), r["copy"]["gbps"].get<double>());
+  if (r.contains("quick")) md << "**--quick: toy sizes, a check of the tool; not figures.**\n\n";
   md << "| model | prefill tokens | TTFT (ms) | TFLOP/s | vs GEMM peak |\n|---|---|---|---|---|\n";
   for (const auto& m : r["models"]) {
     for (const auto& p : m["prefill"]) {
@@ -530,8 +565,9 @@ int Main(int argc, char** argv) {
     std::ofstream(json_path) << r.dump(2) << "\n";
     std::ofstream(md_path) << Markdown(r);
   };
-  r["gemm"] = MeasureGemmPeak();
-  r["copy"] = MeasureCopy();
+  r["gemm"] = MeasureGemmPeak(f.quick);
+  r["copy"] = MeasureCopy(f.quick);
+  if (f.quick) r["quick"] = "toy sizes: a check of the tool, not figures";
   const double peak = r["gemm"]["peak_tflops"], copy = r["copy"]["gbps"];
   r["models"] = nlohmann::json::array();
   int failures = 0;

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# bench_smoke.sh BENCH OUTDIR: runs scd-gpu-bench (built over the CPU stand-ins) at --quick's toy
+# sizes and checks that it finished every part: exit 0, results.json with the GEMM and copy
+# ceilings and, for the tiny model, prefill, decode, the SCD rebuild and the SEKV step with no
+# error, results.md with every table, and the summary lines gpu_check.sh greps.
+set -euo pipefail
+bench=$1
+out=$2
+rm -rf "$out"
+mkdir -p "$out"
+"$bench" --quick --out "$out" > "$out/bench.log" 2>&1 || {
+  tail -30 "$out/bench.log"
+  echo "bench_smoke: scd-gpu-bench --quick failed" >&2
+  exit 1
+}
+python3 - "$out/results.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["gemm"]["peak_tflops"] > 0 and r["copy"]["gbps"] > 0, "ceilings"
+(m,) = r["models"]
+assert m["model"] == "tiny", m["model"]
+assert [p["tokens"] for p in m["prefill"]] == [64, 128], m["prefill"]
+assert [d["batch"] for d in m["decode"]] == [1, 2], m["decode"]
+assert "error" not in m["scd_rebuild"], m["scd_rebuild"]
+assert m["scd_rebuild"]["speedup"] > 0, m["scd_rebuild"]
+(s,) = m["sekv"]
+assert "error" not in s and s["context"] == 1024 and s["ratio"] > 0, s
+assert s["whole_step"]["derived"] and s["whole_step"]["ratio"] > 0, s
+PY
+for table in "not figures" "SCD rebuild" "SEKV decode step"; do
+  grep -q "$table" "$out/results.md" || { echo "bench_smoke: no '$table' table" >&2; exit 1; }
+done
+# (--quick has no 4K prefill, so no prefill_4k_vs_gemm_peak line.)
+for key in decode_b1_vs_copy= scd_rebuild_speedup= sekv_vs_full= sekv_whole_step_vs_full=; do
+  grep -q "$key" "$out/bench.log" || { echo "bench_smoke: no '$key' line" >&2; exit 1; }
+done
+echo "bench_smoke: scd-gpu-bench --quick finished every part"
