@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/split_plan.h"
 
 namespace scd::cuda {
 namespace {
@@ -23,28 +24,13 @@ using internal::CeilDiv;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kHeadsPerPass = 8;       // query heads accumulated per register pass
-constexpr int kScoreFloats = 8192;     // shared-memory budget for scores: group * chunk
-constexpr int kMaxQueryFloats = 4096;  // group * head_dim
-constexpr int kTargetBlocks = 264;     // ~2 waves on a 132-SM H100/H200
+constexpr int kHeadsPerPass = 8;  // query heads accumulated per register pass
+constexpr int kScoreFloats = split_plan::kDecodeScoreFloats;
+constexpr int kMaxQueryFloats = split_plan::kDecodeMaxQueryFloats;
 
-struct SplitPlan {
-  int chunk = 0;
-  int splits = 0;
-};
-
+using SplitPlan = split_plan::DecodeSplits;
 SplitPlan Plan(int batch, int max_length, int num_heads, int num_kv_heads) {
-  const int group = num_heads / num_kv_heads;
-  const int64_t base_blocks = static_cast<int64_t>(batch) * num_kv_heads;
-  const int64_t want_splits = std::max<int64_t>(1, CeilDiv(kTargetBlocks, base_blocks));
-  int64_t chunk = CeilDiv(std::max(max_length, 1), want_splits);
-  chunk = std::max<int64_t>(64, CeilDiv(chunk, 32) * 32);
-  const int64_t max_chunk = std::max(32, kScoreFloats / group / 32 * 32);
-  chunk = std::min(chunk, max_chunk);
-  SplitPlan plan;
-  plan.chunk = static_cast<int>(chunk);
-  plan.splits = static_cast<int>(CeilDiv(std::max(max_length, 1), chunk));
-  return plan;
+  return split_plan::Decode(batch, max_length, num_heads, num_kv_heads);
 }
 
 __global__ void __launch_bounds__(kThreads)

@@ -6,7 +6,8 @@
 //   rank × kv_dim × 4 bytes, 256 KB at rank 64 and kv_dim 1024). The rotated K and V are
 //   stored as BF16 straight into the cache; no F32 K/V ever reaches HBM.
 //   BiasActivation / BroadcastRow: the elementwise parts of the PATCH aligner, whose GEMMs
-//   are cuBLAS F32 (CublasGemm::MatMulF32).
+//   are cuBLAS F32 (CublasGemm::MatMulF32); PatchAlignerForward, host code only, is in
+//   patch_aligner.cc.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -192,35 +193,6 @@ absl::Status BroadcastRow(float* y, const float* row, int rows, int cols, Stream
   BroadcastRowKernel<<<internal::GridFor(count, 256), 256, 0, AsStream(stream)>>>(y, row, count,
                                                                                   cols);
   return LaunchStatus("BroadcastRowKernel");
-}
-
-absl::Status PatchAlignerForward(CublasGemm& gemm, const DeviceAlignerView& f, const float* z,
-                                 int rows, float* hidden, float* h) {
-  if (rows <= 0) return absl::OkStatus();
-  if (f.code_dim <= 0 || f.out_dim <= 0 || f.hidden_dim < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("aligner has an empty shape (code ", f.code_dim, ", out ", f.out_dim, ")"));
-  }
-  if (f.hidden_dim > 0 && hidden == nullptr) {
-    return absl::InvalidArgumentError("aligner with a hidden layer needs scratch space");
-  }
-  const StreamHandle s = gemm.stream();
-  // h = (c + b₂) + z A
-  if (absl::Status st = BroadcastRow(h, f.c_b2, rows, f.out_dim, s); !st.ok()) return st;
-  if (absl::Status st = gemm.MatMulF32(z, f.a, h, rows, f.out_dim, f.code_dim, 1.0f); !st.ok()) {
-    return st;
-  }
-  if (f.hidden_dim == 0) return absl::OkStatus();
-  // u = silu(z W₁ + b₁); h += u W₂
-  if (absl::Status st = gemm.MatMulF32(z, f.w1, hidden, rows, f.hidden_dim, f.code_dim, 0.0f);
-      !st.ok()) {
-    return st;
-  }
-  if (absl::Status st = BiasActivation(hidden, f.b1, rows, f.hidden_dim, Activation::kSilu, s);
-      !st.ok()) {
-    return st;
-  }
-  return gemm.MatMulF32(hidden, f.w2, h, rows, f.out_dim, f.hidden_dim, 1.0f);
 }
 
 }  // namespace scd::cuda

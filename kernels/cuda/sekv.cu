@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/scd_sekv_ops.h"
+#include "kernels/cuda/split_plan.h"
 
 namespace scd::cuda {
 namespace {
@@ -29,20 +30,11 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxGroup = kSekvMaxGroup;  // query heads per KV head
 constexpr int kMaxHeadDim = kSekvMaxHeadDim;
 constexpr int kMaxSegments = 16;  // segments per KV head
-constexpr int kMinChunk = 64;
-constexpr int kMaxChunk = 256;
-constexpr int kWantSplits = 64;  // chunks per KV head when rows allow (fills the GPU at 8 heads)
 constexpr float kEmptyLse = -1e30f;
 
-int ChunkFor(int max_rows) {
-  const int64_t want = CeilDiv(std::max(max_rows, 1), kWantSplits);
-  const int64_t rounded = CeilDiv(want, 32) * 32;
-  return static_cast<int>(std::min<int64_t>(kMaxChunk, std::max<int64_t>(kMinChunk, rounded)));
-}
-
-int SplitsFor(int max_rows) {
-  return static_cast<int>(CeilDiv(std::max(max_rows, 1), ChunkFor(max_rows)));
-}
+// Rows per block and blocks per KV head (split_plan.h; 64 splits fill the GPU at 8 heads).
+int ChunkFor(int max_rows) { return split_plan::SekvChunk(max_rows); }
+int SplitsFor(int max_rows) { return split_plan::SekvSplits(max_rows); }
 
 __device__ __forceinline__ float LoadAs(const void* p, KvType type, int64_t i) {
   return type == KvType::kBf16 ? internal::LoadBf16(static_cast<const Bf16*>(p) + i)

@@ -3,9 +3,9 @@
 // scd_rebuilder.cc) and GpuRebuild (common/scd/gpu_rebuild.cc) run unchanged over them. Each
 // keeps its launcher's contract and its status errors, and computes with the twin the header
 // names: DecodeCodes with scd::DecodeMatrix; ReuseDecodeStoreKv as LinearCode::Decode (z·D + μ
-// in F32) followed by the RopeStoreKv stand-in (RoPE on K, BF16 store); PatchAlignerForward
-// as the .cu's host code does it, over the stand-ins of MatMulF32, BroadcastRow and
-// BiasActivation. Pointers, sizes and alignment are checked as in stub_ops.cc.
+// in F32) followed by the RopeStoreKv stand-in (RoPE on K, BF16 store); BroadcastRow and
+// BiasActivation as loops. The real PatchAlignerForward (kernels/cuda/patch_aligner.cc, host
+// code) runs over them. Pointers, sizes and alignment are checked as in stub_ops.cc.
 #include <cmath>
 #include <cstring>
 
@@ -106,34 +106,6 @@ absl::Status BroadcastRow(float* y, const float* row, int rows, int cols, Stream
   RequireDevice(row, cols, "BroadcastRow row");
   for (int64_t i = 0; i < count; ++i) y[i] = row[i % cols];
   return absl::OkStatus();
-}
-
-// scd_codec.cu's host code, over the stand-ins above and CublasGemm::MatMulF32's.
-absl::Status PatchAlignerForward(CublasGemm& gemm, const DeviceAlignerView& f, const float* z,
-                                 int rows, float* hidden, float* h) {
-  if (rows <= 0) return absl::OkStatus();
-  if (f.code_dim <= 0 || f.out_dim <= 0 || f.hidden_dim < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("aligner has an empty shape (code ", f.code_dim, ", out ", f.out_dim, ")"));
-  }
-  if (f.hidden_dim > 0 && hidden == nullptr) {
-    return absl::InvalidArgumentError("aligner with a hidden layer needs scratch space");
-  }
-  const StreamHandle s = gemm.stream();
-  if (absl::Status st = BroadcastRow(h, f.c_b2, rows, f.out_dim, s); !st.ok()) return st;
-  if (absl::Status st = gemm.MatMulF32(z, f.a, h, rows, f.out_dim, f.code_dim, 1.0f); !st.ok()) {
-    return st;
-  }
-  if (f.hidden_dim == 0) return absl::OkStatus();
-  if (absl::Status st = gemm.MatMulF32(z, f.w1, hidden, rows, f.hidden_dim, f.code_dim, 0.0f);
-      !st.ok()) {
-    return st;
-  }
-  if (absl::Status st = BiasActivation(hidden, f.b1, rows, f.hidden_dim, Activation::kSilu, s);
-      !st.ok()) {
-    return st;
-  }
-  return gemm.MatMulF32(hidden, f.w2, h, rows, f.out_dim, f.hidden_dim, 1.0f);
 }
 
 }  // namespace scd::cuda

@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/scd_sekv_ops.h"
+#include "kernels/cuda/split_plan.h"
 #include "tests/gpu_host/stub_memory.h"
 
 namespace scd::cuda {
@@ -23,16 +24,8 @@ using stub::Require;
 using stub::RequireDevice;
 
 namespace {
-constexpr int kMinChunk = 64, kMaxChunk = 256, kWantSplits = 64;
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int ChunkFor(int max_rows) {
-  const int64_t want = CeilDiv(std::max(max_rows, 1), kWantSplits);
-  const int64_t rounded = CeilDiv(want, 32) * 32;
-  return static_cast<int>(std::min<int64_t>(kMaxChunk, std::max<int64_t>(kMinChunk, rounded)));
-}
-int SplitsFor(int max_rows) {
-  return static_cast<int>(CeilDiv(std::max(max_rows, 1), ChunkFor(max_rows)));
-}
+using split_plan::SekvChunk;
+using split_plan::SekvSplits;
 // `n` elements of an F32 or BF16 array from element `at`, widened to F32.
 std::vector<float> Widened(const void* p, KvType type, int64_t at, int n) {
   std::vector<float> out(n);
@@ -54,7 +47,7 @@ void RequireRows(const void* p, KvType type, int64_t count, const char* what) {
 
 int64_t SekvAttentionWorkspaceFloats(int num_heads, int head_dim, int max_rows) {
   if (num_heads <= 0) return 0;
-  return static_cast<int64_t>(num_heads) * SplitsFor(max_rows) * (head_dim + 2);
+  return static_cast<int64_t>(num_heads) * SekvSplits(max_rows) * (head_dim + 2);
 }
 
 absl::Status SekvAttention(const float* q, const AttentionSegment* segs, int nseg, int H, int G,
@@ -88,7 +81,7 @@ absl::Status SekvAttention(const float* q, const AttentionSegment* segs, int nse
     int total = 0;
     for (int i = 0; i < nseg; ++i) total += std::max(segs[g * nseg + i].rows, 0);
     // The kernel covers only splits * chunk rows.
-    Require(total <= SplitsFor(max_rows) * ChunkFor(max_rows), "rows beyond max_rows' splits");
+    Require(total <= SekvSplits(max_rows) * SekvChunk(max_rows), "rows beyond max_rows' splits");
     std::vector<float> s;
     std::vector<std::vector<float>> vrow;
     for (int i = 0; i < nseg; ++i) {

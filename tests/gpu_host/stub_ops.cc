@@ -23,6 +23,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/split_plan.h"
 #include "tests/gpu_host/stub_memory.h"
 
 namespace scd::cuda {
@@ -31,8 +32,6 @@ using stub::Require;
 using stub::RequireDevice;
 
 namespace {
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::vector<float> Widen(const Bf16* x, int64_t count) {
   std::vector<float> y(static_cast<size_t>(count));
@@ -395,26 +394,12 @@ absl::Status PrefillAttention(const float* q, int64_t q_stride, const Bf16* k, c
 
 namespace {
 
-// attention_decode.cu's split plan (its workspace size is not monotonic in max_length).
-constexpr int kScoreFloats = 8192, kMaxQueryFloats = 4096, kTargetBlocks = 264;
-
-struct SplitPlan {
-  int chunk = 0;
-  int splits = 0;
-};
-
+// attention_decode.cu's split plan (split_plan.h) and limits.
+constexpr int kScoreFloats = split_plan::kDecodeScoreFloats;
+constexpr int kMaxQueryFloats = split_plan::kDecodeMaxQueryFloats;
+using SplitPlan = split_plan::DecodeSplits;
 SplitPlan Plan(int batch, int max_length, int num_heads, int num_kv_heads) {
-  const int group = num_heads / num_kv_heads;
-  const int64_t base_blocks = static_cast<int64_t>(batch) * num_kv_heads;
-  const int64_t want_splits = std::max<int64_t>(1, CeilDiv(kTargetBlocks, base_blocks));
-  int64_t chunk = CeilDiv(std::max(max_length, 1), want_splits);
-  chunk = std::max<int64_t>(64, CeilDiv(chunk, 32) * 32);
-  const int64_t max_chunk = std::max(32, kScoreFloats / group / 32 * 32);
-  chunk = std::min(chunk, max_chunk);
-  SplitPlan plan;
-  plan.chunk = static_cast<int>(chunk);
-  plan.splits = static_cast<int>(CeilDiv(std::max(max_length, 1), chunk));
-  return plan;
+  return split_plan::Decode(batch, max_length, num_heads, num_kv_heads);
 }
 
 }  // namespace

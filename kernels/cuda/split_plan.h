@@ -1,0 +1,63 @@
+// How the split-K attention launchers cut their keys into chunks, one block per chunk: decode
+// attention (attention_decode.cu) and SEKV's mixed-resolution attention (sekv.cu). Host
+// arithmetic only, CUDA-free, so that the CPU stand-ins of the launchers (tests/gpu_host/)
+// check callers against the same plan the kernels use: a workspace sized for it, and every
+// row inside splits * chunk.
+#ifndef SCD_KERNELS_CUDA_SPLIT_PLAN_H_
+#define SCD_KERNELS_CUDA_SPLIT_PLAN_H_
+
+#include <algorithm>
+#include <cstdint>
+
+namespace scd::cuda::split_plan {
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- DecodeAttention ----
+inline constexpr int kDecodeScoreFloats = 8192;     // shared memory for scores: group * chunk
+inline constexpr int kDecodeMaxQueryFloats = 4096;  // group * head_dim
+inline constexpr int kDecodeTargetBlocks = 264;     // ~2 waves on a 132-SM H100/H200
+
+struct DecodeSplits {
+  int chunk = 0;
+  int splits = 0;
+};
+
+// Chunks of at least 64 keys (multiples of 32), as many as make about kDecodeTargetBlocks
+// blocks over batch x KV heads, and small enough that group * chunk scores fit. Not monotonic
+// in max_length: a workspace must be sized with the call's own max_length.
+inline DecodeSplits Decode(int batch, int max_length, int num_heads, int num_kv_heads) {
+  const int group = num_heads / num_kv_heads;
+  const int64_t base_blocks = static_cast<int64_t>(batch) * num_kv_heads;
+  const int64_t want_splits = std::max<int64_t>(1, CeilDiv(kDecodeTargetBlocks, base_blocks));
+  int64_t chunk = CeilDiv(std::max(max_length, 1), want_splits);
+  chunk = std::max<int64_t>(64, CeilDiv(chunk, 32) * 32);
+  const int64_t max_chunk = std::max(32, kDecodeScoreFloats / group / 32 * 32);
+  chunk = std::min(chunk, max_chunk);
+  DecodeSplits plan;
+  plan.chunk = static_cast<int>(chunk);
+  plan.splits = static_cast<int>(CeilDiv(std::max(max_length, 1), chunk));
+  return plan;
+}
+
+// ---- SekvAttention ----
+inline constexpr int kSekvMinChunk = 64;
+inline constexpr int kSekvMaxChunk = 256;
+inline constexpr int kSekvWantSplits = 64;  // chunks per KV head when rows allow
+
+// Rows per block for `max_rows` entries per KV head: a multiple of 32 in [64, 256].
+inline int SekvChunk(int max_rows) {
+  const int64_t want = CeilDiv(std::max(max_rows, 1), kSekvWantSplits);
+  const int64_t rounded = CeilDiv(want, 32) * 32;
+  return static_cast<int>(
+      std::min<int64_t>(kSekvMaxChunk, std::max<int64_t>(kSekvMinChunk, rounded)));
+}
+
+// Blocks per KV head; the kernel covers SekvSplits(max_rows) * SekvChunk(max_rows) rows.
+inline int SekvSplits(int max_rows) {
+  return static_cast<int>(CeilDiv(std::max(max_rows, 1), SekvChunk(max_rows)));
+}
+
+}  // namespace scd::cuda::split_plan
+
+#endif  // SCD_KERNELS_CUDA_SPLIT_PLAN_H_
