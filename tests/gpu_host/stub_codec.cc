@@ -5,9 +5,11 @@
 // names: DecodeCodes with scd::DecodeMatrix; ReuseDecodeStoreKv as LinearCode::Decode (z·D + μ
 // in F32) followed by the RopeStoreKv stand-in (RoPE on K, BF16 store); BroadcastRow and
 // BiasActivation as loops. The real PatchAlignerForward (kernels/cuda/patch_aligner.cc, host
-// code) runs over them. Pointers, sizes and alignment are checked as in stub_ops.cc.
+// code) runs over them. Pointers, sizes and alignment are checked, and the work is queued on
+// its stream, as in stub_ops.cc.
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/scd/quantize.h"
@@ -26,16 +28,18 @@ constexpr int kReuseTokens = 8;  // scd_codec.cu's kTokens: tokens per block of 
 }  // namespace
 
 absl::Status DecodeCodes(const void* in, CodeFormat format, int rows, int cols, float* out,
-                         StreamHandle) {
+                         StreamHandle stream) {
   const int64_t count = static_cast<int64_t>(rows) * cols;
   if (count <= 0) return absl::OkStatus();
   const size_t bytes = CodeBytes(format, rows, cols);
-  Require(reinterpret_cast<uintptr_t>(in) % 2 == 0, "DecodeCodes input 2-byte aligned");
-  stub::RequireDeviceBytes(in, bytes, "DecodeCodes input");
-  RequireDevice(out, count, "DecodeCodes output");
-  const absl::Status s = DecodeMatrix(static_cast<Encoding>(format),
-                                      static_cast<const uint8_t*>(in), bytes, rows, cols, 0, out);
-  Require(s.ok(), "DecodeCodes input is a well-formed matrix");
+  stub::Enqueue(stream, [=] {
+    Require(reinterpret_cast<uintptr_t>(in) % 2 == 0, "DecodeCodes input 2-byte aligned");
+    stub::RequireDeviceBytes(in, bytes, "DecodeCodes input");
+    RequireDevice(out, count, "DecodeCodes output");
+    const absl::Status s = DecodeMatrix(static_cast<Encoding>(format),
+                                        static_cast<const uint8_t*>(in), bytes, rows, cols, 0, out);
+    Require(s.ok(), "DecodeCodes input is a well-formed matrix");
+  });
   return absl::OkStatus();
 }
 
@@ -65,46 +69,59 @@ absl::Status ReuseDecodeStoreKv(const float* z_k, const float* z_v, int rows, Lo
   RequireDevice(value.decoder, int64_t{value.rank} * kv_dim, "ReuseDecodeStoreKv D_v");
   RequireDevice(key.mu, kv_dim, "ReuseDecodeStoreKv mu_k");
   RequireDevice(value.mu, kv_dim, "ReuseDecodeStoreKv mu_v");
-  // [rows][K | V] pre-RoPE, then the RopeStoreKv stand-in stores them as the kernel does.
-  auto kv = DeviceBuffer::Allocate(sizeof(float) * rows * 2 * kv_dim, "REUSE rows");
-  if (!kv.ok()) return kv.status();
+  // [rows][K | V] pre-RoPE, then the RopeStoreKv stand-in stores them as the kernel does; the
+  // rows live until that store has run.
+  auto kv = std::make_shared<DeviceBuffer>();
+  {
+    auto made = DeviceBuffer::Allocate(sizeof(float) * rows * 2 * kv_dim, "REUSE rows");
+    if (!made.ok()) return made.status();
+    *kv = std::move(made).value();
+  }
   float* out = kv->as<float>();
-  for (int r = 0; r < rows; ++r) {
-    for (int half = 0; half < 2; ++half) {
-      const LowRankDecoder& dec = half == 0 ? key : value;
-      const float* z = (half == 0 ? z_k : z_v) + static_cast<int64_t>(r) * dec.rank;
-      float* row = out + (static_cast<int64_t>(r) * 2 + half) * kv_dim;
-      for (int c = 0; c < kv_dim; ++c) {
-        float acc = dec.mu[c];
-        for (int a = 0; a < dec.rank; ++a) acc += z[a] * dec.decoder[int64_t{a} * kv_dim + c];
-        row[c] = acc;
+  stub::Enqueue(stream, [=] {
+    for (int r = 0; r < rows; ++r) {
+      for (int half = 0; half < 2; ++half) {
+        const LowRankDecoder& dec = half == 0 ? key : value;
+        const float* z = (half == 0 ? z_k : z_v) + static_cast<int64_t>(r) * dec.rank;
+        float* row = out + (static_cast<int64_t>(r) * 2 + half) * kv_dim;
+        for (int c = 0; c < kv_dim; ++c) {
+          float acc = dec.mu[c];
+          for (int a = 0; a < dec.rank; ++a) acc += z[a] * dec.decoder[int64_t{a} * kv_dim + c];
+          row[c] = acc;
+        }
       }
     }
-  }
-  return RopeStoreKv(out, out + kv_dim, 2 * kv_dim, rows, row_seq, positions, cache, layer,
-                     num_kv_heads, head_dim, inv_freq, stream);
+  });
+  const absl::Status stored = RopeStoreKv(out, out + kv_dim, 2 * kv_dim, rows, row_seq, positions,
+                                          cache, layer, num_kv_heads, head_dim, inv_freq, stream);
+  stub::Enqueue(stream, [kv] {});
+  return stored;
 }
 
 absl::Status BiasActivation(float* y, const float* bias, int rows, int cols, Activation act,
-                            StreamHandle) {
+                            StreamHandle stream) {
   const int64_t count = static_cast<int64_t>(rows) * cols;
   if (count <= 0 || (bias == nullptr && act == Activation::kNone)) return absl::OkStatus();
-  RequireDevice(y, count, "BiasActivation y");
-  if (bias != nullptr) RequireDevice(bias, cols, "BiasActivation bias");
-  for (int64_t i = 0; i < count; ++i) {
-    float v = y[i] + (bias != nullptr ? bias[i % cols] : 0.0f);
-    if (act == Activation::kSilu) v = v / (1.0f + std::exp(-v));
-    y[i] = v;
-  }
+  stub::Enqueue(stream, [=] {
+    RequireDevice(y, count, "BiasActivation y");
+    if (bias != nullptr) RequireDevice(bias, cols, "BiasActivation bias");
+    for (int64_t i = 0; i < count; ++i) {
+      float v = y[i] + (bias != nullptr ? bias[i % cols] : 0.0f);
+      if (act == Activation::kSilu) v = v / (1.0f + std::exp(-v));
+      y[i] = v;
+    }
+  });
   return absl::OkStatus();
 }
 
-absl::Status BroadcastRow(float* y, const float* row, int rows, int cols, StreamHandle) {
+absl::Status BroadcastRow(float* y, const float* row, int rows, int cols, StreamHandle stream) {
   const int64_t count = static_cast<int64_t>(rows) * cols;
   if (count <= 0) return absl::OkStatus();
-  RequireDevice(y, count, "BroadcastRow y");
-  RequireDevice(row, cols, "BroadcastRow row");
-  for (int64_t i = 0; i < count; ++i) y[i] = row[i % cols];
+  stub::Enqueue(stream, [=] {
+    RequireDevice(y, count, "BroadcastRow y");
+    RequireDevice(row, cols, "BroadcastRow row");
+    for (int64_t i = 0; i < count; ++i) y[i] = row[i % cols];
+  });
   return absl::OkStatus();
 }
 

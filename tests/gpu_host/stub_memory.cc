@@ -6,8 +6,14 @@
 //   - every live allocation is registered, so the launchers (stub_ops.cc, stub_launchers.cc)
 //     can require that their pointers are device memory (stub_memory.h); H2D copies must
 //     write device memory from host memory, D2H the reverse, D2D device to device.
-//   - asynchronous copies run at call time: the one stream is in order, so work queued later
-//     sees them, as on the device.
+//   - asynchronous work is asynchronous: every launch and copy is queued on its stream and
+//     runs, in order, only when that stream is drained (a synchronisation of the stream, of an
+//     event recorded on it, a timer's stop, an event wait, or a freeing, which synchronises
+//     as cudaFree does). So host code that reads pinned results before synchronising, or
+//     rewrites a pinned source an upload still has to read, sees the wrong bytes, as it could
+//     on a GPU. Copies from pageable memory are staged at the call and copies into it wait for
+//     the stream, as the CUDA runtime does them; *Sync copies use the legacy stream, which
+//     does not wait for the (non-blocking) streams.
 // DeviceCount() is 1, so the [cuda] tests run their bodies instead of skipping.
 #include "tests/gpu_host/stub_memory.h"
 
@@ -16,9 +22,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "kernels/cuda/device_memory.h"
 
@@ -50,12 +60,30 @@ void* DeviceAlloc(size_t bytes) {
 }
 
 void DeviceFree(void* p, size_t bytes) {
+  DrainAll();  // cudaFree waits for the device's work
   {
     std::lock_guard<std::mutex> lock(RegistryMutex());
     Require(Registry().erase(reinterpret_cast<uintptr_t>(p)) == 1, "free of a live allocation");
   }
   std::memset(p, kPoison, bytes);  // a later read of freed memory shows
   std::free(p);
+}
+
+// Live pinned host allocations: start address -> bytes.
+std::map<uintptr_t, size_t>& PinnedRegistry() {
+  static auto* live = new std::map<uintptr_t, size_t>;
+  return *live;
+}
+
+// Each stream's queued work (nullptr: the legacy stream).
+std::map<StreamHandle, std::deque<std::function<void()>>>& Queues() {
+  static auto* queues = new std::map<StreamHandle, std::deque<std::function<void()>>>;
+  return *queues;
+}
+
+std::mutex& QueueMutex() {
+  static std::mutex* mu = new std::mutex;
+  return *mu;
 }
 
 // The allocation holding p: (start, bytes), or (0, 0).
@@ -93,6 +121,48 @@ void RequireDeviceBytes(const void* p, size_t bytes, const char* what) {
 
 bool IsDevice(const void* p) { return Find(p).second != 0; }
 
+bool IsPinned(const void* p, size_t bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  auto it = PinnedRegistry().upper_bound(a);
+  if (it == PinnedRegistry().begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+void Enqueue(StreamHandle stream, std::function<void()> work) {
+  std::lock_guard<std::mutex> lock(QueueMutex());
+  Queues()[stream].push_back(std::move(work));
+}
+
+void Drain(StreamHandle stream) {
+  for (;;) {
+    std::function<void()> work;
+    {
+      std::lock_guard<std::mutex> lock(QueueMutex());
+      auto it = Queues().find(stream);
+      if (it == Queues().end() || it->second.empty()) return;
+      work = std::move(it->second.front());
+      it->second.pop_front();
+    }
+    work();
+  }
+}
+
+void DrainAll() {
+  for (;;) {
+    std::vector<StreamHandle> busy;
+    {
+      std::lock_guard<std::mutex> lock(QueueMutex());
+      for (const auto& [stream, queue] : Queues()) {
+        if (!queue.empty()) busy.push_back(stream);
+      }
+    }
+    if (busy.empty()) return;
+    for (StreamHandle stream : busy) Drain(stream);
+  }
+}
+
 }  // namespace stub
 
 using stub::IsDevice;
@@ -110,9 +180,15 @@ absl::StatusOr<std::unique_ptr<Stream>> Stream::Create() {
   return std::unique_ptr<Stream>(new Stream(new char));
 }
 
-Stream::~Stream() { delete static_cast<char*>(handle_); }
+Stream::~Stream() {
+  stub::Drain(handle_);  // the work queued there still completes
+  delete static_cast<char*>(handle_);
+}
 
-absl::Status Stream::Synchronize() const { return absl::OkStatus(); }
+absl::Status Stream::Synchronize() const {
+  stub::Drain(handle_);
+  return absl::OkStatus();
+}
 
 DeviceBuffer::~DeviceBuffer() { Release(); }
 
@@ -151,52 +227,89 @@ absl::Status DeviceBuffer::Reserve(size_t bytes, absl::string_view what) {
   return absl::OkStatus();
 }
 
-PinnedBuffer::~PinnedBuffer() {
-  if (data_ != nullptr) {
-    std::memset(data_, stub::kPoison, bytes_);
-    std::free(data_);
+namespace stub {
+namespace {
+
+void PinnedFree(void* p, size_t bytes) {
+  DrainAll();  // cudaFreeHost waits for the device's work
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    Require(PinnedRegistry().erase(reinterpret_cast<uintptr_t>(p)) == 1,
+            "free of a live pinned allocation");
   }
+  std::memset(p, kPoison, bytes);
+  std::free(p);
+}
+
+}  // namespace
+}  // namespace stub
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_ != nullptr) stub::PinnedFree(data_, bytes_);
 }
 
 absl::Status PinnedBuffer::Reserve(size_t bytes) {
   if (bytes <= bytes_) return absl::OkStatus();
-  if (data_ != nullptr) {
-    std::memset(data_, stub::kPoison, bytes_);
-    std::free(data_);
-  }
+  if (data_ != nullptr) stub::PinnedFree(data_, bytes_);
   data_ = std::malloc(bytes);
   Require(data_ != nullptr, "host memory for a pinned buffer");
   std::memset(data_, stub::kPoison, bytes);  // cudaMallocHost does not clear either
+  {
+    std::lock_guard<std::mutex> lock(stub::RegistryMutex());
+    stub::PinnedRegistry()[reinterpret_cast<uintptr_t>(data_)] = bytes;
+  }
   bytes_ = bytes;
   return absl::OkStatus();
 }
 
-absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, StreamHandle) {
+absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   if (bytes == 0) return absl::OkStatus();
   RequireDeviceBytes(dst, bytes, "CopyToDevice destination");
   Require(!IsDevice(src), "CopyToDevice source is host memory");
-  std::memcpy(dst, src, bytes);
+  if (stub::IsPinned(src, bytes)) {  // read when the copy runs
+    stub::Enqueue(stream, [=] {
+      RequireDeviceBytes(dst, bytes, "CopyToDevice destination");
+      std::memcpy(dst, src, bytes);
+    });
+    return absl::OkStatus();
+  }
+  // Pageable: the runtime stages the bytes before returning.
+  auto staged = std::make_shared<std::vector<unsigned char>>(
+      static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + bytes);
+  stub::Enqueue(stream, [=] {
+    RequireDeviceBytes(dst, bytes, "CopyToDevice destination");
+    std::memcpy(dst, staged->data(), bytes);
+  });
   return absl::OkStatus();
 }
 
-absl::Status CopyToHost(void* dst, const void* src, size_t bytes, StreamHandle) {
+absl::Status CopyToHost(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   if (bytes == 0) return absl::OkStatus();
   RequireDeviceBytes(src, bytes, "CopyToHost source");
   Require(!IsDevice(dst), "CopyToHost destination is host memory");
-  std::memcpy(dst, src, bytes);
+  auto copy = [=] {
+    RequireDeviceBytes(src, bytes, "CopyToHost source");
+    std::memcpy(dst, src, bytes);
+  };
+  if (stub::IsPinned(dst, bytes)) {  // written when the copy runs
+    stub::Enqueue(stream, copy);
+  } else {  // pageable: the runtime returns once the stream has reached and done the copy
+    stub::Enqueue(stream, copy);
+    stub::Drain(stream);
+  }
   return absl::OkStatus();
 }
 
-absl::Status CopyOnDevice(void* dst, const void* src, size_t bytes, StreamHandle) {
+absl::Status CopyOnDevice(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   if (bytes == 0) return absl::OkStatus();
   RequireDeviceBytes(dst, bytes, "CopyOnDevice destination");
   RequireDeviceBytes(src, bytes, "CopyOnDevice source");
-  std::memmove(dst, src, bytes);
+  stub::Enqueue(stream, [=] { std::memmove(dst, src, bytes); });
   return absl::OkStatus();
 }
 
 absl::Status CopyRowsOnDevice(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
-                              size_t width_bytes, size_t rows, StreamHandle) {
+                              size_t width_bytes, size_t rows, StreamHandle stream) {
   if (rows == 0 || width_bytes == 0) return absl::OkStatus();
   // cudaMemcpy2D rejects pitches narrower than the width.
   Require(dst_pitch >= width_bytes && src_pitch >= width_bytes, "CopyRowsOnDevice pitches");
@@ -204,26 +317,39 @@ absl::Status CopyRowsOnDevice(void* dst, size_t dst_pitch, const void* src, size
   const auto* s = static_cast<const unsigned char*>(src);
   RequireDeviceBytes(d, (rows - 1) * dst_pitch + width_bytes, "CopyRowsOnDevice destination");
   RequireDeviceBytes(s, (rows - 1) * src_pitch + width_bytes, "CopyRowsOnDevice source");
-  for (size_t r = 0; r < rows; ++r) std::memmove(d + r * dst_pitch, s + r * src_pitch, width_bytes);
+  stub::Enqueue(stream, [=] {
+    for (size_t r = 0; r < rows; ++r) {
+      std::memmove(d + r * dst_pitch, s + r * src_pitch, width_bytes);
+    }
+  });
   return absl::OkStatus();
 }
 
-absl::Status SetDeviceBytes(void* dst, int value, size_t bytes, StreamHandle) {
+absl::Status SetDeviceBytes(void* dst, int value, size_t bytes, StreamHandle stream) {
   if (bytes == 0) return absl::OkStatus();
   RequireDeviceBytes(dst, bytes, "SetDeviceBytes destination");
-  std::memset(dst, value, bytes);
+  stub::Enqueue(stream, [=] { std::memset(dst, value, bytes); });
   return absl::OkStatus();
 }
 
+// cudaMemcpy on the legacy stream, then (device_memory.cc) a drain of that stream; neither
+// waits for the non-blocking streams.
 absl::Status CopyToDeviceSync(void* dst, const void* src, size_t bytes) {
-  return CopyToDevice(dst, src, bytes, nullptr);
+  if (absl::Status s = CopyToDevice(dst, src, bytes, nullptr); !s.ok()) return s;
+  stub::Drain(nullptr);
+  return absl::OkStatus();
 }
 
 absl::Status CopyToHostSync(void* dst, const void* src, size_t bytes) {
-  return CopyToHost(dst, src, bytes, nullptr);
+  if (absl::Status s = CopyToHost(dst, src, bytes, nullptr); !s.ok()) return s;
+  stub::Drain(nullptr);
+  return absl::OkStatus();
 }
 
-absl::Status SynchronizeStream(StreamHandle) { return absl::OkStatus(); }
+absl::Status SynchronizeStream(StreamHandle stream) {
+  stub::Drain(stream);
+  return absl::OkStatus();
+}
 
 absl::Status SetDevice(int device) {
   if (device != 0) return absl::InvalidArgumentError("the stand-ins have one device, 0");
@@ -232,43 +358,90 @@ absl::Status SetDevice(int device) {
 
 absl::StatusOr<int> CurrentDevice() { return 0; }
 
-// Events and timers hold a host time point: every stand-in ran at its call, so the host time
-// between two records is the "device" time (positive, so that a benchmark's ratios stay
-// finite). Recording, waiting and synchronising have nothing else to do.
+// Events and timers hold a host time point, taken when their marker runs on the stream: every
+// stand-in runs when its stream is drained, so the host time between two markers is the
+// "device" time (positive, so that a benchmark's ratios stay finite).
 using TimePoint = std::chrono::steady_clock::time_point;
 
+namespace stub {
+namespace {
+
+struct EventState {
+  TimePoint at = std::chrono::steady_clock::now();
+  StreamHandle stream = nullptr;
+  bool recorded = false;
+};
+
+}  // namespace
+}  // namespace stub
+
 absl::StatusOr<std::unique_ptr<Event>> Event::Create() {
-  return std::unique_ptr<Event>(new Event(new TimePoint(std::chrono::steady_clock::now())));
+  return std::unique_ptr<Event>(new Event(new stub::EventState));
 }
 
-Event::~Event() { delete static_cast<TimePoint*>(handle_); }
+Event::~Event() {
+  auto* e = static_cast<stub::EventState*>(handle_);
+  if (e->recorded) stub::Drain(e->stream);  // its marker must not outlive it
+  delete e;
+}
 
-absl::Status Event::Record(StreamHandle) {
-  *static_cast<TimePoint*>(handle_) = std::chrono::steady_clock::now();
+absl::Status Event::Record(StreamHandle stream) {
+  auto* e = static_cast<stub::EventState*>(handle_);
+  if (e->recorded && e->stream != stream) stub::Drain(e->stream);
+  e->stream = stream;
+  e->recorded = true;
+  stub::Enqueue(stream, [e] { e->at = std::chrono::steady_clock::now(); });
   return absl::OkStatus();
 }
-absl::Status Event::WaitOn(StreamHandle) const { return absl::OkStatus(); }
-absl::Status Event::Synchronize() const { return absl::OkStatus(); }
+
+// Work queued on `stream` later waits for the marker: draining the marker's stream now is
+// sooner than a GPU would run it, never later.
+absl::Status Event::WaitOn(StreamHandle) const {
+  const auto* e = static_cast<const stub::EventState*>(handle_);
+  if (e->recorded) stub::Drain(e->stream);
+  return absl::OkStatus();
+}
+
+absl::Status Event::Synchronize() const {
+  const auto* e = static_cast<const stub::EventState*>(handle_);
+  if (e->recorded) stub::Drain(e->stream);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<float> Event::ElapsedMs(const Event& start, const Event& stop) {
-  const std::chrono::duration<float, std::milli> ms =
-      *static_cast<TimePoint*>(stop.handle_) - *static_cast<TimePoint*>(start.handle_);
+  const auto* a = static_cast<const stub::EventState*>(start.handle_);
+  const auto* b = static_cast<const stub::EventState*>(stop.handle_);
+  Require(a->recorded && b->recorded, "ElapsedMs of recorded events");
+  stub::Drain(a->stream);  // cudaEventElapsedTime needs both complete
+  stub::Drain(b->stream);
+  const std::chrono::duration<float, std::milli> ms = b->at - a->at;
   return std::max(ms.count(), 1e-6f);
 }
 
 absl::StatusOr<std::unique_ptr<StreamTimer>> StreamTimer::Create() {
   auto timer = std::unique_ptr<StreamTimer>(new StreamTimer());
   timer->start_ = new TimePoint(std::chrono::steady_clock::now());
+  timer->stop_ = new TimePoint(std::chrono::steady_clock::now());
   return timer;
 }
 
-StreamTimer::~StreamTimer() { delete static_cast<TimePoint*>(start_); }
-absl::Status StreamTimer::Start(StreamHandle) {
-  *static_cast<TimePoint*>(start_) = std::chrono::steady_clock::now();
+StreamTimer::~StreamTimer() {
+  stub::DrainAll();  // markers may still point at the time points
+  delete static_cast<TimePoint*>(start_);
+  delete static_cast<TimePoint*>(stop_);
+}
+
+absl::Status StreamTimer::Start(StreamHandle stream) {
+  auto* start = static_cast<TimePoint*>(start_);
+  stub::Enqueue(stream, [start] { *start = std::chrono::steady_clock::now(); });
   return absl::OkStatus();
 }
-absl::StatusOr<float> StreamTimer::StopMs(StreamHandle) {
-  const std::chrono::duration<float, std::milli> ms =
-      std::chrono::steady_clock::now() - *static_cast<TimePoint*>(start_);
+
+absl::StatusOr<float> StreamTimer::StopMs(StreamHandle stream) {
+  auto* stop = static_cast<TimePoint*>(stop_);
+  stub::Enqueue(stream, [stop] { *stop = std::chrono::steady_clock::now(); });
+  stub::Drain(stream);
+  const std::chrono::duration<float, std::milli> ms = *stop - *static_cast<TimePoint*>(start_);
   return std::max(ms.count(), 1e-6f);
 }
 

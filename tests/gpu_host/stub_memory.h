@@ -9,6 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+
+#include "kernels/cuda/device_memory.h"
 
 namespace scd::cuda::stub {
 
@@ -24,6 +27,16 @@ void RequireDeviceBytes(const void* p, size_t bytes, const char* what);
 
 // True when p lies inside a live device allocation.
 bool IsDevice(const void* p);
+
+// True when [p, p + bytes) lies inside one live PinnedBuffer.
+bool IsPinned(const void* p, size_t bytes);
+
+// Queues `work` on `stream` (nullptr: the legacy stream). Queued work runs in order, only when
+// its stream is drained: Drain(stream), or DrainAll() (what cudaFree and cudaFreeHost wait for).
+// A stand-in launcher checks its arguments at the call and queues what the kernel would do.
+void Enqueue(StreamHandle stream, std::function<void()> work);
+void Drain(StreamHandle stream);
+void DrainAll();
 
 // `count` elements of T at p: device memory, aligned for T.
 template <typename T>
