@@ -25,8 +25,6 @@ using internal::CeilDiv;
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kHeadsPerPass = 8;  // query heads accumulated per register pass
-constexpr int kScoreFloats = split_plan::kDecodeScoreFloats;
-constexpr int kMaxQueryFloats = split_plan::kDecodeMaxQueryFloats;
 
 using SplitPlan = split_plan::DecodeSplits;
 SplitPlan Plan(int batch, int max_length, int num_heads, int num_kv_heads) {
@@ -168,9 +166,7 @@ __global__ void DecodeAttentionCombineKernel(const float* __restrict__ ws_o,
 
 int64_t DecodeAttentionWorkspaceFloats(int batch, int max_length, int num_heads, int num_kv_heads,
                                        int head_dim) {
-  if (batch <= 0 || num_kv_heads <= 0) return 0;
-  const SplitPlan plan = Plan(batch, max_length, num_heads, num_kv_heads);
-  return static_cast<int64_t>(batch) * num_heads * plan.splits * (head_dim + 2);
+  return split_plan::DecodeWorkspaceFloats(batch, max_length, num_heads, num_kv_heads, head_dim);
 }
 
 absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cache, int layer,
@@ -179,19 +175,11 @@ absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cach
                              int64_t out_stride, float* workspace, int64_t workspace_floats,
                              StreamHandle stream) {
   if (batch <= 0) return absl::OkStatus();
-  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_kv_heads > 65535 || batch > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("DecodeAttention: bad shape (batch ", batch,
-                                                   ", heads ", num_heads, "/", num_kv_heads, ")"));
+  if (absl::Status s = split_plan::CheckDecodeShape(batch, num_heads, num_kv_heads, head_dim);
+      !s.ok()) {
+    return s;
   }
   const int group = num_heads / num_kv_heads;
-  if (head_dim <= 0 || group * head_dim > kMaxQueryFloats) {
-    return absl::InvalidArgumentError(absl::StrCat("DecodeAttention: group ", group, " x head_dim ",
-                                                   head_dim, " exceeds ", kMaxQueryFloats));
-  }
-  if (group > kScoreFloats / 32) {  // even the smallest chunk (32) would pass 48 KB of scores
-    return absl::InvalidArgumentError(
-        absl::StrCat("DecodeAttention: group ", group, " exceeds ", kScoreFloats / 32));
-  }
   const int64_t need =
       DecodeAttentionWorkspaceFloats(batch, max_length, num_heads, num_kv_heads, head_dim);
   if (workspace_floats < need) {

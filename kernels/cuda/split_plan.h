@@ -1,13 +1,16 @@
 // How the split-K attention launchers cut their keys into chunks, one block per chunk: decode
-// attention (attention_decode.cu) and SEKV's mixed-resolution attention (sekv.cu). Host
-// arithmetic only, CUDA-free, so that the CPU stand-ins of the launchers (tests/gpu_host/)
-// check callers against the same plan the kernels use: a workspace sized for it, and every
-// row inside splits * chunk.
+// attention (attention_decode.cu) and SEKV's mixed-resolution attention (sekv.cu), with
+// DecodeAttention's shape limits and workspace size. Host code only, CUDA-free, so that the
+// CPU stand-ins of the launchers (tests/gpu_host/) check callers against the same plan and
+// limits the kernels use: a workspace sized for it, and every row inside splits * chunk.
 #ifndef SCD_KERNELS_CUDA_SPLIT_PLAN_H_
 #define SCD_KERNELS_CUDA_SPLIT_PLAN_H_
 
 #include <algorithm>
 #include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace scd::cuda::split_plan {
 
@@ -38,6 +41,32 @@ inline DecodeSplits Decode(int batch, int max_length, int num_heads, int num_kv_
   plan.chunk = static_cast<int>(chunk);
   plan.splits = static_cast<int>(CeilDiv(std::max(max_length, 1), chunk));
   return plan;
+}
+
+// Floats of DecodeAttention's workspace: partial output, max and sum per query head and split.
+inline int64_t DecodeWorkspaceFloats(int batch, int max_length, int num_heads, int num_kv_heads,
+                                     int head_dim) {
+  if (batch <= 0 || num_kv_heads <= 0) return 0;
+  const DecodeSplits plan = Decode(batch, max_length, num_heads, num_kv_heads);
+  return static_cast<int64_t>(batch) * num_heads * plan.splits * (head_dim + 2);
+}
+
+// DecodeAttention's shape errors, before anything is launched.
+inline absl::Status CheckDecodeShape(int batch, int num_heads, int num_kv_heads, int head_dim) {
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_kv_heads > 65535 || batch > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("DecodeAttention: bad shape (batch ", batch,
+                                                   ", heads ", num_heads, "/", num_kv_heads, ")"));
+  }
+  const int group = num_heads / num_kv_heads;
+  if (head_dim <= 0 || group * head_dim > kDecodeMaxQueryFloats) {
+    return absl::InvalidArgumentError(absl::StrCat("DecodeAttention: group ", group, " x head_dim ",
+                                                   head_dim, " exceeds ", kDecodeMaxQueryFloats));
+  }
+  if (group > kDecodeScoreFloats / 32) {  // even the smallest chunk (32) would pass 48 KB
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeAttention: group ", group, " exceeds ", kDecodeScoreFloats / 32));
+  }
+  return absl::OkStatus();
 }
 
 // ---- SekvAttention ----

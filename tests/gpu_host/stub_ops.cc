@@ -55,22 +55,6 @@ absl::Status CheckHeadDim(int head_dim) {
   return absl::OkStatus();
 }
 
-// Rotates `num_heads` heads of one row in place at `position` (the twin's table).
-void RopeRow(float* row, int num_heads, int head_dim, int32_t position, const float* inv_freq) {
-  const int half = head_dim / 2;
-  std::vector<float> c(half), s(half);
-  cpu::RopeTable(1, head_dim, &position, inv_freq, c.data(), s.data());
-  for (int h = 0; h < num_heads; ++h) {
-    float* a = row + h * head_dim;
-    float* b = a + half;
-    for (int i = 0; i < half; ++i) {
-      const float a0 = a[i], b0 = b[i];
-      a[i] = a0 * c[i] - b0 * s[i];
-      b[i] = b0 * c[i] + a0 * s[i];
-    }
-  }
-}
-
 }  // namespace
 
 // ---- conversions, elementwise ----
@@ -232,7 +216,7 @@ absl::Status ApplyRope(float* x, int tokens, int num_heads, int head_dim, int64_
     RequireDevice(positions, tokens, "ApplyRope positions");
     RequireDevice(inv_freq, head_dim / 2, "ApplyRope inv_freq");
     for (int t = 0; t < tokens; ++t) {
-      RopeRow(x + t * row_stride, num_heads, head_dim, positions[t], inv_freq);
+      cpu::ApplyRope(x + t * row_stride, 1, num_heads, head_dim, &positions[t], inv_freq);
     }
   });
   return absl::OkStatus();
@@ -268,7 +252,7 @@ absl::Status RopeStoreKv(const float* k_pre, const float* v, int64_t in_stride, 
       RequireDevice(k_dst, kv_dim, "RopeStoreKv K cache slot");
       RequireDevice(v_dst, kv_dim, "RopeStoreKv V cache slot");
       std::memcpy(k.data(), k_pre + r * in_stride, sizeof(float) * kv_dim);
-      RopeRow(k.data(), num_kv_heads, head_dim, pos, inv_freq);
+      cpu::ApplyRope(k.data(), 1, num_kv_heads, head_dim, &pos, inv_freq);
       for (int i = 0; i < kv_dim; ++i) {
         k_dst[i] = FloatToBf16(k[i]);
         v_dst[i] = FloatToBf16(v[r * in_stride + i]);
@@ -423,9 +407,7 @@ absl::Status PrefillAttention(const float* q, int64_t q_stride, const Bf16* k, c
 
 namespace {
 
-// attention_decode.cu's split plan (split_plan.h) and limits.
-constexpr int kScoreFloats = split_plan::kDecodeScoreFloats;
-constexpr int kMaxQueryFloats = split_plan::kDecodeMaxQueryFloats;
+// attention_decode.cu's split plan (split_plan.h).
 using SplitPlan = split_plan::DecodeSplits;
 SplitPlan Plan(int batch, int max_length, int num_heads, int num_kv_heads) {
   return split_plan::Decode(batch, max_length, num_heads, num_kv_heads);
@@ -435,9 +417,7 @@ SplitPlan Plan(int batch, int max_length, int num_heads, int num_kv_heads) {
 
 int64_t DecodeAttentionWorkspaceFloats(int batch, int max_length, int num_heads, int num_kv_heads,
                                        int head_dim) {
-  if (batch <= 0 || num_kv_heads <= 0) return 0;
-  const SplitPlan plan = Plan(batch, max_length, num_heads, num_kv_heads);
-  return static_cast<int64_t>(batch) * num_heads * plan.splits * (head_dim + 2);
+  return split_plan::DecodeWorkspaceFloats(batch, max_length, num_heads, num_kv_heads, head_dim);
 }
 
 absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cache, int layer,
@@ -446,18 +426,9 @@ absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cach
                              int64_t out_stride, float* workspace, int64_t workspace_floats,
                              StreamHandle stream) {
   if (batch <= 0) return absl::OkStatus();
-  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_kv_heads > 65535 || batch > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("DecodeAttention: bad shape (batch ", batch,
-                                                   ", heads ", num_heads, "/", num_kv_heads, ")"));
-  }
-  const int group = num_heads / num_kv_heads;
-  if (head_dim <= 0 || group * head_dim > kMaxQueryFloats) {
-    return absl::InvalidArgumentError(absl::StrCat("DecodeAttention: group ", group, " x head_dim ",
-                                                   head_dim, " exceeds ", kMaxQueryFloats));
-  }
-  if (group > kScoreFloats / 32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DecodeAttention: group ", group, " exceeds ", kScoreFloats / 32));
+  if (absl::Status s = split_plan::CheckDecodeShape(batch, num_heads, num_kv_heads, head_dim);
+      !s.ok()) {
+    return s;
   }
   const int64_t need =
       DecodeAttentionWorkspaceFloats(batch, max_length, num_heads, num_kv_heads, head_dim);
