@@ -13,12 +13,13 @@
 #   MANIFEST  the commit, the build directory, and sha256 sums of the source files it was built
 #             from, which scripts/gpu_check.sh checks against the tree it runs in.
 # .gpu_bundle/ is git-ignored; pass it to the device tool with carry: [".gpu_bundle"].
+# Environment: SCD_GPU_BUNDLE_DIR (default <repo>/.gpu_bundle), SCD_SHARED_DIR, JOBS.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$(realpath -m "${1:-$ROOT/build-cuda}")
 SHARED=${SCD_SHARED_DIR:-$ROOT/../shared}
-DEST=$ROOT/.gpu_bundle
+DEST=${SCD_GPU_BUNDLE_DIR:-$ROOT/.gpu_bundle}
 JOBS=${JOBS:-$(nproc)}
 
 die() { echo "gpu_bundle.sh: $*" >&2; exit 1; }

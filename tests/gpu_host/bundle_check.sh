@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# bundle_check.sh BUILD OUTDIR: packs a GPU bundle from the CUDA build BUILD with
+# scripts/gpu_bundle.sh (into OUTDIR, not the source tree) and runs scripts/gpu_check.sh on it,
+# as the device run would, then checks the steps a machine without a GPU can check: the bundle
+# unpacks, its sources match this tree, the binaries load with the bundle's libraries, test_cuda
+# runs (each [cuda] case skips with its message when there is no device) and scd-gpu-bench
+# starts. gpu_check.sh itself exits 1 here (skipped tests are a failure of a GPU check).
+set -euo pipefail
+build=$1
+out=$2
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+rm -rf "$out"
+mkdir -p "$out"
+SCD_GPU_BUNDLE_DIR=$out/bundle JOBS=${JOBS:-2} "$root/scripts/gpu_bundle.sh" "$build" \
+  > "$out/bundle.log" 2>&1 || { cat "$out/bundle.log"; exit 1; }
+set +e
+SCD_GPU_BUNDLE=$out/bundle/scd-gpu-bundle.tar.gz SCD_GPU_BUILD_DIR=$out/check-build \
+  "$root/scripts/gpu_check.sh" "$out/check" > "$out/check.log" 2>&1
+set -e
+fail() {
+  cat "$out/check.log"
+  echo "bundle_check: $*" >&2
+  exit 1
+}
+summary=$out/check/summary.txt
+grep -q "bundle sources match this tree" "$summary" || fail "sources do not match"
+grep -q "cuBLAS 13 from:" "$summary" || fail "no cuBLAS step"
+if grep -q "do not load" "$summary"; then fail "the binaries do not load"; fi
+grep -q "test cases" "$out/check/test_cuda.log" || fail "test_cuda did not run"
+grep -q "^command: .*scd-gpu-bench" "$out/check/bench.log" || fail "scd-gpu-bench did not start"
+echo "bundle_check: the bundle unpacks, matches, loads and runs"
