@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# bench_smoke.sh BENCH OUTDIR: runs scd-gpu-bench (built over the CPU stand-ins) at --quick's toy
-# sizes and checks that it finished every part: exit 0, results.json with the GEMM and copy
-# ceilings and, for the tiny model, prefill, decode, the SCD rebuild and the SEKV step with no
-# error, results.md with every table, and the summary lines gpu_check.sh greps.
+# bench_smoke.sh BENCH OUTDIR: runs scd-gpu-bench (built over the CPU stand-ins, or over the
+# GPU emulator's kernels) at --quick's toy sizes and checks that it finished every part: exit
+# 0, results.json with the GEMM and copy ceilings and, for the tiny model, prefill, decode, the
+# SCD rebuild and the SEKV step with no error, results.md with every table, and the summary
+# lines gpu_check.sh greps.
 set -euo pipefail
 bench=$1
 out=$2

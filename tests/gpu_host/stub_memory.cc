@@ -2,7 +2,9 @@
 // and test_cuda_host: one "device" whose memory is host memory. They keep the runtime's
 // semantics that host code could get wrong:
 //   - cudaMalloc: 256-byte aligned, uninitialised (poisoned here), a 0-byte Allocate is empty;
-//     Reserve never shrinks and keeps nothing; freed memory is poisoned before it goes.
+//     Reserve never shrinks and keeps nothing. Each allocation lies between inaccessible
+//     pages and is unmapped when freed, so a kernel emulated on the CPU (tests/gpu_emu) that
+//     reads or writes past its buffer, or a freed one, faults as it would on a GPU.
 //   - every live allocation is registered, so the launchers (stub_ops.cc, stub_launchers.cc)
 //     can require that their pointers are device memory (stub_memory.h); H2D copies must
 //     write device memory from host memory, D2H the reverse, D2D device to device.
@@ -16,6 +18,9 @@
 //     does not wait for the (non-blocking) streams.
 // DeviceCount() is 1, so the [cuda] tests run their bodies instead of skipping.
 #include "tests/gpu_host/stub_memory.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -49,11 +54,32 @@ std::map<uintptr_t, size_t>& Registry() {
   return *live;
 }
 
+size_t PageBytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+size_t Rounded(size_t bytes) {
+  return (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+}
+
+// The mapping that holds an allocation of `bytes` at p: an inaccessible page, the pages of
+// the allocation, another inaccessible page. The allocation ends where the second guard page
+// starts, so an access past its 256-byte rounding faults at once, as an illegal address does
+// on a GPU (the emulated kernels of tests/gpu_emu read and write through raw pointers).
+std::pair<char*, size_t> Mapping(void* p, size_t bytes) {
+  const size_t page = PageBytes();
+  char* const end = static_cast<char*>(p) + Rounded(bytes);
+  char* const first = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(p) / page * page);
+  return {first - page, static_cast<size_t>(end + page - (first - page))};
+}
+
 void* DeviceAlloc(size_t bytes) {
-  const size_t rounded = (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
-  void* p = std::aligned_alloc(kDeviceAlignment, rounded);
-  Require(p != nullptr, "host memory for a device allocation");
-  std::memset(p, kPoison, rounded);  // uninitialised device memory
+  const size_t page = PageBytes(), rounded = Rounded(bytes);
+  const size_t pages = (rounded + page - 1) / page;
+  void* base = mmap(nullptr, (pages + 2) * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  Require(base != MAP_FAILED, "host memory for a device allocation");
+  char* const body = static_cast<char*>(base) + page;
+  Require(mprotect(body, pages * page, PROT_READ | PROT_WRITE) == 0, "mprotect of an allocation");
+  void* p = body + pages * page - rounded;  // 256-byte aligned: page and rounded are multiples
+  std::memset(p, kPoison, rounded);         // uninitialised device memory
   std::lock_guard<std::mutex> lock(RegistryMutex());
   Registry()[reinterpret_cast<uintptr_t>(p)] = bytes;
   return p;
@@ -65,8 +91,8 @@ void DeviceFree(void* p, size_t bytes) {
     std::lock_guard<std::mutex> lock(RegistryMutex());
     Require(Registry().erase(reinterpret_cast<uintptr_t>(p)) == 1, "free of a live allocation");
   }
-  std::memset(p, kPoison, bytes);  // a later read of freed memory shows
-  std::free(p);
+  const auto [base, length] = Mapping(p, bytes);
+  munmap(base, length);  // a later access of freed memory faults
 }
 
 // Live pinned host allocations: start address -> bytes.

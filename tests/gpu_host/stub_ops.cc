@@ -1,5 +1,5 @@
-// CPU stand-ins of the forward-pass launchers (kernels/cuda/ops.h) and of CublasGemm
-// (kernels/cuda/gemm.h), for test_cuda_host: the CUDA backend's host code runs unchanged over
+// CPU stand-ins of the forward-pass launchers (kernels/cuda/ops.h), for test_cuda_host (the
+// CublasGemm stand-in is stub_gemm.cc): the CUDA backend's host code runs unchanged over
 // them. Each one keeps its launcher's documented contract and data formats (BF16 weights and
 // KV cache, F32 activations, the KvCacheTable of per-sequence device pointers) and computes
 // with the CPU twin named in ops.h where one exists (kernels/cpu, common/runtime/sampler.h),
@@ -23,7 +23,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/runtime/sampler.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/split_plan.h"
 #include "tests/gpu_host/stub_memory.h"
@@ -586,51 +585,6 @@ absl::Status SampleRows(const float* logits, const SampleParams* params, int row
       twin.top_p = p.top_p;
       Require(p.canonical >= 0.0 && p.canonical < 1.0, "SampleRows canonical in [0, 1)");
       out[r] = SampleWithDraw(absl::MakeConstSpan(row, vocab), twin, p.canonical, &scratch);
-    }
-  });
-  return absl::OkStatus();
-}
-
-// ---- CublasGemm ----
-
-absl::StatusOr<std::unique_ptr<CublasGemm>> CublasGemm::Create(StreamHandle stream) {
-  return std::unique_ptr<CublasGemm>(new CublasGemm(new char, stream));
-}
-
-CublasGemm::~CublasGemm() { delete static_cast<char*>(handle_); }
-
-absl::Status CublasGemm::Linear(const Bf16* x, const Bf16* w, float* y, int m, int n, int k,
-                                float beta) {
-  if (m <= 0 || n <= 0) return absl::OkStatus();
-  stub::Enqueue(stream(), [=] {
-    RequireDevice(x, int64_t{m} * k, "Linear x");
-    RequireDevice(w, int64_t{n} * k, "Linear w");
-    RequireDevice(y, int64_t{m} * n, "Linear y");
-    const std::vector<float> xf = Widen(x, int64_t{m} * k), wf = Widen(w, int64_t{n} * k);
-    std::vector<float> product(static_cast<size_t>(m) * n);
-    cpu::Linear(xf.data(), wf.data(), nullptr, product.data(), m, n, k);
-    for (size_t i = 0; i < product.size(); ++i) {
-      // cuBLAS does not read y when beta is 0 (stale or poisoned y must not leak in).
-      y[i] = beta == 0.0f ? product[i] : product[i] + beta * y[i];
-    }
-  });
-  return absl::OkStatus();
-}
-
-absl::Status CublasGemm::MatMulF32(const float* x, const float* w, float* y, int m, int n, int k,
-                                   float beta) {
-  if (m <= 0 || n <= 0) return absl::OkStatus();
-  stub::Enqueue(stream(), [=] {
-    RequireDevice(x, int64_t{m} * k, "MatMulF32 x");
-    RequireDevice(w, int64_t{k} * n, "MatMulF32 w");
-    RequireDevice(y, int64_t{m} * n, "MatMulF32 y");
-    for (int i = 0; i < m; ++i) {
-      for (int j = 0; j < n; ++j) {
-        float acc = 0.0f;
-        for (int c = 0; c < k; ++c) acc += x[int64_t{i} * k + c] * w[int64_t{c} * n + j];
-        float& dst = y[int64_t{i} * n + j];
-        dst = beta == 0.0f ? acc : acc + beta * dst;
-      }
     }
   });
   return absl::OkStatus();
