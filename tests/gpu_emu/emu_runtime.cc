@@ -128,10 +128,50 @@ void SwitchContext(Context& save, Context& load) {
 #endif
 }
 
-struct Fiber {
+// A fiber of the host thread: its stack (above a guard page, so that an overflow faults
+// instead of corrupting another stack) and saved context. Fibers live as long as their host
+// thread and serve thread i of every block in turn, looping in FiberMain: making and ending
+// a fiber per GPU thread would cost ASan a fake stack each (megabytes, mapped and unmapped).
+struct FiberSlot {
   Context context;
   char* stack = nullptr;
+  bool started = false;
   void* tsan_fiber = nullptr;  // race checking only
+};
+
+class FiberPool {
+ public:
+  ~FiberPool() {
+    for (FiberSlot* slot : slots_) {
+      munmap(slot->stack - Page(), kStackBytes + Page());
+      delete slot;
+    }
+  }
+  // The first `count` fibers, made as needed; existing ones never move.
+  FiberSlot* Slot(int i) {
+    while (static_cast<int>(slots_.size()) <= i) {
+      void* p = mmap(nullptr, kStackBytes + Page(), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) Fail("no memory for fiber stacks");
+      mprotect(p, Page(), PROT_NONE);
+      auto* slot = new FiberSlot;
+      slot->stack = static_cast<char*>(p) + Page();
+#if defined(SCD_EMU_TSAN)
+      slot->tsan_fiber = __tsan_create_fiber(0);
+#endif
+      slots_.push_back(slot);
+    }
+    return slots_[static_cast<size_t>(i)];
+  }
+
+ private:
+  static size_t Page() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+  std::vector<FiberSlot*> slots_;
+};
+
+// A GPU thread of the running block.
+struct Fiber {
+  FiberSlot* slot = nullptr;
   Wait wait = Wait::kRunning;
   uint64_t generation = 0;
   int warp = 0, lane = 0;
@@ -149,32 +189,6 @@ struct WarpState {
   char order[2];  // race checking: what each barrier generation (by parity) orders
 };
 
-// Fiber stacks, each above a guard page (an overflow faults instead of corrupting the next
-// stack); kept per host thread and grown as blocks get larger.
-class StackPool {
- public:
-  ~StackPool() {
-    if (base_ != nullptr) munmap(base_, slots_ * SlotBytes());
-  }
-  char* Stack(int i) { return base_ + static_cast<size_t>(i) * SlotBytes() + Page(); }
-  void Reserve(int count) {
-    if (count <= slots_) return;
-    if (base_ != nullptr) munmap(base_, slots_ * SlotBytes());
-    void* p = mmap(nullptr, count * SlotBytes(), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) Fail("no memory for fiber stacks");
-    base_ = static_cast<char*>(p);
-    slots_ = count;
-    for (int i = 0; i < count; ++i) mprotect(base_ + i * SlotBytes(), Page(), PROT_NONE);
-  }
-
- private:
-  static size_t Page() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
-  static size_t SlotBytes() { return kStackBytes + Page(); }
-  char* base_ = nullptr;
-  int slots_ = 0;
-};
-
 struct Block {
   std::vector<Fiber> fibers;
   std::vector<WarpState> warps;
@@ -184,23 +198,24 @@ struct Block {
   Fiber* current = nullptr;
   const std::function<void()>* body = nullptr;
   void* shared = nullptr;
-#if defined(SCD_EMU_ASAN)
-  const void* scheduler_stack = nullptr;
-  size_t scheduler_stack_bytes = 0;
-#endif
   void* scheduler_fiber = nullptr;  // race checking only
   char block_start = 0, block_end = 0, barrier_order[2] = {0, 0};
 };
 
 thread_local Block* t_block = nullptr;
+#if defined(SCD_EMU_ASAN)
+// The host thread's stack, which the scheduler runs on (ASan learns it at a fiber's start).
+thread_local const void* t_scheduler_stack = nullptr;
+thread_local size_t t_scheduler_stack_bytes = 0;
+#endif
 
 // What the sanitizers need to hear about each switch (nothing without them).
 #if defined(SCD_EMU_ASAN)
-const void* SchedulerStack(const Block& b) { return b.scheduler_stack; }
-size_t SchedulerStackBytes(const Block& b) { return b.scheduler_stack_bytes; }
+const void* SchedulerStack() { return t_scheduler_stack; }
+size_t SchedulerStackBytes() { return t_scheduler_stack_bytes; }
 #else
-const void* SchedulerStack(const Block&) { return nullptr; }
-size_t SchedulerStackBytes(const Block&) { return 0; }
+const void* SchedulerStack() { return nullptr; }
+size_t SchedulerStackBytes() { return 0; }
 #endif
 
 // Happens-before edges for race checking: a release on `order` is seen by a later acquire.
@@ -263,17 +278,23 @@ void Switch(Context& from, Context& to, const void* stack, size_t bytes, void* t
 #endif
 }
 
-// From the scheduler into fiber `f`, and back when it parks or returns.
+void StartContext(Block& b, FiberSlot& f);
+
+// From the scheduler into fiber `f`, and back when it parks.
 void Resume(Block& b, Fiber& f) {
   b.current = &f;
-  Switch(b.scheduler, f.context, f.stack, kStackBytes, f.tsan_fiber);
+  if (!f.slot->started) {
+    StartContext(b, *f.slot);
+    f.slot->started = true;
+  }
+  Switch(b.scheduler, f.slot->context, f.slot->stack, kStackBytes, f.slot->tsan_fiber);
   b.current = nullptr;
 }
 
 // From the running fiber back to the scheduler, until the scheduler resumes it.
 void Park() {
   Block& b = Current();
-  Switch(b.current->context, b.scheduler, SchedulerStack(b), SchedulerStackBytes(b),
+  Switch(b.current->slot->context, b.scheduler, SchedulerStack(), SchedulerStackBytes(),
          b.scheduler_fiber);
 }
 
@@ -282,43 +303,36 @@ void OpenBlockBarrier(Block& b) {
   ++b.generation;
 }
 
-void FiberEntry() {
-  Block& b = *t_block;
+// A fiber's whole life: thread i of each block it is resumed for, one after another.
+void FiberMain() {
 #if defined(SCD_EMU_ASAN)
-  __sanitizer_finish_switch_fiber(nullptr, &b.scheduler_stack, &b.scheduler_stack_bytes);
+  __sanitizer_finish_switch_fiber(nullptr, &t_scheduler_stack, &t_scheduler_stack_bytes);
 #endif
-  Acquire(&b.block_start);
-  (*b.body)();
-  Release(&b.block_end);
-  Fiber& f = *b.current;
-  WarpState& w = b.warps[static_cast<size_t>(f.warp)];
-  if (w.arrived > 0) Fail("a lane returned while its warp waits for it at a warp collective");
-  f.wait = Wait::kDone;
-  --b.live;
-  ++w.exited;
-  if (b.arrived > 0 && b.arrived == b.live) OpenBlockBarrier(b);
-#if defined(SCD_EMU_ASAN)
-  __sanitizer_start_switch_fiber(nullptr, b.scheduler_stack, b.scheduler_stack_bytes);
-#endif
-#if defined(SCD_EMU_TSAN)
-  __tsan_switch_to_fiber(b.scheduler_fiber, __tsan_switch_to_fiber_no_sync);
-#endif
-#if defined(SCD_EMU_ASM_SWITCH)
-  SwitchContext(f.context, b.scheduler);  // never resumed
-  __builtin_trap();
-#endif
-  // With ucontext, returning switches to uc_link, the scheduler.
+  for (;;) {
+    Block& b = *t_block;
+    Fiber& f = *b.current;
+    Acquire(&b.block_start);
+    (*b.body)();
+    Release(&b.block_end);
+    WarpState& w = b.warps[static_cast<size_t>(f.warp)];
+    if (w.arrived > 0) Fail("a lane returned while its warp waits for it at a warp collective");
+    f.wait = Wait::kDone;
+    --b.live;
+    ++w.exited;
+    if (b.arrived > 0 && b.arrived == b.live) OpenBlockBarrier(b);
+    Park();  // until a later block needs this fiber
+  }
 }
 
-// Makes `f` start in FiberEntry on its stack when first resumed.
-void StartContext(Block& b, Fiber& f) {
+// Makes `f` start in FiberMain on its stack when first resumed.
+void StartContext(Block& b, FiberSlot& f) {
 #if defined(SCD_EMU_ASM_SWITCH)
   // The frame scd_emu_switch pops: MXCSR and x87 control word, r15..rbp, then the "return"
-  // into FiberEntry, which then sees a stack aligned as after a call (rsp % 16 == 8).
+  // into FiberMain, which then sees a stack aligned as after a call (rsp % 16 == 8).
   auto* top = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(f.stack) + kStackBytes) &
                                           ~uintptr_t{15});
-  *--top = 0;  // FiberEntry's own return address: it never returns
-  *--top = reinterpret_cast<uint64_t>(&FiberEntry);
+  *--top = 0;  // FiberMain's own return address: it never returns
+  *--top = reinterpret_cast<uint64_t>(&FiberMain);
   for (int i = 0; i < 6; ++i) *--top = 0;  // rbp, rbx, r12..r15
   *--top = 0x037F00001F80ull;              // MXCSR 0x1F80 (low half), x87 control word 0x037F
   f.context.sp = top;
@@ -328,7 +342,7 @@ void StartContext(Block& b, Fiber& f) {
   f.context.uc.uc_stack.ss_sp = f.stack;
   f.context.uc.uc_stack.ss_size = kStackBytes;
   f.context.uc.uc_link = &b.scheduler.uc;
-  makecontext(&f.context.uc, FiberEntry, 0);
+  makecontext(&f.context.uc, FiberMain, 0);
 #endif
 }
 
@@ -379,7 +393,7 @@ bool Blocked(const Block& b, const Fiber& f) {
   return true;
 }
 
-void RunBlock(Block& b, StackPool& stacks, const uint3& block_idx) {
+void RunBlock(Block& b, const uint3& block_idx) {
   const int threads = static_cast<int>(b.fibers.size());
   b.live = threads;
   b.arrived = 0;
@@ -391,8 +405,6 @@ void RunBlock(Block& b, StackPool& stacks, const uint3& block_idx) {
     Fiber& f = b.fibers[static_cast<size_t>(i)];
     f.wait = Wait::kRunning;
     f.coords.block_idx = block_idx;
-    f.stack = stacks.Stack(i);
-    StartContext(b, f);
   }
   Release(&b.block_start);
   const bool reverse = ReverseSchedule();
@@ -426,8 +438,7 @@ void RunBlock(Block& b, StackPool& stacks, const uint3& block_idx) {
 
 void RunGrid(const LaunchConfig& config, const std::function<void()>& body) {
   const int threads = static_cast<int>(config.block.x * config.block.y * config.block.z);
-  thread_local StackPool stacks;
-  stacks.Reserve(threads);
+  thread_local FiberPool pool;
   Block b;
   b.fibers.resize(static_cast<size_t>(threads));
   b.warps.resize(static_cast<size_t>((threads + 31) / 32));
@@ -436,6 +447,7 @@ void RunGrid(const LaunchConfig& config, const std::function<void()>& body) {
   }
   for (int i = 0; i < threads; ++i) {
     Fiber& f = b.fibers[static_cast<size_t>(i)];
+    f.slot = pool.Slot(i);
     f.warp = i / 32;
     f.lane = i % 32;
     f.coords.thread_idx = {static_cast<unsigned>(i) % config.block.x,
@@ -448,11 +460,7 @@ void RunGrid(const LaunchConfig& config, const std::function<void()>& body) {
   b.shared = shared.data() + (256 - reinterpret_cast<uintptr_t>(shared.data()) % 256);
   b.body = &body;
 #if defined(SCD_EMU_TSAN)
-  // One TSan fiber per thread slot, kept for the host thread's life (TSan's fibers are costly
-  // to make): thread i of every block is the same TSan fiber, ordered by the block edges.
-  thread_local std::vector<void*> tsan_fibers;
-  while (tsan_fibers.size() < b.fibers.size()) tsan_fibers.push_back(__tsan_create_fiber(0));
-  for (size_t i = 0; i < b.fibers.size(); ++i) b.fibers[i].tsan_fiber = tsan_fibers[i];
+  // Thread i of every block is the same TSan fiber, ordered by the block edges.
   b.scheduler_fiber = __tsan_get_current_fiber();
 #endif
   Block* const outer = t_block;
@@ -461,7 +469,7 @@ void RunGrid(const LaunchConfig& config, const std::function<void()>& body) {
     for (unsigned y = 0; y < config.grid.y; ++y) {
       for (unsigned x = 0; x < config.grid.x; ++x) {
         std::memset(b.shared, scd::cuda::stub::kPoison, config.shared_bytes);
-        RunBlock(b, stacks, {x, y, z});
+        RunBlock(b, {x, y, z});
       }
     }
   }
