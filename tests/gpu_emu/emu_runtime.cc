@@ -417,9 +417,7 @@ void RunBlock(Block& b, const uint3& block_idx) {
       Resume(b, f);
       resumed = true;
     }
-    bool all_done = true;
-    for (const Fiber& f : b.fibers) all_done = all_done && f.wait == Wait::kDone;
-    if (all_done) break;
+    if (b.live == 0) break;
     if (!resumed) {
       int at_block = 0, at_warp = 0;
       for (const Fiber& f : b.fibers) {
@@ -573,28 +571,34 @@ cudaError_t cudaGetLastError() {
 
 cudaError_t cudaPeekAtLastError() { return scd_emu::t_last_error; }
 
-const char* cudaGetErrorName(cudaError_t e) {
-  switch (e) {
-    case cudaSuccess:
-      return "cudaSuccess";
-    case cudaErrorInvalidValue:
-      return "cudaErrorInvalidValue";
-    case cudaErrorInvalidConfiguration:
-      return "cudaErrorInvalidConfiguration";
-    default:
-      return "cudaError (emulated)";
+namespace scd_emu {
+namespace {
+
+// The codes the emulator sets: name and description, as the runtime gives them.
+struct ErrorText {
+  cudaError_t code;
+  const char* name;
+  const char* text;
+};
+constexpr ErrorText kErrors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
+     "invalid configuration argument"},
+};
+
+const ErrorText& TextOf(cudaError_t e) {
+  static constexpr ErrorText kOther = {cudaSuccess /* unused */, "cudaError (emulated)",
+                                       "emulated CUDA error"};
+  for (const ErrorText& t : kErrors) {
+    if (t.code == e) return t;
   }
+  return kOther;
 }
 
-const char* cudaGetErrorString(cudaError_t e) {
-  switch (e) {
-    case cudaSuccess:
-      return "no error";
-    case cudaErrorInvalidValue:
-      return "invalid argument";
-    case cudaErrorInvalidConfiguration:
-      return "invalid configuration argument";
-    default:
-      return "emulated CUDA error";
-  }
-}
+}  // namespace
+}  // namespace scd_emu
+
+const char* cudaGetErrorName(cudaError_t e) { return scd_emu::TextOf(e).name; }
+
+const char* cudaGetErrorString(cudaError_t e) { return scd_emu::TextOf(e).text; }

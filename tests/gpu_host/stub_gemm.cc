@@ -14,16 +14,7 @@
 namespace scd::cuda {
 
 using stub::RequireDevice;
-
-namespace {
-
-std::vector<float> Widen(const Bf16* x, int64_t count) {
-  std::vector<float> out(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) out[static_cast<size_t>(i)] = Bf16ToFloat(x[i]);
-  return out;
-}
-
-}  // namespace
+using stub::Widen;
 
 absl::StatusOr<std::unique_ptr<CublasGemm>> CublasGemm::Create(StreamHandle stream) {
   return std::unique_ptr<CublasGemm>(new CublasGemm(new char, stream));

@@ -147,6 +147,12 @@ void RequireDeviceBytes(const void* p, size_t bytes, const char* what) {
 
 bool IsDevice(const void* p) { return Find(p).second != 0; }
 
+std::vector<float> Widen(const Bf16* x, int64_t count) {
+  std::vector<float> y(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) y[static_cast<size_t>(i)] = Bf16ToFloat(x[i]);
+  return y;
+}
+
 bool IsPinned(const void* p, size_t bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(RegistryMutex());

@@ -10,7 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
+#include "kernels/cuda/bf16.h"
 #include "kernels/cuda/device_memory.h"
 
 namespace scd::cuda::stub {
@@ -37,6 +39,9 @@ bool IsPinned(const void* p, size_t bytes);
 void Enqueue(StreamHandle stream, std::function<void()> work);
 void Drain(StreamHandle stream);
 void DrainAll();
+
+// `count` BF16 values as floats (the stand-ins compute in float, as the CPU twins do).
+std::vector<float> Widen(const Bf16* x, int64_t count);
 
 // `count` elements of T at p: device memory, aligned for T.
 template <typename T>

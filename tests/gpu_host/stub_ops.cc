@@ -31,14 +31,9 @@ namespace scd::cuda {
 
 using stub::Require;
 using stub::RequireDevice;
+using stub::Widen;
 
 namespace {
-
-std::vector<float> Widen(const Bf16* x, int64_t count) {
-  std::vector<float> y(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) y[i] = Bf16ToFloat(x[i]);
-  return y;
-}
 
 // Extent in elements of `rows` rows of `cols` at `stride`.
 int64_t Extent(int rows, int64_t cols, int64_t stride) {

@@ -45,10 +45,6 @@ void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, T value) {
   for (T& e : f.x) e = value;
 }
 
-inline void fill_fragment(fragment<accumulator, 16, 16, 16, float>& f, float value) {
-  for (float& e : f.x) e = value;
-}
-
 template <typename Use, typename T, typename Layout>
 void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm) {
   scd_emu::WarpArriveIsLast();
