@@ -77,6 +77,8 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   c.sekv_budget = sekv.Double("budget", 0.4, 0.01, 1.0);
   c.sekv_router = path(sekv, "router");
   c.sekv_gpu = sekv.Bool("gpu", true);
+  c.sekv_gpu_f32 =
+      sekv.Enum("gpu_tier", "bf16", std::array<std::string_view, 2>{"bf16", "f32"}) == "f32";
   if (absl::Status st = r.Finish(); !st.ok()) return st;
   return c;
 }

@@ -30,6 +30,7 @@ absl::Status ConfigureSekv(const DecodeDaemonConfig& c, const Model& model,
   o->enabled = true;
   o->budget = c.sekv_budget;
   o->gpu = c.sekv_gpu;
+  o->gpu_tier = c.sekv_gpu_f32 ? sekv::GpuTier::kF32 : sekv::GpuTier::kBf16;
   if (!c.sekv_router.empty()) {
     SCD_ASSIGN_OR_RETURN(sekv::SekvArtifact a, sekv::SekvArtifact::Load(c.sekv_router));
     if (absl::Status st = a.CheckModel(model); !st.ok()) {

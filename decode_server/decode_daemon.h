@@ -89,6 +89,7 @@ struct DecodeDaemonConfig {
   double sekv_budget = 0.4;
   std::string sekv_router;  // calibrated router (.sekv.safetensors); empty: share-threshold gate
   bool sekv_gpu = true;     // on the CUDA backend, decode SEKV requests on the GPU (gpu_sekv.h)
+  bool sekv_gpu_f32 = false;  // the GPU tier's rows in F32 (sekv.gpu_tier: f32) instead of BF16
 };
 
 class DecodeDaemon {

@@ -26,9 +26,11 @@ GpuSekv::~GpuSekv() = default;
 
 bool GpuSekv::Applies(const Backend&) { return false; }
 
-absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend&, SekvCache&) {
+absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend&, SekvCache&, GpuTier) {
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
 }
+
+MemoryBreakdown GpuSekv::Memory() const { return {}; }
 
 absl::Status GpuSekv::Step(int32_t, int, std::vector<float>*) {
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
@@ -43,6 +45,7 @@ absl::Status GpuSekv::Attend(int, const float*, const float*, const float*, floa
 namespace {
 
 using cuda::AttentionSegment;
+using cuda::Bf16;
 using cuda::DeviceBuffer;
 using cuda::KvType;
 using cuda::PinnedBuffer;
@@ -61,10 +64,16 @@ absl::Status Upload(DeviceBuffer* dst, const T* src, size_t count, const char* w
   return cuda::CopyToDevice(dst->data(), src, count * sizeof(T), s);
 }
 
-// One layer's GPU tier.
+// Per (KV head, span) on the device: each layer's base_lc (float) and remaining (int32); the
+// step's step_lc (float) and step_skip (one byte), shared by the layers (they run one after
+// another on the step's stream, with a host synchronisation in each).
+constexpr size_t kLayerCountBytes = sizeof(float) + sizeof(int32_t);
+constexpr size_t kStepCountBytes = sizeof(float) + 1;
+
+// One layer's GPU tier. The K/V rows are of the tier's element type.
 struct DeviceLayer {
   DeviceBuffer anchor_k, anchor_v, summary_k, summary_v, window_k, window_v, pin_k, pin_v;
-  DeviceBuffer base_lc, remaining, step_lc, step_skip;  // [num_kv_heads, num_spans]
+  DeviceBuffer base_lc, remaining;                      // [num_kv_heads, num_spans]
   DeviceBuffer p_q, p_k, gates;                         // the layer's router
   DeviceBuffer expanded_k, expanded_v;                  // [num_kv_heads, budget, head_dim]
   int window_capacity = 0;                              // rows
@@ -74,15 +83,27 @@ struct DeviceLayer {
 
 class GpuSekv::Impl : public cuda::DeviceLayerAttention {
  public:
-  Impl(Backend& backend, SekvCache& cache)
-      : backend_(backend), cache_(cache), shape_(CacheShape::FromConfig(backend.model().config)) {}
+  Impl(Backend& backend, SekvCache& cache, GpuTier tier)
+      : backend_(backend),
+        cache_(cache),
+        shape_(CacheShape::FromConfig(backend.model().config)),
+        type_(tier == GpuTier::kBf16 ? KvType::kBf16 : KvType::kF32),
+        elem_(tier == GpuTier::kBf16 ? sizeof(Bf16) : sizeof(float)) {}
 
   absl::Status Init();
   absl::Status Attend(int l, const float* q, const float* k, const float* v, float* out,
                       StreamHandle s) override;
+  MemoryBreakdown Memory() const;
   Backend& backend() { return backend_; }
 
  private:
+  // Row data of the tier: `elements` K/V elements (F32 host values, converted for BF16) into
+  // `dst`, reserved to at least `reserve` elements (0: exactly these).
+  absl::Status UploadRows(DeviceBuffer* dst, const float* src, size_t elements, const char* what,
+                          StreamHandle s, size_t reserve = 0);
+  // Element `i` of a tier buffer, as a segment's or gate's pointer.
+  const void* At(const DeviceBuffer& b, size_t i) const { return b.as<char>() + i * elem_; }
+  void* At(DeviceBuffer& b, size_t i) const { return b.as<char>() + i * elem_; }
   // Table `t` of the step (one pinned and one device region each): anchors | summaries
   // (log counts lc, skip flags) | window of `window_rows` | pins (when `pins`), per KV head.
   AttentionSegment* HostTable(int t) {
@@ -106,11 +127,27 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   Backend& backend_;
   SekvCache& cache_;
   const CacheShape shape_;
+  const KvType type_;          // the K/V rows on the device
+  const size_t elem_;          // their element size
+  std::vector<Bf16> staging_;  // host conversion of pageable uploads (BF16 tier)
   int num_spans_ = 0, budget_ = 0, pins_ = 0, route_dim_ = 0;
   std::vector<DeviceLayer> layers_;
-  DeviceBuffer alpha_, lse_, lse_e_, out_e_, edits_, segments_, workspace_;
+  DeviceBuffer alpha_, step_lc_, step_skip_, lse_, lse_e_, out_e_, edits_, segments_, workspace_;
   PinnedBuffer host_qkv_, host_la_, host_tables_, host_edits_, host_rows_;
 };
+
+absl::Status GpuSekv::Impl::UploadRows(DeviceBuffer* dst, const float* src, size_t elements,
+                                       const char* what, StreamHandle s, size_t reserve) {
+  SCD_RETURN_IF_ERROR(dst->Reserve(std::max<size_t>({elements, reserve, 1}) * elem_, what));
+  if (elements == 0) return absl::OkStatus();
+  if (type_ == KvType::kF32) {
+    return cuda::CopyToDevice(dst->data(), src, elements * sizeof(float), s);
+  }
+  // Pageable memory: the copy is staged before the call returns, so staging_ may be reused.
+  staging_.resize(elements);
+  for (size_t i = 0; i < elements; ++i) staging_[i] = cuda::FloatToBf16(src[i]);
+  return cuda::CopyToDevice(dst->data(), staging_.data(), elements * sizeof(Bf16), s);
+}
 
 absl::Status GpuSekv::Impl::Init() {
   const int hd = shape_.head_dim, kvd = shape_.kv_dim(), qd = shape_.q_dim();
@@ -128,25 +165,17 @@ absl::Status GpuSekv::Impl::Init() {
     const SpanStore& st = cache_.store(l);
     DeviceLayer& d = layers_[l];
     const size_t na = st.num_anchors(), ns = st.num_spans(), nw = st.window_rows();
-    SCD_RETURN_IF_ERROR(Upload(&d.anchor_k, st.anchor_k(), na * kvd, "sekv anchors", s));
-    SCD_RETURN_IF_ERROR(Upload(&d.anchor_v, st.anchor_v(), na * kvd, "sekv anchors", s));
-    SCD_RETURN_IF_ERROR(Upload(&d.summary_k, st.summary_k(), ns * kvd, "sekv summaries", s));
-    SCD_RETURN_IF_ERROR(Upload(&d.summary_v, st.summary_v(), ns * kvd, "sekv summaries", s));
+    SCD_RETURN_IF_ERROR(UploadRows(&d.anchor_k, st.anchor_k(), na * kvd, "sekv anchors", s));
+    SCD_RETURN_IF_ERROR(UploadRows(&d.anchor_v, st.anchor_v(), na * kvd, "sekv anchors", s));
+    SCD_RETURN_IF_ERROR(UploadRows(&d.summary_k, st.summary_k(), ns * kvd, "sekv summaries", s));
+    SCD_RETURN_IF_ERROR(UploadRows(&d.summary_v, st.summary_v(), ns * kvd, "sekv summaries", s));
     d.window_capacity = static_cast<int>(nw) + o.generated_reserve + kWindowSlack;
-    const size_t window_bytes = sizeof(float) * d.window_capacity * kvd;
-    SCD_RETURN_IF_ERROR(d.window_k.Reserve(window_bytes, "sekv window"));
-    SCD_RETURN_IF_ERROR(d.window_v.Reserve(window_bytes, "sekv window"));
-    if (nw > 0) {
-      SCD_RETURN_IF_ERROR(
-          cuda::CopyToDevice(d.window_k.data(), st.window_k(), sizeof(float) * nw * kvd, s));
-      SCD_RETURN_IF_ERROR(
-          cuda::CopyToDevice(d.window_v.data(), st.window_v(), sizeof(float) * nw * kvd, s));
-    }
-    const size_t pin_floats = static_cast<size_t>(groups) * std::max(pins_, 1) * hd;
-    SCD_RETURN_IF_ERROR(d.pin_k.Reserve(sizeof(float) * pin_floats, "sekv pins"));
-    SCD_RETURN_IF_ERROR(d.pin_v.Reserve(sizeof(float) * pin_floats, "sekv pins"));
-    SCD_RETURN_IF_ERROR(d.step_lc.Reserve(sizeof(float) * std::max<size_t>(gs, 1), "sekv counts"));
-    SCD_RETURN_IF_ERROR(d.step_skip.Reserve(std::max<size_t>(gs, 1), "sekv counts"));
+    const size_t window = static_cast<size_t>(d.window_capacity) * kvd;
+    SCD_RETURN_IF_ERROR(UploadRows(&d.window_k, st.window_k(), nw * kvd, "sekv window", s, window));
+    SCD_RETURN_IF_ERROR(UploadRows(&d.window_v, st.window_v(), nw * kvd, "sekv window", s, window));
+    const size_t pin_elements = static_cast<size_t>(groups) * std::max(pins_, 1) * hd;
+    SCD_RETURN_IF_ERROR(d.pin_k.Reserve(elem_ * pin_elements, "sekv pins"));
+    SCD_RETURN_IF_ERROR(d.pin_v.Reserve(elem_ * pin_elements, "sekv pins"));
     SCD_RETURN_IF_ERROR(UploadCounts(l, s));
     const size_t proj = static_cast<size_t>(groups) * route_dim_ * hd;
     SCD_RETURN_IF_ERROR(Upload(&d.p_q, router.p_q(l, 0), proj, "sekv router", s));
@@ -157,11 +186,13 @@ absl::Status GpuSekv::Impl::Init() {
       gates[g] = {gt.w_size, gt.w_share, gt.bias, 0.0f};
     }
     SCD_RETURN_IF_ERROR(Upload(&d.gates, gates.data(), gates.size(), "sekv router", s));
-    const size_t rows = sizeof(float) * groups * std::max(budget_, 1) * hd;
+    const size_t rows = elem_ * groups * std::max(budget_, 1) * hd;
     SCD_RETURN_IF_ERROR(d.expanded_k.Reserve(rows, "sekv expansion"));
     SCD_RETURN_IF_ERROR(d.expanded_v.Reserve(rows, "sekv expansion"));
   }
   SCD_RETURN_IF_ERROR(alpha_.Reserve(sizeof(float) * std::max<size_t>(gs, 1), "sekv gate"));
+  SCD_RETURN_IF_ERROR(step_lc_.Reserve(sizeof(float) * std::max<size_t>(gs, 1), "sekv counts"));
+  SCD_RETURN_IF_ERROR(step_skip_.Reserve(std::max<size_t>(gs, 1), "sekv counts"));
   SCD_RETURN_IF_ERROR(lse_.Reserve(sizeof(float) * heads, "sekv lse"));
   SCD_RETURN_IF_ERROR(lse_e_.Reserve(sizeof(float) * heads, "sekv lse"));
   SCD_RETURN_IF_ERROR(out_e_.Reserve(sizeof(float) * qd, "sekv expanded attention"));
@@ -172,8 +203,8 @@ absl::Status GpuSekv::Impl::Init() {
   SCD_RETURN_IF_ERROR(host_la_.Reserve(sizeof(float) * (heads + gs)));
   SCD_RETURN_IF_ERROR(host_tables_.Reserve(sizeof(AttentionSegment) * kTables * TableSize()));
   SCD_RETURN_IF_ERROR(host_edits_.Reserve(sizeof(int32_t) * 2 * std::max<size_t>(gs, 1)));
-  SCD_RETURN_IF_ERROR(host_rows_.Reserve(sizeof(float) * 2 * groups * std::max(budget_, 1) *
-                                         static_cast<size_t>(hd)));
+  SCD_RETURN_IF_ERROR(
+      host_rows_.Reserve(elem_ * 2 * groups * std::max(budget_, 1) * static_cast<size_t>(hd)));
   return cuda::SynchronizeStream(s);
 }
 
@@ -204,10 +235,10 @@ absl::Status GpuSekv::Impl::GrowWindow(int l, int rows, StreamHandle s) {
   const size_t kvd = shape_.kv_dim();
   const int capacity = 2 * rows + kWindowSlack;
   SCD_ASSIGN_OR_RETURN(DeviceBuffer k,
-                       DeviceBuffer::Allocate(sizeof(float) * capacity * kvd, "sekv window"));
+                       DeviceBuffer::Allocate(elem_ * capacity * kvd, "sekv window"));
   SCD_ASSIGN_OR_RETURN(DeviceBuffer v,
-                       DeviceBuffer::Allocate(sizeof(float) * capacity * kvd, "sekv window"));
-  const size_t used = sizeof(float) * d.window_capacity * kvd;
+                       DeviceBuffer::Allocate(elem_ * capacity * kvd, "sekv window"));
+  const size_t used = elem_ * d.window_capacity * kvd;
   SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(k.data(), d.window_k.data(), used, s));
   SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(v.data(), d.window_v.data(), used, s));
   SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(s));  // before the old buffers are freed
@@ -226,42 +257,29 @@ absl::Status GpuSekv::Impl::UploadResident(int l, int t, int window_rows, const 
   for (int g = 0; g < shape_.num_kv_heads; ++g) {
     AttentionSegment* seg = table + g * kResidentSegments;
     const size_t col = static_cast<size_t>(g) * hd;
-    seg[0] = {d.anchor_k.as<float>() + col,
-              d.anchor_v.as<float>() + col,
+    seg[0] = {At(d.anchor_k, col),
+              At(d.anchor_v, col),
               nullptr,
               nullptr,
               st.num_anchors(),
               kvd,
-              KvType::kF32,
+              type_,
               0};
-    seg[1] = {d.summary_k.as<float>() + col,
-              d.summary_v.as<float>() + col,
+    seg[1] = {At(d.summary_k, col),
+              At(d.summary_v, col),
               ns > 0 ? lc + static_cast<size_t>(g) * ns : nullptr,
               ns > 0 && skip != nullptr ? skip + static_cast<size_t>(g) * ns : nullptr,
               ns,
               kvd,
-              KvType::kF32,
+              type_,
               0};
-    seg[2] = {d.window_k.as<float>() + col,
-              d.window_v.as<float>() + col,
-              nullptr,
-              nullptr,
-              window_rows,
-              kvd,
-              KvType::kF32,
-              0};
+    seg[2] = {
+        At(d.window_k, col), At(d.window_v, col), nullptr, nullptr, window_rows, kvd, type_, 0};
     seg[3] = AttentionSegment{};
     const int pr = pins ? cache_.pin_rows(l, g) : 0;
     if (pr > 0) {
       const size_t off = static_cast<size_t>(g) * pins_ * hd;
-      seg[3] = {d.pin_k.as<float>() + off,
-                d.pin_v.as<float>() + off,
-                nullptr,
-                nullptr,
-                pr,
-                hd,
-                KvType::kF32,
-                0};
+      seg[3] = {At(d.pin_k, off), At(d.pin_v, off), nullptr, nullptr, pr, hd, type_, 0};
     }
   }
   return cuda::CopyToDevice(DeviceTable(t), table, sizeof(AttentionSegment) * TableSize(), s);
@@ -284,8 +302,13 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   SCD_RETURN_IF_ERROR(GrowWindow(l, rows, s));
   SCD_RETURN_IF_ERROR(Reserve(ResidentRows(l, rows), s));
   const size_t at = static_cast<size_t>(rows - 1) * kvd;
-  SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(d.window_k.as<float>() + at, k, sizeof(float) * kvd, s));
-  SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(d.window_v.as<float>() + at, v, sizeof(float) * kvd, s));
+  if (type_ == KvType::kF32) {
+    SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(At(d.window_k, at), k, sizeof(float) * kvd, s));
+    SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(At(d.window_v, at), v, sizeof(float) * kvd, s));
+  } else {
+    SCD_RETURN_IF_ERROR(cuda::F32ToBf16(k, static_cast<Bf16*>(At(d.window_k, at)), kvd, s));
+    SCD_RETURN_IF_ERROR(cuda::F32ToBf16(v, static_cast<Bf16*>(At(d.window_v, at)), kvd, s));
+  }
   float* hq = host_qkv_.as<float>();
   float* hk = hq + qd;
   float* hv = hk + kvd;
@@ -316,11 +339,9 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
     SCD_RETURN_IF_ERROR(wait_and_append());
     SCD_RETURN_IF_ERROR(cache_.ExternalPin(l, hq, absl::MakeConstSpan(lse_host, heads)));
     if (pins_ > 0) {
-      const size_t pin_floats = static_cast<size_t>(groups) * pins_ * hd;
-      SCD_RETURN_IF_ERROR(
-          cuda::CopyToDevice(d.pin_k.data(), cache_.pin_k(l), sizeof(float) * pin_floats, s));
-      SCD_RETURN_IF_ERROR(
-          cuda::CopyToDevice(d.pin_v.data(), cache_.pin_v(l), sizeof(float) * pin_floats, s));
+      const size_t pin_elements = static_cast<size_t>(groups) * pins_ * hd;
+      SCD_RETURN_IF_ERROR(UploadRows(&d.pin_k, cache_.pin_k(l), pin_elements, "sekv pins", s));
+      SCD_RETURN_IF_ERROR(UploadRows(&d.pin_v, cache_.pin_v(l), pin_elements, "sekv pins", s));
       SCD_RETURN_IF_ERROR(UploadCounts(l, s));
     }
   }
@@ -331,7 +352,7 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   if (zoom) {
     SCD_RETURN_IF_ERROR(resident_lse(1, /*pins=*/true));
     SCD_RETURN_IF_ERROR(cuda::SekvRouteGate(
-        q, d.p_q.as<float>(), d.p_k.as<float>(), route_dim_, d.summary_k.data(), KvType::kF32, kvd,
+        q, d.p_q.as<float>(), d.p_k.as<float>(), route_dim_, d.summary_k.data(), type_, kvd,
         d.base_lc.as<float>(), d.remaining.as<int32_t>(), d.gates.as<cuda::RouterGateParams>(),
         lse_.as<float>(), ns, heads, groups, hd, alpha_.as<float>(), s));
     SCD_RETURN_IF_ERROR(cuda::CopyToHost(lse_host, lse_.data(), sizeof(float) * heads, s));
@@ -358,10 +379,10 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   }
   SCD_RETURN_IF_ERROR(cuda::SekvSummaryStep(d.base_lc.as<float>(), d.remaining.as<int32_t>(),
                                             edits_.as<int32_t>(), num_edits, gs,
-                                            d.step_lc.as<float>(), d.step_skip.as<uint8_t>(), s));
+                                            step_lc_.as<float>(), step_skip_.as<uint8_t>(), s));
 
   // 5. The resident part of the softmax, while the host waits for the rebuilt rows.
-  SCD_RETURN_IF_ERROR(UploadResident(l, 2, rows, d.step_lc.as<float>(), d.step_skip.as<uint8_t>(),
+  SCD_RETURN_IF_ERROR(UploadResident(l, 2, rows, step_lc_.as<float>(), step_skip_.as<uint8_t>(),
                                      /*pins=*/true, s));
   SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(2), kResidentSegments, heads, groups, hd,
                                           ResidentRows(l, rows), out, lse_.as<float>(), ws,
@@ -369,8 +390,17 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   if (!zoom) return absl::OkStatus();
 
   // 6. The expanded rows join the same softmax.
-  float* row_k = host_rows_.as<float>();
-  float* row_v = row_k + static_cast<size_t>(groups) * budget_ * hd;
+  const size_t block_elements = static_cast<size_t>(groups) * budget_ * hd;
+  char* row_k = host_rows_.as<char>();
+  char* row_v = row_k + elem_ * block_elements;
+  auto put = [&](char* dst, const float* src) {
+    if (type_ == KvType::kF32) {
+      std::memcpy(dst, src, sizeof(float) * hd);
+      return;
+    }
+    Bf16* out = reinterpret_cast<Bf16*>(dst);
+    for (int i = 0; i < hd; ++i) out[i] = cuda::FloatToBf16(src[i]);
+  };
   AttentionSegment* table = HostTable(3);
   for (int g = 0; g < groups; ++g) {
     const BufferView b = cache_.ExpandedRows(l, g);
@@ -381,22 +411,16 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
         return absl::InternalError(
             absl::StrCat("GpuSekv: more than ", budget_, " expanded rows for layer ", l));
       }
-      const size_t dst = (static_cast<size_t>(g) * budget_ + n) * hd;
-      std::memcpy(row_k + dst, b.k + static_cast<size_t>(i) * hd, sizeof(float) * hd);
-      std::memcpy(row_v + dst, b.v + static_cast<size_t>(i) * hd, sizeof(float) * hd);
+      const size_t dst = elem_ * (static_cast<size_t>(g) * budget_ + n) * hd;
+      put(row_k + dst, b.k + static_cast<size_t>(i) * hd);
+      put(row_v + dst, b.v + static_cast<size_t>(i) * hd);
       ++n;
     }
     const size_t off = static_cast<size_t>(g) * budget_ * hd;
-    table[g * kResidentSegments] = {d.expanded_k.as<float>() + off,
-                                    d.expanded_v.as<float>() + off,
-                                    nullptr,
-                                    nullptr,
-                                    n,
-                                    hd,
-                                    KvType::kF32,
-                                    0};
+    table[g * kResidentSegments] = {
+        At(d.expanded_k, off), At(d.expanded_v, off), nullptr, nullptr, n, hd, type_, 0};
   }
-  const size_t block = sizeof(float) * groups * budget_ * hd;
+  const size_t block = elem_ * block_elements;
   SCD_RETURN_IF_ERROR(cuda::CopyToDevice(d.expanded_k.data(), row_k, block, s));
   SCD_RETURN_IF_ERROR(cuda::CopyToDevice(d.expanded_v.data(), row_v, block, s));
   for (int g = 0; g < groups; ++g) {
@@ -411,12 +435,32 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
                               hd, out, s);
 }
 
+MemoryBreakdown GpuSekv::Impl::Memory() const {
+  const MemoryBreakdown host = cache_.Memory();
+  MemoryBreakdown m;
+  const size_t kvd = shape_.kv_dim(), hd = shape_.head_dim, groups = shape_.num_kv_heads;
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    const SpanStore& st = cache_.store(l);
+    const size_t row = 2 * kvd * elem_;  // one position's K and V
+    m.anchors += st.num_anchors() * row;
+    m.summaries += st.num_spans() * (row + groups * kLayerCountBytes);
+    m.window += st.window_rows() * row;
+    m.pinned += groups * pins_ * 2 * hd * elem_;
+    m.expanded_cache += groups * budget_ * 2 * hd * elem_;
+  }
+  m.summaries += static_cast<size_t>(num_spans_) * groups * kStepCountBytes;
+  m.cpu_bases = host.cpu_bases + host.expanded_cache;
+  m.full_kv = host.full_kv / sizeof(float) * sizeof(Bf16);
+  return m;
+}
+
 GpuSekv::GpuSekv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuSekv::~GpuSekv() = default;
 
 bool GpuSekv::Applies(const Backend& backend) { return cuda::IsCudaBackend(backend); }
 
-absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvCache& cache) {
+absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvCache& cache,
+                                                         GpuTier tier) {
   if (!Applies(backend)) {
     return absl::InvalidArgumentError(
         absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
@@ -442,7 +486,7 @@ absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvC
         "; this cache has ", group, ", ", have.head_dim, ", ", have.num_kv_heads, " and ",
         route_dim));
   }
-  auto impl = std::make_unique<Impl>(backend, cache);
+  auto impl = std::make_unique<Impl>(backend, cache, tier);
   SCD_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<GpuSekv>(new GpuSekv(std::move(impl)));
 }
@@ -455,6 +499,8 @@ absl::Status GpuSekv::Attend(int layer, const float* q, const float* k, const fl
                              void* stream) {
   return impl_->Attend(layer, q, k, v, out, stream);
 }
+
+MemoryBreakdown GpuSekv::Memory() const { return impl_->Memory(); }
 
 #endif  // SCD_HAVE_CUDA
 

@@ -21,8 +21,14 @@
 //      the rebuilt rows: the CPU-tier fetch overlaps with the GPU's resident attention;
 //   6. the rebuilt rows go up through pinned memory, their softmax runs, and MergeAttention
 //      folds it into the resident one: one softmax over every entry, as SekvCache::Attend.
-// Everything is F32 on the device, as in the host cache, so the two agree to float rounding
-// (tests/cuda checks the layer attention against SekvCache::Attend, and whole-model logits).
+// The device tier's rows (anchors, summaries, window, pins, expanded rows) are BF16 by default,
+// the CUDA backend's own KV-cache type: the tier then holds the budget's fraction of the
+// backend's full cache on the device too, and the expanded rows go up at half the bytes. The
+// host converts what it uploads (round to nearest even, as the device does); the token's K/V
+// join the window through F32ToBf16. Scores, softmax and gate are F32 either way. With
+// GpuTier::kF32 the rows are F32, as in the host cache, so the two agree to float rounding
+// (tests/cuda checks the layer attention against SekvCache::Attend in both tiers, and
+// whole-model logits).
 //
 // CUDA-free header. In a build without CUDA, Applies() is false and Create is UNIMPLEMENTED.
 #ifndef SCD_COMMON_SEKV_GPU_SEKV_H_
@@ -38,6 +44,9 @@
 
 namespace scd::sekv {
 
+// The element type of the device tier's K/V rows.
+enum class GpuTier { kBf16, kF32 };
+
 class GpuSekv {
  public:
   // True when this build has CUDA and `backend` is a CUDA backend.
@@ -45,8 +54,18 @@ class GpuSekv {
 
   // Mirrors `cache`'s GPU tier on `backend`'s device. `cache` (not in teacher mode, no step
   // taken yet) and `backend` must outlive this object; from now on only this object steps it.
-  static absl::StatusOr<std::unique_ptr<GpuSekv>> Create(Backend& backend, SekvCache& cache);
+  static absl::StatusOr<std::unique_ptr<GpuSekv>> Create(Backend& backend, SekvCache& cache,
+                                                         GpuTier tier = GpuTier::kBf16);
   ~GpuSekv();
+
+  // The tiers as this object holds them, counted as SekvCache::Memory counts the host's (rows
+  // in use, not allocation slack), in the device tier's element size:
+  //   anchors, summaries (with the per-head counts kept on the device), window, pinned: the
+  //   device's rows; expanded_cache: the device's expansion rows (expand_budget per layer and
+  //   KV head); cpu_bases: the CPU tier's bases and the host's LRU of rebuilt rows;
+  //   full_kv: the CUDA backend's BF16 KV cache of the same positions.
+  // So gpu_ratio() is the fraction of device memory the full cache would take.
+  MemoryBreakdown Memory() const;
 
   // Decodes `token` at `position` through the hierarchy; next-token logits [vocab].
   absl::Status Step(int32_t token, int position, std::vector<float>* logits);

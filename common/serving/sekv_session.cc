@@ -93,12 +93,12 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
                                       shape, prefix, plan.segmentation, plan.sekv, options.router));
   s->length_ = t;
   if (options.gpu && sekv::GpuSekv::Applies(backend)) {
-    SCD_ASSIGN_OR_RETURN(s->gpu_, sekv::GpuSekv::Create(backend, *s->cache_));
+    SCD_ASSIGN_OR_RETURN(s->gpu_, sekv::GpuSekv::Create(backend, *s->cache_, options.gpu_tier));
   }
 
   // 4. The last prompt token through the cache.
   SCD_RETURN_IF_ERROR(s->Step(suffix.back(), logits));
-  s->memory_ = s->cache_->Memory();
+  s->memory_ = s->gpu_ != nullptr ? s->gpu_->Memory() : s->cache_->Memory();
   return s;
 }
 

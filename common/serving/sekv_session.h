@@ -17,7 +17,9 @@
 // options.gpu) the decode runs on the GPU: the model on the device and the cache's GPU tier
 // mirrored there (sekv::GpuSekv, common/sekv/gpu_sekv.h), with planning and the CPU tier on the
 // host. Otherwise it runs on the CPU (SekvDecoder). memory() reports the tiers from the
-// cache's own structures (measured after the first step).
+// structures that hold them (measured after the first step): on the GPU path the device's
+// rows in its element type against the backend's BF16 full cache (GpuSekv::Memory), else the
+// host cache's (SekvCache::Memory).
 //
 // Not supported: recompute payloads (their rebuild fills a block of layers inside the backend,
 // which the capture cannot see) and payloads that do not start at position 0.
@@ -47,6 +49,7 @@ struct SekvServingOptions {
   sekv::SekvOptions cache;                         // segmenter, CPU tier, zoom-in
   sekv::BudgetShares shares;
   bool gpu = true;  // on a CUDA backend, decode on the GPU (sekv::GpuSekv); else on the CPU
+  sekv::GpuTier gpu_tier = sekv::GpuTier::kBf16;  // the device tier's K/V element type
   // Optional, called on the engine thread: with started = true after a SEKV request's first
   // step, with its cache's bytes; with started = false and the same bytes when it ends.
   std::function<void(const sekv::MemoryBreakdown& bytes, bool started)> on_cache;
