@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/parallel_for.h"
 
 namespace scd::sekv {
 
@@ -63,12 +64,14 @@ absl::StatusOr<std::unique_ptr<SekvCache>> SekvCache::CreateWithSegmentation(
   c->options_ = options;
   SpanStoreOptions so = options.store;
   so.build_cpu_tier = so.build_cpu_tier && options.zoom;
-  c->stores_.reserve(shape.num_layers);
-  for (int l = 0; l < shape.num_layers; ++l) {
-    c->stores_.push_back(SpanStore::Build(prefix.k[l].data(), prefix.v[l].data(), prefix.surprisal,
-                                          seg, shape.num_kv_heads, shape.head_dim, so,
-                                          options.generated_reserve));
-  }
+  // The layers' stores are independent (summaries and per-span low-rank bases: seconds per
+  // layer at 32K tokens), so they are built in parallel; each is the same on any thread count.
+  c->stores_.resize(shape.num_layers);
+  ParallelFor(shape.num_layers, [&](size_t l) {
+    c->stores_[l] = SpanStore::Build(prefix.k[l].data(), prefix.v[l].data(), prefix.surprisal, seg,
+                                     shape.num_kv_heads, shape.head_dim, so,
+                                     options.generated_reserve);
+  });
   const int ns = static_cast<int>(seg.spans.size());
   c->span_offset_.assign(ns + 1, 0);
   for (int s = 0; s < ns; ++s) c->span_offset_[s + 1] = c->span_offset_[s] + seg.spans[s].length();

@@ -2,8 +2,8 @@
 # bench_smoke.sh BENCH OUTDIR: runs scd-gpu-bench (built over the CPU stand-ins, or over the
 # GPU emulator's kernels) at --quick's toy sizes and checks that it finished every part: exit
 # 0, results.json with the GEMM and copy ceilings and, for the tiny model, prefill, decode, the
-# SCD rebuild and the SEKV step with no error, results.md with every table, and the summary
-# lines gpu_check.sh greps.
+# SCD rebuild, the SEKV step and the whole-model SEKV step with no error, results.md with every
+# table, and the summary lines gpu_check.sh greps.
 set -euo pipefail
 bench=$1
 out=$2
@@ -27,12 +27,16 @@ assert m["scd_rebuild"]["speedup"] > 0, m["scd_rebuild"]
 (s,) = m["sekv"]
 assert "error" not in s and s["context"] == 1024 and s["ratio"] > 0, s
 assert s["whole_step"]["derived"] and s["whole_step"]["ratio"] > 0, s
+(w,) = m["sekv_model"]
+assert "error" not in w and w["context"] == 1024 and w["ratio"] > 0, w
+assert w["expanded_rows_per_head"] > 0 and 0 < w["tier_fraction"] < 1, w
 PY
-for table in "not figures" "SCD rebuild" "SEKV decode step"; do
+for table in "not figures" "SCD rebuild" "SEKV decode step" "SEKV whole decode step"; do
   grep -q "$table" "$out/results.md" || { echo "bench_smoke: no '$table' table" >&2; exit 1; }
 done
 # (--quick has no 4K prefill, so no prefill_4k_vs_gemm_peak line.)
-for key in decode_b1_vs_copy= scd_rebuild_speedup= sekv_vs_full= sekv_whole_step_vs_full=; do
+for key in decode_b1_vs_copy= scd_rebuild_speedup= sekv_vs_full= sekv_whole_step_vs_full= \
+  sekv_model_vs_full=; do
   grep -q "$key" "$out/bench.log" || { echo "bench_smoke: no '$key' line" >&2; exit 1; }
 done
 echo "bench_smoke: scd-gpu-bench --quick finished every part"

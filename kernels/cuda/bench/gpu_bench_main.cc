@@ -16,12 +16,16 @@
 //   - SEKV decode step (sekv_step_bench.h): the attention part of one batch-1 decode step
 //     over all layers, SEKV's mixed-resolution GPU tier against DecodeAttention over the full
 //     KV cache, at each --sekv-contexts length; and a whole step derived from it (that
-//     attention plus the batch-1 decode step measured at --context).
+//     attention plus the batch-1 decode step measured at --context);
+//   - SEKV whole step (sekv_model_bench.h): a whole batch-1 decode step through the decode
+//     daemon's GPU SEKV path (sekv::GpuSekv, host planning and CPU tier included) against the
+//     backend's own full-KV decode step, at each --sekv-model-contexts length (first model).
 // Writes results.json and results.md into --out after every part (so a later failure keeps the
 // earlier figures), and prints the command line, each step, and the ratios. Usage:
 //   scd-gpu-bench --out DIR [--models mistral-7b,llama3-8b] [--prefill 1024,4096,16384]
 //                 [--batches 1,32] [--context 512] [--steps 16] [--scd-tokens 4096]
-//                 [--sekv-contexts 32768,131072] [--skip-scd] [--skip-sekv] [--quick]
+//                 [--sekv-contexts 32768,131072] [--sekv-model-contexts 32768] [--skip-scd]
+//                 [--skip-sekv] [--skip-sekv-model] [--quick]
 // --quick (before the other flags, which then override it) runs every part at toy sizes (the
 // "tiny" model, 256-wide GEMMs, a 16 MiB copy): a check of the tool itself, whose figures
 // mean nothing. CI runs it over CPU stand-ins of the CUDA calls (scd-gpu-bench-host,
@@ -46,6 +50,7 @@
 #include "common/runtime/sampler.h"
 #include "kernels/cuda/bench/bench_support.h"
 #include "kernels/cuda/bench/scd_rebuild_bench.h"
+#include "kernels/cuda/bench/sekv_model_bench.h"
 #include "kernels/cuda/bench/sekv_step_bench.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/gemm.h"
@@ -67,8 +72,13 @@ struct Flags {
   int steps = 16;
   int scd_tokens = 4096;
   std::vector<int> sekv_contexts = {32768, 131072};
+  // One whole-model context, for the first model only (Mistral-7B and Llama-3-8B share the
+  // attention shape): its host cache takes L·N·kv_dim·8 bytes of random K/V to build (8.6 GB
+  // at 32K) and seconds of 16 cores.
+  std::vector<int> sekv_model_contexts = {32768};
   bool skip_scd = false;
   bool skip_sekv = false;
+  bool skip_sekv_model = false;
   bool quick = false;  // toy sizes everywhere (see the usage above)
 };
 
@@ -82,6 +92,7 @@ void SetQuick(Flags* f) {
   f->steps = 2;
   f->scd_tokens = 128;
   f->sekv_contexts = {1024};
+  f->sekv_model_contexts = {1024};
 }
 
 [[noreturn]] void Die(const std::string& message) {
@@ -130,8 +141,12 @@ Flags ParseFlags(int argc, char** argv) {
       f.sekv_contexts = ParseInts(value());
     } else if (arg == "--skip-scd") {
       f.skip_scd = true;
+    } else if (arg == "--sekv-model-contexts") {
+      f.sekv_model_contexts = ParseInts(value());
     } else if (arg == "--skip-sekv") {
       f.skip_sekv = true;
+    } else if (arg == "--skip-sekv-model") {
+      f.skip_sekv_model = true;
     } else if (arg == "--quick") {
       SetQuick(&f);
     } else {
@@ -142,6 +157,11 @@ Flags ParseFlags(int argc, char** argv) {
   for (int n : f.sekv_contexts) {
     if (n < 1024) {
       Die("--sekv-contexts values must be at least 1024 (got " + std::to_string(n) + ")");
+    }
+  }
+  for (int n : f.sekv_model_contexts) {
+    if (n < 1024) {
+      Die("--sekv-model-contexts values must be at least 1024 (got " + std::to_string(n) + ")");
     }
   }
   return f;
@@ -412,10 +432,11 @@ std::string Markdown(const nlohmann::json& r) {
           d["tokens_per_s"].get<double>(), d["hbm_gbps"].get<double>(), d["vs_copy"].get<double>());
     }
   }
-  bool scd = false, sekv = false;
+  bool scd = false, sekv = false, sekv_model = false;
   for (const auto& m : r["models"]) {
     scd = scd || m.contains("scd_rebuild");
     sekv = sekv || m.contains("sekv");
+    sekv_model = sekv_model || m.contains("sekv_model");
   }
   if (scd) {
     md << "\nSCD rebuild (host codes to the filled BF16 cache: staging + upload + decode), with "
@@ -472,6 +493,34 @@ std::string Markdown(const nlohmann::json& r) {
             x["ratio"].get<double>(), whole, x["entries_per_head"].get<int>(),
             x["context"].get<int>(), x["sekv_tier_bytes"].get<double>() / 1e9,
             x["full_kv_bytes"].get<double>() / 1e9, x["tier_fraction"].get<double>());
+      }
+    }
+  }
+  if (sekv_model) {
+    md << "\nSEKV whole decode step through the decode daemon's GPU path (`GpuSekv`: BF16 tier, "
+       << "host selection, CPU-tier rebuild of the expanded rows, one softmax) against the "
+       << "backend's own full-KV decode step, batch 1, full attention, logits to the host; "
+       << "budget 0.4, zoom-in of 64 rows per layer and KV head at every step.\n\n"
+       << "| model | context | full KV (ms) | SEKV (ms) | full/SEKV | rows expanded per layer "
+       << "and KV head | fetch hits | resident rows per KV head | GPU tier GB (SEKV / full) "
+       << "| set-up s (host cache / GPU tier) |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& m : r["models"]) {
+      for (const auto& x : m.value("sekv_model", nlohmann::json::array())) {
+        if (x.contains("error")) {
+          md << absl::StrFormat("| %s | %d | error: %s ||||||||\n", m["model"].get<std::string>(),
+                                x["context"].get<int>(), x["error"].get<std::string>());
+          continue;
+        }
+        md << absl::StrFormat(
+            "| %s | %d | %.3f | %.3f | %.2fx | %.1f | %.0f%% | %d | %.2f / %.2f (%.2f) | %.1f / "
+            "%.1f |\n",
+            m["model"].get<std::string>(), x["context"].get<int>(), x["full_ms"].get<double>(),
+            x["sekv_ms"].get<double>(), x["ratio"].get<double>(),
+            x["expanded_rows_per_head"].get<double>(), 100 * x["fetch_hit_rate"].get<double>(),
+            x["resident_rows_per_head"].get<int>(), x["sekv_tier_bytes"].get<double>() / 1e9,
+            x["full_kv_bytes"].get<double>() / 1e9, x["tier_fraction"].get<double>(),
+            x["setup_s"]["host_cache"].get<double>(), x["setup_s"]["gpu_tier"].get<double>());
       }
     }
   }
@@ -541,6 +590,18 @@ void PrintSummary(const nlohmann::json& r) {
         }
       }
     }
+    for (const auto& x : m.value("sekv_model", nlohmann::json::array())) {
+      if (x.contains("error")) {
+        std::printf("%s context %d sekv_model_vs_full=error (%s)\n", name, x["context"].get<int>(),
+                    x["error"].get<std::string>().c_str());
+      } else {
+        std::printf(
+            "%s context %d sekv_model_vs_full=%.2f (measured whole steps through GpuSekv: full "
+            "KV %.3f ms vs SEKV %.3f ms; GPU tier %.2f of full KV)\n",
+            name, x["context"].get<int>(), x["ratio"].get<double>(), x["full_ms"].get<double>(),
+            x["sekv_ms"].get<double>(), x["tier_fraction"].get<double>());
+      }
+    }
   }
 }
 
@@ -601,6 +662,21 @@ int Main(int argc, char** argv) {
         x["context"] = context;
         if (sekv.ok()) AddWholeStep(entry, &x);
         entry["sekv"].push_back(x);
+        save();
+      }
+    }
+    if (!f.skip_sekv_model && name == f.models.front()) {
+      entry["sekv_model"] = nlohmann::json::array();
+      for (int context : f.sekv_model_contexts) {
+        absl::StatusOr<nlohmann::json> x = cuda_bench::MeasureSekvModelStep(c, context);
+        if (!x.ok()) {
+          std::printf("  sekv model context %d FAILED: %s\n", context,
+                      x.status().ToString().c_str());
+          ++failures;
+        }
+        nlohmann::json y = x.ok() ? *x : ErrorJson(x.status());
+        y["context"] = context;
+        entry["sekv_model"].push_back(y);
         save();
       }
     }

@@ -1,0 +1,176 @@
+// SEKV whole-model decode step: see sekv_model_bench.h.
+// Both sides run the same synthetic backend (random BF16 weights drawn on the device), with
+// the sliding window off, so that both attend over the whole context:
+//   - full KV: a backend sequence whose cache holds `context` positions of N(0, 1)-scale BF16
+//     K/V (written straight into the cache, no prefill), then Decode steps;
+//   - SEKV: a SekvCache built on the host from `context` positions of N(0, 1) post-RoPE K/V and
+//     surprisal -2 log U (U uniform), at the decode daemon's defaults (budget 0.4 through
+//     PlanBudget, default router, token-resolution zoom-in with the plan's pins), then
+//     GpuSekv (BF16 tier) steps. The zoom-in expands kExpandRows rows per layer and KV head at
+//     every step (τ = 0: every span is a candidate, the gate's α ranks them; then the
+//     heaviest tokens), as sekv_step_bench.h assumes a calibrated gate lets through: a fixed,
+//     stated amount of CPU-tier work instead of whatever random keys would make the gate do.
+// Random K/V have no low-rank structure, so the CPU tier is about as large as the context
+// itself; its size does not enter the step's time, only the rows expanded do. Steps are
+// timed on the host around Decode / GpuSekv::Step, which both return after the logits are on
+// the host: 2 warm-ups (the first SEKV step also picks the pins), then the median of 10.
+#include "kernels/cuda/bench/sekv_model_bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "common/base/parallel_for.h"
+#include "common/base/random.h"
+#include "common/runtime/backend.h"
+#include "common/sekv/budget_plan.h"
+#include "common/sekv/gpu_sekv.h"
+#include "common/sekv/sekv_cache.h"
+#include "kernels/cuda/bench/bench_support.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/synthetic_backend.h"
+
+namespace scd::cuda_bench {
+namespace {
+
+constexpr int kWarmups = 2;
+constexpr int kSteps = 10;
+constexpr double kBudget = 0.4;  // SekvServingOptions' default
+constexpr int kExpandRows = 64;  // per layer, KV head and step (sekv_step_bench.h's figure)
+constexpr uint64_t kSeed = 0x5e4b;
+
+// Any token id of the vocabulary (the weights are random).
+int32_t StepToken(int i, int vocab) { return 3 + (i * 7919) % (vocab - 3); }
+
+// Runs step(i) for kWarmups + kSteps steps; calls after_warmups() between; returns the median
+// milliseconds of the timed steps.
+absl::StatusOr<double> TimeSteps(const std::function<absl::Status(int)>& step,
+                                 const std::function<void()>& after_warmups) {
+  std::vector<double> ms;
+  for (int i = 0; i < kWarmups + kSteps; ++i) {
+    if (i == kWarmups) after_warmups();
+    const auto a = Clock::now();
+    SCD_RETURN_IF_ERROR(step(i));
+    if (i >= kWarmups) ms.push_back(Seconds(a, Clock::now()) * 1e3);
+  }
+  return Median(ms);
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, int context) {
+  ModelConfig c = config;
+  c.sliding_window = 0;
+  const int total = context + kWarmups + kSteps + 1;
+  c.max_position_embeddings = std::max(c.max_position_embeddings, total);
+  const int layers = c.num_layers;
+  const size_t kvd = c.kv_dim();
+  std::printf("  sekv model context %d: building both contexts\n", context);
+  const auto t0 = Clock::now();
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                       cuda::CreateSyntheticCudaBackend(c, kSeed));
+
+  // Full KV: `context` positions written into the sequence's cache.
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, backend->NewSequence(total));
+  SCD_ASSIGN_OR_RETURN(cuda::SequenceCache cache, cuda::CudaSequenceCache(*backend, *seq));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<cuda::Stream> stream, cuda::Stream::Create());
+  for (int l = 0; l < layers; ++l) {
+    const int64_t at = l * cache.layer_stride, n = int64_t{context} * static_cast<int64_t>(kvd);
+    SCD_RETURN_IF_ERROR(
+        cuda::FillRandomBf16(cache.k + at, n, kSeed + 2 * l, 1.0f, stream->handle()));
+    SCD_RETURN_IF_ERROR(
+        cuda::FillRandomBf16(cache.v + at, n, kSeed + 2 * l + 1, 1.0f, stream->handle()));
+  }
+  SCD_RETURN_IF_ERROR(stream->Synchronize());
+  SCD_RETURN_IF_ERROR(cuda::CudaCommitPositions(*backend, *seq, context));
+
+  // SEKV: the host cache at the daemon's budget, then its GPU tier.
+  sekv::PrefixKv prefix;
+  prefix.num_tokens = context;
+  prefix.k.resize(layers);
+  prefix.v.resize(layers);
+  ParallelFor(2 * static_cast<size_t>(layers), [&](size_t i) {
+    std::vector<float>& x = i % 2 == 0 ? prefix.k[i / 2] : prefix.v[i / 2];
+    x.resize(static_cast<size_t>(context) * kvd);
+    FillNormal(x.data(), x.size(), kSeed + 100 + i, 0.0f, 1.0f);
+  });
+  prefix.surprisal.resize(context);
+  FillUniform(prefix.surprisal.data(), context, kSeed + 99, 0.0f, 1.0f);
+  for (float& s : prefix.surprisal) s = -2.0f * std::log1p(-s);
+  const sekv::BudgetPlan plan = sekv::PlanBudget(prefix.surprisal, kBudget, sekv::SekvOptions{},
+                                                 sekv::BudgetShares{}, c.head_dim);
+  sekv::SekvOptions o = plan.sekv;
+  o.expand_budget = kExpandRows;
+  o.cache_tokens = 0;
+  o.tau_override = 0.0f;
+  const auto t1 = Clock::now();
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<sekv::SekvCache> sc,
+                       sekv::SekvCache::CreateWithSegmentation(
+                           sekv::CacheShape::FromConfig(c), prefix, plan.segmentation, o, nullptr));
+  const auto t2 = Clock::now();
+  prefix = sekv::PrefixKv{};  // the cache keeps what it needs
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<sekv::GpuSekv> gpu,
+                       sekv::GpuSekv::Create(*backend, *sc, sekv::GpuTier::kBf16));
+  const auto t3 = Clock::now();
+  std::printf(
+      "  sekv model context %d: full KV and weights %.1f s, host SEKV cache %.1f s, GPU tier "
+      "%.1f s\n",
+      context, Seconds(t0, t1), Seconds(t1, t2), Seconds(t2, t3));
+
+  std::vector<float> logits;
+  Sequence* seqs[] = {seq.get()};
+  auto full_step = [&](int i) {
+    const int32_t token = StepToken(i, c.vocab_size);
+    return backend->Decode(seqs, {&token, 1}, &logits);
+  };
+  auto sekv_step = [&](int i) {
+    return gpu->Step(StepToken(i, c.vocab_size), context + i, &logits);
+  };
+  sekv::ZoomStats z0;
+  sekv::FetchStats f0;
+  auto sekv_warm = [&] {  // the statistics of the timed steps only
+    z0 = sc->zoom_stats();
+    f0 = sc->fetch_stats();
+  };
+  SCD_ASSIGN_OR_RETURN(const double full_ms, TimeSteps(full_step, [] {}));
+  SCD_ASSIGN_OR_RETURN(const double sekv_ms, TimeSteps(sekv_step, sekv_warm));
+  const sekv::ZoomStats z1 = sc->zoom_stats();
+  const sekv::FetchStats f1 = sc->fetch_stats();
+  const sekv::MemoryBreakdown m = gpu->Memory();
+  const sekv::SpanStore& st = sc->store(0);
+  const double rounds = static_cast<double>(kSteps) * layers * c.num_kv_heads;
+  const long requests = f1.requests - f0.requests;
+  nlohmann::json x = {
+      {"context", context},
+      {"full_ms", full_ms},
+      {"sekv_ms", sekv_ms},
+      {"ratio", full_ms / sekv_ms},
+      {"setup_s",
+       {{"weights_and_full_kv", Seconds(t0, t1)},
+        {"host_cache", Seconds(t1, t2)},
+        {"gpu_tier", Seconds(t2, t3)}}},
+      {"expanded_rows_per_head", (z1.expanded_tokens - z0.expanded_tokens) / rounds},
+      {"fetch_hit_rate",
+       requests > 0 ? static_cast<double>(f1.hits - f0.hits) / static_cast<double>(requests) : 0},
+      {"fetch_wait_ms_per_step", (f1.wait_ms - f0.wait_ms) / kSteps},
+      {"anchors", st.num_anchors()},
+      {"spans", st.num_spans()},
+      {"pins_per_head", sc->options().pin_tokens},
+      {"resident_rows_per_head",
+       st.num_anchors() + st.num_spans() + st.window_rows() + sc->options().pin_tokens},
+      {"sekv_tier_bytes", static_cast<double>(m.gpu())},
+      {"full_kv_bytes", static_cast<double>(m.full_kv)},
+      {"tier_fraction", m.gpu_ratio()},
+      {"cpu_tier_bytes", static_cast<double>(m.cpu_bases)}};
+  std::printf(
+      "  sekv model context %d: full KV %.3f ms, SEKV %.3f ms per step (full/SEKV %.2f); "
+      "%.1f rows expanded per layer and KV head, fetch hits %.0f%%; GPU tier %.2f of full KV\n",
+      context, full_ms, sekv_ms, full_ms / sekv_ms, x["expanded_rows_per_head"].get<double>(),
+      100 * x["fetch_hit_rate"].get<double>(), m.gpu_ratio());
+  return x;
+}
+
+}  // namespace scd::cuda_bench

@@ -1,0 +1,29 @@
+// SEKV whole-model decode step (issue 7, "SEKV decode-step time against full-KV decode at 32K
+// and 128K tokens"), measured through the daemon's own path: sekv::GpuSekv::Step (the model
+// on the device, the GPU tier mirrored there in BF16, one host round trip per layer for the
+// gate, host span and token selection, the CPU tier's rebuild of the expanded rows on the
+// SpanFetcher's worker, their upload, one softmax) against the CUDA backend's own batch-1
+// Decode over the full BF16 KV cache of the same context, both whole steps with the logits
+// back on the host. Unlike sekv_step_bench.h (the attention alone, over synthetic tier
+// proportions), everything a served token costs is in it. Part of scd-gpu-bench.
+// CUDA-free header.
+#ifndef SCD_KERNELS_CUDA_BENCH_SEKV_MODEL_BENCH_H_
+#define SCD_KERNELS_CUDA_BENCH_SEKV_MODEL_BENCH_H_
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "common/model/config.h"
+
+namespace scd::cuda_bench {
+
+// Builds both contexts of `context` tokens (random weights from `config`, full attention:
+// sliding window 0; random post-RoPE K/V and surprisal for SEKV at the daemon's default
+// budget 0.4) and times decode steps of each (2 warm-ups, median of 10). Returns full_ms,
+// sekv_ms, ratio = full_ms / sekv_ms, the set-up times, the zoom-in and fetch statistics and
+// the device tier's bytes (GpuSekv::Memory). Prints progress lines.
+absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, int context);
+
+}  // namespace scd::cuda_bench
+
+#endif  // SCD_KERNELS_CUDA_BENCH_SEKV_MODEL_BENCH_H_
