@@ -140,9 +140,12 @@ TEST_CASE("GpuSekv layer attention matches SekvCache::Attend", "[cuda]") {
     o.expand_budget = 2;
     CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 4);
   }
+  // Both tiers where no selection can flip on BF16 rounding; with every token expanded no
+  // summary is read, so the BF16 tier agrees as closely as the F32 tier.
   SECTION("summaries only, 300 steps: the device window grows") {
     o.zoom = false;
     CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 300);
+    CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 300, GpuTier::kBf16, kBf16Tier);
   }
   SECTION("every token expanded, with pins: equals full attention") {
     o.store.energy = 1.0;
@@ -150,17 +153,7 @@ TEST_CASE("GpuSekv layer attention matches SekvCache::Attend", "[cuda]") {
     o.tau_override = 0.0f;
     o.pin_tokens = 3;
     CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 20);
-  }
-  SECTION("BF16 tier: every token expanded, with pins") {
-    o.store.energy = 1.0;
-    o.expand_budget = t;
-    o.tau_override = 0.0f;
-    o.pin_tokens = 3;
     CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 20, GpuTier::kBf16, kF32Tier);
-  }
-  SECTION("BF16 tier: summaries only, 300 steps") {
-    o.zoom = false;
-    CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 300, GpuTier::kBf16, kBf16Tier);
   }
 }
 

@@ -170,35 +170,26 @@ TEST_CASE("GpuSekv's host orchestration reproduces SekvCache::Attend", "[cpu]") 
       o.expand_budget = 2;
       Compare(backend, shape, prefix, seg, o, nullptr, 4);
     }
+    // These two run in both tiers: no selection can flip on BF16 rounding here (gates and
+    // pins are checked in F32 above; the BF16 gate is scd_sekv_test's).
     SECTION("summaries only, 300 steps: the window grows " + std::to_string(t)) {
       SekvOptions o = base;
       o.zoom = false;
       Compare(backend, shape, prefix, seg, o, nullptr, 300);
+      Compare(backend, shape, prefix, seg, o, nullptr, 300, GpuTier::kBf16, kBf16Tier);
     }
+    // With every token expanded no summary is read, so the BF16 tier must agree with the host
+    // as closely as the F32 tier does: it loses nothing but the rounding of rows that are
+    // BF16 already.
     SECTION("every token expanded, with pins " + std::to_string(t)) {
       SekvOptions o = base;
       o.store.energy = 1.0;
       o.expand_budget = t;
       o.tau_override = 0.0f;
       o.pin_tokens = 3;
-      Compare(backend, shape, prefix, seg, o, nullptr, t > 1000 ? 3 : 20);
-    }
-    // The BF16 tier where no selection can flip on rounding (gates and pins are checked in
-    // F32 above; the BF16 gate is scd_sekv_test's). With every token expanded no summary is
-    // read, so the BF16 tier must agree with the host as closely as the F32 tier does: it
-    // loses nothing but the rounding of rows that are BF16 already.
-    SECTION("BF16 tier: every token expanded, with pins " + std::to_string(t)) {
-      SekvOptions o = base;
-      o.store.energy = 1.0;
-      o.expand_budget = t;
-      o.tau_override = 0.0f;
-      o.pin_tokens = 3;
-      Compare(backend, shape, prefix, seg, o, nullptr, t > 1000 ? 3 : 20, GpuTier::kBf16, kF32Tier);
-    }
-    SECTION("BF16 tier: summaries only, 300 steps " + std::to_string(t)) {
-      SekvOptions o = base;
-      o.zoom = false;
-      Compare(backend, shape, prefix, seg, o, nullptr, 300, GpuTier::kBf16, kBf16Tier);
+      const int steps = t > 1000 ? 3 : 20;
+      Compare(backend, shape, prefix, seg, o, nullptr, steps);
+      Compare(backend, shape, prefix, seg, o, nullptr, steps, GpuTier::kBf16, kF32Tier);
     }
     SECTION("pins and a 64-token buffer at tau 0.1 " + std::to_string(t)) {
       SekvOptions o = base;
