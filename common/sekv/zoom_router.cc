@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -69,14 +70,27 @@ absl::Status ZoomRouter::Validate() const {
 
 std::vector<int> SelectSpans(absl::Span<const float> alpha, absl::Span<const int> lengths,
                              float tau, int budget_tokens) {
-  std::vector<int> order;
+  // The candidates come off a heap in the order of a stable sort by descending alpha, so only
+  // those looked at are ordered; the walk ends once the budget left is below the shortest
+  // candidate, since then nothing else fits.
+  std::vector<int> heap;
+  int shortest = std::numeric_limits<int>::max();
   for (int s = 0; s < static_cast<int>(alpha.size()); ++s) {
-    if (alpha[s] > tau) order.push_back(s);
+    if (alpha[s] > tau) {
+      heap.push_back(s);
+      shortest = std::min(shortest, lengths[s]);
+    }
   }
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return alpha[a] > alpha[b]; });
+  auto after = [&](int a, int b) {  // a comes after b
+    return alpha[a] < alpha[b] || (alpha[a] == alpha[b] && a > b);
+  };
+  std::make_heap(heap.begin(), heap.end(), after);
   std::vector<int> chosen;
   int used = 0;
-  for (int s : order) {
+  while (!heap.empty() && budget_tokens - used >= shortest) {
+    std::pop_heap(heap.begin(), heap.end(), after);
+    const int s = heap.back();
+    heap.pop_back();
     if (used + lengths[s] > budget_tokens) continue;
     used += lengths[s];
     chosen.push_back(s);

@@ -251,6 +251,34 @@ TEST_CASE("span selection ranks by gate and respects the token budget", "[cpu]")
   REQUIRE(SelectSpans(alpha, len, 0.5f, 20) == std::vector<int>{0, 2, 4});  // 3 does not fit
   REQUIRE(SelectSpans(alpha, len, 0.8f, 100) == std::vector<int>{3, 0});
   REQUIRE(SelectSpans(alpha, len, 0.5f, 0).empty());
+  // Against the definition (stable sort by descending alpha, then greedy by fit) on random
+  // gates with many ties and spans of 1 to 40 tokens, at budgets from none to all.
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const int n = 1 + static_cast<int>(seed * 37 % 300);
+    std::vector<float> a(n);
+    std::vector<int> l(n);
+    SplitMix64 rng(seed);
+    for (int s = 0; s < n; ++s) {
+      a[s] = static_cast<float>(rng.NextBelow(20)) / 19.0f;  // ties
+      l[s] = 1 + static_cast<int>(rng.NextBelow(40));
+    }
+    const float tau = static_cast<float>(seed % 5) / 5.0f;
+    const int budget = static_cast<int>(seed * 13 % 400);
+    std::vector<int> order;
+    for (int s = 0; s < n; ++s) {
+      if (a[s] > tau) order.push_back(s);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return a[x] > a[y]; });
+    std::vector<int> want;
+    int used = 0;
+    for (int s : order) {
+      if (used + l[s] > budget) continue;
+      used += l[s];
+      want.push_back(s);
+    }
+    INFO("seed " << seed);
+    REQUIRE(SelectSpans(a, l, tau, budget) == want);
+  }
   REQUIRE(Sigmoid(0.0f) == Approx(0.5f));
   // The default router's logit is the log-share minus log θ.
   const ZoomRouter r = ZoomRouter::Default(2, 2, 4, 0.1f);
