@@ -3,7 +3,9 @@
 //   1. memory: GPU-tier bytes against a full KV cache at each --mem-lengths, summed over all 32
 //      layers from the real data structures (SpanStore vectors and the SpanFetcher buffer).
 //      Layers are built one at a time and freed (a 128K fp32 full cache is 34 GB); the CPU
-//      tier (per-span SVDs) is built for layer 0 only and reported per layer.
+//      tier (per-span SVDs) is built for layer 0 only and reported per layer, with its build
+//      time, and, side by side on that layer's span Gram matrices (keys, every KV head), the
+//      time of the eigensolver TruncatedSvd uses (SymmetricEigen) against cyclic Jacobi.
 //   2. decode: the CPU decode-step time with the full cache and with SEKV at the same budget,
 //      at each --time-lengths, in one run, on the first --time-layers layers of the shape (the
 //      whole model does not fit this host's memory in fp32), with --vocab output rows.
@@ -23,6 +25,7 @@
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
 #include "common/sekv/budget_plan.h"
+#include "common/sekv/low_rank.h"
 #include "common/sekv/packed_text.h"
 #include "common/sekv/sekv_cache.h"
 #include "common/sekv/sekv_decoder.h"
@@ -71,6 +74,44 @@ std::vector<int> ParseInts(const std::string& s) {
   std::vector<int> out;
   for (auto p : absl::StrSplit(s, ',', absl::SkipEmpty())) out.push_back(std::stoi(std::string(p)));
   return out;
+}
+
+// Seconds SymmetricEigen and SymmetricEigenJacobi take over the Gram matrices of one layer's
+// span keys (X Xᵀ or Xᵀ X, the smaller side, as TruncatedSvd forms it), every KV head.
+std::pair<double, double> EigenSeconds(const float* k, const Segmentation& seg, int kv_heads,
+                                       int head_dim) {
+  const int kvd = kv_heads * head_dim;
+  double solver = 0, jacobi = 0;
+  std::vector<double> g, lam, vec;
+  for (const TokenSpan& sp : seg.spans) {
+    const int n = sp.length(), m = std::min(n, head_dim);
+    for (int h = 0; h < kv_heads; ++h) {
+      const float* x = k + static_cast<size_t>(sp.begin) * kvd + h * head_dim;
+      g.assign(static_cast<size_t>(m) * m, 0.0);
+      for (int i = 0; i < m; ++i) {
+        for (int j = i; j < m; ++j) {
+          double acc = 0;
+          if (n <= head_dim) {
+            for (int c = 0; c < head_dim; ++c)
+              acc +=
+                  double(x[static_cast<size_t>(i) * kvd + c]) * x[static_cast<size_t>(j) * kvd + c];
+          } else {
+            for (int r = 0; r < n; ++r)
+              acc +=
+                  double(x[static_cast<size_t>(r) * kvd + i]) * x[static_cast<size_t>(r) * kvd + j];
+          }
+          g[static_cast<size_t>(i) * m + j] = g[static_cast<size_t>(j) * m + i] = acc;
+        }
+      }
+      auto t0 = Clock::now();
+      SymmetricEigen(g, m, &lam, &vec);
+      solver += Ms(t0) / 1e3;
+      t0 = Clock::now();
+      SymmetricEigenJacobi(g, m, &lam, &vec);
+      jacobi += Ms(t0) / 1e3;
+    }
+  }
+  return {solver, jacobi};
 }
 
 }  // namespace
@@ -131,14 +172,16 @@ int main(int argc, char** argv) {
   const CacheShape shape = CacheShape::FromConfig(full_shape);
   std::printf("\nmemory: budget %.2f, all %d layers built one at a time from random N(0,1) K/V\n",
               budget, shape.num_layers);
-  std::printf("%8s %12s %12s %10s %8s %8s %8s %8s %8s %10s %12s\n", "tokens", "full_GB",
+  std::printf("%8s %12s %12s %10s %8s %8s %8s %8s %8s %10s %12s %12s\n", "tokens", "full_GB",
               "gpu_GB", "gpu/full", "anchors", "spans", "window", "pinned", "expand", "min_span",
-              "cpu_GB/layer");
+              "cpu_GB/layer", "cpu_s/layer");
   for (int t : ParseInts(mem_lengths)) {
     const auto s = Surprisal(t, real_surprisal, 7);
     const BudgetPlan plan = PlanBudget(s, budget, SekvOptions{}, BudgetShares{}, shape.head_dim);
     MemoryBreakdown total;
     size_t cpu_layer0 = 0;
+    double build_layer0 = 0;
+    std::pair<double, double> eigen;
     const size_t n = static_cast<size_t>(t) * shape.kv_dim();
     std::vector<float> k(n), v(n);
     for (int l = 0; l < shape.num_layers; ++l) {
@@ -146,11 +189,16 @@ int main(int argc, char** argv) {
       FillNormal(v.data(), n, 1001 + 2 * l, 0.0f, 1.0f);
       SpanStoreOptions so = plan.sekv.store;
       so.build_cpu_tier = l == 0;
+      const auto b0 = Clock::now();
       const SpanStore st = SpanStore::Build(k.data(), v.data(), s, plan.segmentation,
                                             shape.num_kv_heads, shape.head_dim, so);
       const MemoryBreakdown m = st.Memory();
       total += m;
-      if (l == 0) cpu_layer0 = m.cpu_bases;
+      if (l == 0) {
+        build_layer0 = Ms(b0) / 1e3;
+        cpu_layer0 = m.cpu_bases;
+        eigen = EigenSeconds(k.data(), plan.segmentation, shape.num_kv_heads, shape.head_dim);
+      }
     }
     const SpanFetcher fetcher(shape.num_layers, shape.num_kv_heads, shape.head_dim,
                               plan.sekv.expand_budget, false);
@@ -163,11 +211,15 @@ int main(int argc, char** argv) {
     if (plan.sekv.pin_tokens > 0) {
       total.summaries += layer_heads * plan.segmentation.spans.size() * sizeof(float);
     }
-    std::printf("%8d %12.3f %12.3f %10.3f %8zu %8zu %8d %8d %8d %10d %12.3f\n", t,
+    std::printf("%8d %12.3f %12.3f %10.3f %8zu %8zu %8d %8d %8d %10d %12.3f %12.2f\n", t,
                 total.full_kv / 1e9, total.gpu() / 1e9, total.gpu_ratio(),
                 plan.segmentation.anchors.size(), plan.segmentation.spans.size(),
                 plan.segmentation.window_length(), plan.sekv.pin_tokens, plan.sekv.expand_budget,
-                plan.sekv.segmenter.min_span, cpu_layer0 / 1e9);
+                plan.sekv.segmenter.min_span, cpu_layer0 / 1e9, build_layer0);
+    std::printf(
+        "         CPU tier of layer 0, key Gram matrices of every span and KV head: "
+        "SymmetricEigen %.2f s, cyclic Jacobi %.2f s (%.1fx)\n",
+        eigen.first, eigen.second, eigen.second / std::max(eigen.first, 1e-9));
     std::printf(
         "         GPU bytes: anchors %.3f GB, summaries %.3f GB, window %.3f GB, pinned %.3f GB, "
         "expansion buffer %.3f GB\n",

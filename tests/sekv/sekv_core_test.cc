@@ -135,6 +135,62 @@ TEST_CASE("truncated SVD keeps the smallest rank that holds the energy share", "
   }
 }
 
+TEST_CASE("SymmetricEigen (tridiagonal QL above kJacobiMaxOrder) agrees with Jacobi", "[cpu]") {
+  for (const int n : {5, kJacobiMaxOrder, kJacobiMaxOrder + 1, 16, 40, 64, 128}) {
+    INFO("order " << n);
+    // A Gram matrix of 2n random rows (positive definite), a rank-deficient one of n / 2 rows
+    // (a span shorter than head_dim, seen from the d side: repeated zero eigenvalues), and
+    // one that is already diagonal in its lower rows (reflections skipped).
+    for (const int rows : {2 * n, std::max(1, n / 2), -1}) {
+      std::vector<double> g(static_cast<size_t>(n) * n, 0.0);
+      if (rows > 0) {
+        const auto x = Normal(static_cast<size_t>(rows) * n, 40 + n + rows);
+        for (int i = 0; i < n; ++i)
+          for (int j = 0; j < n; ++j)
+            for (int r = 0; r < rows; ++r) g[i * n + j] += double(x[r * n + i]) * x[r * n + j];
+      } else {
+        const auto x = Normal(static_cast<size_t>(n) * 3, 7 + n);
+        for (int i = 0; i < n; ++i) g[i * n + i] = 4 + x[i];
+        for (int j = 1; j < 3 && j < n; ++j) g[j] = g[j * n] = x[n + j];  // first row only
+      }
+      std::vector<double> lam, vec, lam_j, vec_j;
+      SymmetricEigen(g, n, &lam, &vec);
+      SymmetricEigenJacobi(g, n, &lam_j, &vec_j);
+      REQUIRE(lam.size() == size_t(n));
+      REQUIRE(vec.size() == size_t(n) * n);
+      const double scale = std::max(std::fabs(lam_j[0]), std::fabs(lam_j[n - 1]));
+      for (int j = 0; j < n; ++j) {
+        REQUIRE(std::fabs(lam[j] - lam_j[j]) <= 1e-10 * scale);
+        if (j > 0) REQUIRE(lam[j] <= lam[j - 1]);
+      }
+      // V Λ Vᵀ = G and Vᵀ V = I.
+      double rebuild = 0, ortho = 0;
+      for (int i = 0; i < n; ++i) {
+        for (int k = 0; k < n; ++k) {
+          double a = 0, o = 0;
+          for (int j = 0; j < n; ++j) {
+            a += vec[i * n + j] * lam[j] * vec[k * n + j];
+            o += vec[j * n + i] * vec[j * n + k];
+          }
+          rebuild = std::max(rebuild, std::fabs(a - g[i * n + k]));
+          ortho = std::max(ortho, std::fabs(o - (i == k ? 1.0 : 0.0)));
+        }
+      }
+      REQUIRE(rebuild <= 1e-10 * scale);
+      REQUIRE(ortho <= 1e-10);
+      // Each eigenvector of a well separated eigenvalue is Jacobi's up to sign.
+      for (int j = 0; j < n; ++j) {
+        const double gap = std::min(j > 0 ? lam_j[j - 1] - lam_j[j] : scale,
+                                    j + 1 < n ? lam_j[j] - lam_j[j + 1] : scale);
+        if (gap < 1e-6 * scale) continue;
+        double dot = 0;
+        for (int i = 0; i < n; ++i) dot += vec[i * n + j] * vec_j[i * n + j];
+        REQUIRE(std::fabs(std::fabs(dot) - 1.0) <= 1e-8);
+      }
+    }
+  }
+}
+
 TEST_CASE("span store: summaries, tiers and memory accounting", "[cpu]") {
   const int t = 40, heads = 2, hd = 4, kvd = heads * hd;
   const auto k = Normal(t * kvd, 11), v = Normal(t * kvd, 12);
