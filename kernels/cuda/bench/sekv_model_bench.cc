@@ -10,6 +10,8 @@
 //     every step (τ = 0: every span is a candidate, the gate's α ranks them; then the
 //     heaviest tokens), as sekv_step_bench.h assumes a calibrated gate lets through: a fixed,
 //     stated amount of CPU-tier work instead of whatever random keys would make the gate do.
+//     The expansion buffer is those 64 rows too (the plan sizes it for its own budget), so
+//     the device tier comes out below the planned 0.4 of the full cache; it is reported.
 // Random K/V have no low-rank structure, so the CPU tier is about as large as the context
 // itself; its size does not enter the step's time, only the rows expanded do. Steps are
 // timed on the host around Decode / GpuSekv::Step, which both return after the logits are on
