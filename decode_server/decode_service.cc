@@ -70,6 +70,13 @@ DecodeService::DecodeService(DecodeEngine* engine, PayloadMailbox* mailbox,
           ->AddHistogram("scd_decode_suffix_prefill_seconds",
                          "The decode daemon's own prefill of the suffix tokens.", seconds)
           .value();
+  sekv_build_seconds_ =
+      metrics
+          ->AddHistogram("scd_decode_sekv_build_seconds",
+                         "A SEKV request's hierarchy before its first token: segmentation, span "
+                         "summaries and CPU-tier bases, GPU mirror (SEKV path only).",
+                         seconds)
+          .value();
   queue_seconds_ = metrics
                        ->AddHistogram("scd_decode_queue_seconds",
                                       "Waiting for a continuous-batching slot.", seconds)
@@ -233,6 +240,8 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
     if (rebuild_seconds_ != nullptr) {
       rebuild_seconds_->Observe(e->timings.rebuild_ms / 1e3);
       suffix_prefill_seconds_->Observe(e->timings.suffix_prefill_ms / 1e3);
+      if (e->timings.sekv_build_ms > 0)
+        sekv_build_seconds_->Observe(e->timings.sekv_build_ms / 1e3);
       queue_seconds_->Observe(e->timings.queue_ms / 1e3);
     }
     scd::v1::DecodeEvent out;

@@ -60,6 +60,7 @@ class DecodeService final : public scd::v1::Decode::Service {
   metrics::CounterFamily* requests_ = nullptr;  // {outcome}
   metrics::Histogram* rebuild_seconds_ = nullptr;
   metrics::Histogram* suffix_prefill_seconds_ = nullptr;
+  metrics::Histogram* sekv_build_seconds_ = nullptr;
   metrics::Histogram* queue_seconds_ = nullptr;
   metrics::Histogram* itl_seconds_ = nullptr;
   metrics::Histogram* payload_bytes_ = nullptr;

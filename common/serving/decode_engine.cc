@@ -264,8 +264,15 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
     }
   }
   const auto t2 = Clock::now();
-  a->timings.rebuild_ms = MsBetween(t0, t1);
-  a->timings.suffix_prefill_ms = MsBetween(t1, t2);
+  if (a->sekv != nullptr) {
+    const SekvStartTimes& st = a->sekv->start_times();
+    a->timings.rebuild_ms = st.rebuild_ms;
+    a->timings.suffix_prefill_ms = st.suffix_prefill_ms;
+    a->timings.sekv_build_ms = st.build_ms;
+  } else {
+    a->timings.rebuild_ms = MsBetween(t0, t1);
+    a->timings.suffix_prefill_ms = MsBetween(t1, t2);
+  }
   a->sampler = std::make_unique<Sampler>(a->job.sampling);
   a->stops = a->job.stop_ids.empty() ? c.eos_token_ids : a->job.stop_ids;
   const int32_t first = a->sampler->Sample(prefill.logits);

@@ -37,6 +37,7 @@ struct DecodeTimings {
   double queue_ms = 0;           // submit → admission
   double rebuild_ms = 0;         // payload → KV cache
   double suffix_prefill_ms = 0;  // the consumer's own prefill of the suffix
+  double sekv_build_ms = 0;      // the SEKV path: the hierarchy (SekvStartTimes::build_ms)
   double first_token_ms = 0;     // submit → first token
 };
 

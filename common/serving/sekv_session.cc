@@ -1,12 +1,23 @@
 // See sekv_session.h.
 #include "common/serving/sekv_session.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/scd/wire_format.h"
 #include "common/sekv/kv_capture_backend.h"
 
 namespace scd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<float>> PayloadSurprisal(const Payload& payload) {
   const PayloadBlock* b = payload.Find(BlockKind::kSurprisal, 0);
@@ -40,6 +51,8 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
   }
 
   // 1-2. The prompt's pre-RoPE K/V and surprisal, from the rebuild and/or a prefill.
+  SekvStartTimes times;
+  auto phase = Clock::now();
   ExternalKv kv;
   std::vector<float> surprisal;
   SCD_ASSIGN_OR_RETURN(auto seq, backend.NewSequence(t));
@@ -56,6 +69,7 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
       kv.v.push_back(std::move(s.v));
     }
     surprisal = std::move(pr.surprisal);
+    (payload != nullptr ? times.rebuild_ms : times.suffix_prefill_ms) = MsSince(phase);
   } else {
     SCD_ASSIGN_OR_RETURN(surprisal, PayloadSurprisal(*payload));
     sekv::KvCaptureBackend capture(backend);
@@ -64,6 +78,8 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
     if (kv.num_tokens != payload_tokens) {
       return absl::InternalError("the payload's rebuild did not append its K/V in one piece");
     }
+    times.rebuild_ms = MsSince(phase);
+    phase = Clock::now();
     if (!head.empty()) {
       PrefillResult pr;
       SCD_RETURN_IF_ERROR(backend.Prefill(*seq, head, po, &pr));
@@ -79,10 +95,12 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
       surprisal.insert(surprisal.end(), pr.surprisal.begin(), pr.surprisal.end());
       kv.num_tokens = t;
     }
+    times.suffix_prefill_ms = MsSince(phase);
   }
   seq.reset();  // from here on the SEKV cache holds the prompt
 
   // 3. The hierarchy at the budget.
+  phase = Clock::now();
   SCD_ASSIGN_OR_RETURN(sekv::PrefixKv prefix, decoder.MakePrefix(kv, std::move(surprisal)));
   kv = ExternalKv{};
   const sekv::CacheShape shape = decoder.shape();
@@ -96,8 +114,13 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
     SCD_ASSIGN_OR_RETURN(s->gpu_, sekv::GpuSekv::Create(backend, *s->cache_, options.gpu_tier));
   }
 
+  times.build_ms = MsSince(phase);
+
   // 4. The last prompt token through the cache.
+  phase = Clock::now();
   SCD_RETURN_IF_ERROR(s->Step(suffix.back(), logits));
+  times.suffix_prefill_ms += MsSince(phase);
+  s->start_times_ = times;
   s->memory_ = s->gpu_ != nullptr ? s->gpu_->Memory() : s->cache_->Memory();
   return s;
 }

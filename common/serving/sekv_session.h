@@ -42,6 +42,19 @@
 
 namespace scd {
 
+// Where Start() spent its time, in the decode engine's stages (decode_engine.h):
+//   rebuild_ms         the payload's rebuild (an oracle payload: the consumer's prefill of the
+//                      whole prompt so far);
+//   suffix_prefill_ms  the prefill of the suffix but its last token (the whole prompt so far
+//                      when there is no payload), and the last token's step through the cache;
+//   build_ms           the hierarchy: segmentation and plan, span summaries and CPU-tier bases
+//                      (SekvCache), and the GPU mirror (GpuSekv). Long prompts pay seconds here.
+struct SekvStartTimes {
+  double rebuild_ms = 0;
+  double suffix_prefill_ms = 0;
+  double build_ms = 0;
+};
+
 struct SekvServingOptions {
   bool enabled = false;
   double budget = 0.4;  // GPU-tier bytes as a fraction of the request's full KV cache
@@ -69,6 +82,7 @@ class SekvSession {
 
   int length() const { return length_; }  // positions held: prompt + decoded tokens
   const sekv::MemoryBreakdown& memory() const { return memory_; }  // after the first step
+  const SekvStartTimes& start_times() const { return start_times_; }
   const sekv::SekvCache& cache() const { return *cache_; }
   bool on_gpu() const { return gpu_ != nullptr; }
 
@@ -79,6 +93,7 @@ class SekvSession {
   std::unique_ptr<sekv::SekvCache> cache_;  // copies what it keeps of the prompt's K/V
   std::unique_ptr<sekv::GpuSekv> gpu_;      // mirrors cache_ on the device (destroyed first)
   sekv::MemoryBreakdown memory_;
+  SekvStartTimes start_times_;
   int length_ = 0;
 };
 

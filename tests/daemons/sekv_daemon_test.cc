@@ -58,6 +58,8 @@ TEST_CASE("A decode daemon with SEKV serves requests and reports its GPU tier", 
   REQUIRE(m.status == 200);
   INFO(m.body);
   CHECK(MetricValue(m.body, "scd_decode_sekv_requests_total") == std::optional<double>(3));
+  // Each SEKV request's hierarchy build is timed once.
+  CHECK(MetricValue(m.body, "scd_decode_sekv_build_seconds_count") == std::optional<double>(3));
   const auto gpu = MetricValue(m.body, "scd_decode_sekv_gpu_bytes_total");
   const auto full = MetricValue(m.body, "scd_decode_sekv_full_kv_bytes_total");
   REQUIRE(gpu.has_value());

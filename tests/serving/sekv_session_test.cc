@@ -60,6 +60,13 @@ TEST_CASE("SEKV engine serves batched requests within the GPU budget", "[cpu]") 
     REQUIRE(done.kind == DecodeEvent::Kind::kDone);
     CHECK(done.finish_reason == "length");
     CHECK(ev.tokens[id].size() == 6);
+    // The stages of SekvSession::Start: a payload's rebuild (none without a payload), the
+    // prefill of the rest with the last token's step, and the hierarchy's build.
+    const DecodeTimings& t = done.timings;
+    CHECK(t.sekv_build_ms > 0);
+    CHECK(t.suffix_prefill_ms > 0);
+    CHECK((id == 5 ? t.rebuild_ms == 0 : t.rebuild_ms > 0));
+    CHECK(t.rebuild_ms + t.suffix_prefill_ms + t.sekv_build_ms <= t.first_token_ms);
   }
   const DecodeEngineStats s = engine->stats();
   CHECK(s.sekv_requests == 5);
