@@ -45,6 +45,7 @@ void FillTimings(const DecodeTimings& t, double decode_ms, scd::v1::Timings* out
   out->set_queue_ms(t.queue_ms);
   out->set_rebuild_ms(t.rebuild_ms);
   out->set_suffix_prefill_ms(t.suffix_prefill_ms);
+  out->set_sekv_build_ms(t.sekv_build_ms);
   out->set_decode_ms(decode_ms);
 }
 

@@ -334,6 +334,7 @@ absl::Status GenerationPipeline::Attempt(const PreparedRequest& r, const Encoded
         const auto& t = ev.token().first_token_timings();
         outcome->timings.set_rebuild_ms(t.rebuild_ms());
         outcome->timings.set_suffix_prefill_ms(t.suffix_prefill_ms());
+        outcome->timings.set_sekv_build_ms(t.sekv_build_ms());
       }
       if (ev.token().id() < 0) continue;
       ++generated;
@@ -347,6 +348,7 @@ absl::Status GenerationPipeline::Attempt(const PreparedRequest& r, const Encoded
       outcome->completion_tokens = d.completion_tokens();
       outcome->timings.set_rebuild_ms(d.timings().rebuild_ms());
       outcome->timings.set_suffix_prefill_ms(d.timings().suffix_prefill_ms());
+      outcome->timings.set_sekv_build_ms(d.timings().sekv_build_ms());
       outcome->timings.set_decode_ms(d.timings().decode_ms());
       done = true;
     } else if (ev.has_error()) {

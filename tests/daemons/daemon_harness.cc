@@ -231,4 +231,24 @@ int RunCommand(const std::string& command, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+GrpcOutcome GrpcGenerate(const std::string& address, const scd::v1::GenerateRequest& request) {
+  auto stub = scd::v1::Generation::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto reader = stub->Generate(&ctx, request);
+  GrpcOutcome out;
+  scd::v1::GenerateEvent e;
+  while (reader->Read(&e)) {
+    if (e.has_delta()) out.text += e.delta().text();
+    out.events.push_back(e);
+  }
+  out.status = reader->Finish();
+  auto it = ctx.GetServerInitialMetadata().find("x-request-id");
+  if (it != ctx.GetServerInitialMetadata().end()) {
+    out.request_id = std::string(it->second.data(), it->second.size());
+  }
+  return out;
+}
+
 }  // namespace scd::testing

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "common/cluster/daemon_process.h"
+#include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
+#include "proto/scd.grpc.pb.h"
 
 namespace scd::testing {
 
@@ -98,6 +100,16 @@ bool WaitForReady(int port, int status, std::chrono::milliseconds timeout);
 std::optional<double> MetricValue(const std::string& exposition, const std::string& series);
 // Runs a shell command; its exit code and output.
 int RunCommand(const std::string& command, std::string* output);
+
+// A gRPC Generate call to a prefill daemon: the status, the streamed text, every event, and
+// the request id from the initial metadata (30 s deadline).
+struct GrpcOutcome {
+  grpc::Status status;
+  std::string text;
+  std::vector<scd::v1::GenerateEvent> events;
+  std::string request_id;
+};
+GrpcOutcome GrpcGenerate(const std::string& address, const scd::v1::GenerateRequest& request);
 
 }  // namespace scd::testing
 

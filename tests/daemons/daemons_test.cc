@@ -33,35 +33,6 @@ std::string ErrorMessage(const std::string& body) {
   return j["error"].value("message", "");
 }
 
-std::unique_ptr<scd::v1::Generation::Stub> GenerationStub(const std::string& address) {
-  return scd::v1::Generation::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-}
-
-struct GrpcOutcome {
-  grpc::Status status;
-  std::string text;
-  std::vector<scd::v1::GenerateEvent> events;
-  std::string request_id;  // from the initial metadata
-};
-
-GrpcOutcome GrpcGenerate(const std::string& address, const scd::v1::GenerateRequest& request) {
-  auto stub = GenerationStub(address);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  auto reader = stub->Generate(&ctx, request);
-  GrpcOutcome out;
-  scd::v1::GenerateEvent e;
-  while (reader->Read(&e)) {
-    if (e.has_delta()) out.text += e.delta().text();
-    out.events.push_back(e);
-  }
-  out.status = reader->Finish();
-  auto it = ctx.GetServerInitialMetadata().find("x-request-id");
-  if (it != ctx.GetServerInitialMetadata().end()) out.request_id = std::string(it->second.data(), it->second.size());
-  return out;
-}
-
 std::string PromtoolCheck(const std::string& exposition, int* rc) {
   const std::string path = TempDir() + "/metrics.txt";
   std::ofstream(path) << exposition;

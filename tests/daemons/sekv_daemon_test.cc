@@ -54,12 +54,27 @@ TEST_CASE("A decode daemon with SEKV serves requests and reports its GPU tier", 
   REQUIRE(s.status == 200);
   CHECK(s.done());
 
+  {  // gRPC Generate: the Done event's timings carry the SEKV build stage.
+    scd::v1::GenerateRequest req;
+    req.set_model("stories260K-babi-qa");
+    req.set_prompt(story + "Where is Mary?");
+    req.set_max_tokens(4);
+    req.mutable_sampling()->set_temperature(0);
+    GrpcOutcome g = GrpcGenerate(prefill.grpc_address, req);
+    REQUIRE(g.status.ok());
+    REQUIRE(g.events.back().has_done());
+    const auto& t = g.events.back().done().timings();
+    CHECK(t.sekv_build_ms() > 0);
+    CHECK(t.rebuild_ms() > 0);
+    CHECK(t.rebuild_ms() + t.sekv_build_ms() < t.ttft_ms());
+  }
+
   HttpResult m = HttpGet(decode.http_port, "/metrics");
   REQUIRE(m.status == 200);
   INFO(m.body);
-  CHECK(MetricValue(m.body, "scd_decode_sekv_requests_total") == std::optional<double>(3));
+  CHECK(MetricValue(m.body, "scd_decode_sekv_requests_total") == std::optional<double>(4));
   // Each SEKV request's hierarchy build is timed once.
-  CHECK(MetricValue(m.body, "scd_decode_sekv_build_seconds_count") == std::optional<double>(3));
+  CHECK(MetricValue(m.body, "scd_decode_sekv_build_seconds_count") == std::optional<double>(4));
   const auto gpu = MetricValue(m.body, "scd_decode_sekv_gpu_bytes_total");
   const auto full = MetricValue(m.body, "scd_decode_sekv_full_kv_bytes_total");
   REQUIRE(gpu.has_value());
