@@ -216,11 +216,8 @@ void SymmetricEigen(std::vector<double> a, int n, std::vector<double>* values,
   }
 }
 
-LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energy, int r_max) {
-  LowRankBasis b;
-  b.rows = n;
-  b.cols = d;
-  const bool by_rows = n <= d;  // Gram side: X Xᵀ [n, n] or Xᵀ X [d, d]
+std::vector<double> SmallerGram(const float* x, int n, int d, int stride) {
+  const bool by_rows = n <= d;
   const int m = by_rows ? n : d;
   std::vector<double> g(static_cast<size_t>(m) * m, 0.0);
   auto xe = [&](int i, int c) {
@@ -237,8 +234,20 @@ LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energ
       g[static_cast<size_t>(i) * m + j] = g[static_cast<size_t>(j) * m + i] = s;
     }
   }
+  return g;
+}
+
+LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energy, int r_max) {
+  LowRankBasis b;
+  b.rows = n;
+  b.cols = d;
+  const bool by_rows = n <= d;  // Gram side: X Xᵀ [n, n] or Xᵀ X [d, d]
+  const int m = by_rows ? n : d;
+  auto xe = [&](int i, int c) {
+    return static_cast<double>(x[static_cast<size_t>(i) * stride + c]);
+  };
   std::vector<double> lambda, vec;
-  SymmetricEigen(std::move(g), m, &lambda, &vec);
+  SymmetricEigen(SmallerGram(x, n, d, stride), m, &lambda, &vec);
   double total = 0;
   for (double l : lambda) total += std::max(l, 0.0);
   int r = 0;

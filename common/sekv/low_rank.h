@@ -48,6 +48,10 @@ inline constexpr int kJacobiMaxOrder = 8;
 void SymmetricEigen(std::vector<double> a, int n, std::vector<double>* values,
                     std::vector<double>* vectors);
 
+// The Gram matrix TruncatedSvd decomposes: X Xᵀ [n, n] when n <= d, else Xᵀ X [d, d], in
+// double, for x [n, d] read with row stride `stride`.
+std::vector<double> SmallerGram(const float* x, int n, int d, int stride);
+
 // Truncated SVD of x [n, d] read with row stride `stride`.
 LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energy, int r_max);
 

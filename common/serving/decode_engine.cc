@@ -240,7 +240,6 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
                                       options_.sekv, &prefill.logits);
     if (!session.ok()) return fail(session.status());
     a->sekv = std::move(session).value();
-    t1 = Clock::now();
     const sekv::MemoryBreakdown m = a->sekv->memory();
     {
       std::lock_guard<std::mutex> lock(mu_);

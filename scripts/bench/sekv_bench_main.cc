@@ -77,7 +77,7 @@ std::vector<int> ParseInts(const std::string& s) {
 }
 
 // Seconds SymmetricEigen and SymmetricEigenJacobi take over the Gram matrices of one layer's
-// span keys (X Xᵀ or Xᵀ X, the smaller side, as TruncatedSvd forms it), every KV head.
+// span keys (SmallerGram, as TruncatedSvd forms them), every KV head.
 std::pair<double, double> EigenSeconds(const float* k, const Segmentation& seg, int kv_heads,
                                        int head_dim) {
   const int kvd = kv_heads * head_dim;
@@ -87,22 +87,7 @@ std::pair<double, double> EigenSeconds(const float* k, const Segmentation& seg, 
     const int n = sp.length(), m = std::min(n, head_dim);
     for (int h = 0; h < kv_heads; ++h) {
       const float* x = k + static_cast<size_t>(sp.begin) * kvd + h * head_dim;
-      g.assign(static_cast<size_t>(m) * m, 0.0);
-      for (int i = 0; i < m; ++i) {
-        for (int j = i; j < m; ++j) {
-          double acc = 0;
-          if (n <= head_dim) {
-            for (int c = 0; c < head_dim; ++c)
-              acc +=
-                  double(x[static_cast<size_t>(i) * kvd + c]) * x[static_cast<size_t>(j) * kvd + c];
-          } else {
-            for (int r = 0; r < n; ++r)
-              acc +=
-                  double(x[static_cast<size_t>(r) * kvd + i]) * x[static_cast<size_t>(r) * kvd + j];
-          }
-          g[static_cast<size_t>(i) * m + j] = g[static_cast<size_t>(j) * m + i] = acc;
-        }
-      }
+      g = SmallerGram(x, n, head_dim, kvd);
       auto t0 = Clock::now();
       SymmetricEigen(g, m, &lam, &vec);
       solver += Ms(t0) / 1e3;
