@@ -24,6 +24,9 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   c.producer_path = path(model, "producer_path");
   c.backend = r.Enum("backend", "cpu", std::array<std::string_view, 2>{"cpu", "cuda"});
   c.gpu_rebuild = r.Bool("gpu_rebuild", true);
+  config::ConfigReader graphs = r.Child("cuda_graphs");
+  c.cuda_graphs = graphs.Bool("enabled", true);
+  c.cuda_graph_max_batch = static_cast<int>(graphs.Int("max_batch", 64, 1, 4096));
   c.instance_id = r.String("instance_id", "");
 
   config::ConfigReader grpc = r.Child("grpc");

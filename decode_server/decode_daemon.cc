@@ -120,7 +120,11 @@ absl::Status DecodeDaemon::Start() {
       MakePairDigest(producer_digest, model->digest, artifact != nullptr ? artifact->id : ""));
 
   SCD_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(c.backend));
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(kind, model));
+  BackendOptions backend_options;
+  backend_options.cuda_graphs = c.cuda_graphs;
+  backend_options.cuda_graph_max_batch = c.cuda_graph_max_batch;
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                       CreateBackend(kind, model, backend_options));
   CodecOptions codec_options;
   codec_options.gpu_rebuild = c.gpu_rebuild;
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<ConsumerCodec> codec,
@@ -187,6 +191,20 @@ absl::Status DecodeDaemon::Start() {
                             "(TTL), evicted (byte cap), orphaned (sender hung up).",
                             {"outcome"})
           .value();
+  auto* graph_steps =
+      metrics_
+          .AddCounterFamily(
+              "scd_decode_cuda_graph_steps_total",
+              "Batched decode steps by how the CUDA backend ran them: replay (a recorded CUDA "
+              "graph), capture (recorded, then launched), eager (kernel by kernel: graphs off, "
+              "a batch above cuda_graphs.max_batch, or after a refused capture). None on the "
+              "CPU backend.",
+              {"mode"})
+          .value();
+  auto* graphs_active = metrics_
+                            .AddGauge("scd_decode_cuda_graphs_active",
+                                      "1 while the CUDA backend replays decode steps as graphs.")
+                            .value();
   if (c.http_port >= 0) {
     http::HttpServerOptions ho;
     ho.host = c.http_host;
@@ -238,11 +256,25 @@ absl::Status DecodeDaemon::Start() {
   // State gauges and registration changes, sampled every 100 ms rather than from the
   // heartbeat: while the control plane is unreachable no heartbeat runs, and the loss itself
   // is what must show up.
-  ticker_ = std::thread([this, active, queued, registered, pending, payloads] {
+  ticker_ = std::thread([this, active, queued, registered, pending, payloads, graph_steps,
+                         graphs_active] {
     PayloadMailboxStats last;
+    DecodeGraphStats last_graphs;
     while (!stop_ticker_.load()) {
       active->Set(engine_->running());
       queued->Set(engine_->queued());
+      const DecodeGraphStats graphs = engine_->stats().graphs;
+      auto steps = [&](const char* mode, int64_t before, int64_t after) {
+        if (after > before) graph_steps->WithLabels({mode}).value()->Increment(after - before);
+      };
+      steps("replay", last_graphs.replays, graphs.replays);
+      steps("capture", last_graphs.captures, graphs.captures);
+      steps("eager", last_graphs.eager_steps, graphs.eager_steps);
+      graphs_active->Set(graphs.active ? 1 : 0);
+      if (graphs.capture_failures > last_graphs.capture_failures) {
+        daemon::LogWarning("cuda_graphs_disabled", {{"reason", graphs.last_failure}});
+      }
+      last_graphs = graphs;
       const PayloadMailboxStats now = mailbox_->stats();
       pending->Set(static_cast<double>(now.pending));
       auto count = [&](const char* outcome, long before, long after) {

@@ -45,6 +45,8 @@ struct DecodeDaemonConfig {
   std::string producer_path;  // base checkpoint, only read for its digest when no artifact
   std::string backend = "cpu";
   bool gpu_rebuild = true;  // cuda backend: scd payloads rebuilt on the GPU (gpu_rebuild.h)
+  bool cuda_graphs = true;  // cuda backend: decode steps replayed as CUDA graphs
+  int cuda_graph_max_batch = 64;  // ... for batches up to this size
   std::string instance_id;    // empty: "<model>-<pid>-<random>"
 
   // gRPC Decode service.

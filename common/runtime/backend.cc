@@ -45,14 +45,16 @@ bool BackendAvailable(BackendKind kind) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
-                                                       std::shared_ptr<const Model> model) {
+                                                       std::shared_ptr<const Model> model,
+                                                       const BackendOptions& options) {
   switch (kind) {
     case BackendKind::kCpu:
       return CreateCpuBackend(std::move(model));
     case BackendKind::kCuda:
 #if SCD_HAVE_CUDA
-      return CreateCudaBackend(std::move(model));
+      return CreateCudaBackend(std::move(model), options);
 #else
+      (void)options;
       return absl::UnavailableError(
           "this build has no CUDA backend (configure with -DSCD_CUDA=ON on a machine with nvcc)");
 #endif

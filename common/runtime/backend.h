@@ -64,6 +64,21 @@ class Sequence {
   virtual int capacity() const = 0;  // positions allocated
 };
 
+// How a backend has run its decode steps: recorded once and replayed (CUDA graphs, see
+// kernels/cuda/synthetic_backend.h), or launched op by op. All zero for backends without
+// graphs. Counters run from the backend's creation.
+struct DecodeGraphStats {
+  int64_t captures = 0;     // graphs recorded
+  int64_t replays = 0;      // steps run by replaying a recorded graph
+  int64_t eager_steps = 0;  // steps launched op by op (graphs off, large batch, fallback)
+  int64_t evictions = 0;    // recorded graphs dropped for newer shapes
+  int64_t capture_failures = 0;
+  std::string last_failure;  // why the last capture failed (graphs are off since)
+  size_t last_nodes = 0;     // operations in the last graph recorded
+  int cached = 0;            // graphs held now
+  bool active = false;       // graphs on and not turned off by a failure
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -95,6 +110,8 @@ class Backend {
                                     absl::Span<const int32_t> tokens,
                                     absl::Span<const SampleDraw> draws, std::vector<int32_t>* next);
 
+  virtual DecodeGraphStats decode_graph_stats() const { return {}; }
+
   // Selective recompute (DroidSpeak-style): re-runs layers [first_layer, end_layer) for the
   // positions [start, start + rows) already in `seq`, starting from `residual_in` [rows, d],
   // the residual stream entering first_layer, and overwrites those layers' K/V there.
@@ -109,10 +126,19 @@ class Backend {
 // True when this build and this machine can run `kind`.
 bool BackendAvailable(BackendKind kind);
 
+// Settings only some backends read; the others ignore them.
+struct BackendOptions {
+  // CUDA: decode steps of batches up to cuda_graph_max_batch recorded once per shape as CUDA
+  // graphs and replayed (kernels/cuda/synthetic_backend.h, DecodeGraphOptions).
+  bool cuda_graphs = true;
+  int cuda_graph_max_batch = 64;
+};
+
 // Creates a backend of `kind` for `model`. kCuda fails with UNAVAILABLE when the build has no
 // CUDA support or no device is present.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
-                                                       std::shared_ptr<const Model> model);
+                                                       std::shared_ptr<const Model> model,
+                                                       const BackendOptions& options = {});
 
 absl::StatusOr<BackendKind> ParseBackendKind(std::string_view name);
 

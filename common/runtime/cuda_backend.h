@@ -15,8 +15,9 @@ namespace scd {
 int CudaDeviceCount();
 
 // Uploads `model` to the current CUDA device (weights as BF16, norms F32) and returns a
-// Backend running on it. UNAVAILABLE when there is no device.
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(std::shared_ptr<const Model> model);
+// Backend running on it, with `options`' decode graphs. UNAVAILABLE when there is no device.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(std::shared_ptr<const Model> model,
+                                                           const BackendOptions& options = {});
 
 }  // namespace scd
 

@@ -307,8 +307,10 @@ void DecodeEngine::Step() {
   std::vector<float> sekv_logits;
   const absl::Status st =
       seqs.empty() ? absl::OkStatus() : backend_->DecodeSample(seqs, inputs, draws, &sampled);
+  DecodeGraphStats graphs = backend_->decode_graph_stats();  // this thread's to read
   {
     std::lock_guard<std::mutex> lock(mu_);
+    stats_.graphs = std::move(graphs);
     ++stats_.steps;
     stats_.max_batch_seen =
         std::max<long>(stats_.max_batch_seen, static_cast<long>(running_.size()));

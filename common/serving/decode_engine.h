@@ -101,6 +101,7 @@ struct DecodeEngineStats {
   // its first decode step (gpu / full_kv is the GPU-tier ratio; cpu is the CPU tier).
   long sekv_requests = 0;
   double sekv_gpu_bytes = 0, sekv_full_kv_bytes = 0, sekv_cpu_bytes = 0;
+  DecodeGraphStats graphs;  // the backend's, as of the last step
 };
 
 class DecodeEngine {

@@ -45,8 +45,14 @@ __global__ void __launch_bounds__(kThreads)
   const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
   const int len = lengths[b];
   const int lo = window > 0 ? max(0, len - window) : 0;
-  const int begin = max(lo, split * chunk);
-  const int end = min(len, split * chunk + chunk);
+  // This row's chunk: its own keys [lo, len) spread over all the splits, in multiples of 32 of
+  // at least 64, never above the `chunk` the shared memory holds. So a launch planned for a
+  // longer max_length (a bucket, one CUDA graph for many steps) still splits a row's keys as
+  // finely as a launch planned for that row; the plan's chunk * splits covers max_length.
+  const int per_split = (len - lo + splits - 1) / splits;
+  const int row_chunk = min(chunk, max(64, (per_split + 31) / 32 * 32));
+  const int begin = lo + split * row_chunk;
+  const int end = min(len, begin + row_chunk);
   const int n = end - begin;
   // Partial-state index of query head (g * group + i) of sequence b for this split.
   auto slot = [&](int i) {

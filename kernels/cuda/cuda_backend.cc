@@ -29,6 +29,7 @@
 #include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/split_plan.h"
 #include "kernels/cuda/synthetic_backend.h"
 
 namespace scd {
@@ -352,6 +353,9 @@ class CudaBackend : public Backend {
     const size_t row_seq_at = meta.Add(row_seq.data(), b);
     const size_t len_at = meta.Add(lengths.data(), b);
     const size_t dst_at = meta.Add(logits_dst.data(), b);
+    // The table before the sampling parameters: Decode and DecodeSample then lay out (and can
+    // replay) the same graphed part alike.
+    SCD_ASSIGN_OR_RETURN(cuda::KvCacheTable table, AddTable(batch, &meta));
     const bool sample = next != nullptr;
     size_t params_at = 0;
     if (sample) {
@@ -364,29 +368,48 @@ class CudaBackend : public Backend {
       }
       params_at = meta.Add(params.data(), b);
     }
-    SCD_ASSIGN_OR_RETURN(cuda::KvCacheTable table, AddTable(batch, &meta));
     SCD_RETURN_IF_ERROR(Upload(meta));
     table = Relocate(table);
 
     SCD_RETURN_IF_ERROR(ReserveRows(b, /*hooks=*/false));
     SCD_RETURN_IF_ERROR(logits_.Reserve(sizeof(float) * b * vocab, "logits"));
-    const int64_t ws_floats = cuda::DecodeAttentionWorkspaceFloats(b, max_length, c.num_heads,
+    // Planned for the length bucket, graphed or not, so both run the same kernels alike.
+    const int planned_length = cuda::split_plan::DecodeLengthBucket(max_length);
+    const int64_t ws_floats = cuda::DecodeAttentionWorkspaceFloats(b, planned_length, c.num_heads,
                                                                    c.num_kv_heads, c.head_dim);
-    SCD_RETURN_IF_ERROR(decode_ws_.Reserve(sizeof(float) * ws_floats, "decode workspace"));
+    // Grown to powers of two: a buffer that moves strands every graph recorded over it.
+    size_t ws_bytes = 4096;
+    while (ws_bytes < sizeof(float) * static_cast<size_t>(ws_floats)) ws_bytes *= 2;
+    SCD_RETURN_IF_ERROR(decode_ws_.Reserve(ws_bytes, "decode workspace"));
 
     AttentionStep attention;
     attention.decode = true;
     attention.lengths = Dev<int32_t>(len_at);
-    attention.max_length = max_length;
-    SCD_RETURN_IF_ERROR(Forward(b, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at),
-                                Dev<int32_t>(row_seq_at), table, attention, false));
+    attention.max_length = planned_length;
     const cuda::StreamHandle s = stream();
-    SCD_RETURN_IF_ERROR(cuda::RmsNorm(x_.as<float>(), weights_->final_norm(), nullptr,
-                                      xn_bf16_.as<Bf16>(), b, d, c.rms_norm_eps, s));
-    SCD_RETURN_IF_ERROR(
-        gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(), logits_.as<float>(), b, vocab, d));
-    SCD_RETURN_IF_ERROR(
-        cuda::ScatterRows(logits_.as<float>(), vocab, Dev<float* const>(dst_at), b, vocab, s));
+    // Everything up to the logits in their sequences' buffers: what a graph records. It reads
+    // the step's ids, positions, lengths and table from the metadata uploaded above.
+    auto forward = [&]() -> absl::Status {
+      SCD_RETURN_IF_ERROR(Forward(b, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at),
+                                  Dev<int32_t>(row_seq_at), table, attention, false));
+      SCD_RETURN_IF_ERROR(cuda::RmsNorm(x_.as<float>(), weights_->final_norm(), nullptr,
+                                        xn_bf16_.as<Bf16>(), b, d, c.rms_norm_eps, s));
+      SCD_RETURN_IF_ERROR(gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(),
+                                        logits_.as<float>(), b, vocab, d));
+      return cuda::ScatterRows(logits_.as<float>(), vocab, Dev<float* const>(dst_at), b, vocab, s);
+    };
+    // A graph replays the pointers and sizes it recorded: the key holds every one of them.
+    const std::vector<uintptr_t> key = {static_cast<uintptr_t>(b),
+                                        static_cast<uintptr_t>(planned_length),
+                                        ids_at,
+                                        pos_at,
+                                        row_seq_at,
+                                        len_at,
+                                        dst_at,
+                                        reinterpret_cast<uintptr_t>(table.k),
+                                        reinterpret_cast<uintptr_t>(table.v),
+                                        reinterpret_cast<uintptr_t>(table.layer_stride)};
+    SCD_RETURN_IF_ERROR(RunDecodeForward(b, key, forward));
     if (sample) {
       SCD_ASSIGN_OR_RETURN(const size_t ws_bytes, cuda::SampleRowsWorkspaceBytes(b, vocab));
       SCD_RETURN_IF_ERROR(sample_ws_.Reserve(ws_bytes + sizeof(int32_t) * b, "sampling"));
@@ -451,6 +474,87 @@ class CudaBackend : public Backend {
   explicit CudaBackend(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
 
   cuda::StreamHandle stream() const { return stream_->handle(); }
+
+ public:
+  absl::Status SetDecodeGraphs(const cuda::DecodeGraphOptions& options) {
+    if (options.max_batch < 0 || options.max_graphs < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("decode graphs: max_batch ", options.max_batch,
+                                                     " must be >= 0 and max_graphs ",
+                                                     options.max_graphs, " >= 1"));
+    }
+    graph_options_ = options;
+    graphs_.clear();
+    graphs_broken_ = false;
+    return absl::OkStatus();
+  }
+
+  DecodeGraphStats decode_graph_stats() const override {
+    DecodeGraphStats stats = graph_stats_;
+    stats.cached = static_cast<int>(graphs_.size());
+    stats.active = graph_options_.enabled && !graphs_broken_;
+    return stats;
+  }
+
+ private:
+  // The addresses every decode graph records: activations, workspace, metadata, weights'
+  // owner. When one moves (a buffer grew), no cached graph can be replayed again.
+  std::vector<uintptr_t> GraphBuffers() const {
+    std::vector<uintptr_t> a;
+    for (const DeviceBuffer* buffer : {&x_, &xn_bf16_, &qkv_, &att_, &att_bf16_, &gate_up_,
+                                       &act_bf16_, &logits_, &decode_ws_, &meta_dev_}) {
+      a.push_back(reinterpret_cast<uintptr_t>(buffer->data()));
+      a.push_back(buffer->size());
+    }
+    return a;
+  }
+
+  // Runs `forward` (a decode step's work on the stream, through the logits) as a CUDA graph
+  // when graphs are on and the batch is small enough: the graph recorded for `key` (the
+  // step's shape and metadata layout) is replayed, or recorded now. A recording that fails
+  // (CUDA refuses the capture) runs the step eagerly; when that succeeds the fault was the
+  // capture's, so graphs stay off from then on (DecodeGraphStats::capture_failures).
+  absl::Status RunDecodeForward(int batch, const std::vector<uintptr_t>& key,
+                                const std::function<absl::Status()>& forward) {
+    if (!graph_options_.enabled || graphs_broken_ || batch > graph_options_.max_batch) {
+      ++graph_stats_.eager_steps;
+      return forward();
+    }
+    std::vector<uintptr_t> full_key = GraphBuffers();
+    if (graphs_.empty() || graphs_.front().buffers != full_key) graphs_.clear();
+    full_key.insert(full_key.end(), key.begin(), key.end());
+    for (CachedGraph& cached : graphs_) {
+      if (cached.key == full_key) {
+        cached.last_use = ++graph_clock_;
+        ++graph_stats_.replays;
+        return cached.graph->Launch(stream());
+      }
+    }
+    absl::StatusOr<std::unique_ptr<cuda::Graph>> graph = cuda::Graph::Capture(stream(), forward);
+    if (!graph.ok()) {
+      ++graph_stats_.eager_steps;
+      SCD_RETURN_IF_ERROR(forward());  // the step's own error, if it has one
+      ++graph_stats_.capture_failures;
+      graph_stats_.last_failure = std::string(graph.status().message());
+      graphs_broken_ = true;
+      graphs_.clear();
+      return absl::OkStatus();
+    }
+    if (static_cast<int>(graphs_.size()) >= graph_options_.max_graphs) {
+      graphs_.erase(std::min_element(
+          graphs_.begin(), graphs_.end(),
+          [](const CachedGraph& a, const CachedGraph& b) { return a.last_use < b.last_use; }));
+      ++graph_stats_.evictions;
+    }
+    ++graph_stats_.captures;
+    graph_stats_.last_nodes = (*graph)->nodes();
+    CachedGraph cached;
+    cached.buffers = GraphBuffers();
+    cached.key = std::move(full_key);
+    cached.graph = std::move(graph).value();
+    cached.last_use = ++graph_clock_;
+    graphs_.push_back(std::move(cached));
+    return graphs_.back().graph->Launch(stream());
+  }
   int HookWidth() const { return model_->config.hidden_size + 2 * model_->config.kv_dim(); }
 
   absl::StatusOr<CudaSequence*> Own(Sequence* seq) const {
@@ -623,6 +727,18 @@ class CudaBackend : public Backend {
   DeviceBuffer logits_, nll_, hooks_, decode_ws_, append_stage_;
   DeviceBuffer sample_ws_;     // SampleRows workspace, then the sampled ids
   cuda::PinnedBuffer pinned_;  // results back to the host, AppendKv uploads
+  // Decode-step graphs (RunDecodeForward), least recently used evicted first.
+  struct CachedGraph {
+    std::vector<uintptr_t> buffers;  // GraphBuffers() when recorded
+    std::vector<uintptr_t> key;      // buffers, then the step's key
+    std::unique_ptr<cuda::Graph> graph;
+    uint64_t last_use = 0;
+  };
+  cuda::DecodeGraphOptions graph_options_;
+  std::vector<CachedGraph> graphs_;
+  uint64_t graph_clock_ = 0;
+  bool graphs_broken_ = false;
+  DecodeGraphStats graph_stats_;
 };
 
 absl::Status CheckConfig(const ModelConfig& c) {
@@ -642,7 +758,8 @@ absl::Status CheckConfig(const ModelConfig& c) {
 
 int CudaDeviceCount() { return cuda::DeviceCount(); }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(std::shared_ptr<const Model> model) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(std::shared_ptr<const Model> model,
+                                                           const BackendOptions& options) {
   if (model == nullptr) return absl::InvalidArgumentError("CreateCudaBackend: null model");
   if (static_cast<int>(model->weights.layers.size()) != model->config.num_layers) {
     return absl::InvalidArgumentError("model weights do not match its config (layer count)");
@@ -652,8 +769,15 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(std::shared_ptr<const
     return absl::UnavailableError("no CUDA device is present (or no driver is loaded)");
   }
   const Model* host = model.get();
-  return CudaBackend::Create(
-      std::move(model), [host](cuda::StreamHandle) { return cuda::DeviceWeights::Upload(*host); });
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                       CudaBackend::Create(std::move(model), [host](cuda::StreamHandle) {
+                         return cuda::DeviceWeights::Upload(*host);
+                       }));
+  cuda::DecodeGraphOptions graphs;
+  graphs.enabled = options.cuda_graphs;
+  graphs.max_batch = options.cuda_graph_max_batch;
+  SCD_RETURN_IF_ERROR(cuda::SetDecodeGraphs(*backend, graphs));
+  return backend;
 }
 
 namespace cuda {
@@ -691,6 +815,15 @@ absl::Status CudaCommitPositions(Backend& backend, Sequence& seq, int tokens) {
         absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
   }
   return cuda_backend->CommitPositions(seq, tokens);
+}
+
+absl::Status SetDecodeGraphs(Backend& backend, const DecodeGraphOptions& options) {
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
+  }
+  return cuda_backend->SetDecodeGraphs(options);
 }
 
 size_t CudaDecodeBytesStreamed(const Backend& backend) {

@@ -203,6 +203,37 @@ absl::StatusOr<float> Event::ElapsedMs(const Event& start, const Event& stop) {
   return ms;
 }
 
+absl::StatusOr<std::unique_ptr<Graph>> Graph::Capture(StreamHandle stream,
+                                                      const std::function<absl::Status()>& record) {
+  SCD_CUDA_RETURN_IF_ERROR(
+      cudaStreamBeginCapture(AsStream(stream), cudaStreamCaptureModeThreadLocal));
+  const absl::Status recorded = record();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(AsStream(stream), &graph);
+  if (!recorded.ok() || ended != cudaSuccess) {
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();  // a launch refused during capture is not sticky: clear it
+    if (!recorded.ok()) return recorded;
+    return CudaStatus(ended, "cudaStreamEndCapture");
+  }
+  size_t nodes = 0;
+  cudaGraphExec_t exec = nullptr;
+  absl::Status s = CudaStatus(cudaGraphGetNodes(graph, nullptr, &nodes), "cudaGraphGetNodes");
+  if (s.ok()) s = CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  (void)cudaGraphDestroy(graph);  // the executable graph keeps what it needs
+  if (!s.ok()) return s;
+  return std::unique_ptr<Graph>(new Graph(exec, nodes));
+}
+
+Graph::~Graph() {
+  if (exec_ != nullptr) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+}
+
+absl::Status Graph::Launch(StreamHandle stream) const {
+  return CudaStatus(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), AsStream(stream)),
+                    "cudaGraphLaunch");
+}
+
 absl::StatusOr<std::unique_ptr<StreamTimer>> StreamTimer::Create() {
   std::unique_ptr<StreamTimer> timer(new StreamTimer());
   cudaEvent_t start = nullptr, stop = nullptr;

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -132,6 +133,33 @@ class Event {
  private:
   explicit Event(void* handle) : handle_(handle) {}
   void* handle_;  // cudaEvent_t
+};
+
+// A CUDA graph: the work one stretch of host code queues on a stream, recorded once
+// (cudaStreamBeginCapture in thread-local mode, cudaGraphInstantiate) and replayed with one
+// launch, so that a decode step's few hundred kernels cost one launch on the host. A replay
+// reruns the recorded work with the arguments it had: the same buffers, sizes and scalars,
+// whatever those buffers hold now. While capturing, the capturing thread must not synchronise,
+// allocate or copy synchronously (CUDA refuses; the CPU stand-ins abort).
+class Graph {
+ public:
+  // Runs `record` with `stream` capturing and instantiates what it queued there. The capture
+  // always ends, so the stream is usable again whatever fails; `record`'s error comes first.
+  static absl::StatusOr<std::unique_ptr<Graph>> Capture(
+      StreamHandle stream, const std::function<absl::Status()>& record);
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // Queues the recorded work on `stream`.
+  absl::Status Launch(StreamHandle stream) const;
+  // Operations recorded (kernels, copies, memsets).
+  size_t nodes() const { return nodes_; }
+
+ private:
+  Graph(void* exec, size_t nodes) : exec_(exec), nodes_(nodes) {}
+  void* exec_;  // cudaGraphExec_t
+  size_t nodes_;
 };
 
 // Wall time between two points of a stream, for the benchmarks.

@@ -23,6 +23,15 @@ absl::StatusOr<std::unique_ptr<CublasGemm>> CublasGemm::Create(StreamHandle stre
   // Tensor cores for BF16 with F32 accumulation are the default math; pointer mode host.
   s = CublasStatus(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
   if (!s.ok()) return s;
+  // A workspace of our own (the size cuBLAS recommends for Hopper), so that a GEMM recorded
+  // into a CUDA graph (the decode step's) never allocates one during the capture.
+  absl::StatusOr<DeviceBuffer> workspace =
+      DeviceBuffer::Allocate(kWorkspaceBytes, "cuBLAS workspace");
+  if (!workspace.ok()) return workspace.status();
+  gemm->workspace_ = std::move(workspace).value();
+  s = CublasStatus(cublasSetWorkspace(handle, gemm->workspace_.data(), kWorkspaceBytes),
+                   "cublasSetWorkspace");
+  if (!s.ok()) return s;
   return gemm;
 }
 

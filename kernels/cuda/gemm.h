@@ -39,9 +39,11 @@ class CublasGemm {
   StreamHandle stream() const { return stream_; }
 
  private:
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
   CublasGemm(void* handle, StreamHandle stream) : handle_(handle), stream_(stream) {}
   void* handle_;  // cublasHandle_t
   StreamHandle stream_;
+  DeviceBuffer workspace_;  // cublasSetWorkspace; freed after ~CublasGemm destroys the handle
 };
 
 }  // namespace scd::cuda

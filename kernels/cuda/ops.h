@@ -129,7 +129,10 @@ bool AttentionImplSupports(AttentionImpl impl, int head_dim);
 // at layer `layer`, positions [max(0, lengths[b] - window), lengths[b]) (lengths include the
 // token being decoded, whose K/V must already be stored). Split-K: the keys are cut into
 // chunks processed by separate blocks, whose partial softmax states (max, sum, output) a
-// second kernel combines. `max_length` bounds lengths[] (host value, sizes the split).
+// second kernel combines. `max_length` bounds lengths[] (host value, sizes the split and the
+// workspace); each row spreads its own keys over all the splits, so a larger max_length than
+// the batch needs (a bucket, as the CUDA backend's graphed decode step uses) costs only idle
+// blocks.
 // Twin: cpu::CausalAttention with tokens = 1, start = lengths[b] - 1.
 absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cache, int layer,
                              const int32_t* lengths, int batch, int max_length, int num_heads,

@@ -43,6 +43,17 @@ inline DecodeSplits Decode(int batch, int max_length, int num_heads, int num_kv_
   return plan;
 }
 
+// The max_length the CUDA backend plans a decode step's attention for: the next power of two
+// at or above max_length, at least 256. One captured step (a CUDA graph) then serves every
+// step until the batch's longest sequence passes the bucket; DecodeAttention spreads each
+// row's own keys over the splits, so the larger plan costs only idle blocks.
+inline int DecodeLengthBucket(int max_length) {
+  if (max_length > (1 << 30)) return max_length;  // no larger power of two fits an int
+  int bucket = 256;
+  while (bucket < max_length) bucket *= 2;
+  return bucket;
+}
+
 // Floats of DecodeAttention's workspace: partial output, max and sum per query head and split.
 inline int64_t DecodeWorkspaceFloats(int batch, int max_length, int num_heads, int num_kv_heads,
                                      int head_dim) {

@@ -50,6 +50,23 @@ class DeviceLayerAttention {
 absl::Status CudaDecodeExternal(Backend& backend, int32_t token, int position,
                                 DeviceLayerAttention& attention, std::vector<float>* logits);
 
+// CUDA graphs for the backend's decode steps (Decode, DecodeSample): the step's work through
+// the logits is recorded once per shape (batch size, the length bucket of
+// split_plan::DecodeLengthBucket, the metadata layout and the buffers it uses) and replayed
+// with one launch, instead of a few hundred kernel launches per step. Sampling and the copy
+// back run after it as usual. Graphed and eager steps run the same kernels on the same
+// plan, so their results are identical. A capture CUDA refuses turns graphs off for good
+// (the step still runs, eagerly); Backend::decode_graph_stats() says so.
+struct DecodeGraphOptions {
+  bool enabled = true;
+  int max_batch = 64;   // larger batches run eagerly
+  int max_graphs = 64;  // cached graphs; the least recently used is dropped beyond this
+};
+
+// Sets `backend`'s decode-graph options (dropping its cached graphs). Fails when `backend` is
+// not CUDA or the options are out of range. Backend::decode_graph_stats() reports the use.
+absl::Status SetDecodeGraphs(Backend& backend, const DecodeGraphOptions& options);
+
 // Bytes of device weights one decode step streams (for a backend made by either factory);
 // 0 when `backend` is not a CUDA backend.
 size_t CudaDecodeBytesStreamed(const Backend& backend);

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/split_plan.h"
 #include "tests/cuda/cuda_test_support.h"
 
 namespace scd {
@@ -141,14 +142,20 @@ TEST_CASE("CUDA split-K decode attention matches cpu::CausalAttention", "[cuda]"
     table.k = k_dev.get();
     table.v = v_dev.get();
     table.layer_stride = strides.get();
-    const int64_t ws_floats =
-        cuda::DecodeAttentionWorkspaceFloats(batch, max_length, c.heads, c.kv_heads, c.head_dim);
-    DeviceArray<float> ws(ws_floats), q_dev(q), out_dev(want.size());
-    testing::RequireOk(cuda::DecodeAttention(q_dev.get(), q_dim, table, layer, lengths.get(), batch,
-                                             max_length, c.heads, c.kv_heads, c.head_dim, c.window,
-                                             out_dev.get(), q_dim, ws.get(), ws_floats, nullptr));
-    testing::RequireSynced();
-    testing::CheckClose(out_dev.ToHost(), want, 2e-5, 1e-4, "DecodeAttention");
+    // Planned for the batch's own longest row, and for a far longer one (the CUDA backend
+    // plans for a length bucket, split_plan::DecodeLengthBucket): rows spread their keys over
+    // the splits either way.
+    for (const int planned : {max_length, 4 * cuda::split_plan::DecodeLengthBucket(max_length)}) {
+      INFO("planned for max_length " << planned);
+      const int64_t ws_floats =
+          cuda::DecodeAttentionWorkspaceFloats(batch, planned, c.heads, c.kv_heads, c.head_dim);
+      DeviceArray<float> ws(ws_floats), q_dev(q), out_dev(want.size());
+      testing::RequireOk(cuda::DecodeAttention(
+          q_dev.get(), q_dim, table, layer, lengths.get(), batch, planned, c.heads, c.kv_heads,
+          c.head_dim, c.window, out_dev.get(), q_dim, ws.get(), ws_floats, nullptr));
+      testing::RequireSynced();
+      testing::CheckClose(out_dev.ToHost(), want, 2e-5, 1e-4, "DecodeAttention");
+    }
   }
 }
 

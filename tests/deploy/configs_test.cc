@@ -157,4 +157,28 @@ TEST_CASE("decode config: gpu_rebuild and sekv.gpu are on by default and read as
   CHECK(bad.status().message().find("gpu_rebuild") != std::string_view::npos);
 }
 
+TEST_CASE("decode config: cuda_graphs is on by default, with a batch limit", "[cpu]") {
+  nlohmann::json json = {
+      {"model", {{"name", "m"}, {"path", "/srv/scd/m"}, {"producer_path", "/srv/scd/p"}}},
+      {"backend", "cuda"},
+      {"control_plane", {{"address", "127.0.0.1:7000"}}}};
+  absl::StatusOr<DecodeDaemonConfig> defaults = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->cuda_graphs);
+  CHECK(defaults->cuda_graph_max_batch == 64);
+  json["cuda_graphs"] = {{"enabled", false}, {"max_batch", 8}};
+  absl::StatusOr<DecodeDaemonConfig> set = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+  REQUIRE(set.ok());
+  CHECK(!set->cuda_graphs);
+  CHECK(set->cuda_graph_max_batch == 8);
+  json["cuda_graphs"] = {{"max_batch", 0}};
+  absl::StatusOr<DecodeDaemonConfig> zero = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+  REQUIRE(!zero.ok());
+  CHECK(zero.status().message().find("max_batch") != std::string_view::npos);
+  json["cuda_graphs"] = {{"enable", true}};  // a misspelt key is an error, not a default
+  absl::StatusOr<DecodeDaemonConfig> typo = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+  REQUIRE(!typo.ok());
+  CHECK(typo.status().message().find("enable") != std::string_view::npos);
+}
+
 }  // namespace scd::testing

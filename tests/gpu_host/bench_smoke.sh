@@ -22,6 +22,11 @@ assert r["gemm"]["peak_tflops"] > 0 and r["copy"]["gbps"] > 0, "ceilings"
 assert m["model"] == "tiny", m["model"]
 assert [p["tokens"] for p in m["prefill"]] == [64, 128], m["prefill"]
 assert [d["batch"] for d in m["decode"]] == [1, 2], m["decode"]
+for d in m["decode"]:  # graphed: one graph recorded in the warm-up, every timed step replayed
+    g, e = d["modes"]["graphs"], d["modes"]["eager"]
+    assert g["graph_captures"] == 1 and g["graph_replays"] >= 1 and g["graph_nodes"] > 0, d
+    assert e["graph_captures"] == 0 and e["graph_replays"] == 0, d
+    assert d["graph_speedup"] > 0 and d["eager_step_ms"] > 0, d
 assert "error" not in m["scd_rebuild"], m["scd_rebuild"]
 assert m["scd_rebuild"]["speedup"] > 0, m["scd_rebuild"]
 (s,) = m["sekv"]

@@ -16,6 +16,10 @@
 //     on a GPU. Copies from pageable memory are staged at the call and copies into it wait for
 //     the stream, as the CUDA runtime does them; *Sync copies use the legacy stream, which
 //     does not wait for the (non-blocking) streams.
+//   - graph capture (Graph): while a stream captures, what is queued there is recorded
+//     instead, and a replay queues the recording again. The capturing thread may not
+//     synchronise, allocate, free or copy between pageable memory and the device (CUDA
+//     refuses these in thread-local capture mode): the stand-ins abort.
 // DeviceCount() is 1, so the [cuda] tests run their bodies instead of skipping.
 #include "tests/gpu_host/stub_memory.h"
 
@@ -60,6 +64,23 @@ size_t Rounded(size_t bytes) {
   return (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
 }
 
+// Streams capturing a graph, with what was queued on them since the capture began.
+std::map<StreamHandle, std::vector<std::function<void()>>>& Captures() {
+  static auto* captures = new std::map<StreamHandle, std::vector<std::function<void()>>>;
+  return *captures;
+}
+
+// Captures this thread has open (Graph::Capture).
+thread_local int t_open_captures = 0;
+
+void RequireNotCapturing(const char* what) {
+  if (t_open_captures > 0) {
+    std::fprintf(stderr, "stand-in: %s while this thread captures a graph (CUDA refuses it)\n",
+                 what);
+    std::abort();
+  }
+}
+
 // The mapping that holds an allocation of `bytes` at p: an inaccessible page, the pages of
 // the allocation, another inaccessible page. The allocation ends where the second guard page
 // starts, so an access past its 256-byte rounding faults at once, as an illegal address does
@@ -72,6 +93,7 @@ std::pair<char*, size_t> Mapping(void* p, size_t bytes) {
 }
 
 void* DeviceAlloc(size_t bytes) {
+  RequireNotCapturing("cudaMalloc");
   const size_t page = PageBytes(), rounded = Rounded(bytes);
   const size_t pages = (rounded + page - 1) / page;
   void* base = mmap(nullptr, (pages + 2) * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -86,6 +108,7 @@ void* DeviceAlloc(size_t bytes) {
 }
 
 void DeviceFree(void* p, size_t bytes) {
+  RequireNotCapturing("cudaFree");
   DrainAll();  // cudaFree waits for the device's work
   {
     std::lock_guard<std::mutex> lock(RegistryMutex());
@@ -164,10 +187,16 @@ bool IsPinned(const void* p, size_t bytes) {
 
 void Enqueue(StreamHandle stream, std::function<void()> work) {
   std::lock_guard<std::mutex> lock(QueueMutex());
+  auto capture = Captures().find(stream);
+  if (capture != Captures().end()) {
+    capture->second.push_back(std::move(work));
+    return;
+  }
   Queues()[stream].push_back(std::move(work));
 }
 
 void Drain(StreamHandle stream) {
+  RequireNotCapturing("a synchronisation");
   for (;;) {
     std::function<void()> work;
     {
@@ -182,6 +211,7 @@ void Drain(StreamHandle stream) {
 }
 
 void DrainAll() {
+  RequireNotCapturing("a device synchronisation");
   for (;;) {
     std::vector<StreamHandle> busy;
     {
@@ -263,6 +293,7 @@ namespace stub {
 namespace {
 
 void PinnedFree(void* p, size_t bytes) {
+  RequireNotCapturing("cudaFreeHost");
   DrainAll();  // cudaFreeHost waits for the device's work
   {
     std::lock_guard<std::mutex> lock(RegistryMutex());
@@ -306,6 +337,7 @@ absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, StreamHandle
     return absl::OkStatus();
   }
   // Pageable: the runtime stages the bytes before returning.
+  stub::RequireNotCapturing("a copy from pageable memory");
   auto staged = std::make_shared<std::vector<unsigned char>>(
       static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + bytes);
   stub::Enqueue(stream, [=] {
@@ -326,6 +358,7 @@ absl::Status CopyToHost(void* dst, const void* src, size_t bytes, StreamHandle s
   if (stub::IsPinned(dst, bytes)) {  // written when the copy runs
     stub::Enqueue(stream, copy);
   } else {  // pageable: the runtime returns once the stream has reached and done the copy
+    stub::RequireNotCapturing("a copy into pageable memory");
     stub::Enqueue(stream, copy);
     stub::Drain(stream);
   }
@@ -380,6 +413,37 @@ absl::Status CopyToHostSync(void* dst, const void* src, size_t bytes) {
 
 absl::Status SynchronizeStream(StreamHandle stream) {
   stub::Drain(stream);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Graph>> Graph::Capture(StreamHandle stream,
+                                                      const std::function<absl::Status()>& record) {
+  {
+    std::lock_guard<std::mutex> lock(stub::QueueMutex());
+    Require(stub::Captures().count(stream) == 0, "a capture on a stream that already captures");
+    stub::Captures()[stream];
+  }
+  ++stub::t_open_captures;
+  const absl::Status recorded = record();
+  --stub::t_open_captures;
+  auto work = std::make_unique<std::vector<std::function<void()>>>();
+  {
+    std::lock_guard<std::mutex> lock(stub::QueueMutex());
+    auto it = stub::Captures().find(stream);
+    *work = std::move(it->second);
+    stub::Captures().erase(it);
+  }
+  if (!recorded.ok()) return recorded;
+  const size_t nodes = work->size();
+  return std::unique_ptr<Graph>(new Graph(work.release(), nodes));
+}
+
+Graph::~Graph() { delete static_cast<std::vector<std::function<void()>>*>(exec_); }
+
+absl::Status Graph::Launch(StreamHandle stream) const {
+  for (const auto& work : *static_cast<const std::vector<std::function<void()>>*>(exec_)) {
+    stub::Enqueue(stream, work);
+  }
   return absl::OkStatus();
 }
 

@@ -9,7 +9,8 @@
 //   - memory ceiling: device-to-device cudaMemcpy GB/s, counting 2·bytes (read + write, the
 //     STREAM "Copy" convention); decode (DecodeSample steps: greedy sampling on the device,
 //     the token ids back to the host) is reported as tokens/s and as achieved HBM GB/s
-//     (weights streamed once per step + the KV cache read) over that ceiling;
+//     (weights streamed once per step + the KV cache read) over that ceiling, with the
+//     backend's CUDA graphs (its default) and without them (eager launches), side by side;
 //   - SCD rebuild (scd_rebuild_bench.h): ScdGpuRebuilder's time from host codes to a filled
 //     KV cache for --scd-tokens positions, against the consumer's own prefill TTFT at that
 //     length, measured here (target: at least 5x faster);
@@ -358,13 +359,16 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
                 *scd_prefill_ms);
   }
 
-  // Decode: B sequences prefilled with `context` tokens, then `steps` timed batched steps.
+  // Decode: B sequences prefilled with `context` tokens, then `steps` timed batched steps,
+  // kernel by kernel (graphs off) and then as CUDA graphs (the backend's default), on the
+  // same sequences: the graphed figures are the backend's, the eager ones show what the
+  // graphs save. Each mode's two warm-up steps record its graph.
   nlohmann::json decode = nlohmann::json::array();
   for (int b : f.batches) {
     std::vector<std::unique_ptr<Sequence>> seqs;
     std::vector<Sequence*> batch;
     for (int i = 0; i < b; ++i) {
-      auto seq = backend.NewSequence(f.context + f.steps + 4);
+      auto seq = backend.NewSequence(f.context + 2 * (f.steps + 2) + 4);
       Check(seq.status(), "sequence");
       PrefillResult r;
       Check(backend.Prefill(**seq, Tokens(f.context, c.vocab_size, i), PrefillOptions{}, &r),
@@ -372,35 +376,64 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
       batch.push_back(seq->get());
       seqs.push_back(std::move(seq).value());
     }
-    // A serving step: greedy sampling on the device, only the B token ids come back (the full
-    // [B][vocab] logits copy of Decode would be timed otherwise), each fed to the next step.
-    std::vector<int32_t> tokens(b, 1), next;
-    const std::vector<SampleDraw> draws(b);
-    for (int w = 0; w < 2; ++w) {
-      Check(backend.DecodeSample(batch, tokens, draws, &next), "decode warm-up");
-      tokens.swap(next);
+    nlohmann::json modes = nlohmann::json::object();
+    for (const bool graphs : {false, true}) {
+      cuda::DecodeGraphOptions options;
+      options.enabled = graphs;
+      options.max_batch = std::max(b, options.max_batch);
+      Check(cuda::SetDecodeGraphs(backend, options), "decode graph options");
+      // A serving step: greedy sampling on the device, only the B token ids come back (the
+      // full [B][vocab] logits copy of Decode would be timed otherwise), each fed to the next.
+      std::vector<int32_t> tokens(b, 1), next;
+      const std::vector<SampleDraw> draws(b);
+      const int context = batch[0]->length();
+      const DecodeGraphStats before = backend.decode_graph_stats();
+      for (int w = 0; w < 2; ++w) {
+        Check(backend.DecodeSample(batch, tokens, draws, &next), "decode warm-up");
+        tokens.swap(next);
+      }
+      const auto t0 = Clock::now();
+      for (int s = 0; s < f.steps; ++s) {
+        Check(backend.DecodeSample(batch, tokens, draws, &next), "decode");
+        tokens.swap(next);
+      }
+      const double step = Seconds(t0, Clock::now()) / f.steps;
+      const double avg_ctx = context + 2 + f.steps / 2.0;
+      const double kv_bytes =
+          static_cast<double>(b) * avg_ctx * c.num_layers * 2.0 * c.kv_dim() * 2.0;
+      const double gbps = (weight_bytes + kv_bytes) / step / 1e9;
+      const DecodeGraphStats stats = backend.decode_graph_stats();
+      modes[graphs ? "graphs" : "eager"] = {{"step_ms", step * 1e3},
+                                            {"hbm_gbps", gbps},
+                                            {"kv_gb_per_step", kv_bytes / 1e9},
+                                            {"vs_copy", gbps / copy_gbps},
+                                            {"graph_captures", stats.captures - before.captures},
+                                            {"graph_replays", stats.replays - before.replays},
+                                            {"graph_nodes", stats.last_nodes},
+                                            {"graph_failure", stats.last_failure}};
+      std::printf(
+          "  decode batch %3d (context %d, %s): %8.3f ms/step  %9.1f tok/s  %6.0f GB/s  "
+          "%.2f of copy bandwidth\n",
+          b, context, graphs ? "CUDA graphs" : "eager", step * 1e3, b / step, gbps,
+          gbps / copy_gbps);
+      if (graphs && stats.capture_failures > 0) {
+        std::printf("  decode batch %3d: CUDA graph capture failed, ran eagerly: %s\n", b,
+                    stats.last_failure.c_str());
+      }
     }
-    const auto t0 = Clock::now();
-    for (int s = 0; s < f.steps; ++s) {
-      Check(backend.DecodeSample(batch, tokens, draws, &next), "decode");
-      tokens.swap(next);
-    }
-    const double step = Seconds(t0, Clock::now()) / f.steps;
-    const double avg_ctx = f.context + 2 + f.steps / 2.0;
-    const double kv_bytes =
-        static_cast<double>(b) * avg_ctx * c.num_layers * 2.0 * c.kv_dim() * 2.0;
-    const double gbps = (weight_bytes + kv_bytes) / step / 1e9;
-    std::printf(
-        "  decode batch %3d (context %d): %8.3f ms/step  %9.1f tok/s  %6.0f GB/s  "
-        "%.2f of copy bandwidth\n",
-        b, f.context, step * 1e3, b / step, gbps, gbps / copy_gbps);
+    const nlohmann::json& g = modes["graphs"];
+    const double step_ms = g["step_ms"].get<double>();
     decode.push_back({{"batch", b},
                       {"context", f.context},
-                      {"step_ms", step * 1e3},
-                      {"tokens_per_s", b / step},
-                      {"hbm_gbps", gbps},
-                      {"kv_gb_per_step", kv_bytes / 1e9},
-                      {"vs_copy", gbps / copy_gbps}});
+                      {"step_ms", step_ms},
+                      {"tokens_per_s", b / (step_ms / 1e3)},
+                      {"hbm_gbps", g["hbm_gbps"]},
+                      {"kv_gb_per_step", g["kv_gb_per_step"]},
+                      {"vs_copy", g["vs_copy"]},
+                      {"eager_step_ms", modes["eager"]["step_ms"]},
+                      {"eager_vs_copy", modes["eager"]["vs_copy"]},
+                      {"graph_speedup", modes["eager"]["step_ms"].get<double>() / step_ms},
+                      {"modes", modes}});
   }
   out["decode"] = decode;
   return out;
@@ -422,14 +455,19 @@ std::string Markdown(const nlohmann::json& r) {
                             p["tflops"].get<double>(), p["vs_gemm_peak"].get<double>());
     }
   }
-  md << "\n| model | decode batch | context | ms/step | tok/s | HBM GB/s | vs copy |\n"
-     << "|---|---|---|---|---|---|---|\n";
+  md << "\nDecode steps as CUDA graphs (the backend's default); eager: the same steps launched "
+        "kernel by kernel.\n\n"
+     << "| model | decode batch | context | ms/step | tok/s | HBM GB/s | vs copy | eager ms/step "
+        "| eager vs copy | graphs speedup |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& m : r["models"]) {
     for (const auto& d : m["decode"]) {
-      md << absl::StrFormat(
-          "| %s | %d | %d | %.3f | %.1f | %.0f | %.2f |\n", m["model"].get<std::string>(),
-          d["batch"].get<int>(), d["context"].get<int>(), d["step_ms"].get<double>(),
-          d["tokens_per_s"].get<double>(), d["hbm_gbps"].get<double>(), d["vs_copy"].get<double>());
+      md << absl::StrFormat("| %s | %d | %d | %.3f | %.1f | %.0f | %.2f | %.3f | %.2f | %.2fx |\n",
+                            m["model"].get<std::string>(), d["batch"].get<int>(),
+                            d["context"].get<int>(), d["step_ms"].get<double>(),
+                            d["tokens_per_s"].get<double>(), d["hbm_gbps"].get<double>(),
+                            d["vs_copy"].get<double>(), d["eager_step_ms"].get<double>(),
+                            d["eager_vs_copy"].get<double>(), d["graph_speedup"].get<double>());
     }
   }
   bool scd = false, sekv = false, sekv_model = false;
@@ -555,8 +593,9 @@ void PrintSummary(const nlohmann::json& r) {
       }
     }
     for (const auto& d : m["decode"]) {
-      std::printf("%s decode_b%d_vs_copy=%.3f\n", name, d["batch"].get<int>(),
-                  d["vs_copy"].get<double>());
+      std::printf("%s decode_b%d_vs_copy=%.3f (eager %.3f; CUDA graphs %.2fx faster)\n", name,
+                  d["batch"].get<int>(), d["vs_copy"].get<double>(),
+                  d["eager_vs_copy"].get<double>(), d["graph_speedup"].get<double>());
     }
     if (m.contains("scd_rebuild")) {
       const auto& x = m["scd_rebuild"];
