@@ -32,6 +32,11 @@ struct DecodeEngine::Active {
   int32_t next_input = -1;
   DecodeTimings timings;
   bool done = false;
+  // The SEKV path's hierarchy, built on its own thread while the loop steps the others;
+  // `built` and `build_ready` are written by that thread under mu_.
+  std::thread build;
+  absl::StatusOr<std::unique_ptr<SekvSession>> built;
+  bool build_ready = false;
 
   int length() const { return sekv != nullptr ? sekv->length() : seq->length(); }
 };
@@ -149,19 +154,20 @@ void DecodeEngine::Loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
-        return stopping_ || !running_.empty() ||
-               (!queue_.empty() && static_cast<int>(running_.size()) < options_.max_batch);
+        return stopping_ || !running_.empty() || builds_ready_ > 0 ||
+               (!queue_.empty() &&
+                static_cast<int>(running_.size() + building_.size()) < options_.max_batch);
       });
       if (stopping_) break;
-      while (!queue_.empty() &&
-             static_cast<int>(running_.size() + admitted.size()) < options_.max_batch) {
+      while (!queue_.empty() && static_cast<int>(running_.size() + building_.size() +
+                                                 admitted.size()) < options_.max_batch) {
         admitted.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
       cancelled = cancelled_;
       stats_.admitted += static_cast<long>(admitted.size());
       // Admitted jobs count as running until they finish, so Drain() never misses them.
-      running_count_.store(static_cast<int>(running_.size() + admitted.size()));
+      running_count_.store(static_cast<int>(running_.size() + building_.size() + admitted.size()));
     }
     for (auto& a : admitted) {
       if (cancelled.count(a->job.request_id)) {
@@ -170,6 +176,7 @@ void DecodeEngine::Loop() {
       }
       Admit(std::move(a));
     }
+    CollectBuilds(cancelled);
     // Cancellations and deadlines of running requests.
     const absl::Time now = absl::Now();
     for (auto& a : running_) {
@@ -182,16 +189,22 @@ void DecodeEngine::Loop() {
     running_.erase(std::remove_if(running_.begin(), running_.end(),
                                   [](const auto& a) { return a->done; }),
                    running_.end());
-    running_count_.store(static_cast<int>(running_.size()));
+    running_count_.store(static_cast<int>(running_.size() + building_.size()));
     if (!running_.empty()) {
       const absl::Time step_start = absl::Now();
       Step();
       const absl::Duration rest = options_.min_step_interval - (absl::Now() - step_start);
       if (rest > absl::ZeroDuration()) absl::SleepFor(rest);
     }
-    running_count_.store(static_cast<int>(running_.size()));
+    running_count_.store(static_cast<int>(running_.size() + building_.size()));
     cv_.notify_all();  // Drain() waiters
   }
+  // Builds still running finish first: their threads hold their requests.
+  for (auto& a : building_) {
+    a->build.join();
+    Finish(*a, DecodeEvent::Error(absl::UnavailableError("decode engine shut down")));
+  }
+  building_.clear();
   // Shutdown: everything still here ends with an error.
   std::deque<std::unique_ptr<Active>> leftover;
   {
@@ -230,16 +243,86 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
         c.max_position_embeddings)));
   }
   a->capacity = std::min(c.max_position_embeddings, a->prompt_tokens + a->job.max_tokens);
+  if (sekv_decoder_ != nullptr) {
+    // The SEKV path (sekv_session.h): the rebuild and prefill here, on the backend's thread;
+    // the hierarchy on a thread of its own while the loop steps the running requests
+    // (CollectBuilds activates it).
+    auto prompt =
+        SekvSession::Prepare(*backend_, *codec_, has_payload ? &payload : nullptr, a->job.suffix);
+    if (!prompt.ok()) return fail(prompt.status());
+    Active* raw = a.get();
+    raw->build = std::thread([this, raw, prompt = std::move(prompt).value()]() mutable {
+      auto built = SekvSession::Build(*sekv_decoder_, std::move(prompt), options_.sekv);
+      std::lock_guard<std::mutex> lock(mu_);
+      raw->built = std::move(built);
+      raw->build_ready = true;
+      ++builds_ready_;
+      cv_.notify_all();
+    });
+    building_.push_back(std::move(a));
+    return;
+  }
   PrefillResult prefill;
   const auto t0 = Clock::now();
-  auto t1 = t0;
-  if (sekv_decoder_ != nullptr) {
-    // The SEKV path: rebuild, hierarchy and the last prompt token in one go (sekv_session.h).
-    auto session = SekvSession::Start(*backend_, *codec_, *sekv_decoder_,
-                                      has_payload ? &payload : nullptr, a->job.suffix,
-                                      options_.sekv, &prefill.logits);
-    if (!session.ok()) return fail(session.status());
-    a->sekv = std::move(session).value();
+  auto seq = backend_->NewSequence(a->capacity);
+  if (!seq.ok()) return fail(seq.status());
+  a->seq = std::move(seq).value();
+  if (has_payload) {
+    if (absl::Status st = codec_->Rebuild(payload, *backend_, *a->seq); !st.ok()) return fail(st);
+  }
+  const auto t1 = Clock::now();
+  if (absl::Status st = backend_->Prefill(*a->seq, a->job.suffix, PrefillOptions{}, &prefill);
+      !st.ok()) {
+    return fail(st);
+  }
+  a->timings.rebuild_ms = MsBetween(t0, t1);
+  a->timings.suffix_prefill_ms = MsBetween(t1, Clock::now());
+  Started(std::move(a), prefill.logits);
+}
+
+void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cancelled) {
+  std::vector<std::unique_ptr<Active>> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& a : building_) {
+      if (a->build_ready) ready.push_back(std::move(a));
+    }
+    builds_ready_ -= static_cast<int>(ready.size());
+  }
+  building_.erase(std::remove(building_.begin(), building_.end(), nullptr), building_.end());
+  // Builds still running: a cancellation or a deadline ends the request now; its thread's
+  // result is dropped when it comes.
+  const absl::Time now = absl::Now();
+  for (auto& a : building_) {
+    if (cancelled.count(a->job.request_id)) {
+      Finish(*a, DecodeEvent::Error(absl::CancelledError("request cancelled")));
+    } else if (now > a->job.deadline) {
+      Finish(*a, DecodeEvent::Error(
+                     absl::DeadlineExceededError("request deadline passed during the SEKV build")));
+    }
+  }
+  for (auto& a : ready) {
+    a->build.join();
+    if (a->done) continue;
+    if (cancelled.count(a->job.request_id)) {
+      Finish(*a, DecodeEvent::Error(absl::CancelledError("request cancelled")));
+      continue;
+    }
+    if (absl::Now() > a->job.deadline) {
+      Finish(*a, DecodeEvent::Error(
+                     absl::DeadlineExceededError("request deadline passed during the SEKV build")));
+      continue;
+    }
+    if (!a->built.ok()) {
+      Finish(*a, DecodeEvent::Error(a->built.status()));
+      continue;
+    }
+    a->sekv = std::move(a->built).value();
+    std::vector<float> logits;
+    if (absl::Status st = a->sekv->Activate(*backend_, options_.sekv, &logits); !st.ok()) {
+      Finish(*a, DecodeEvent::Error(st));
+      continue;
+    }
     const sekv::MemoryBreakdown m = a->sekv->memory();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -249,32 +332,19 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
       stats_.sekv_cpu_bytes += static_cast<double>(m.cpu_bases);
     }
     if (options_.sekv.on_cache) options_.sekv.on_cache(m, true);
-  } else {
-    auto seq = backend_->NewSequence(a->capacity);
-    if (!seq.ok()) return fail(seq.status());
-    a->seq = std::move(seq).value();
-    if (has_payload) {
-      if (absl::Status st = codec_->Rebuild(payload, *backend_, *a->seq); !st.ok()) return fail(st);
-    }
-    t1 = Clock::now();
-    if (absl::Status st = backend_->Prefill(*a->seq, a->job.suffix, PrefillOptions{}, &prefill);
-        !st.ok()) {
-      return fail(st);
-    }
-  }
-  const auto t2 = Clock::now();
-  if (a->sekv != nullptr) {
     const SekvStartTimes& st = a->sekv->start_times();
     a->timings.rebuild_ms = st.rebuild_ms;
     a->timings.suffix_prefill_ms = st.suffix_prefill_ms;
     a->timings.sekv_build_ms = st.build_ms;
-  } else {
-    a->timings.rebuild_ms = MsBetween(t0, t1);
-    a->timings.suffix_prefill_ms = MsBetween(t1, t2);
+    Started(std::move(a), logits);
   }
+}
+
+void DecodeEngine::Started(std::unique_ptr<Active> a, const std::vector<float>& logits) {
+  const ModelConfig& c = backend_->model().config;
   a->sampler = std::make_unique<Sampler>(a->job.sampling);
   a->stops = a->job.stop_ids.empty() ? c.eos_token_ids : a->job.stop_ids;
-  const int32_t first = a->sampler->Sample(prefill.logits);
+  const int32_t first = a->sampler->Sample(logits);
   a->timings.first_token_ms = MsBetween(a->submitted, Clock::now());
   if (std::find(a->stops.begin(), a->stops.end(), first) != a->stops.end()) {
     return Finish(*a, DecodeEvent::Done("stop"));

@@ -129,6 +129,10 @@ class DecodeEngine {
                DecodeEngineOptions options);
   void Loop();
   void Admit(std::unique_ptr<Active> a);
+  // SEKV requests whose hierarchy is built: activated and started, or ended.
+  void CollectBuilds(const std::unordered_map<uint64_t, bool>& cancelled);
+  // A request whose prompt is in place, with the logits after it: its first token.
+  void Started(std::unique_ptr<Active> a, const std::vector<float>& logits);
   void Step();
   void Finish(Active& a, DecodeEvent event);
 
@@ -146,6 +150,8 @@ class DecodeEngine {
   DecodeEngineStats stats_;
 
   std::vector<std::unique_ptr<Active>> running_;  // loop thread only
+  std::vector<std::unique_ptr<Active>> building_;  // loop thread only: SEKV builds under way
+  int builds_ready_ = 0;  // under mu_: building_ entries whose build thread has finished
   std::atomic<int> running_count_{0};
   std::thread thread_;
 };

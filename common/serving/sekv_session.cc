@@ -34,6 +34,15 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
     Backend& backend, const ConsumerCodec& codec, sekv::SekvDecoder& decoder,
     const Payload* payload, absl::Span<const int32_t> suffix, const SekvServingOptions& options,
     std::vector<float>* logits) {
+  SCD_ASSIGN_OR_RETURN(SekvPrompt prompt, Prepare(backend, codec, payload, suffix));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<SekvSession> s, Build(decoder, std::move(prompt), options));
+  SCD_RETURN_IF_ERROR(s->Activate(backend, options, logits));
+  return s;
+}
+
+absl::StatusOr<SekvPrompt> SekvSession::Prepare(Backend& backend, const ConsumerCodec& codec,
+                                                const Payload* payload,
+                                                absl::Span<const int32_t> suffix) {
   if (suffix.empty()) return absl::InvalidArgumentError("SEKV needs at least one suffix token");
   if (payload != nullptr && payload->start_position != 0) {
     return absl::UnimplementedError("SEKV serves payloads that start at position 0 only");
@@ -51,18 +60,20 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
   }
 
   // 1-2. The prompt's pre-RoPE K/V and surprisal, from the rebuild and/or a prefill.
-  SekvStartTimes times;
+  SekvPrompt prompt;
+  prompt.last_token = suffix.back();
+  SekvStartTimes& times = prompt.times;
   auto phase = Clock::now();
-  ExternalKv kv;
-  std::vector<float> surprisal;
+  ExternalKv& kv = prompt.kv;
+  std::vector<float>& surprisal = prompt.surprisal;
   SCD_ASSIGN_OR_RETURN(auto seq, backend.NewSequence(t));
   PrefillOptions po;
   po.layer_states = po.surprisal = true;
   if (own_prefill) {
-    std::vector<int32_t> prompt = payload != nullptr ? payload->token_ids : std::vector<int32_t>{};
-    prompt.insert(prompt.end(), head.begin(), head.end());
+    std::vector<int32_t> tokens = payload != nullptr ? payload->token_ids : std::vector<int32_t>{};
+    tokens.insert(tokens.end(), head.begin(), head.end());
     PrefillResult pr;
-    SCD_RETURN_IF_ERROR(backend.Prefill(*seq, prompt, po, &pr));
+    SCD_RETURN_IF_ERROR(backend.Prefill(*seq, tokens, po, &pr));
     kv.num_tokens = t;
     for (LayerStates& s : pr.layers) {
       kv.k_pre_rope.push_back(std::move(s.k_pre_rope));
@@ -97,12 +108,19 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
     }
     times.suffix_prefill_ms = MsSince(phase);
   }
-  seq.reset();  // from here on the SEKV cache holds the prompt
+  return prompt;  // the backend sequence is freed: from here on the SEKV cache holds the prompt
+}
 
+absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Build(sekv::SekvDecoder& decoder,
+                                                                SekvPrompt prompt,
+                                                                const SekvServingOptions& options) {
   // 3. The hierarchy at the budget.
-  phase = Clock::now();
-  SCD_ASSIGN_OR_RETURN(sekv::PrefixKv prefix, decoder.MakePrefix(kv, std::move(surprisal)));
-  kv = ExternalKv{};
+  const auto phase = Clock::now();
+  if (options.before_build) options.before_build();
+  const int t = prompt.kv.num_tokens;
+  SCD_ASSIGN_OR_RETURN(sekv::PrefixKv prefix,
+                       decoder.MakePrefix(prompt.kv, std::move(prompt.surprisal)));
+  prompt.kv = ExternalKv{};
   const sekv::CacheShape shape = decoder.shape();
   const sekv::BudgetPlan plan = sekv::PlanBudget(prefix.surprisal, options.budget, options.cache,
                                                  options.shares, shape.head_dim);
@@ -110,19 +128,28 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
   SCD_ASSIGN_OR_RETURN(s->cache_, sekv::SekvCache::CreateWithSegmentation(
                                       shape, prefix, plan.segmentation, plan.sekv, options.router));
   s->length_ = t;
-  if (options.gpu && sekv::GpuSekv::Applies(backend)) {
-    SCD_ASSIGN_OR_RETURN(s->gpu_, sekv::GpuSekv::Create(backend, *s->cache_, options.gpu_tier));
-  }
+  s->last_token_ = prompt.last_token;
+  s->start_times_ = prompt.times;
+  s->start_times_.build_ms = MsSince(phase);
+  return s;
+}
 
-  times.build_ms = MsSince(phase);
+absl::Status SekvSession::Activate(Backend& backend, const SekvServingOptions& options,
+                                   std::vector<float>* logits) {
+  if (last_token_ < 0) return absl::FailedPreconditionError("SEKV session already activated");
+  auto phase = Clock::now();
+  if (options.gpu && sekv::GpuSekv::Applies(backend)) {
+    SCD_ASSIGN_OR_RETURN(gpu_, sekv::GpuSekv::Create(backend, *cache_, options.gpu_tier));
+  }
+  start_times_.build_ms += MsSince(phase);
 
   // 4. The last prompt token through the cache.
   phase = Clock::now();
-  SCD_RETURN_IF_ERROR(s->Step(suffix.back(), logits));
-  times.suffix_prefill_ms += MsSince(phase);
-  s->start_times_ = times;
-  s->memory_ = s->gpu_ != nullptr ? s->gpu_->Memory() : s->cache_->Memory();
-  return s;
+  SCD_RETURN_IF_ERROR(Step(last_token_, logits));
+  last_token_ = -1;
+  start_times_.suffix_prefill_ms += MsSince(phase);
+  memory_ = gpu_ != nullptr ? gpu_->Memory() : cache_->Memory();
+  return absl::OkStatus();
 }
 
 absl::Status SekvSession::Step(int32_t token, std::vector<float>* logits) {

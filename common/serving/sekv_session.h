@@ -13,8 +13,10 @@
 //      the backend sequence is freed;
 //   4. the last suffix token is decoded through the cache (SekvDecoder), which also picks the
 //      observation-window anchors with that query, and its logits give the first token.
-// Step() then decodes one token at a time through the cache. On a CUDA backend (with
-// options.gpu) the decode runs on the GPU: the model on the device and the cache's GPU tier
+// The decode engine runs them as three stages (Prepare, Build, Activate): step 3's host work
+// (seconds at long prompts) on a thread of its own, so that the running requests keep
+// decoding meanwhile. Step() then decodes one token at a time through the cache. On a CUDA backend
+// (with options.gpu) the decode runs on the GPU: the model on the device and the cache's GPU tier
 // mirrored there (sekv::GpuSekv, common/sekv/gpu_sekv.h), with planning and the CPU tier on the
 // host. Otherwise it runs on the CPU (SekvDecoder). memory() reports the tiers from the
 // structures that hold them (measured after the first step): on the GPU path the device's
@@ -66,16 +68,46 @@ struct SekvServingOptions {
   // Optional, called on the engine thread: with started = true after a SEKV request's first
   // step, with its cache's bytes; with started = false and the same bytes when it ends.
   std::function<void(const sekv::MemoryBreakdown& bytes, bool started)> on_cache;
+  // Optional, called on the thread that builds a request's hierarchy (Build), before it
+  // starts: tests hold a build with it to see the engine keep decoding meanwhile.
+  std::function<void()> before_build;
+};
+
+// A SEKV request's prompt after Start's steps 1-2: its pre-RoPE K/V and per-token surprisal
+// (positions [0, kv.num_tokens)), the suffix's last token still to decode, and the time spent.
+struct SekvPrompt {
+  ExternalKv kv;
+  std::vector<float> surprisal;
+  int32_t last_token = -1;
+  SekvStartTimes times;
 };
 
 class SekvSession {
  public:
-  // Steps 1-4 above. `payload` may be null (suffix only). Writes the logits that follow the
-  // prompt (the first generated token's distribution) into `logits`.
+  // Steps 1-4 above: Prepare, Build and Activate in a row. `payload` may be null (suffix
+  // only). Writes the logits that follow the prompt (the first generated token's
+  // distribution) into `logits`.
   static absl::StatusOr<std::unique_ptr<SekvSession>> Start(
       Backend& backend, const ConsumerCodec& codec, sekv::SekvDecoder& decoder,
       const Payload* payload, absl::Span<const int32_t> suffix, const SekvServingOptions& options,
       std::vector<float>* logits);
+
+  // The three stages one by one, so that the host-only build (seconds at long prompts) can
+  // run off the thread that drives the backend (the decode engine keeps stepping the other
+  // requests meanwhile):
+  //   Prepare   steps 1-2, on the backend's thread;
+  //   Build     step 3's hierarchy (SekvCache) from the prompt; no backend work, so any
+  //             thread may run it (the decoder is only read);
+  //   Activate  step 3's device mirror (GpuSekv, when it applies) and step 4, on the
+  //             backend's thread, once; `logits` as Start's.
+  static absl::StatusOr<SekvPrompt> Prepare(Backend& backend, const ConsumerCodec& codec,
+                                            const Payload* payload,
+                                            absl::Span<const int32_t> suffix);
+  static absl::StatusOr<std::unique_ptr<SekvSession>> Build(sekv::SekvDecoder& decoder,
+                                                            SekvPrompt prompt,
+                                                            const SekvServingOptions& options);
+  absl::Status Activate(Backend& backend, const SekvServingOptions& options,
+                        std::vector<float>* logits);
 
   // Decodes `token` at the next position; next-token logits into `logits`.
   absl::Status Step(int32_t token, std::vector<float>* logits);
@@ -95,6 +127,7 @@ class SekvSession {
   sekv::MemoryBreakdown memory_;
   SekvStartTimes start_times_;
   int length_ = 0;
+  int32_t last_token_ = -1;  // until Activate: the suffix's last token
 };
 
 // The producer's per-token surprisal from a payload's kSurprisal block; NOT_FOUND when the

@@ -112,25 +112,6 @@ float TopTwoMargin(const float* logits, int vocab) {
   return a - b;
 }
 
-ModelConfig SyntheticConfig(Architecture arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.name = "cuda-parity";
-  c.hidden_size = 128;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;  // the tensor-core attention path
-  c.intermediate_size = 256;
-  c.vocab_size = 300;
-  c.max_position_embeddings = 256;
-  c.rms_norm_eps = 1e-5f;
-  c.qkv_bias = arch == Architecture::kQwen2;
-  c.sliding_window = arch == Architecture::kMistral ? 16 : 0;
-  c.eos_token_ids = {2};
-  return c;
-}
-
 void CheckParity(const std::vector<float>& cuda_logits, const std::vector<float>& cpu_logits,
                  const std::string& what) {
   const Errors e = Compare(cuda_logits, cpu_logits);
@@ -155,7 +136,7 @@ TEST_CASE("CUDA backend is unavailable without a device", "[cuda]") {
     return;
   }
   CHECK_FALSE(BackendAvailable(BackendKind::kCuda));
-  ModelConfig c = SyntheticConfig(Architecture::kLlama);
+  ModelConfig c = testing::ParityConfig(Architecture::kLlama);
   auto backend = CreateBackend(BackendKind::kCuda, MakeSyntheticModel(c, 1));
   CHECK(backend.status().code() == absl::StatusCode::kUnavailable);
 }
@@ -261,7 +242,7 @@ TEST_CASE("CUDA backend matches the CPU backend on synthetic models", "[cuda]") 
   SCD_SKIP_WITHOUT_CUDA();
   for (Architecture arch : {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2}) {
     INFO("architecture " << ArchitectureName(arch));
-    const ModelConfig config = SyntheticConfig(arch);
+    const ModelConfig config = testing::ParityConfig(arch);
     auto model = MakeSyntheticModel(config, 7, 0.1f);
     REQUIRE(model != nullptr);
     auto gpu = Make(BackendKind::kCuda, model);
@@ -311,7 +292,7 @@ TEST_CASE("CUDA backend matches the CPU backend on synthetic models", "[cuda]") 
 
 TEST_CASE("CUDA decode with the KV cache equals a full CUDA prefill", "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();
-  const ModelConfig config = SyntheticConfig(Architecture::kMistral);  // window 16 < length
+  const ModelConfig config = testing::ParityConfig(Architecture::kMistral);  // window 16 < length
   auto gpu = Make(BackendKind::kCuda, MakeSyntheticModel(config, 9, 0.1f));
   const std::vector<int32_t> ids = SomeTokens(48, config.vocab_size, 3);
   PrefillOptions all;
@@ -337,7 +318,7 @@ TEST_CASE("CUDA decode with the KV cache equals a full CUDA prefill", "[cuda]") 
 
 TEST_CASE("CUDA AppendKv continues like the CPU backend", "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();
-  const ModelConfig config = SyntheticConfig(Architecture::kQwen2);
+  const ModelConfig config = testing::ParityConfig(Architecture::kQwen2);
   auto model = MakeSyntheticModel(config, 11, 0.1f);
   auto gpu = Make(BackendKind::kCuda, model);
   auto cpu = Make(BackendKind::kCpu, model);
@@ -429,7 +410,7 @@ TEST_CASE("CUDA DecodeSample samples on the device what SampleWithDraw picks", "
 
 TEST_CASE("CUDA backend rejects bad requests without changing the sequence", "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();
-  const ModelConfig config = SyntheticConfig(Architecture::kLlama);
+  const ModelConfig config = testing::ParityConfig(Architecture::kLlama);
   auto model = MakeSyntheticModel(config, 13, 0.1f);
   auto gpu = Make(BackendKind::kCuda, model);
   auto cpu = Make(BackendKind::kCpu, model);

@@ -50,6 +50,25 @@ std::shared_ptr<const Model> LoadSharedModel(const std::string& relative) {
   return *model;
 }
 
+ModelConfig ParityConfig(Architecture arch) {
+  ModelConfig c;
+  c.arch = arch;
+  c.name = "cuda-parity";
+  c.hidden_size = 128;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;  // the tensor-core attention path
+  c.intermediate_size = 256;
+  c.vocab_size = 300;
+  c.max_position_embeddings = 256;
+  c.rms_norm_eps = 1e-5f;
+  c.qkv_bias = arch == Architecture::kQwen2;
+  c.sliding_window = arch == Architecture::kMistral ? 16 : 0;
+  c.eos_token_ids = {2};
+  return c;
+}
+
 std::unique_ptr<Backend> MakeBackend(BackendKind kind, std::shared_ptr<const Model> model) {
   auto backend = CreateBackend(kind, std::move(model));
   INFO(backend.status());

@@ -89,6 +89,11 @@ class TestKvCaches {
   cuda::KvCacheTable table_;
 };
 
+// The small synthetic model of the backend parity tests: d 128, 2 layers, 4/2 heads of 64 (the
+// tensor-core attention path), vocab 300, 256 positions; Qwen2 with QKV bias, Mistral with a
+// window of 16.
+ModelConfig ParityConfig(Architecture arch);
+
 // A model under ../shared (REQUIREs that it loads) and a backend of `kind` for it.
 std::shared_ptr<const Model> LoadSharedModel(const std::string& relative);
 std::unique_ptr<Backend> MakeBackend(BackendKind kind, std::shared_ptr<const Model> model);

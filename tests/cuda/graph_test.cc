@@ -20,21 +20,11 @@ namespace {
 
 using testing::RequireOk;
 
+// The parity model with room for a 512 bucket, and a window that lets steps cross it.
 ModelConfig GraphConfig(Architecture arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.name = "cuda-graphs";
-  c.hidden_size = 128;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.intermediate_size = 256;
-  c.vocab_size = 300;
+  ModelConfig c = testing::ParityConfig(arch);
   c.max_position_embeddings = 600;
-  c.rms_norm_eps = 1e-5f;
-  c.sliding_window = arch == Architecture::kMistral ? 100 : 0;
-  c.eos_token_ids = {2};
+  if (c.sliding_window > 0) c.sliding_window = 100;
   return c;
 }
 

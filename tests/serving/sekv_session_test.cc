@@ -5,7 +5,13 @@
 #include "common/serving/sekv_session.h"
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include "common/scd/wire_format.h"
 #include "common/sekv/kv_cache.h"
@@ -152,6 +158,82 @@ TEST_CASE("SEKV refuses what it cannot serve, one request at a time", "[cpu]") {
   CHECK(ev.final_events[1].error.code() == absl::StatusCode::kNotFound);
   CHECK(ev.final_events[2].kind == DecodeEvent::Kind::kDone);
   CHECK(ev.tokens[2].size() == 3);
+}
+
+TEST_CASE("SEKV hierarchies build off the engine loop, which keeps decoding the others", "[cpu]") {
+  SekvFixture f;
+  // Every build after the first is held until the test releases it: a build on the loop
+  // thread would stall request 1 (and this test) until then.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> builds{0}, held{0};
+  DecodeEngineOptions o;
+  o.sekv.enabled = true;
+  o.sekv.budget = 0.4;
+  o.sekv.before_build = [&] {
+    if (builds.fetch_add(1) == 0) return;
+    ++held;
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(60), [&] { return release; });
+  };
+  auto engine = f.ProducerFixture::Engine(o);
+  DecodeEventCollector ev;
+  auto tokens_of = [&](uint64_t id) {
+    std::lock_guard<std::mutex> lock(ev.mu);
+    return ev.tokens[id].size();
+  };
+  auto wait_until = [](const std::function<bool()>& ok) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!ok() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return ok();
+  };
+  auto job = [](uint64_t id, int prompt_tokens, int max_tokens) {
+    DecodeJob j;
+    j.request_id = id;
+    j.suffix = SyntheticPrompt(prompt_tokens, static_cast<int>(id));
+    j.max_tokens = max_tokens;
+    j.stop_ids = {-1};
+    return j;
+  };
+  REQUIRE(engine->Submit(job(1, 60, 300), ev.For(1)).ok());
+  REQUIRE(wait_until([&] { return tokens_of(1) >= 2; }));
+  REQUIRE(engine->Submit(job(2, 70, 5), ev.For(2)).ok());
+  REQUIRE(engine->Submit(job(3, 50, 5), ev.For(3)).ok());
+  REQUIRE(wait_until([&] { return held.load() == 2; }));
+  // Both builds are held: request 1 goes on, and they count as active.
+  const size_t before = tokens_of(1);
+  CHECK(wait_until([&] { return tokens_of(1) >= before + 8; }));
+  CHECK(engine->running() == 3);
+  // A request cancelled during its build ends now, build or not.
+  engine->Cancel(3);
+  CHECK(wait_until([&] {
+    std::lock_guard<std::mutex> lock(ev.mu);
+    return ev.final_events.count(3) == 1;
+  }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  ev.WaitFor(3);
+  CHECK(ev.final_events[3].error.code() == absl::StatusCode::kCancelled);
+  CHECK(ev.tokens[3].empty());
+  for (uint64_t id : {1, 2}) {
+    INFO("request " << id);
+    REQUIRE(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
+    CHECK(ev.tokens[id].size() == (id == 1 ? 300u : 5u));
+    CHECK(ev.final_events[id].timings.sekv_build_ms > 0);
+  }
+  // Request 2 built on the side gives what the same request gives on an idle engine.
+  auto idle = f.Engine(0.4);
+  DecodeEventCollector alone;
+  REQUIRE(idle->Submit(job(2, 70, 5), alone.For(2)).ok());
+  alone.WaitFor(1);
+  CHECK(alone.tokens[2] == ev.tokens[2]);
+  CHECK(engine->stats().sekv_requests == 2);
 }
 
 }  // namespace scd
