@@ -153,11 +153,16 @@ void DecodeEngine::Loop() {
     std::unordered_map<uint64_t, bool> cancelled;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
+      auto work = [&] {
         return stopping_ || !running_.empty() || builds_ready_ > 0 ||
                (!queue_.empty() &&
                 static_cast<int>(running_.size() + building_.size()) < options_.max_batch);
-      });
+      };
+      if (building_.empty()) {
+        cv_.wait(lock, work);
+      } else {  // also look at the builds' cancellations and deadlines now and then
+        cv_.wait_for(lock, std::chrono::milliseconds(50), work);
+      }
       if (stopping_) break;
       while (!queue_.empty() && static_cast<int>(running_.size() + building_.size() +
                                                  admitted.size()) < options_.max_batch) {

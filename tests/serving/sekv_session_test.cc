@@ -207,7 +207,11 @@ TEST_CASE("SEKV hierarchies build off the engine loop, which keeps decoding the 
   const size_t before = tokens_of(1);
   CHECK(wait_until([&] { return tokens_of(1) >= before + 8; }));
   CHECK(engine->running() == 3);
-  // A request cancelled during its build ends now, build or not.
+  // A request cancelled during its build ends now, even with nothing else to step.
+  REQUIRE(wait_until([&] {
+    std::lock_guard<std::mutex> lock(ev.mu);
+    return ev.final_events.count(1) == 1;
+  }));
   engine->Cancel(3);
   CHECK(wait_until([&] {
     std::lock_guard<std::mutex> lock(ev.mu);
