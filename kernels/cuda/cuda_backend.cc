@@ -107,6 +107,25 @@ class CudaBackend : public Backend {
   const Model& model() const override { return *model_; }
   size_t decode_bytes_streamed() const { return weights_->DecodeBytesStreamed(); }
 
+  absl::Status SetDecodeGraphs(const cuda::DecodeGraphOptions& options) {
+    if (options.max_batch < 0 || options.max_graphs < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("decode graphs: max_batch ", options.max_batch,
+                                                     " must be >= 0 and max_graphs ",
+                                                     options.max_graphs, " >= 1"));
+    }
+    graph_options_ = options;
+    graphs_.clear();
+    graphs_broken_ = false;
+    return absl::OkStatus();
+  }
+
+  DecodeGraphStats decode_graph_stats() const override {
+    DecodeGraphStats stats = graph_stats_;
+    stats.cached = static_cast<int>(graphs_.size());
+    stats.active = graph_options_.enabled && !graphs_broken_;
+    return stats;
+  }
+
   absl::StatusOr<cuda::SequenceCache> CacheOf(Sequence& seq_base) const {
     SCD_ASSIGN_OR_RETURN(CudaSequence * seq, Own(&seq_base));
     cuda::SequenceCache view;
@@ -475,29 +494,9 @@ class CudaBackend : public Backend {
 
   cuda::StreamHandle stream() const { return stream_->handle(); }
 
- public:
-  absl::Status SetDecodeGraphs(const cuda::DecodeGraphOptions& options) {
-    if (options.max_batch < 0 || options.max_graphs < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("decode graphs: max_batch ", options.max_batch,
-                                                     " must be >= 0 and max_graphs ",
-                                                     options.max_graphs, " >= 1"));
-    }
-    graph_options_ = options;
-    graphs_.clear();
-    graphs_broken_ = false;
-    return absl::OkStatus();
-  }
-
-  DecodeGraphStats decode_graph_stats() const override {
-    DecodeGraphStats stats = graph_stats_;
-    stats.cached = static_cast<int>(graphs_.size());
-    stats.active = graph_options_.enabled && !graphs_broken_;
-    return stats;
-  }
-
- private:
-  // The addresses every decode graph records: activations, workspace, metadata, weights'
-  // owner. When one moves (a buffer grew), no cached graph can be replayed again.
+  // The buffers every decode graph records, with their sizes: activations, logits, the
+  // attention workspace and the step metadata. When one moves (it grew), no cached graph can
+  // be replayed again.
   std::vector<uintptr_t> GraphBuffers() const {
     std::vector<uintptr_t> a;
     for (const DeviceBuffer* buffer : {&x_, &xn_bf16_, &qkv_, &att_, &att_bf16_, &gate_up_,
