@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/elapsed.h"
 #include "common/daemon/event_log.h"
 #include "common/rpc/status_translation.h"
 #include "common/scd/payload_prefix.h"
@@ -17,9 +18,6 @@ namespace scd {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
 // Errors worth another replica: the daemon (or the path to it) failed, not the request.
 bool Retryable(const absl::Status& st) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/elapsed.h"
 #include "common/base/status_macros.h"
 #include "common/eval/answer.h"
 #include "common/eval/babi.h"
@@ -21,9 +22,6 @@ namespace scd {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
 std::shared_ptr<const Model> Unowned(const Model& m) {
   return std::shared_ptr<const Model>(std::shared_ptr<const Model>(), &m);

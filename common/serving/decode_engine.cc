@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/elapsed.h"
 #include "common/base/status_macros.h"
 #include "common/scd/wire_format.h"
 
@@ -12,9 +13,6 @@ namespace scd {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double MsBetween(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 }  // namespace
 
@@ -295,29 +293,23 @@ void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cance
     builds_ready_ -= static_cast<int>(ready.size());
   }
   building_.erase(std::remove(building_.begin(), building_.end(), nullptr), building_.end());
+  // Ends `a` when it was cancelled or its deadline passed; true when it is over.
+  auto ended = [&](Active& a) {
+    if (a.done) return true;
+    if (cancelled.count(a.job.request_id)) {
+      Finish(a, DecodeEvent::Error(absl::CancelledError("request cancelled")));
+    } else if (absl::Now() > a.job.deadline) {
+      Finish(a, DecodeEvent::Error(
+                    absl::DeadlineExceededError("request deadline passed during the SEKV build")));
+    }
+    return a.done;
+  };
   // Builds still running: a cancellation or a deadline ends the request now; its thread's
   // result is dropped when it comes.
-  const absl::Time now = absl::Now();
-  for (auto& a : building_) {
-    if (cancelled.count(a->job.request_id)) {
-      Finish(*a, DecodeEvent::Error(absl::CancelledError("request cancelled")));
-    } else if (now > a->job.deadline) {
-      Finish(*a, DecodeEvent::Error(
-                     absl::DeadlineExceededError("request deadline passed during the SEKV build")));
-    }
-  }
+  for (auto& a : building_) ended(*a);
   for (auto& a : ready) {
     a->build.join();
-    if (a->done) continue;
-    if (cancelled.count(a->job.request_id)) {
-      Finish(*a, DecodeEvent::Error(absl::CancelledError("request cancelled")));
-      continue;
-    }
-    if (absl::Now() > a->job.deadline) {
-      Finish(*a, DecodeEvent::Error(
-                     absl::DeadlineExceededError("request deadline passed during the SEKV build")));
-      continue;
-    }
+    if (ended(*a)) continue;
     if (!a->built.ok()) {
       Finish(*a, DecodeEvent::Error(a->built.status()));
       continue;

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/elapsed.h"
 #include "common/base/status_macros.h"
 #include "common/scd/wire_format.h"
 #include "common/sekv/kv_capture_backend.h"
@@ -12,10 +13,6 @@ namespace scd {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double MsSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
 }  // namespace
 

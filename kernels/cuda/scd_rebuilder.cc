@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/elapsed.h"
 #include "common/base/status_macros.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
@@ -20,10 +21,6 @@ using Clock = std::chrono::steady_clock;
 // Bytes of one code matrix's slot in the staging buffers (16-byte aligned).
 size_t RawSlot(CodeFormat format, int rows, int cols) {
   return cols <= 0 ? 0 : (CodeBytes(format, rows, cols) + 15) / 16 * 16;
-}
-
-double MsSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
 absl::Status CheckSize(const std::vector<float>& v, size_t want, int layer, const char* what) {
