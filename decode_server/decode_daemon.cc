@@ -260,16 +260,17 @@ absl::Status DecodeDaemon::Start() {
                          graphs_active] {
     PayloadMailboxStats last;
     DecodeGraphStats last_graphs;
+    // Counter `label` of `family` advanced by a source counter's growth since the last tick.
+    auto add = [](auto* family, const char* label, int64_t before, int64_t after) {
+      if (after > before) family->WithLabels({label}).value()->Increment(after - before);
+    };
     while (!stop_ticker_.load()) {
       active->Set(engine_->running());
       queued->Set(engine_->queued());
       const DecodeGraphStats graphs = engine_->stats().graphs;
-      auto steps = [&](const char* mode, int64_t before, int64_t after) {
-        if (after > before) graph_steps->WithLabels({mode}).value()->Increment(after - before);
-      };
-      steps("replay", last_graphs.replays, graphs.replays);
-      steps("capture", last_graphs.captures, graphs.captures);
-      steps("eager", last_graphs.eager_steps, graphs.eager_steps);
+      add(graph_steps, "replay", last_graphs.replays, graphs.replays);
+      add(graph_steps, "capture", last_graphs.captures, graphs.captures);
+      add(graph_steps, "eager", last_graphs.eager_steps, graphs.eager_steps);
       graphs_active->Set(graphs.active ? 1 : 0);
       if (graphs.capture_failures > last_graphs.capture_failures) {
         daemon::LogWarning("cuda_graphs_disabled", {{"reason", graphs.last_failure}});
@@ -277,15 +278,12 @@ absl::Status DecodeDaemon::Start() {
       last_graphs = graphs;
       const PayloadMailboxStats now = mailbox_->stats();
       pending->Set(static_cast<double>(now.pending));
-      auto count = [&](const char* outcome, long before, long after) {
-        if (after > before) payloads->WithLabels({outcome}).value()->Increment(after - before);
-      };
-      count("received", last.received, now.received);
-      count("taken", last.taken, now.taken);
-      count("corrupted", last.corrupted, now.corrupted);
-      count("expired", last.expired, now.expired);
-      count("evicted", last.evicted, now.evicted);
-      count("orphaned", last.orphaned, now.orphaned);
+      add(payloads, "received", last.received, now.received);
+      add(payloads, "taken", last.taken, now.taken);
+      add(payloads, "corrupted", last.corrupted, now.corrupted);
+      add(payloads, "expired", last.expired, now.expired);
+      add(payloads, "evicted", last.evicted, now.evicted);
+      add(payloads, "orphaned", last.orphaned, now.orphaned);
       if (now.orphaned > last.orphaned) {
         daemon::LogInfo("payloads_orphaned",
                         {{"count", now.orphaned - last.orphaned}, {"pending", now.pending}});
