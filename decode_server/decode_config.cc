@@ -82,6 +82,8 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   c.sekv_gpu = sekv.Bool("gpu", true);
   c.sekv_gpu_f32 =
       sekv.Enum("gpu_tier", "bf16", std::array<std::string_view, 2>{"bf16", "f32"}) == "f32";
+  c.sekv_gpu_host_zoom =
+      sekv.Enum("gpu_zoom", "device", std::array<std::string_view, 2>{"device", "host"}) == "host";
   if (absl::Status st = r.Finish(); !st.ok()) return st;
   return c;
 }

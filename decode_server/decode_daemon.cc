@@ -31,6 +31,7 @@ absl::Status ConfigureSekv(const DecodeDaemonConfig& c, const Model& model,
   o->budget = c.sekv_budget;
   o->gpu = c.sekv_gpu;
   o->gpu_tier = c.sekv_gpu_f32 ? sekv::GpuTier::kF32 : sekv::GpuTier::kBf16;
+  o->gpu_zoom = c.sekv_gpu_host_zoom ? sekv::GpuZoom::kHost : sekv::GpuZoom::kDevice;
   if (!c.sekv_router.empty()) {
     SCD_ASSIGN_OR_RETURN(sekv::SekvArtifact a, sekv::SekvArtifact::Load(c.sekv_router));
     if (absl::Status st = a.CheckModel(model); !st.ok()) {

@@ -92,6 +92,7 @@ struct DecodeDaemonConfig {
   std::string sekv_router;  // calibrated router (.sekv.safetensors); empty: share-threshold gate
   bool sekv_gpu = true;     // on the CUDA backend, decode SEKV requests on the GPU (gpu_sekv.h)
   bool sekv_gpu_f32 = false;  // the GPU tier's rows in F32 (sekv.gpu_tier: f32) instead of BF16
+  bool sekv_gpu_host_zoom = false;  // the GPU path's zoom-in on the host (sekv.gpu_zoom: host)
 };
 
 class DecodeDaemon {

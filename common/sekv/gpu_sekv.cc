@@ -2,6 +2,7 @@
 #include "common/sekv/gpu_sekv.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -26,7 +27,7 @@ GpuSekv::~GpuSekv() = default;
 
 bool GpuSekv::Applies(const Backend&) { return false; }
 
-absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend&, SekvCache&, GpuTier) {
+absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend&, SekvCache&, GpuTier, GpuZoom) {
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
 }
 
@@ -37,6 +38,10 @@ absl::Status GpuSekv::Step(int32_t, int, std::vector<float>*) {
 }
 
 absl::Status GpuSekv::Attend(int, const float*, const float*, const float*, float*, void*) {
+  return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
+}
+
+absl::Status GpuSekv::Settle(void*) {
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
 }
 
@@ -77,22 +82,32 @@ struct DeviceLayer {
   DeviceBuffer p_q, p_k, gates;                         // the layer's router
   DeviceBuffer expanded_k, expanded_v;                  // [num_kv_heads, budget, head_dim]
   int window_capacity = 0;                              // rows
+  // The device zoom: the CPU tier's SpanBasisRef table [num_kv_heads, num_spans], the gate
+  // thresholds [num_kv_heads], the pinned flags [num_kv_heads, span tokens].
+  DeviceBuffer bases, tau, pinned_flags;
+  std::unique_ptr<PinnedBuffer> arena;  // the bases' pinned copy, when the device needs one
 };
+
+constexpr int kZoomCounts = 4;  // SekvZoom's stats per KV head
 
 }  // namespace
 
 class GpuSekv::Impl : public cuda::DeviceLayerAttention {
  public:
-  Impl(Backend& backend, SekvCache& cache, GpuTier tier)
+  Impl(Backend& backend, SekvCache& cache, GpuTier tier, GpuZoom zoom)
       : backend_(backend),
         cache_(cache),
         shape_(CacheShape::FromConfig(backend.model().config)),
         type_(tier == GpuTier::kBf16 ? KvType::kBf16 : KvType::kF32),
-        elem_(tier == GpuTier::kBf16 ? sizeof(Bf16) : sizeof(float)) {}
+        elem_(tier == GpuTier::kBf16 ? sizeof(Bf16) : sizeof(float)),
+        device_zoom_(zoom == GpuZoom::kDevice) {}
 
   absl::Status Init();
   absl::Status Attend(int l, const float* q, const float* k, const float* v, float* out,
                       StreamHandle s) override;
+  absl::Status Settle(StreamHandle s);
+  // Settle's work once the stream has been waited for.
+  void Fold();
   MemoryBreakdown Memory() const;
   Backend& backend() { return backend_; }
 
@@ -104,13 +119,14 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   // Element `i` of a tier buffer, as a segment's or gate's pointer.
   const void* At(const DeviceBuffer& b, size_t i) const { return b.as<char>() + i * elem_; }
   void* At(DeviceBuffer& b, size_t i) const { return b.as<char>() + i * elem_; }
-  // Table `t` of the step (one pinned and one device region each): anchors | summaries
+  // Table `t` of layer l's step (one pinned and one device region each, so that a layer's
+  // tables are rewritten only after the step that read them has finished): anchors | summaries
   // (log counts lc, skip flags) | window of `window_rows` | pins (when `pins`), per KV head.
-  AttentionSegment* HostTable(int t) {
-    return host_tables_.as<AttentionSegment>() + t * TableSize();
+  AttentionSegment* HostTable(int l, int t) {
+    return host_tables_.as<AttentionSegment>() + (l * kTables + t) * TableSize();
   }
-  AttentionSegment* DeviceTable(int t) const {
-    return segments_.as<AttentionSegment>() + t * TableSize();
+  AttentionSegment* DeviceTable(int l, int t) const {
+    return segments_.as<AttentionSegment>() + (l * kTables + t) * TableSize();
   }
   int TableSize() const { return shape_.num_kv_heads * kResidentSegments; }
   absl::Status UploadResident(int l, int t, int window_rows, const float* lc, const uint8_t* skip,
@@ -123,17 +139,32 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   absl::Status Reserve(int max_rows, StreamHandle s);
   absl::Status GrowWindow(int l, int rows, StreamHandle s);
   absl::Status UploadCounts(int l, StreamHandle s);
+  // The device zoom's view of layer l's CPU tier, thresholds and pinned flags.
+  absl::Status InitZoom(int l, bool in_place, StreamHandle s);
+  // Steps 3-6 of a layer on the device (after its pins); the token is in the device window.
+  absl::Status ZoomOnDevice(int l, int rows, const float* q, float* out, StreamHandle s);
 
   Backend& backend_;
   SekvCache& cache_;
   const CacheShape shape_;
   const KvType type_;          // the K/V rows on the device
   const size_t elem_;          // their element size
+  const bool device_zoom_;     // GpuZoom::kDevice
   std::vector<Bf16> staging_;  // host conversion of pageable uploads (BF16 tier)
   int num_spans_ = 0, budget_ = 0, pins_ = 0, route_dim_ = 0;
   std::vector<DeviceLayer> layers_;
   DeviceBuffer alpha_, step_lc_, step_skip_, lse_, lse_e_, out_e_, edits_, segments_, workspace_;
   PinnedBuffer host_qkv_, host_la_, host_tables_, host_edits_, host_rows_;
+  // The device zoom: its parameters; the zoom counts (device, [num_kv_heads, kZoomCounts], and
+  // their last copy and what the host cache has of them); each layer's token K/V waiting for
+  // the host window ([num_layers, 2, kv_dim]) and whether it waits.
+  cuda::ZoomParams zoom_params_;
+  DeviceBuffer zoom_counts_, zoom_ws_;
+  PinnedBuffer host_counts_, host_append_;
+  std::vector<int64_t> counts_seen_;
+  bool counts_copied_ = false;
+  std::vector<uint8_t> append_pending_;
+  StreamHandle last_stream_ = nullptr;
 };
 
 absl::Status GpuSekv::Impl::UploadRows(DeviceBuffer* dst, const float* src, size_t elements,
@@ -197,15 +228,136 @@ absl::Status GpuSekv::Impl::Init() {
   SCD_RETURN_IF_ERROR(lse_e_.Reserve(sizeof(float) * heads, "sekv lse"));
   SCD_RETURN_IF_ERROR(out_e_.Reserve(sizeof(float) * qd, "sekv expanded attention"));
   SCD_RETURN_IF_ERROR(edits_.Reserve(sizeof(int32_t) * 2 * std::max<size_t>(gs, 1), "sekv edits"));
-  SCD_RETURN_IF_ERROR(
-      segments_.Reserve(sizeof(AttentionSegment) * kTables * TableSize(), "sekv segments"));
+  const size_t tables = static_cast<size_t>(kTables) * TableSize() * shape_.num_layers;
+  SCD_RETURN_IF_ERROR(segments_.Reserve(sizeof(AttentionSegment) * tables, "sekv segments"));
   SCD_RETURN_IF_ERROR(host_qkv_.Reserve(sizeof(float) * (qd + 2 * kvd)));
   SCD_RETURN_IF_ERROR(host_la_.Reserve(sizeof(float) * (heads + gs)));
-  SCD_RETURN_IF_ERROR(host_tables_.Reserve(sizeof(AttentionSegment) * kTables * TableSize()));
+  SCD_RETURN_IF_ERROR(host_tables_.Reserve(sizeof(AttentionSegment) * tables));
   SCD_RETURN_IF_ERROR(host_edits_.Reserve(sizeof(int32_t) * 2 * std::max<size_t>(gs, 1)));
   SCD_RETURN_IF_ERROR(
       host_rows_.Reserve(elem_ * 2 * groups * std::max(budget_, 1) * static_cast<size_t>(hd)));
+  if (device_zoom_) {
+    const bool by_token = o.resolution == ZoomResolution::kToken;
+    zoom_params_.budget = budget_;
+    zoom_params_.by_token = by_token ? 1 : 0;
+    zoom_params_.candidate_budget =
+        by_token ? static_cast<int>(std::lround(o.candidate_factor * budget_)) : budget_;
+    if (zoom_params_.candidate_budget > cuda::kMaxZoomCandidates) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the GPU SEKV zoom takes at most ", cuda::kMaxZoomCandidates,
+          " candidate tokens per KV head; this cache has ", zoom_params_.candidate_budget,
+          " (expand_budget × candidate_factor): lower them, or zoom on the host"));
+    }
+    const int64_t ws = cuda::SekvZoomWorkspaceBytes(groups, zoom_params_.candidate_budget);
+    SCD_RETURN_IF_ERROR(
+        zoom_ws_.Reserve(static_cast<size_t>(std::max<int64_t>(ws, 1)), "sekv zoom workspace"));
+    const bool in_place = cuda::DeviceReadsPageableMemory();
+    for (int l = 0; l < shape_.num_layers; ++l) SCD_RETURN_IF_ERROR(InitZoom(l, in_place, s));
+    const size_t counts = static_cast<size_t>(groups) * kZoomCounts;
+    SCD_RETURN_IF_ERROR(zoom_counts_.Reserve(sizeof(int64_t) * counts, "sekv zoom counts"));
+    SCD_RETURN_IF_ERROR(cuda::SetDeviceBytes(zoom_counts_.data(), 0, zoom_counts_.size(), s));
+    SCD_RETURN_IF_ERROR(host_counts_.Reserve(sizeof(int64_t) * counts));
+    counts_seen_.assign(counts, 0);
+    SCD_RETURN_IF_ERROR(host_append_.Reserve(sizeof(float) * 2 * kvd * shape_.num_layers));
+    append_pending_.assign(shape_.num_layers, 0);
+  }
   return cuda::SynchronizeStream(s);
+}
+
+absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
+  DeviceLayer& d = layers_[l];
+  const SpanStore& st = cache_.store(l);
+  const int groups = shape_.num_kv_heads, ns = st.num_spans();
+  if (!cache_.zooms(l)) return absl::OkStatus();
+  if (!st.has_cpu_tier()) {
+    return absl::InvalidArgumentError(absl::StrCat("GpuSekv: layer ", l, " has no CPU tier"));
+  }
+  size_t floats = 0;
+  for (int g = 0; g < groups; ++g) {
+    for (int j = 0; j < ns; ++j) {
+      for (const LowRankBasis* b : {&st.key_basis(j, g), &st.value_basis(j, g)}) {
+        if (b->rank > cuda::kMaxBasisRank) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("the GPU SEKV zoom takes CPU-tier bases of rank at most ",
+                           cuda::kMaxBasisRank, "; layer ", l, " has one of rank ", b->rank,
+                           " (lower sekv.r_max, or zoom on the host)"));
+        }
+        floats += b->us.size() + b->vt.size();
+      }
+    }
+  }
+  // The bases in place when the device reads pageable memory, else copied to pinned memory.
+  float* arena = nullptr;
+  if (!in_place && floats > 0) {
+    d.arena = std::make_unique<PinnedBuffer>();
+    SCD_RETURN_IF_ERROR(d.arena->Reserve(sizeof(float) * floats));
+    arena = d.arena->as<float>();
+  }
+  auto place = [&](const std::vector<float>& x) -> const float* {
+    if (in_place || x.empty()) return x.data();
+    std::memcpy(arena, x.data(), sizeof(float) * x.size());
+    const float* at = arena;
+    arena += x.size();
+    return at;
+  };
+  const int64_t tokens = cache_.span_token_offset(ns);
+  std::vector<cuda::SpanBasisRef> refs(static_cast<size_t>(groups) * ns);
+  std::vector<float> tau(groups);
+  for (int g = 0; g < groups; ++g) {
+    for (int j = 0; j < ns; ++j) {
+      const LowRankBasis& kb = st.key_basis(j, g);
+      const LowRankBasis& vb = st.value_basis(j, g);
+      cuda::SpanBasisRef& r = refs[static_cast<size_t>(g) * ns + j];
+      r.us_k = place(kb.us);
+      r.vt_k = place(kb.vt);
+      r.us_v = place(vb.us);
+      r.vt_v = place(vb.vt);
+      r.pinned = pins_ > 0 ? g * tokens + cache_.span_token_offset(j) : -1;
+      r.length = st.span_length(j);
+      r.rank_k = kb.rank;
+      r.rank_v = vb.rank;
+    }
+    const float override_tau = cache_.options().tau_override;
+    tau[g] = override_tau >= 0 ? override_tau : cache_.router().gate(l, g).tau;
+  }
+  SCD_RETURN_IF_ERROR(Upload(&d.bases, refs.data(), refs.size(), "sekv zoom bases", s));
+  SCD_RETURN_IF_ERROR(Upload(&d.tau, tau.data(), tau.size(), "sekv zoom gates", s));
+  if (pins_ > 0) {
+    SCD_RETURN_IF_ERROR(d.pinned_flags.Reserve(std::max<size_t>(groups * tokens, 1), "sekv pins"));
+    SCD_RETURN_IF_ERROR(cuda::SetDeviceBytes(d.pinned_flags.data(), 0, d.pinned_flags.size(), s));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuSekv::Impl::Settle(StreamHandle s) {
+  SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(s));
+  Fold();
+  return absl::OkStatus();
+}
+
+void GpuSekv::Impl::Fold() {
+  if (!device_zoom_) return;
+  const int kvd = shape_.kv_dim();
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    if (!append_pending_[l]) continue;
+    const float* slot = host_append_.as<float>() + static_cast<size_t>(l) * 2 * kvd;
+    cache_.ExternalAppend(l, slot, slot + kvd);
+    append_pending_[l] = 0;
+  }
+  if (counts_copied_) {
+    const int64_t* now = host_counts_.as<int64_t>();
+    ZoomStats z;
+    for (int g = 0; g < shape_.num_kv_heads; ++g) {
+      const size_t at = static_cast<size_t>(g) * kZoomCounts;
+      z.steps += now[at] - counts_seen_[at];
+      z.expanded_spans += now[at + 1] - counts_seen_[at + 1];
+      z.expanded_tokens += now[at + 2] - counts_seen_[at + 2];
+      z.candidate_tokens += now[at + 3] - counts_seen_[at + 3];
+    }
+    counts_seen_.assign(now, now + counts_seen_.size());
+    cache_.AddZoomStats(z);
+    counts_copied_ = false;
+  }
 }
 
 // The layer's summary counts (base log counts and remaining tokens), after the pins.
@@ -253,7 +405,7 @@ absl::Status GpuSekv::Impl::UploadResident(int l, int t, int window_rows, const 
   const SpanStore& st = cache_.store(l);
   const DeviceLayer& d = layers_[l];
   const int hd = shape_.head_dim, kvd = shape_.kv_dim(), ns = st.num_spans();
-  AttentionSegment* table = HostTable(t);
+  AttentionSegment* table = HostTable(l, t);
   for (int g = 0; g < shape_.num_kv_heads; ++g) {
     AttentionSegment* seg = table + g * kResidentSegments;
     const size_t col = static_cast<size_t>(g) * hd;
@@ -282,7 +434,7 @@ absl::Status GpuSekv::Impl::UploadResident(int l, int t, int window_rows, const 
       seg[3] = {At(d.pin_k, off), At(d.pin_v, off), nullptr, nullptr, pr, hd, type_, 0};
     }
   }
-  return cuda::CopyToDevice(DeviceTable(t), table, sizeof(AttentionSegment) * TableSize(), s);
+  return cuda::CopyToDevice(DeviceTable(l, t), table, sizeof(AttentionSegment) * TableSize(), s);
 }
 
 absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const float* v,
@@ -290,6 +442,9 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   if (l < 0 || l >= shape_.num_layers) {
     return absl::InvalidArgumentError(absl::StrCat("GpuSekv: no layer ", l));
   }
+  // The device zoom's last step of this layer must reach the host window first.
+  if (device_zoom_ && append_pending_[l]) SCD_RETURN_IF_ERROR(Settle(last_stream_));
+  last_stream_ = s;
   const SpanStore& st = cache_.store(l);
   DeviceLayer& d = layers_[l];
   const int hd = shape_.head_dim, kvd = shape_.kv_dim(), qd = shape_.q_dim();
@@ -308,6 +463,14 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   } else {
     SCD_RETURN_IF_ERROR(cuda::F32ToBf16(k, static_cast<Bf16*>(At(d.window_k, at)), kvd, s));
     SCD_RETURN_IF_ERROR(cuda::F32ToBf16(v, static_cast<Bf16*>(At(d.window_v, at)), kvd, s));
+  }
+  if (device_zoom_ && cache_.pins_done(l)) {
+    // The host window gets the token at Settle; nothing else comes back.
+    float* slot = host_append_.as<float>() + static_cast<size_t>(l) * 2 * kvd;
+    SCD_RETURN_IF_ERROR(cuda::CopyToHost(slot, k, sizeof(float) * kvd, s));
+    SCD_RETURN_IF_ERROR(cuda::CopyToHost(slot + kvd, v, sizeof(float) * kvd, s));
+    append_pending_[l] = 1;
+    return ZoomOnDevice(l, rows, q, out, s);
   }
   float* hq = host_qkv_.as<float>();
   float* hk = hq + qd;
@@ -328,7 +491,7 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   };
   auto resident_lse = [&](int table, bool pins) -> absl::Status {
     SCD_RETURN_IF_ERROR(UploadResident(l, table, rows, ws_lc, nullptr, pins, s));
-    return cuda::SekvAttention(q, DeviceTable(table), kResidentSegments, heads, groups, hd,
+    return cuda::SekvAttention(q, DeviceTable(l, table), kResidentSegments, heads, groups, hd,
                                ResidentRows(l, rows), nullptr, lse_.as<float>(), ws, ws_floats, s);
   };
 
@@ -343,6 +506,10 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
       SCD_RETURN_IF_ERROR(UploadRows(&d.pin_k, cache_.pin_k(l), pin_elements, "sekv pins", s));
       SCD_RETURN_IF_ERROR(UploadRows(&d.pin_v, cache_.pin_v(l), pin_elements, "sekv pins", s));
       SCD_RETURN_IF_ERROR(UploadCounts(l, s));
+      if (device_zoom_ && cache_.zooms(l)) {  // the device zoom skips the pinned tokens
+        const size_t flags = static_cast<size_t>(groups) * cache_.span_token_offset(ns);
+        SCD_RETURN_IF_ERROR(Upload(&d.pinned_flags, cache_.pinned_flags(l), flags, "sekv pins", s));
+      }
     }
   }
 
@@ -384,8 +551,8 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   // 5. The resident part of the softmax, while the host waits for the rebuilt rows.
   SCD_RETURN_IF_ERROR(UploadResident(l, 2, rows, step_lc_.as<float>(), step_skip_.as<uint8_t>(),
                                      /*pins=*/true, s));
-  SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(2), kResidentSegments, heads, groups, hd,
-                                          ResidentRows(l, rows), out, lse_.as<float>(), ws,
+  SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(l, 2), kResidentSegments, heads, groups,
+                                          hd, ResidentRows(l, rows), out, lse_.as<float>(), ws,
                                           ws_floats, s));
   if (!zoom) return absl::OkStatus();
 
@@ -401,7 +568,7 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
     Bf16* out = reinterpret_cast<Bf16*>(dst);
     for (int i = 0; i < hd; ++i) out[i] = cuda::FloatToBf16(src[i]);
   };
-  AttentionSegment* table = HostTable(3);
+  AttentionSegment* table = HostTable(l, 3);
   for (int g = 0; g < groups; ++g) {
     const BufferView b = cache_.ExpandedRows(l, g);
     int n = 0;
@@ -427,12 +594,68 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
     for (int j = 1; j < kResidentSegments; ++j) table[g * kResidentSegments + j] = {};
   }
   SCD_RETURN_IF_ERROR(
-      cuda::CopyToDevice(DeviceTable(3), table, sizeof(AttentionSegment) * TableSize(), s));
-  SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(3), kResidentSegments, heads, groups, hd,
-                                          budget_, out_e_.as<float>(), lse_e_.as<float>(), ws,
+      cuda::CopyToDevice(DeviceTable(l, 3), table, sizeof(AttentionSegment) * TableSize(), s));
+  SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(l, 3), kResidentSegments, heads, groups,
+                                          hd, budget_, out_e_.as<float>(), lse_e_.as<float>(), ws,
                                           ws_floats, s));
   return cuda::MergeAttention(out, lse_.as<float>(), out_e_.as<float>(), lse_e_.as<float>(), heads,
                               hd, out, s);
+}
+
+absl::Status GpuSekv::Impl::ZoomOnDevice(int l, int rows, const float* q, float* out,
+                                         StreamHandle s) {
+  const SpanStore& st = cache_.store(l);
+  DeviceLayer& d = layers_[l];
+  const int hd = shape_.head_dim, kvd = shape_.kv_dim(), heads = shape_.num_heads;
+  const int groups = shape_.num_kv_heads, ns = st.num_spans();
+  float* ws = workspace_.as<float>();
+  const int64_t ws_floats = static_cast<int64_t>(workspace_.size() / sizeof(float));
+  const bool zoom = cache_.zooms(l);
+  if (zoom) {
+    // The gate over the resident log-sum-exp (with pins), then the zoom-in itself.
+    SCD_RETURN_IF_ERROR(UploadResident(l, 1, rows, d.base_lc.as<float>(), nullptr, true, s));
+    SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(l, 1), kResidentSegments, heads, groups,
+                                            hd, ResidentRows(l, rows), nullptr, lse_.as<float>(),
+                                            ws, ws_floats, s));
+    SCD_RETURN_IF_ERROR(cuda::SekvRouteGate(
+        q, d.p_q.as<float>(), d.p_k.as<float>(), route_dim_, d.summary_k.data(), type_, kvd,
+        d.base_lc.as<float>(), d.remaining.as<int32_t>(), d.gates.as<cuda::RouterGateParams>(),
+        lse_.as<float>(), ns, heads, groups, hd, alpha_.as<float>(), s));
+    AttentionSegment* table = HostTable(l, 3);  // the expansion; SekvZoom writes its rows
+    for (int g = 0; g < groups; ++g) {
+      const size_t off = static_cast<size_t>(g) * budget_ * hd;
+      table[g * kResidentSegments] = {
+          At(d.expanded_k, off), At(d.expanded_v, off), nullptr, nullptr, 0, hd, type_, 0};
+      for (int j = 1; j < kResidentSegments; ++j) table[g * kResidentSegments + j] = {};
+    }
+    SCD_RETURN_IF_ERROR(
+        cuda::CopyToDevice(DeviceTable(l, 3), table, sizeof(AttentionSegment) * TableSize(), s));
+    SCD_RETURN_IF_ERROR(cuda::SekvZoom(
+        q, lse_.as<float>(), alpha_.as<float>(), d.tau.as<float>(), d.remaining.as<int32_t>(),
+        d.base_lc.as<float>(), d.bases.as<cuda::SpanBasisRef>(),
+        pins_ > 0 ? d.pinned_flags.as<uint8_t>() : nullptr, ns, heads, groups, hd, zoom_params_,
+        d.expanded_k.data(), d.expanded_v.data(), type_, DeviceTable(l, 3), kResidentSegments,
+        step_lc_.as<float>(), step_skip_.as<uint8_t>(), zoom_counts_.as<int64_t>(), zoom_ws_.data(),
+        static_cast<int64_t>(zoom_ws_.size()), s));
+  } else {
+    SCD_RETURN_IF_ERROR(cuda::SekvSummaryStep(d.base_lc.as<float>(), d.remaining.as<int32_t>(),
+                                              edits_.as<int32_t>(), 0, groups * ns,
+                                              step_lc_.as<float>(), step_skip_.as<uint8_t>(), s));
+  }
+  // The resident part of the softmax, then the expanded rows merged into it.
+  SCD_RETURN_IF_ERROR(UploadResident(l, 2, rows, step_lc_.as<float>(), step_skip_.as<uint8_t>(),
+                                     /*pins=*/true, s));
+  SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(l, 2), kResidentSegments, heads, groups,
+                                          hd, ResidentRows(l, rows), out, lse_.as<float>(), ws,
+                                          ws_floats, s));
+  if (!zoom) return absl::OkStatus();
+  SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(l, 3), kResidentSegments, heads, groups,
+                                          hd, budget_, out_e_.as<float>(), lse_e_.as<float>(), ws,
+                                          ws_floats, s));
+  SCD_RETURN_IF_ERROR(cuda::MergeAttention(out, lse_.as<float>(), out_e_.as<float>(),
+                                           lse_e_.as<float>(), heads, hd, out, s));
+  counts_copied_ = true;
+  return cuda::CopyToHost(host_counts_.data(), zoom_counts_.data(), zoom_counts_.size(), s);
 }
 
 MemoryBreakdown GpuSekv::Impl::Memory() const {
@@ -449,7 +672,13 @@ MemoryBreakdown GpuSekv::Impl::Memory() const {
     m.expanded_cache += groups * budget_ * 2 * hd * elem_;
   }
   m.summaries += static_cast<size_t>(num_spans_) * groups * kStepCountBytes;
+  m.expanded_cache += zoom_ws_.size();  // the device zoom's scratch
   m.cpu_bases = host.cpu_bases + host.expanded_cache;
+  for (const DeviceLayer& d : layers_) {  // the device zoom's tables, flags and pinned copy
+    m.summaries += d.bases.size() + d.tau.size();
+    m.pinned += d.pinned_flags.size();
+    if (d.arena != nullptr) m.cpu_bases += d.arena->size();
+  }
   m.full_kv = host.full_kv / sizeof(float) * sizeof(Bf16);
   return m;
 }
@@ -460,7 +689,7 @@ GpuSekv::~GpuSekv() = default;
 bool GpuSekv::Applies(const Backend& backend) { return cuda::IsCudaBackend(backend); }
 
 absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvCache& cache,
-                                                         GpuTier tier) {
+                                                         GpuTier tier, GpuZoom zoom) {
   if (!Applies(backend)) {
     return absl::InvalidArgumentError(
         absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
@@ -486,14 +715,18 @@ absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvC
         "; this cache has ", group, ", ", have.head_dim, ", ", have.num_kv_heads, " and ",
         route_dim));
   }
-  auto impl = std::make_unique<Impl>(backend, cache, tier);
+  auto impl = std::make_unique<Impl>(backend, cache, tier, zoom);
   SCD_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<GpuSekv>(new GpuSekv(std::move(impl)));
 }
 
 absl::Status GpuSekv::Step(int32_t token, int position, std::vector<float>* logits) {
-  return cuda::CudaDecodeExternal(impl_->backend(), token, position, *impl_, logits);
+  SCD_RETURN_IF_ERROR(cuda::CudaDecodeExternal(impl_->backend(), token, position, *impl_, logits));
+  impl_->Fold();  // the backend has waited for its stream, where every layer ran, for the logits
+  return absl::OkStatus();
 }
+
+absl::Status GpuSekv::Settle(void* stream) { return impl_->Settle(stream); }
 
 absl::Status GpuSekv::Attend(int layer, const float* q, const float* k, const float* v, float* out,
                              void* stream) {

@@ -21,6 +21,17 @@
 //      the rebuilt rows: the CPU-tier fetch overlaps with the GPU's resident attention;
 //   6. the rebuilt rows go up through pinned memory, their softmax runs, and MergeAttention
 //      folds it into the resident one: one softmax over every entry, as SekvCache::Attend.
+// With GpuZoom::kDevice (the default), steps 3-6 run on the device with nothing read back
+// after the layer's first step (the pins): the gate α, then SekvZoom selects the spans, scores
+// their tokens in the CPU tier's low-rank coordinates, rebuilds the kept rows straight into the
+// expansion buffer and writes the step's summary counts; the expanded rows' softmax is merged
+// as above. The device reads the CPU tier where it is: in place when it reads pageable host
+// memory (cuda::DeviceReadsPageableMemory, HMM/ATS), else from a pinned copy made at Create
+// (counted in Memory().cpu_bases). The token's K/V reach the host cache's window after the
+// step (Settle), and the zoom-ins' counts reach SekvCache::zoom_stats there too. So a step has
+// one host synchronisation (the logits) instead of one per layer. GpuZoom::kHost is the path
+// above, where the host selects (and the SpanFetcher's LRU serves repeated rows).
+//
 // The device tier's rows (anchors, summaries, window, pins, expanded rows) are BF16 by default,
 // the CUDA backend's own KV-cache type: the tier then holds the budget's fraction of the
 // backend's full cache on the device too, and the expanded rows go up at half the bytes. The
@@ -47,6 +58,9 @@ namespace scd::sekv {
 // The element type of the device tier's K/V rows.
 enum class GpuTier { kBf16, kF32 };
 
+// Where the zoom-in selects and rebuilds (see above).
+enum class GpuZoom { kDevice, kHost };
+
 class GpuSekv {
  public:
   // True when this build has CUDA and `backend` is a CUDA backend.
@@ -54,8 +68,11 @@ class GpuSekv {
 
   // Mirrors `cache`'s GPU tier on `backend`'s device. `cache` (not in teacher mode, no step
   // taken yet) and `backend` must outlive this object; from now on only this object steps it.
+  // kDevice needs the cache's bases of rank at most cuda::kMaxBasisRank (64) and a candidate
+  // budget of at most cuda::kMaxZoomCandidates (1024) tokens.
   static absl::StatusOr<std::unique_ptr<GpuSekv>> Create(Backend& backend, SekvCache& cache,
-                                                         GpuTier tier = GpuTier::kBf16);
+                                                         GpuTier tier = GpuTier::kBf16,
+                                                         GpuZoom zoom = GpuZoom::kDevice);
   ~GpuSekv();
 
   // The tiers as this object holds them, counted as SekvCache::Memory counts the host's (rows
@@ -75,6 +92,11 @@ class GpuSekv {
   // inside the model; public for the parity tests.
   absl::Status Attend(int layer, const float* q, const float* k, const float* v, float* out,
                       void* stream);
+
+  // Waits for `stream` and brings the host cache up to date with the device zoom's deferred
+  // work (the window rows, the zoom counts). Step does it; a caller of Attend does it before
+  // reading the host cache. Attend does it for its own layer when needed.
+  absl::Status Settle(void* stream);
 
   class Impl;
 

@@ -200,6 +200,14 @@ void SekvCache::GateAlpha(int l, int g, const float* q) {
   }
 }
 
+void SekvCache::AddZoomStats(const ZoomStats& z) {
+  zoom_stats_.steps += z.steps;
+  zoom_stats_.expanded_spans += z.expanded_spans;
+  zoom_stats_.expanded_tokens += z.expanded_tokens;
+  zoom_stats_.candidate_tokens += z.candidate_tokens;
+  zoom_stats_.pinned_tokens += z.pinned_tokens;
+}
+
 void SekvCache::Select(int l, int g, const float* q) {
   const SpanStore& st = stores_[l];
   const int hd = shape_.head_dim, group = shape_.group();

@@ -149,6 +149,13 @@ class SekvCache : public KvCache {
   const int* expanded(int g) const { return expanded_.data() + g * seg_.spans.size(); }
   // Waits for the expansion of (l, g) requested by ExternalZoom; rows flagged active.
   BufferView ExpandedRows(int l, int g) { return fetcher_->Get(l, g); }
+  // For an executor that also zooms elsewhere (GpuSekv on the device): the per-token pinned
+  // flags of layer l, [num_kv_heads, span tokens] (null without pins), where token i of span s
+  // is at span_token_offset(s) + i and span_token_offset(num_spans) is the row length; and
+  // the counts of the zoom-ins it ran, added to zoom_stats().
+  const uint8_t* pinned_flags(int l) const { return pinned_.empty() ? nullptr : pinned_[l].data(); }
+  int span_token_offset(int s) const { return span_offset_[s]; }
+  void AddZoomStats(const ZoomStats& z);
 
  private:
   SekvCache() = default;

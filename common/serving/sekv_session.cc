@@ -136,7 +136,8 @@ absl::Status SekvSession::Activate(Backend& backend, const SekvServingOptions& o
   if (last_token_ < 0) return absl::FailedPreconditionError("SEKV session already activated");
   auto phase = Clock::now();
   if (options.gpu && sekv::GpuSekv::Applies(backend)) {
-    SCD_ASSIGN_OR_RETURN(gpu_, sekv::GpuSekv::Create(backend, *cache_, options.gpu_tier));
+    SCD_ASSIGN_OR_RETURN(
+        gpu_, sekv::GpuSekv::Create(backend, *cache_, options.gpu_tier, options.gpu_zoom));
   }
   start_times_.build_ms += MsSince(phase);
 

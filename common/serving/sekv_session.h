@@ -65,6 +65,7 @@ struct SekvServingOptions {
   sekv::BudgetShares shares;
   bool gpu = true;  // on a CUDA backend, decode on the GPU (sekv::GpuSekv); else on the CPU
   sekv::GpuTier gpu_tier = sekv::GpuTier::kBf16;  // the device tier's K/V element type
+  sekv::GpuZoom gpu_zoom = sekv::GpuZoom::kDevice;  // where the GPU path's zoom-in selects
   // Optional, called on the engine thread: with started = true after a SEKV request's first
   // step, with its cache's bytes; with started = false and the same bytes when it ends.
   std::function<void(const sekv::MemoryBreakdown& bytes, bool started)> on_cache;

@@ -36,6 +36,16 @@ std::string DeviceDescription(int device) {
                          static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
 }
 
+bool DeviceReadsPageableMemory() {
+  int device = 0, value = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&value, cudaDevAttrPageableMemoryAccess, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return value != 0;
+}
+
 absl::StatusOr<std::unique_ptr<Stream>> Stream::Create() {
   cudaStream_t s = nullptr;
   SCD_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -29,6 +29,10 @@ int DeviceCount();
 // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" for `device`, for logs and benchmark reports.
 std::string DeviceDescription(int device);
 
+// True when the current device reads pageable host memory directly (HMM or ATS:
+// cudaDevAttrPageableMemoryAccess), so a kernel may follow a pointer into a std::vector.
+bool DeviceReadsPageableMemory();
+
 class Stream {
  public:
   static absl::StatusOr<std::unique_ptr<Stream>> Create();

@@ -14,9 +14,10 @@
 //                                    rebuilt tokens, the window), split over entries
 //               SekvRouteGate        α_S for every span and KV head (the zoom-in gate)
 //               SpanRebuildRows      token rows rebuilt from the CPU tier's low-rank bases
-//
-// Span selection (which candidates fit the expansion budget, SelectSpans) stays on the host:
-// it reads α back (a few KB per layer) and uploads the rebuild jobs.
+//               SekvZoom             the zoom-in on the device: span selection, token
+//                                    scoring in low-rank coordinates, rebuild of the kept
+//                                    rows into the expansion buffer, the step's summary
+//                                    counts (no host round trip)
 #ifndef SCD_KERNELS_CUDA_SCD_SEKV_OPS_H_
 #define SCD_KERNELS_CUDA_SCD_SEKV_OPS_H_
 
@@ -205,6 +206,76 @@ struct RebuildJob {
 // Runs `count` jobs of the device array `jobs` (head_dim wide). Twin:
 // sekv::LowRankBasis::ReconstructRow.
 absl::Status SpanRebuildRows(const RebuildJob* jobs, int count, int head_dim, StreamHandle stream);
+
+// ---- SEKV: the zoom-in on the device (sekv.cu) ----
+
+// One (span, KV head) of the CPU tier as SekvZoom reads it. The pointers are memory the device
+// can read: device memory, pinned host memory (unified addressing), or pageable host memory on
+// a system where the device reads it (DeviceReadsPageableMemory).
+struct SpanBasisRef {
+  const float* us_k = nullptr;  // [length, rank_k] = U_r Σ_r of the span's keys
+  const float* vt_k = nullptr;  // [rank_k, head_dim] = V_rᵀ
+  const float* us_v = nullptr;  // [length, rank_v], values
+  const float* vt_v = nullptr;  // [rank_v, head_dim]
+  int64_t pinned = -1;          // offset of the span's [length] pinned flags in SekvZoom's `pinned`
+                                // (-1: no flags)
+  int32_t length = 0;           // tokens of the span
+  int32_t rank_k = 0, rank_v = 0;
+  int32_t pad = 0;
+};
+inline constexpr int kMaxZoomCandidates = 1 << 20;  // candidate tokens per KV head
+inline constexpr int kMaxBasisRank = 64;
+
+struct ZoomParams {
+  int32_t budget = 0;            // expanded tokens per KV head (expand_budget)
+  int32_t candidate_budget = 0;  // tokens the candidate spans may hold (kSpan: = budget)
+  int32_t by_token = 1;          // 1: token resolution (kToken), 0: whole spans (kSpan)
+  int32_t pad = 0;
+};
+
+// The zoom-in of one layer, one block per KV head g (SekvCache::Select and the fetch, with
+// nothing read back):
+//   1. candidate spans: those with alpha[g, s] > tau[g] and remaining[g, s] > 0, walked in
+//      order of descending alpha (ties: lower s), each taken while its remaining tokens fit
+//      candidate_budget (SelectSpans);
+//   2. by token: every token of the candidates not pinned is weighted
+//      w_t = Σ_{h ∈ g} exp(<q_h, k_t> · scale − lse[h]) in the basis' low-rank coordinates and
+//      the `budget` heaviest are kept (ScoreSpanTokens, KeepHeaviest: ties by lower span, then
+//      offset); by span: every token of the candidates not pinned;
+//   3. the kept tokens' K and V rows (LowRankBasis::ReconstructRow) go into out_k / out_v
+//      [num_kv_heads, budget, head_dim] of `out_type` (BF16 rounded to nearest even), heaviest
+//      first, and their count into expansion[g * expansion_stride].rows (the expansion
+//      segment SekvAttention reads next);
+//   4. step_lc / step_skip [num_kv_heads, num_spans] as SekvSummaryStep with the tokens kept
+//      per span as its edits;
+//   5. stats[g * 4 + i] += routing rounds (1), spans expanded, tokens expanded, tokens scored.
+// alpha, base_lc, remaining: [num_kv_heads, num_spans] (SekvRouteGate's alpha); bases
+// [num_kv_heads, num_spans]; pinned: byte flags (SpanBasisRef::pinned), may be null; q
+// [num_heads, head_dim]; lse [num_heads]; tau [num_kv_heads]; workspace: device scratch of
+// SekvZoomWorkspaceBytes. The ranks must be at most kMaxBasisRank (the caller checks: they
+// live in device memory) and candidate_budget at most kMaxZoomCandidates.
+absl::Status SekvZoom(const float* q, const float* lse, const float* alpha, const float* tau,
+                      const int32_t* remaining, const float* base_lc, const SpanBasisRef* bases,
+                      const uint8_t* pinned, int num_spans, int num_heads, int num_kv_heads,
+                      int head_dim, ZoomParams params, void* out_k, void* out_v, KvType out_type,
+                      AttentionSegment* expansion, int expansion_stride, float* step_lc,
+                      uint8_t* step_skip, int64_t* stats, void* workspace, int64_t workspace_bytes,
+                      StreamHandle stream);
+
+// SekvZoom's scratch: per KV head, kSekvZoomArrays int-sized arrays of SekvZoomPad entries
+// (the candidate budget rounded up to a power of two, the size of its bitonic sort).
+inline constexpr int kSekvZoomArrays = 7;
+inline int SekvZoomPad(int candidate_budget) {
+  int pad = 1;
+  while (pad < candidate_budget) pad <<= 1;
+  return pad;
+}
+// Bytes of SekvZoom's workspace for this shape.
+inline int64_t SekvZoomWorkspaceBytes(int num_kv_heads, int candidate_budget) {
+  if (num_kv_heads <= 0 || candidate_budget < 0) return 0;
+  return static_cast<int64_t>(num_kv_heads) * kSekvZoomArrays * SekvZoomPad(candidate_budget) *
+         static_cast<int64_t>(sizeof(int32_t));
+}
 
 }  // namespace scd::cuda
 

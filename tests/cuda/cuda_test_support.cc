@@ -88,6 +88,12 @@ std::vector<float> RoundedBf16(const std::vector<float>& x) {
   return y;
 }
 
+std::vector<float> Widen(const std::vector<cuda::Bf16>& x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = cuda::Bf16ToFloat(x[i]);
+  return y;
+}
+
 void RequireOk(const absl::Status& status) {
   INFO(status);
   REQUIRE(status.ok());

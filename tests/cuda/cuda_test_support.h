@@ -36,6 +36,14 @@ std::vector<int32_t> RandomInts(size_t count, uint64_t seed, int32_t bound);
 std::vector<cuda::Bf16> ToBf16(const std::vector<float>& x);
 // x with every element rounded through BF16 (what a kernel reading BF16 sees).
 std::vector<float> RoundedBf16(const std::vector<float>& x);
+// BF16 values as floats.
+std::vector<float> Widen(const std::vector<cuda::Bf16>& x);
+
+// x[begin, begin + count).
+template <typename T>
+std::vector<T> Slice(const std::vector<T>& x, size_t begin, size_t count) {
+  return std::vector<T>(x.begin() + begin, x.begin() + begin + count);
+}
 
 // A typed device array for tests; failures end the test (REQUIRE).
 template <typename T>

@@ -35,6 +35,7 @@
 #include "common/sekv/sekv_decoder.h"
 #include "common/sekv/zoom_router.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/synthetic_backend.h"
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/sekv/sekv_test_support.h"
 
@@ -61,12 +62,11 @@ struct Tolerance {
 };
 constexpr Tolerance kF32Tier{1e-5, 1e-4}, kBf16Tier{3e-2, 3e-2};
 
-// Runs `steps` decode steps of random q/k/v through a host SekvCache and a GpuSekv over an
-// identical one, comparing every layer's output.
+// One zoom of CompareLayerAttention (below).
 void CompareLayerAttention(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
                            const Segmentation& seg, const SekvOptions& o,
-                           std::shared_ptr<const ZoomRouter> router, int steps,
-                           GpuTier tier = GpuTier::kF32, Tolerance tol = kF32Tier) {
+                           std::shared_ptr<const ZoomRouter> router, int steps, GpuTier tier,
+                           Tolerance tol, GpuZoom zoom) {
   const bool bf16 = tier == GpuTier::kBf16;
   auto rounded = [bf16](const std::vector<float>& x) { return bf16 ? testing::RoundedBf16(x) : x; };
   PrefixKv input = prefix;
@@ -76,7 +76,7 @@ void CompareLayerAttention(Backend& backend, const CacheShape& shape, const Pref
   auto mirrored = SekvCache::CreateWithSegmentation(shape, input, seg, o, router);
   REQUIRE(host.ok());
   REQUIRE(mirrored.ok());
-  auto gpu = GpuSekv::Create(backend, **mirrored, tier);
+  auto gpu = GpuSekv::Create(backend, **mirrored, tier, zoom);
   INFO(gpu.status());
   REQUIRE(gpu.ok());
   auto stream = cuda::Stream::Create();
@@ -100,10 +100,28 @@ void CompareLayerAttention(Backend& backend, const CacheShape& shape, const Pref
                  "step " + std::to_string(step) + " layer " + std::to_string(l));
     }
   }
+  testing::RequireOk((*gpu)->Settle((*stream)->handle()));
   const ZoomStats a = (*host)->zoom_stats(), b = (*mirrored)->zoom_stats();
+  CHECK(a.steps == b.steps);
+  CHECK(a.expanded_spans == b.expanded_spans);
   CHECK(a.expanded_tokens == b.expanded_tokens);
+  CHECK(a.candidate_tokens == b.candidate_tokens);
   CHECK(a.pinned_tokens == b.pinned_tokens);
-  CHECK((*host)->store(0).window_rows() == (*mirrored)->store(0).window_rows());
+  for (int l = 0; l < shape.num_layers; ++l) {
+    CHECK((*host)->store(l).window_rows() == (*mirrored)->store(l).window_rows());
+  }
+}
+
+// Runs `steps` decode steps of random q/k/v through a host SekvCache and a GpuSekv over an
+// identical one, comparing every layer's output, once with each zoom (device, host).
+void CompareLayerAttention(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
+                           const Segmentation& seg, const SekvOptions& o,
+                           std::shared_ptr<const ZoomRouter> router, int steps,
+                           GpuTier tier = GpuTier::kF32, Tolerance tol = kF32Tier) {
+  for (const GpuZoom zoom : {GpuZoom::kDevice, GpuZoom::kHost}) {
+    INFO((zoom == GpuZoom::kDevice ? "device zoom" : "host zoom"));
+    CompareLayerAttention(backend, shape, prefix, seg, o, router, steps, tier, tol, zoom);
+  }
 }
 
 }  // namespace
@@ -182,12 +200,13 @@ TEST_CASE("GPU SEKV decode of stories260K follows the CPU SEKV decode and the fu
   auto prefix = (*decoder)->MakePrefix(pr.layers, t, pr.surprisal);
   REQUIRE(prefix.ok());
 
-  auto run = [&](const SekvOptions& o, bool against_full, GpuTier tier) {
+  auto run = [&](const SekvOptions& o, bool against_full, GpuTier tier,
+                 GpuZoom zoom = GpuZoom::kDevice) {
     auto host = SekvCache::Create((*decoder)->shape(), *prefix, o, nullptr);
     auto mirrored = SekvCache::Create((*decoder)->shape(), *prefix, o, nullptr);
     REQUIRE(host.ok());
     REQUIRE(mirrored.ok());
-    auto gpu = GpuSekv::Create(*gpu_backend, **mirrored, tier);
+    auto gpu = GpuSekv::Create(*gpu_backend, **mirrored, tier, zoom);
     INFO(gpu.status());
     REQUIRE(gpu.ok());
     std::unique_ptr<Sequence> full;
@@ -220,6 +239,7 @@ TEST_CASE("GPU SEKV decode of stories260K follows the CPU SEKV decode and the fu
       o.expand_budget = t;
       o.tau_override = 0.0f;
       run(o, /*against_full=*/true, tier);
+      run(o, /*against_full=*/true, tier, GpuZoom::kHost);
     }
     SECTION(name + "summaries only") {
       SekvOptions o;
@@ -249,6 +269,42 @@ TEST_CASE("GpuSekv refuses a cache of another model", "[cuda]") {
   auto gpu = GpuSekv::Create(*backend, **cache);
   REQUIRE(!gpu.ok());
   CHECK(gpu.status().message().find("does not match") != std::string::npos);
+}
+
+TEST_CASE("GpuSekv's device zoom refuses bases of too high a rank; the host zoom takes them",
+          "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  ModelConfig config = testing::ParityConfig(Architecture::kLlama);
+  config.head_dim = 128;  // so that a span of 70 random tokens has rank 70
+  auto backend = cuda::CreateSyntheticCudaBackend(config, 7);
+  INFO(backend.status());
+  REQUIRE(backend.ok());
+  const CacheShape shape = CacheShape::FromConfig(config);
+  const int t = 80;
+  PrefixKv prefix;
+  prefix.num_tokens = t;
+  for (int l = 0; l < shape.num_layers; ++l) {
+    prefix.k.push_back(RandomFloats(static_cast<size_t>(t) * shape.kv_dim(), l));
+    prefix.v.push_back(RandomFloats(static_cast<size_t>(t) * shape.kv_dim(), 50 + l));
+  }
+  prefix.surprisal.assign(t, 1.0f);
+  const Segmentation seg = testing::ChunkedSegmentation(t, 70, 5, {0});
+  auto check = [&](const SekvOptions& o, const std::string& want) {
+    auto cache = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, nullptr);
+    REQUIRE(cache.ok());
+    auto device = GpuSekv::Create(**backend, **cache, GpuTier::kBf16, GpuZoom::kDevice);
+    REQUIRE(!device.ok());
+    CHECK(device.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(device.status().message().find(want) != std::string::npos);
+    INFO(device.status());
+    auto host = GpuSekv::Create(**backend, **cache, GpuTier::kBf16, GpuZoom::kHost);
+    INFO(host.status());
+    CHECK(host.ok());
+  };
+  SekvOptions o;
+  o.store.r_max = 70;  // spans of 70 random tokens keep up to rank 64 + 6
+  o.store.energy = 1.0;
+  check(o, "rank at most 64");
 }
 
 }  // namespace scd::sekv

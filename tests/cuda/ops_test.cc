@@ -25,16 +25,11 @@ using testing::DeviceArray;
 using testing::RandomFloats;
 using testing::RequireOk;
 using testing::RequireSynced;
+using testing::Widen;
 
 constexpr double kF32Rtol = 1e-5, kF32Atol = 1e-6;
 // One BF16 step relative to the value: 2^-7 / m for a mantissa m in [1, 2), so at most 2^-7.
 constexpr double kBf16Ulp = 1.0 / 128;
-
-std::vector<float> Widen(const std::vector<Bf16>& x) {
-  std::vector<float> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = cuda::Bf16ToFloat(x[i]);
-  return y;
-}
 
 }  // namespace
 

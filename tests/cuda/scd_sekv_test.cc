@@ -19,11 +19,13 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/model/config.h"
 #include "common/scd/patch_aligner.h"
@@ -31,6 +33,9 @@
 #include "common/scd/reduced_rank.h"
 #include "common/sekv/low_rank.h"
 #include "common/sekv/mixed_attention.h"
+#include "common/sekv/span_store.h"
+#include "common/sekv/surprisal_segmenter.h"
+#include "common/sekv/token_zoom.h"
 #include "common/sekv/zoom_router.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/gemm.h"
@@ -47,6 +52,8 @@ using testing::DeviceArray;
 using testing::RandomFloats;
 using testing::RequireOk;
 using testing::RequireSynced;
+using testing::Slice;
+using testing::Widen;
 
 constexpr double kBf16Store = 1.0 / 128;  // one BF16 ulp of the stored value, at most
 constexpr double kStoreAtol = 1e-5;
@@ -57,17 +64,6 @@ std::vector<float> HfInvFreq(int head_dim) {
   ModelConfig config;
   config.head_dim = head_dim;
   return RopeInverseFrequencies(config);
-}
-
-std::vector<float> Widen(const std::vector<Bf16>& x) {
-  std::vector<float> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = cuda::Bf16ToFloat(x[i]);
-  return y;
-}
-
-template <typename T>
-std::vector<T> Slice(const std::vector<T>& x, size_t begin, size_t count) {
-  return std::vector<T>(x.begin() + begin, x.begin() + begin + count);
 }
 
 LinearCode Decoder(std::vector<float> decoder, std::vector<float> mu, int rank) {

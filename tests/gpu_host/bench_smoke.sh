@@ -35,6 +35,9 @@ assert s["whole_step"]["derived"] and s["whole_step"]["ratio"] > 0, s
 (w,) = m["sekv_model"]
 assert "error" not in w and w["context"] == 1024 and w["ratio"] > 0, w
 assert w["expanded_rows_per_head"] > 0 and 0 < w["tier_fraction"] < 1, w
+h = w["host_zoom"]  # the same steps with the zoom-in on the host: the same rows expanded
+assert h["ms"] > 0 and w["device_zoom_speedup"] > 0, w
+assert h["expanded_rows_per_head"] == w["expanded_rows_per_head"], w
 PY
 for table in "not figures" "SCD rebuild" "SEKV decode step" "SEKV whole decode step"; do
   grep -q "$table" "$out/results.md" || { echo "bench_smoke: no '$table' table" >&2; exit 1; }

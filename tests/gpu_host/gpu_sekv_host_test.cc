@@ -19,6 +19,8 @@
 #include "common/sekv/zoom_router.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/scd_sekv_ops.h"
+#include "tests/gpu_host/stub_memory.h"
 #include "tests/sekv/sekv_test_support.h"
 
 namespace scd::sekv {
@@ -61,10 +63,11 @@ constexpr Tolerance kF32Tier{1e-5, 1e-4};
 // |q| ~ 2 sqrt(d) and the 5000-token prompt's 714 summaries.
 constexpr Tolerance kBf16Tier{3e-2, 3e-2};
 
-void Compare(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
-             const Segmentation& seg, const SekvOptions& o,
-             std::shared_ptr<const ZoomRouter> router, int steps, GpuTier tier = GpuTier::kF32,
-             Tolerance tol = kF32Tier) {
+// One zoom of Compare (below).
+void CompareZoom(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
+                 const Segmentation& seg, const SekvOptions& o,
+                 std::shared_ptr<const ZoomRouter> router, int steps, GpuTier tier, Tolerance tol,
+                 GpuZoom zoom) {
   // The BF16 tier gets BF16 values (the CUDA backend's KV cache holds them), so that every
   // row but the span summaries (means, rounded on the device only) is exact on the device.
   const bool bf16 = tier == GpuTier::kBf16;
@@ -81,7 +84,7 @@ void Compare(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
   auto mirrored = SekvCache::CreateWithSegmentation(shape, input, seg, o, router);
   REQUIRE(host.ok());
   REQUIRE(mirrored.ok());
-  auto gpu = GpuSekv::Create(backend, **mirrored, tier);
+  auto gpu = GpuSekv::Create(backend, **mirrored, tier, zoom);
   INFO(gpu.status());
   REQUIRE(gpu.ok());
   auto device = [](size_t floats) {
@@ -119,10 +122,28 @@ void Compare(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
       REQUIRE(bad == 0);
     }
   }
+  REQUIRE((*gpu)->Settle(nullptr).ok());
   const ZoomStats a = (*host)->zoom_stats(), b = (*mirrored)->zoom_stats();
+  CHECK(a.steps == b.steps);
+  CHECK(a.expanded_spans == b.expanded_spans);
   CHECK(a.expanded_tokens == b.expanded_tokens);
+  CHECK(a.candidate_tokens == b.candidate_tokens);
   CHECK(a.pinned_tokens == b.pinned_tokens);
-  CHECK((*host)->store(0).window_rows() == (*mirrored)->store(0).window_rows());
+  for (int l = 0; l < shape.num_layers; ++l) {
+    CHECK((*host)->store(l).window_rows() == (*mirrored)->store(l).window_rows());
+  }
+}
+
+// Runs `steps` steps of random q/k/v through a host SekvCache and a GpuSekv over an identical
+// one, comparing every layer's output, with the zoom on the device and on the host.
+void Compare(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
+             const Segmentation& seg, const SekvOptions& o,
+             std::shared_ptr<const ZoomRouter> router, int steps, GpuTier tier = GpuTier::kF32,
+             Tolerance tol = kF32Tier) {
+  for (const GpuZoom zoom : {GpuZoom::kDevice, GpuZoom::kHost}) {
+    INFO((zoom == GpuZoom::kDevice ? "device zoom" : "host zoom"));
+    CompareZoom(backend, shape, prefix, seg, o, router, steps, tier, tol, zoom);
+  }
 }
 
 }  // namespace
@@ -223,11 +244,11 @@ TEST_CASE("GpuSekv::Memory counts the device's rows in the tier's element type",
   o.pin_tokens = pins;
   o.expand_budget = budget;
   // One decode step through each tier (the pins are chosen, the window grows by one row).
-  auto run = [&](GpuTier tier, std::unique_ptr<SekvCache>* cache) {
+  auto run = [&](GpuTier tier, std::unique_ptr<SekvCache>* cache, GpuZoom zoom = GpuZoom::kHost) {
     auto made = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, nullptr);
     REQUIRE(made.ok());
     *cache = std::move(made).value();
-    auto gpu = GpuSekv::Create(backend, **cache, tier);
+    auto gpu = GpuSekv::Create(backend, **cache, tier, zoom);
     REQUIRE(gpu.ok());
     auto buffer = cuda::DeviceBuffer::Allocate(sizeof(float) * 4 * shape.q_dim(), "test array");
     REQUIRE(buffer.ok());
@@ -277,6 +298,24 @@ TEST_CASE("GpuSekv::Memory counts the device's rows in the tier's element type",
   INFO("host " << host.gpu_ratio() << " bf16 " << m16.gpu_ratio() << " f32 " << m32.gpu_ratio());
   const size_t counts = spans * shape.num_kv_heads * 8 + layer_spans * shape.num_kv_heads * 5;
   CHECK(m32.gpu() - counts == 2 * (m16.gpu() - counts));
+
+  // The device zoom adds, per layer, its table of the CPU tier (a SpanBasisRef per span and KV
+  // head) and the gate thresholds to the summaries, and the pinned flags (a byte per span
+  // token and KV head) to the pins; the device reads the CPU tier from a pinned copy here (the
+  // stand-in device reads no pageable memory), which doubles the CPU tier.
+  std::unique_ptr<SekvCache> cz;
+  const MemoryBreakdown mz = run(GpuTier::kBf16, &cz, GpuZoom::kDevice);
+  const size_t span_tokens = static_cast<size_t>(cz->span_token_offset(layer_spans));
+  CHECK(mz.anchors == m16.anchors);
+  CHECK(mz.window == m16.window);
+  // The expansion buffer, and the zoom's scratch: 7 ints per KV head and candidate token
+  // (2 × the budget of 6, rounded up to 16).
+  CHECK(mz.expanded_cache == m16.expanded_cache + shape.num_kv_heads * 7 * 16 * sizeof(int32_t));
+  CHECK(mz.summaries == m16.summaries + spans * shape.num_kv_heads * sizeof(cuda::SpanBasisRef) +
+                            sizeof(float) * shape.num_layers * shape.num_kv_heads);
+  CHECK(mz.pinned == m16.pinned + shape.num_layers * shape.num_kv_heads * span_tokens);
+  CHECK(mz.cpu_bases == m16.cpu_bases + host.cpu_bases);
+  CHECK(mz.full_kv == m16.full_kv);
 }
 
 TEST_CASE("GpuSekv refuses shapes its kernels cannot take, before uploading", "[cpu]") {
@@ -318,6 +357,73 @@ TEST_CASE("GpuSekv refuses shapes its kernels cannot take, before uploading", "[
       CHECK(gpu.status().message().find("GPU SEKV kernels take at most") !=
             absl::string_view::npos);
     }
+  }
+}
+
+TEST_CASE("GpuSekv's device zoom waits for the device once per step, the host zoom per layer",
+          "[cpu]") {
+  ModelConfig c;
+  c.num_layers = 4;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.hidden_size = c.num_heads * c.head_dim;
+  ShapeOnlyBackend backend(c);
+  const CacheShape shape = CacheShape::FromConfig(c);
+  const int t = 300;
+  PrefixKv prefix;
+  prefix.num_tokens = t;
+  for (int l = 0; l < shape.num_layers; ++l) {
+    prefix.k.push_back(Normal(static_cast<size_t>(t) * shape.kv_dim(), 10 + l, 2.0f));
+    prefix.v.push_back(Normal(static_cast<size_t>(t) * shape.kv_dim(), 20 + l));
+  }
+  prefix.surprisal.assign(t, 1.0f);
+  const Segmentation seg = testing::ChunkedSegmentation(t, 7, 10, {0, 17});
+  SekvOptions o;
+  o.pin_tokens = 3;
+  o.expand_budget = 8;
+  o.tau_override = 0.0f;  // every span a candidate: each layer zooms at every step
+  // The host's waits in each of `steps` steps of every layer (after the first step, which
+  // picks the pins with a round trip per layer either way), and the rows expanded.
+  auto waits = [&](GpuZoom zoom, int steps) {
+    auto cache = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, nullptr);
+    REQUIRE(cache.ok());
+    auto gpu = GpuSekv::Create(backend, **cache, GpuTier::kBf16, zoom);
+    REQUIRE(gpu.ok());
+    auto buffer = cuda::DeviceBuffer::Allocate(sizeof(float) * 4 * shape.q_dim(), "test array");
+    REQUIRE(buffer.ok());
+    float* d = buffer->as<float>();
+    const auto x = Normal(4 * shape.q_dim(), 7, 2.0f);
+    REQUIRE(cuda::CopyToDeviceSync(d, x.data(), sizeof(float) * x.size()).ok());
+    std::vector<int64_t> per_step;
+    for (int step = 0; step < steps; ++step) {
+      const int64_t before = cuda::stub::HostWaits();
+      for (int l = 0; l < shape.num_layers; ++l) {
+        const float* q = d;
+        const float* k = d + shape.q_dim();
+        const float* v = k + shape.kv_dim();
+        REQUIRE((*gpu)->Attend(l, q, k, v, d + 3 * shape.q_dim(), nullptr).ok());
+      }
+      REQUIRE((*gpu)->Settle(nullptr).ok());
+      per_step.push_back(cuda::stub::HostWaits() - before);
+    }
+    for (int l = 0; l < shape.num_layers; ++l) {
+      REQUIRE((*cache)->store(l).window_rows() == seg.window_length() + steps);
+    }
+    const ZoomStats z = (*cache)->zoom_stats();
+    CHECK(z.steps == int64_t{steps} * shape.num_layers * shape.num_kv_heads);
+    CHECK(z.expanded_tokens == z.steps * o.expand_budget);
+    return per_step;
+  };
+  const std::vector<int64_t> device = waits(GpuZoom::kDevice, 4);
+  const std::vector<int64_t> host = waits(GpuZoom::kHost, 4);
+  INFO("device zoom: " << device[0] << ", " << device[1] << ", " << device[2] << ", " << device[3]
+                       << "; host zoom: " << host[0] << ", " << host[1] << ", " << host[2] << ", "
+                       << host[3]);
+  CHECK(device[0] >= shape.num_layers);  // the pins' round trips
+  for (int step = 1; step < 4; ++step) {
+    CHECK(device[step] == 1);  // Settle's; Step has it in the logits' copy
+    CHECK(host[step] >= shape.num_layers);
   }
 }
 

@@ -5,9 +5,12 @@
 // SekvCache's external protocol) and test_cuda_host (the same through the real CudaBackend).
 // They check the kernels' preconditions: SekvAttention's workspace size, and that its
 // max_rows covers every row (the device kernel would leave rows beyond its split uncounted).
-// SpanRebuildRows is here for scd-gpu-bench-host (the SEKV step benchmark). Each queues its
-// work on its stream (stub::Enqueue), as stub_ops.cc does. The kernels themselves are checked
-// by test_cuda.
+// SpanRebuildRows is here for scd-gpu-bench-host (the SEKV step benchmark). SekvZoom mirrors
+// its twins (SelectSpans, ScoreSpanTokens, KeepHeaviest, LowRankBasis::ReconstructRow, the
+// summary edits of SekvSummaryStep) on raw pointers, and checks that every basis it is given
+// is device or pinned memory unless DeviceReadsPageableMemory() (a GPU without HMM/ATS faults
+// on a std::vector's pages). Each queues its work on its stream (stub::Enqueue), as
+// stub_ops.cc does. The kernels themselves are checked by test_cuda.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/scd_sekv_ops.h"
 #include "kernels/cuda/split_plan.h"
@@ -43,6 +47,17 @@ void RequireRows(const void* p, KvType type, int64_t count, const char* what) {
   } else {
     RequireDevice(static_cast<const Bf16*>(p), count, what);
   }
+}
+// Requires `count` floats at p that the device can read: device memory, pinned host memory,
+// or any host memory when the device reads pageable memory (`pageable`).
+void RequireReadable(const float* p, int64_t count, bool pageable, const char* what) {
+  if (count <= 0) return;
+  Require(p != nullptr, what);
+  if (stub::IsDevice(p)) {
+    RequireDevice(p, count, what);
+    return;
+  }
+  Require(pageable || stub::IsPinned(p, static_cast<size_t>(count) * sizeof(float)), what);
 }
 }  // namespace
 
@@ -236,6 +251,193 @@ absl::Status SpanRebuildRows(const RebuildJob* jobs, int count, int head_dim, St
         for (int a = 0; a < job.rank; ++a) acc += job.us_row[a] * job.vt[int64_t{a} * head_dim + d];
         job.out[d] = acc;
       }
+    }
+  });
+  return absl::OkStatus();
+}
+
+// One block of the kernel per KV head, here one pass per KV head in the twins' order.
+absl::Status SekvZoom(const float* q, const float* lse, const float* alpha, const float* tau,
+                      const int32_t* remaining, const float* base_lc, const SpanBasisRef* bases,
+                      const uint8_t* pinned, int ns, int H, int G, int hd, ZoomParams p,
+                      void* out_k, void* out_v, KvType out_type, AttentionSegment* expansion,
+                      int expansion_stride, float* step_lc, uint8_t* step_skip, int64_t* stats,
+                      void* workspace, int64_t workspace_bytes, StreamHandle stream) {
+  if (H <= 0) return absl::OkStatus();
+  if (G <= 0 || H % G != 0 || H / G > kSekvMaxGroup || G > 65535 || hd <= 0 ||
+      hd > kSekvMaxHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SekvZoom: unsupported shape (heads ", H, "/", G, ", head_dim ", hd, "; at most ",
+        kSekvMaxGroup, " query heads per KV head and head_dim ", kSekvMaxHeadDim, ")"));
+  }
+  if (ns < 0 || p.budget < 0 || p.candidate_budget < 0 || p.candidate_budget > kMaxZoomCandidates) {
+    return absl::InvalidArgumentError(absl::StrCat("SekvZoom: ", ns, " spans, budget ", p.budget,
+                                                   " and candidate budget ", p.candidate_budget,
+                                                   " (at most ", kMaxZoomCandidates, ")"));
+  }
+  const int64_t need = SekvZoomWorkspaceBytes(G, p.candidate_budget);
+  if (workspace == nullptr || workspace_bytes < need) {
+    return absl::InvalidArgumentError(absl::StrCat("SekvZoom: a workspace of ", workspace_bytes,
+                                                   " bytes where ", need, " are needed"));
+  }
+  const bool pageable = DeviceReadsPageableMemory();
+  stub::Enqueue(stream, [=] {
+    const int64_t total = int64_t{G} * ns;
+    RequireDevice(static_cast<const int32_t*>(workspace), need / 4, "SekvZoom workspace");
+    RequireDevice(q, int64_t{H} * hd, "SekvZoom q");
+    RequireDevice(lse, H, "SekvZoom lse");
+    RequireDevice(tau, G, "SekvZoom tau");
+    for (const float* a : {alpha, base_lc, static_cast<const float*>(step_lc)}) {
+      RequireDevice(a, total, "SekvZoom per-span arrays (alpha, base_lc, step_lc)");
+    }
+    RequireDevice(remaining, total, "SekvZoom remaining");
+    RequireDevice(step_skip, total, "SekvZoom step_skip");
+    RequireDevice(bases, total, "SekvZoom basis table");
+    RequireDevice(stats, int64_t{G} * 4, "SekvZoom stats");
+    RequireRows(out_k, out_type, int64_t{G} * p.budget * hd, "SekvZoom out_k");
+    RequireRows(out_v, out_type, int64_t{G} * p.budget * hd, "SekvZoom out_v");
+    for (int g = 0; g < G; ++g) {
+      RequireDevice(expansion + int64_t{g} * expansion_stride, 1, "SekvZoom expansion segment");
+    }
+    // Every entry of the table, read or not this time: the bases must be memory the device
+    // can read, with ranks the kernel holds (the caller checks those).
+    for (int64_t i = 0; i < total; ++i) {
+      const SpanBasisRef& b = bases[i];
+      Require(b.length >= 0 && b.rank_k >= 0 && b.rank_k <= kMaxBasisRank && b.rank_v >= 0 &&
+                  b.rank_v <= kMaxBasisRank,
+              "SekvZoom basis length and ranks (at most kMaxBasisRank)");
+      const char* what =
+          "SekvZoom basis: device or pinned memory (pageable host memory only where the "
+          "device reads it)";
+      RequireReadable(b.us_k, int64_t{b.length} * b.rank_k, pageable, what);
+      RequireReadable(b.vt_k, int64_t{b.rank_k} * hd, pageable, what);
+      RequireReadable(b.us_v, int64_t{b.length} * b.rank_v, pageable, what);
+      RequireReadable(b.vt_v, int64_t{b.rank_v} * hd, pageable, what);
+      if (pinned != nullptr && b.pinned >= 0) {
+        RequireDevice(pinned + b.pinned, b.length, "SekvZoom pinned flags");
+      }
+    }
+    const int group = H / G;
+    const float scale = 1.0f / std::sqrt(float(hd));
+    struct Token {
+      float weight;
+      int cand, span, offset;
+    };
+    for (int g = 0; g < G; ++g) {
+      const int64_t row0 = int64_t{g} * ns;
+      const float* al = alpha + row0;
+      const int32_t* rem = remaining + row0;
+      const float t = tau[g];
+      // 1. SelectSpans: descending alpha (ties: lower span), each taken while it fits; the
+      // walk ends once the budget left is below the shortest eligible span.
+      std::vector<int> order;
+      int shortest = 0;
+      for (int s = 0; s < ns; ++s) {
+        if (!(al[s] > t) || rem[s] <= 0) continue;
+        shortest = order.empty() ? rem[s] : std::min(shortest, int(rem[s]));
+        order.push_back(s);
+      }
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return al[a] > al[b]; });
+      std::vector<int> cand;
+      int used = 0;
+      for (int s : order) {
+        if (p.candidate_budget - used < shortest) break;
+        if (used + rem[s] > p.candidate_budget) continue;
+        used += rem[s];
+        cand.push_back(s);
+      }
+      // 2. The candidates' tokens not pinned; by token, weighted as ScoreSpanTokens does.
+      std::vector<Token> tokens;
+      std::vector<float> y;
+      for (int c = 0; c < static_cast<int>(cand.size()); ++c) {
+        const SpanBasisRef& b = bases[row0 + cand[c]];
+        const int r = b.rank_k;
+        if (p.by_token) {
+          y.assign(static_cast<size_t>(group) * std::max(r, 1), 0.0f);
+          for (int h = 0; h < group; ++h) {
+            const float* qh = q + int64_t{g * group + h} * hd;
+            for (int j = 0; j < r; ++j) {
+              float z = 0;
+              for (int d = 0; d < hd; ++d) z += b.vt_k[int64_t{j} * hd + d] * qh[d];
+              y[h * r + j] = z;
+            }
+          }
+        }
+        for (int i = 0; i < b.length; ++i) {
+          if (pinned != nullptr && b.pinned >= 0 && pinned[b.pinned + i]) continue;
+          double w = 0;
+          if (p.by_token) {
+            const float* u = b.us_k + int64_t{i} * r;
+            for (int h = 0; h < group; ++h) {
+              float dot = 0;
+              for (int j = 0; j < r; ++j) dot += u[j] * y[h * r + j];
+              w += std::exp(static_cast<double>(dot * scale - lse[g * group + h]));
+            }
+          }
+          tokens.push_back({static_cast<float>(w), c, cand[c], i});
+        }
+      }
+      Require(tokens.size() <= static_cast<size_t>(SekvZoomPad(p.candidate_budget)),
+              "SekvZoom: the candidates' unpinned tokens fit the workspace (remaining counts "
+              "them)");
+      const int scored = p.by_token ? static_cast<int>(tokens.size()) : 0;
+      // 3. KeepHeaviest (ties: lower span, then offset); by span the walk's order as listed.
+      if (p.by_token) {
+        std::sort(tokens.begin(), tokens.end(), [](const Token& a, const Token& b) {
+          if (a.weight != b.weight) return a.weight > b.weight;
+          if (a.span != b.span) return a.span < b.span;
+          return a.offset < b.offset;
+        });
+      }
+      const int kept = std::min(static_cast<int>(tokens.size()), p.budget);
+      // 4. The kept rows (ReconstructRow's order of summation), heaviest first.
+      std::vector<int> kept_per(cand.size(), 0);
+      std::vector<float> k_row(hd), v_row(hd);
+      for (int i = 0; i < kept; ++i) {
+        const Token& tk = tokens[i];
+        const SpanBasisRef& b = bases[row0 + tk.span];
+        ++kept_per[tk.cand];
+        for (int d = 0; d < hd; ++d) {
+          float ka = 0, va = 0;
+          for (int j = 0; j < b.rank_k; ++j) {
+            ka += b.us_k[int64_t{tk.offset} * b.rank_k + j] * b.vt_k[int64_t{j} * hd + d];
+          }
+          for (int j = 0; j < b.rank_v; ++j) {
+            va += b.us_v[int64_t{tk.offset} * b.rank_v + j] * b.vt_v[int64_t{j} * hd + d];
+          }
+          k_row[d] = ka;
+          v_row[d] = va;
+        }
+        const int64_t at = (int64_t{g} * p.budget + i) * hd;
+        for (int d = 0; d < hd; ++d) {
+          if (out_type == KvType::kBf16) {
+            static_cast<Bf16*>(out_k)[at + d] = FloatToBf16(k_row[d]);
+            static_cast<Bf16*>(out_v)[at + d] = FloatToBf16(v_row[d]);
+          } else {
+            static_cast<float*>(out_k)[at + d] = k_row[d];
+            static_cast<float*>(out_v)[at + d] = v_row[d];
+          }
+        }
+      }
+      // 5. The step's summary counts: SekvSummaryStep with (span, tokens kept) as the edits.
+      for (int s = 0; s < ns; ++s) {
+        step_lc[row0 + s] = base_lc[row0 + s];
+        step_skip[row0 + s] = rem[s] <= 0;
+      }
+      int spans = 0;
+      for (size_t c = 0; c < cand.size(); ++c) {
+        if (kept_per[c] == 0) continue;
+        ++spans;
+        const int left = rem[cand[c]] - kept_per[c];
+        step_skip[row0 + cand[c]] = left <= 0;
+        if (left > 0) step_lc[row0 + cand[c]] = std::log(float(left));
+      }
+      expansion[int64_t{g} * expansion_stride].rows = kept;
+      int64_t* st = stats + int64_t{g} * 4;
+      st[0] += 1;
+      st[1] += spans;
+      st[2] += kept;
+      st[3] += scored;
     }
   });
   return absl::OkStatus();

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -109,6 +110,7 @@ void* DeviceAlloc(size_t bytes) {
 
 void DeviceFree(void* p, size_t bytes) {
   RequireNotCapturing("cudaFree");
+  CountHostWait();
   DrainAll();  // cudaFree waits for the device's work
   {
     std::lock_guard<std::mutex> lock(RegistryMutex());
@@ -237,6 +239,21 @@ std::string DeviceDescription(int device) {
   return "CPU stand-in device " + std::to_string(device) + " (tests/gpu_host)";
 }
 
+namespace stub {
+namespace {
+std::atomic<bool> reads_pageable{false};
+}  // namespace
+void SetDeviceReadsPageableMemory(bool on) { reads_pageable = on; }
+
+namespace {
+std::atomic<int64_t> host_waits{0};
+}  // namespace
+void CountHostWait() { ++host_waits; }
+int64_t HostWaits() { return host_waits; }
+}  // namespace stub
+
+bool DeviceReadsPageableMemory() { return stub::reads_pageable; }
+
 absl::StatusOr<std::unique_ptr<Stream>> Stream::Create() {
   // A distinct non-null handle, like a cudaStream_t of a created stream.
   return std::unique_ptr<Stream>(new Stream(new char));
@@ -248,6 +265,7 @@ Stream::~Stream() {
 }
 
 absl::Status Stream::Synchronize() const {
+  stub::CountHostWait();
   stub::Drain(handle_);
   return absl::OkStatus();
 }
@@ -294,6 +312,7 @@ namespace {
 
 void PinnedFree(void* p, size_t bytes) {
   RequireNotCapturing("cudaFreeHost");
+  CountHostWait();
   DrainAll();  // cudaFreeHost waits for the device's work
   {
     std::lock_guard<std::mutex> lock(RegistryMutex());
@@ -360,6 +379,7 @@ absl::Status CopyToHost(void* dst, const void* src, size_t bytes, StreamHandle s
   } else {  // pageable: the runtime returns once the stream has reached and done the copy
     stub::RequireNotCapturing("a copy into pageable memory");
     stub::Enqueue(stream, copy);
+    stub::CountHostWait();
     stub::Drain(stream);
   }
   return absl::OkStatus();
@@ -401,17 +421,20 @@ absl::Status SetDeviceBytes(void* dst, int value, size_t bytes, StreamHandle str
 // waits for the non-blocking streams.
 absl::Status CopyToDeviceSync(void* dst, const void* src, size_t bytes) {
   if (absl::Status s = CopyToDevice(dst, src, bytes, nullptr); !s.ok()) return s;
+  stub::CountHostWait();
   stub::Drain(nullptr);
   return absl::OkStatus();
 }
 
 absl::Status CopyToHostSync(void* dst, const void* src, size_t bytes) {
   if (absl::Status s = CopyToHost(dst, src, bytes, nullptr); !s.ok()) return s;
+  stub::CountHostWait();
   stub::Drain(nullptr);
   return absl::OkStatus();
 }
 
 absl::Status SynchronizeStream(StreamHandle stream) {
+  stub::CountHostWait();
   stub::Drain(stream);
   return absl::OkStatus();
 }
@@ -499,6 +522,7 @@ absl::Status Event::WaitOn(StreamHandle) const {
 }
 
 absl::Status Event::Synchronize() const {
+  stub::CountHostWait();
   const auto* e = static_cast<const stub::EventState*>(handle_);
   if (e->recorded) stub::Drain(e->stream);
   return absl::OkStatus();

@@ -33,6 +33,15 @@ bool IsDevice(const void* p);
 // True when [p, p + bytes) lies inside one live PinnedBuffer.
 bool IsPinned(const void* p, size_t bytes);
 
+// What DeviceReadsPageableMemory answers (false until set): a kernel stand-in then accepts
+// pageable host pointers where it otherwise requires device or pinned memory.
+void SetDeviceReadsPageableMemory(bool on);
+
+// The times the host has waited for the device so far (stream, event and synchronous-copy
+// waits, copies into pageable memory, frees): what a GPU path pays a round trip for.
+int64_t HostWaits();
+void CountHostWait();
+
 // Queues `work` on `stream` (nullptr: the legacy stream). Queued work runs in order, only when
 // its stream is drained: Drain(stream), or DrainAll() (what cudaFree and cudaFreeHost wait for).
 // A stand-in launcher checks its arguments at the call and queues what the kernel would do.

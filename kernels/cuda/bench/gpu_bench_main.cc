@@ -19,8 +19,9 @@
 //     KV cache, at each --sekv-contexts length; and a whole step derived from it (that
 //     attention plus the batch-1 decode step measured at --context);
 //   - SEKV whole step (sekv_model_bench.h): a whole batch-1 decode step through the decode
-//     daemon's GPU SEKV path (sekv::GpuSekv, host planning and CPU tier included) against the
-//     backend's own full-KV decode step, at each --sekv-model-contexts length (first model).
+//     daemon's GPU SEKV path (sekv::GpuSekv, zoom-in and CPU tier included) against the
+//     backend's own full-KV decode step, at each --sekv-model-contexts length (first model),
+//     with the zoom-in on the device (the daemon's default) and on the host.
 // Writes results.json and results.md into --out after every part (so a later failure keeps the
 // earlier figures), and prints the command line, each step, and the ratios. Usage:
 //   scd-gpu-bench --out DIR [--models mistral-7b,llama3-8b] [--prefill 1024,4096,16384]
@@ -536,26 +537,28 @@ std::string Markdown(const nlohmann::json& r) {
   }
   if (sekv_model) {
     md << "\nSEKV whole decode step through the decode daemon's GPU path (`GpuSekv`: BF16 tier, "
-       << "host selection, CPU-tier rebuild of the expanded rows, one softmax) against the "
-       << "backend's own full-KV decode step, batch 1, full attention, logits to the host; "
-       << "budget 0.4, zoom-in of 64 rows per layer and KV head at every step.\n\n"
-       << "| model | context | full KV (ms) | SEKV (ms) | full/SEKV | rows expanded per layer "
-       << "and KV head | fetch hits | resident rows per KV head | GPU tier GB (SEKV / full) "
-       << "| set-up s (host cache / GPU tier) |\n"
-       << "|---|---|---|---|---|---|---|---|---|---|\n";
+       << "the zoom-in on the device (`SekvZoom`: selection, token scoring and rebuild of the "
+       << "expanded rows, no host round trip), one softmax) against the backend's own full-KV "
+       << "decode step, batch 1, full attention, logits to the host; beside it the same with the "
+       << "zoom-in on the host (gate read back per layer, host selection, CPU-tier rebuild, "
+       << "upload); budget 0.4, zoom-in of 64 rows per layer and KV head at every step.\n\n"
+       << "| model | context | full KV (ms) | SEKV (ms) | full/SEKV | SEKV, host zoom (ms) | "
+       << "device zoom speed-up | rows expanded per layer and KV head | resident rows per KV "
+       << "head | GPU tier GB (SEKV / full) | set-up s (host cache / GPU tier) |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& m : r["models"]) {
       for (const auto& x : m.value("sekv_model", nlohmann::json::array())) {
         if (x.contains("error")) {
-          md << absl::StrFormat("| %s | %d | error: %s ||||||||\n", m["model"].get<std::string>(),
+          md << absl::StrFormat("| %s | %d | error: %s |||||||||\n", m["model"].get<std::string>(),
                                 x["context"].get<int>(), x["error"].get<std::string>());
           continue;
         }
         md << absl::StrFormat(
-            "| %s | %d | %.3f | %.3f | %.2fx | %.1f | %.0f%% | %d | %.2f / %.2f (%.2f) | %.1f / "
-            "%.1f |\n",
+            "| %s | %d | %.3f | %.3f | %.2fx | %.3f | %.2fx | %.1f | %d | %.2f / %.2f (%.2f) | "
+            "%.1f / %.1f |\n",
             m["model"].get<std::string>(), x["context"].get<int>(), x["full_ms"].get<double>(),
-            x["sekv_ms"].get<double>(), x["ratio"].get<double>(),
-            x["expanded_rows_per_head"].get<double>(), 100 * x["fetch_hit_rate"].get<double>(),
+            x["sekv_ms"].get<double>(), x["ratio"].get<double>(), x["host_zoom_ms"].get<double>(),
+            x["device_zoom_speedup"].get<double>(), x["expanded_rows_per_head"].get<double>(),
             x["resident_rows_per_head"].get<int>(), x["sekv_tier_bytes"].get<double>() / 1e9,
             x["full_kv_bytes"].get<double>() / 1e9, x["tier_fraction"].get<double>(),
             x["setup_s"]["host_cache"].get<double>(), x["setup_s"]["gpu_tier"].get<double>());
@@ -636,9 +639,11 @@ void PrintSummary(const nlohmann::json& r) {
       } else {
         std::printf(
             "%s context %d sekv_model_vs_full=%.2f (measured whole steps through GpuSekv: full "
-            "KV %.3f ms vs SEKV %.3f ms; GPU tier %.2f of full KV)\n",
+            "KV %.3f ms vs SEKV %.3f ms; host zoom %.3f ms, device zoom %.2fx faster; GPU tier "
+            "%.2f of full KV)\n",
             name, x["context"].get<int>(), x["ratio"].get<double>(), x["full_ms"].get<double>(),
-            x["sekv_ms"].get<double>(), x["tier_fraction"].get<double>());
+            x["sekv_ms"].get<double>(), x["host_zoom_ms"].get<double>(),
+            x["device_zoom_speedup"].get<double>(), x["tier_fraction"].get<double>());
       }
     }
   }

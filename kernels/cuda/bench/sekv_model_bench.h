@@ -1,8 +1,9 @@
 // SEKV whole-model decode step (issue 7, "SEKV decode-step time against full-KV decode at 32K
 // and 128K tokens"), measured through the daemon's own path: sekv::GpuSekv::Step (the model
-// on the device, the GPU tier mirrored there in BF16, one host round trip per layer for the
-// gate, host span and token selection, the CPU tier's rebuild of the expanded rows on the
-// SpanFetcher's worker, their upload, one softmax) against the CUDA backend's own batch-1
+// on the device, the GPU tier mirrored there in BF16; the zoom-in on the device (SekvZoom,
+// one host synchronisation per step), and beside it on the host (one round trip per layer for
+// the gate, host span and token selection, the CPU tier's rebuild of the expanded rows on the
+// SpanFetcher's worker, their upload); one softmax) against the CUDA backend's own batch-1
 // Decode over the full BF16 KV cache of the same context, both whole steps with the logits
 // back on the host. Unlike sekv_step_bench.h (the attention alone, over synthetic tier
 // proportions), everything a served token costs is in it. Part of scd-gpu-bench.
@@ -20,8 +21,10 @@ namespace scd::cuda_bench {
 // Builds both contexts of `context` tokens (random weights from `config`, full attention:
 // sliding window 0; random post-RoPE K/V and surprisal for SEKV at the daemon's default
 // budget 0.4) and times decode steps of each (2 warm-ups, median of 10). Returns full_ms,
-// sekv_ms, ratio = full_ms / sekv_ms, the set-up times, the zoom-in and fetch statistics and
-// the device tier's bytes (GpuSekv::Memory). Prints progress lines.
+// sekv_ms (the device zoom), ratio = full_ms / sekv_ms, the set-up times, the zoom-in and
+// fetch statistics and the device tier's bytes (GpuSekv::Memory); host_zoom (the same figures
+// with GpuZoom::kHost), host_zoom_ms and device_zoom_speedup = host_zoom_ms / sekv_ms. Prints
+// progress lines.
 absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, int context);
 
 }  // namespace scd::cuda_bench
