@@ -512,6 +512,10 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
       }
     }
   }
+  if (device_zoom_) {  // the layer's first step: its pins are chosen, the token appended
+    if (!appended) SCD_RETURN_IF_ERROR(wait_and_append());
+    return ZoomOnDevice(l, rows, q, out, s);
+  }
 
   // 3-4. Gate, selection, the step's summary counts.
   const bool zoom = cache_.zooms(l);
@@ -673,7 +677,8 @@ MemoryBreakdown GpuSekv::Impl::Memory() const {
   }
   m.summaries += static_cast<size_t>(num_spans_) * groups * kStepCountBytes;
   m.expanded_cache += zoom_ws_.size();  // the device zoom's scratch
-  m.cpu_bases = host.cpu_bases + host.expanded_cache;
+  // The host's LRU of rebuilt rows, which the device zoom never fills.
+  m.cpu_bases = host.cpu_bases + (device_zoom_ ? 0 : host.expanded_cache);
   for (const DeviceLayer& d : layers_) {  // the device zoom's tables, flags and pinned copy
     m.summaries += d.bases.size() + d.tau.size();
     m.pinned += d.pinned_flags.size();

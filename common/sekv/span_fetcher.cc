@@ -20,14 +20,19 @@ SpanFetcher::SpanFetcher(int num_layers, int num_kv_heads, int head_dim, int cap
       capacity_tokens_(capacity_tokens),
       async_(async),
       buckets_(static_cast<size_t>(num_layers) * num_kv_heads) {
-  for (Bucket& b : buckets_) {
-    b.k.assign(static_cast<size_t>(capacity_tokens) * head_dim, 0.0f);
-    b.v.assign(b.k.size(), 0.0f);
-    b.slots.resize(capacity_tokens);
-    b.active.assign(capacity_tokens, 0);
-    for (int i = capacity_tokens - 1; i >= 0; --i) b.free.push_back(i);
-  }
   if (async_) worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+SpanFetcher::Bucket& SpanFetcher::Ready(int layer, int head) {
+  Bucket& b = bucket(layer, head);
+  if (b.slots.empty() && capacity_tokens_ > 0) {
+    b.k.assign(static_cast<size_t>(capacity_tokens_) * head_dim_, 0.0f);
+    b.v.assign(b.k.size(), 0.0f);
+    b.slots.resize(capacity_tokens_);
+    b.active.assign(capacity_tokens_, 0);
+    for (int i = capacity_tokens_ - 1; i >= 0; --i) b.free.push_back(i);
+  }
+  return b;
 }
 
 SpanFetcher::~SpanFetcher() {
@@ -63,7 +68,7 @@ void SpanFetcher::Request(int layer, int head, const SpanStore& store,
   {
     std::lock_guard<std::mutex> lock(mu_);
     const uint64_t round = ++round_;
-    Bucket& b = bucket(layer, head);
+    Bucket& b = Ready(layer, head);
     std::fill(b.active.begin(), b.active.end(), 0);
     int placed = 0;
     for (const TokenRef& r : rows) {
@@ -138,7 +143,7 @@ void SpanFetcher::Request(int layer, int head, const SpanStore& store,
 
 BufferView SpanFetcher::Get(int layer, int head) {
   std::unique_lock<std::mutex> lock(mu_);
-  Bucket& b = bucket(layer, head);
+  Bucket& b = Ready(layer, head);
   if (b.pending > 0) {
     const auto t0 = std::chrono::steady_clock::now();
     done_cv_.wait(lock, [&] { return b.pending == 0; });

@@ -7,7 +7,7 @@
 // attends to. Per (layer, KV head) the buffer is a fixed slab of `capacity_tokens` rows (K
 // and V, head_dim floats each) with an LRU over the rows it holds. That slab is the
 // GPU-resident expansion buffer: its full capacity is counted in the GPU tier
-// (CapacityBytes), whether filled or not.
+// (CapacityBytes), whether filled or not (the host allocates a slab at its first request).
 //
 // Request() starts a round: the rows one decode step needs. Rows already in the slab are hits;
 // misses take a free or least-recently-used slot (never one requested in this round or still
@@ -98,6 +98,9 @@ class SpanFetcher {
   Bucket& bucket(int layer, int head) {
     return buckets_[static_cast<size_t>(layer) * num_kv_heads_ + head];
   }
+  // The bucket, its slab allocated at its first use (with mu_ held): a fetcher nobody asks,
+  // such as a GPU path's that zooms on the device, holds no rows.
+  Bucket& Ready(int layer, int head);
   void Run(const Job& job);  // rebuilds one row into its slot (without the lock)
   void WorkerLoop();
 

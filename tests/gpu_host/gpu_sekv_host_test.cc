@@ -302,7 +302,8 @@ TEST_CASE("GpuSekv::Memory counts the device's rows in the tier's element type",
   // The device zoom adds, per layer, its table of the CPU tier (a SpanBasisRef per span and KV
   // head) and the gate thresholds to the summaries, and the pinned flags (a byte per span
   // token and KV head) to the pins; the device reads the CPU tier from a pinned copy here (the
-  // stand-in device reads no pageable memory), which doubles the CPU tier.
+  // stand-in device reads no pageable memory), which doubles the CPU tier; the host's LRU of
+  // rebuilt rows is never used.
   std::unique_ptr<SekvCache> cz;
   const MemoryBreakdown mz = run(GpuTier::kBf16, &cz, GpuZoom::kDevice);
   const size_t span_tokens = static_cast<size_t>(cz->span_token_offset(layer_spans));
@@ -314,7 +315,7 @@ TEST_CASE("GpuSekv::Memory counts the device's rows in the tier's element type",
   CHECK(mz.summaries == m16.summaries + spans * shape.num_kv_heads * sizeof(cuda::SpanBasisRef) +
                             sizeof(float) * shape.num_layers * shape.num_kv_heads);
   CHECK(mz.pinned == m16.pinned + shape.num_layers * shape.num_kv_heads * span_tokens);
-  CHECK(mz.cpu_bases == m16.cpu_bases + host.cpu_bases);
+  CHECK(mz.cpu_bases == 2 * host.cpu_bases);  // and no LRU of rebuilt rows on the host
   CHECK(mz.full_kv == m16.full_kv);
 }
 
@@ -413,6 +414,8 @@ TEST_CASE("GpuSekv's device zoom waits for the device once per step, the host zo
     const ZoomStats z = (*cache)->zoom_stats();
     CHECK(z.steps == int64_t{steps} * shape.num_layers * shape.num_kv_heads);
     CHECK(z.expanded_tokens == z.steps * o.expand_budget);
+    // The device zoom never asks the host's fetcher (whose slabs are then never allocated).
+    CHECK(((*cache)->fetch_stats().requests == 0) == (zoom == GpuZoom::kDevice));
     return per_step;
   };
   const std::vector<int64_t> device = waits(GpuZoom::kDevice, 4);
