@@ -26,11 +26,12 @@
 // their tokens in the CPU tier's low-rank coordinates, rebuilds the kept rows straight into the
 // expansion buffer and writes the step's summary counts; the expanded rows' softmax is merged
 // as above. The device reads the CPU tier where it is: in place when it reads pageable host
-// memory (cuda::DeviceReadsPageableMemory, HMM/ATS), else from a pinned copy made at Create
-// (counted in Memory().cpu_bases). The token's K/V reach the host cache's window after the
-// step (Settle), and the zoom-ins' counts reach SekvCache::zoom_stats there too. So a step has
-// one host synchronisation (the logits) instead of one per layer. GpuZoom::kHost is the path
-// above, where the host selects (and the SpanFetcher's LRU serves repeated rows).
+// memory through the host's page tables (cuda::DeviceReadsPageableMemory: ATS, as on Grace
+// Hopper), else from a pinned copy made at Create (counted in Memory().cpu_bases). The token's
+// K/V reach the host cache's window after the step (Settle), and the zoom-ins' counts reach
+// SekvCache::zoom_stats there too. So a step has one host synchronisation (the logits) instead
+// of one per layer. GpuZoom::kHost is the path above, where the host selects (and the
+// SpanFetcher's LRU serves repeated rows).
 //
 // The device tier's rows (anchors, summaries, window, pins, expanded rows) are BF16 by default,
 // the CUDA backend's own KV-cache type: the tier then holds the budget's fraction of the

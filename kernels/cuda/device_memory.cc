@@ -37,13 +37,15 @@ std::string DeviceDescription(int device) {
 }
 
 bool DeviceReadsPageableMemory() {
-  int device = 0, value = 0;
+  int device = 0, pageable = 0, host_tables = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&value, cudaDevAttrPageableMemoryAccess, device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&host_tables, cudaDevAttrPageableMemoryAccessUsesHostPageTables,
+                             device) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  return value != 0;
+  return pageable != 0 && host_tables != 0;
 }
 
 absl::StatusOr<std::unique_ptr<Stream>> Stream::Create() {

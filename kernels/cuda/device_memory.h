@@ -29,8 +29,11 @@ int DeviceCount();
 // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" for `device`, for logs and benchmark reports.
 std::string DeviceDescription(int device);
 
-// True when the current device reads pageable host memory directly (HMM or ATS:
-// cudaDevAttrPageableMemoryAccess), so a kernel may follow a pointer into a std::vector.
+// True when the current device reads pageable host memory in place, through the host's page
+// tables (ATS, as on Grace Hopper: cudaDevAttrPageableMemoryAccess and
+// cudaDevAttrPageableMemoryAccessUsesHostPageTables), so a kernel may follow a pointer into a
+// std::vector without the pages moving. HMM alone (x86 over PCIe) does not count: it migrates
+// the pages a kernel touches into device memory.
 bool DeviceReadsPageableMemory();
 
 class Stream {
