@@ -143,6 +143,14 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   absl::Status InitZoom(int l, bool in_place, StreamHandle s);
   // Steps 3-6 of a layer on the device (after its pins); the token is in the device window.
   absl::Status ZoomOnDevice(int l, int rows, const float* q, float* out, StreamHandle s);
+  // lse_ of the resident entries (table t, the base summary counts; pins when `pins`).
+  absl::Status ResidentLse(int l, int t, int rows, const float* q, bool pins, StreamHandle s);
+  // The zoom-in gate: alpha_ over the resident lse_ with pins (table 1).
+  absl::Status Gate(int l, int rows, const float* q, StreamHandle s);
+  // The resident part of the step's softmax (table 2, with the step's summary counts) into
+  // out and lse_; then the expansion's (table 3) merged into it.
+  absl::Status ResidentSoftmax(int l, int rows, const float* q, float* out, StreamHandle s);
+  absl::Status MergeExpansion(int l, const float* q, float* out, StreamHandle s);
 
   Backend& backend_;
   SekvCache& cache_;
@@ -451,7 +459,6 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   const int heads = shape_.num_heads, groups = shape_.num_kv_heads, ns = st.num_spans();
   const int gs = groups * ns;
   const int rows = st.window_rows() + 1;  // the window with this token
-  const float* ws_lc = d.base_lc.as<float>();
 
   // 1. The token joins the device window; q, k, v go to the host for the planning.
   SCD_RETURN_IF_ERROR(GrowWindow(l, rows, s));
@@ -480,8 +487,6 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   SCD_RETURN_IF_ERROR(cuda::CopyToHost(hv, v, sizeof(float) * kvd, s));
   float* lse_host = host_la_.as<float>();
   float* alpha_host = lse_host + heads;
-  float* ws = workspace_.as<float>();
-  const int64_t ws_floats = static_cast<int64_t>(workspace_.size() / sizeof(float));
   bool appended = false;
   auto wait_and_append = [&]() -> absl::Status {
     SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(s));
@@ -489,15 +494,10 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
     appended = true;
     return absl::OkStatus();
   };
-  auto resident_lse = [&](int table, bool pins) -> absl::Status {
-    SCD_RETURN_IF_ERROR(UploadResident(l, table, rows, ws_lc, nullptr, pins, s));
-    return cuda::SekvAttention(q, DeviceTable(l, table), kResidentSegments, heads, groups, hd,
-                               ResidentRows(l, rows), nullptr, lse_.as<float>(), ws, ws_floats, s);
-  };
 
   // 2. The observation-window anchors, at the layer's first step.
   if (!cache_.pins_done(l)) {
-    SCD_RETURN_IF_ERROR(resident_lse(0, /*pins=*/false));
+    SCD_RETURN_IF_ERROR(ResidentLse(l, 0, rows, q, /*pins=*/false, s));
     SCD_RETURN_IF_ERROR(cuda::CopyToHost(lse_host, lse_.data(), sizeof(float) * heads, s));
     SCD_RETURN_IF_ERROR(wait_and_append());
     SCD_RETURN_IF_ERROR(cache_.ExternalPin(l, hq, absl::MakeConstSpan(lse_host, heads)));
@@ -521,11 +521,7 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   const bool zoom = cache_.zooms(l);
   int num_edits = 0;
   if (zoom) {
-    SCD_RETURN_IF_ERROR(resident_lse(1, /*pins=*/true));
-    SCD_RETURN_IF_ERROR(cuda::SekvRouteGate(
-        q, d.p_q.as<float>(), d.p_k.as<float>(), route_dim_, d.summary_k.data(), type_, kvd,
-        d.base_lc.as<float>(), d.remaining.as<int32_t>(), d.gates.as<cuda::RouterGateParams>(),
-        lse_.as<float>(), ns, heads, groups, hd, alpha_.as<float>(), s));
+    SCD_RETURN_IF_ERROR(Gate(l, rows, q, s));
     SCD_RETURN_IF_ERROR(cuda::CopyToHost(lse_host, lse_.data(), sizeof(float) * heads, s));
     SCD_RETURN_IF_ERROR(cuda::CopyToHost(alpha_host, alpha_.data(), sizeof(float) * gs, s));
     SCD_RETURN_IF_ERROR(wait_and_append());
@@ -553,11 +549,7 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
                                             step_lc_.as<float>(), step_skip_.as<uint8_t>(), s));
 
   // 5. The resident part of the softmax, while the host waits for the rebuilt rows.
-  SCD_RETURN_IF_ERROR(UploadResident(l, 2, rows, step_lc_.as<float>(), step_skip_.as<uint8_t>(),
-                                     /*pins=*/true, s));
-  SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(l, 2), kResidentSegments, heads, groups,
-                                          hd, ResidentRows(l, rows), out, lse_.as<float>(), ws,
-                                          ws_floats, s));
+  SCD_RETURN_IF_ERROR(ResidentSoftmax(l, rows, q, out, s));
   if (!zoom) return absl::OkStatus();
 
   // 6. The expanded rows join the same softmax.
@@ -599,9 +591,44 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   }
   SCD_RETURN_IF_ERROR(
       cuda::CopyToDevice(DeviceTable(l, 3), table, sizeof(AttentionSegment) * TableSize(), s));
-  SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(l, 3), kResidentSegments, heads, groups,
-                                          hd, budget_, out_e_.as<float>(), lse_e_.as<float>(), ws,
-                                          ws_floats, s));
+  return MergeExpansion(l, q, out, s);
+}
+
+absl::Status GpuSekv::Impl::ResidentLse(int l, int t, int rows, const float* q, bool pins,
+                                        StreamHandle s) {
+  SCD_RETURN_IF_ERROR(UploadResident(l, t, rows, layers_[l].base_lc.as<float>(), nullptr, pins, s));
+  return cuda::SekvAttention(q, DeviceTable(l, t), kResidentSegments, shape_.num_heads,
+                             shape_.num_kv_heads, shape_.head_dim, ResidentRows(l, rows), nullptr,
+                             lse_.as<float>(), workspace_.as<float>(),
+                             static_cast<int64_t>(workspace_.size() / sizeof(float)), s);
+}
+
+absl::Status GpuSekv::Impl::Gate(int l, int rows, const float* q, StreamHandle s) {
+  SCD_RETURN_IF_ERROR(ResidentLse(l, 1, rows, q, /*pins=*/true, s));
+  const DeviceLayer& d = layers_[l];
+  return cuda::SekvRouteGate(q, d.p_q.as<float>(), d.p_k.as<float>(), route_dim_,
+                             d.summary_k.data(), type_, shape_.kv_dim(), d.base_lc.as<float>(),
+                             d.remaining.as<int32_t>(), d.gates.as<cuda::RouterGateParams>(),
+                             lse_.as<float>(), cache_.store(l).num_spans(), shape_.num_heads,
+                             shape_.num_kv_heads, shape_.head_dim, alpha_.as<float>(), s);
+}
+
+absl::Status GpuSekv::Impl::ResidentSoftmax(int l, int rows, const float* q, float* out,
+                                            StreamHandle s) {
+  SCD_RETURN_IF_ERROR(UploadResident(l, 2, rows, step_lc_.as<float>(), step_skip_.as<uint8_t>(),
+                                     /*pins=*/true, s));
+  return cuda::SekvAttention(q, DeviceTable(l, 2), kResidentSegments, shape_.num_heads,
+                             shape_.num_kv_heads, shape_.head_dim, ResidentRows(l, rows), out,
+                             lse_.as<float>(), workspace_.as<float>(),
+                             static_cast<int64_t>(workspace_.size() / sizeof(float)), s);
+}
+
+absl::Status GpuSekv::Impl::MergeExpansion(int l, const float* q, float* out, StreamHandle s) {
+  const int heads = shape_.num_heads, hd = shape_.head_dim;
+  SCD_RETURN_IF_ERROR(
+      cuda::SekvAttention(q, DeviceTable(l, 3), kResidentSegments, heads, shape_.num_kv_heads, hd,
+                          budget_, out_e_.as<float>(), lse_e_.as<float>(), workspace_.as<float>(),
+                          static_cast<int64_t>(workspace_.size() / sizeof(float)), s));
   return cuda::MergeAttention(out, lse_.as<float>(), out_e_.as<float>(), lse_e_.as<float>(), heads,
                               hd, out, s);
 }
@@ -610,21 +637,11 @@ absl::Status GpuSekv::Impl::ZoomOnDevice(int l, int rows, const float* q, float*
                                          StreamHandle s) {
   const SpanStore& st = cache_.store(l);
   DeviceLayer& d = layers_[l];
-  const int hd = shape_.head_dim, kvd = shape_.kv_dim(), heads = shape_.num_heads;
+  const int hd = shape_.head_dim, heads = shape_.num_heads;
   const int groups = shape_.num_kv_heads, ns = st.num_spans();
-  float* ws = workspace_.as<float>();
-  const int64_t ws_floats = static_cast<int64_t>(workspace_.size() / sizeof(float));
   const bool zoom = cache_.zooms(l);
   if (zoom) {
-    // The gate over the resident log-sum-exp (with pins), then the zoom-in itself.
-    SCD_RETURN_IF_ERROR(UploadResident(l, 1, rows, d.base_lc.as<float>(), nullptr, true, s));
-    SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(l, 1), kResidentSegments, heads, groups,
-                                            hd, ResidentRows(l, rows), nullptr, lse_.as<float>(),
-                                            ws, ws_floats, s));
-    SCD_RETURN_IF_ERROR(cuda::SekvRouteGate(
-        q, d.p_q.as<float>(), d.p_k.as<float>(), route_dim_, d.summary_k.data(), type_, kvd,
-        d.base_lc.as<float>(), d.remaining.as<int32_t>(), d.gates.as<cuda::RouterGateParams>(),
-        lse_.as<float>(), ns, heads, groups, hd, alpha_.as<float>(), s));
+    SCD_RETURN_IF_ERROR(Gate(l, rows, q, s));   // then the zoom-in itself
     AttentionSegment* table = HostTable(l, 3);  // the expansion; SekvZoom writes its rows
     for (int g = 0; g < groups; ++g) {
       const size_t off = static_cast<size_t>(g) * budget_ * hd;
@@ -647,17 +664,9 @@ absl::Status GpuSekv::Impl::ZoomOnDevice(int l, int rows, const float* q, float*
                                               step_lc_.as<float>(), step_skip_.as<uint8_t>(), s));
   }
   // The resident part of the softmax, then the expanded rows merged into it.
-  SCD_RETURN_IF_ERROR(UploadResident(l, 2, rows, step_lc_.as<float>(), step_skip_.as<uint8_t>(),
-                                     /*pins=*/true, s));
-  SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(l, 2), kResidentSegments, heads, groups,
-                                          hd, ResidentRows(l, rows), out, lse_.as<float>(), ws,
-                                          ws_floats, s));
+  SCD_RETURN_IF_ERROR(ResidentSoftmax(l, rows, q, out, s));
   if (!zoom) return absl::OkStatus();
-  SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, DeviceTable(l, 3), kResidentSegments, heads, groups,
-                                          hd, budget_, out_e_.as<float>(), lse_e_.as<float>(), ws,
-                                          ws_floats, s));
-  SCD_RETURN_IF_ERROR(cuda::MergeAttention(out, lse_.as<float>(), out_e_.as<float>(),
-                                           lse_e_.as<float>(), heads, hd, out, s));
+  SCD_RETURN_IF_ERROR(MergeExpansion(l, q, out, s));
   counts_copied_ = true;
   return cuda::CopyToHost(host_counts_.data(), zoom_counts_.data(), zoom_counts_.size(), s);
 }

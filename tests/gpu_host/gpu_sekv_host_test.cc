@@ -63,6 +63,18 @@ constexpr Tolerance kF32Tier{1e-5, 1e-4};
 // |q| ~ 2 sqrt(d) and the 5000-token prompt's 714 summaries.
 constexpr Tolerance kBf16Tier{3e-2, 3e-2};
 
+// `t` positions of N(0, 2²) keys and N(0, 1) values per layer, surprisal 1.
+PrefixKv RandomPrefix(const CacheShape& shape, int t) {
+  PrefixKv prefix;
+  prefix.num_tokens = t;
+  for (int l = 0; l < shape.num_layers; ++l) {
+    prefix.k.push_back(Normal(static_cast<size_t>(t) * shape.kv_dim(), 10 + l, 2.0f));
+    prefix.v.push_back(Normal(static_cast<size_t>(t) * shape.kv_dim(), 20 + l));
+  }
+  prefix.surprisal.assign(t, 1.0f);
+  return prefix;
+}
+
 // One zoom of Compare (below).
 void CompareZoom(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
                  const Segmentation& seg, const SekvOptions& o,
@@ -162,12 +174,7 @@ TEST_CASE("GpuSekv's host orchestration reproduces SekvCache::Attend", "[cpu]") 
     ShapeOnlyBackend backend(c);
     const CacheShape shape = CacheShape::FromConfig(c);
     const int t = sh.tokens;
-    PrefixKv prefix;
-    prefix.num_tokens = t;
-    for (int l = 0; l < shape.num_layers; ++l) {
-      prefix.k.push_back(Normal(static_cast<size_t>(t) * shape.kv_dim(), 10 + l, 2.0f));
-      prefix.v.push_back(Normal(static_cast<size_t>(t) * shape.kv_dim(), 20 + l));
-    }
+    PrefixKv prefix = RandomPrefix(shape, t);
     prefix.surprisal = Normal(t, 5, 3.0f);
     for (float& s : prefix.surprisal) s = std::fabs(s);
     const Segmentation seg = testing::ChunkedSegmentation(t, 7, 10, {0, 17});
@@ -232,13 +239,7 @@ TEST_CASE("GpuSekv::Memory counts the device's rows in the tier's element type",
   ShapeOnlyBackend backend(c);
   const CacheShape shape = CacheShape::FromConfig(c);
   const int t = 120, budget = 6, pins = 4;
-  PrefixKv prefix;
-  prefix.num_tokens = t;
-  for (int l = 0; l < shape.num_layers; ++l) {
-    prefix.k.push_back(Normal(static_cast<size_t>(t) * shape.kv_dim(), 10 + l, 2.0f));
-    prefix.v.push_back(Normal(static_cast<size_t>(t) * shape.kv_dim(), 20 + l));
-  }
-  prefix.surprisal.assign(t, 1.0f);
+  const PrefixKv prefix = RandomPrefix(shape, t);
   const Segmentation seg = testing::ChunkedSegmentation(t, 7, 10, {0, 17});
   SekvOptions o;
   o.pin_tokens = pins;
@@ -372,13 +373,7 @@ TEST_CASE("GpuSekv's device zoom waits for the device once per step, the host zo
   ShapeOnlyBackend backend(c);
   const CacheShape shape = CacheShape::FromConfig(c);
   const int t = 300;
-  PrefixKv prefix;
-  prefix.num_tokens = t;
-  for (int l = 0; l < shape.num_layers; ++l) {
-    prefix.k.push_back(Normal(static_cast<size_t>(t) * shape.kv_dim(), 10 + l, 2.0f));
-    prefix.v.push_back(Normal(static_cast<size_t>(t) * shape.kv_dim(), 20 + l));
-  }
-  prefix.surprisal.assign(t, 1.0f);
+  const PrefixKv prefix = RandomPrefix(shape, t);
   const Segmentation seg = testing::ChunkedSegmentation(t, 7, 10, {0, 17});
   SekvOptions o;
   o.pin_tokens = 3;
