@@ -134,6 +134,7 @@ absl::Status DecodeDaemon::Start() {
   eo.max_batch = c.max_batch;
   eo.max_queue = c.max_queue;
   eo.min_step_interval = c.min_step_interval;
+  eo.prefill_chunk = c.prefill_chunk;
   if (c.sekv_enabled) SCD_RETURN_IF_ERROR(ConfigureSekv(c, *model, &metrics_, &eo.sekv));
   SCD_ASSIGN_OR_RETURN(engine_, DecodeEngine::Create(std::move(backend), std::move(codec), eo));
 

@@ -183,10 +183,8 @@ absl::StatusOr<std::unique_ptr<ConsumerCodec>> ConsumerCodec::Create(
   return cc;
 }
 
-absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence& seq,
-                                    RebuildStats* stats) const {
+absl::Status ConsumerCodec::Check(const Payload& p, const Sequence& seq) const {
   const ModelConfig& c = consumer_->config;
-  const int t = static_cast<int>(p.token_ids.size());
   const std::string mode_name(CodecModeName(p.mode));
   const PairDigest want =
       MakePairDigest(producer_digest_, consumer_->digest, ArtifactIdFor(p.mode, artifact_.get()));
@@ -204,7 +202,16 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
                                                       p.start_position, " but the sequence holds ",
                                                       seq.length()));
   }
-  if (t == 0) return absl::InvalidArgumentError("payload holds no tokens");
+  if (p.token_ids.empty()) return absl::InvalidArgumentError("payload holds no tokens");
+  return absl::OkStatus();
+}
+
+absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence& seq,
+                                    RebuildStats* stats) const {
+  SCD_RETURN_IF_ERROR(Check(p, seq));
+  const ModelConfig& c = consumer_->config;
+  const int t = static_cast<int>(p.token_ids.size());
+  const std::string mode_name(CodecModeName(p.mode));
   RebuildStats local;
   RebuildStats& st = stats ? *stats : local;
   if (p.mode == CodecMode::kOracle) {

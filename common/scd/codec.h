@@ -73,6 +73,11 @@ class ConsumerCodec {
       std::shared_ptr<const Model> consumer, std::string producer_digest,
       std::shared_ptr<const ScdArtifact> artifact, CodecOptions options = {});
 
+  // Whether `p` may go into `seq`: made for this pair, the consumer's layer count, starting at
+  // seq.length(), holding tokens. What Rebuild checks first; an oracle payload then needs only
+  // its tokens prefilled (the decode engine does that in chunks).
+  absl::Status Check(const Payload& p, const Sequence& seq) const;
+
   // Appends the payload's positions to `seq` (whose length must equal start_position).
   // Rejects payloads made for another pair, or whose blocks do not match this pair's shapes.
   absl::Status Rebuild(const Payload& payload, Backend& backend, Sequence& seq,

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/elapsed.h"
@@ -35,6 +36,11 @@ struct DecodeEngine::Active {
   std::thread build;
   absl::StatusOr<std::unique_ptr<SekvSession>> built;
   bool build_ready = false;
+  // The backend path's prompt tokens still to prefill (PrefillChunks): pending[prefilled, end);
+  // the first payload_tokens are an oracle payload's (their time counts as the rebuild's).
+  std::vector<int32_t> pending;
+  size_t prefilled = 0;
+  size_t payload_tokens = 0;
 
   int length() const { return sekv != nullptr ? sekv->length() : seq->length(); }
 };
@@ -45,8 +51,9 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
   if (backend == nullptr || codec == nullptr) {
     return absl::InvalidArgumentError("DecodeEngine needs a backend and a consumer codec");
   }
-  if (options.max_batch < 1 || options.max_queue < 0) {
-    return absl::InvalidArgumentError("max_batch must be >= 1 and max_queue >= 0");
+  if (options.max_batch < 1 || options.max_queue < 0 || options.prefill_chunk < 0) {
+    return absl::InvalidArgumentError(
+        "max_batch must be >= 1, max_queue >= 0 and prefill_chunk >= 0");
   }
   std::unique_ptr<DecodeEngine> e(
       new DecodeEngine(std::move(backend), std::move(codec), options));
@@ -151,10 +158,12 @@ void DecodeEngine::Loop() {
     std::unordered_map<uint64_t, bool> cancelled;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      const auto admitted_count = [&] {
+        return static_cast<int>(running_.size() + building_.size() + prefilling_.size());
+      };
       auto work = [&] {
-        return stopping_ || !running_.empty() || builds_ready_ > 0 ||
-               (!queue_.empty() &&
-                static_cast<int>(running_.size() + building_.size()) < options_.max_batch);
+        return stopping_ || !running_.empty() || !prefilling_.empty() || builds_ready_ > 0 ||
+               (!queue_.empty() && admitted_count() < options_.max_batch);
       };
       if (building_.empty()) {
         cv_.wait(lock, work);
@@ -162,15 +171,15 @@ void DecodeEngine::Loop() {
         cv_.wait_for(lock, std::chrono::milliseconds(50), work);
       }
       if (stopping_) break;
-      while (!queue_.empty() && static_cast<int>(running_.size() + building_.size() +
-                                                 admitted.size()) < options_.max_batch) {
+      while (!queue_.empty() &&
+             admitted_count() + static_cast<int>(admitted.size()) < options_.max_batch) {
         admitted.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
       cancelled = cancelled_;
       stats_.admitted += static_cast<long>(admitted.size());
       // Admitted jobs count as running until they finish, so Drain() never misses them.
-      running_count_.store(static_cast<int>(running_.size() + building_.size() + admitted.size()));
+      running_count_.store(admitted_count() + static_cast<int>(admitted.size()));
     }
     for (auto& a : admitted) {
       if (cancelled.count(a->job.request_id)) {
@@ -180,26 +189,20 @@ void DecodeEngine::Loop() {
       Admit(std::move(a));
     }
     CollectBuilds(cancelled);
+    PrefillChunks(cancelled);
     // Cancellations and deadlines of running requests.
-    const absl::Time now = absl::Now();
-    for (auto& a : running_) {
-      if (cancelled.count(a->job.request_id)) {
-        Finish(*a, DecodeEvent::Error(absl::CancelledError("request cancelled")));
-      } else if (now > a->job.deadline) {
-        Finish(*a, DecodeEvent::Error(absl::DeadlineExceededError("request deadline passed during decode")));
-      }
-    }
+    for (auto& a : running_) EndIfCancelled(*a, cancelled, "during decode");
     running_.erase(std::remove_if(running_.begin(), running_.end(),
                                   [](const auto& a) { return a->done; }),
                    running_.end());
-    running_count_.store(static_cast<int>(running_.size() + building_.size()));
+    running_count_.store(static_cast<int>(running_.size() + building_.size() + prefilling_.size()));
     if (!running_.empty()) {
       const absl::Time step_start = absl::Now();
       Step();
       const absl::Duration rest = options_.min_step_interval - (absl::Now() - step_start);
       if (rest > absl::ZeroDuration()) absl::SleepFor(rest);
     }
-    running_count_.store(static_cast<int>(running_.size() + building_.size()));
+    running_count_.store(static_cast<int>(running_.size() + building_.size() + prefilling_.size()));
     cv_.notify_all();  // Drain() waiters
   }
   // Builds still running finish first: their threads hold their requests.
@@ -217,6 +220,10 @@ void DecodeEngine::Loop() {
   for (auto& a : running_) {
     Finish(*a, DecodeEvent::Error(absl::UnavailableError("decode engine shut down")));
   }
+  for (auto& a : prefilling_) {
+    Finish(*a, DecodeEvent::Error(absl::UnavailableError("decode engine shut down")));
+  }
+  prefilling_.clear();
   for (auto& a : leftover) {
     Finish(*a, DecodeEvent::Error(absl::UnavailableError("decode engine shut down")));
   }
@@ -265,22 +272,71 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
     building_.push_back(std::move(a));
     return;
   }
-  PrefillResult prefill;
   const auto t0 = Clock::now();
   auto seq = backend_->NewSequence(a->capacity);
   if (!seq.ok()) return fail(seq.status());
   a->seq = std::move(seq).value();
-  if (has_payload) {
+  if (has_payload && payload.mode == CodecMode::kOracle) {
+    // Nothing to rebuild: the payload's tokens are prefilled here, in chunks like the suffix.
+    if (absl::Status st = codec_->Check(payload, *a->seq); !st.ok()) return fail(st);
+    a->pending = std::move(payload.token_ids);
+    a->payload_tokens = a->pending.size();
+  } else if (has_payload) {
     if (absl::Status st = codec_->Rebuild(payload, *backend_, *a->seq); !st.ok()) return fail(st);
   }
-  const auto t1 = Clock::now();
-  if (absl::Status st = backend_->Prefill(*a->seq, a->job.suffix, PrefillOptions{}, &prefill);
-      !st.ok()) {
-    return fail(st);
+  a->timings.rebuild_ms = MsSince(t0);
+  a->pending.insert(a->pending.end(), a->job.suffix.begin(), a->job.suffix.end());
+  prefilling_.push_back(std::move(a));
+}
+
+bool DecodeEngine::EndIfCancelled(Active& a, const std::unordered_map<uint64_t, bool>& cancelled,
+                                  const char* stage) {
+  if (a.done) return true;
+  if (cancelled.count(a.job.request_id)) {
+    Finish(a, DecodeEvent::Error(absl::CancelledError("request cancelled")));
+  } else if (absl::Now() > a.job.deadline) {
+    Finish(a, DecodeEvent::Error(
+                  absl::DeadlineExceededError(absl::StrCat("request deadline passed ", stage))));
   }
-  a->timings.rebuild_ms = MsBetween(t0, t1);
-  a->timings.suffix_prefill_ms = MsBetween(t1, Clock::now());
-  Started(std::move(a), prefill.logits);
+  return a.done;
+}
+
+void DecodeEngine::PrefillChunks(const std::unordered_map<uint64_t, bool>& cancelled) {
+  size_t budget = options_.prefill_chunk > 0 ? static_cast<size_t>(options_.prefill_chunk)
+                                             : std::numeric_limits<size_t>::max();
+  while (budget > 0 && !prefilling_.empty()) {
+    Active& a = *prefilling_.front();
+    if (EndIfCancelled(a, cancelled, "during the prompt's prefill")) {
+      prefilling_.pop_front();
+      continue;
+    }
+    // A chunk never spans the oracle payload's end, so that each part's time is its own.
+    const size_t end = a.prefilled < a.payload_tokens ? a.payload_tokens : a.pending.size();
+    const size_t n = std::min(budget, end - a.prefilled);
+    PrefillResult prefill;
+    const auto t0 = Clock::now();
+    const absl::Status st = backend_->Prefill(
+        *a.seq, absl::MakeConstSpan(a.pending).subspan(a.prefilled, n), PrefillOptions{}, &prefill);
+    (a.prefilled < a.payload_tokens ? a.timings.rebuild_ms : a.timings.suffix_prefill_ms) +=
+        MsSince(t0);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.prefill_chunks;
+    }
+    if (!st.ok()) {
+      Finish(a, DecodeEvent::Error(st));
+      prefilling_.pop_front();
+      continue;
+    }
+    a.prefilled += n;
+    budget -= n;
+    if (a.prefilled == a.pending.size()) {
+      std::unique_ptr<Active> ready = std::move(prefilling_.front());
+      prefilling_.pop_front();
+      ready->pending = {};
+      Started(std::move(ready), prefill.logits);
+    }
+  }
 }
 
 void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cancelled) {
@@ -293,17 +349,7 @@ void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cance
     builds_ready_ -= static_cast<int>(ready.size());
   }
   building_.erase(std::remove(building_.begin(), building_.end(), nullptr), building_.end());
-  // Ends `a` when it was cancelled or its deadline passed; true when it is over.
-  auto ended = [&](Active& a) {
-    if (a.done) return true;
-    if (cancelled.count(a.job.request_id)) {
-      Finish(a, DecodeEvent::Error(absl::CancelledError("request cancelled")));
-    } else if (absl::Now() > a.job.deadline) {
-      Finish(a, DecodeEvent::Error(
-                    absl::DeadlineExceededError("request deadline passed during the SEKV build")));
-    }
-    return a.done;
-  };
+  auto ended = [&](Active& a) { return EndIfCancelled(a, cancelled, "during the SEKV build"); };
   // Builds still running: a cancellation or a deadline ends the request now; its thread's
   // result is dropped when it comes.
   for (auto& a : building_) ended(*a);

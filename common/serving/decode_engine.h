@@ -1,7 +1,11 @@
 // DecodeEngine: the decode daemon's generation loop with continuous batching (Orca-style
 // iteration-level scheduling). Requests arrive with an SCD payload (any codec mode) plus the
 // suffix tokens the consumer prefills itself. One loop thread owns the Backend:
-//   admit  — rebuild the payload's KV (ConsumerCodec), prefill the suffix, sample token 1;
+//   admit  — rebuild the payload's KV (ConsumerCodec); what is left to prefill (the suffix,
+//            and an oracle payload's tokens) is prefilled in chunks of at most
+//            options.prefill_chunk tokens per loop iteration, one decode step of the running
+//            requests between chunks (chunked prefill, as vLLM's and SGLang's), so a long
+//            prompt never stalls the running streams for its whole prefill; then token 1;
 //   step   — one batched Decode over every running sequence, sample, emit;
 //   retire — on a stop id, max_tokens, deadline or cancellation, free the sequence.
 // Newly admitted requests join the running batch at the next step, so a long generation never
@@ -91,12 +95,16 @@ struct DecodeEngineOptions {
   // flat out; a positive value emulates a slower accelerator, so that benchmarks and fault
   // tests can hold requests mid-stream on a model as small as the bundled one.
   absl::Duration min_step_interval = absl::ZeroDuration();
+  // Prompt tokens prefilled per loop iteration, over the requests being admitted (first come
+  // first served); 0: each prompt whole at once.
+  int prefill_chunk = 2048;
   SekvServingOptions sekv;  // off by default
 };
 
 struct DecodeEngineStats {
   long admitted = 0, completed = 0, failed = 0, cancelled = 0, steps = 0;
   long max_batch_seen = 0;
+  long prefill_chunks = 0;  // backend prefills of prompt tokens (a prompt takes one or more)
   // SEKV requests started, and their caches' bytes summed over them, each measured after
   // its first decode step (gpu / full_kv is the GPU-tier ratio; cpu is the CPU tier).
   long sekv_requests = 0;
@@ -131,6 +139,13 @@ class DecodeEngine {
   void Admit(std::unique_ptr<Active> a);
   // SEKV requests whose hierarchy is built: activated and started, or ended.
   void CollectBuilds(const std::unordered_map<uint64_t, bool>& cancelled);
+  // Up to options_.prefill_chunk prompt tokens of the requests in prefilling_, oldest first;
+  // a request whose prompt is complete starts.
+  void PrefillChunks(const std::unordered_map<uint64_t, bool>& cancelled);
+  // Ends `a` when it was cancelled or its deadline passed (during `stage`); true when it is
+  // over.
+  bool EndIfCancelled(Active& a, const std::unordered_map<uint64_t, bool>& cancelled,
+                      const char* stage);
   // A request whose prompt is in place, with the logits after it: its first token.
   void Started(std::unique_ptr<Active> a, const std::vector<float>& logits);
   void Step();
@@ -151,6 +166,7 @@ class DecodeEngine {
 
   std::vector<std::unique_ptr<Active>> running_;  // loop thread only
   std::vector<std::unique_ptr<Active>> building_;  // loop thread only: SEKV builds under way
+  std::deque<std::unique_ptr<Active>> prefilling_;  // loop thread only: prompts in chunks
   int builds_ready_ = 0;  // under mu_: building_ entries whose build thread has finished
   std::atomic<int> running_count_{0};
   std::thread thread_;

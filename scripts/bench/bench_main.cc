@@ -1,11 +1,16 @@
 // scd-bench: benchmark programs. `scd-bench runtime` measures the CPU runtime against the
 // host's sgemm and memcpy ceilings (common/bench/runtime_bench.h) and ends with the line
-// `prefill_vs_sgemm=<r> decode_vs_memcpy=<r>`. Progress goes to stderr, the report to stdout.
+// `prefill_vs_sgemm=<r> decode_vs_memcpy=<r>`. `scd-bench chunked-prefill` measures what a long
+// prompt's arrival costs the running streams at each engine.prefill_chunk
+// (common/bench/chunked_prefill_bench.h). Progress goes to stderr, the report to stdout.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <string>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "common/bench/chunked_prefill_bench.h"
 #include "common/bench/runtime_bench.h"
 #include "common/cli/flags.h"
 
@@ -14,7 +19,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: scd-bench <benchmark> [flags]\n"
     "benchmarks:\n"
-    "  runtime   CPU prefill GFLOP/s vs sgemm peak, decode GB/s vs memcpy bandwidth\n"
+    "  runtime          CPU prefill GFLOP/s vs sgemm peak, decode GB/s vs memcpy bandwidth\n"
+    "  chunked-prefill  running streams' stall and a long prompt's TTFT per prefill chunk\n"
     "run `scd-bench <benchmark> --help` for its flags\n";
 
 // `argv` is the whole command line; argv[1] is "runtime".
@@ -79,6 +85,48 @@ int RunRuntime(int argc, const char* const* argv) {
   return 0;
 }
 
+// `argv` is the whole command line; argv[1] is "chunked-prefill".
+int RunChunkedPrefill(int argc, const char* const* argv) {
+  scd::bench::ChunkedPrefillBenchOptions options;
+  std::string chunks = "0,256,64";
+  scd::cli::FlagParser flags("scd-bench chunked-prefill", "[flags]");
+  flags.AddString("shape", &options.shape, "synthetic model shape: stories110M or stories260K");
+  flags.AddInt("streams", &options.streams, "requests running when the long prompt arrives");
+  flags.AddInt("stream-prompt", &options.stream_prompt, "prompt tokens of each running stream");
+  flags.AddInt("warm-tokens", &options.warm_tokens, "tokens each stream gives first");
+  flags.AddInt("prompt", &options.prompt_tokens, "prompt tokens of the long request");
+  flags.AddString("chunks", &chunks, "engine.prefill_chunk values, comma-separated (0: whole)");
+  flags.AddUint64("seed", &options.seed, "seed of the synthetic weights and tokens");
+  if (absl::Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) {
+    std::cerr << "scd-bench chunked-prefill: " << s.message() << " (see --help)\n";
+    return scd::cli::kExitUsage;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  options.chunks.clear();
+  for (absl::string_view c : absl::StrSplit(chunks, ',')) {
+    int value = 0;
+    if (!absl::SimpleAtoi(c, &value)) {
+      std::cerr << "scd-bench chunked-prefill: --chunks takes integers, not \"" << c << "\"\n";
+      return scd::cli::kExitUsage;
+    }
+    options.chunks.push_back(value);
+  }
+  options.progress = [](const std::string& line) { std::cerr << "[bench] " << line << std::endl; };
+  const std::string command = scd::cli::QuotedCommandLine(argc, argv);
+  absl::StatusOr<scd::bench::ChunkedPrefillBenchReport> report =
+      scd::bench::RunChunkedPrefillBench(options);
+  if (!report.ok()) {
+    std::cerr << "scd-bench chunked-prefill: " << report.status() << "\n";
+    return report.status().code() == absl::StatusCode::kInvalidArgument ? scd::cli::kExitUsage
+                                                                        : scd::cli::kExitFailure;
+  }
+  std::cout << scd::bench::FormatChunkedPrefillBenchReport(*report, command) << std::flush;
+  return report->same_first_token ? 0 : scd::cli::kExitFailure;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,6 +136,7 @@ int main(int argc, char** argv) {
   }
   std::string benchmark = argv[1];
   if (benchmark == "runtime") return RunRuntime(argc, argv);
+  if (benchmark == "chunked-prefill") return RunChunkedPrefill(argc, argv);
   std::cerr << "scd-bench: unknown benchmark \"" << benchmark << "\"\n\n" << kUsage;
   return scd::cli::kExitUsage;
 }

@@ -164,4 +164,137 @@ TEST_CASE("Cancellation ends one request; a full queue refuses with RESOURCE_EXH
   CHECK(f.engine->running() == 0);
 }
 
+namespace {
+
+// A long-running request (id 1, stop ids none) submitted to `f` and running on return.
+void StartBlocker(Fixture& f, Collector& c, const DecodeCallback& callback) {
+  DecodeJob blocker;
+  blocker.request_id = 1;
+  blocker.suffix = SyntheticPrompt(8, 9);
+  blocker.max_tokens = 300;
+  blocker.stop_ids = {-1};
+  REQUIRE(f.engine->Submit(std::move(blocker), callback).ok());
+  for (int i = 0; i < 5000; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      if (!c.tokens[1].empty()) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  FAIL("the long-running request never started");
+}
+
+// Request 2: a 152-token prompt, its first 150 tokens as an oracle payload (the consumer
+// prefills them), the last 2 as the suffix.
+DecodeJob LongOracleJob(Fixture& f, int max_tokens, std::vector<int32_t>* prompt) {
+  *prompt = SyntheticPrompt(152, 3);
+  const std::vector<int32_t> prefix(prompt->begin(), prompt->end() - 2);
+  DecodeJob job;
+  job.request_id = 2;
+  job.payload = SerializePayload(f.Encode(CodecMode::kOracle, prefix));
+  job.suffix.assign(prompt->end() - 2, prompt->end());
+  job.max_tokens = max_tokens;
+  return job;
+}
+
+}  // namespace
+
+TEST_CASE("A long prompt is prefilled in chunks between the running requests' decode steps",
+          "[cpu]") {
+  for (const int chunk : {16, 0}) {
+    INFO("prefill_chunk " << chunk);
+    DecodeEngineOptions o;
+    o.prefill_chunk = chunk;
+    Fixture f(o);
+    Collector c;
+    std::mutex mu;
+    std::vector<uint64_t> order;  // the request of every token event, in the engine's order
+    auto recorded = [&](uint64_t id) {
+      DecodeCallback inner = c.For(id);
+      return [&mu, &order, id, inner](const DecodeEvent& e) {
+        if (e.kind == DecodeEvent::Kind::kToken) {
+          std::lock_guard<std::mutex> lock(mu);
+          order.push_back(id);
+        }
+        inner(e);
+      };
+    };
+    StartBlocker(f, c, recorded(1));
+    std::vector<int32_t> prompt;
+    DecodeJob job = LongOracleJob(f, 10, &prompt);
+    const std::vector<int32_t> want = f.Expected(prompt, 10);
+    size_t submitted_at = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      submitted_at = order.size();
+    }
+    REQUIRE(f.engine->Submit(std::move(job), recorded(2)).ok());
+    c.WaitFor(1);
+    f.engine->Cancel(1);
+    c.WaitFor(2);
+    const DecodeEvent& done = c.final_events[2];
+    REQUIRE(done.kind == DecodeEvent::Kind::kDone);
+    CHECK(c.tokens[2] == want);  // chunked or not, the same prompt gives the same tokens
+    CHECK(done.prompt_tokens == 152);
+    CHECK(done.timings.rebuild_ms > 0);  // the oracle payload's prefill
+    CHECK(done.timings.suffix_prefill_ms > 0);
+    // The running request's tokens between the long prompt's arrival and its first token.
+    const size_t first = static_cast<size_t>(
+        std::find(order.begin() + submitted_at, order.end(), 2) - order.begin());
+    const long between = std::count(order.begin() + submitted_at, order.begin() + first, 1);
+    INFO(between << " tokens of the running request meanwhile");
+    if (chunk > 0) {
+      // 150 payload tokens in chunks of 16, the 2 suffix tokens with the last 6 of them: ten
+      // loop iterations, a decode step after each of the first nine.
+      CHECK(between >= 9);
+      CHECK(f.engine->stats().prefill_chunks == 1 + 11);
+    } else {
+      CHECK(between <= 2);  // the whole prompt in one iteration
+      CHECK(f.engine->stats().prefill_chunks == 1 + 2);
+    }
+  }
+}
+
+TEST_CASE("A request cancelled or past its deadline during its chunked prefill ends there",
+          "[cpu]") {
+  DecodeEngineOptions o;
+  o.prefill_chunk = 16;
+  o.min_step_interval = absl::Milliseconds(20);  // ten chunks then take 200 ms at least
+  Fixture f(o);
+  Collector c;
+  StartBlocker(f, c, c.For(1));
+  std::vector<int32_t> prompt;
+  SECTION("cancelled") {
+    REQUIRE(f.engine->Submit(LongOracleJob(f, 10, &prompt), c.For(2)).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    f.engine->Cancel(2);
+    c.WaitFor(1);
+    CHECK(c.final_events[2].error.code() == absl::StatusCode::kCancelled);
+  }
+  SECTION("deadline") {
+    DecodeJob job = LongOracleJob(f, 10, &prompt);
+    job.deadline = absl::Now() + absl::Milliseconds(60);
+    REQUIRE(f.engine->Submit(std::move(job), c.For(2)).ok());
+    c.WaitFor(1);
+    const absl::Status& error = c.final_events[2].error;
+    CHECK(error.code() == absl::StatusCode::kDeadlineExceeded);
+    CHECK(error.message().find("prefill") != std::string_view::npos);
+  }
+  CHECK(f.engine->stats().prefill_chunks < 1 + 11);
+  size_t before = 0;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    CHECK(c.tokens[2].empty());
+    CHECK(c.final_events.count(1) == 0);  // the running request goes on
+    before = c.tokens[1].size();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    CHECK(c.tokens[1].size() > before);
+  }
+  f.engine->Cancel(1);
+  c.WaitFor(2);
+}
+
 }  // namespace scd

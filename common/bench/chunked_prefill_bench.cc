@@ -1,0 +1,235 @@
+// See chunked_prefill_bench.h.
+#include "common/bench/chunked_prefill_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "common/base/elapsed.h"
+#include "common/base/status_macros.h"
+#include "common/bench/runtime_bench.h"
+#include "common/model/weights.h"
+#include "common/runtime/backend.h"
+#include "common/scd/codec.h"
+#include "common/serving/decode_engine.h"
+
+namespace scd::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kLongId = 1000;
+constexpr auto kWaitLimit = std::chrono::minutes(10);
+
+// `n` token ids of the vocabulary (past the specials), varied by `salt`.
+std::vector<int32_t> Prompt(int n, uint64_t salt, int vocab) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) {
+    p[i] = 3 + static_cast<int32_t>((static_cast<uint64_t>(i) * 7919 + salt * 131) % (vocab - 3));
+  }
+  return p;
+}
+
+double Median(std::vector<double> x) {
+  if (x.empty()) return 0;
+  std::sort(x.begin(), x.end());
+  return x[x.size() / 2];
+}
+
+// What the engine's callbacks record for one run.
+struct Timeline {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, std::vector<Clock::time_point>> tokens;  // the streams' token times
+  std::map<uint64_t, bool> ended;
+  Clock::time_point long_first{};
+  int32_t long_token = -1;
+  absl::Status long_status;
+
+  DecodeCallback For(uint64_t id) {
+    return [this, id](const DecodeEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (e.kind == DecodeEvent::Kind::kToken) {
+        if (id == kLongId && long_token < 0) {
+          long_first = Clock::now();
+          long_token = e.token;
+        }
+        tokens[id].push_back(Clock::now());
+      } else {
+        ended[id] = true;
+        if (id == kLongId && e.kind == DecodeEvent::Kind::kError) long_status = e.error;
+      }
+      cv.notify_all();
+    };
+  }
+  // Waits until `done` holds (checked with mu held); DEADLINE_EXCEEDED after kWaitLimit.
+  template <typename Pred>
+  absl::Status WaitUntil(Pred done, const char* what) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, kWaitLimit, done)) {
+      return absl::DeadlineExceededError(absl::StrFormat("chunked-prefill bench: %s", what));
+    }
+    return absl::OkStatus();
+  }
+};
+
+absl::StatusOr<ChunkedPrefillRun> RunOne(const ChunkedPrefillBenchOptions& o,
+                                         std::shared_ptr<const Model> model, int chunk) {
+  const int vocab = model->config.vocab_size;
+  DecodeEngineOptions eo;
+  eo.max_batch = o.streams + 1;
+  eo.prefill_chunk = chunk;
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(BackendKind::kCpu, model));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<ConsumerCodec> codec,
+                       ConsumerCodec::Create(model, model->digest, nullptr));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<DecodeEngine> engine,
+                       DecodeEngine::Create(std::move(backend), std::move(codec), eo));
+  Timeline tl;
+  for (int s = 1; s <= o.streams; ++s) {
+    DecodeJob job;
+    job.request_id = static_cast<uint64_t>(s);
+    job.suffix = Prompt(o.stream_prompt, o.seed * 100 + s, vocab);
+    job.max_tokens = model->config.max_position_embeddings - o.stream_prompt;
+    job.stop_ids = {-1};
+    SCD_RETURN_IF_ERROR(engine->Submit(std::move(job), tl.For(static_cast<uint64_t>(s))));
+  }
+  auto streams_have = [&](size_t n) {
+    return [&, n] {
+      for (int s = 1; s <= o.streams; ++s) {
+        if (tl.tokens[s].size() < n) return false;
+      }
+      return true;
+    };
+  };
+  SCD_RETURN_IF_ERROR(tl.WaitUntil(streams_have(o.warm_tokens), "the streams never warmed up"));
+  size_t warm = 0;  // tokens per stream at the arrival (at least warm_tokens)
+  Clock::time_point arrival;
+  {
+    std::lock_guard<std::mutex> lock(tl.mu);
+    arrival = Clock::now();
+    for (int s = 1; s <= o.streams; ++s) warm = std::max(warm, tl.tokens[s].size());
+  }
+  const long chunks_before = engine->stats().prefill_chunks;
+  DecodeJob job;
+  job.request_id = kLongId;
+  job.suffix = Prompt(o.prompt_tokens, o.seed, vocab);
+  job.max_tokens = 1;
+  SCD_RETURN_IF_ERROR(engine->Submit(std::move(job), tl.For(kLongId)));
+  SCD_RETURN_IF_ERROR(tl.WaitUntil([&] { return tl.ended[kLongId]; }, "the long prompt never ended"));
+  SCD_RETURN_IF_ERROR(tl.long_status);
+  // Two more tokens of every stream, so that each gap across the prefill has closed.
+  SCD_RETURN_IF_ERROR(tl.WaitUntil(streams_have(warm + 2), "the streams stopped"));
+  for (int s = 1; s <= o.streams; ++s) engine->Cancel(static_cast<uint64_t>(s));
+  SCD_RETURN_IF_ERROR(tl.WaitUntil(
+      [&] { return static_cast<int>(tl.ended.size()) == o.streams + 1; }, "cancel"));
+
+  ChunkedPrefillRun r;
+  r.chunk = chunk;
+  r.prefill_chunks = engine->stats().prefill_chunks - chunks_before;
+  r.first_token = tl.long_token;
+  r.ttft_ms = MsBetween(arrival, tl.long_first);
+  std::vector<double> before;
+  for (int s = 1; s <= o.streams; ++s) {
+    const std::vector<Clock::time_point>& t = tl.tokens[s];
+    for (size_t i = 1; i < t.size(); ++i) {
+      const double gap = MsBetween(t[i - 1], t[i]);
+      if (t[i] <= arrival) {
+        before.push_back(gap);
+      } else if (t[i - 1] <= tl.long_first) {  // a gap open while the prompt was prefilled
+        r.stall_ms = std::max(r.stall_ms, gap);
+      }
+    }
+  }
+  r.itl_ms = Median(before);
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<ChunkedPrefillBenchReport> RunChunkedPrefillBench(
+    const ChunkedPrefillBenchOptions& options) {
+  if (options.streams < 1 || options.stream_prompt < 1 || options.warm_tokens < 2 ||
+      options.prompt_tokens < 1 || options.chunks.empty()) {
+    return absl::InvalidArgumentError(
+        "chunked-prefill bench: streams, stream prompt and prompt tokens must be >= 1, warm "
+        "tokens >= 2, and at least one chunk size");
+  }
+  for (int c : options.chunks) {
+    if (c < 0) return absl::InvalidArgumentError("chunked-prefill bench: a negative chunk size");
+  }
+  ChunkedPrefillBenchReport report;
+  report.options = options;
+  SCD_ASSIGN_OR_RETURN(report.config, BenchShapeConfig(options.shape));
+  const int context = report.config.max_position_embeddings;
+  if (options.prompt_tokens >= context || options.stream_prompt + 4 * options.warm_tokens >= context) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "chunked-prefill bench: %d prompt tokens do not fit the context of %d", options.prompt_tokens,
+        context));
+  }
+  auto progress = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  progress(absl::StrFormat("synthetic %s weights", options.shape));
+  std::shared_ptr<const Model> model = MakeSyntheticModel(report.config, options.seed);
+  // One untimed run first: the first prefills of a process pay for thread pools and buffers.
+  progress(absl::StrFormat("warm-up run (prefill_chunk %d)", options.chunks.front()));
+  SCD_RETURN_IF_ERROR(RunOne(options, model, options.chunks.front()).status());
+  for (int chunk : options.chunks) {
+    progress(absl::StrFormat("prefill_chunk %d: %d streams, then a %d-token prompt", chunk,
+                             options.streams, options.prompt_tokens));
+    SCD_ASSIGN_OR_RETURN(ChunkedPrefillRun r, RunOne(options, model, chunk));
+    progress(absl::StrFormat("prefill_chunk %d: inter-token %.1f ms, stall %.1f ms, TTFT %.1f ms",
+                             chunk, r.itl_ms, r.stall_ms, r.ttft_ms));
+    report.same_first_token = report.same_first_token &&
+                              (report.runs.empty() || r.first_token == report.runs[0].first_token);
+    report.runs.push_back(r);
+  }
+  return report;
+}
+
+std::string FormatChunkedPrefillBenchReport(const ChunkedPrefillBenchReport& report,
+                                            const std::string& command) {
+  const ChunkedPrefillBenchOptions& o = report.options;
+  const ChunkedPrefillRun* whole = nullptr;
+  const ChunkedPrefillRun* smallest = nullptr;
+  for (const ChunkedPrefillRun& r : report.runs) {
+    if (r.chunk == 0) whole = &r;
+    if (r.chunk > 0 && (smallest == nullptr || r.chunk < smallest->chunk)) smallest = &r;
+  }
+  std::ostringstream md;
+  md << "Command: `" << command << "`\n\n"
+     << absl::StrFormat(
+            "%s (synthetic weights), CPU backend, decode engine: %d streams running (prompts of "
+            "%d tokens, greedy), then one prompt of %d tokens. Stall: the longest gap between "
+            "two tokens of a running stream while that prompt was prefilled. First token of "
+            "the long prompt the same at every chunk size: %s.\n\n",
+            o.shape, o.streams, o.stream_prompt, o.prompt_tokens,
+            report.same_first_token ? "yes" : "NO")
+     << "| prefill_chunk | prefills | inter-token (ms) | stall (ms) | stall / inter-token | "
+        "stall vs whole | long prompt TTFT (ms) | TTFT vs whole |\n"
+     << "|---|---|---|---|---|---|---|---|\n";
+  auto vs_whole = [&](double x, double w) {
+    return whole != nullptr && w > 0 ? absl::StrFormat("%.2fx", x / w) : std::string("-");
+  };
+  for (const ChunkedPrefillRun& r : report.runs) {
+    md << absl::StrFormat("| %s | %ld | %.1f | %.1f | %.1f | %s | %.1f | %s |\n",
+                          r.chunk == 0 ? std::string("0 (whole)") : absl::StrFormat("%d", r.chunk),
+                          r.prefill_chunks, r.itl_ms, r.stall_ms,
+                          r.itl_ms > 0 ? r.stall_ms / r.itl_ms : 0,
+                          vs_whole(r.stall_ms, whole ? whole->stall_ms : 0), r.ttft_ms,
+                          vs_whole(r.ttft_ms, whole ? whole->ttft_ms : 0));
+  }
+  if (whole != nullptr && smallest != nullptr && whole->stall_ms > 0 && whole->ttft_ms > 0) {
+    md << absl::StrFormat("\nchunked_prefill_stall_vs_whole=%.2f ttft_vs_whole=%.2f (chunk %d)\n",
+                          smallest->stall_ms / whole->stall_ms, smallest->ttft_ms / whole->ttft_ms,
+                          smallest->chunk);
+  }
+  return md.str();
+}
+
+}  // namespace scd::bench
