@@ -165,13 +165,14 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   PinnedBuffer host_qkv_, host_la_, host_tables_, host_edits_, host_rows_;
   // The device zoom: its parameters; the zoom counts (device, [num_kv_heads, kZoomCounts], and
   // their last copy and what the host cache has of them); each layer's token K/V waiting for
-  // the host window ([num_layers, 2, kv_dim]) and whether it waits.
+  // the host window ([num_layers, 2, kv_dim]) and whether it waits; whether a layer's last
+  // step may still be running (its pinned tables are rewritten only after a wait).
   cuda::ZoomParams zoom_params_;
   DeviceBuffer zoom_counts_, zoom_ws_;
   PinnedBuffer host_counts_, host_append_;
   std::vector<int64_t> counts_seen_;
   bool counts_copied_ = false;
-  std::vector<uint8_t> append_pending_;
+  std::vector<uint8_t> append_pending_, unsettled_;
   StreamHandle last_stream_ = nullptr;
 };
 
@@ -268,6 +269,7 @@ absl::Status GpuSekv::Impl::Init() {
     counts_seen_.assign(counts, 0);
     SCD_RETURN_IF_ERROR(host_append_.Reserve(sizeof(float) * 2 * kvd * shape_.num_layers));
     append_pending_.assign(shape_.num_layers, 0);
+    unsettled_.assign(shape_.num_layers, 0);
   }
   return cuda::SynchronizeStream(s);
 }
@@ -346,6 +348,7 @@ absl::Status GpuSekv::Impl::Settle(StreamHandle s) {
 void GpuSekv::Impl::Fold() {
   if (!device_zoom_) return;
   const int kvd = shape_.kv_dim();
+  std::fill(unsettled_.begin(), unsettled_.end(), 0);
   for (int l = 0; l < shape_.num_layers; ++l) {
     if (!append_pending_[l]) continue;
     const float* slot = host_append_.as<float>() + static_cast<size_t>(l) * 2 * kvd;
@@ -450,8 +453,9 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   if (l < 0 || l >= shape_.num_layers) {
     return absl::InvalidArgumentError(absl::StrCat("GpuSekv: no layer ", l));
   }
-  // The device zoom's last step of this layer must reach the host window first.
-  if (device_zoom_ && append_pending_[l]) SCD_RETURN_IF_ERROR(Settle(last_stream_));
+  // The device zoom's last step of this layer must be done (its tables are rewritten below)
+  // and have reached the host window first.
+  if (device_zoom_ && unsettled_[l]) SCD_RETURN_IF_ERROR(Settle(last_stream_));
   last_stream_ = s;
   const SpanStore& st = cache_.store(l);
   DeviceLayer& d = layers_[l];
@@ -635,6 +639,7 @@ absl::Status GpuSekv::Impl::MergeExpansion(int l, const float* q, float* out, St
 
 absl::Status GpuSekv::Impl::ZoomOnDevice(int l, int rows, const float* q, float* out,
                                          StreamHandle s) {
+  unsettled_[l] = 1;
   const SpanStore& st = cache_.store(l);
   DeviceLayer& d = layers_[l];
   const int hd = shape_.head_dim, heads = shape_.num_heads;

@@ -425,4 +425,64 @@ TEST_CASE("GpuSekv's device zoom waits for the device once per step, the host zo
   }
 }
 
+TEST_CASE("GpuSekv's device zoom waits before a layer's next step rewrites its tables", "[cpu]") {
+  ModelConfig c;
+  c.num_layers = 1;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.hidden_size = c.num_heads * c.head_dim;
+  ShapeOnlyBackend backend(c);
+  const CacheShape shape = CacheShape::FromConfig(c);
+  const int t = 120;
+  const PrefixKv prefix = RandomPrefix(shape, t);
+  const Segmentation seg = testing::ChunkedSegmentation(t, 7, 10, {0, 17});
+  SekvOptions o;
+  o.expand_budget = 6;
+  o.tau_override = 0.0f;
+  o.pin_tokens = 2;  // the first step picks them, then zooms on the device
+  auto host = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, nullptr);
+  auto mirrored = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, nullptr);
+  REQUIRE(host.ok());
+  REQUIRE(mirrored.ok());
+  auto gpu = GpuSekv::Create(backend, **mirrored, GpuTier::kF32, GpuZoom::kDevice);
+  REQUIRE(gpu.ok());
+  const int steps = 3;
+  const size_t qd = shape.q_dim(), kvd = shape.kv_dim();
+  auto buffer = cuda::DeviceBuffer::Allocate(sizeof(float) * steps * (2 * qd + 2 * kvd), "test");
+  REQUIRE(buffer.ok());
+  float* d = buffer->as<float>();
+  std::vector<std::vector<float>> want(steps, std::vector<float>(qd));
+  // Three steps of the one layer queued back to back, with no wait of the caller's between
+  // them: each step after the first waits for the one before (a step rewrites the layer's
+  // pinned tables, which the stand-ins read when the stream runs).
+  for (int step = 0; step < steps; ++step) {
+    const auto q = Normal(qd, 100 + step, 2.0f);
+    const auto k = Normal(kvd, 200 + step, 2.0f);
+    const auto v = Normal(kvd, 300 + step);
+    (*host)->Attend(0, q.data(), k.data(), v.data(), want[step].data());
+    float* dq = d + step * (2 * qd + 2 * kvd);
+    float* dk = dq + qd;
+    float* dv = dk + kvd;
+    REQUIRE(cuda::CopyToDeviceSync(dq, q.data(), sizeof(float) * qd).ok());
+    REQUIRE(cuda::CopyToDeviceSync(dk, k.data(), sizeof(float) * kvd).ok());
+    REQUIRE(cuda::CopyToDeviceSync(dv, v.data(), sizeof(float) * kvd).ok());
+    const int64_t before = cuda::stub::HostWaits();
+    REQUIRE((*gpu)->Attend(0, dq, dk, dv, dv + kvd, nullptr).ok());
+    if (step > 0) CHECK(cuda::stub::HostWaits() - before == 1);
+  }
+  REQUIRE((*gpu)->Settle(nullptr).ok());
+  for (int step = 0; step < steps; ++step) {
+    std::vector<float> got(qd);
+    const float* out = d + step * (2 * qd + 2 * kvd) + qd + 2 * kvd;
+    REQUIRE(cuda::CopyToHostSync(got.data(), out, sizeof(float) * qd).ok());
+    for (size_t i = 0; i < qd; ++i) {
+      INFO("step " << step << " element " << i);
+      CHECK(std::fabs(got[i] - want[step][i]) <=
+            kF32Tier.atol + kF32Tier.rtol * std::fabs(want[step][i]));
+    }
+  }
+  CHECK((*mirrored)->store(0).window_rows() == (*host)->store(0).window_rows());
+}
+
 }  // namespace scd::sekv
