@@ -172,6 +172,7 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   PinnedBuffer host_counts_, host_append_;
   std::vector<int64_t> counts_seen_;
   bool counts_copied_ = false;
+  int last_zoom_layer_ = -1;  // the last layer that zooms: its step copies the counts back
   std::vector<uint8_t> append_pending_, unsettled_;
   StreamHandle last_stream_ = nullptr;
 };
@@ -332,6 +333,19 @@ absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
   }
   SCD_RETURN_IF_ERROR(Upload(&d.bases, refs.data(), refs.size(), "sekv zoom bases", s));
   SCD_RETURN_IF_ERROR(Upload(&d.tau, tau.data(), tau.size(), "sekv zoom gates", s));
+  // The expansion's segment table (3): fixed rows of expanded_k / expanded_v, whose count
+  // SekvZoom writes at each step.
+  AttentionSegment* table = HostTable(l, 3);
+  const int hd = shape_.head_dim;
+  for (int g = 0; g < groups; ++g) {
+    const size_t off = static_cast<size_t>(g) * budget_ * hd;
+    table[g * kResidentSegments] = {
+        At(d.expanded_k, off), At(d.expanded_v, off), nullptr, nullptr, 0, hd, type_, 0};
+    for (int j = 1; j < kResidentSegments; ++j) table[g * kResidentSegments + j] = {};
+  }
+  SCD_RETURN_IF_ERROR(
+      cuda::CopyToDevice(DeviceTable(l, 3), table, sizeof(AttentionSegment) * TableSize(), s));
+  last_zoom_layer_ = l;
   if (pins_ > 0) {
     SCD_RETURN_IF_ERROR(d.pinned_flags.Reserve(std::max<size_t>(groups * tokens, 1), "sekv pins"));
     SCD_RETURN_IF_ERROR(cuda::SetDeviceBytes(d.pinned_flags.data(), 0, d.pinned_flags.size(), s));
@@ -646,16 +660,7 @@ absl::Status GpuSekv::Impl::ZoomOnDevice(int l, int rows, const float* q, float*
   const int groups = shape_.num_kv_heads, ns = st.num_spans();
   const bool zoom = cache_.zooms(l);
   if (zoom) {
-    SCD_RETURN_IF_ERROR(Gate(l, rows, q, s));   // then the zoom-in itself
-    AttentionSegment* table = HostTable(l, 3);  // the expansion; SekvZoom writes its rows
-    for (int g = 0; g < groups; ++g) {
-      const size_t off = static_cast<size_t>(g) * budget_ * hd;
-      table[g * kResidentSegments] = {
-          At(d.expanded_k, off), At(d.expanded_v, off), nullptr, nullptr, 0, hd, type_, 0};
-      for (int j = 1; j < kResidentSegments; ++j) table[g * kResidentSegments + j] = {};
-    }
-    SCD_RETURN_IF_ERROR(
-        cuda::CopyToDevice(DeviceTable(l, 3), table, sizeof(AttentionSegment) * TableSize(), s));
+    SCD_RETURN_IF_ERROR(Gate(l, rows, q, s));  // then the zoom-in itself
     SCD_RETURN_IF_ERROR(cuda::SekvZoom(
         q, lse_.as<float>(), alpha_.as<float>(), d.tau.as<float>(), d.remaining.as<int32_t>(),
         d.base_lc.as<float>(), d.bases.as<cuda::SpanBasisRef>(),
@@ -672,6 +677,8 @@ absl::Status GpuSekv::Impl::ZoomOnDevice(int l, int rows, const float* q, float*
   SCD_RETURN_IF_ERROR(ResidentSoftmax(l, rows, q, out, s));
   if (!zoom) return absl::OkStatus();
   SCD_RETURN_IF_ERROR(MergeExpansion(l, q, out, s));
+  if (l != last_zoom_layer_) return absl::OkStatus();
+  // The step's last zoom-in: the counts of all of them, for Fold.
   counts_copied_ = true;
   return cuda::CopyToHost(host_counts_.data(), zoom_counts_.data(), zoom_counts_.size(), s);
 }

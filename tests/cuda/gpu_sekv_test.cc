@@ -62,6 +62,18 @@ struct Tolerance {
 };
 constexpr Tolerance kF32Tier{1e-5, 1e-4}, kBf16Tier{3e-2, 3e-2};
 
+// `t` positions of random K/V per layer, surprisal 1.
+PrefixKv UnitSurprisalPrefix(const CacheShape& shape, int t) {
+  PrefixKv prefix;
+  prefix.num_tokens = t;
+  for (int l = 0; l < shape.num_layers; ++l) {
+    prefix.k.push_back(RandomFloats(static_cast<size_t>(t) * shape.kv_dim(), l));
+    prefix.v.push_back(RandomFloats(static_cast<size_t>(t) * shape.kv_dim(), 50 + l));
+  }
+  prefix.surprisal.assign(t, 1.0f);
+  return prefix;
+}
+
 // One zoom of CompareLayerAttention (below).
 void CompareLayerAttention(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
                            const Segmentation& seg, const SekvOptions& o,
@@ -256,13 +268,7 @@ TEST_CASE("GpuSekv refuses a cache of another model", "[cuda]") {
   CacheShape shape = CacheShape::FromConfig(model->config);
   shape.num_layers += 1;
   const int t = 40;
-  PrefixKv prefix;
-  prefix.num_tokens = t;
-  for (int l = 0; l < shape.num_layers; ++l) {
-    prefix.k.push_back(RandomFloats(static_cast<size_t>(t) * shape.kv_dim(), l));
-    prefix.v.push_back(RandomFloats(static_cast<size_t>(t) * shape.kv_dim(), 50 + l));
-  }
-  prefix.surprisal.assign(t, 1.0f);
+  const PrefixKv prefix = UnitSurprisalPrefix(shape, t);
   auto cache = SekvCache::CreateWithSegmentation(
       shape, prefix, testing::ChunkedSegmentation(t, 7, 6, {0}), SekvOptions{}, nullptr);
   REQUIRE(cache.ok());
@@ -281,13 +287,7 @@ TEST_CASE("GpuSekv's device zoom refuses bases of too high a rank; the host zoom
   REQUIRE(backend.ok());
   const CacheShape shape = CacheShape::FromConfig(config);
   const int t = 80;
-  PrefixKv prefix;
-  prefix.num_tokens = t;
-  for (int l = 0; l < shape.num_layers; ++l) {
-    prefix.k.push_back(RandomFloats(static_cast<size_t>(t) * shape.kv_dim(), l));
-    prefix.v.push_back(RandomFloats(static_cast<size_t>(t) * shape.kv_dim(), 50 + l));
-  }
-  prefix.surprisal.assign(t, 1.0f);
+  const PrefixKv prefix = UnitSurprisalPrefix(shape, t);
   const Segmentation seg = testing::ChunkedSegmentation(t, 70, 5, {0});
   auto check = [&](const SekvOptions& o, const std::string& want) {
     auto cache = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, nullptr);

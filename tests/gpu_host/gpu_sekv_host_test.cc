@@ -63,6 +63,17 @@ constexpr Tolerance kF32Tier{1e-5, 1e-4};
 // |q| ~ 2 sqrt(d) and the 5000-token prompt's 714 summaries.
 constexpr Tolerance kBf16Tier{3e-2, 3e-2};
 
+// A model config of this attention shape (for ShapeOnlyBackend).
+ModelConfig ShapeConfig(int layers, int heads, int kv_heads, int head_dim) {
+  ModelConfig c;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.hidden_size = heads * head_dim;
+  return c;
+}
+
 // `t` positions of N(0, 2²) keys and N(0, 1) values per layer, surprisal 1.
 PrefixKv RandomPrefix(const CacheShape& shape, int t) {
   PrefixKv prefix;
@@ -165,12 +176,7 @@ TEST_CASE("GpuSekv's host orchestration reproduces SekvCache::Attend", "[cpu]") 
     int layers, kv_heads, head_dim, tokens;
   };
   for (const Shape sh : {Shape{5, 4, 8, 120}, Shape{3, 2, 16, 5000}}) {
-    ModelConfig c;
-    c.num_layers = sh.layers;
-    c.num_heads = 8;
-    c.num_kv_heads = sh.kv_heads;
-    c.head_dim = sh.head_dim;
-    c.hidden_size = c.num_heads * c.head_dim;
+    const ModelConfig c = ShapeConfig(sh.layers, 8, sh.kv_heads, sh.head_dim);
     ShapeOnlyBackend backend(c);
     const CacheShape shape = CacheShape::FromConfig(c);
     const int t = sh.tokens;
@@ -230,12 +236,7 @@ TEST_CASE("GpuSekv's host orchestration reproduces SekvCache::Attend", "[cpu]") 
 }
 
 TEST_CASE("GpuSekv::Memory counts the device's rows in the tier's element type", "[cpu]") {
-  ModelConfig c;
-  c.num_layers = 3;
-  c.num_heads = 8;
-  c.num_kv_heads = 4;
-  c.head_dim = 8;
-  c.hidden_size = c.num_heads * c.head_dim;
+  const ModelConfig c = ShapeConfig(3, 8, 4, 8);
   ShapeOnlyBackend backend(c);
   const CacheShape shape = CacheShape::FromConfig(c);
   const int t = 120, budget = 6, pins = 4;
@@ -331,12 +332,7 @@ TEST_CASE("GpuSekv refuses shapes its kernels cannot take, before uploading", "[
         Case{2, 1, 512, 4, false, "head_dim 512"}, Case{8, 4, 8, 129, false, "route_dim 129"},
         Case{16, 1, 256, 128, true, "the largest shape the kernels take"}}) {
     INFO(k.what);
-    ModelConfig c;
-    c.num_layers = 1;
-    c.num_heads = k.heads;
-    c.num_kv_heads = k.kv_heads;
-    c.head_dim = k.head_dim;
-    c.hidden_size = c.num_heads * c.head_dim;
+    const ModelConfig c = ShapeConfig(1, k.heads, k.kv_heads, k.head_dim);
     ShapeOnlyBackend backend(c);
     const CacheShape shape = CacheShape::FromConfig(c);
     const int t = 40;
@@ -364,12 +360,7 @@ TEST_CASE("GpuSekv refuses shapes its kernels cannot take, before uploading", "[
 
 TEST_CASE("GpuSekv's device zoom waits for the device once per step, the host zoom per layer",
           "[cpu]") {
-  ModelConfig c;
-  c.num_layers = 4;
-  c.num_heads = 8;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.hidden_size = c.num_heads * c.head_dim;
+  const ModelConfig c = ShapeConfig(4, 8, 2, 16);
   ShapeOnlyBackend backend(c);
   const CacheShape shape = CacheShape::FromConfig(c);
   const int t = 300;
@@ -426,12 +417,7 @@ TEST_CASE("GpuSekv's device zoom waits for the device once per step, the host zo
 }
 
 TEST_CASE("GpuSekv's device zoom waits before a layer's next step rewrites its tables", "[cpu]") {
-  ModelConfig c;
-  c.num_layers = 1;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.hidden_size = c.num_heads * c.head_dim;
+  const ModelConfig c = ShapeConfig(1, 4, 2, 16);
   ShapeOnlyBackend backend(c);
   const CacheShape shape = CacheShape::FromConfig(c);
   const int t = 120;
