@@ -182,6 +182,9 @@ TEST_CASE("kill -9 of a decode daemon under load: every request has exactly one 
     (*c)["engine"]["min_step_interval"] = "20ms";  // keeps requests in flight at the kill
     (*c)["engine"]["max_batch"] = 8;
   }
+  // decode-1's streams last over a second each (24 steps of at least 50 ms), so the kill lands
+  // while some are mid-generation even on a loaded machine.
+  dc1["engine"]["min_step_interval"] = "50ms";
   DecodeHandle d1 = StartDecode(dir, dc1, "decode-1", lab->decode_ns(1));
   DecodeHandle d2 = StartDecode(dir, dc2, "decode-2", lab->decode_ns(2));
   REQUIRE(WaitFor([&] { return AllDecodeReady(*lab, 2); }, seconds(15)).has_value());
@@ -200,6 +203,9 @@ TEST_CASE("kill -9 of a decode daemon under load: every request has exactly one 
       "scd_requests_total{model=\"stories260K-babi-qa\",mode=\"scd\"}";
   const double requests_before = PrefillMetric(requests_series).value_or(0);
 
+  // decode-1 already streamed the reference answers: count its inter-token gaps from here.
+  const std::string d1_gaps = "scd_decode_inter_token_seconds_count";
+  const double d1_gaps_before = DecodeMetric(*lab, 1, d1_gaps).value_or(0);
   std::atomic<int> streaming{0};
   std::vector<std::future<std::pair<Outcome, double>>> load;
   const auto start = Clock::now();
@@ -220,12 +226,13 @@ TEST_CASE("kill -9 of a decode daemon under load: every request has exactly one 
     }));
   }
   // Kill decode-1 while it is mid-generation on several streams (its inter-token histogram
-  // counts tokens after each stream's first) and others still wait for their first token.
+  // counts tokens after each stream's first; the active gauge, sampled every 100 ms, says some
+  // are still running) and others still wait for their first token.
   REQUIRE(WaitFor(
               [&] {
                 return streaming.load() >= 8 &&
-                       DecodeMetric(*lab, 1, "scd_decode_inter_token_seconds_count").value_or(0) >=
-                           16;
+                       DecodeMetric(*lab, 1, d1_gaps).value_or(0) - d1_gaps_before >= 16 &&
+                       DecodeMetric(*lab, 1, "scd_decode_active_requests").value_or(0) >= 3;
               },
               seconds(30))
               .has_value());
