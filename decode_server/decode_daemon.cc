@@ -179,6 +179,22 @@ absl::Status DecodeDaemon::Start() {
   auto* queued = metrics_.AddGauge("scd_decode_queued_requests",
                                    "Requests waiting for a batch slot (sampled each heartbeat).")
                      .value();
+  auto* starting = metrics_
+                       .AddGauge("scd_decode_starting_requests",
+                                 "Of scd_decode_active_requests, those whose prompt is still "
+                                 "being prefilled (or whose SEKV hierarchy is being built).")
+                       .value();
+  auto* prefill_chunks =
+      metrics_
+          .AddCounter("scd_decode_prefill_chunks_total",
+                      "Prefills of prompt tokens, at most engine.prefill_chunk tokens each, "
+                      "run between the running requests' decode steps.")
+          .value();
+  auto* prefill_tokens = metrics_
+                             .AddCounter("scd_decode_prefill_tokens_total",
+                                         "Prompt tokens the decode daemon prefilled itself "
+                                         "(suffixes and oracle payloads).")
+                             .value();
   auto* registered = metrics_.AddGauge("scd_decode_registered",
                                        "1 while registered with the control plane.")
                          .value();
@@ -258,10 +274,11 @@ absl::Status DecodeDaemon::Start() {
   // State gauges and registration changes, sampled every 100 ms rather than from the
   // heartbeat: while the control plane is unreachable no heartbeat runs, and the loss itself
   // is what must show up.
-  ticker_ = std::thread([this, active, queued, registered, pending, payloads, graph_steps,
-                         graphs_active] {
+  ticker_ = std::thread([this, active, queued, starting, prefill_chunks, prefill_tokens, registered,
+                         pending, payloads, graph_steps, graphs_active] {
     PayloadMailboxStats last;
     DecodeGraphStats last_graphs;
+    long last_chunks = 0, last_tokens = 0;
     // Counter `label` of `family` advanced by a source counter's growth since the last tick.
     auto add = [](auto* family, const char* label, int64_t before, int64_t after) {
       if (after > before) family->WithLabels({label}).value()->Increment(after - before);
@@ -269,7 +286,17 @@ absl::Status DecodeDaemon::Start() {
     while (!stop_ticker_.load()) {
       active->Set(engine_->running());
       queued->Set(engine_->queued());
-      const DecodeGraphStats graphs = engine_->stats().graphs;
+      starting->Set(engine_->starting());
+      const DecodeEngineStats engine_stats = engine_->stats();
+      if (engine_stats.prefill_chunks > last_chunks) {
+        prefill_chunks->Increment(static_cast<double>(engine_stats.prefill_chunks - last_chunks));
+      }
+      if (engine_stats.prefill_tokens > last_tokens) {
+        prefill_tokens->Increment(static_cast<double>(engine_stats.prefill_tokens - last_tokens));
+      }
+      last_chunks = engine_stats.prefill_chunks;
+      last_tokens = engine_stats.prefill_tokens;
+      const DecodeGraphStats& graphs = engine_stats.graphs;
       add(graph_steps, "replay", last_graphs.replays, graphs.replays);
       add(graph_steps, "capture", last_graphs.captures, graphs.captures);
       add(graph_steps, "eager", last_graphs.eager_steps, graphs.eager_steps);

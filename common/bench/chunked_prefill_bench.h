@@ -8,7 +8,9 @@
 //     being prefilled (the stall it caused);
 //   - the long request's first token must be the same at every chunk size (greedy; the model
 //     and prompt are fixed), so chunking changed only the timing.
-// The engine is the daemon's (DecodeEngine) on a CPU backend of a synthetic model. One untimed
+// The engine is the daemon's (DecodeEngine) on a CPU backend of a synthetic model, on the
+// plain path or (sekv_budget > 0) the SEKV path, where the time to first token also holds
+// the hierarchy's build on its own thread. One untimed
 // run comes first (a process's first prefills pay for its thread pools and buffers).
 #ifndef SCD_COMMON_BENCH_CHUNKED_PREFILL_BENCH_H_
 #define SCD_COMMON_BENCH_CHUNKED_PREFILL_BENCH_H_
@@ -31,6 +33,9 @@ struct ChunkedPrefillBenchOptions {
   int warm_tokens = 8;     // tokens each stream gives before the long prompt arrives
   int prompt_tokens = 960;
   std::vector<int> chunks = {0, 256, 64};  // engine.prefill_chunk values; 0 = whole prompts
+  // > 0: every request takes the engine's SEKV path at this GPU budget (sekv.budget): the long
+  // prompt is prefilled in chunks the same way, then its hierarchy is built off the loop.
+  double sekv_budget = 0;
   std::function<void(const std::string&)> progress;  // one line per phase; may be empty
 };
 

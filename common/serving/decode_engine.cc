@@ -36,6 +36,8 @@ struct DecodeEngine::Active {
   std::thread build;
   absl::StatusOr<std::unique_ptr<SekvSession>> built;
   bool build_ready = false;
+  // The SEKV path's prompt while it is prefilled in chunks (PrefillChunks).
+  std::unique_ptr<SekvPrefill> sekv_prefill;
   // The backend path's prompt tokens still to prefill (PrefillChunks): pending[prefilled, end);
   // the first payload_tokens are an oracle payload's (their time counts as the rebuild's).
   std::vector<int32_t> pending;
@@ -179,7 +181,7 @@ void DecodeEngine::Loop() {
       cancelled = cancelled_;
       stats_.admitted += static_cast<long>(admitted.size());
       // Admitted jobs count as running until they finish, so Drain() never misses them.
-      running_count_.store(admitted_count() + static_cast<int>(admitted.size()));
+      PublishCounts(static_cast<int>(admitted.size()));
     }
     for (auto& a : admitted) {
       if (cancelled.count(a->job.request_id)) {
@@ -195,14 +197,14 @@ void DecodeEngine::Loop() {
     running_.erase(std::remove_if(running_.begin(), running_.end(),
                                   [](const auto& a) { return a->done; }),
                    running_.end());
-    running_count_.store(static_cast<int>(running_.size() + building_.size() + prefilling_.size()));
+    PublishCounts();
     if (!running_.empty()) {
       const absl::Time step_start = absl::Now();
       Step();
       const absl::Duration rest = options_.min_step_interval - (absl::Now() - step_start);
       if (rest > absl::ZeroDuration()) absl::SleepFor(rest);
     }
-    running_count_.store(static_cast<int>(running_.size() + building_.size() + prefilling_.size()));
+    PublishCounts();
     cv_.notify_all();  // Drain() waiters
   }
   // Builds still running finish first: their threads hold their requests.
@@ -229,6 +231,13 @@ void DecodeEngine::Loop() {
   }
   running_.clear();
   running_count_.store(0);
+  starting_count_.store(0);
+}
+
+void DecodeEngine::PublishCounts(int admitted) {
+  const int starting = static_cast<int>(building_.size() + prefilling_.size()) + admitted;
+  starting_count_.store(starting);
+  running_count_.store(static_cast<int>(running_.size()) + starting);
 }
 
 void DecodeEngine::Admit(std::unique_ptr<Active> a) {
@@ -254,22 +263,15 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
   }
   a->capacity = std::min(c.max_position_embeddings, a->prompt_tokens + a->job.max_tokens);
   if (sekv_decoder_ != nullptr) {
-    // The SEKV path (sekv_session.h): the rebuild and prefill here, on the backend's thread;
-    // the hierarchy on a thread of its own while the loop steps the running requests
-    // (CollectBuilds activates it).
-    auto prompt =
-        SekvSession::Prepare(*backend_, *codec_, has_payload ? &payload : nullptr, a->job.suffix);
-    if (!prompt.ok()) return fail(prompt.status());
-    Active* raw = a.get();
-    raw->build = std::thread([this, raw, prompt = std::move(prompt).value()]() mutable {
-      auto built = SekvSession::Build(*sekv_decoder_, std::move(prompt), options_.sekv);
-      std::lock_guard<std::mutex> lock(mu_);
-      raw->built = std::move(built);
-      raw->build_ready = true;
-      ++builds_ready_;
-      cv_.notify_all();
-    });
-    building_.push_back(std::move(a));
+    // The SEKV path (sekv_session.h): a payload's rebuild here, then the prefill in chunks
+    // (PrefillChunks), both on the backend's thread; then the hierarchy on a thread of its own
+    // while the loop steps the running requests (StartBuild; CollectBuilds activates it).
+    auto prefill =
+        SekvPrefill::Begin(*backend_, *codec_, has_payload ? &payload : nullptr, a->job.suffix);
+    if (!prefill.ok()) return fail(prefill.status());
+    a->sekv_prefill = std::move(prefill).value();
+    if (a->sekv_prefill->remaining() == 0) return StartBuild(std::move(a));
+    prefilling_.push_back(std::move(a));
     return;
   }
   const auto t0 = Clock::now();
@@ -310,6 +312,27 @@ void DecodeEngine::PrefillChunks(const std::unordered_map<uint64_t, bool>& cance
       prefilling_.pop_front();
       continue;
     }
+    auto count = [&](size_t n) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.prefill_chunks;
+      stats_.prefill_tokens += static_cast<long>(n);
+    };
+    if (a.sekv_prefill != nullptr) {
+      const absl::StatusOr<size_t> n = a.sekv_prefill->Advance(budget);
+      if (!n.ok()) {
+        Finish(a, DecodeEvent::Error(n.status()));
+        prefilling_.pop_front();
+        continue;
+      }
+      count(*n);
+      budget -= *n;
+      if (a.sekv_prefill->remaining() == 0) {
+        std::unique_ptr<Active> ready = std::move(prefilling_.front());
+        prefilling_.pop_front();
+        StartBuild(std::move(ready));
+      }
+      continue;
+    }
     // A chunk never spans the oracle payload's end, so that each part's time is its own.
     const size_t end = a.prefilled < a.payload_tokens ? a.payload_tokens : a.pending.size();
     const size_t n = std::min(budget, end - a.prefilled);
@@ -319,10 +342,7 @@ void DecodeEngine::PrefillChunks(const std::unordered_map<uint64_t, bool>& cance
         *a.seq, absl::MakeConstSpan(a.pending).subspan(a.prefilled, n), PrefillOptions{}, &prefill);
     (a.prefilled < a.payload_tokens ? a.timings.rebuild_ms : a.timings.suffix_prefill_ms) +=
         MsSince(t0);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.prefill_chunks;
-    }
+    count(n);
     if (!st.ok()) {
       Finish(a, DecodeEvent::Error(st));
       prefilling_.pop_front();
@@ -337,6 +357,21 @@ void DecodeEngine::PrefillChunks(const std::unordered_map<uint64_t, bool>& cance
       Started(std::move(ready), prefill.logits);
     }
   }
+}
+
+void DecodeEngine::StartBuild(std::unique_ptr<Active> a) {
+  Active* raw = a.get();
+  SekvPrompt prompt = raw->sekv_prefill->Take();
+  raw->sekv_prefill.reset();
+  raw->build = std::thread([this, raw, prompt = std::move(prompt)]() mutable {
+    auto built = SekvSession::Build(*sekv_decoder_, std::move(prompt), options_.sekv);
+    std::lock_guard<std::mutex> lock(mu_);
+    raw->built = std::move(built);
+    raw->build_ready = true;
+    ++builds_ready_;
+    cv_.notify_all();
+  });
+  building_.push_back(std::move(a));
 }
 
 void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cancelled) {

@@ -10,8 +10,9 @@
 //   retire — on a stop id, max_tokens, deadline or cancellation, free the sequence.
 // Newly admitted requests join the running batch at the next step, so a long generation never
 // blocks a short one. Every request ends with exactly one terminal event (done or error).
-// With options.sekv.enabled, admission builds a SEKV cache instead (sekv_session.h) and those
-// requests decode one by one through it on the CPU path, after the backend's batched step.
+// With options.sekv.enabled, admission builds a SEKV cache instead (sekv_session.h): the
+// prompt is prefilled in chunks the same way (SekvPrefill), the hierarchy built on a thread of
+// its own, and those requests decode one by one through it, after the backend's batched step.
 #ifndef SCD_COMMON_SERVING_DECODE_ENGINE_H_
 #define SCD_COMMON_SERVING_DECODE_ENGINE_H_
 
@@ -104,7 +105,9 @@ struct DecodeEngineOptions {
 struct DecodeEngineStats {
   long admitted = 0, completed = 0, failed = 0, cancelled = 0, steps = 0;
   long max_batch_seen = 0;
-  long prefill_chunks = 0;  // backend prefills of prompt tokens (a prompt takes one or more)
+  // Backend prefills of prompt tokens (a prompt takes one or more; SEKV prompts too), and
+  // the tokens they prefilled.
+  long prefill_chunks = 0, prefill_tokens = 0;
   // SEKV requests started, and their caches' bytes summed over them, each measured after
   // its first decode step (gpu / full_kv is the GPU-tier ratio; cpu is the CPU tier).
   long sekv_requests = 0;
@@ -127,6 +130,9 @@ class DecodeEngine {
   void Drain();
 
   int running() const { return running_count_.load(); }
+  // Of running(): requests whose prompt is still being prefilled (or, on the SEKV path, whose
+  // hierarchy is being built), so not yet generating.
+  int starting() const { return starting_count_.load(); }
   int queued() const;
   DecodeEngineStats stats() const;
   const Model& model() const { return backend_->model(); }
@@ -142,6 +148,10 @@ class DecodeEngine {
   // Up to options_.prefill_chunk prompt tokens of the requests in prefilling_, oldest first;
   // a request whose prompt is complete starts.
   void PrefillChunks(const std::unordered_map<uint64_t, bool>& cancelled);
+  // A SEKV request whose prompt is prefilled: its hierarchy is built on a thread of its own.
+  void StartBuild(std::unique_ptr<Active> a);
+  // running_count_ and starting_count_ from the loop's lists (plus `admitted` not yet in one).
+  void PublishCounts(int admitted = 0);
   // Ends `a` when it was cancelled or its deadline passed (during `stage`); true when it is
   // over.
   bool EndIfCancelled(Active& a, const std::unordered_map<uint64_t, bool>& cancelled,
@@ -169,6 +179,7 @@ class DecodeEngine {
   std::deque<std::unique_ptr<Active>> prefilling_;  // loop thread only: prompts in chunks
   int builds_ready_ = 0;  // under mu_: building_ entries whose build thread has finished
   std::atomic<int> running_count_{0};
+  std::atomic<int> starting_count_{0};
   std::thread thread_;
 };
 

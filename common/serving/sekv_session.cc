@@ -1,6 +1,7 @@
 // See sekv_session.h.
 #include "common/serving/sekv_session.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -37,9 +38,10 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
   return s;
 }
 
-absl::StatusOr<SekvPrompt> SekvSession::Prepare(Backend& backend, const ConsumerCodec& codec,
-                                                const Payload* payload,
-                                                absl::Span<const int32_t> suffix) {
+absl::StatusOr<std::unique_ptr<SekvPrefill>> SekvPrefill::Begin(Backend& backend,
+                                                                const ConsumerCodec& codec,
+                                                                const Payload* payload,
+                                                                absl::Span<const int32_t> suffix) {
   if (suffix.empty()) return absl::InvalidArgumentError("SEKV needs at least one suffix token");
   if (payload != nullptr && payload->start_position != 0) {
     return absl::UnimplementedError("SEKV serves payloads that start at position 0 only");
@@ -49,63 +51,93 @@ absl::StatusOr<SekvPrompt> SekvSession::Prepare(Backend& backend, const Consumer
         "SEKV cannot serve recompute payloads (their rebuild fills layers inside the backend)");
   }
   const bool own_prefill = payload == nullptr || payload->mode == CodecMode::kOracle;
-  const std::vector<int32_t> head(suffix.begin(), suffix.end() - 1);
   const int payload_tokens = payload != nullptr ? static_cast<int>(payload->token_ids.size()) : 0;
-  const int t = payload_tokens + static_cast<int>(head.size());  // positions in the cache
+  const int t = payload_tokens + static_cast<int>(suffix.size()) - 1;  // positions in the cache
   if (t == 0) {
     return absl::InvalidArgumentError("SEKV needs a prompt of at least two tokens");
   }
-
-  // 1-2. The prompt's pre-RoPE K/V and surprisal, from the rebuild and/or a prefill.
-  SekvPrompt prompt;
+  std::unique_ptr<SekvPrefill> p(new SekvPrefill(backend));
+  SekvPrompt& prompt = p->prompt_;
   prompt.last_token = suffix.back();
-  SekvStartTimes& times = prompt.times;
-  auto phase = Clock::now();
-  ExternalKv& kv = prompt.kv;
-  std::vector<float>& surprisal = prompt.surprisal;
-  SCD_ASSIGN_OR_RETURN(auto seq, backend.NewSequence(t));
-  PrefillOptions po;
-  po.layer_states = po.surprisal = true;
+  SCD_ASSIGN_OR_RETURN(p->seq_, backend.NewSequence(t));
+  const size_t layers = static_cast<size_t>(backend.model().config.num_layers);
+  const size_t row = static_cast<size_t>(backend.model().config.kv_dim());
   if (own_prefill) {
-    std::vector<int32_t> tokens = payload != nullptr ? payload->token_ids : std::vector<int32_t>{};
-    tokens.insert(tokens.end(), head.begin(), head.end());
-    PrefillResult pr;
-    SCD_RETURN_IF_ERROR(backend.Prefill(*seq, tokens, po, &pr));
-    kv.num_tokens = t;
-    for (LayerStates& s : pr.layers) {
-      kv.k_pre_rope.push_back(std::move(s.k_pre_rope));
-      kv.v.push_back(std::move(s.v));
+    if (payload != nullptr) {
+      SCD_RETURN_IF_ERROR(codec.Check(*payload, *p->seq_));
+      p->tokens_ = payload->token_ids;
+      p->payload_end_ = p->tokens_.size();
     }
-    surprisal = std::move(pr.surprisal);
-    (payload != nullptr ? times.rebuild_ms : times.suffix_prefill_ms) = MsSince(phase);
+    prompt.kv.k_pre_rope.resize(layers);
+    prompt.kv.v.resize(layers);
   } else {
-    SCD_ASSIGN_OR_RETURN(surprisal, PayloadSurprisal(*payload));
+    // 1. The payload's K/V, rebuilt in one piece, and the producer's surprisal.
+    const auto t0 = Clock::now();
+    SCD_ASSIGN_OR_RETURN(prompt.surprisal, PayloadSurprisal(*payload));
     sekv::KvCaptureBackend capture(backend);
-    SCD_RETURN_IF_ERROR(codec.Rebuild(*payload, capture, *seq));
-    kv = capture.TakeCaptured();
-    if (kv.num_tokens != payload_tokens) {
+    SCD_RETURN_IF_ERROR(codec.Rebuild(*payload, capture, *p->seq_));
+    prompt.kv = capture.TakeCaptured();
+    if (prompt.kv.num_tokens != payload_tokens || prompt.kv.k_pre_rope.size() != layers) {
       return absl::InternalError("the payload's rebuild did not append its K/V in one piece");
     }
-    times.rebuild_ms = MsSince(phase);
-    phase = Clock::now();
-    if (!head.empty()) {
-      PrefillResult pr;
-      SCD_RETURN_IF_ERROR(backend.Prefill(*seq, head, po, &pr));
-      const size_t kvd = static_cast<size_t>(backend.model().config.kv_dim());
-      for (size_t l = 0; l < kv.k_pre_rope.size(); ++l) {
-        if (pr.layers[l].k_pre_rope.size() != head.size() * kvd) {
-          return absl::InternalError("the suffix prefill returned no layer states");
-        }
-        kv.k_pre_rope[l].insert(kv.k_pre_rope[l].end(), pr.layers[l].k_pre_rope.begin(),
-                                pr.layers[l].k_pre_rope.end());
-        kv.v[l].insert(kv.v[l].end(), pr.layers[l].v.begin(), pr.layers[l].v.end());
-      }
-      surprisal.insert(surprisal.end(), pr.surprisal.begin(), pr.surprisal.end());
-      kv.num_tokens = t;
-    }
-    times.suffix_prefill_ms = MsSince(phase);
+    prompt.times.rebuild_ms = MsSince(t0);
   }
-  return prompt;  // the backend sequence is freed: from here on the SEKV cache holds the prompt
+  p->tokens_.insert(p->tokens_.end(), suffix.begin(), suffix.end() - 1);
+  for (size_t l = 0; l < layers; ++l) {
+    prompt.kv.k_pre_rope[l].reserve(static_cast<size_t>(t) * row);
+    prompt.kv.v[l].reserve(static_cast<size_t>(t) * row);
+  }
+  prompt.surprisal.reserve(static_cast<size_t>(t));
+  return p;
+}
+
+absl::StatusOr<size_t> SekvPrefill::Advance(size_t max_tokens) {
+  if (max_tokens == 0) return absl::InvalidArgumentError("Advance needs max_tokens >= 1");
+  const bool payload_part = prefilled_ < payload_end_;
+  const size_t end = payload_part ? payload_end_ : tokens_.size();
+  const size_t n = std::min(max_tokens, end - prefilled_);
+  if (n == 0) return 0;
+  // 2. The consumer's own prefill of these tokens, with their K/V and surprisal.
+  const auto t0 = Clock::now();
+  PrefillOptions po;
+  po.layer_states = po.surprisal = true;
+  PrefillResult pr;
+  SCD_RETURN_IF_ERROR(
+      backend_.Prefill(*seq_, absl::MakeConstSpan(tokens_).subspan(prefilled_, n), po, &pr));
+  ExternalKv& kv = prompt_.kv;
+  const size_t row = static_cast<size_t>(backend_.model().config.kv_dim());
+  if (pr.layers.size() != kv.k_pre_rope.size() || pr.surprisal.size() != n) {
+    return absl::InternalError("the prefill returned no layer states or surprisal");
+  }
+  for (size_t l = 0; l < kv.k_pre_rope.size(); ++l) {
+    if (pr.layers[l].k_pre_rope.size() != n * row || pr.layers[l].v.size() != n * row) {
+      return absl::InternalError("the prefill returned no layer states");
+    }
+    kv.k_pre_rope[l].insert(kv.k_pre_rope[l].end(), pr.layers[l].k_pre_rope.begin(),
+                            pr.layers[l].k_pre_rope.end());
+    kv.v[l].insert(kv.v[l].end(), pr.layers[l].v.begin(), pr.layers[l].v.end());
+  }
+  prompt_.surprisal.insert(prompt_.surprisal.end(), pr.surprisal.begin(), pr.surprisal.end());
+  kv.num_tokens += static_cast<int>(n);
+  prefilled_ += n;
+  (payload_part ? prompt_.times.rebuild_ms : prompt_.times.suffix_prefill_ms) += MsSince(t0);
+  return n;
+}
+
+SekvPrompt SekvPrefill::Take() {
+  seq_.reset();  // from here on the SEKV cache holds the prompt
+  return std::move(prompt_);
+}
+
+absl::StatusOr<SekvPrompt> SekvSession::Prepare(Backend& backend, const ConsumerCodec& codec,
+                                                const Payload* payload,
+                                                absl::Span<const int32_t> suffix) {
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<SekvPrefill> p,
+                       SekvPrefill::Begin(backend, codec, payload, suffix));
+  while (p->remaining() > 0) {
+    SCD_RETURN_IF_ERROR(p->Advance(p->remaining()).status());
+  }
+  return p->Take();
 }
 
 absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Build(sekv::SekvDecoder& decoder,

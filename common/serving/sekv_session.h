@@ -45,10 +45,10 @@
 namespace scd {
 
 // Where Start() spent its time, in the decode engine's stages (decode_engine.h):
-//   rebuild_ms         the payload's rebuild (an oracle payload: the consumer's prefill of the
-//                      whole prompt so far);
-//   suffix_prefill_ms  the prefill of the suffix but its last token (the whole prompt so far
-//                      when there is no payload), and the last token's step through the cache;
+//   rebuild_ms         the payload's rebuild (an oracle payload: the consumer's prefill of its
+//                      tokens);
+//   suffix_prefill_ms  the prefill of the suffix but its last token, and the last token's step
+//                      through the cache;
 //   build_ms           the hierarchy: segmentation and plan, span summaries and CPU-tier bases
 //                      (SekvCache), and the GPU mirror (GpuSekv). Long prompts pay seconds here.
 struct SekvStartTimes {
@@ -83,6 +83,37 @@ struct SekvPrompt {
   SekvStartTimes times;
 };
 
+// Prepare (steps 1-2) in pieces, so that the decode engine can prefill a long SEKV prompt in
+// chunks between the running requests' decode steps (DecodeEngineOptions::prefill_chunk):
+//   Begin     the checks, the backend sequence and a payload's rebuild (every mode but
+//             oracle: the rebuild is one piece);
+//   Advance   prefills the next tokens still to prefill, at most `max_tokens`: an oracle
+//             payload's, then the suffix but its last token. A call never spans the oracle
+//             payload's end, so that rebuild_ms and suffix_prefill_ms keep their meaning;
+//   Take      once remaining() is 0: the prompt, with the pieces' K/V and surprisal in a row
+//             (the backend's surprisal of a call's first token comes from the previous call's
+//             logits, so chunks give what one prefill gives). The sequence is freed.
+class SekvPrefill {
+ public:
+  static absl::StatusOr<std::unique_ptr<SekvPrefill>> Begin(Backend& backend,
+                                                            const ConsumerCodec& codec,
+                                                            const Payload* payload,
+                                                            absl::Span<const int32_t> suffix);
+  absl::StatusOr<size_t> Advance(size_t max_tokens);  // tokens prefilled; max_tokens >= 1
+  size_t remaining() const { return tokens_.size() - prefilled_; }
+  SekvPrompt Take();
+
+ private:
+  explicit SekvPrefill(Backend& backend) : backend_(backend) {}
+
+  Backend& backend_;
+  std::unique_ptr<Sequence> seq_;
+  std::vector<int32_t> tokens_;  // to prefill: [0, payload_end_) an oracle payload's
+  size_t payload_end_ = 0;
+  size_t prefilled_ = 0;
+  SekvPrompt prompt_;
+};
+
 class SekvSession {
  public:
   // Steps 1-4 above: Prepare, Build and Activate in a row. `payload` may be null (suffix
@@ -96,7 +127,7 @@ class SekvSession {
   // The three stages one by one, so that the host-only build (seconds at long prompts) can
   // run off the thread that drives the backend (the decode engine keeps stepping the other
   // requests meanwhile):
-  //   Prepare   steps 1-2, on the backend's thread;
+  //   Prepare   steps 1-2, on the backend's thread (SekvPrefill in one piece);
   //   Build     step 3's hierarchy (SekvCache) from the prompt; no backend work, so any
   //             thread may run it (the decoder is only read);
   //   Activate  step 3's device mirror (GpuSekv, when it applies) and step 4, on the

@@ -97,6 +97,9 @@ int RunChunkedPrefill(int argc, const char* const* argv) {
   flags.AddInt("prompt", &options.prompt_tokens, "prompt tokens of the long request");
   flags.AddString("chunks", &chunks, "engine.prefill_chunk values, comma-separated (0: whole)");
   flags.AddUint64("seed", &options.seed, "seed of the synthetic weights and tokens");
+  float sekv_budget = 0;
+  flags.AddFloat("sekv-budget", &sekv_budget,
+                 "> 0: the engine's SEKV path at this GPU budget (0: the plain path)");
   if (absl::Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) {
     std::cerr << "scd-bench chunked-prefill: " << s.message() << " (see --help)\n";
     return scd::cli::kExitUsage;
@@ -105,6 +108,7 @@ int RunChunkedPrefill(int argc, const char* const* argv) {
     std::cout << flags.Usage();
     return 0;
   }
+  options.sekv_budget = sekv_budget;
   options.chunks.clear();
   for (absl::string_view c : absl::StrSplit(chunks, ',')) {
     int value = 0;

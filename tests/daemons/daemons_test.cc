@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -207,6 +208,36 @@ TEST_CASE("Daemon pair serves the bundled pair end to end", "[daemons]") {
 }  // namespace scd::testing
 
 namespace scd::testing {
+
+TEST_CASE("The decode daemon prefills an oracle prompt in chunks and counts them", "[daemons]") {
+  const std::string dir = TempDir();
+  PrefillHandle prefill = StartPrefill(dir, PrefillConfig("oracle"));
+  json dc = DecodeConfig(prefill.grpc_address);
+  dc["engine"]["prefill_chunk"] = 8;
+  DecodeHandle decode = StartDecode(dir, dc);
+  REQUIRE(WaitForReady(prefill.http_port, 200, std::chrono::seconds(10)));
+  const std::string prompt = std::string(kStory) + "Where is Sandra?";
+  const ReferenceOutput ref = ReferenceGreedy("oracle", prompt, 12);
+  SseResult s = HttpStream(prefill.http_port, "/v1/completions", CompletionBody(prompt, 12, true));
+  REQUIRE(s.status == 200);
+  REQUIRE(s.done());
+  CHECK(s.Text() == ref.text);  // chunks of 8 give what one prefill gives
+  // The oracle payload holds the prompt but its last token, which comes as the suffix: the
+  // decode daemon prefills every prompt token, the payload's in chunks of 8, then the suffix.
+  const double t = static_cast<double>(ref.prompt.size());
+  const double chunks = std::ceil((t - 1) / 8) + 1;
+  std::string body;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  do {  // the counters follow the engine within their 100 ms sampling
+    body = HttpGet(decode.http_port, "/metrics").body;
+    if (MetricValue(body, "scd_decode_prefill_tokens_total") == std::optional<double>(t)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < until);
+  INFO(body);
+  CHECK(MetricValue(body, "scd_decode_prefill_tokens_total") == std::optional<double>(t));
+  CHECK(MetricValue(body, "scd_decode_prefill_chunks_total") == std::optional<double>(chunks));
+  CHECK(MetricValue(body, "scd_decode_starting_requests") == std::optional<double>(0));
+}
 
 TEST_CASE("The pair serves over the UCX data plane and in a baseline mode", "[daemons][ucx]") {
   const std::string dir = TempDir();

@@ -219,10 +219,12 @@ TEST_CASE("A long prompt is prefilled in chunks between the running requests' de
         inner(e);
       };
     };
-    StartBlocker(f, c, recorded(1));
+    // The long prompt and its reference first: on a slow run (sanitizers) the running
+    // request could otherwise end before the long prompt arrives.
     std::vector<int32_t> prompt;
     DecodeJob job = LongOracleJob(f, 10, &prompt);
     const std::vector<int32_t> want = f.Expected(prompt, 10);
+    StartBlocker(f, c, recorded(1));
     size_t submitted_at = 0;
     {
       std::lock_guard<std::mutex> lock(mu);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -127,6 +128,137 @@ TEST_CASE("SEKV session builds the hierarchy from the payload's K/V and surprisa
     if (full_logits[i] > full_logits[argmax_f]) argmax_f = static_cast<int>(i);
   }
   CHECK(argmax_s == argmax_f);
+}
+
+TEST_CASE("A SEKV prompt prefilled in chunks gives what one prefill gives", "[cpu]") {
+  SekvFixture f;
+  auto backend = CreateBackend(BackendKind::kCpu, f.model).value();
+  auto codec = ConsumerCodec::Create(f.model, f.model->digest, nullptr).value();
+  const auto prompt = SyntheticPrompt(150, 11);
+  const std::vector<int32_t> prefix(prompt.begin(), prompt.begin() + 100);
+  const auto suffix = absl::MakeConstSpan(prompt).subspan(100);  // 49 tokens to prefill, + 1
+  for (const CodecMode mode : {CodecMode::kOracle, CodecMode::kRaw}) {
+    for (const bool with_payload : {true, false}) {
+      if (!with_payload && mode != CodecMode::kOracle) continue;
+      INFO("payload " << (with_payload ? CodecModeName(mode) : "none"));
+      const Payload payload = f.Encode(mode, prefix);
+      const Payload* p = with_payload ? &payload : nullptr;
+      const auto whole_suffix = with_payload ? suffix : absl::MakeConstSpan(prompt);
+      auto whole = SekvSession::Prepare(*backend, *codec, p, whole_suffix);
+      REQUIRE(whole.ok());
+      auto chunked = SekvPrefill::Begin(*backend, *codec, p, whole_suffix);
+      REQUIRE(chunked.ok());
+      // Tokens the consumer prefills itself: an oracle payload's, then the suffix but its last.
+      const size_t payload_own = with_payload && mode == CodecMode::kOracle ? 100 : 0;
+      const size_t head = whole_suffix.size() - 1;
+      REQUIRE((*chunked)->remaining() == payload_own + head);
+      std::vector<size_t> pieces;
+      while ((*chunked)->remaining() > 0) {
+        const auto n = (*chunked)->Advance(16);
+        REQUIRE(n.ok());
+        pieces.push_back(*n);
+      }
+      // Chunks of 16 that never span the oracle payload's end.
+      const size_t expected_pieces = (payload_own + 15) / 16 + (head + 15) / 16;
+      CHECK(pieces.size() == expected_pieces);
+      CHECK(*std::max_element(pieces.begin(), pieces.end()) == 16);
+      const SekvPrompt got = (*chunked)->Take();
+      REQUIRE(got.kv.num_tokens == whole->kv.num_tokens);
+      CHECK(got.last_token == whole->last_token);
+      REQUIRE(got.surprisal.size() == whole->surprisal.size());
+      for (size_t i = 0; i < got.surprisal.size(); ++i) {
+        INFO("position " << i);
+        CHECK(got.surprisal[i] == Approx(whole->surprisal[i]).margin(1e-3));
+      }
+      REQUIRE(got.kv.k_pre_rope.size() == whole->kv.k_pre_rope.size());
+      double worst = 0;
+      for (size_t l = 0; l < got.kv.k_pre_rope.size(); ++l) {
+        REQUIRE(got.kv.k_pre_rope[l].size() == whole->kv.k_pre_rope[l].size());
+        REQUIRE(got.kv.v[l].size() == whole->kv.v[l].size());
+        for (size_t i = 0; i < got.kv.k_pre_rope[l].size(); ++i) {
+          worst = std::max(worst,
+                           std::abs(double(got.kv.k_pre_rope[l][i]) - whole->kv.k_pre_rope[l][i]));
+          worst = std::max(worst, std::abs(double(got.kv.v[l][i]) - whole->kv.v[l][i]));
+        }
+      }
+      CHECK(worst < 1e-4);
+      // Each part's time is its own: the rebuild (or an oracle payload's prefill), the suffix.
+      CHECK((with_payload ? got.times.rebuild_ms > 0 : got.times.rebuild_ms == 0));
+      CHECK(got.times.suffix_prefill_ms > 0);
+    }
+  }
+  // Advance asks for at least one token.
+  auto p = SekvPrefill::Begin(*backend, *codec, nullptr, absl::MakeConstSpan(prompt));
+  REQUIRE(p.ok());
+  CHECK((*p)->Advance(0).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("A long SEKV prompt is prefilled in chunks between the running requests' steps",
+          "[cpu]") {
+  SekvFixture f;
+  std::vector<int32_t> tokens_at_chunk16;
+  for (const int chunk : {16, 0}) {
+    INFO("prefill_chunk " << chunk);
+    DecodeEventCollector ev;
+    auto tokens_of = [&](uint64_t id) {
+      std::lock_guard<std::mutex> lock(ev.mu);
+      return ev.tokens[id].size();
+    };
+    // The running request's tokens when the long prompt's hierarchy build starts, that is
+    // right after its prefill.
+    std::atomic<int> builds{0};
+    std::atomic<size_t> at_build{0};
+    DecodeEngineOptions o;
+    o.sekv.enabled = true;
+    o.sekv.budget = 0.4;
+    o.prefill_chunk = chunk;
+    o.sekv.before_build = [&] {
+      if (builds.fetch_add(1) == 1) at_build = tokens_of(1);
+    };
+    auto engine = f.ProducerFixture::Engine(o);
+    DecodeJob running;
+    running.request_id = 1;
+    running.suffix = SyntheticPrompt(40, 1);
+    running.max_tokens = 400;
+    running.stop_ids = {-1};
+    REQUIRE(engine->Submit(std::move(running), ev.For(1)).ok());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (tokens_of(1) < 2 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    REQUIRE(tokens_of(1) >= 2);
+    DecodeJob long_prompt;  // no payload: 200 prompt tokens, 199 prefilled before the build
+    long_prompt.request_id = 2;
+    long_prompt.suffix = SyntheticPrompt(200, 2);
+    long_prompt.max_tokens = 6;
+    long_prompt.stop_ids = {-1};
+    const long chunks_before = engine->stats().prefill_chunks;
+    const size_t before = tokens_of(1);
+    REQUIRE(engine->Submit(std::move(long_prompt), ev.For(2)).ok());
+    {
+      std::unique_lock<std::mutex> lock(ev.mu);
+      REQUIRE(ev.cv.wait_for(lock, std::chrono::seconds(60),
+                             [&] { return ev.final_events.count(2) == 1; }));
+    }
+    engine->Cancel(1);
+    ev.WaitFor(2);
+    REQUIRE(ev.final_events[2].kind == DecodeEvent::Kind::kDone);
+    CHECK(ev.tokens[2].size() == 6);
+    const size_t meanwhile = at_build.load() - before;
+    INFO(meanwhile << " tokens of the running request during the long prompt's prefill");
+    if (chunk > 0) {
+      // 13 chunks, one per loop iteration, a decode step after each of the first 12.
+      CHECK(engine->stats().prefill_chunks - chunks_before == 13);
+      CHECK(meanwhile >= 11);
+      tokens_at_chunk16 = ev.tokens[2];
+    } else {
+      CHECK(engine->stats().prefill_chunks - chunks_before == 1);
+      CHECK(meanwhile <= 2);
+      CHECK(ev.tokens[2] == tokens_at_chunk16);  // chunked or not, the same tokens
+    }
+    CHECK(engine->stats().prefill_tokens >= 199 + 39);
+    CHECK(engine->starting() == 0);
+  }
 }
 
 TEST_CASE("SEKV refuses what it cannot serve, one request at a time", "[cpu]") {
