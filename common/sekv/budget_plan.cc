@@ -6,16 +6,35 @@
 
 namespace scd::sekv {
 
+namespace {
+
+// Token-equivalents the segmentation's rows and the tier's span overheads take.
+double FixedCost(const Segmentation& seg, const TierOverhead& tier) {
+  const double rows =
+      static_cast<double>(seg.anchors.size() + seg.spans.size()) + seg.window_length();
+  double span_tokens = 0;
+  for (const TokenSpan& s : seg.spans) span_tokens += s.end - s.begin;
+  return tier.row * rows + tier.per_span * static_cast<double>(seg.spans.size()) +
+         tier.per_span_token * span_tokens + tier.fixed;
+}
+
+}  // namespace
+
 BudgetPlan PlanBudget(absl::Span<const float> surprisal, double fraction, const SekvOptions& base,
-                      const BudgetShares& shares, int head_dim) {
+                      const BudgetShares& shares, int head_dim, const TierOverhead& tier) {
   BudgetPlan plan;
   const int t = static_cast<int>(surprisal.size());
   const int sinks = std::min(base.segmenter.sink_tokens, t);
-  const int g = std::max(sinks + 1, static_cast<int>(std::floor(fraction * t)) - 1);
+  const double row = std::max(tier.row, 1e-9);
+  // One row kept in reserve: the summaries' log|S| floats, and the row the window gains at
+  // the first decode step (a row of the tier: `row` token-equivalents).
+  const int reserve = std::max(1, static_cast<int>(std::ceil(row - 1e-9)));
+  const int g = std::max(sinks + 1, static_cast<int>(std::floor(fraction * t)) - reserve);
   plan.budget_tokens = g;
-  int w = std::max(shares.min_window, static_cast<int>(std::lround(shares.window_share * g)));
-  w = std::max(0, std::min({w, t - sinks, g - sinks}));
-  const int b_target = static_cast<int>(std::lround(shares.expand_share * g));
+  const int g_rows = static_cast<int>(std::floor(g / row));  // rows of the tier that fit G
+  int w = std::max(shares.min_window, static_cast<int>(std::lround(shares.window_share * g_rows)));
+  w = std::max(0, std::min({w, t - sinks, g_rows - sinks}));
+  const double b_target = std::lround(shares.expand_share * g);  // token-equivalents
 
   SekvOptions o = base;
   o.segmenter.window = w;
@@ -26,13 +45,16 @@ BudgetPlan PlanBudget(absl::Span<const float> surprisal, double fraction, const 
     if (base.segmenter.max_span > 0)
       o.segmenter.max_span = std::max(base.segmenter.max_span, 2 * ms);
     seg = SurprisalSegmenter::Create(o.segmenter)->Segment(surprisal);
-    const int fixed = static_cast<int>(seg.anchors.size() + seg.spans.size()) + seg.window_length();
-    if (fixed + b_target <= g || ms >= t) break;
+    if (FixedCost(seg, tier) + b_target <= g || ms >= t) break;
   }
-  const int fixed = static_cast<int>(seg.anchors.size() + seg.spans.size()) + seg.window_length();
-  int zoom_slots = o.zoom ? std::max(0, g - fixed) : 0;
   const float pin_share = std::clamp(shares.pin_share, 0.0f, 1.0f);
-  if (pin_share > 0 && zoom_slots > 0) {
+  // The zoom-in's slots: pins cost a row each, expansion slots a row and their overhead.
+  const double left = std::max(0.0, g - FixedCost(seg, tier));
+  int zoom_slots =
+      o.zoom
+          ? static_cast<int>(std::floor(left / (row + (1 - pin_share) * tier.per_zoom_slot) + 1e-9))
+          : 0;
+  if (pin_share > 0 && zoom_slots > 0 && !tier.counts_included) {
     const int per_head_floats = static_cast<int>(seg.spans.size());
     const int reserve =
         (per_head_floats + 2 * std::max(head_dim, 1) - 1) / (2 * std::max(head_dim, 1));

@@ -3,7 +3,7 @@
 // the same memory. Everything is counted in token-equivalents per (layer, KV head): a full
 // token, an anchor, a span summary and a slot of the expanded-span cache each hold one K and
 // one V row of head_dim floats, so G = floor(F · T) − 1 of them fit (one kept in reserve for
-// the summaries' log|S| floats).
+// the summaries' log|S| floats and the row the window gains at the first decode step).
 //
 // SEKV: window W = window_share · G (at least min_window), zoom-in slots B =
 // expand_share · G, and the segmentation must fit anchors + summaries into G − W − B: the
@@ -13,6 +13,11 @@
 // the expansion buffer of the per-step zoom-in. With pins, each KV head keeps its own count of
 // the tokens each summary stands for (one float per span and head): ⌈spans / (2·head_dim)⌉
 // token-equivalents, reserved before the split.
+// A tier that holds more than these rows (GpuSekv's device tier: its counts, the device
+// zoom's tables, flags and scratch; rows of another element type than the full cache's) states
+// it in a TierOverhead, and the SEKV plan then fits rows and overheads together into G: the
+// minimum span length rises until anchors, summaries, window and the spans' overheads leave
+// room for the zoom-in, whose slots are then sized with their own overhead.
 // Chunk summaries: the same window; every other slot is a chunk summary: G − sinks − W
 // near-equal chunks over the T − sinks − W middle tokens.
 // Heavy hitters: G tokens kept (sinks + hits + the same window).
@@ -33,6 +38,19 @@ struct BudgetShares {
   int min_window = 8;
 };
 
+// What a tier holds beyond one K/V row per entry, in token-equivalents of the full cache (one
+// position's K and V rows of a layer and KV head in the full cache's element type), per layer
+// and KV head. The default is the host tier, which holds exactly the rows the plan counts
+// (and, with pins, the per-head counts it reserves for).
+struct TierOverhead {
+  double row = 1;                // one row of the tier (2: F32 rows against a BF16 full cache)
+  double per_span = 0;           // per span: counts, tables
+  double per_span_token = 0;     // per token inside a span: flags
+  double per_zoom_slot = 0;      // per expansion slot, beyond its row: the zoom-in's scratch
+  double fixed = 0;              // once
+  bool counts_included = false;  // per_span holds the per-head counts (no reserve for them)
+};
+
 struct BudgetPlan {
   int budget_tokens = 0;  // G
   SekvOptions sekv;       // segmenter window/min_span and expand_budget filled in
@@ -42,9 +60,11 @@ struct BudgetPlan {
 };
 
 // Plans all three caches for a prompt with this surprisal at budget fraction F, for a cache
-// of this head_dim (it sizes the per-head summary counts that pinning adds).
+// of this head_dim (it sizes the per-head summary counts that pinning adds); the SEKV cache's
+// GPU tier as `tier` holds it.
 BudgetPlan PlanBudget(absl::Span<const float> surprisal, double fraction, const SekvOptions& base,
-                      const BudgetShares& shares, int head_dim);
+                      const BudgetShares& shares, int head_dim,
+                      const TierOverhead& tier = TierOverhead{});
 
 }  // namespace scd::sekv
 

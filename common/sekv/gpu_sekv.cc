@@ -27,6 +27,10 @@ GpuSekv::~GpuSekv() = default;
 
 bool GpuSekv::Applies(const Backend&) { return false; }
 
+TierOverhead GpuSekv::PlanOverhead(const CacheShape&, const SekvOptions&, GpuTier, GpuZoom) {
+  return TierOverhead{};
+}
+
 absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend&, SekvCache&, GpuTier, GpuZoom) {
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
 }
@@ -713,6 +717,31 @@ GpuSekv::GpuSekv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuSekv::~GpuSekv() = default;
 
 bool GpuSekv::Applies(const Backend& backend) { return cuda::IsCudaBackend(backend); }
+
+TierOverhead GpuSekv::PlanOverhead(const CacheShape& shape, const SekvOptions& options,
+                                   GpuTier tier, GpuZoom zoom) {
+  // In token-equivalents of the backend's cache: a position's K and V rows of a KV head, BF16.
+  const double full_row = 2.0 * shape.head_dim * sizeof(Bf16);
+  const double layers = std::max(shape.num_layers, 1);
+  TierOverhead t;
+  t.row = 2.0 * shape.head_dim * (tier == GpuTier::kF32 ? sizeof(float) : sizeof(Bf16)) / full_row;
+  // Per span and KV head: each layer's counts, and the step's counts shared by the layers.
+  double span_bytes = kLayerCountBytes + kStepCountBytes / layers;
+  if (zoom == GpuZoom::kDevice) {
+    span_bytes += sizeof(cuda::SpanBasisRef);
+    t.per_span_token = 1.0 / full_row;   // the pinned flag
+    t.fixed = sizeof(float) / full_row;  // the gate's threshold
+    // SekvZoom's scratch, one per KV head for all layers: kSekvZoomArrays ints per candidate,
+    // the candidates padded up to a power of two (at most twice as many).
+    const double candidates =
+        options.resolution == ZoomResolution::kToken ? options.candidate_factor : 1.0;
+    t.per_zoom_slot =
+        2.0 * cuda::kSekvZoomArrays * sizeof(int32_t) * candidates / (full_row * layers);
+  }
+  t.per_span = span_bytes / full_row;
+  t.counts_included = true;
+  return t;
+}
 
 absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvCache& cache,
                                                          GpuTier tier, GpuZoom zoom) {

@@ -52,6 +52,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/runtime/backend.h"
+#include "common/sekv/budget_plan.h"
 #include "common/sekv/sekv_cache.h"
 
 namespace scd::sekv {
@@ -66,6 +67,15 @@ class GpuSekv {
  public:
   // True when this build has CUDA and `backend` is a CUDA backend.
   static bool Applies(const Backend& backend);
+
+  // What the device tier holds beyond the rows PlanBudget counts, for a cache of `shape` and
+  // `options` mirrored as `tier` and `zoom`: the per-span counts on the device, with kDevice
+  // the zoom's table of the CPU tier (a SpanBasisRef per span and KV head), pinned flags (a byte
+  // per span token) and scratch, and F32 rows' double size against the backend's BF16 cache.
+  // Planned with it, Memory().gpu_ratio() stays within the budget. In a build without CUDA,
+  // the host tier's (nothing beyond the rows): the device path never applies there.
+  static TierOverhead PlanOverhead(const CacheShape& shape, const SekvOptions& options,
+                                   GpuTier tier, GpuZoom zoom);
 
   // Mirrors `cache`'s GPU tier on `backend`'s device. `cache` (not in teacher mode, no step
   // taken yet) and `backend` must outlive this object; from now on only this object steps it.

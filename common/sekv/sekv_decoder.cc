@@ -1,6 +1,8 @@
 // See sekv_decoder.h.
 #include "common/sekv/sekv_decoder.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/ops.h"
 
@@ -69,7 +71,7 @@ absl::Status SekvDecoder::Step(int32_t token, int position, KvCache& cache,
   return absl::OkStatus();
 }
 
-absl::StatusOr<PrefixKv> SekvDecoder::MakePrefix(const ExternalKv& kv,
+absl::StatusOr<PrefixKv> SekvDecoder::MakePrefix(ExternalKv kv,
                                                  std::vector<float> surprisal) const {
   const ModelConfig& c = model_->config;
   const int t = kv.num_tokens;
@@ -88,10 +90,10 @@ absl::StatusOr<PrefixKv> SekvDecoder::MakePrefix(const ExternalKv& kv,
       return absl::InvalidArgumentError(
           absl::StrCat("external KV of layer ", l, " has the wrong size"));
     }
-    p.k.push_back(kv.k_pre_rope[l]);
+    p.k.push_back(std::move(kv.k_pre_rope[l]));
     cpu::ApplyRope(p.k.back().data(), t, c.num_kv_heads, c.head_dim, positions.data(),
                    inv_freq_.data());
-    p.v.push_back(kv.v[l]);
+    p.v.push_back(std::move(kv.v[l]));
   }
   return p;
 }
@@ -105,7 +107,7 @@ absl::StatusOr<PrefixKv> SekvDecoder::MakePrefix(const std::vector<LayerStates>&
     kv.k_pre_rope.push_back(s.k_pre_rope);
     kv.v.push_back(s.v);
   }
-  return MakePrefix(kv, std::move(surprisal));
+  return MakePrefix(std::move(kv), std::move(surprisal));
 }
 
 }  // namespace scd::sekv

@@ -31,8 +31,9 @@ class SekvDecoder {
   absl::Status Step(int32_t token, int position, KvCache& cache, std::vector<float>* logits);
 
   // A PrefixKv from pre-RoPE keys and values (an SCD rebuild's ExternalKv, or a prefill's
-  // LayerStates) at positions [0, T): applies this model's RoPE to the keys.
-  absl::StatusOr<PrefixKv> MakePrefix(const ExternalKv& kv, std::vector<float> surprisal) const;
+  // LayerStates) at positions [0, T): applies this model's RoPE to the keys. `kv`'s rows are
+  // taken over, not copied, when it is passed as an rvalue (a long prompt's K/V is gigabytes).
+  absl::StatusOr<PrefixKv> MakePrefix(ExternalKv kv, std::vector<float> surprisal) const;
   absl::StatusOr<PrefixKv> MakePrefix(const std::vector<LayerStates>& layers, int num_tokens,
                                       std::vector<float> surprisal) const;
 

@@ -67,6 +67,7 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     const Model& m = e->backend_->model();
     SCD_ASSIGN_OR_RETURN(e->sekv_decoder_, sekv::SekvDecoder::Create(std::shared_ptr<const Model>(
                                                std::shared_ptr<const Model>(), &m)));
+    e->sekv_tier_ = SekvSession::TierFor(*e->backend_, *e->sekv_decoder_, options.sekv);
   }
   e->thread_ = std::thread([p = e.get()] { p->Loop(); });
   return e;
@@ -364,7 +365,7 @@ void DecodeEngine::StartBuild(std::unique_ptr<Active> a) {
   SekvPrompt prompt = raw->sekv_prefill->Take();
   raw->sekv_prefill.reset();
   raw->build = std::thread([this, raw, prompt = std::move(prompt)]() mutable {
-    auto built = SekvSession::Build(*sekv_decoder_, std::move(prompt), options_.sekv);
+    auto built = SekvSession::Build(*sekv_decoder_, std::move(prompt), options_.sekv, sekv_tier_);
     std::lock_guard<std::mutex> lock(mu_);
     raw->built = std::move(built);
     raw->build_ready = true;

@@ -165,6 +165,7 @@ class DecodeEngine {
   std::unique_ptr<ConsumerCodec> codec_;
   DecodeEngineOptions options_;
   std::unique_ptr<sekv::SekvDecoder> sekv_decoder_;  // with options_.sekv.enabled
+  sekv::TierOverhead sekv_tier_;                     // SekvSession::TierFor the backend
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

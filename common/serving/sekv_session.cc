@@ -33,7 +33,8 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
     const Payload* payload, absl::Span<const int32_t> suffix, const SekvServingOptions& options,
     std::vector<float>* logits) {
   SCD_ASSIGN_OR_RETURN(SekvPrompt prompt, Prepare(backend, codec, payload, suffix));
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<SekvSession> s, Build(decoder, std::move(prompt), options));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<SekvSession> s, Build(decoder, std::move(prompt), options,
+                                                             TierFor(backend, decoder, options)));
   SCD_RETURN_IF_ERROR(s->Activate(backend, options, logits));
   return s;
 }
@@ -140,19 +141,26 @@ absl::StatusOr<SekvPrompt> SekvSession::Prepare(Backend& backend, const Consumer
   return p->Take();
 }
 
+sekv::TierOverhead SekvSession::TierFor(const Backend& backend, const sekv::SekvDecoder& decoder,
+                                        const SekvServingOptions& options) {
+  if (!options.gpu || !sekv::GpuSekv::Applies(backend)) return sekv::TierOverhead{};
+  return sekv::GpuSekv::PlanOverhead(decoder.shape(), options.cache, options.gpu_tier,
+                                     options.gpu_zoom);
+}
+
 absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Build(sekv::SekvDecoder& decoder,
                                                                 SekvPrompt prompt,
-                                                                const SekvServingOptions& options) {
+                                                                const SekvServingOptions& options,
+                                                                const sekv::TierOverhead& tier) {
   // 3. The hierarchy at the budget.
   const auto phase = Clock::now();
   if (options.before_build) options.before_build();
   const int t = prompt.kv.num_tokens;
   SCD_ASSIGN_OR_RETURN(sekv::PrefixKv prefix,
-                       decoder.MakePrefix(prompt.kv, std::move(prompt.surprisal)));
-  prompt.kv = ExternalKv{};
+                       decoder.MakePrefix(std::move(prompt.kv), std::move(prompt.surprisal)));
   const sekv::CacheShape shape = decoder.shape();
   const sekv::BudgetPlan plan = sekv::PlanBudget(prefix.surprisal, options.budget, options.cache,
-                                                 options.shares, shape.head_dim);
+                                                 options.shares, shape.head_dim, tier);
   std::unique_ptr<SekvSession> s(new SekvSession(decoder));
   SCD_ASSIGN_OR_RETURN(s->cache_, sekv::SekvCache::CreateWithSegmentation(
                                       shape, prefix, plan.segmentation, plan.sekv, options.router));

@@ -135,9 +135,16 @@ class SekvSession {
   static absl::StatusOr<SekvPrompt> Prepare(Backend& backend, const ConsumerCodec& codec,
                                             const Payload* payload,
                                             absl::Span<const int32_t> suffix);
+  //   `tier` is TierFor(the backend, decoder, options): the plan fits the tier Activate will
+  //   use into the budget.
   static absl::StatusOr<std::unique_ptr<SekvSession>> Build(sekv::SekvDecoder& decoder,
                                                             SekvPrompt prompt,
-                                                            const SekvServingOptions& options);
+                                                            const SekvServingOptions& options,
+                                                            const sekv::TierOverhead& tier);
+  // The GPU tier's overheads (sekv::GpuSekv::PlanOverhead) when `options` decode on
+  // `backend`'s device; the host tier's (none) otherwise.
+  static sekv::TierOverhead TierFor(const Backend& backend, const sekv::SekvDecoder& decoder,
+                                    const SekvServingOptions& options);
   absl::Status Activate(Backend& backend, const SekvServingOptions& options,
                         std::vector<float>* logits);
 

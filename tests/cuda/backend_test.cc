@@ -99,19 +99,6 @@ std::vector<float> GoldenTensor(const std::string& name) {
   return std::move(t).value();
 }
 
-float TopTwoMargin(const float* logits, int vocab) {
-  float a = -INFINITY, b = -INFINITY;
-  for (int j = 0; j < vocab; ++j) {
-    if (logits[j] > a) {
-      b = a;
-      a = logits[j];
-    } else if (logits[j] > b) {
-      b = logits[j];
-    }
-  }
-  return a - b;
-}
-
 void CheckParity(const std::vector<float>& cuda_logits, const std::vector<float>& cpu_logits,
                  const std::string& what) {
   const Errors e = Compare(cuda_logits, cpu_logits);
@@ -205,7 +192,7 @@ TEST_CASE("CUDA backend greedy decoding follows the golden continuations", "[cud
     int decisive = 0;
     for (size_t s = 0; s < golden.size(); ++s) {
       INFO("step " << s);
-      const float margin = TopTwoMargin(cpu_logits.data(), vocab);
+      const float margin = testing::TopTwoMargin(cpu_logits.data(), vocab);
       REQUIRE(ArgMax(cpu_logits) == golden[s]);  // the reference itself follows the golden
       if (margin >= kGreedyMargin) {
         ++decisive;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "common/model/weights.h"
@@ -150,6 +151,19 @@ void CheckLogits(const std::vector<float>& got, const std::vector<float>& want, 
             << " (bound " << mean_abs << ")");
   CHECK(worst <= max_abs);
   CHECK(mean <= mean_abs);
+}
+
+float TopTwoMargin(const float* logits, int vocab) {
+  float a = -std::numeric_limits<float>::infinity(), b = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j < vocab; ++j) {
+    if (logits[j] > a) {
+      b = a;
+      a = logits[j];
+    } else if (logits[j] > b) {
+      b = logits[j];
+    }
+  }
+  return a - b;
 }
 
 }  // namespace scd::testing

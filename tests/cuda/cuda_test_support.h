@@ -106,6 +106,10 @@ ModelConfig ParityConfig(Architecture arch);
 std::shared_ptr<const Model> LoadSharedModel(const std::string& relative);
 std::unique_ptr<Backend> MakeBackend(BackendKind kind, std::shared_ptr<const Model> model);
 
+// The largest logit's lead over the runner-up (greedy decisions closer than a backend's error
+// may legitimately go either way).
+float TopTwoMargin(const float* logits, int vocab);
+
 struct Mismatch {
   size_t count = 0;    // elements outside atol + rtol * |want|
   size_t worst = 0;    // index of the largest excess

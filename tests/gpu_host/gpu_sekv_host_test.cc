@@ -14,6 +14,7 @@
 
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
+#include "common/sekv/budget_plan.h"
 #include "common/sekv/gpu_sekv.h"
 #include "common/sekv/sekv_cache.h"
 #include "common/sekv/zoom_router.h"
@@ -84,6 +85,32 @@ PrefixKv RandomPrefix(const CacheShape& shape, int t) {
   }
   prefix.surprisal.assign(t, 1.0f);
   return prefix;
+}
+
+// A GpuSekv of a cache of `prefix` in `seg` and `o` (*cache), after one decode step through
+// every layer (the pins are chosen, the window grows by one row): its Memory().
+MemoryBreakdown MemoryAfterOneStep(Backend& backend, const CacheShape& shape,
+                                   const PrefixKv& prefix, const Segmentation& seg,
+                                   const SekvOptions& o, GpuTier tier, GpuZoom zoom,
+                                   std::unique_ptr<SekvCache>* cache) {
+  auto made = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, nullptr);
+  REQUIRE(made.ok());
+  *cache = std::move(made).value();
+  auto gpu = GpuSekv::Create(backend, **cache, tier, zoom);
+  REQUIRE(gpu.ok());
+  auto buffer = cuda::DeviceBuffer::Allocate(sizeof(float) * 4 * shape.q_dim(), "test array");
+  REQUIRE(buffer.ok());
+  float* d = buffer->as<float>();
+  const auto x = Normal(4 * shape.q_dim(), 7, 2.0f);
+  REQUIRE(cuda::CopyToDeviceSync(d, x.data(), sizeof(float) * x.size()).ok());
+  for (int l = 0; l < shape.num_layers; ++l) {
+    const float* q = d;
+    const float* k = d + shape.q_dim();
+    const float* v = k + shape.kv_dim();
+    REQUIRE((*gpu)->Attend(l, q, k, v, d + 3 * shape.q_dim(), nullptr).ok());
+  }
+  REQUIRE(cuda::SynchronizeStream(nullptr).ok());
+  return (*gpu)->Memory();
 }
 
 // One zoom of Compare (below).
@@ -245,26 +272,8 @@ TEST_CASE("GpuSekv::Memory counts the device's rows in the tier's element type",
   SekvOptions o;
   o.pin_tokens = pins;
   o.expand_budget = budget;
-  // One decode step through each tier (the pins are chosen, the window grows by one row).
   auto run = [&](GpuTier tier, std::unique_ptr<SekvCache>* cache, GpuZoom zoom = GpuZoom::kHost) {
-    auto made = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, nullptr);
-    REQUIRE(made.ok());
-    *cache = std::move(made).value();
-    auto gpu = GpuSekv::Create(backend, **cache, tier, zoom);
-    REQUIRE(gpu.ok());
-    auto buffer = cuda::DeviceBuffer::Allocate(sizeof(float) * 4 * shape.q_dim(), "test array");
-    REQUIRE(buffer.ok());
-    float* d = buffer->as<float>();
-    const auto x = Normal(4 * shape.q_dim(), 7, 2.0f);
-    REQUIRE(cuda::CopyToDeviceSync(d, x.data(), sizeof(float) * x.size()).ok());
-    for (int l = 0; l < shape.num_layers; ++l) {
-      const float* q = d;
-      const float* k = d + shape.q_dim();
-      const float* v = k + shape.kv_dim();
-      REQUIRE((*gpu)->Attend(l, q, k, v, d + 3 * shape.q_dim(), nullptr).ok());
-    }
-    REQUIRE(cuda::SynchronizeStream(nullptr).ok());
-    return (*gpu)->Memory();
+    return MemoryAfterOneStep(backend, shape, prefix, seg, o, tier, zoom, cache);
   };
   std::unique_ptr<SekvCache> c32, c16;
   const MemoryBreakdown m32 = run(GpuTier::kF32, &c32), m16 = run(GpuTier::kBf16, &c16);
@@ -319,6 +328,38 @@ TEST_CASE("GpuSekv::Memory counts the device's rows in the tier's element type",
   CHECK(mz.pinned == m16.pinned + shape.num_layers * shape.num_kv_heads * span_tokens);
   CHECK(mz.cpu_bases == 2 * host.cpu_bases);  // and no LRU of rebuilt rows on the host
   CHECK(mz.full_kv == m16.full_kv);
+}
+
+TEST_CASE("Planned with GpuSekv::PlanOverhead, the device tier stays within the budget", "[cpu]") {
+  // head_dim 8 as stories260K: a K/V row is 32 BF16 bytes, so the device's per-span counts
+  // and zoom tables (72 bytes a span) weigh more than a summary row itself.
+  for (const int head_dim : {8, 64}) {
+    const ModelConfig c = ShapeConfig(4, 8, 4, head_dim);
+    ShapeOnlyBackend backend(c);
+    const CacheShape shape = CacheShape::FromConfig(c);
+    const int t = 600;
+    PrefixKv prefix = RandomPrefix(shape, t);
+    for (int i = 0; i < t; ++i) prefix.surprisal[i] = i % 13 == 5 ? 7.0f : 1.0f + 0.25f * (i % 5);
+    for (const double budget : {0.25, 0.4}) {
+      for (const GpuTier tier : {GpuTier::kBf16, GpuTier::kF32}) {
+        for (const GpuZoom zoom : {GpuZoom::kDevice, GpuZoom::kHost}) {
+          INFO("head_dim " << head_dim << ", budget " << budget << ", "
+                           << (tier == GpuTier::kBf16 ? "BF16" : "F32") << " rows, zoom on the "
+                           << (zoom == GpuZoom::kDevice ? "device" : "host"));
+          const TierOverhead over = GpuSekv::PlanOverhead(shape, SekvOptions{}, tier, zoom);
+          const BudgetPlan plan = PlanBudget(prefix.surprisal, budget, SekvOptions{},
+                                             BudgetShares{}, shape.head_dim, over);
+          REQUIRE(plan.sekv.expand_budget > 0);  // room is left for the zoom-in
+          std::unique_ptr<SekvCache> cache;
+          const MemoryBreakdown m = MemoryAfterOneStep(backend, shape, prefix, plan.segmentation,
+                                                       plan.sekv, tier, zoom, &cache);
+          INFO("device tier " << m.gpu_ratio() << " of the BF16 full cache");
+          CHECK(m.gpu_ratio() <= budget);
+          CHECK(m.gpu_ratio() >= 0.6 * budget);  // and the budget is used
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("GpuSekv refuses shapes its kernels cannot take, before uploading", "[cpu]") {

@@ -363,5 +363,41 @@ TEST_CASE("budget plan fits every cache into the same GPU budget", "[cpu]") {
   }
 }
 
+TEST_CASE("budget plan fits a tier's rows and overheads into the budget", "[cpu]") {
+  const int t = 384;
+  const auto s = Surprisal(t, 41);
+  // A tier whose rows cost twice the full cache's, with counts per span, a flag per span
+  // token, scratch per expansion slot and a fixed part (all in token-equivalents).
+  TierOverhead tier;
+  tier.row = 2;
+  tier.per_span = 1.5;
+  tier.per_span_token = 1.0 / 32;
+  tier.per_zoom_slot = 0.5;
+  tier.fixed = 0.25;
+  tier.counts_included = true;
+  for (double f : {0.2, 0.4, 0.6}) {
+    INFO("budget " << f);
+    const BudgetPlan plain = PlanBudget(s, f, SekvOptions{}, BudgetShares{}, 8);
+    const BudgetPlan p = PlanBudget(s, f, SekvOptions{}, BudgetShares{}, 8, tier);
+    const Segmentation& seg = p.segmentation;
+    CheckPartition(seg);
+    double span_tokens = 0;
+    for (const TokenSpan& sp : seg.spans) span_tokens += sp.length();
+    const double rows = double(seg.anchors.size() + seg.spans.size()) + seg.window_length() +
+                        p.sekv.pin_tokens + p.sekv.expand_budget;
+    const double cost = tier.row * rows + tier.per_span * double(seg.spans.size()) +
+                        tier.per_span_token * span_tokens +
+                        tier.per_zoom_slot * p.sekv.expand_budget + tier.fixed;
+    CHECK(cost <= p.budget_tokens);
+    CHECK(cost >= 0.8 * p.budget_tokens);               // what is left is less than a few rows
+    CHECK(p.budget_tokens == plain.budget_tokens - 1);  // a tier row (2) kept in reserve
+    CHECK(p.sekv.expand_budget > 0);
+    // Dearer rows and overheads: fewer, longer spans and fewer zoom-in slots than the host's.
+    CHECK(seg.spans.size() <= plain.segmentation.spans.size());
+    CHECK(p.sekv.expand_budget + p.sekv.pin_tokens <
+          plain.sekv.expand_budget + plain.sekv.pin_tokens);
+  }
+}
+
 }  // namespace
 }  // namespace scd::sekv

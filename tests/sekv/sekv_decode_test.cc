@@ -96,6 +96,31 @@ TEST_CASE("decoder with the full cache reproduces the backend's decode", "[cpu]"
   }
 }
 
+TEST_CASE("MakePrefix takes an rvalue's rows over and gives what a copy gives", "[cpu]") {
+  auto model = TinyModel();
+  auto dec = SekvDecoder::Create(model);
+  REQUIRE(dec.ok());
+  const auto ids = Tokens(40, 2);
+  Prefilled pf = Prefill(model, **dec, ids, 40);
+  ExternalKv kv;
+  kv.num_tokens = 40;
+  for (int l = 0; l < model->config.num_layers; ++l) {
+    kv.k_pre_rope.push_back(pf.prefix.k[l]);  // any rows will do: RoPE is applied once more
+    kv.v.push_back(pf.prefix.v[l]);
+  }
+  auto copied = (*dec)->MakePrefix(kv, pf.prefix.surprisal);
+  REQUIRE(copied.ok());
+  const float* k0 = kv.k_pre_rope[0].data();
+  const float* v0 = kv.v[0].data();
+  auto moved = (*dec)->MakePrefix(std::move(kv), pf.prefix.surprisal);
+  REQUIRE(moved.ok());
+  CHECK(moved->k[0].data() == k0);  // the same storage, no copy
+  CHECK(moved->v[0].data() == v0);
+  CHECK(moved->k == copied->k);
+  CHECK(moved->v == copied->v);
+  CHECK(moved->surprisal == copied->surprisal);
+}
+
 TEST_CASE("SEKV with every span expanded equals the full cache", "[cpu]") {
   auto model = TinyModel();
   auto dec = SekvDecoder::Create(model);

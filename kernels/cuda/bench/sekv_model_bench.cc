@@ -104,8 +104,11 @@ absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, i
   prefix.surprisal.resize(context);
   FillUniform(prefix.surprisal.data(), context, kSeed + 99, 0.0f, 1.0f);
   for (float& s : prefix.surprisal) s = -2.0f * std::log1p(-s);
-  const sekv::BudgetPlan plan = sekv::PlanBudget(prefix.surprisal, kBudget, sekv::SekvOptions{},
-                                                 sekv::BudgetShares{}, c.head_dim);
+  // Planned as the decode daemon plans its default tier (BF16 rows, the zoom on the device).
+  const sekv::BudgetPlan plan = sekv::PlanBudget(
+      prefix.surprisal, kBudget, sekv::SekvOptions{}, sekv::BudgetShares{}, c.head_dim,
+      sekv::GpuSekv::PlanOverhead(sekv::CacheShape::FromConfig(c), sekv::SekvOptions{},
+                                  sekv::GpuTier::kBf16, sekv::GpuZoom::kDevice));
   sekv::SekvOptions o = plan.sekv;
   o.expand_budget = kExpandRows;
   o.cache_tokens = 0;

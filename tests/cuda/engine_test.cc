@@ -1,0 +1,127 @@
+// The decode engine (common/serving/decode_engine.h) on the CUDA backend, as the decode daemon
+// runs it on a GPU: three requests at once, prefilled in chunks of 16 between batched decode
+// steps (a suffix-only prompt, an oracle payload with a short suffix, a longer suffix), with
+// the backend sampling on the device.
+//   plain path: each request's tokens are the ones the CPU reference picks along them
+//               (teacher-forced: the CPU prefills the prompt and the GPU's tokens), wherever the
+//               CPU's lead over the runner-up is decisive (the margin of backend_test.cc);
+//   SEKV path:  every request runs through GpuSekv and completes, within the GPU budget.
+// Both paths prefill every prompt token in chunks of at most 16.
+#include <catch2/catch.hpp>
+
+#include "common/runtime/sampler.h"
+#include "common/scd/wire_format.h"
+#include "common/serving/decode_engine.h"
+#include "tests/cuda/cuda_test_support.h"
+#include "tests/serving/engine_fixture.h"
+
+namespace scd {
+namespace {
+
+using testing::DecodeEventCollector;
+using testing::SyntheticPrompt;
+
+constexpr float kGreedyMargin = 0.6f;  // as backend_test.cc
+constexpr int kTokens = 12;
+
+struct Request {
+  uint64_t id;
+  std::vector<int32_t> prompt;
+  size_t payload_tokens;  // an oracle payload's; 0: suffix only
+};
+
+}  // namespace
+
+TEST_CASE("The decode engine on the CUDA backend serves chunked, batched requests", "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  testing::ProducerFixture f;
+  const int vocab = f.model->config.vocab_size;
+  const std::vector<Request> requests = {{1, SyntheticPrompt(40, 1), 0},
+                                         {2, SyntheticPrompt(103, 2), 100},
+                                         {3, SyntheticPrompt(70, 3), 0}};
+  for (const bool sekv : {false, true}) {
+    INFO((sekv ? "SEKV path" : "plain path"));
+    DecodeEngineOptions o;
+    o.max_batch = 4;
+    o.prefill_chunk = 16;
+    o.sekv.enabled = sekv;
+    o.sekv.budget = 0.4;
+    auto engine =
+        DecodeEngine::Create(testing::MakeBackend(BackendKind::kCuda, f.model),
+                             ConsumerCodec::Create(f.model, f.model->digest, nullptr).value(), o);
+    REQUIRE(engine.ok());
+    DecodeEventCollector ev;
+    for (const Request& r : requests) {
+      DecodeJob job;
+      job.request_id = r.id;
+      if (r.payload_tokens > 0) {
+        const std::vector<int32_t> prefix(r.prompt.begin(), r.prompt.begin() + r.payload_tokens);
+        job.payload = SerializePayload(f.Encode(CodecMode::kOracle, prefix));
+      }
+      job.suffix.assign(r.prompt.begin() + r.payload_tokens, r.prompt.end());
+      job.max_tokens = kTokens;
+      job.stop_ids = {-1};
+      REQUIRE((*engine)->Submit(std::move(job), ev.For(r.id)).ok());
+    }
+    ev.WaitFor(requests.size());
+    // At most 16 tokens a loop iteration, shared first come first served: an oracle
+    // payload's tokens, then the suffix (on the SEKV path, but its last token), never one
+    // chunk across both. A request's first chunk may take what the one before it left.
+    long tokens = 0, chunks = 0;
+    for (const Request& r : requests) {
+      const size_t rest = r.prompt.size() - r.payload_tokens - (sekv ? 1 : 0);
+      tokens += static_cast<long>(r.payload_tokens + rest);
+      chunks += static_cast<long>((r.payload_tokens + 15) / 16 + (rest + 15) / 16);
+    }
+    const DecodeEngineStats stats = (*engine)->stats();
+    CHECK(stats.prefill_tokens == tokens);
+    CHECK(stats.prefill_chunks >= (tokens + 15) / 16);
+    CHECK(stats.prefill_chunks <= chunks + static_cast<long>(requests.size()));
+    for (const Request& r : requests) {
+      INFO("request " << r.id);
+      const DecodeEvent& done = ev.final_events[r.id];
+      INFO(done.error);
+      REQUIRE(done.kind == DecodeEvent::Kind::kDone);
+      CHECK(done.prompt_tokens == static_cast<int>(r.prompt.size()));
+      const std::vector<int32_t>& got = ev.tokens[r.id];
+      REQUIRE(got.size() == static_cast<size_t>(kTokens));
+      if (sekv) continue;
+      // Teacher-forced on the CPU: the logits after the prompt and each GPU token but the last.
+      std::vector<int32_t> forced = r.prompt;
+      forced.insert(forced.end(), got.begin(), got.end() - 1);
+      auto seq = f.reference->NewSequence(static_cast<int>(forced.size())).value();
+      PrefillOptions all;
+      all.all_logits = true;
+      PrefillResult pr;
+      REQUIRE(f.reference->Prefill(*seq, forced, all, &pr).ok());
+      int decisive = 0;
+      for (int i = 0; i < kTokens; ++i) {
+        const float* row =
+            pr.logits.data() + (r.prompt.size() - 1 + static_cast<size_t>(i)) * vocab;
+        if (testing::TopTwoMargin(row, vocab) < kGreedyMargin) continue;
+        ++decisive;
+        INFO("token " << i);
+        CHECK(got[i] == ArgMax(absl::MakeConstSpan(row, vocab)));
+      }
+      CHECK(decisive > 0);
+    }
+    if (sekv) {
+      CHECK(stats.sekv_requests == 3);
+      REQUIRE(stats.sekv_full_kv_bytes > 0);
+      CHECK(stats.sekv_gpu_bytes / stats.sekv_full_kv_bytes <= 0.40);
+      // The GPU path measures against the CUDA backend's BF16 cache (2 bytes an element; the
+      // CPU path's is F32): the full cache of every request's positions after its first step.
+      const ModelConfig& c = f.model->config;
+      double elements = 0;
+      for (const Request& r : requests) {
+        elements += static_cast<double>(r.prompt.size()) * c.num_layers * 2 * c.kv_dim();
+      }
+      CHECK(stats.sekv_full_kv_bytes / elements >= 2.0);
+      CHECK(stats.sekv_full_kv_bytes / elements < 2.2);
+    } else {
+      CHECK(stats.max_batch_seen >= 2);  // the requests were batched
+    }
+  }
+}
+
+}  // namespace scd
