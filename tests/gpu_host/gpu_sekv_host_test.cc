@@ -87,6 +87,16 @@ PrefixKv RandomPrefix(const CacheShape& shape, int t) {
   return prefix;
 }
 
+// One step's device inputs in one buffer of N(0, 2²) values: q [q_dim], then k and v [kv_dim],
+// then room for the output [q_dim] at 3 q_dim.
+cuda::DeviceBuffer StepInputs(const CacheShape& shape) {
+  auto buffer = cuda::DeviceBuffer::Allocate(sizeof(float) * 4 * shape.q_dim(), "test array");
+  REQUIRE(buffer.ok());
+  const auto x = Normal(4 * shape.q_dim(), 7, 2.0f);
+  REQUIRE(cuda::CopyToDeviceSync(buffer->data(), x.data(), sizeof(float) * x.size()).ok());
+  return std::move(buffer).value();
+}
+
 // A GpuSekv of a cache of `prefix` in `seg` and `o` (*cache), after one decode step through
 // every layer (the pins are chosen, the window grows by one row): its Memory().
 MemoryBreakdown MemoryAfterOneStep(Backend& backend, const CacheShape& shape,
@@ -98,11 +108,8 @@ MemoryBreakdown MemoryAfterOneStep(Backend& backend, const CacheShape& shape,
   *cache = std::move(made).value();
   auto gpu = GpuSekv::Create(backend, **cache, tier, zoom);
   REQUIRE(gpu.ok());
-  auto buffer = cuda::DeviceBuffer::Allocate(sizeof(float) * 4 * shape.q_dim(), "test array");
-  REQUIRE(buffer.ok());
-  float* d = buffer->as<float>();
-  const auto x = Normal(4 * shape.q_dim(), 7, 2.0f);
-  REQUIRE(cuda::CopyToDeviceSync(d, x.data(), sizeof(float) * x.size()).ok());
+  const cuda::DeviceBuffer buffer = StepInputs(shape);
+  float* d = buffer.as<float>();
   for (int l = 0; l < shape.num_layers; ++l) {
     const float* q = d;
     const float* k = d + shape.q_dim();
@@ -418,11 +425,8 @@ TEST_CASE("GpuSekv's device zoom waits for the device once per step, the host zo
     REQUIRE(cache.ok());
     auto gpu = GpuSekv::Create(backend, **cache, GpuTier::kBf16, zoom);
     REQUIRE(gpu.ok());
-    auto buffer = cuda::DeviceBuffer::Allocate(sizeof(float) * 4 * shape.q_dim(), "test array");
-    REQUIRE(buffer.ok());
-    float* d = buffer->as<float>();
-    const auto x = Normal(4 * shape.q_dim(), 7, 2.0f);
-    REQUIRE(cuda::CopyToDeviceSync(d, x.data(), sizeof(float) * x.size()).ok());
+    const cuda::DeviceBuffer buffer = StepInputs(shape);
+    float* d = buffer.as<float>();
     std::vector<int64_t> per_step;
     for (int step = 0; step < steps; ++step) {
       const int64_t before = cuda::stub::HostWaits();
