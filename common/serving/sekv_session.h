@@ -13,15 +13,15 @@
 //      the backend sequence is freed;
 //   4. the last suffix token is decoded through the cache (SekvDecoder), which also picks the
 //      observation-window anchors with that query, and its logits give the first token.
-// The decode engine runs them as three stages (Prepare, Build, Activate): step 3's host work
-// (seconds at long prompts) on a thread of its own, so that the running requests keep
-// decoding meanwhile. Step() then decodes one token at a time through the cache. On a CUDA backend
-// (with options.gpu) the decode runs on the GPU: the model on the device and the cache's GPU tier
-// mirrored there (sekv::GpuSekv, common/sekv/gpu_sekv.h), with planning and the CPU tier on the
-// host. Otherwise it runs on the CPU (SekvDecoder). memory() reports the tiers from the
-// structures that hold them (measured after the first step): on the GPU path the device's
-// rows in its element type against the backend's BF16 full cache (GpuSekv::Memory), else the
-// host cache's (SekvCache::Memory).
+// The decode engine runs them as three stages (Prepare as SekvPrefill, in chunks between its
+// decode steps; Build; Activate): step 3's host work (seconds at long prompts) on a thread of
+// its own, so that the running requests keep decoding meanwhile. Step() then decodes one token at a
+// time through the cache. On a CUDA backend (with options.gpu) the decode runs on the GPU: the
+// model on the device and the cache's GPU tier mirrored there (sekv::GpuSekv,
+// common/sekv/gpu_sekv.h), with planning and the CPU tier on the host. Otherwise it runs on the CPU
+// (SekvDecoder). memory() reports the tiers from the structures that hold them (measured after the
+// first step): on the GPU path the device's rows in its element type against the backend's BF16
+// full cache (GpuSekv::Memory), else the host cache's (SekvCache::Memory).
 //
 // Not supported: recompute payloads (their rebuild fills a block of layers inside the backend,
 // which the capture cannot see) and payloads that do not start at position 0.
