@@ -283,19 +283,18 @@ absl::Status DecodeDaemon::Start() {
     auto add = [](auto* family, const char* label, int64_t before, int64_t after) {
       if (after > before) family->WithLabels({label}).value()->Increment(after - before);
     };
+    // `counter` advanced by a source counter's growth since *last, which becomes `now`.
+    auto advance = [](metrics::Counter* counter, long* last, long now) {
+      if (now > *last) counter->Increment(static_cast<double>(now - *last));
+      *last = now;
+    };
     while (!stop_ticker_.load()) {
       active->Set(engine_->running());
       queued->Set(engine_->queued());
       starting->Set(engine_->starting());
       const DecodeEngineStats engine_stats = engine_->stats();
-      if (engine_stats.prefill_chunks > last_chunks) {
-        prefill_chunks->Increment(static_cast<double>(engine_stats.prefill_chunks - last_chunks));
-      }
-      if (engine_stats.prefill_tokens > last_tokens) {
-        prefill_tokens->Increment(static_cast<double>(engine_stats.prefill_tokens - last_tokens));
-      }
-      last_chunks = engine_stats.prefill_chunks;
-      last_tokens = engine_stats.prefill_tokens;
+      advance(prefill_chunks, &last_chunks, engine_stats.prefill_chunks);
+      advance(prefill_tokens, &last_tokens, engine_stats.prefill_tokens);
       const DecodeGraphStats& graphs = engine_stats.graphs;
       add(graph_steps, "replay", last_graphs.replays, graphs.replays);
       add(graph_steps, "capture", last_graphs.captures, graphs.captures);

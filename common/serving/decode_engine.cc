@@ -38,11 +38,9 @@ struct DecodeEngine::Active {
   bool build_ready = false;
   // The SEKV path's prompt while it is prefilled in chunks (PrefillChunks).
   std::unique_ptr<SekvPrefill> sekv_prefill;
-  // The backend path's prompt tokens still to prefill (PrefillChunks): pending[prefilled, end);
-  // the first payload_tokens are an oracle payload's (their time counts as the rebuild's).
-  std::vector<int32_t> pending;
-  size_t prefilled = 0;
-  size_t payload_tokens = 0;
+  // The backend path's prompt tokens still to prefill (PrefillChunks); an oracle payload's
+  // time counts as the rebuild's.
+  PromptChunks pending;
 
   int length() const { return sekv != nullptr ? sekv->length() : seq->length(); }
 };
@@ -282,13 +280,13 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
   if (has_payload && payload.mode == CodecMode::kOracle) {
     // Nothing to rebuild: the payload's tokens are prefilled here, in chunks like the suffix.
     if (absl::Status st = codec_->Check(payload, *a->seq); !st.ok()) return fail(st);
-    a->pending = std::move(payload.token_ids);
-    a->payload_tokens = a->pending.size();
+    a->pending.tokens = std::move(payload.token_ids);
+    a->pending.payload_end = a->pending.tokens.size();
   } else if (has_payload) {
     if (absl::Status st = codec_->Rebuild(payload, *backend_, *a->seq); !st.ok()) return fail(st);
   }
   a->timings.rebuild_ms = MsSince(t0);
-  a->pending.insert(a->pending.end(), a->job.suffix.begin(), a->job.suffix.end());
+  a->pending.tokens.insert(a->pending.tokens.end(), a->job.suffix.begin(), a->job.suffix.end());
   prefilling_.push_back(std::move(a));
 }
 
@@ -307,17 +305,17 @@ bool DecodeEngine::EndIfCancelled(Active& a, const std::unordered_map<uint64_t, 
 void DecodeEngine::PrefillChunks(const std::unordered_map<uint64_t, bool>& cancelled) {
   size_t budget = options_.prefill_chunk > 0 ? static_cast<size_t>(options_.prefill_chunk)
                                              : std::numeric_limits<size_t>::max();
+  auto count = [&](size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.prefill_chunks;
+    stats_.prefill_tokens += static_cast<long>(n);
+  };
   while (budget > 0 && !prefilling_.empty()) {
     Active& a = *prefilling_.front();
     if (EndIfCancelled(a, cancelled, "during the prompt's prefill")) {
       prefilling_.pop_front();
       continue;
     }
-    auto count = [&](size_t n) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.prefill_chunks;
-      stats_.prefill_tokens += static_cast<long>(n);
-    };
     if (a.sekv_prefill != nullptr) {
       const absl::StatusOr<size_t> n = a.sekv_prefill->Advance(budget);
       if (!n.ok()) {
@@ -334,24 +332,21 @@ void DecodeEngine::PrefillChunks(const std::unordered_map<uint64_t, bool>& cance
       }
       continue;
     }
-    // A chunk never spans the oracle payload's end, so that each part's time is its own.
-    const size_t end = a.prefilled < a.payload_tokens ? a.payload_tokens : a.pending.size();
-    const size_t n = std::min(budget, end - a.prefilled);
+    const absl::Span<const int32_t> chunk = a.pending.Next(budget);
+    const size_t n = chunk.size();
     PrefillResult prefill;
     const auto t0 = Clock::now();
-    const absl::Status st = backend_->Prefill(
-        *a.seq, absl::MakeConstSpan(a.pending).subspan(a.prefilled, n), PrefillOptions{}, &prefill);
-    (a.prefilled < a.payload_tokens ? a.timings.rebuild_ms : a.timings.suffix_prefill_ms) +=
-        MsSince(t0);
+    const absl::Status st = backend_->Prefill(*a.seq, chunk, PrefillOptions{}, &prefill);
+    (a.pending.in_payload() ? a.timings.rebuild_ms : a.timings.suffix_prefill_ms) += MsSince(t0);
     count(n);
     if (!st.ok()) {
       Finish(a, DecodeEvent::Error(st));
       prefilling_.pop_front();
       continue;
     }
-    a.prefilled += n;
+    a.pending.prefilled += n;
     budget -= n;
-    if (a.prefilled == a.pending.size()) {
+    if (a.pending.remaining() == 0) {
       std::unique_ptr<Active> ready = std::move(prefilling_.front());
       prefilling_.pop_front();
       ready->pending = {};

@@ -66,8 +66,8 @@ absl::StatusOr<std::unique_ptr<SekvPrefill>> SekvPrefill::Begin(Backend& backend
   if (own_prefill) {
     if (payload != nullptr) {
       SCD_RETURN_IF_ERROR(codec.Check(*payload, *p->seq_));
-      p->tokens_ = payload->token_ids;
-      p->payload_end_ = p->tokens_.size();
+      p->chunks_.tokens = payload->token_ids;
+      p->chunks_.payload_end = p->chunks_.tokens.size();
     }
     prompt.kv.k_pre_rope.resize(layers);
     prompt.kv.v.resize(layers);
@@ -83,7 +83,7 @@ absl::StatusOr<std::unique_ptr<SekvPrefill>> SekvPrefill::Begin(Backend& backend
     }
     prompt.times.rebuild_ms = MsSince(t0);
   }
-  p->tokens_.insert(p->tokens_.end(), suffix.begin(), suffix.end() - 1);
+  p->chunks_.tokens.insert(p->chunks_.tokens.end(), suffix.begin(), suffix.end() - 1);
   for (size_t l = 0; l < layers; ++l) {
     prompt.kv.k_pre_rope[l].reserve(static_cast<size_t>(t) * row);
     prompt.kv.v[l].reserve(static_cast<size_t>(t) * row);
@@ -94,17 +94,16 @@ absl::StatusOr<std::unique_ptr<SekvPrefill>> SekvPrefill::Begin(Backend& backend
 
 absl::StatusOr<size_t> SekvPrefill::Advance(size_t max_tokens) {
   if (max_tokens == 0) return absl::InvalidArgumentError("Advance needs max_tokens >= 1");
-  const bool payload_part = prefilled_ < payload_end_;
-  const size_t end = payload_part ? payload_end_ : tokens_.size();
-  const size_t n = std::min(max_tokens, end - prefilled_);
+  const bool payload_part = chunks_.in_payload();
+  const absl::Span<const int32_t> chunk = chunks_.Next(max_tokens);
+  const size_t n = chunk.size();
   if (n == 0) return 0;
   // 2. The consumer's own prefill of these tokens, with their K/V and surprisal.
   const auto t0 = Clock::now();
   PrefillOptions po;
   po.layer_states = po.surprisal = true;
   PrefillResult pr;
-  SCD_RETURN_IF_ERROR(
-      backend_.Prefill(*seq_, absl::MakeConstSpan(tokens_).subspan(prefilled_, n), po, &pr));
+  SCD_RETURN_IF_ERROR(backend_.Prefill(*seq_, chunk, po, &pr));
   ExternalKv& kv = prompt_.kv;
   const size_t row = static_cast<size_t>(backend_.model().config.kv_dim());
   if (pr.layers.size() != kv.k_pre_rope.size() || pr.surprisal.size() != n) {
@@ -120,7 +119,7 @@ absl::StatusOr<size_t> SekvPrefill::Advance(size_t max_tokens) {
   }
   prompt_.surprisal.insert(prompt_.surprisal.end(), pr.surprisal.begin(), pr.surprisal.end());
   kv.num_tokens += static_cast<int>(n);
-  prefilled_ += n;
+  chunks_.prefilled += n;
   (payload_part ? prompt_.times.rebuild_ms : prompt_.times.suffix_prefill_ms) += MsSince(t0);
   return n;
 }

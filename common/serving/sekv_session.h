@@ -41,6 +41,7 @@
 #include "common/sekv/sekv_cache.h"
 #include "common/sekv/sekv_decoder.h"
 #include "common/sekv/zoom_router.h"
+#include "common/serving/prompt_chunks.h"
 
 namespace scd {
 
@@ -100,7 +101,7 @@ class SekvPrefill {
                                                             const Payload* payload,
                                                             absl::Span<const int32_t> suffix);
   absl::StatusOr<size_t> Advance(size_t max_tokens);  // tokens prefilled; max_tokens >= 1
-  size_t remaining() const { return tokens_.size() - prefilled_; }
+  size_t remaining() const { return chunks_.remaining(); }
   SekvPrompt Take();
 
  private:
@@ -108,9 +109,7 @@ class SekvPrefill {
 
   Backend& backend_;
   std::unique_ptr<Sequence> seq_;
-  std::vector<int32_t> tokens_;  // to prefill: [0, payload_end_) an oracle payload's
-  size_t payload_end_ = 0;
-  size_t prefilled_ = 0;
+  PromptChunks chunks_;  // what is left to prefill
   SekvPrompt prompt_;
 };
 
