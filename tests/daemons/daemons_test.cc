@@ -228,9 +228,13 @@ TEST_CASE("The decode daemon prefills an oracle prompt in chunks and counts them
   const double chunks = std::ceil((t - 1) / 8) + 1;
   std::string body;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  do {  // the counters follow the engine within their 100 ms sampling
+  do {  // the counters and the gauge follow the engine within their 100 ms sampling (one tick
+        // may read the gauge before the request started and the counters after)
     body = HttpGet(decode.http_port, "/metrics").body;
-    if (MetricValue(body, "scd_decode_prefill_tokens_total") == std::optional<double>(t)) break;
+    if (MetricValue(body, "scd_decode_prefill_tokens_total") == std::optional<double>(t) &&
+        MetricValue(body, "scd_decode_starting_requests") == std::optional<double>(0)) {
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   } while (std::chrono::steady_clock::now() < until);
   INFO(body);
