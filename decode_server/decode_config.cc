@@ -72,6 +72,7 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   c.max_queue = static_cast<int>(engine.Int("max_queue", 256, 0, 1 << 20));
   c.min_step_interval = absl::Seconds(engine.DurationSeconds("min_step_interval", 0, 0, 60));
   c.prefill_chunk = static_cast<int>(engine.Int("prefill_chunk", 2048, 0, 1 << 20));
+  c.rebuild_chunk = static_cast<int>(engine.Int("rebuild_chunk", 8192, 0, 1 << 24));
   c.max_tokens = static_cast<int>(engine.Int("max_tokens", 4096, 1, 1 << 20));
   c.default_deadline = absl::Seconds(engine.DurationSeconds("default_deadline", 300, 0.001, 86400));
   c.drain_timeout = absl::Seconds(r.DurationSeconds("drain_timeout", 30, 0, 3600));

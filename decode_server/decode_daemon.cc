@@ -135,6 +135,7 @@ absl::Status DecodeDaemon::Start() {
   eo.max_queue = c.max_queue;
   eo.min_step_interval = c.min_step_interval;
   eo.prefill_chunk = c.prefill_chunk;
+  eo.rebuild_chunk = c.rebuild_chunk;
   if (c.sekv_enabled) SCD_RETURN_IF_ERROR(ConfigureSekv(c, *model, &metrics_, &eo.sekv));
   SCD_ASSIGN_OR_RETURN(engine_, DecodeEngine::Create(std::move(backend), std::move(codec), eo));
 
@@ -195,6 +196,17 @@ absl::Status DecodeDaemon::Start() {
                                          "Prompt tokens the decode daemon prefilled itself "
                                          "(suffixes and oracle payloads).")
                              .value();
+  auto* rebuild_chunks =
+      metrics_
+          .AddCounter("scd_decode_rebuild_chunks_total",
+                      "Rebuilds of payload rows, about engine.rebuild_chunk rows each, run "
+                      "between the running requests' decode steps.")
+          .value();
+  auto* rebuild_rows = metrics_
+                           .AddCounter("scd_decode_rebuild_rows_total",
+                                       "Payload rows (tokens) rebuilt into KV caches (every "
+                                       "mode but oracle).")
+                           .value();
   auto* registered = metrics_.AddGauge("scd_decode_registered",
                                        "1 while registered with the control plane.")
                          .value();
@@ -274,11 +286,12 @@ absl::Status DecodeDaemon::Start() {
   // State gauges and registration changes, sampled every 100 ms rather than from the
   // heartbeat: while the control plane is unreachable no heartbeat runs, and the loss itself
   // is what must show up.
-  ticker_ = std::thread([this, active, queued, starting, prefill_chunks, prefill_tokens, registered,
-                         pending, payloads, graph_steps, graphs_active] {
+  ticker_ = std::thread([this, active, queued, starting, prefill_chunks, prefill_tokens,
+                         rebuild_chunks, rebuild_rows, registered, pending, payloads, graph_steps,
+                         graphs_active] {
     PayloadMailboxStats last;
     DecodeGraphStats last_graphs;
-    long last_chunks = 0, last_tokens = 0;
+    long last_chunks = 0, last_tokens = 0, last_rebuilds = 0, last_rows = 0;
     // Counter `label` of `family` advanced by a source counter's growth since the last tick.
     auto add = [](auto* family, const char* label, int64_t before, int64_t after) {
       if (after > before) family->WithLabels({label}).value()->Increment(after - before);
@@ -295,6 +308,8 @@ absl::Status DecodeDaemon::Start() {
       const DecodeEngineStats engine_stats = engine_->stats();
       advance(prefill_chunks, &last_chunks, engine_stats.prefill_chunks);
       advance(prefill_tokens, &last_tokens, engine_stats.prefill_tokens);
+      advance(rebuild_chunks, &last_rebuilds, engine_stats.rebuild_chunks);
+      advance(rebuild_rows, &last_rows, engine_stats.rebuild_rows);
       const DecodeGraphStats& graphs = engine_stats.graphs;
       add(graph_steps, "replay", last_graphs.replays, graphs.replays);
       add(graph_steps, "capture", last_graphs.captures, graphs.captures);

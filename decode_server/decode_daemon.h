@@ -81,6 +81,7 @@ struct DecodeDaemonConfig {
   int max_queue = 256;
   absl::Duration min_step_interval = absl::ZeroDuration();
   int prefill_chunk = 2048;  // prompt tokens prefilled between decode steps (0: whole prompts)
+  int rebuild_chunk = 8192;  // payload rows rebuilt between decode steps (0: whole payloads)
   int max_tokens = 4096;
   absl::Duration default_deadline = absl::Minutes(5);
   absl::Duration payload_wait = absl::Seconds(5);

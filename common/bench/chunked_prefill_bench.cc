@@ -15,7 +15,9 @@
 #include "common/bench/runtime_bench.h"
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
+#include "common/scd/calibration.h"
 #include "common/scd/codec.h"
+#include "common/scd/wire_format.h"
 #include "common/serving/decode_engine.h"
 
 namespace scd::bench {
@@ -78,17 +80,85 @@ struct Timeline {
   }
 };
 
-absl::StatusOr<ChunkedPrefillRun> RunOne(const ChunkedPrefillBenchOptions& o,
-                                         std::shared_ptr<const Model> model, int chunk) {
+// What every run shares: the model, the artifact (modes that need one), and the long request.
+struct Setup {
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<const ScdArtifact> artifact;
+  std::vector<uint8_t> payload;  // serialized; empty without one
+  std::vector<int32_t> suffix;
+};
+
+// An artifact fitted on a few random-token passages of `model` (as producer and consumer),
+// with PATCH on about 1 in 6 layers and a one-layer recompute block in the middle: the
+// shapes and costs of a real one, for timing.
+absl::StatusOr<std::shared_ptr<const ScdArtifact>> TimingArtifact(
+    std::shared_ptr<const Model> model, uint64_t seed) {
+  const ModelConfig& c = model->config;
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(BackendKind::kCpu, model));
+  std::vector<std::vector<int32_t>> passages;
+  for (int i = 0; i < 6; ++i) passages.push_back(Prompt(128, seed * 7 + i, c.vocab_size));
+  CalibrationOptions o;
+  o.rank_k = std::min(64, c.kv_dim());
+  o.rank_v = std::min(128, c.kv_dim());
+  o.rank_h = std::min(256, c.hidden_size);
+  o.code_encoding = Encoding::kInt8Row;
+  o.max_aligner_rows = 512;
+  o.aligner.steps = 10;
+  SCD_ASSIGN_OR_RETURN(const CalibrationData data,
+                       CollectCalibrationData(*backend, *backend, passages, o));
+  SCD_ASSIGN_OR_RETURN(ScdArtifact a, FitArtifact(data, *model, *model, o, /*fit_patches=*/true));
+  const int patched = std::max(1, c.num_layers / 6);
+  for (int i = 0; i < patched; ++i)
+    a.patch_order.push_back((2 * i + 1) * c.num_layers / (2 * patched));
+  a.patch_budget = patched;
+  a.recompute_first = c.num_layers / 2;
+  a.recompute_end = a.recompute_first + 1;
+  return std::make_shared<const ScdArtifact>(std::move(a));
+}
+
+absl::StatusOr<Setup> MakeSetup(const ChunkedPrefillBenchOptions& o, const ModelConfig& config,
+                                const std::function<void(const std::string&)>& progress) {
+  Setup s;
+  progress(absl::StrFormat("synthetic %s weights", o.shape));
+  s.model = MakeSyntheticModel(config, o.seed);
+  std::vector<int32_t> prompt = Prompt(o.prompt_tokens, o.seed, config.vocab_size);
+  if (o.payload.empty()) {
+    s.suffix = std::move(prompt);
+    return s;
+  }
+  SCD_ASSIGN_OR_RETURN(const CodecMode mode, ParseCodecMode(o.payload));
+  if (mode != CodecMode::kRaw && mode != CodecMode::kQuant8 && mode != CodecMode::kQuant4) {
+    progress("fitting a timing artifact (random-token passages)");
+    SCD_ASSIGN_OR_RETURN(s.artifact, TimingArtifact(s.model, o.seed));
+  }
+  const std::vector<int32_t> context(prompt.begin(), prompt.end() - o.payload_suffix);
+  s.suffix.assign(prompt.end() - o.payload_suffix, prompt.end());
+  progress(absl::StrFormat("encoding a %s payload of %zu tokens", o.payload, context.size()));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> producer,
+                       CreateBackend(BackendKind::kCpu, s.model));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<ProducerCodec> codec,
+                       ProducerCodec::Create(s.model, s.model->digest, s.artifact));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
+                       producer->NewSequence(static_cast<int>(context.size())));
+  PrefillResult states;
+  SCD_RETURN_IF_ERROR(producer->Prefill(*seq, context, ProducerPrefillOptions(mode), &states));
+  SCD_ASSIGN_OR_RETURN(const Payload payload, codec->Encode(mode, context, states));
+  s.payload = SerializePayload(payload);
+  return s;
+}
+
+absl::StatusOr<ChunkedPrefillRun> RunOne(const ChunkedPrefillBenchOptions& o, const Setup& setup,
+                                         int chunk) {
+  const std::shared_ptr<const Model>& model = setup.model;
   const int vocab = model->config.vocab_size;
   DecodeEngineOptions eo;
   eo.max_batch = o.streams + 1;
-  eo.prefill_chunk = chunk;
+  (o.payload.empty() ? eo.prefill_chunk : eo.rebuild_chunk) = chunk;
   eo.sekv.enabled = o.sekv_budget > 0;
   eo.sekv.budget = o.sekv_budget;
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(BackendKind::kCpu, model));
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<ConsumerCodec> codec,
-                       ConsumerCodec::Create(model, model->digest, nullptr));
+                       ConsumerCodec::Create(model, model->digest, setup.artifact));
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<DecodeEngine> engine,
                        DecodeEngine::Create(std::move(backend), std::move(codec), eo));
   Timeline tl;
@@ -116,10 +186,11 @@ absl::StatusOr<ChunkedPrefillRun> RunOne(const ChunkedPrefillBenchOptions& o,
     arrival = Clock::now();
     for (int s = 1; s <= o.streams; ++s) warm = std::max(warm, tl.tokens[s].size());
   }
-  const long chunks_before = engine->stats().prefill_chunks;
+  const DecodeEngineStats stats_before = engine->stats();
   DecodeJob job;
   job.request_id = kLongId;
-  job.suffix = Prompt(o.prompt_tokens, o.seed, vocab);
+  job.payload = setup.payload;
+  job.suffix = setup.suffix;
   job.max_tokens = 1;
   SCD_RETURN_IF_ERROR(engine->Submit(std::move(job), tl.For(kLongId)));
   SCD_RETURN_IF_ERROR(tl.WaitUntil([&] { return tl.ended[kLongId]; }, "the long prompt never ended"));
@@ -132,7 +203,9 @@ absl::StatusOr<ChunkedPrefillRun> RunOne(const ChunkedPrefillBenchOptions& o,
 
   ChunkedPrefillRun r;
   r.chunk = chunk;
-  r.prefill_chunks = engine->stats().prefill_chunks - chunks_before;
+  const DecodeEngineStats after = engine->stats();
+  r.prefill_chunks = after.prefill_chunks - stats_before.prefill_chunks;
+  r.rebuild_chunks = after.rebuild_chunks - stats_before.rebuild_chunks;
   r.first_token = tl.long_token;
   r.ttft_ms = MsBetween(arrival, tl.long_first);
   std::vector<double> before;
@@ -166,6 +239,19 @@ absl::StatusOr<ChunkedPrefillBenchReport> RunChunkedPrefillBench(
     return absl::InvalidArgumentError(
         "chunked-prefill bench: SEKV prompts need at least two tokens");
   }
+  if (!options.payload.empty()) {
+    const absl::StatusOr<CodecMode> mode = ParseCodecMode(options.payload);
+    if (!mode.ok() || *mode == CodecMode::kOracle) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "chunked-prefill bench: the payload is a mode that rebuilds (raw, quant8, quant4, "
+          "recompute, scd-reuse, scd), not \"%s\"",
+          options.payload));
+    }
+    if (options.payload_suffix < 1 || options.payload_suffix >= options.prompt_tokens) {
+      return absl::InvalidArgumentError(
+          "chunked-prefill bench: the payload's suffix needs 1 to prompt - 1 tokens");
+    }
+  }
   for (int c : options.chunks) {
     if (c < 0) return absl::InvalidArgumentError("chunked-prefill bench: a negative chunk size");
   }
@@ -181,17 +267,17 @@ absl::StatusOr<ChunkedPrefillBenchReport> RunChunkedPrefillBench(
   auto progress = [&](const std::string& line) {
     if (options.progress) options.progress(line);
   };
-  progress(absl::StrFormat("synthetic %s weights", options.shape));
-  std::shared_ptr<const Model> model = MakeSyntheticModel(report.config, options.seed);
+  SCD_ASSIGN_OR_RETURN(const Setup setup, MakeSetup(options, report.config, progress));
+  const char* key = options.payload.empty() ? "prefill_chunk" : "rebuild_chunk";
   // One untimed run first: the first prefills of a process pay for thread pools and buffers.
-  progress(absl::StrFormat("warm-up run (prefill_chunk %d)", options.chunks.front()));
-  SCD_RETURN_IF_ERROR(RunOne(options, model, options.chunks.front()).status());
+  progress(absl::StrFormat("warm-up run (%s %d)", key, options.chunks.front()));
+  SCD_RETURN_IF_ERROR(RunOne(options, setup, options.chunks.front()).status());
   for (int chunk : options.chunks) {
-    progress(absl::StrFormat("prefill_chunk %d: %d streams, then a %d-token prompt", chunk,
+    progress(absl::StrFormat("%s %d: %d streams, then a %d-token prompt", key, chunk,
                              options.streams, options.prompt_tokens));
-    SCD_ASSIGN_OR_RETURN(ChunkedPrefillRun r, RunOne(options, model, chunk));
-    progress(absl::StrFormat("prefill_chunk %d: inter-token %.1f ms, stall %.1f ms, TTFT %.1f ms",
-                             chunk, r.itl_ms, r.stall_ms, r.ttft_ms));
+    SCD_ASSIGN_OR_RETURN(ChunkedPrefillRun r, RunOne(options, setup, chunk));
+    progress(absl::StrFormat("%s %d: inter-token %.1f ms, stall %.1f ms, TTFT %.1f ms", key, chunk,
+                             r.itl_ms, r.stall_ms, r.ttft_ms));
     report.same_first_token = report.same_first_token &&
                               (report.runs.empty() || r.first_token == report.runs[0].first_token);
     report.runs.push_back(r);
@@ -208,11 +294,12 @@ std::string FormatChunkedPrefillBenchReport(const ChunkedPrefillBenchReport& rep
     if (r.chunk == 0) whole = &r;
     if (r.chunk > 0 && (smallest == nullptr || r.chunk < smallest->chunk)) smallest = &r;
   }
+  const bool payload = !o.payload.empty();
   std::ostringstream md;
   md << "Command: `" << command << "`\n\n"
      << absl::StrFormat(
             "%s (synthetic weights), CPU backend, decode engine%s: %d streams running "
-            "(prompts of %d tokens, greedy), then one prompt of %d tokens. Stall: the longest "
+            "(prompts of %d tokens, greedy), then one prompt of %d tokens%s. Stall: the longest "
             "gap between two tokens of a running stream until that prompt's first token. First "
             "token of the long prompt the same at every chunk size: %s.\n\n",
             o.shape,
@@ -222,8 +309,15 @@ std::string FormatChunkedPrefillBenchReport(const ChunkedPrefillBenchReport& rep
                       "off the loop before its first token)",
                       o.sekv_budget)
                 : std::string(),
-            o.streams, o.stream_prompt, o.prompt_tokens, report.same_first_token ? "yes" : "NO")
-     << "| prefill_chunk | prefills | inter-token (ms) | stall (ms) | stall / inter-token | "
+            o.streams, o.stream_prompt, o.prompt_tokens,
+            payload
+                ? absl::StrFormat(" (%d tokens as a payload in mode %s, rebuilt, and %d "
+                                  "suffix tokens, prefilled)",
+                                  o.prompt_tokens - o.payload_suffix, o.payload, o.payload_suffix)
+                : std::string(),
+            report.same_first_token ? "yes" : "NO")
+     << (payload ? "| rebuild_chunk | rebuilds" : "| prefill_chunk | prefills")
+     << " | inter-token (ms) | stall (ms) | stall / inter-token | "
         "stall vs whole | long prompt TTFT (ms) | TTFT vs whole |\n"
      << "|---|---|---|---|---|---|---|---|\n";
   auto vs_whole = [&](double x, double w) {
@@ -232,15 +326,15 @@ std::string FormatChunkedPrefillBenchReport(const ChunkedPrefillBenchReport& rep
   for (const ChunkedPrefillRun& r : report.runs) {
     md << absl::StrFormat("| %s | %ld | %.1f | %.1f | %.1f | %s | %.1f | %s |\n",
                           r.chunk == 0 ? std::string("0 (whole)") : absl::StrFormat("%d", r.chunk),
-                          r.prefill_chunks, r.itl_ms, r.stall_ms,
+                          payload ? r.rebuild_chunks : r.prefill_chunks, r.itl_ms, r.stall_ms,
                           r.itl_ms > 0 ? r.stall_ms / r.itl_ms : 0,
                           vs_whole(r.stall_ms, whole ? whole->stall_ms : 0), r.ttft_ms,
                           vs_whole(r.ttft_ms, whole ? whole->ttft_ms : 0));
   }
   if (whole != nullptr && smallest != nullptr && whole->stall_ms > 0 && whole->ttft_ms > 0) {
-    md << absl::StrFormat("\nchunked_prefill_stall_vs_whole=%.2f ttft_vs_whole=%.2f (chunk %d)\n",
-                          smallest->stall_ms / whole->stall_ms, smallest->ttft_ms / whole->ttft_ms,
-                          smallest->chunk);
+    md << absl::StrFormat("\nchunked_%s_stall_vs_whole=%.2f ttft_vs_whole=%.2f (chunk %d)\n",
+                          payload ? "rebuild" : "prefill", smallest->stall_ms / whole->stall_ms,
+                          smallest->ttft_ms / whole->ttft_ms, smallest->chunk);
   }
   return md.str();
 }

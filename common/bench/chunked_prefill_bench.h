@@ -10,8 +10,13 @@
 //     and prompt are fixed), so chunking changed only the timing.
 // The engine is the daemon's (DecodeEngine) on a CPU backend of a synthetic model, on the
 // plain path or (sekv_budget > 0) the SEKV path, where the time to first token also holds
-// the hierarchy's build on its own thread. One untimed
-// run comes first (a process's first prefills pay for its thread pools and buffers).
+// the hierarchy's build on its own thread. With `payload` set, the long prompt arrives as a
+// payload in that codec mode (its first prompt_tokens - payload_suffix tokens, encoded by the
+// same model as producer) plus a suffix, and the swept chunk sizes are engine.rebuild_chunk's:
+// what the payload's rebuild costs the running streams. Modes that need a calibration artifact
+// (recompute, scd-reuse, scd) get one fitted on the spot from random-token passages (timing
+// only: the codes' quality does not matter here). One untimed run comes first (a process's
+// first prefills pay for its thread pools and buffers).
 #ifndef SCD_COMMON_BENCH_CHUNKED_PREFILL_BENCH_H_
 #define SCD_COMMON_BENCH_CHUNKED_PREFILL_BENCH_H_
 
@@ -32,10 +37,13 @@ struct ChunkedPrefillBenchOptions {
   int stream_prompt = 16;  // prompt tokens of each running stream
   int warm_tokens = 8;     // tokens each stream gives before the long prompt arrives
   int prompt_tokens = 960;
-  std::vector<int> chunks = {0, 256, 64};  // engine.prefill_chunk values; 0 = whole prompts
+  // engine.prefill_chunk values (engine.rebuild_chunk's with a payload); 0 = whole prompts
+  std::vector<int> chunks = {0, 256, 64};
   // > 0: every request takes the engine's SEKV path at this GPU budget (sekv.budget): the long
   // prompt is prefilled in chunks the same way, then its hierarchy is built off the loop.
   double sekv_budget = 0;
+  std::string payload;      // a codec mode (wire_format.h) other than oracle; empty: no payload
+  int payload_suffix = 16;  // the long request's suffix tokens after its payload
   std::function<void(const std::string&)> progress;  // one line per phase; may be empty
 };
 
@@ -45,6 +53,7 @@ struct ChunkedPrefillRun {
   double stall_ms = 0;  // longest such gap while the long prompt was prefilled
   double ttft_ms = 0;   // the long request: submission to first token
   long prefill_chunks = 0;  // the engine's prefills for the long prompt
+  long rebuild_chunks = 0;  // and its payload's rebuilds
   int32_t first_token = -1;
 };
 

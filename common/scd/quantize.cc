@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/float16.h"
+#include "common/base/status_macros.h"
 
 namespace scd {
 namespace {
@@ -56,6 +57,16 @@ void PutCode(uint8_t* codes, long i, int bits, uint32_t q) {
 uint32_t GetCode(const uint8_t* codes, long i, int bits) {
   if (bits == 8) return codes[i];
   return (i % 2 == 0) ? (codes[i / 2] & 0x0F) : (codes[i / 2] >> 4);
+}
+
+// INVALID_ARGUMENT unless `bytes` is what EncodeMatrix writes for this shape.
+absl::Status CheckEncodedSize(Encoding e, size_t bytes, int rows, int cols, int group) {
+  if (rows >= 0 && cols >= 0 && bytes == EncodedBytes(e, rows, cols, group)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(std::string(EncodingName(e)), " block of ", rows,
+                                                 "x", cols, " holds ", bytes, " bytes, expected ",
+                                                 EncodedBytes(e, rows, cols, group)));
 }
 
 }  // namespace
@@ -153,11 +164,7 @@ void EncodeMatrix(Encoding e, const float* x, int rows, int cols, int group, uin
 
 absl::Status DecodeMatrix(Encoding e, const uint8_t* in, size_t bytes, int rows, int cols,
                           int group, float* out) {
-  if (rows < 0 || cols < 0 || bytes != EncodedBytes(e, rows, cols, group)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        std::string(EncodingName(e)), " block of ", rows, "x", cols, " holds ", bytes, " bytes, expected ",
-        EncodedBytes(e, rows, cols, group)));
-  }
+  SCD_RETURN_IF_ERROR(CheckEncodedSize(e, bytes, rows, cols, group));
   if ((IsKey(e) || IsValue(e)) && group <= 0) {
     return absl::InvalidArgumentError("quantised block has group size 0");
   }
@@ -202,6 +209,59 @@ absl::Status DecodeMatrix(Encoding e, const uint8_t* in, size_t bytes, int rows,
       return absl::OkStatus();
     }
   }
+}
+
+int EncodedRowStep(Encoding e, int cols, int group) {
+  const int g = std::max(group, 1);
+  int step = IsKey(e) ? g : 1;
+  if (Bits(e) == 4 && cols % 2 != 0 && step % 2 != 0) step *= 2;
+  return (IsKey(e) || IsValue(e)) ? step : 1;
+}
+
+absl::Status SliceEncodedRows(Encoding e, const uint8_t* in, size_t bytes, int rows, int cols,
+                              int group, int begin, int end, std::vector<uint8_t>* out) {
+  SCD_RETURN_IF_ERROR(CheckEncodedSize(e, bytes, rows, cols, group));
+  const int step = EncodedRowStep(e, cols, group);
+  if (begin < 0 || begin > end || end > rows || begin % step != 0 ||
+      (end % step != 0 && end != rows)) {
+    return absl::InvalidArgumentError(absl::StrCat("rows [", begin, ", ", end, ") of a ",
+                                                   std::string(EncodingName(e)), " block of ", rows,
+                                                   " rows do not split at its step of ", step));
+  }
+  const size_t r0 = static_cast<size_t>(begin), r1 = static_cast<size_t>(end);
+  const size_t n = static_cast<size_t>(cols);
+  out->resize(EncodedBytes(e, end - begin, cols, group));
+  uint8_t* o = out->data();
+  auto copy = [&](size_t from, size_t count) {
+    if (count > 0) std::memcpy(o, in + from, count);
+    o += count;
+  };
+  switch (e) {
+    case Encoding::kF32:
+      copy(r0 * n * 4, (r1 - r0) * n * 4);
+      break;
+    case Encoding::kF16:
+      copy(r0 * n * 2, (r1 - r0) * n * 2);
+      break;
+    case Encoding::kInt8Row:
+      copy(r0 * 2, (r1 - r0) * 2);  // the rows' scales, then their codes
+      copy(static_cast<size_t>(rows) * 2 + r0 * n, (r1 - r0) * n);
+      break;
+    default: {
+      // The rows' groups (all (scale, zero) pairs come first, in group order), then their
+      // codes; a key group's rows all lie in the slice (begin and end are on group bounds).
+      const Groups whole{rows, cols, std::max(group, 1), IsKey(e)};
+      const size_t per = IsKey(e) ? n : static_cast<size_t>(whole.count()) / std::max(rows, 1);
+      const size_t g0 = IsKey(e) ? r0 / whole.group * per : r0 * per;
+      const size_t g1 = IsKey(e) ? (r1 + whole.group - 1) / whole.group * per : r1 * per;
+      copy(g0 * 4, (g1 - g0) * 4);
+      const size_t codes = static_cast<size_t>(whole.count()) * 4;
+      const int bits = Bits(e);
+      copy(codes + r0 * n * bits / 8, ((r1 - r0) * n * bits + 7) / 8);
+      break;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace scd

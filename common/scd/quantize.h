@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -43,6 +44,18 @@ void EncodeMatrix(Encoding e, const float* x, int rows, int cols, int group, uin
 // Reads a matrix written by EncodeMatrix; `bytes` must equal EncodedBytes(...).
 absl::Status DecodeMatrix(Encoding e, const uint8_t* in, size_t bytes, int rows, int cols,
                           int group, float* out);
+
+// The smallest row step at which the bytes of an encoded [rows, cols] matrix split into the
+// bytes of its row ranges: 1 for F32, F16 and int8-row; a KIVI key block's group (its scales
+// and zeros cover `group` rows); doubled where int4 codes of an odd column count would start a
+// row inside a byte.
+int EncodedRowStep(Encoding e, int cols, int group);
+
+// The bytes EncodeMatrix writes for rows [begin, end) of the matrix alone, cut from the bytes
+// `in` of the whole [rows, cols] matrix. `begin` must be a multiple of EncodedRowStep, and
+// `end` one too or `rows`; `bytes` must equal EncodedBytes(...).
+absl::Status SliceEncodedRows(Encoding e, const uint8_t* in, size_t bytes, int rows, int cols,
+                              int group, int begin, int end, std::vector<uint8_t>* out);
 
 }  // namespace scd
 

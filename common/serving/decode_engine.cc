@@ -9,6 +9,7 @@
 #include "common/base/elapsed.h"
 #include "common/base/status_macros.h"
 #include "common/scd/wire_format.h"
+#include "common/serving/payload_chunks.h"
 
 namespace scd {
 namespace {
@@ -38,8 +39,9 @@ struct DecodeEngine::Active {
   bool build_ready = false;
   // The SEKV path's prompt while it is prefilled in chunks (PrefillChunks).
   std::unique_ptr<SekvPrefill> sekv_prefill;
-  // The backend path's prompt tokens still to prefill (PrefillChunks); an oracle payload's
-  // time counts as the rebuild's.
+  // The backend path's payload rows still to rebuild, then its prompt tokens still to
+  // prefill (PrefillChunks); an oracle payload's prefill counts as the rebuild's time.
+  PayloadChunks rebuild;
   PromptChunks pending;
 
   int length() const { return sekv != nullptr ? sekv->length() : seq->length(); }
@@ -51,9 +53,10 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
   if (backend == nullptr || codec == nullptr) {
     return absl::InvalidArgumentError("DecodeEngine needs a backend and a consumer codec");
   }
-  if (options.max_batch < 1 || options.max_queue < 0 || options.prefill_chunk < 0) {
+  if (options.max_batch < 1 || options.max_queue < 0 || options.prefill_chunk < 0 ||
+      options.rebuild_chunk < 0) {
     return absl::InvalidArgumentError(
-        "max_batch must be >= 1, max_queue >= 0 and prefill_chunk >= 0");
+        "max_batch must be >= 1, max_queue >= 0, prefill_chunk >= 0 and rebuild_chunk >= 0");
   }
   std::unique_ptr<DecodeEngine> e(
       new DecodeEngine(std::move(backend), std::move(codec), options));
@@ -262,14 +265,15 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
   }
   a->capacity = std::min(c.max_position_embeddings, a->prompt_tokens + a->job.max_tokens);
   if (sekv_decoder_ != nullptr) {
-    // The SEKV path (sekv_session.h): a payload's rebuild here, then the prefill in chunks
+    // The SEKV path (sekv_session.h): a payload's rebuild, then the prefill, in chunks
     // (PrefillChunks), both on the backend's thread; then the hierarchy on a thread of its own
     // while the loop steps the running requests (StartBuild; CollectBuilds activates it).
-    auto prefill =
-        SekvPrefill::Begin(*backend_, *codec_, has_payload ? &payload : nullptr, a->job.suffix);
+    auto prefill = SekvPrefill::Begin(
+        *backend_, *codec_, has_payload ? std::optional<Payload>(std::move(payload)) : std::nullopt,
+        a->job.suffix);
     if (!prefill.ok()) return fail(prefill.status());
     a->sekv_prefill = std::move(prefill).value();
-    if (a->sekv_prefill->remaining() == 0) return StartBuild(std::move(a));
+    if (a->sekv_prefill->done()) return StartBuild(std::move(a));
     prefilling_.push_back(std::move(a));
     return;
   }
@@ -283,7 +287,9 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
     a->pending.tokens = std::move(payload.token_ids);
     a->pending.payload_end = a->pending.tokens.size();
   } else if (has_payload) {
-    if (absl::Status st = codec_->Rebuild(payload, *backend_, *a->seq); !st.ok()) return fail(st);
+    // Rebuilt in chunks (PrefillChunks); the checks that need no rows fail it here.
+    if (absl::Status st = codec_->Check(payload, *a->seq); !st.ok()) return fail(st);
+    a->rebuild = PayloadChunks(std::move(payload));
   }
   a->timings.rebuild_ms = MsSince(t0);
   a->pending.tokens.insert(a->pending.tokens.end(), a->job.suffix.begin(), a->job.suffix.end());
@@ -303,52 +309,63 @@ bool DecodeEngine::EndIfCancelled(Active& a, const std::unordered_map<uint64_t, 
 }
 
 void DecodeEngine::PrefillChunks(const std::unordered_map<uint64_t, bool>& cancelled) {
-  size_t budget = options_.prefill_chunk > 0 ? static_cast<size_t>(options_.prefill_chunk)
-                                             : std::numeric_limits<size_t>::max();
-  auto count = [&](size_t n) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.prefill_chunks;
-    stats_.prefill_tokens += static_cast<long>(n);
+  auto limit = [](int chunk) {
+    return chunk > 0 ? static_cast<size_t>(chunk) : std::numeric_limits<size_t>::max();
   };
-  while (budget > 0 && !prefilling_.empty()) {
+  size_t budget = limit(options_.prefill_chunk);          // prompt tokens to prefill
+  size_t rebuild_budget = limit(options_.rebuild_chunk);  // payload rows to rebuild
+  auto count = [&](bool rebuilt, size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(rebuilt ? stats_.rebuild_chunks : stats_.prefill_chunks);
+    (rebuilt ? stats_.rebuild_rows : stats_.prefill_tokens) += static_cast<long>(n);
+  };
+  while (!prefilling_.empty()) {
     Active& a = *prefilling_.front();
     if (EndIfCancelled(a, cancelled, "during the prompt's prefill")) {
       prefilling_.pop_front();
       continue;
     }
-    if (a.sekv_prefill != nullptr) {
-      const absl::StatusOr<size_t> n = a.sekv_prefill->Advance(budget);
-      if (!n.ok()) {
-        Finish(a, DecodeEvent::Error(n.status()));
-        prefilling_.pop_front();
-        continue;
-      }
-      count(*n);
-      budget -= *n;
-      if (a.sekv_prefill->remaining() == 0) {
-        std::unique_ptr<Active> ready = std::move(prefilling_.front());
-        prefilling_.pop_front();
-        StartBuild(std::move(ready));
-      }
-      continue;
-    }
-    const absl::Span<const int32_t> chunk = a.pending.Next(budget);
-    const size_t n = chunk.size();
+    SekvPrefill* sekv = a.sekv_prefill.get();
+    const bool rebuilding =
+        sekv != nullptr ? sekv->rebuild_remaining() > 0 : a.rebuild.remaining() > 0;
+    if ((rebuilding ? rebuild_budget : budget) == 0) break;  // first come, first served
+    absl::StatusOr<size_t> n;
     PrefillResult prefill;
     const auto t0 = Clock::now();
-    const absl::Status st = backend_->Prefill(*a.seq, chunk, PrefillOptions{}, &prefill);
-    (a.pending.in_payload() ? a.timings.rebuild_ms : a.timings.suffix_prefill_ms) += MsSince(t0);
-    count(n);
-    if (!st.ok()) {
-      Finish(a, DecodeEvent::Error(st));
+    if (rebuilding) {
+      // A payload's next rows (a chunk may pass the budget by less than the payload's
+      // granularity: KIVI keys split at their groups only).
+      n = sekv != nullptr ? sekv->AdvanceRebuild(rebuild_budget)
+                          : a.rebuild.Advance(*codec_, *backend_, *a.seq, rebuild_budget);
+      if (sekv == nullptr) a.timings.rebuild_ms += MsSince(t0);  // SekvPrefill times its own
+      if (n.ok()) rebuild_budget -= std::min(*n, rebuild_budget);
+    } else if (sekv != nullptr) {
+      n = sekv->Advance(budget);
+      if (n.ok()) budget -= *n;
+    } else {
+      const absl::Span<const int32_t> chunk = a.pending.Next(budget);
+      const absl::Status st = backend_->Prefill(*a.seq, chunk, PrefillOptions{}, &prefill);
+      (a.pending.in_payload() ? a.timings.rebuild_ms : a.timings.suffix_prefill_ms) += MsSince(t0);
+      n = st.ok() ? absl::StatusOr<size_t>(chunk.size()) : absl::StatusOr<size_t>(st);
+      if (n.ok()) {
+        a.pending.prefilled += *n;
+        budget -= *n;
+      }
+    }
+    if (!n.ok()) {
+      Finish(a, DecodeEvent::Error(n.status()));
       prefilling_.pop_front();
       continue;
     }
-    a.pending.prefilled += n;
-    budget -= n;
-    if (a.pending.remaining() == 0) {
-      std::unique_ptr<Active> ready = std::move(prefilling_.front());
-      prefilling_.pop_front();
+    count(rebuilding, *n);
+    const bool complete =
+        sekv != nullptr ? sekv->done() : (!rebuilding && a.pending.remaining() == 0);
+    if (!complete) continue;
+    std::unique_ptr<Active> ready = std::move(prefilling_.front());
+    prefilling_.pop_front();
+    if (sekv != nullptr) {
+      StartBuild(std::move(ready));
+    } else {
       ready->pending = {};
       Started(std::move(ready), prefill.logits);
     }

@@ -1,11 +1,12 @@
 // DecodeEngine: the decode daemon's generation loop with continuous batching (Orca-style
 // iteration-level scheduling). Requests arrive with an SCD payload (any codec mode) plus the
 // suffix tokens the consumer prefills itself. One loop thread owns the Backend:
-//   admit  — rebuild the payload's KV (ConsumerCodec); what is left to prefill (the suffix,
-//            and an oracle payload's tokens) is prefilled in chunks of at most
-//            options.prefill_chunk tokens per loop iteration, one decode step of the running
+//   admit  — rebuild the payload's KV (ConsumerCodec) in chunks of at most
+//            options.rebuild_chunk rows per loop iteration; then what is left to prefill (the
+//            suffix, and an oracle payload's tokens) in chunks of at most
+//            options.prefill_chunk tokens per loop iteration; one decode step of the running
 //            requests between chunks (chunked prefill, as vLLM's and SGLang's), so a long
-//            prompt never stalls the running streams for its whole prefill; then token 1;
+//            prompt never stalls the running streams for its whole length; then token 1;
 //   step   — one batched Decode over every running sequence, sample, emit;
 //   retire — on a stop id, max_tokens, deadline or cancellation, free the sequence.
 // Newly admitted requests join the running batch at the next step, so a long generation never
@@ -99,6 +100,10 @@ struct DecodeEngineOptions {
   // Prompt tokens prefilled per loop iteration, over the requests being admitted (first come
   // first served); 0: each prompt whole at once.
   int prefill_chunk = 2048;
+  // Payload rows rebuilt per loop iteration, likewise (rounded to the payload's granularity,
+  // PayloadRowGranularity); 0: each payload whole at once. A row's rebuild costs a fraction
+  // of a token's prefill (about a fifth or less on a GPU, SCD's target; RESULTS.md).
+  int rebuild_chunk = 8192;
   SekvServingOptions sekv;  // off by default
 };
 
@@ -108,6 +113,9 @@ struct DecodeEngineStats {
   // Backend prefills of prompt tokens (a prompt takes one or more; SEKV prompts too), and
   // the tokens they prefilled.
   long prefill_chunks = 0, prefill_tokens = 0;
+  // Rebuilds of payload rows (a payload takes one or more; oracle payloads none: their
+  // tokens are prefilled), and the rows they rebuilt.
+  long rebuild_chunks = 0, rebuild_rows = 0;
   // SEKV requests started, and their caches' bytes summed over them, each measured after
   // its first decode step (gpu / full_kv is the GPU-tier ratio; cpu is the CPU tier).
   long sekv_requests = 0;
@@ -145,8 +153,8 @@ class DecodeEngine {
   void Admit(std::unique_ptr<Active> a);
   // SEKV requests whose hierarchy is built: activated and started, or ended.
   void CollectBuilds(const std::unordered_map<uint64_t, bool>& cancelled);
-  // Up to options_.prefill_chunk prompt tokens of the requests in prefilling_, oldest first;
-  // a request whose prompt is complete starts.
+  // Up to options_.rebuild_chunk payload rows and options_.prefill_chunk prompt tokens of the
+  // requests in prefilling_, oldest first; a request whose prompt is complete starts.
   void PrefillChunks(const std::unordered_map<uint64_t, bool>& cancelled);
   // A SEKV request whose prompt is prefilled: its hierarchy is built on a thread of its own.
   void StartBuild(std::unique_ptr<Active> a);

@@ -41,49 +41,40 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
 
 absl::StatusOr<std::unique_ptr<SekvPrefill>> SekvPrefill::Begin(Backend& backend,
                                                                 const ConsumerCodec& codec,
-                                                                const Payload* payload,
+                                                                std::optional<Payload> payload,
                                                                 absl::Span<const int32_t> suffix) {
   if (suffix.empty()) return absl::InvalidArgumentError("SEKV needs at least one suffix token");
-  if (payload != nullptr && payload->start_position != 0) {
+  if (payload && payload->start_position != 0) {
     return absl::UnimplementedError("SEKV serves payloads that start at position 0 only");
   }
-  if (payload != nullptr && payload->mode == CodecMode::kRecompute) {
+  if (payload && payload->mode == CodecMode::kRecompute) {
     return absl::UnimplementedError(
         "SEKV cannot serve recompute payloads (their rebuild fills layers inside the backend)");
   }
-  const bool own_prefill = payload == nullptr || payload->mode == CodecMode::kOracle;
-  const int payload_tokens = payload != nullptr ? static_cast<int>(payload->token_ids.size()) : 0;
+  const int payload_tokens = payload ? static_cast<int>(payload->token_ids.size()) : 0;
   const int t = payload_tokens + static_cast<int>(suffix.size()) - 1;  // positions in the cache
   if (t == 0) {
     return absl::InvalidArgumentError("SEKV needs a prompt of at least two tokens");
   }
-  std::unique_ptr<SekvPrefill> p(new SekvPrefill(backend));
+  std::unique_ptr<SekvPrefill> p(new SekvPrefill(backend, codec));
   SekvPrompt& prompt = p->prompt_;
   prompt.last_token = suffix.back();
   SCD_ASSIGN_OR_RETURN(p->seq_, backend.NewSequence(t));
   const size_t layers = static_cast<size_t>(backend.model().config.num_layers);
   const size_t row = static_cast<size_t>(backend.model().config.kv_dim());
-  if (own_prefill) {
-    if (payload != nullptr) {
-      SCD_RETURN_IF_ERROR(codec.Check(*payload, *p->seq_));
-      p->chunks_.tokens = payload->token_ids;
+  if (payload) {
+    SCD_RETURN_IF_ERROR(codec.Check(*payload, *p->seq_));
+    if (payload->mode == CodecMode::kOracle) {  // its tokens are prefilled (Advance)
+      p->chunks_.tokens = std::move(payload->token_ids);
       p->chunks_.payload_end = p->chunks_.tokens.size();
+    } else {  // 1. its rows are rebuilt (AdvanceRebuild), with the producer's surprisal
+      SCD_ASSIGN_OR_RETURN(prompt.surprisal, PayloadSurprisal(*payload));
+      p->rebuild_ = PayloadChunks(std::move(*payload));
     }
-    prompt.kv.k_pre_rope.resize(layers);
-    prompt.kv.v.resize(layers);
-  } else {
-    // 1. The payload's K/V, rebuilt in one piece, and the producer's surprisal.
-    const auto t0 = Clock::now();
-    SCD_ASSIGN_OR_RETURN(prompt.surprisal, PayloadSurprisal(*payload));
-    sekv::KvCaptureBackend capture(backend);
-    SCD_RETURN_IF_ERROR(codec.Rebuild(*payload, capture, *p->seq_));
-    prompt.kv = capture.TakeCaptured();
-    if (prompt.kv.num_tokens != payload_tokens || prompt.kv.k_pre_rope.size() != layers) {
-      return absl::InternalError("the payload's rebuild did not append its K/V in one piece");
-    }
-    prompt.times.rebuild_ms = MsSince(t0);
   }
   p->chunks_.tokens.insert(p->chunks_.tokens.end(), suffix.begin(), suffix.end() - 1);
+  prompt.kv.k_pre_rope.resize(layers);
+  prompt.kv.v.resize(layers);
   for (size_t l = 0; l < layers; ++l) {
     prompt.kv.k_pre_rope[l].reserve(static_cast<size_t>(t) * row);
     prompt.kv.v[l].reserve(static_cast<size_t>(t) * row);
@@ -92,8 +83,45 @@ absl::StatusOr<std::unique_ptr<SekvPrefill>> SekvPrefill::Begin(Backend& backend
   return p;
 }
 
+absl::Status SekvPrefill::AppendRows(const std::vector<std::vector<float>>& k,
+                                     const std::vector<std::vector<float>>& v, size_t n) {
+  ExternalKv& kv = prompt_.kv;
+  const size_t row = static_cast<size_t>(backend_.model().config.kv_dim());
+  if (k.size() != kv.k_pre_rope.size() || v.size() != kv.v.size()) {
+    return absl::InternalError("no K/V of every layer for the prompt's rows");
+  }
+  for (size_t l = 0; l < kv.k_pre_rope.size(); ++l) {
+    if (k[l].size() != n * row || v[l].size() != n * row) {
+      return absl::InternalError("no K/V of every layer for the prompt's rows");
+    }
+    kv.k_pre_rope[l].insert(kv.k_pre_rope[l].end(), k[l].begin(), k[l].end());
+    kv.v[l].insert(kv.v[l].end(), v[l].begin(), v[l].end());
+  }
+  kv.num_tokens += static_cast<int>(n);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> SekvPrefill::AdvanceRebuild(size_t max_rows) {
+  if (max_rows == 0) return absl::InvalidArgumentError("AdvanceRebuild needs max_rows >= 1");
+  if (rebuild_.remaining() == 0) return 0;
+  const auto t0 = Clock::now();
+  // The codec appends the rows' K/V to the sequence; the capture keeps them for the hierarchy.
+  sekv::KvCaptureBackend capture(backend_);
+  SCD_ASSIGN_OR_RETURN(const size_t n, rebuild_.Advance(codec_, capture, *seq_, max_rows));
+  const ExternalKv rows = capture.TakeCaptured();
+  if (static_cast<size_t>(rows.num_tokens) != n) {
+    return absl::InternalError("the payload's rebuild did not append its rows' K/V in one piece");
+  }
+  SCD_RETURN_IF_ERROR(AppendRows(rows.k_pre_rope, rows.v, n));
+  prompt_.times.rebuild_ms += MsSince(t0);
+  return n;
+}
+
 absl::StatusOr<size_t> SekvPrefill::Advance(size_t max_tokens) {
   if (max_tokens == 0) return absl::InvalidArgumentError("Advance needs max_tokens >= 1");
+  if (rebuild_.remaining() > 0) {
+    return absl::FailedPreconditionError("the payload's rows come before the prompt's prefill");
+  }
   const bool payload_part = chunks_.in_payload();
   const absl::Span<const int32_t> chunk = chunks_.Next(max_tokens);
   const size_t n = chunk.size();
@@ -104,21 +132,16 @@ absl::StatusOr<size_t> SekvPrefill::Advance(size_t max_tokens) {
   po.layer_states = po.surprisal = true;
   PrefillResult pr;
   SCD_RETURN_IF_ERROR(backend_.Prefill(*seq_, chunk, po, &pr));
-  ExternalKv& kv = prompt_.kv;
-  const size_t row = static_cast<size_t>(backend_.model().config.kv_dim());
-  if (pr.layers.size() != kv.k_pre_rope.size() || pr.surprisal.size() != n) {
-    return absl::InternalError("the prefill returned no layer states or surprisal");
+  if (pr.surprisal.size() != n) {
+    return absl::InternalError("the prefill returned no surprisal");
   }
-  for (size_t l = 0; l < kv.k_pre_rope.size(); ++l) {
-    if (pr.layers[l].k_pre_rope.size() != n * row || pr.layers[l].v.size() != n * row) {
-      return absl::InternalError("the prefill returned no layer states");
-    }
-    kv.k_pre_rope[l].insert(kv.k_pre_rope[l].end(), pr.layers[l].k_pre_rope.begin(),
-                            pr.layers[l].k_pre_rope.end());
-    kv.v[l].insert(kv.v[l].end(), pr.layers[l].v.begin(), pr.layers[l].v.end());
+  std::vector<std::vector<float>> k(pr.layers.size()), v(pr.layers.size());
+  for (size_t l = 0; l < pr.layers.size(); ++l) {
+    k[l] = std::move(pr.layers[l].k_pre_rope);
+    v[l] = std::move(pr.layers[l].v);
   }
+  SCD_RETURN_IF_ERROR(AppendRows(k, v, n));
   prompt_.surprisal.insert(prompt_.surprisal.end(), pr.surprisal.begin(), pr.surprisal.end());
-  kv.num_tokens += static_cast<int>(n);
   chunks_.prefilled += n;
   (payload_part ? prompt_.times.rebuild_ms : prompt_.times.suffix_prefill_ms) += MsSince(t0);
   return n;
@@ -132,8 +155,14 @@ SekvPrompt SekvPrefill::Take() {
 absl::StatusOr<SekvPrompt> SekvSession::Prepare(Backend& backend, const ConsumerCodec& codec,
                                                 const Payload* payload,
                                                 absl::Span<const int32_t> suffix) {
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<SekvPrefill> p,
-                       SekvPrefill::Begin(backend, codec, payload, suffix));
+  SCD_ASSIGN_OR_RETURN(
+      std::unique_ptr<SekvPrefill> p,
+      SekvPrefill::Begin(backend, codec,
+                         payload != nullptr ? std::optional<Payload>(*payload) : std::nullopt,
+                         suffix));
+  while (p->rebuild_remaining() > 0) {
+    SCD_RETURN_IF_ERROR(p->AdvanceRebuild(p->rebuild_remaining()).status());
+  }
   while (p->remaining() > 0) {
     SCD_RETURN_IF_ERROR(p->Advance(p->remaining()).status());
   }

@@ -4,7 +4,8 @@
 // Start():
 //   1. the payload's K/V is rebuilt by the consumer codec exactly as on the plain path, but
 //      through a KvCaptureBackend, which keeps the rebuilt pre-RoPE K/V (every mode whose
-//      rebuild is one AppendKv: raw, quant8, quant4, scd-reuse, scd). An oracle payload or no
+//      rebuild is one AppendKv per chunk of rows: raw, quant8, quant4, scd-reuse, scd). An
+//      oracle payload or no
 //      payload at all is prefilled by the consumer itself, with its own surprisal;
 //   2. the suffix except its last token is prefilled on the backend after it (the consumer's
 //      own surprisal for those tokens; the first has no prediction and gets 0);
@@ -30,6 +31,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -41,6 +43,7 @@
 #include "common/sekv/sekv_cache.h"
 #include "common/sekv/sekv_decoder.h"
 #include "common/sekv/zoom_router.h"
+#include "common/serving/payload_chunks.h"
 #include "common/serving/prompt_chunks.h"
 
 namespace scd {
@@ -84,32 +87,44 @@ struct SekvPrompt {
   SekvStartTimes times;
 };
 
-// Prepare (steps 1-2) in pieces, so that the decode engine can prefill a long SEKV prompt in
-// chunks between the running requests' decode steps (DecodeEngineOptions::prefill_chunk):
-//   Begin     the checks, the backend sequence and a payload's rebuild (every mode but
-//             oracle: the rebuild is one piece);
-//   Advance   prefills the next tokens still to prefill, at most `max_tokens`: an oracle
-//             payload's, then the suffix but its last token. A call never spans the oracle
-//             payload's end, so that rebuild_ms and suffix_prefill_ms keep their meaning;
-//   Take      once remaining() is 0: the prompt, with the pieces' K/V and surprisal in a row
-//             (the backend's surprisal of a call's first token comes from the previous call's
-//             logits, so chunks give what one prefill gives). The sequence is freed.
+// Prepare (steps 1-2) in pieces, so that the decode engine can rebuild a long payload and
+// prefill a long SEKV prompt in chunks between the running requests' decode steps
+// (DecodeEngineOptions::rebuild_chunk and prefill_chunk):
+//   Begin           the checks, the backend sequence and a payload's surprisal; `codec`
+//                   must outlive the SekvPrefill;
+//   AdvanceRebuild  rebuilds the payload's next rows (every mode but oracle), about
+//                   `max_rows` (PayloadChunks::Advance), capturing their K/V;
+//   Advance         once the rebuild is done: prefills the next tokens still to prefill, at
+//                   most `max_tokens`: an oracle payload's, then the suffix but its last
+//                   token. A call never spans the oracle payload's end, so that rebuild_ms and
+//                   suffix_prefill_ms keep their meaning;
+//   Take            once done(): the prompt, with the pieces' K/V and surprisal in a row (the
+//                   backend's surprisal of a call's first token comes from the previous call's
+//                   logits, so chunks give what one prefill gives). The sequence is freed.
 class SekvPrefill {
  public:
   static absl::StatusOr<std::unique_ptr<SekvPrefill>> Begin(Backend& backend,
                                                             const ConsumerCodec& codec,
-                                                            const Payload* payload,
+                                                            std::optional<Payload> payload,
                                                             absl::Span<const int32_t> suffix);
-  absl::StatusOr<size_t> Advance(size_t max_tokens);  // tokens prefilled; max_tokens >= 1
-  size_t remaining() const { return chunks_.remaining(); }
+  absl::StatusOr<size_t> AdvanceRebuild(size_t max_rows);  // rows rebuilt; max_rows >= 1
+  absl::StatusOr<size_t> Advance(size_t max_tokens);       // tokens prefilled; max_tokens >= 1
+  size_t rebuild_remaining() const { return rebuild_.remaining(); }
+  size_t remaining() const { return chunks_.remaining(); }  // tokens still to prefill
+  bool done() const { return rebuild_remaining() == 0 && remaining() == 0; }
   SekvPrompt Take();
 
  private:
-  explicit SekvPrefill(Backend& backend) : backend_(backend) {}
+  SekvPrefill(Backend& backend, const ConsumerCodec& codec) : backend_(backend), codec_(codec) {}
+  // Appends n rows per layer of K/V (row-major [n, kv_dim] each) to the prompt.
+  absl::Status AppendRows(const std::vector<std::vector<float>>& k,
+                          const std::vector<std::vector<float>>& v, size_t n);
 
   Backend& backend_;
+  const ConsumerCodec& codec_;
   std::unique_ptr<Sequence> seq_;
-  PromptChunks chunks_;  // what is left to prefill
+  PayloadChunks rebuild_;  // the payload's rows left to rebuild
+  PromptChunks chunks_;    // then the tokens left to prefill
   SekvPrompt prompt_;
 };
 

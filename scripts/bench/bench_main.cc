@@ -1,8 +1,9 @@
 // scd-bench: benchmark programs. `scd-bench runtime` measures the CPU runtime against the
 // host's sgemm and memcpy ceilings (common/bench/runtime_bench.h) and ends with the line
 // `prefill_vs_sgemm=<r> decode_vs_memcpy=<r>`. `scd-bench chunked-prefill` measures what a long
-// prompt's arrival costs the running streams at each engine.prefill_chunk
-// (common/bench/chunked_prefill_bench.h). Progress goes to stderr, the report to stdout.
+// prompt's arrival costs the running streams at each engine.prefill_chunk, or with --payload
+// a long payload's at each engine.rebuild_chunk (common/bench/chunked_prefill_bench.h). Progress
+// goes to stderr, the report to stdout.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -21,6 +22,7 @@ constexpr char kUsage[] =
     "benchmarks:\n"
     "  runtime          CPU prefill GFLOP/s vs sgemm peak, decode GB/s vs memcpy bandwidth\n"
     "  chunked-prefill  running streams' stall and a long prompt's TTFT per prefill chunk\n"
+    "                   (or, with --payload, per rebuild chunk)\n"
     "run `scd-bench <benchmark> --help` for its flags\n";
 
 // `argv` is the whole command line; argv[1] is "runtime".
@@ -95,11 +97,18 @@ int RunChunkedPrefill(int argc, const char* const* argv) {
   flags.AddInt("stream-prompt", &options.stream_prompt, "prompt tokens of each running stream");
   flags.AddInt("warm-tokens", &options.warm_tokens, "tokens each stream gives first");
   flags.AddInt("prompt", &options.prompt_tokens, "prompt tokens of the long request");
-  flags.AddString("chunks", &chunks, "engine.prefill_chunk values, comma-separated (0: whole)");
+  flags.AddString("chunks", &chunks,
+                  "engine.prefill_chunk values, comma-separated (0: whole); with --payload, "
+                  "engine.rebuild_chunk values");
   flags.AddUint64("seed", &options.seed, "seed of the synthetic weights and tokens");
   float sekv_budget = 0;
   flags.AddFloat("sekv-budget", &sekv_budget,
                  "> 0: the engine's SEKV path at this GPU budget (0: the plain path)");
+  flags.AddString("payload", &options.payload,
+                  "the long prompt as a payload in this codec mode (raw, quant8, quant4, "
+                  "recompute, scd-reuse, scd) plus a suffix; empty: no payload");
+  flags.AddInt("payload-suffix", &options.payload_suffix,
+               "with --payload: the long prompt's suffix tokens after the payload");
   if (absl::Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) {
     std::cerr << "scd-bench chunked-prefill: " << s.message() << " (see --help)\n";
     return scd::cli::kExitUsage;

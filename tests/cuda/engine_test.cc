@@ -1,12 +1,13 @@
 // The decode engine (common/serving/decode_engine.h) on the CUDA backend, as the decode daemon
-// runs it on a GPU: three requests at once, prefilled in chunks of 16 between batched decode
-// steps (a suffix-only prompt, an oracle payload with a short suffix, a longer suffix), with
-// the backend sampling on the device.
+// runs it on a GPU: four requests at once, prefilled (and rebuilt) in chunks of 16 between
+// batched decode steps (a suffix-only prompt, an oracle payload with a short suffix, a longer
+// suffix, a raw payload), with the backend sampling on the device.
 //   plain path: each request's tokens are the ones the CPU reference picks along them
 //               (teacher-forced: the CPU prefills the prompt and the GPU's tokens), wherever the
 //               CPU's lead over the runner-up is decisive (the margin of backend_test.cc);
 //   SEKV path:  every request runs through GpuSekv and completes, within the GPU budget.
-// Both paths prefill every prompt token in chunks of at most 16.
+// Both paths prefill every prompt token in chunks of at most 16, and rebuild the raw payload's
+// rows 16 at a time.
 #include <catch2/catch.hpp>
 
 #include "common/runtime/sampler.h"
@@ -27,7 +28,8 @@ constexpr int kTokens = 12;
 struct Request {
   uint64_t id;
   std::vector<int32_t> prompt;
-  size_t payload_tokens;  // an oracle payload's; 0: suffix only
+  size_t payload_tokens;  // the payload's; 0: suffix only
+  CodecMode mode = CodecMode::kOracle;
 };
 
 }  // namespace
@@ -38,12 +40,14 @@ TEST_CASE("The decode engine on the CUDA backend serves chunked, batched request
   const int vocab = f.model->config.vocab_size;
   const std::vector<Request> requests = {{1, SyntheticPrompt(40, 1), 0},
                                          {2, SyntheticPrompt(103, 2), 100},
-                                         {3, SyntheticPrompt(70, 3), 0}};
+                                         {3, SyntheticPrompt(70, 3), 0},
+                                         {4, SyntheticPrompt(60, 4), 50, CodecMode::kRaw}};
   for (const bool sekv : {false, true}) {
     INFO((sekv ? "SEKV path" : "plain path"));
     DecodeEngineOptions o;
     o.max_batch = 4;
     o.prefill_chunk = 16;
+    o.rebuild_chunk = 16;
     o.sekv.enabled = sekv;
     o.sekv.budget = 0.4;
     auto engine =
@@ -56,7 +60,7 @@ TEST_CASE("The decode engine on the CUDA backend serves chunked, batched request
       job.request_id = r.id;
       if (r.payload_tokens > 0) {
         const std::vector<int32_t> prefix(r.prompt.begin(), r.prompt.begin() + r.payload_tokens);
-        job.payload = SerializePayload(f.Encode(CodecMode::kOracle, prefix));
+        job.payload = SerializePayload(f.Encode(r.mode, prefix));
       }
       job.suffix.assign(r.prompt.begin() + r.payload_tokens, r.prompt.end());
       job.max_tokens = kTokens;
@@ -70,10 +74,13 @@ TEST_CASE("The decode engine on the CUDA backend serves chunked, batched request
     long tokens = 0, chunks = 0;
     for (const Request& r : requests) {
       const size_t rest = r.prompt.size() - r.payload_tokens - (sekv ? 1 : 0);
-      tokens += static_cast<long>(r.payload_tokens + rest);
-      chunks += static_cast<long>((r.payload_tokens + 15) / 16 + (rest + 15) / 16);
+      const size_t own = r.mode == CodecMode::kOracle ? r.payload_tokens : 0;  // prefilled
+      tokens += static_cast<long>(own + rest);
+      chunks += static_cast<long>((own + 15) / 16 + (rest + 15) / 16);
     }
     const DecodeEngineStats stats = (*engine)->stats();
+    CHECK(stats.rebuild_rows == 50);  // the raw payload's rows, 16 at a time
+    CHECK(stats.rebuild_chunks == 4);
     CHECK(stats.prefill_tokens == tokens);
     CHECK(stats.prefill_chunks >= (tokens + 15) / 16);
     CHECK(stats.prefill_chunks <= chunks + static_cast<long>(requests.size()));
@@ -106,7 +113,7 @@ TEST_CASE("The decode engine on the CUDA backend serves chunked, batched request
       CHECK(decisive > 0);
     }
     if (sekv) {
-      CHECK(stats.sekv_requests == 3);
+      CHECK(stats.sekv_requests == static_cast<long>(requests.size()));
       REQUIRE(stats.sekv_full_kv_bytes > 0);
       CHECK(stats.sekv_gpu_bytes / stats.sekv_full_kv_bytes <= 0.40);
       // The GPU path measures against the CUDA backend's BF16 cache (2 bytes an element; the

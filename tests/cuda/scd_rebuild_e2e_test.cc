@@ -7,7 +7,8 @@
 //   append  the same codec with gpu_rebuild = false on the CUDA backend: host decode of the
 //           codes, F32 K/V uploaded through AppendKv;
 //   gpu     the codec's default on the CUDA backend: codes to the GPU, decoded into the
-//           sequence's cache there (CudaSequenceCache, CudaCommitPositions).
+//           sequence's cache there (CudaSequenceCache, CudaCommitPositions); and the same
+//           in chunks of rows (PayloadChunks), as the decode engine rebuilds.
 // Tolerances: gpu and append against cpu use backend_test's CPU-vs-CUDA logit bounds on
 // stories260K (0.6 max abs, 0.06 mean abs; see its header for how they were calibrated). gpu
 // against append isolates the rebuild: REUSE layers differ only in F32 summation order before
@@ -22,6 +23,7 @@
 #include "common/runtime/backend.h"
 #include "common/scd/artifact.h"
 #include "common/scd/codec.h"
+#include "common/serving/payload_chunks.h"
 #include "kernels/cuda/synthetic_backend.h"
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/test_support.h"
@@ -112,6 +114,23 @@ TEST_CASE("SCD GPU rebuild of the bundled pair matches the CPU rebuild", "[cuda]
   testing::CheckLogits(append, want, kLogitMaxAbs, kLogitMeanAbs, "append vs cpu");
   testing::CheckLogits(got, want, kLogitMaxAbs, kLogitMeanAbs, "gpu rebuild vs cpu");
   testing::CheckLogits(got, append, kLogitMaxAbs / 2, kLogitMeanAbs / 2, "gpu rebuild vs append");
+
+  // chunked: the decode engine's way (engine.rebuild_chunk), the payload's rows 7 at a time
+  // through the same GPU path; REUSE rows are independent, PATCH rows go through GEMMs of
+  // another height.
+  auto chunked_seq = gpu->NewSequence(64).value();
+  PayloadChunks chunks(*payload);
+  int pieces = 0;
+  while (chunks.remaining() > 0) {
+    const absl::StatusOr<size_t> n = chunks.Advance(**decoder, *gpu, *chunked_seq, 7);
+    INFO(n.status());
+    REQUIRE(n.ok());
+    ++pieces;
+  }
+  CHECK(pieces == (t + 6) / 7);
+  CHECK(chunked_seq->length() == t);
+  testing::CheckLogits(DecodeOne(*gpu, *chunked_seq, next), got, kLogitMaxAbs / 2,
+                       kLogitMeanAbs / 2, "gpu rebuild in chunks vs whole");
 
   // A second payload into the same sequence reuses the rebuilder (positions t+1 onwards).
   auto pseq2 = producer->NewSequence(64).value();

@@ -209,38 +209,50 @@ TEST_CASE("Daemon pair serves the bundled pair end to end", "[daemons]") {
 
 namespace scd::testing {
 
-TEST_CASE("The decode daemon prefills an oracle prompt in chunks and counts them", "[daemons]") {
+TEST_CASE("The decode daemon prefills a prompt and rebuilds a payload in chunks, and counts them",
+          "[daemons]") {
   const std::string dir = TempDir();
-  PrefillHandle prefill = StartPrefill(dir, PrefillConfig("oracle"));
-  json dc = DecodeConfig(prefill.grpc_address);
-  dc["engine"]["prefill_chunk"] = 8;
-  DecodeHandle decode = StartDecode(dir, dc);
-  REQUIRE(WaitForReady(prefill.http_port, 200, std::chrono::seconds(10)));
-  const std::string prompt = std::string(kStory) + "Where is Sandra?";
-  const ReferenceOutput ref = ReferenceGreedy("oracle", prompt, 12);
-  SseResult s = HttpStream(prefill.http_port, "/v1/completions", CompletionBody(prompt, 12, true));
-  REQUIRE(s.status == 200);
-  REQUIRE(s.done());
-  CHECK(s.Text() == ref.text);  // chunks of 8 give what one prefill gives
-  // The oracle payload holds the prompt but its last token, which comes as the suffix: the
-  // decode daemon prefills every prompt token, the payload's in chunks of 8, then the suffix.
-  const double t = static_cast<double>(ref.prompt.size());
-  const double chunks = std::ceil((t - 1) / 8) + 1;
-  std::string body;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  do {  // the counters and the gauge follow the engine within their 100 ms sampling (one tick
-        // may read the gauge before the request started and the counters after)
-    body = HttpGet(decode.http_port, "/metrics").body;
-    if (MetricValue(body, "scd_decode_prefill_tokens_total") == std::optional<double>(t) &&
-        MetricValue(body, "scd_decode_starting_requests") == std::optional<double>(0)) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  } while (std::chrono::steady_clock::now() < until);
-  INFO(body);
-  CHECK(MetricValue(body, "scd_decode_prefill_tokens_total") == std::optional<double>(t));
-  CHECK(MetricValue(body, "scd_decode_prefill_chunks_total") == std::optional<double>(chunks));
-  CHECK(MetricValue(body, "scd_decode_starting_requests") == std::optional<double>(0));
+  for (const std::string mode : {"oracle", "scd"}) {
+    INFO("mode " << mode);
+    PrefillHandle prefill = StartPrefill(dir, PrefillConfig(mode), "prefill-" + mode);
+    json dc = DecodeConfig(prefill.grpc_address);
+    dc["engine"]["prefill_chunk"] = 8;
+    dc["engine"]["rebuild_chunk"] = 8;
+    DecodeHandle decode = StartDecode(dir, dc, "decode-" + mode);
+    REQUIRE(WaitForReady(prefill.http_port, 200, std::chrono::seconds(10)));
+    const std::string prompt = std::string(kStory) + "Where is Sandra?";
+    const ReferenceOutput ref = ReferenceGreedy(mode, prompt, 12);
+    SseResult s =
+        HttpStream(prefill.http_port, "/v1/completions", CompletionBody(prompt, 12, true));
+    REQUIRE(s.status == 200);
+    REQUIRE(s.done());
+    CHECK(s.Text() == ref.text);  // chunks of 8 give what one piece gives
+    // An oracle payload holds the prompt but its last token, which comes as the suffix: the
+    // decode daemon prefills every prompt token, the payload's in chunks of 8, then the
+    // suffix. An scd payload covers the prompt's whole 16-token blocks but its last token
+    // (reference.cc): rebuilt 8 rows at a time, then the rest prefilled in chunks of 8.
+    const double t = static_cast<double>(ref.prompt.size());
+    const double rows = mode == "oracle" ? 0 : std::floor((t - 1) / 16) * 16;
+    const double tokens = t - rows;
+    const double chunks = mode == "oracle" ? std::ceil((t - 1) / 8) + 1 : std::ceil(tokens / 8);
+    std::string body;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    do {  // the counters and the gauge follow the engine within their 100 ms sampling (one
+          // tick may read the gauge before the request started and the counters after)
+      body = HttpGet(decode.http_port, "/metrics").body;
+      if (MetricValue(body, "scd_decode_prefill_tokens_total") == std::optional<double>(tokens) &&
+          MetricValue(body, "scd_decode_starting_requests") == std::optional<double>(0)) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (std::chrono::steady_clock::now() < until);
+    INFO(body);
+    CHECK(MetricValue(body, "scd_decode_prefill_tokens_total") == std::optional<double>(tokens));
+    CHECK(MetricValue(body, "scd_decode_prefill_chunks_total") == std::optional<double>(chunks));
+    CHECK(MetricValue(body, "scd_decode_rebuild_rows_total") == std::optional<double>(rows));
+    CHECK(MetricValue(body, "scd_decode_rebuild_chunks_total") == std::optional<double>(rows / 8));
+    CHECK(MetricValue(body, "scd_decode_starting_requests") == std::optional<double>(0));
+  }
 }
 
 TEST_CASE("The pair serves over the UCX data plane and in a baseline mode", "[daemons][ucx]") {

@@ -187,21 +187,29 @@ TEST_CASE("decode config: cuda_graphs is on by default, with a batch limit", "[c
   CHECK(typo.status().message().find("enable") != std::string_view::npos);
 }
 
-TEST_CASE("decode config: engine.prefill_chunk is 2048 by default, 0 turns chunking off", "[cpu]") {
+TEST_CASE(
+    "decode config: engine.prefill_chunk and rebuild_chunk are 2048 and 8192 by default, 0 "
+    "turns chunking off",
+    "[cpu]") {
   nlohmann::json json = {
       {"model", {{"name", "m"}, {"path", "/srv/scd/m"}, {"producer_path", "/srv/scd/p"}}},
       {"control_plane", {{"address", "127.0.0.1:7000"}}}};
   absl::StatusOr<DecodeDaemonConfig> defaults = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(defaults.ok());
   CHECK(defaults->prefill_chunk == 2048);
-  json["engine"] = {{"prefill_chunk", 0}};
-  absl::StatusOr<DecodeDaemonConfig> off = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
-  REQUIRE(off.ok());
-  CHECK(off->prefill_chunk == 0);
-  json["engine"] = {{"prefill_chunk", -1}};
-  absl::StatusOr<DecodeDaemonConfig> negative = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
-  REQUIRE(!negative.ok());
-  CHECK(negative.status().message().find("prefill_chunk") != std::string_view::npos);
+  CHECK(defaults->rebuild_chunk == 8192);
+  for (const std::string key : {"prefill_chunk", "rebuild_chunk"}) {
+    INFO(key);
+    json["engine"] = {{key, 0}};
+    absl::StatusOr<DecodeDaemonConfig> off = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+    REQUIRE(off.ok());
+    CHECK((key == "prefill_chunk" ? off->prefill_chunk : off->rebuild_chunk) == 0);
+    json["engine"] = {{key, -1}};
+    absl::StatusOr<DecodeDaemonConfig> negative =
+        DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+    REQUIRE(!negative.ok());
+    CHECK(negative.status().message().find(key) != std::string_view::npos);
+  }
 }
 
 }  // namespace scd::testing

@@ -3,14 +3,18 @@
 // the rest the payload. When bit 0 of the mode byte is set, the harness first rewrites both
 // CRC fields to match (a mutated payload almost never has valid checksums, and the checks
 // behind them would otherwise stay unreached); when clear, the payload is parsed as received.
-// An accepted payload must decode every block to rows × cols floats, and serialize to bytes
-// that parse back to the same serialization.
+// An accepted payload must decode every block to rows × cols floats, serialize to bytes that
+// parse back to the same serialization, and cut at its row granularity (PayloadRows, as the
+// decode engine rebuilds it in chunks) into slices that decode to the whole's rows.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "common/base/crc32c.h"
+#include "common/scd/payload_rows.h"
 #include "common/scd/wire_format.h"
 #include "tests/fuzz/fuzz_support.h"
 
@@ -27,10 +31,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto payload = scd::ParsePayload(bytes);
   if (!payload.ok()) return 0;
+  std::vector<std::vector<float>> whole;
   for (const scd::PayloadBlock& block : payload->blocks) {
     auto floats = block.ToFloats();
     FUZZ_CHECK(floats.ok());
     FUZZ_CHECK(floats->size() == size_t{block.rows} * block.cols);
+    whole.push_back(std::move(floats).value());
+  }
+  const size_t total = payload->token_ids.size();
+  if (total > 0) {
+    const size_t step = scd::PayloadRowGranularity(*payload);
+    FUZZ_CHECK(step >= 1 && step <= total);
+    for (const auto& [begin, end] : {std::pair<size_t, size_t>(0, step), {step, total}}) {
+      if (begin >= end) continue;
+      auto rows = scd::PayloadRows(*payload, begin, end);
+      FUZZ_CHECK(rows.ok());
+      FUZZ_CHECK(rows->blocks.size() == payload->blocks.size());
+      for (size_t b = 0; b < whole.size(); ++b) {
+        auto cut = rows->blocks[b].ToFloats();
+        FUZZ_CHECK(cut.ok());
+        const size_t cols = payload->blocks[b].cols;
+        FUZZ_CHECK(cut->size() == (end - begin) * cols);
+        FUZZ_CHECK(cut->empty() || std::memcmp(cut->data(), whole[b].data() + begin * cols,
+                                               cut->size() * sizeof(float)) == 0);
+      }
+    }
   }
   const std::vector<uint8_t> serialized = scd::SerializePayload(*payload);
   auto again = scd::ParsePayload(serialized);

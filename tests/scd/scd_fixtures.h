@@ -37,7 +37,7 @@ inline std::vector<std::vector<int32_t>> SampledPassages(Backend& b, int count, 
     g.max_new_tokens = len;
     g.sampling.temperature = 1.0f;
     g.sampling.seed = seed + i;
-    g.stop_ids = {-1};  // never stop at EOS
+    g.stop_ids.assign(1, -1);  // never stop at EOS (not `= {-1}`: GCC 12 warns -Wnonnull there)
     const std::vector<int32_t> bos = {1};
     auto r = Generate(b, bos, g);
     REQUIRE(r.ok());

@@ -1,7 +1,8 @@
 // scd-bench chunked-prefill's logic (common/bench/chunked_prefill_bench.h) on the plain and the
-// SEKV path: every chunk size gives the long prompt the same first token, the engine prefills
-// it in as many pieces as the chunk size says, and the report's table and summary line carry
-// each run. Timings are only reported, never asserted (this machine is noisy).
+// SEKV path, and with a payload: every chunk size gives the long prompt the same first token,
+// the engine prefills (or rebuilds) it in as many pieces as the chunk size says, and the
+// report's table and summary line carry each run. Timings are only reported, never asserted (this
+// machine is noisy).
 #include "common/bench/chunked_prefill_bench.h"
 
 #include <catch2/catch.hpp>
@@ -35,6 +36,31 @@ TEST_CASE("The chunked-prefill benchmark runs both engine paths and reports each
     CHECK(md.find("chunked_prefill_stall_vs_whole=") != std::string::npos);
     CHECK((md.find("SEKV path") != std::string::npos) == (budget > 0));
   }
+  // A long scd payload (an artifact fitted on the spot) rebuilt whole, then in chunks of 16.
+  ChunkedPrefillBenchOptions o;
+  o.shape = "stories260K";
+  o.streams = 2;
+  o.prompt_tokens = 200;
+  o.payload = "scd";
+  o.chunks = {0, 16};
+  const absl::StatusOr<ChunkedPrefillBenchReport> r = RunChunkedPrefillBench(o);
+  INFO(r.status());
+  REQUIRE(r.ok());
+  REQUIRE(r->runs.size() == 2);
+  CHECK(r->same_first_token);
+  // 184 payload rows: one rebuild, or 12 of at most 16; the 16 suffix tokens in one prefill.
+  CHECK(r->runs[0].rebuild_chunks == 1);
+  CHECK(r->runs[1].rebuild_chunks == 12);
+  CHECK(r->runs[1].prefill_chunks == 1);
+  const std::string md = FormatChunkedPrefillBenchReport(*r, "scd-bench chunked-prefill");
+  CHECK(md.find("| rebuild_chunk | rebuilds |") != std::string::npos);
+  CHECK(md.find("184 tokens as a payload in mode scd") != std::string::npos);
+  CHECK(md.find("| 16 | 12 |") != std::string::npos);
+  CHECK(md.find("chunked_rebuild_stall_vs_whole=") != std::string::npos);
+
+  ChunkedPrefillBenchOptions oracle = o;
+  oracle.payload = "oracle";  // nothing to rebuild
+  CHECK(RunChunkedPrefillBench(oracle).status().code() == absl::StatusCode::kInvalidArgument);
   ChunkedPrefillBenchOptions bad;
   bad.shape = "stories260K";
   bad.sekv_budget = 1.5;

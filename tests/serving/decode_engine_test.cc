@@ -184,14 +184,15 @@ void StartBlocker(Fixture& f, Collector& c, const DecodeCallback& callback) {
   FAIL("the long-running request never started");
 }
 
-// Request 2: a 152-token prompt, its first 150 tokens as an oracle payload (the consumer
-// prefills them), the last 2 as the suffix.
-DecodeJob LongOracleJob(Fixture& f, int max_tokens, std::vector<int32_t>* prompt) {
+// Request 2: a 152-token prompt, its first 150 tokens as a payload in `mode` (an oracle
+// payload's the consumer prefills; others it rebuilds), the last 2 as the suffix.
+DecodeJob LongJob(Fixture& f, int max_tokens, std::vector<int32_t>* prompt,
+                  CodecMode mode = CodecMode::kOracle) {
   *prompt = SyntheticPrompt(152, 3);
   const std::vector<int32_t> prefix(prompt->begin(), prompt->end() - 2);
   DecodeJob job;
   job.request_id = 2;
-  job.payload = SerializePayload(f.Encode(CodecMode::kOracle, prefix));
+  job.payload = SerializePayload(f.Encode(mode, prefix));
   job.suffix.assign(prompt->end() - 2, prompt->end());
   job.max_tokens = max_tokens;
   return job;
@@ -199,88 +200,110 @@ DecodeJob LongOracleJob(Fixture& f, int max_tokens, std::vector<int32_t>* prompt
 
 }  // namespace
 
-TEST_CASE("A long prompt is prefilled in chunks between the running requests' decode steps",
-          "[cpu]") {
-  for (const int chunk : {16, 0}) {
-    INFO("prefill_chunk " << chunk);
-    DecodeEngineOptions o;
-    o.prefill_chunk = chunk;
-    Fixture f(o);
-    Collector c;
-    std::mutex mu;
-    std::vector<uint64_t> order;  // the request of every token event, in the engine's order
-    auto recorded = [&](uint64_t id) {
-      DecodeCallback inner = c.For(id);
-      return [&mu, &order, id, inner](const DecodeEvent& e) {
-        if (e.kind == DecodeEvent::Kind::kToken) {
-          std::lock_guard<std::mutex> lock(mu);
-          order.push_back(id);
-        }
-        inner(e);
+TEST_CASE(
+    "A long prompt is prefilled, a long payload rebuilt, in chunks between the running "
+    "requests' decode steps",
+    "[cpu]") {
+  for (const CodecMode mode : {CodecMode::kOracle, CodecMode::kRaw})
+    for (const int chunk : {16, 0}) {
+      INFO(CodecModeName(mode) << " payload, prefill_chunk and rebuild_chunk " << chunk);
+      DecodeEngineOptions o;
+      o.prefill_chunk = chunk;
+      o.rebuild_chunk = chunk;
+      Fixture f(o);
+      Collector c;
+      std::mutex mu;
+      std::vector<uint64_t> order;  // the request of every token event, in the engine's order
+      auto recorded = [&](uint64_t id) {
+        DecodeCallback inner = c.For(id);
+        return [&mu, &order, id, inner](const DecodeEvent& e) {
+          if (e.kind == DecodeEvent::Kind::kToken) {
+            std::lock_guard<std::mutex> lock(mu);
+            order.push_back(id);
+          }
+          inner(e);
+        };
       };
-    };
-    // The long prompt and its reference first: on a slow run (sanitizers) the running
-    // request could otherwise end before the long prompt arrives.
-    std::vector<int32_t> prompt;
-    DecodeJob job = LongOracleJob(f, 10, &prompt);
-    const std::vector<int32_t> want = f.Expected(prompt, 10);
-    StartBlocker(f, c, recorded(1));
-    size_t submitted_at = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      submitted_at = order.size();
+      // The long prompt and its reference first: on a slow run (sanitizers) the running
+      // request could otherwise end before the long prompt arrives.
+      std::vector<int32_t> prompt;
+      DecodeJob job = LongJob(f, 10, &prompt, mode);
+      const std::vector<int32_t> want = f.Expected(prompt, 10);
+      StartBlocker(f, c, recorded(1));
+      size_t submitted_at = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        submitted_at = order.size();
+      }
+      REQUIRE(f.engine->Submit(std::move(job), recorded(2)).ok());
+      c.WaitFor(1);
+      f.engine->Cancel(1);
+      c.WaitFor(2);
+      const DecodeEvent& done = c.final_events[2];
+      REQUIRE(done.kind == DecodeEvent::Kind::kDone);
+      CHECK(c.tokens[2] == want);  // chunked or not, the same prompt gives the same tokens
+      CHECK(done.prompt_tokens == 152);
+      CHECK(done.timings.rebuild_ms > 0);  // the raw payload's rebuild, the oracle one's prefill
+      CHECK(done.timings.suffix_prefill_ms > 0);
+      // The running request's tokens between the long prompt's arrival and its first token.
+      const size_t first = static_cast<size_t>(
+          std::find(order.begin() + submitted_at, order.end(), 2) - order.begin());
+      const long between = std::count(order.begin() + submitted_at, order.begin() + first, 1);
+      INFO(between << " tokens of the running request meanwhile");
+      const DecodeEngineStats s = f.engine->stats();
+      const bool oracle = mode == CodecMode::kOracle;
+      if (chunk > 0) {
+        // 150 payload rows (rebuilt) or tokens (prefilled) in chunks of 16, the 2 suffix tokens
+        // with the last 6 of them: ten loop iterations, a decode step after each of the first
+        // nine.
+        CHECK(between >= 9);
+        CHECK(s.prefill_chunks == 1 + (oracle ? 11 : 1));
+        CHECK(s.rebuild_chunks == (oracle ? 0 : 10));
+      } else {
+        CHECK(between <= 2);  // the whole prompt in one iteration
+        CHECK(s.prefill_chunks == 1 + (oracle ? 2 : 1));
+        CHECK(s.rebuild_chunks == (oracle ? 0 : 1));
+      }
+      CHECK(s.rebuild_rows == (oracle ? 0 : 150));
+      CHECK(s.prefill_tokens == 8 + (oracle ? 152 : 2));
     }
-    REQUIRE(f.engine->Submit(std::move(job), recorded(2)).ok());
-    c.WaitFor(1);
-    f.engine->Cancel(1);
-    c.WaitFor(2);
-    const DecodeEvent& done = c.final_events[2];
-    REQUIRE(done.kind == DecodeEvent::Kind::kDone);
-    CHECK(c.tokens[2] == want);  // chunked or not, the same prompt gives the same tokens
-    CHECK(done.prompt_tokens == 152);
-    CHECK(done.timings.rebuild_ms > 0);  // the oracle payload's prefill
-    CHECK(done.timings.suffix_prefill_ms > 0);
-    // The running request's tokens between the long prompt's arrival and its first token.
-    const size_t first = static_cast<size_t>(
-        std::find(order.begin() + submitted_at, order.end(), 2) - order.begin());
-    const long between = std::count(order.begin() + submitted_at, order.begin() + first, 1);
-    INFO(between << " tokens of the running request meanwhile");
-    if (chunk > 0) {
-      // 150 payload tokens in chunks of 16, the 2 suffix tokens with the last 6 of them: ten
-      // loop iterations, a decode step after each of the first nine.
-      CHECK(between >= 9);
-      CHECK(f.engine->stats().prefill_chunks == 1 + 11);
-    } else {
-      CHECK(between <= 2);  // the whole prompt in one iteration
-      CHECK(f.engine->stats().prefill_chunks == 1 + 2);
-    }
-  }
 }
 
-TEST_CASE("A request cancelled or past its deadline during its chunked prefill ends there",
-          "[cpu]") {
+TEST_CASE(
+    "A request cancelled or past its deadline during its chunked prefill or rebuild ends there",
+    "[cpu]") {
   DecodeEngineOptions o;
   o.prefill_chunk = 16;
+  o.rebuild_chunk = 16;
   o.min_step_interval = absl::Milliseconds(20);  // ten chunks then take 200 ms at least
   Fixture f(o);
   Collector c;
   StartBlocker(f, c, c.For(1));
   std::vector<int32_t> prompt;
   SECTION("cancelled") {
-    REQUIRE(f.engine->Submit(LongOracleJob(f, 10, &prompt), c.For(2)).ok());
+    REQUIRE(f.engine->Submit(LongJob(f, 10, &prompt), c.For(2)).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(60));
     f.engine->Cancel(2);
     c.WaitFor(1);
     CHECK(c.final_events[2].error.code() == absl::StatusCode::kCancelled);
   }
   SECTION("deadline") {
-    DecodeJob job = LongOracleJob(f, 10, &prompt);
+    DecodeJob job = LongJob(f, 10, &prompt);
     job.deadline = absl::Now() + absl::Milliseconds(60);
     REQUIRE(f.engine->Submit(std::move(job), c.For(2)).ok());
     c.WaitFor(1);
     const absl::Status& error = c.final_events[2].error;
     CHECK(error.code() == absl::StatusCode::kDeadlineExceeded);
     CHECK(error.message().find("prefill") != std::string_view::npos);
+  }
+  SECTION("cancelled during the rebuild of a raw payload") {
+    REQUIRE(f.engine->Submit(LongJob(f, 10, &prompt, CodecMode::kRaw), c.For(2)).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    f.engine->Cancel(2);
+    c.WaitFor(1);
+    CHECK(c.final_events[2].error.code() == absl::StatusCode::kCancelled);
+    CHECK(f.engine->stats().rebuild_chunks < 10);
+    CHECK(f.engine->stats().rebuild_chunks > 0);
   }
   CHECK(f.engine->stats().prefill_chunks < 1 + 11);
   size_t before = 0;

@@ -130,14 +130,14 @@ TEST_CASE("SEKV session builds the hierarchy from the payload's K/V and surprisa
   CHECK(argmax_s == argmax_f);
 }
 
-TEST_CASE("A SEKV prompt prefilled in chunks gives what one prefill gives", "[cpu]") {
+TEST_CASE("A SEKV prompt rebuilt and prefilled in chunks gives what one piece gives", "[cpu]") {
   SekvFixture f;
   auto backend = CreateBackend(BackendKind::kCpu, f.model).value();
   auto codec = ConsumerCodec::Create(f.model, f.model->digest, nullptr).value();
   const auto prompt = SyntheticPrompt(150, 11);
   const std::vector<int32_t> prefix(prompt.begin(), prompt.begin() + 100);
   const auto suffix = absl::MakeConstSpan(prompt).subspan(100);  // 49 tokens to prefill, + 1
-  for (const CodecMode mode : {CodecMode::kOracle, CodecMode::kRaw}) {
+  for (const CodecMode mode : {CodecMode::kOracle, CodecMode::kRaw, CodecMode::kQuant4}) {
     for (const bool with_payload : {true, false}) {
       if (!with_payload && mode != CodecMode::kOracle) continue;
       INFO("payload " << (with_payload ? CodecModeName(mode) : "none"));
@@ -146,8 +146,29 @@ TEST_CASE("A SEKV prompt prefilled in chunks gives what one prefill gives", "[cp
       const auto whole_suffix = with_payload ? suffix : absl::MakeConstSpan(prompt);
       auto whole = SekvSession::Prepare(*backend, *codec, p, whole_suffix);
       REQUIRE(whole.ok());
-      auto chunked = SekvPrefill::Begin(*backend, *codec, p, whole_suffix);
+      auto chunked = SekvPrefill::Begin(
+          *backend, *codec, p != nullptr ? std::optional<Payload>(*p) : std::nullopt, whole_suffix);
       REQUIRE(chunked.ok());
+      // Rows rebuilt from the payload (every mode but oracle), in chunks of 16 rows rounded to
+      // the payload's granularity: 1 for raw F16, KIVI keys' group of 32 for quant4.
+      const size_t rebuilt = with_payload && mode != CodecMode::kOracle ? 100 : 0;
+      REQUIRE((*chunked)->rebuild_remaining() == rebuilt);
+      if (rebuilt > 0) {  // the rows come first
+        CHECK((*chunked)->Advance(16).status().code() == absl::StatusCode::kFailedPrecondition);
+      }
+      std::vector<size_t> rows;
+      while ((*chunked)->rebuild_remaining() > 0) {
+        const auto n = (*chunked)->AdvanceRebuild(16);
+        REQUIRE(n.ok());
+        rows.push_back(*n);
+      }
+      if (mode == CodecMode::kRaw) {
+        CHECK(rows == std::vector<size_t>{16, 16, 16, 16, 16, 16, 4});
+      } else if (mode == CodecMode::kQuant4) {
+        CHECK(rows == std::vector<size_t>{32, 32, 32, 4});
+      } else {
+        CHECK(rows.empty());
+      }
       // Tokens the consumer prefills itself: an oracle payload's, then the suffix but its last.
       const size_t payload_own = with_payload && mode == CodecMode::kOracle ? 100 : 0;
       const size_t head = whole_suffix.size() - 1;
@@ -181,83 +202,111 @@ TEST_CASE("A SEKV prompt prefilled in chunks gives what one prefill gives", "[cp
           worst = std::max(worst, std::abs(double(got.kv.v[l][i]) - whole->kv.v[l][i]));
         }
       }
-      CHECK(worst < 1e-4);
+      CHECK(worst < 1e-4);  // a payload's rows: the same bytes rebuilt, the same K/V
       // Each part's time is its own: the rebuild (or an oracle payload's prefill), the suffix.
       CHECK((with_payload ? got.times.rebuild_ms > 0 : got.times.rebuild_ms == 0));
       CHECK(got.times.suffix_prefill_ms > 0);
     }
   }
-  // Advance asks for at least one token.
-  auto p = SekvPrefill::Begin(*backend, *codec, nullptr, absl::MakeConstSpan(prompt));
+  // Advance asks for at least one token, AdvanceRebuild for at least one row.
+  auto p = SekvPrefill::Begin(*backend, *codec, std::nullopt, absl::MakeConstSpan(prompt));
   REQUIRE(p.ok());
   CHECK((*p)->Advance(0).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK((*p)->AdvanceRebuild(0).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("A long SEKV prompt is prefilled in chunks between the running requests' steps",
-          "[cpu]") {
+TEST_CASE(
+    "A long SEKV prompt is prefilled, a long payload rebuilt, in chunks between the running "
+    "requests' steps",
+    "[cpu]") {
   SekvFixture f;
-  std::vector<int32_t> tokens_at_chunk16;
-  for (const int chunk : {16, 0}) {
-    INFO("prefill_chunk " << chunk);
-    DecodeEventCollector ev;
-    auto tokens_of = [&](uint64_t id) {
-      std::lock_guard<std::mutex> lock(ev.mu);
-      return ev.tokens[id].size();
-    };
-    // The running request's tokens when the long prompt's hierarchy build starts, that is
-    // right after its prefill.
-    std::atomic<int> builds{0};
-    std::atomic<size_t> at_build{0};
-    DecodeEngineOptions o;
-    o.sekv.enabled = true;
-    o.sekv.budget = 0.4;
-    o.prefill_chunk = chunk;
-    o.sekv.before_build = [&] {
-      if (builds.fetch_add(1) == 1) at_build = tokens_of(1);
-    };
-    auto engine = f.ProducerFixture::Engine(o);
-    DecodeJob running;
-    running.request_id = 1;
-    running.suffix = SyntheticPrompt(40, 1);
-    running.max_tokens = 400;
-    running.stop_ids = {-1};
-    REQUIRE(engine->Submit(std::move(running), ev.For(1)).ok());
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (tokens_of(1) < 2 && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (const bool with_payload : {false, true}) {
+    std::vector<int32_t> tokens_at_chunk16;
+    for (const int chunk : {16, 0}) {
+      INFO((with_payload ? "raw payload" : "no payload")
+           << ", prefill_chunk and rebuild_chunk " << chunk);
+      DecodeEventCollector ev;
+      auto tokens_of = [&](uint64_t id) {
+        std::lock_guard<std::mutex> lock(ev.mu);
+        return ev.tokens[id].size();
+      };
+      // The running request's tokens when the long prompt's hierarchy build starts, that is
+      // right after its prefill.
+      std::atomic<int> builds{0};
+      std::atomic<size_t> at_build{0};
+      DecodeEngineOptions o;
+      o.sekv.enabled = true;
+      o.sekv.budget = 0.4;
+      o.prefill_chunk = chunk;
+      o.rebuild_chunk = chunk;
+      // Steps of 5 ms at least: the build's thread, which counts the running request's tokens,
+      // may start a few tiny steps late on a loaded machine.
+      o.min_step_interval = absl::Milliseconds(5);
+      o.sekv.before_build = [&] {
+        if (builds.fetch_add(1) == 1) at_build = tokens_of(1);
+      };
+      auto engine = f.ProducerFixture::Engine(o);
+      DecodeJob running;
+      running.request_id = 1;
+      running.suffix = SyntheticPrompt(40, 1);
+      running.max_tokens = 400;
+      running.stop_ids = {-1};
+      REQUIRE(engine->Submit(std::move(running), ev.For(1)).ok());
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (tokens_of(1) < 2 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      REQUIRE(tokens_of(1) >= 2);
+      // 200 prompt tokens, 199 in the cache before the build: prefilled, or 192 rows rebuilt
+      // from a raw payload and the suffix's 7 prefilled.
+      const std::vector<int32_t> prompt = SyntheticPrompt(200, 2);
+      DecodeJob long_prompt;
+      long_prompt.request_id = 2;
+      if (with_payload) {
+        long_prompt.payload = SerializePayload(
+            f.Encode(CodecMode::kRaw, std::vector<int32_t>(prompt.begin(), prompt.begin() + 192)));
+        long_prompt.suffix.assign(prompt.begin() + 192, prompt.end());
+      } else {
+        long_prompt.suffix = prompt;
+      }
+      long_prompt.max_tokens = 6;
+      long_prompt.stop_ids = {-1};
+      const DecodeEngineStats stats_before = engine->stats();
+      const size_t before = tokens_of(1);
+      REQUIRE(engine->Submit(std::move(long_prompt), ev.For(2)).ok());
+      {
+        std::unique_lock<std::mutex> lock(ev.mu);
+        REQUIRE(ev.cv.wait_for(lock, std::chrono::seconds(60),
+                               [&] { return ev.final_events.count(2) == 1; }));
+      }
+      engine->Cancel(1);
+      ev.WaitFor(2);
+      REQUIRE(ev.final_events[2].kind == DecodeEvent::Kind::kDone);
+      CHECK(ev.tokens[2].size() == 6);
+      const size_t meanwhile = at_build.load() - before;
+
+      INFO(meanwhile << " tokens of the running request during the long prompt's prefill");
+      const DecodeEngineStats stats = engine->stats();
+      const long prefills = stats.prefill_chunks - stats_before.prefill_chunks;
+      const long rebuilds = stats.rebuild_chunks - stats_before.rebuild_chunks;
+      if (chunk > 0) {
+        // No payload: 13 prefills, one per loop iteration, a decode step after each of the
+        // first 12. A raw payload: 12 rebuilds of 16 rows, the last iteration's with the
+        // suffix's prefill; a decode step after each of the first 11.
+        CHECK(prefills == (with_payload ? 1 : 13));
+        CHECK(rebuilds == (with_payload ? 12 : 0));
+        CHECK(meanwhile >= (with_payload ? 10u : 11u));
+        tokens_at_chunk16 = ev.tokens[2];
+      } else {
+        CHECK(prefills == 1);
+        CHECK(rebuilds == (with_payload ? 1 : 0));
+        CHECK(meanwhile <= 2);
+        CHECK(ev.tokens[2] == tokens_at_chunk16);  // chunked or not, the same tokens
+      }
+      CHECK(stats.rebuild_rows - stats_before.rebuild_rows == (with_payload ? 192 : 0));
+      CHECK(stats.prefill_tokens - stats_before.prefill_tokens == (with_payload ? 7 : 199));
+      CHECK(engine->starting() == 0);
     }
-    REQUIRE(tokens_of(1) >= 2);
-    DecodeJob long_prompt;  // no payload: 200 prompt tokens, 199 prefilled before the build
-    long_prompt.request_id = 2;
-    long_prompt.suffix = SyntheticPrompt(200, 2);
-    long_prompt.max_tokens = 6;
-    long_prompt.stop_ids = {-1};
-    const long chunks_before = engine->stats().prefill_chunks;
-    const size_t before = tokens_of(1);
-    REQUIRE(engine->Submit(std::move(long_prompt), ev.For(2)).ok());
-    {
-      std::unique_lock<std::mutex> lock(ev.mu);
-      REQUIRE(ev.cv.wait_for(lock, std::chrono::seconds(60),
-                             [&] { return ev.final_events.count(2) == 1; }));
-    }
-    engine->Cancel(1);
-    ev.WaitFor(2);
-    REQUIRE(ev.final_events[2].kind == DecodeEvent::Kind::kDone);
-    CHECK(ev.tokens[2].size() == 6);
-    const size_t meanwhile = at_build.load() - before;
-    INFO(meanwhile << " tokens of the running request during the long prompt's prefill");
-    if (chunk > 0) {
-      // 13 chunks, one per loop iteration, a decode step after each of the first 12.
-      CHECK(engine->stats().prefill_chunks - chunks_before == 13);
-      CHECK(meanwhile >= 11);
-      tokens_at_chunk16 = ev.tokens[2];
-    } else {
-      CHECK(engine->stats().prefill_chunks - chunks_before == 1);
-      CHECK(meanwhile <= 2);
-      CHECK(ev.tokens[2] == tokens_at_chunk16);  // chunked or not, the same tokens
-    }
-    CHECK(engine->stats().prefill_tokens >= 199 + 39);
-    CHECK(engine->starting() == 0);
   }
 }
 
