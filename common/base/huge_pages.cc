@@ -3,7 +3,10 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 
 namespace scd {
 namespace {
@@ -22,6 +25,22 @@ void AdviseHugePages(void* data, size_t bytes) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(data) & ~(kPage - 1);
   const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes + kPage - 1) & ~(kPage - 1);
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+void FreeDeleter::operator()(float* p) const { std::free(p); }
+
+HugeFloats NewFloatsWithHugePages(size_t n) {
+  const size_t bytes = std::max<size_t>(n * sizeof(float), 1);
+  if (bytes < kMinBytes) {
+    float* p = static_cast<float*>(std::malloc(bytes));
+    if (p == nullptr) throw std::bad_alloc();
+    return HugeFloats(p);
+  }
+  const size_t rounded = (bytes + kMinBytes - 1) / kMinBytes * kMinBytes;
+  float* p = static_cast<float*>(std::aligned_alloc(kMinBytes, rounded));
+  if (p == nullptr) throw std::bad_alloc();
+  AdviseHugePages(p, rounded);
+  return HugeFloats(p);
 }
 
 // Capacity is padded so that malloc's mmap (the request plus its 16-byte chunk header,

@@ -6,12 +6,24 @@
 #define SCD_COMMON_BASE_HUGE_PAGES_H_
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 namespace scd {
 
 // Advises huge pages for the memory holding [data, data + bytes).
 void AdviseHugePages(void* data, size_t bytes);
+
+// Storage from malloc or aligned_alloc, given back with free.
+struct FreeDeleter {
+  void operator()(float* p) const;
+};
+using HugeFloats = std::unique_ptr<float[], FreeDeleter>;
+
+// n floats, left uninitialised (their pages are touched when first written). When they take
+// 2 MB or more, the storage is 2 MB-aligned, a whole number of 2 MB pages, and advised for
+// huge pages, so that each 2 MB is one page fault when first written.
+HugeFloats NewFloatsWithHugePages(size_t n);
 
 // Makes `v` hold n zeros. When that needs a new allocation of ≥ 2 MB, the storage is advised
 // for huge pages before it is first touched; the old contents are then not kept.

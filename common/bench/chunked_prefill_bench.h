@@ -54,6 +54,9 @@ struct ChunkedPrefillRun {
   double ttft_ms = 0;   // the long request: submission to first token
   long prefill_chunks = 0;  // the engine's prefills for the long prompt
   long rebuild_chunks = 0;  // and its payload's rebuilds
+  // The long request's admission stages (DecodeTimings): its payload's rebuild (an oracle
+  // payload's prefill), and the prefill of the rest, summed over their chunks.
+  double rebuild_ms = 0, prefill_ms = 0;
   int32_t first_token = -1;
 };
 

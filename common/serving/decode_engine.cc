@@ -19,7 +19,9 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 struct DecodeEngine::Active {
-  DecodeJob job;
+  DecodeJob job;  // its payload bytes are parsed into `payload` on submission
+  bool has_payload = false;
+  absl::StatusOr<Payload> payload = Payload{};  // empty without one
   DecodeCallback callback;
   Clock::time_point submitted;
   std::unique_ptr<Sequence> seq;    // the backend path
@@ -94,9 +96,17 @@ absl::Status DecodeEngine::Submit(DecodeJob job, DecodeCallback callback) {
   if (job.max_tokens < 1) return absl::InvalidArgumentError("max_tokens must be >= 1");
   SCD_RETURN_IF_ERROR(job.sampling.Validate());
   auto a = std::make_unique<Active>();
+  a->submitted = Clock::now();
+  if (!job.payload.empty()) {
+    // Parsed here, on the submitting thread: copying and checking a long payload (a raw one
+    // is tens of MB) in the loop would stall the running requests. A bad payload still ends
+    // its request with an error event, at admission.
+    a->has_payload = true;
+    a->payload = ParsePayload(job.payload);
+    job.payload = std::vector<uint8_t>();  // the wire bytes are not needed any more
+  }
   a->job = std::move(job);
   a->callback = std::move(callback);
-  a->submitted = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_ || draining_) return absl::UnavailableError("decode engine is shutting down");
@@ -250,13 +260,9 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
   if (absl::Now() > a->job.deadline) {
     return fail(absl::DeadlineExceededError("request deadline passed while queued"));
   }
-  Payload payload;
-  const bool has_payload = !a->job.payload.empty();
-  if (has_payload) {
-    auto parsed = ParsePayload(a->job.payload);
-    if (!parsed.ok()) return fail(parsed.status());
-    payload = std::move(parsed).value();
-  }
+  const bool has_payload = a->has_payload;
+  if (!a->payload.ok()) return fail(a->payload.status());
+  Payload payload = std::move(a->payload).value();
   a->prompt_tokens = static_cast<int>(payload.token_ids.size() + a->job.suffix.size());
   if (a->prompt_tokens >= c.max_position_embeddings) {
     return fail(absl::InvalidArgumentError(absl::StrCat(

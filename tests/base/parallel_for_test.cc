@@ -1,9 +1,13 @@
 // ParallelFor runs every item exactly once for any thread count; ResizeWithHugePages gives
-// zero-filled storage of the requested size on both its small and its huge-page path.
+// zero-filled storage of the requested size on both its small and its huge-page path;
+// NewFloatsWithHugePages gives storage whose pages are only touched when written.
 #include "common/base/parallel_for.h"
+
+#include <sys/resource.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <memory>
 #include <vector>
 
 #include "common/base/huge_pages.h"
@@ -32,6 +36,24 @@ TEST_CASE("ResizeWithHugePages yields zeros of the requested size", "[cpu]") {
       for (size_t i = 0; i < 5; ++i) REQUIRE(v[i] == 0.0f);  // reallocated: fresh zeros
     }
     if (!v.empty()) v.back() = 1.0f;  // writable to the end
+  }
+}
+
+TEST_CASE("NewFloatsWithHugePages touches no page until it is written", "[cpu]") {
+  auto faults = [] {
+    rusage r;
+    getrusage(RUSAGE_SELF, &r);
+    return r.ru_minflt;
+  };
+  for (size_t n : {size_t{10}, size_t{1} << 19, (size_t{16} << 20) + 7}) {
+    INFO(n << " floats");
+    const long before = faults();
+    HugeFloats p = NewFloatsWithHugePages(n);
+    // A 64 MB buffer zero-filled would fault 16k 4 KB pages (or 32 huge ones) here.
+    CHECK(faults() - before < 8);
+    p[0] = 1.0f;  // writable at both ends
+    p[n - 1] = 2.0f;
+    CHECK(p[0] + p[n - 1] == 3.0f);
   }
 }
 
