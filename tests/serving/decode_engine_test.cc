@@ -230,12 +230,14 @@ TEST_CASE(
       DecodeJob job = LongJob(f, 10, &prompt, mode);
       const std::vector<int32_t> want = f.Expected(prompt, 10);
       StartBlocker(f, c, recorded(1));
+      // Counted from Submit's return: Submit parses the payload first, on this thread, while
+      // the running request keeps decoding (the loop never waits for it).
+      REQUIRE(f.engine->Submit(std::move(job), recorded(2)).ok());
       size_t submitted_at = 0;
       {
         std::lock_guard<std::mutex> lock(mu);
         submitted_at = order.size();
       }
-      REQUIRE(f.engine->Submit(std::move(job), recorded(2)).ok());
       c.WaitFor(1);
       f.engine->Cancel(1);
       c.WaitFor(2);
@@ -255,8 +257,8 @@ TEST_CASE(
       if (chunk > 0) {
         // 150 payload rows (rebuilt) or tokens (prefilled) in chunks of 16, the 2 suffix tokens
         // with the last 6 of them: ten loop iterations, a decode step after each of the first
-        // nine.
-        CHECK(between >= 9);
+        // nine (one may come before Submit has returned).
+        CHECK(between >= 8);
         CHECK(s.prefill_chunks == 1 + (oracle ? 11 : 1));
         CHECK(s.rebuild_chunks == (oracle ? 0 : 10));
       } else {

@@ -272,8 +272,10 @@ TEST_CASE(
       long_prompt.max_tokens = 6;
       long_prompt.stop_ids = {-1};
       const DecodeEngineStats stats_before = engine->stats();
-      const size_t before = tokens_of(1);
+      // Counted from Submit's return: Submit parses the payload first, on this thread, while
+      // the running request keeps decoding.
       REQUIRE(engine->Submit(std::move(long_prompt), ev.For(2)).ok());
+      const size_t before = tokens_of(1);
       {
         std::unique_lock<std::mutex> lock(ev.mu);
         REQUIRE(ev.cv.wait_for(lock, std::chrono::seconds(60),
@@ -295,7 +297,7 @@ TEST_CASE(
         // suffix's prefill; a decode step after each of the first 11.
         CHECK(prefills == (with_payload ? 1 : 13));
         CHECK(rebuilds == (with_payload ? 12 : 0));
-        CHECK(meanwhile >= (with_payload ? 10u : 11u));
+        CHECK(meanwhile >= (with_payload ? 9u : 10u));  // one may come before Submit returns
         tokens_at_chunk16 = ev.tokens[2];
       } else {
         CHECK(prefills == 1);
