@@ -212,10 +212,9 @@ absl::Status DecodeMatrix(Encoding e, const uint8_t* in, size_t bytes, int rows,
 }
 
 int EncodedRowStep(Encoding e, int cols, int group) {
-  const int g = std::max(group, 1);
-  int step = IsKey(e) ? g : 1;
-  if (Bits(e) == 4 && cols % 2 != 0 && step % 2 != 0) step *= 2;
-  return (IsKey(e) || IsValue(e)) ? step : 1;
+  int step = IsKey(e) ? std::max(group, 1) : 1;  // a key group's scale covers `group` rows
+  if (Bits(e) == 4 && cols % 2 != 0 && step % 2 != 0) step *= 2;  // rows start on a byte
+  return step;
 }
 
 absl::Status SliceEncodedRows(Encoding e, const uint8_t* in, size_t bytes, int rows, int cols,
@@ -251,9 +250,12 @@ absl::Status SliceEncodedRows(Encoding e, const uint8_t* in, size_t bytes, int r
       // The rows' groups (all (scale, zero) pairs come first, in group order), then their
       // codes; a key group's rows all lie in the slice (begin and end are on group bounds).
       const Groups whole{rows, cols, std::max(group, 1), IsKey(e)};
-      const size_t per = IsKey(e) ? n : static_cast<size_t>(whole.count()) / std::max(rows, 1);
-      const size_t g0 = IsKey(e) ? r0 / whole.group * per : r0 * per;
-      const size_t g1 = IsKey(e) ? (r1 + whole.group - 1) / whole.group * per : r1 * per;
+      const size_t g = static_cast<size_t>(whole.group);
+      // The rows' groups: a key group is `g` rows of one column (a block of g rows holds
+      // `cols` groups), a value group `g` columns of one row.
+      const size_t per_row = (n + g - 1) / g;
+      const size_t g0 = IsKey(e) ? r0 / g * n : r0 * per_row;
+      const size_t g1 = IsKey(e) ? (r1 + g - 1) / g * n : r1 * per_row;
       copy(g0 * 4, (g1 - g0) * 4);
       const size_t codes = static_cast<size_t>(whole.count()) * 4;
       const int bits = Bits(e);
