@@ -31,7 +31,8 @@ TierOverhead GpuSekv::PlanOverhead(const CacheShape&, const SekvOptions&, GpuTie
   return TierOverhead{};
 }
 
-absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend&, SekvCache&, GpuTier, GpuZoom) {
+absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend&, SekvCache&, GpuTier, GpuZoom,
+                                                         int) {
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
 }
 
@@ -62,7 +63,6 @@ using cuda::StreamHandle;
 
 constexpr int kResidentSegments = 4;  // anchors | summaries | window | pins
 constexpr int kTables = 4;            // segment tables per layer step (see Attend)
-constexpr int kWindowSlack = 256;     // device window rows beyond the need when it (re)grows
 
 // `count` elements from pageable host memory (staged by the driver before the call returns).
 template <typename T>
@@ -98,13 +98,14 @@ constexpr int kZoomCounts = 4;  // SekvZoom's stats per KV head
 
 class GpuSekv::Impl : public cuda::DeviceLayerAttention {
  public:
-  Impl(Backend& backend, SekvCache& cache, GpuTier tier, GpuZoom zoom)
+  Impl(Backend& backend, SekvCache& cache, GpuTier tier, GpuZoom zoom, int window_slack)
       : backend_(backend),
         cache_(cache),
         shape_(CacheShape::FromConfig(backend.model().config)),
         type_(tier == GpuTier::kBf16 ? KvType::kBf16 : KvType::kF32),
         elem_(tier == GpuTier::kBf16 ? sizeof(Bf16) : sizeof(float)),
-        device_zoom_(zoom == GpuZoom::kDevice) {}
+        device_zoom_(zoom == GpuZoom::kDevice),
+        window_slack_(window_slack) {}
 
   absl::Status Init();
   absl::Status Attend(int l, const float* q, const float* k, const float* v, float* out,
@@ -162,6 +163,7 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   const KvType type_;          // the K/V rows on the device
   const size_t elem_;          // their element size
   const bool device_zoom_;     // GpuZoom::kDevice
+  const int window_slack_;     // device window rows beyond the need when it (re)grows
   std::vector<Bf16> staging_;  // host conversion of pageable uploads (BF16 tier)
   int num_spans_ = 0, budget_ = 0, pins_ = 0, route_dim_ = 0;
   std::vector<DeviceLayer> layers_;
@@ -214,7 +216,7 @@ absl::Status GpuSekv::Impl::Init() {
     SCD_RETURN_IF_ERROR(UploadRows(&d.anchor_v, st.anchor_v(), na * kvd, "sekv anchors", s));
     SCD_RETURN_IF_ERROR(UploadRows(&d.summary_k, st.summary_k(), ns * kvd, "sekv summaries", s));
     SCD_RETURN_IF_ERROR(UploadRows(&d.summary_v, st.summary_v(), ns * kvd, "sekv summaries", s));
-    d.window_capacity = static_cast<int>(nw) + o.generated_reserve + kWindowSlack;
+    d.window_capacity = static_cast<int>(nw) + o.generated_reserve + window_slack_;
     const size_t window = static_cast<size_t>(d.window_capacity) * kvd;
     SCD_RETURN_IF_ERROR(UploadRows(&d.window_k, st.window_k(), nw * kvd, "sekv window", s, window));
     SCD_RETURN_IF_ERROR(UploadRows(&d.window_v, st.window_v(), nw * kvd, "sekv window", s, window));
@@ -414,7 +416,7 @@ absl::Status GpuSekv::Impl::GrowWindow(int l, int rows, StreamHandle s) {
   DeviceLayer& d = layers_[l];
   if (rows <= d.window_capacity) return absl::OkStatus();
   const size_t kvd = shape_.kv_dim();
-  const int capacity = 2 * rows + kWindowSlack;
+  const int capacity = 2 * rows + window_slack_;
   SCD_ASSIGN_OR_RETURN(DeviceBuffer k,
                        DeviceBuffer::Allocate(elem_ * capacity * kvd, "sekv window"));
   SCD_ASSIGN_OR_RETURN(DeviceBuffer v,
@@ -744,7 +746,8 @@ TierOverhead GpuSekv::PlanOverhead(const CacheShape& shape, const SekvOptions& o
 }
 
 absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvCache& cache,
-                                                         GpuTier tier, GpuZoom zoom) {
+                                                         GpuTier tier, GpuZoom zoom,
+                                                         int window_slack) {
   if (!Applies(backend)) {
     return absl::InvalidArgumentError(
         absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
@@ -770,7 +773,11 @@ absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvC
         "; this cache has ", group, ", ", have.head_dim, ", ", have.num_kv_heads, " and ",
         route_dim));
   }
-  auto impl = std::make_unique<Impl>(backend, cache, tier, zoom);
+  if (window_slack < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GpuSekv: window_slack must be >= 0, got ", window_slack));
+  }
+  auto impl = std::make_unique<Impl>(backend, cache, tier, zoom, window_slack);
   SCD_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<GpuSekv>(new GpuSekv(std::move(impl)));
 }

@@ -80,10 +80,14 @@ class GpuSekv {
   // Mirrors `cache`'s GPU tier on `backend`'s device. `cache` (not in teacher mode, no step
   // taken yet) and `backend` must outlive this object; from now on only this object steps it.
   // kDevice needs the cache's bases of rank at most cuda::kMaxBasisRank (64) and a candidate
-  // budget of at most cuda::kMaxZoomCandidates (1024) tokens.
+  // budget of at most cuda::kMaxZoomCandidates (1024) tokens. The device window holds
+  // `window_slack` rows (>= 0) beyond the cache's window and generated_reserve, and when a
+  // step outgrows it, twice the rows plus `window_slack`.
+  static constexpr int kDefaultWindowSlack = 256;
   static absl::StatusOr<std::unique_ptr<GpuSekv>> Create(Backend& backend, SekvCache& cache,
                                                          GpuTier tier = GpuTier::kBf16,
-                                                         GpuZoom zoom = GpuZoom::kDevice);
+                                                         GpuZoom zoom = GpuZoom::kDevice,
+                                                         int window_slack = kDefaultWindowSlack);
   ~GpuSekv();
 
   // The tiers as this object holds them, counted as SekvCache::Memory counts the host's (rows

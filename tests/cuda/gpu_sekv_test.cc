@@ -78,7 +78,7 @@ PrefixKv UnitSurprisalPrefix(const CacheShape& shape, int t) {
 void CompareLayerAttention(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
                            const Segmentation& seg, const SekvOptions& o,
                            std::shared_ptr<const ZoomRouter> router, int steps, GpuTier tier,
-                           Tolerance tol, GpuZoom zoom) {
+                           Tolerance tol, int window_slack, GpuZoom zoom) {
   const bool bf16 = tier == GpuTier::kBf16;
   auto rounded = [bf16](const std::vector<float>& x) { return bf16 ? testing::RoundedBf16(x) : x; };
   PrefixKv input = prefix;
@@ -88,7 +88,7 @@ void CompareLayerAttention(Backend& backend, const CacheShape& shape, const Pref
   auto mirrored = SekvCache::CreateWithSegmentation(shape, input, seg, o, router);
   REQUIRE(host.ok());
   REQUIRE(mirrored.ok());
-  auto gpu = GpuSekv::Create(backend, **mirrored, tier, zoom);
+  auto gpu = GpuSekv::Create(backend, **mirrored, tier, zoom, window_slack);
   INFO(gpu.status());
   REQUIRE(gpu.ok());
   auto stream = cuda::Stream::Create();
@@ -129,10 +129,12 @@ void CompareLayerAttention(Backend& backend, const CacheShape& shape, const Pref
 void CompareLayerAttention(Backend& backend, const CacheShape& shape, const PrefixKv& prefix,
                            const Segmentation& seg, const SekvOptions& o,
                            std::shared_ptr<const ZoomRouter> router, int steps,
-                           GpuTier tier = GpuTier::kF32, Tolerance tol = kF32Tier) {
+                           GpuTier tier = GpuTier::kF32, Tolerance tol = kF32Tier,
+                           int window_slack = GpuSekv::kDefaultWindowSlack) {
   for (const GpuZoom zoom : {GpuZoom::kDevice, GpuZoom::kHost}) {
     INFO((zoom == GpuZoom::kDevice ? "device zoom" : "host zoom"));
-    CompareLayerAttention(backend, shape, prefix, seg, o, router, steps, tier, tol, zoom);
+    CompareLayerAttention(backend, shape, prefix, seg, o, router, steps, tier, tol, window_slack,
+                          zoom);
   }
 }
 
@@ -172,10 +174,16 @@ TEST_CASE("GpuSekv layer attention matches SekvCache::Attend", "[cuda]") {
   }
   // Both tiers where no selection can flip on BF16 rounding; with every token expanded no
   // summary is read, so the BF16 tier agrees as closely as the F32 tier.
-  SECTION("summaries only, 300 steps: the device window grows") {
+  // The window's 10 rows with 3 rows' slack outgrow the device buffer at the 4th step (14
+  // rows), which then holds 2 x 14 + 3 rows, and again at 32 and 68 rows: 3 times in 80 steps
+  // (the default slack, 256, would take 257 steps for the first).
+  SECTION("summaries only, 80 steps: the device window grows 3 times") {
     o.zoom = false;
-    CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 300);
-    CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 300, GpuTier::kBf16, kBf16Tier);
+    const int slack = 3;
+    CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 80, GpuTier::kF32, kF32Tier,
+                          slack);
+    CompareLayerAttention(*backend, shape, prefix, seg, o, nullptr, 80, GpuTier::kBf16, kBf16Tier,
+                          slack);
   }
   SECTION("every token expanded, with pins: equals full attention") {
     o.store.energy = 1.0;

@@ -406,6 +406,27 @@ TEST_CASE("GpuSekv refuses shapes its kernels cannot take, before uploading", "[
   }
 }
 
+TEST_CASE("GpuSekv refuses a negative window slack; no slack is taken", "[cpu]") {
+  const ModelConfig c = ShapeConfig(1, 8, 4, 8);
+  ShapeOnlyBackend backend(c);
+  const CacheShape shape = CacheShape::FromConfig(c);
+  const int t = 40;
+  const PrefixKv prefix = RandomPrefix(shape, t);
+  for (const int slack : {-1, 0}) {
+    INFO("window_slack " << slack);
+    auto cache = SekvCache::CreateWithSegmentation(
+        shape, prefix, testing::ChunkedSegmentation(t, 7, 10, {0}), SekvOptions{}, nullptr);
+    REQUIRE(cache.ok());
+    auto gpu = GpuSekv::Create(backend, **cache, GpuTier::kBf16, GpuZoom::kDevice, slack);
+    if (slack < 0) {
+      CHECK(gpu.status().code() == absl::StatusCode::kInvalidArgument);
+      CHECK(gpu.status().message().find("window_slack must be >= 0") != absl::string_view::npos);
+    } else {
+      CHECK(gpu.ok());
+    }
+  }
+}
+
 TEST_CASE("GpuSekv's device zoom waits for the device once per step, the host zoom per layer",
           "[cpu]") {
   const ModelConfig c = ShapeConfig(4, 8, 2, 16);
