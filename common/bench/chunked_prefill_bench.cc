@@ -12,10 +12,10 @@
 #include "absl/strings/str_format.h"
 #include "common/base/elapsed.h"
 #include "common/base/status_macros.h"
+#include "common/bench/bench_payload.h"
 #include "common/bench/runtime_bench.h"
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
-#include "common/scd/calibration.h"
 #include "common/scd/codec.h"
 #include "common/scd/wire_format.h"
 #include "common/serving/decode_engine.h"
@@ -27,15 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kLongId = 1000;
 constexpr auto kWaitLimit = std::chrono::minutes(10);
-
-// `n` token ids of the vocabulary (past the specials), varied by `salt`.
-std::vector<int32_t> Prompt(int n, uint64_t salt, int vocab) {
-  std::vector<int32_t> p(n);
-  for (int i = 0; i < n; ++i) {
-    p[i] = 3 + static_cast<int32_t>((static_cast<uint64_t>(i) * 7919 + salt * 131) % (vocab - 3));
-  }
-  return p;
-}
 
 double Median(std::vector<double> x) {
   if (x.empty()) return 0;
@@ -90,61 +81,26 @@ struct Setup {
   std::vector<int32_t> suffix;
 };
 
-// An artifact fitted on a few random-token passages of `model` (as producer and consumer),
-// with PATCH on about 1 in 6 layers and a one-layer recompute block in the middle: the
-// shapes and costs of a real one, for timing.
-absl::StatusOr<std::shared_ptr<const ScdArtifact>> TimingArtifact(
-    std::shared_ptr<const Model> model, uint64_t seed) {
-  const ModelConfig& c = model->config;
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(BackendKind::kCpu, model));
-  std::vector<std::vector<int32_t>> passages;
-  for (int i = 0; i < 6; ++i) passages.push_back(Prompt(128, seed * 7 + i, c.vocab_size));
-  CalibrationOptions o;
-  o.rank_k = std::min(64, c.kv_dim());
-  o.rank_v = std::min(128, c.kv_dim());
-  o.rank_h = std::min(256, c.hidden_size);
-  o.code_encoding = Encoding::kInt8Row;
-  o.max_aligner_rows = 512;
-  o.aligner.steps = 10;
-  SCD_ASSIGN_OR_RETURN(const CalibrationData data,
-                       CollectCalibrationData(*backend, *backend, passages, o));
-  SCD_ASSIGN_OR_RETURN(ScdArtifact a, FitArtifact(data, *model, *model, o, /*fit_patches=*/true));
-  const int patched = std::max(1, c.num_layers / 6);
-  for (int i = 0; i < patched; ++i)
-    a.patch_order.push_back((2 * i + 1) * c.num_layers / (2 * patched));
-  a.patch_budget = patched;
-  a.recompute_first = c.num_layers / 2;
-  a.recompute_end = a.recompute_first + 1;
-  return std::make_shared<const ScdArtifact>(std::move(a));
-}
-
 absl::StatusOr<Setup> MakeSetup(const ChunkedPrefillBenchOptions& o, const ModelConfig& config,
                                 const std::function<void(const std::string&)>& progress) {
   Setup s;
   progress(absl::StrFormat("synthetic %s weights", o.shape));
   s.model = MakeSyntheticModel(config, o.seed);
-  std::vector<int32_t> prompt = Prompt(o.prompt_tokens, o.seed, config.vocab_size);
+  std::vector<int32_t> prompt = BenchPrompt(o.prompt_tokens, o.seed, config.vocab_size);
   if (o.payload.empty()) {
     s.suffix = std::move(prompt);
     return s;
   }
   SCD_ASSIGN_OR_RETURN(const CodecMode mode, ParseCodecMode(o.payload));
-  if (mode != CodecMode::kRaw && mode != CodecMode::kQuant8 && mode != CodecMode::kQuant4) {
+  if (BenchModeNeedsArtifact(mode)) {
     progress("fitting a timing artifact (random-token passages)");
     SCD_ASSIGN_OR_RETURN(s.artifact, TimingArtifact(s.model, o.seed));
   }
   const std::vector<int32_t> context(prompt.begin(), prompt.end() - o.payload_suffix);
   s.suffix.assign(prompt.end() - o.payload_suffix, prompt.end());
   progress(absl::StrFormat("encoding a %s payload of %zu tokens", o.payload, context.size()));
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> producer,
-                       CreateBackend(BackendKind::kCpu, s.model));
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<ProducerCodec> codec,
-                       ProducerCodec::Create(s.model, s.model->digest, s.artifact));
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
-                       producer->NewSequence(static_cast<int>(context.size())));
-  PrefillResult states;
-  SCD_RETURN_IF_ERROR(producer->Prefill(*seq, context, ProducerPrefillOptions(mode), &states));
-  SCD_ASSIGN_OR_RETURN(const Payload payload, codec->Encode(mode, context, states));
+  SCD_ASSIGN_OR_RETURN(const Payload payload,
+                       EncodeBenchPayload(s.model, s.artifact, mode, context));
   s.payload = SerializePayload(payload);
   return s;
 }
@@ -167,7 +123,7 @@ absl::StatusOr<ChunkedPrefillRun> RunOne(const ChunkedPrefillBenchOptions& o, co
   for (int s = 1; s <= o.streams; ++s) {
     DecodeJob job;
     job.request_id = static_cast<uint64_t>(s);
-    job.suffix = Prompt(o.stream_prompt, o.seed * 100 + s, vocab);
+    job.suffix = BenchPrompt(o.stream_prompt, o.seed * 100 + s, vocab);
     job.max_tokens = model->config.max_position_embeddings - o.stream_prompt;
     job.stop_ids = {-1};
     SCD_RETURN_IF_ERROR(engine->Submit(std::move(job), tl.For(static_cast<uint64_t>(s))));

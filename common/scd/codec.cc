@@ -9,6 +9,7 @@
 #include "common/base/status_macros.h"
 #include "common/scd/gpu_rebuild.h"
 #include "common/scd/payload_checks.h"
+#include "common/scd/payload_rows.h"
 #include "kernels/cpu/ops.h"
 
 namespace scd {
@@ -160,6 +161,10 @@ absl::StatusOr<std::unique_ptr<ConsumerCodec>> ConsumerCodec::Create(
     std::shared_ptr<const Model> consumer, std::string producer_digest,
     std::shared_ptr<const ScdArtifact> artifact, CodecOptions options) {
   if (consumer == nullptr) return absl::InvalidArgumentError("ConsumerCodec: null consumer");
+  if (options.cpu_block_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ConsumerCodec: cpu_block_rows must be >= 0, got ", options.cpu_block_rows));
+  }
   if (artifact != nullptr) {
     SCD_RETURN_IF_ERROR(artifact->CheckPair(nullptr, consumer.get()));
     if (!producer_digest.empty() && producer_digest != artifact->producer_digest) {
@@ -206,11 +211,17 @@ absl::Status ConsumerCodec::Check(const Payload& p, const Sequence& seq) const {
   return absl::OkStatus();
 }
 
+struct ConsumerCodec::HostBuffers {
+  ExternalKv kv;          // the block's K/V, every layer
+  std::vector<float> h;   // a patch's aligned H_in, or a recompute block's residual
+  std::vector<float> z;   // a patch's or a key's codes
+  std::vector<float> z2;  // a value's codes
+  Payload part;           // the block's rows of the payload
+};
+
 absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence& seq,
                                     RebuildStats* stats) const {
   SCD_RETURN_IF_ERROR(Check(p, seq));
-  const ModelConfig& c = consumer_->config;
-  const int t = static_cast<int>(p.token_ids.size());
   const std::string mode_name(CodecModeName(p.mode));
   RebuildStats local;
   RebuildStats& st = stats ? *stats : local;
@@ -229,9 +240,49 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
       GpuRebuild::Applies(backend)) {
     return gpu_->Rebuild(p, backend, seq, &st);
   }
+  // On the host: in blocks of rows, through buffers reused from block to block. Buffers of at
+  // most a default block stay with the thread: a fresh buffer's page faults cost more than
+  // its decode (the allocator hands buffers this size back to the kernel when freed).
+  const size_t rows = p.token_ids.size();
+  const size_t block = HostBlockRows(p);
+  thread_local HostBuffers kept;
+  HostBuffers fresh;
+  HostBuffers& buffers = block <= DefaultBlockRows() ? kept : fresh;
+  if (block >= rows) return RebuildOnHost(p, backend, seq, st, buffers);
+  for (size_t begin = 0; begin < rows; begin += block) {
+    SCD_RETURN_IF_ERROR(PayloadRowsInto(p, begin, std::min(begin + block, rows), &buffers.part));
+    SCD_RETURN_IF_ERROR(RebuildOnHost(buffers.part, backend, seq, st, buffers));
+  }
+  return absl::OkStatus();
+}
+
+size_t ConsumerCodec::DefaultBlockRows() const {
+  const ModelConfig& c = consumer_->config;
+  const size_t row_bytes = sizeof(float) * 2 * static_cast<size_t>(c.num_layers) * c.kv_dim();
+  return std::max(kCpuRebuildBlockBytes / row_bytes, kCpuRebuildMinBlockRows);
+}
+
+size_t ConsumerCodec::HostBlockRows(const Payload& p) const {
+  const size_t rows = p.token_ids.size();
+  if (p.mode == CodecMode::kRecompute) return rows;
+  const size_t block = options_.cpu_block_rows > 0 ? static_cast<size_t>(options_.cpu_block_rows)
+                                                   : DefaultBlockRows();
+  if (block >= rows) return rows;
+  const size_t step = PayloadRowGranularity(p);
+  return std::min(std::max(block / step, size_t{1}) * step, rows);
+}
+
+absl::Status ConsumerCodec::RebuildOnHost(const Payload& p, Backend& backend, Sequence& seq,
+                                          RebuildStats& st, HostBuffers& buffers) const {
+  const ModelConfig& c = consumer_->config;
+  const int t = static_cast<int>(p.token_ids.size());
+  const std::string mode_name(CodecModeName(p.mode));
   auto t0 = Clock::now();
   const int kvd = c.kv_dim();
-  ExternalKv kv;
+  ExternalKv& kv = buffers.kv;
+  std::vector<float>& h = buffers.h;
+  std::vector<float>& z = buffers.z;
+  std::vector<float>& z2 = buffers.z2;
   kv.num_tokens = t;
   kv.k_pre_rope.resize(c.num_layers);
   kv.v.resize(c.num_layers);
@@ -240,7 +291,6 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
   auto expect_cols = [&](const PayloadBlock* b, int cols, const char* what, int l) {
     return ExpectBlockCols(b, cols, what, l, mode_name);
   };
-  std::vector<float> h, proj;
   for (int l = 0; l < c.num_layers; ++l) {
     const PayloadBlock* kb = p.Find(BlockKind::kKey, l);
     const PayloadBlock* vb = p.Find(BlockKind::kValue, l);
@@ -257,7 +307,7 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
       SCD_ASSIGN_OR_RETURN(const PatchAligner* aligner_ptr,
                            PatchAlignerFor(p, pb, l, artifact_.get()));
       const PatchAligner& aligner = *aligner_ptr;
-      SCD_ASSIGN_OR_RETURN(std::vector<float> z, pb->ToFloats());
+      SCD_RETURN_IF_ERROR(pb->DecodeInto(&z));
       h.resize(static_cast<size_t>(t) * c.hidden_size);
       aligner.Apply(z.data(), t, h.data());
       // Regenerate pre-RoPE K and V with the consumer's own projections.
@@ -280,17 +330,17 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
       const ReuseLayer& r = artifact_->reuse[l];
       SCD_RETURN_IF_ERROR(expect_cols(kb, r.key.rank, "key code", l));
       SCD_RETURN_IF_ERROR(expect_cols(vb, r.value.rank, "value code", l));
-      SCD_ASSIGN_OR_RETURN(std::vector<float> zk, kb->ToFloats());
-      SCD_ASSIGN_OR_RETURN(std::vector<float> zv, vb->ToFloats());
+      SCD_RETURN_IF_ERROR(kb->DecodeInto(&z));
+      SCD_RETURN_IF_ERROR(vb->DecodeInto(&z2));
       kv.k_pre_rope[l].resize(static_cast<size_t>(t) * kvd);
       kv.v[l].resize(static_cast<size_t>(t) * kvd);
-      r.key.Decode(zk.data(), t, kv.k_pre_rope[l].data());
-      r.value.Decode(zv.data(), t, kv.v[l].data());
+      r.key.Decode(z.data(), t, kv.k_pre_rope[l].data());
+      r.value.Decode(z2.data(), t, kv.v[l].data());
     } else {
       SCD_RETURN_IF_ERROR(expect_cols(kb, kvd, "key", l));
       SCD_RETURN_IF_ERROR(expect_cols(vb, kvd, "value", l));
-      SCD_ASSIGN_OR_RETURN(kv.k_pre_rope[l], kb->ToFloats());
-      SCD_ASSIGN_OR_RETURN(kv.v[l], vb->ToFloats());
+      SCD_RETURN_IF_ERROR(kb->DecodeInto(&kv.k_pre_rope[l]));
+      SCD_RETURN_IF_ERROR(vb->DecodeInto(&kv.v[l]));
     }
   }
   if (p.mode == CodecMode::kRecompute && (residual == nullptr || recompute_end <= recompute_first)) {
@@ -300,9 +350,9 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
   t0 = Clock::now();
   SCD_RETURN_IF_ERROR(backend.AppendKv(seq, kv));
   if (residual != nullptr) {
-    SCD_ASSIGN_OR_RETURN(std::vector<float> x, residual->ToFloats());
+    SCD_RETURN_IF_ERROR(residual->DecodeInto(&h));
     SCD_RETURN_IF_ERROR(backend.RecomputeLayers(seq, static_cast<int>(p.start_position),
-                                                recompute_first, recompute_end, x));
+                                                recompute_first, recompute_end, h));
   }
   st.append_seconds += Since(t0);
   return absl::OkStatus();

@@ -30,7 +30,21 @@ struct CodecOptions {
   // Consumer side: on a CUDA backend (in a CUDA build), scd and scd-reuse payloads are rebuilt
   // on the GPU (gpu_rebuild.h); false decodes on the host and uploads K/V through AppendKv.
   bool gpu_rebuild = true;
+  // Consumer side, rebuilds on the host: a payload longer than a block is rebuilt a block of
+  // rows at a time (PayloadRows, in its row granularity) through one set of F32 buffers,
+  // instead of every row's F32 K/V at once. That bounds the rebuild's memory, and saves the
+  // page faults of fresh buffers, which cost more than the decode itself on a 4 KB-page host.
+  // 0 sizes the block so that its K/V of every layer takes about kCpuRebuildBlockBytes (at
+  // least kCpuRebuildMinBlockRows rows, so that the decode GEMMs stay wide); buffers of at
+  // most that size stay with the rebuilding thread for its next rebuild. Recompute
+  // payloads are rebuilt whole: their block's recompute is a prefill, faster on all its rows
+  // at once. Blocks or whole, the cache holds the same rows (bit for bit where the decode is
+  // per row; the decode GEMMs may round differently by blocking).
+  int cpu_block_rows = 0;
 };
+
+inline constexpr size_t kCpuRebuildBlockBytes = size_t{8} << 20;
+inline constexpr size_t kCpuRebuildMinBlockRows = 64;
 
 class GpuRebuild;
 
@@ -83,11 +97,23 @@ class ConsumerCodec {
   absl::Status Rebuild(const Payload& payload, Backend& backend, Sequence& seq,
                        RebuildStats* stats = nullptr) const;
 
+  // The rows per block of `payload`'s rebuild on the host (CodecOptions::cpu_block_rows, in
+  // its row granularity): its row count when it is rebuilt whole.
+  size_t HostBlockRows(const Payload& payload) const;
+
  private:
   ConsumerCodec() = default;
   std::shared_ptr<const Model> consumer_;
   std::string producer_digest_;
   std::shared_ptr<const ScdArtifact> artifact_;
+  // A host rebuild's buffers (codec.cc), reused from block to block.
+  struct HostBuffers;
+  // The rows per block by default: about kCpuRebuildBlockBytes of F32 K/V.
+  size_t DefaultBlockRows() const;
+  // Rebuilds `p` whole on the host through `buffers`.
+  absl::Status RebuildOnHost(const Payload& p, Backend& backend, Sequence& seq, RebuildStats& st,
+                             HostBuffers& buffers) const;
+
   CodecOptions options_;
   std::shared_ptr<GpuRebuild> gpu_;  // with options_.gpu_rebuild and an artifact
 };

@@ -22,6 +22,12 @@ size_t PayloadRowGranularity(const Payload& payload) {
 }
 
 absl::StatusOr<Payload> PayloadRows(const Payload& payload, size_t begin, size_t end) {
+  Payload out;
+  SCD_RETURN_IF_ERROR(PayloadRowsInto(payload, begin, end, &out));
+  return out;
+}
+
+absl::Status PayloadRowsInto(const Payload& payload, size_t begin, size_t end, Payload* out_ptr) {
   const size_t total = payload.token_ids.size();
   const size_t step = PayloadRowGranularity(payload);
   if (begin >= end || end > total || begin % step != 0 || (end % step != 0 && end != total)) {
@@ -29,7 +35,7 @@ absl::StatusOr<Payload> PayloadRows(const Payload& payload, size_t begin, size_t
                                                    total, " tokens do not split at its step of ",
                                                    step, " rows"));
   }
-  Payload out;
+  Payload& out = *out_ptr;
   out.mode = payload.mode;
   out.num_layers = payload.num_layers;
   out.start_position = payload.start_position + static_cast<uint32_t>(begin);
@@ -54,7 +60,7 @@ absl::StatusOr<Payload> PayloadRows(const Payload& payload, size_t begin, size_t
                                          b.group, static_cast<int>(begin), static_cast<int>(end),
                                          &o.data));
   }
-  return out;
+  return absl::OkStatus();
 }
 
 }  // namespace scd

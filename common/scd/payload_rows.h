@@ -25,6 +25,8 @@ size_t PayloadRowGranularity(const Payload& payload);
 // be a multiple of PayloadRowGranularity, and `end` one too or the payload's end; every block
 // must have one row per token and its encoding's size (as ParsePayload leaves them).
 absl::StatusOr<Payload> PayloadRows(const Payload& payload, size_t begin, size_t end);
+// The same into *out, whose buffers are reused (a loop over a payload's slices allocates once).
+absl::Status PayloadRowsInto(const Payload& payload, size_t begin, size_t end, Payload* out);
 
 }  // namespace scd
 

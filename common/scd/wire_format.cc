@@ -52,10 +52,15 @@ absl::StatusOr<CodecMode> ParseCodecMode(std::string_view name) {
 }
 
 absl::StatusOr<std::vector<float>> PayloadBlock::ToFloats() const {
-  std::vector<float> out(static_cast<size_t>(rows) * cols);
-  SCD_RETURN_IF_ERROR(DecodeMatrix(encoding, data.data(), data.size(), static_cast<int>(rows),
-                                   static_cast<int>(cols), group, out.data()));
+  std::vector<float> out;
+  SCD_RETURN_IF_ERROR(DecodeInto(&out));
   return out;
+}
+
+absl::Status PayloadBlock::DecodeInto(std::vector<float>* out) const {
+  out->resize(static_cast<size_t>(rows) * cols);
+  return DecodeMatrix(encoding, data.data(), data.size(), static_cast<int>(rows),
+                      static_cast<int>(cols), group, out->data());
 }
 
 PayloadBlock MakeBlock(BlockKind kind, Encoding encoding, int layer, const float* x, int rows,

@@ -65,6 +65,8 @@ struct PayloadBlock {
 
   // Decodes `data` into rows × cols floats.
   absl::StatusOr<std::vector<float>> ToFloats() const;
+  // The same into *out (resized to rows × cols, its capacity kept for the next block).
+  absl::Status DecodeInto(std::vector<float>* out) const;
 };
 
 // Makes a block by encoding x[rows, cols].

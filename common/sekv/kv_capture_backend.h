@@ -1,10 +1,15 @@
 // KvCaptureBackend: a Backend decorator that forwards every call to another backend and keeps
-// a copy of the last external K/V appended (AppendKv). The SCD consumer codec rebuilds its
-// pre-RoPE K/V into a backend sequence; wrapping the consumer's backend lets the SEKV path
-// take that same K/V into its own hierarchy without any change to the Backend interface.
+// a copy of the external K/V appended (AppendKv) since the last TakeCaptured, in order (the
+// consumer codec appends a long payload a block of rows at a time). The SCD consumer codec
+// rebuilds its pre-RoPE K/V into a backend sequence; wrapping the consumer's backend lets the
+// SEKV path take that same K/V into its own hierarchy without any change to the Backend
+// interface.
 #ifndef SCD_COMMON_SEKV_KV_CAPTURE_BACKEND_H_
 #define SCD_COMMON_SEKV_KV_CAPTURE_BACKEND_H_
 
+#include <utility>
+
+#include "common/base/status_macros.h"
 #include "common/runtime/backend.h"
 
 namespace scd::sekv {
@@ -23,8 +28,18 @@ class KvCaptureBackend : public Backend {
     return inner_.Prefill(seq, tokens, options, result);
   }
   absl::Status AppendKv(Sequence& seq, const ExternalKv& kv) override {
-    captured_ = kv;
-    return inner_.AppendKv(seq, kv);
+    SCD_RETURN_IF_ERROR(inner_.AppendKv(seq, kv));
+    if (captured_.num_tokens == 0) {
+      captured_ = kv;
+      return absl::OkStatus();
+    }
+    for (size_t l = 0; l < kv.k_pre_rope.size() && l < captured_.k_pre_rope.size(); ++l) {
+      captured_.k_pre_rope[l].insert(captured_.k_pre_rope[l].end(), kv.k_pre_rope[l].begin(),
+                                     kv.k_pre_rope[l].end());
+      captured_.v[l].insert(captured_.v[l].end(), kv.v[l].begin(), kv.v[l].end());
+    }
+    captured_.num_tokens += kv.num_tokens;
+    return absl::OkStatus();
   }
   absl::Status Decode(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
                       std::vector<float>* logits) override {
@@ -36,7 +51,7 @@ class KvCaptureBackend : public Backend {
   }
 
   const ExternalKv& captured() const { return captured_; }
-  ExternalKv TakeCaptured() { return std::move(captured_); }
+  ExternalKv TakeCaptured() { return std::exchange(captured_, ExternalKv{}); }
 
  private:
   Backend& inner_;

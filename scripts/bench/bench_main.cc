@@ -2,8 +2,9 @@
 // host's sgemm and memcpy ceilings (common/bench/runtime_bench.h) and ends with the line
 // `prefill_vs_sgemm=<r> decode_vs_memcpy=<r>`. `scd-bench chunked-prefill` measures what a long
 // prompt's arrival costs the running streams at each engine.prefill_chunk, or with --payload
-// a long payload's at each engine.rebuild_chunk (common/bench/chunked_prefill_bench.h). Progress
-// goes to stderr, the report to stdout.
+// a long payload's at each engine.rebuild_chunk (common/bench/chunked_prefill_bench.h).
+// `scd-bench rebuild` measures the codec's host rebuild whole against in blocks of rows
+// (common/bench/rebuild_bench.h). Progress goes to stderr, the report to stdout.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/bench/chunked_prefill_bench.h"
+#include "common/bench/rebuild_bench.h"
 #include "common/bench/runtime_bench.h"
 #include "common/cli/flags.h"
 
@@ -23,6 +25,7 @@ constexpr char kUsage[] =
     "  runtime          CPU prefill GFLOP/s vs sgemm peak, decode GB/s vs memcpy bandwidth\n"
     "  chunked-prefill  running streams' stall and a long prompt's TTFT per prefill chunk\n"
     "                   (or, with --payload, per rebuild chunk)\n"
+    "  rebuild          a payload's host rebuild whole vs in the codec's blocks of rows\n"
     "run `scd-bench <benchmark> --help` for its flags\n";
 
 // `argv` is the whole command line; argv[1] is "runtime".
@@ -140,6 +143,53 @@ int RunChunkedPrefill(int argc, const char* const* argv) {
   return report->same_first_token ? 0 : scd::cli::kExitFailure;
 }
 
+// `argv` is the whole command line; argv[1] is "rebuild".
+int RunRebuild(int argc, const char* const* argv) {
+  scd::bench::RebuildBenchOptions options;
+  std::string modes = "raw,quant8,quant4,recompute,scd-reuse,scd";
+  std::string blocks = "whole,0";
+  scd::cli::FlagParser flags("scd-bench rebuild", "[flags]");
+  flags.AddString("shape", &options.shape, "synthetic model shape: stories110M or stories260K");
+  flags.AddInt("rows", &options.rows, "payload tokens");
+  flags.AddString("modes", &modes, "codec modes, comma-separated");
+  flags.AddString("blocks", &blocks,
+                  "CodecOptions::cpu_block_rows values, comma-separated: whole, 0 (the codec's "
+                  "default) or rows");
+  flags.AddInt("reps", &options.reps, "timed rebuilds per mode and block (the median is reported)");
+  flags.AddUint64("seed", &options.seed, "seed of the synthetic weights and tokens");
+  if (absl::Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) {
+    std::cerr << "scd-bench rebuild: " << s.message() << " (see --help)\n";
+    return scd::cli::kExitUsage;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  options.modes = absl::StrSplit(modes, ',');
+  options.blocks.clear();
+  for (absl::string_view b : absl::StrSplit(blocks, ',')) {
+    int value = 0;
+    if (b == "whole") {
+      value = scd::bench::kWholeBlock;
+    } else if (!absl::SimpleAtoi(b, &value) || value < 0) {
+      std::cerr << "scd-bench rebuild: --blocks takes whole or integers >= 0, not \"" << b
+                << "\"\n";
+      return scd::cli::kExitUsage;
+    }
+    options.blocks.push_back(value);
+  }
+  options.progress = [](const std::string& line) { std::cerr << "[bench] " << line << std::endl; };
+  const std::string command = scd::cli::QuotedCommandLine(argc, argv);
+  absl::StatusOr<scd::bench::RebuildBenchReport> report = scd::bench::RunRebuildBench(options);
+  if (!report.ok()) {
+    std::cerr << "scd-bench rebuild: " << report.status() << "\n";
+    return report.status().code() == absl::StatusCode::kInvalidArgument ? scd::cli::kExitUsage
+                                                                        : scd::cli::kExitFailure;
+  }
+  std::cout << scd::bench::FormatRebuildBenchReport(*report, command) << std::flush;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,6 +200,7 @@ int main(int argc, char** argv) {
   std::string benchmark = argv[1];
   if (benchmark == "runtime") return RunRuntime(argc, argv);
   if (benchmark == "chunked-prefill") return RunChunkedPrefill(argc, argv);
+  if (benchmark == "rebuild") return RunRebuild(argc, argv);
   std::cerr << "scd-bench: unknown benchmark \"" << benchmark << "\"\n\n" << kUsage;
   return scd::cli::kExitUsage;
 }

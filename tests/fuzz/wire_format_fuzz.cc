@@ -5,7 +5,8 @@
 // behind them would otherwise stay unreached); when clear, the payload is parsed as received.
 // An accepted payload must decode every block to rows × cols floats, serialize to bytes that
 // parse back to the same serialization, and cut at its row granularity (PayloadRows, as the
-// decode engine rebuilds it in chunks) into slices that decode to the whole's rows.
+// decode engine rebuilds it in chunks) into slices that decode to the whole's rows; cut into
+// one reused payload (PayloadRowsInto, as the codec's host blocks are), the same slices.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -42,11 +43,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (total > 0) {
     const size_t step = scd::PayloadRowGranularity(*payload);
     FUZZ_CHECK(step >= 1 && step <= total);
+    scd::Payload reused;
+    std::vector<float> decoded;
     for (const auto& [begin, end] : {std::pair<size_t, size_t>(0, step), {step, total}}) {
       if (begin >= end) continue;
       auto rows = scd::PayloadRows(*payload, begin, end);
       FUZZ_CHECK(rows.ok());
       FUZZ_CHECK(rows->blocks.size() == payload->blocks.size());
+      FUZZ_CHECK(scd::PayloadRowsInto(*payload, begin, end, &reused).ok());
+      FUZZ_CHECK(reused.start_position == rows->start_position);
+      FUZZ_CHECK(reused.token_ids == rows->token_ids);
+      FUZZ_CHECK(reused.blocks.size() == rows->blocks.size());
       for (size_t b = 0; b < whole.size(); ++b) {
         auto cut = rows->blocks[b].ToFloats();
         FUZZ_CHECK(cut.ok());
@@ -54,6 +61,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(cut->size() == (end - begin) * cols);
         FUZZ_CHECK(cut->empty() || std::memcmp(cut->data(), whole[b].data() + begin * cols,
                                                cut->size() * sizeof(float)) == 0);
+        FUZZ_CHECK(reused.blocks[b].rows == rows->blocks[b].rows);
+        FUZZ_CHECK(reused.blocks[b].data == rows->blocks[b].data);
+        FUZZ_CHECK(reused.blocks[b].DecodeInto(&decoded).ok());
+        FUZZ_CHECK(decoded.size() == cut->size());
+        FUZZ_CHECK(cut->empty() ||
+                   std::memcmp(decoded.data(), cut->data(), cut->size() * sizeof(float)) == 0);
       }
     }
   }

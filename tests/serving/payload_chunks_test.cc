@@ -3,12 +3,16 @@
 // int4, recompute, scd-reuse, scd), on the calibrated bundled pair: the suffix prefilled on
 // top gives the same logits at every position. Chunks are the requested size rounded to the
 // payload's granularity; a payload for another pair fails at its first chunk, untouched.
+// The codec's own blocks on the host (CodecOptions::cpu_block_rows, inside one Rebuild) leave
+// the same cache too, and a KvCaptureBackend (the SEKV path's) captures every block's rows in
+// order: the whole rebuild's K/V.
 #include "common/serving/payload_chunks.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
 
 #include "common/scd/payload_rows.h"
+#include "common/sekv/kv_capture_backend.h"
 #include "tests/scd/scd_fixtures.h"
 #include "tests/test_support.h"
 
@@ -17,6 +21,26 @@ namespace {
 
 using testing::Cpu;
 using testing::Load;
+
+// A KvCaptureBackend that counts the codec's AppendKv calls (its blocks).
+class CountingCapture : public sekv::KvCaptureBackend {
+ public:
+  using KvCaptureBackend::KvCaptureBackend;
+  absl::Status AppendKv(Sequence& seq, const ExternalKv& kv) override {
+    ++appends;
+    return KvCaptureBackend::AppendKv(seq, kv);
+  }
+  int appends = 0;
+};
+
+double LargestDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+  }
+  return worst;
+}
 
 // The consumer's logits at every suffix position, after `rebuild` filled `seq`.
 std::vector<float> SuffixLogits(Backend& consumer, Sequence& seq,
@@ -30,8 +54,9 @@ std::vector<float> SuffixLogits(Backend& consumer, Sequence& seq,
 
 }  // namespace
 
-TEST_CASE("A payload rebuilt in chunks leaves the cache its whole rebuild leaves, every mode",
-          "[cpu]") {
+TEST_CASE(
+    "A payload rebuilt in engine chunks or codec blocks leaves the cache its whole rebuild leaves",
+    "[cpu]") {
   auto producer_model = Load("models/stories260K");
   auto consumer_model = Load("models/stories260K-babi-qa");
   auto producer = Cpu(producer_model);
@@ -40,6 +65,10 @@ TEST_CASE("A payload rebuilt in chunks leaves the cache its whole rebuild leaves
   REQUIRE(artifact->recompute_end > artifact->recompute_first);
   auto enc = ProducerCodec::Create(producer_model, consumer_model->digest, artifact).value();
   auto dec = ConsumerCodec::Create(consumer_model, producer_model->digest, artifact).value();
+  CodecOptions in_blocks;
+  in_blocks.cpu_block_rows = 20;
+  auto blocked =
+      ConsumerCodec::Create(consumer_model, producer_model->digest, artifact, in_blocks).value();
   const std::vector<int32_t> prompt = testing::SampledPassages(*producer, 1, 139, 31)[0];
   const std::vector<int32_t> context(prompt.begin(), prompt.end() - 10);  // 130 rows
   const std::vector<int32_t> suffix(prompt.end() - 10, prompt.end());
@@ -54,12 +83,44 @@ TEST_CASE("A payload rebuilt in chunks leaves the cache its whole rebuild leaves
     INFO(CodecModeName(mode));
     const Payload payload = enc->Encode(mode, context, states).value();
     auto whole_seq = consumer->NewSequence(static_cast<int>(prompt.size())).value();
-    REQUIRE(dec->Rebuild(payload, *consumer, *whole_seq).ok());
+    CountingCapture whole_capture(*consumer);
+    REQUIRE(dec->Rebuild(payload, whole_capture, *whole_seq).ok());
+    CHECK(whole_capture.appends == 1);  // 130 rows: far below the default block
+    const ExternalKv whole_kv = whole_capture.TakeCaptured();
     const std::vector<float> want = SuffixLogits(*consumer, *whole_seq, suffix);
+    // The same bytes rebuilt row by row; only the GEMMs' blocking (and, for recompute, the
+    // block's attention split by chunks) may round differently.
+    const bool kivi = mode == CodecMode::kQuant8 || mode == CodecMode::kQuant4;
+    const bool per_row = mode == CodecMode::kRaw || kivi;  // decoded row by row, no GEMM
+    const double bound = per_row ? 0.0 : 2e-4;
+
+    {  // The codec's blocks of 20 rows (KIVI: 32, their group); recompute payloads stay whole.
+      auto seq = consumer->NewSequence(static_cast<int>(prompt.size())).value();
+      CountingCapture capture(*consumer);
+      RebuildStats stats;
+      REQUIRE(blocked->Rebuild(payload, capture, *seq, &stats).ok());
+      CHECK(seq->length() == static_cast<int>(context.size()));
+      const size_t block = mode == CodecMode::kRecompute ? 130 : kivi ? 32 : 20;
+      CHECK(blocked->HostBlockRows(payload) == block);
+      CHECK(dec->HostBlockRows(payload) == 130);
+      CHECK(capture.appends == (mode == CodecMode::kRecompute ? 1 : kivi ? 5 : 7));
+      CHECK(stats.decode_seconds > 0);
+      const ExternalKv kv = capture.TakeCaptured();
+      CHECK(capture.captured().num_tokens == 0);
+      REQUIRE(kv.num_tokens == whole_kv.num_tokens);
+      REQUIRE(kv.k_pre_rope.size() == whole_kv.k_pre_rope.size());
+      for (size_t l = 0; l < kv.k_pre_rope.size(); ++l) {
+        INFO("layer " << l);
+        CHECK(LargestDifference(kv.k_pre_rope[l], whole_kv.k_pre_rope[l]) <= bound);
+        CHECK(LargestDifference(kv.v[l], whole_kv.v[l]) <= bound);
+      }
+      const double worst = LargestDifference(SuffixLogits(*consumer, *seq, suffix), want);
+      INFO("codec blocks: largest logit difference " << worst);
+      CHECK(worst <= bound);
+    }
 
     PayloadChunks chunks(payload);
     // KIVI keys split at their group (CodecOptions::kivi_group, 32); the others anywhere.
-    const bool kivi = mode == CodecMode::kQuant8 || mode == CodecMode::kQuant4;
     CHECK(chunks.granularity() == (kivi ? 32u : 1u));
     REQUIRE(chunks.remaining() == context.size());
     auto seq = consumer->NewSequence(static_cast<int>(prompt.size())).value();
@@ -74,17 +135,17 @@ TEST_CASE("A payload rebuilt in chunks leaves the cache its whole rebuild leaves
     CHECK(rows == (kivi ? std::vector<size_t>{32, 32, 32, 32, 2}
                         : std::vector<size_t>{20, 20, 20, 20, 20, 20, 10}));
     CHECK(chunks.Advance(*dec, *consumer, *seq, 20).value() == 0);
-    const std::vector<float> got = SuffixLogits(*consumer, *seq, suffix);
-    REQUIRE(got.size() == want.size());
-    double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
-    }
-    INFO("largest logit difference " << worst);
-    // The same bytes rebuilt row by row; only the GEMMs' blocking (and, for recompute, the
-    // block's attention split by chunks) may round differently.
-    CHECK(worst < 2e-4);
+    const double worst = LargestDifference(SuffixLogits(*consumer, *seq, suffix), want);
+    INFO("engine chunks: largest logit difference " << worst);
+    CHECK(worst <= (mode == CodecMode::kRecompute ? 2e-4 : bound));
   }
+
+  // A negative block is refused.
+  CodecOptions negative;
+  negative.cpu_block_rows = -1;
+  CHECK(ConsumerCodec::Create(consumer_model, producer_model->digest, artifact, negative)
+            .status()
+            .code() == absl::StatusCode::kInvalidArgument);
 
   // A payload made for another pair fails at its first chunk and leaves the sequence empty.
   auto wiki = Load("models/stories260K-wiki");
