@@ -245,6 +245,11 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
   // its decode (the allocator hands buffers this size back to the kernel when freed).
   const size_t rows = p.token_ids.size();
   const size_t block = HostBlockRows(p);
+  if (static_cast<size_t>(seq.capacity() - seq.length()) < rows) {  // before any block lands
+    return absl::OutOfRangeError(absl::StrCat("payload of ", rows, " tokens at position ",
+                                              seq.length(), " exceeds sequence capacity ",
+                                              seq.capacity()));
+  }
   thread_local HostBuffers kept;
   HostBuffers fresh;
   HostBuffers& buffers = block <= DefaultBlockRows() ? kept : fresh;

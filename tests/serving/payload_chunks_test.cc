@@ -140,6 +140,13 @@ TEST_CASE(
     CHECK(worst <= (mode == CodecMode::kRecompute ? 2e-4 : bound));
   }
 
+  // A sequence too short for the payload is refused before any block lands in it.
+  {
+    const Payload raw = enc->Encode(CodecMode::kRaw, context, states).value();
+    auto short_seq = consumer->NewSequence(static_cast<int>(context.size()) - 1).value();
+    CHECK(blocked->Rebuild(raw, *consumer, *short_seq).code() == absl::StatusCode::kOutOfRange);
+    CHECK(short_seq->length() == 0);
+  }
   // A negative block is refused.
   CodecOptions negative;
   negative.cpu_block_rows = -1;
