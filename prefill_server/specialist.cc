@@ -7,10 +7,6 @@
 namespace scd {
 namespace {
 
-bool NeedsArtifact(CodecMode m) {
-  return m == CodecMode::kScd || m == CodecMode::kScdReuse || m == CodecMode::kRecompute;
-}
-
 absl::Status Annotate(const std::string& name, const absl::Status& st) {
   return absl::Status(st.code(), absl::StrCat("specialist '", name, "': ", std::string(st.message())));
 }
@@ -52,7 +48,7 @@ absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfi
     consumer_digest = a->consumer_digest;
     s->artifact = std::make_shared<const ScdArtifact>(std::move(*a));
     if (s->mode == CodecMode::kScd) s->patch_layers = s->artifact->PatchLayers();
-  } else if (NeedsArtifact(s->mode)) {
+  } else if (CodecModeNeedsArtifact(s->mode)) {
     return Annotate(name, absl::InvalidArgumentError(absl::StrCat(
                               "mode ", config.mode, " needs config key 'artifact'")));
   } else if (!config.consumer_path.empty()) {

@@ -18,10 +18,6 @@ std::vector<int32_t> BenchPrompt(int n, uint64_t salt, int vocab) {
   return p;
 }
 
-bool BenchModeNeedsArtifact(CodecMode mode) {
-  return mode == CodecMode::kRecompute || mode == CodecMode::kScdReuse || mode == CodecMode::kScd;
-}
-
 absl::StatusOr<std::shared_ptr<const ScdArtifact>> TimingArtifact(
     std::shared_ptr<const Model> model, uint64_t seed) {
   const ModelConfig& c = model->config;

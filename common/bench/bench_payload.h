@@ -18,9 +18,6 @@ namespace scd::bench {
 // `n` token ids of the vocabulary (past the specials), varied by `salt`.
 std::vector<int32_t> BenchPrompt(int n, uint64_t salt, int vocab);
 
-// Whether payloads of `mode` need a calibration artifact (recompute, scd-reuse, scd).
-bool BenchModeNeedsArtifact(CodecMode mode);
-
 // An artifact fitted on a few random-token passages of `model` (as producer and consumer),
 // with PATCH on about 1 in 6 layers and a one-layer recompute block in the middle: the
 // shapes and costs of a real one, for timing (the codes' quality does not matter).

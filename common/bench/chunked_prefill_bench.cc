@@ -28,12 +28,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kLongId = 1000;
 constexpr auto kWaitLimit = std::chrono::minutes(10);
 
-double Median(std::vector<double> x) {
-  if (x.empty()) return 0;
-  std::sort(x.begin(), x.end());
-  return x[x.size() / 2];
-}
-
 // What the engine's callbacks record for one run.
 struct Timeline {
   std::mutex mu;
@@ -92,7 +86,7 @@ absl::StatusOr<Setup> MakeSetup(const ChunkedPrefillBenchOptions& o, const Model
     return s;
   }
   SCD_ASSIGN_OR_RETURN(const CodecMode mode, ParseCodecMode(o.payload));
-  if (BenchModeNeedsArtifact(mode)) {
+  if (CodecModeNeedsArtifact(mode)) {
     progress("fitting a timing artifact (random-token passages)");
     SCD_ASSIGN_OR_RETURN(s.artifact, TimingArtifact(s.model, o.seed));
   }

@@ -27,11 +27,6 @@ long MinorFaults() {
   return u.ru_minflt;
 }
 
-double Median(std::vector<double> x) {
-  std::sort(x.begin(), x.end());
-  return x[x.size() / 2];
-}
-
 std::string BlockName(int block) {
   return block == kWholeBlock ? "whole" : block == 0 ? "default" : absl::StrFormat("%d", block);
 }
@@ -135,7 +130,7 @@ absl::StatusOr<RebuildBenchReport> RunRebuildBench(const RebuildBenchOptions& op
   progress(absl::StrFormat("synthetic %s weights", options.shape));
   const std::shared_ptr<const Model> model = MakeSyntheticModel(report.config, options.seed);
   std::shared_ptr<const ScdArtifact> artifact;
-  if (std::any_of(modes.begin(), modes.end(), BenchModeNeedsArtifact)) {
+  if (std::any_of(modes.begin(), modes.end(), CodecModeNeedsArtifact)) {
     progress("fitting a timing artifact (random-token passages)");
     SCD_ASSIGN_OR_RETURN(artifact, TimingArtifact(model, options.seed));
   }
@@ -175,24 +170,23 @@ std::string FormatRebuildBenchReport(const RebuildBenchReport& report, const std
      << "|---|---|---|---|---|---|---|---|---|\n";
   std::ostringstream summary;
   summary << "host_rebuild_vs_whole";
-  for (size_t i = 0; i < report.runs.size(); ++i) {
-    const RebuildBenchRun& r = report.runs[i];
-    const RebuildBenchRun* whole = nullptr;
-    for (const RebuildBenchRun& w : report.runs) {
-      if (w.mode == r.mode && w.block == kWholeBlock) whole = &w;
-    }
-    const bool first_blocked =
-        r.block != kWholeBlock &&
-        std::none_of(report.runs.begin(), report.runs.begin() + i, [&](const RebuildBenchRun& p) {
-          return p.mode == r.mode && p.block != kWholeBlock;
-        });
-    const std::string ratio =
-        whole != nullptr && whole->ms > 0 ? absl::StrFormat("%.2fx", r.ms / whole->ms) : "-";
-    md << absl::StrFormat("| %s | %s | %zu | %zu | %.1f | %.1f | %s | %.0f | %.1f |\n", r.mode,
-                          BlockName(r.block), r.block_rows, r.blocks, r.ms, r.min_ms, ratio,
-                          r.faults, r.buffer_mib);
-    if (first_blocked && whole != nullptr && whole->ms > 0) {
-      summary << absl::StrFormat(" %s=%.2f", r.mode, r.ms / whole->ms);
+  // The runs come mode by mode, each mode's in the order of `blocks`.
+  const size_t per_mode = o.blocks.size();
+  for (size_t m = 0; m + per_mode <= report.runs.size(); m += per_mode) {
+    const auto first = report.runs.begin() + m, last = first + per_mode;
+    const auto whole = std::find_if(
+        first, last, [](const RebuildBenchRun& r) { return r.block == kWholeBlock && r.ms > 0; });
+    bool summarized = false;
+    for (auto r = first; r != last; ++r) {
+      const bool ratio = whole != last;
+      md << absl::StrFormat("| %s | %s | %zu | %zu | %.1f | %.1f | %s | %.0f | %.1f |\n", r->mode,
+                            BlockName(r->block), r->block_rows, r->blocks, r->ms, r->min_ms,
+                            ratio ? absl::StrFormat("%.2fx", r->ms / whole->ms) : "-", r->faults,
+                            r->buffer_mib);
+      if (ratio && !summarized && r->block != kWholeBlock) {
+        summary << absl::StrFormat(" %s=%.2f", r->mode, r->ms / whole->ms);
+        summarized = true;
+      }
     }
   }
   md << "\n" << summary.str() << "\n";

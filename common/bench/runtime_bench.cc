@@ -35,13 +35,6 @@ double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  size_t mid = values.size() / 2;
-  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-}
-
 std::vector<int32_t> RandomTokens(int count, int vocab, std::mt19937_64& rng) {
   std::uniform_int_distribution<int32_t> dist(3, std::max(3, vocab - 1));  // skip specials
   std::vector<int32_t> tokens(count);
@@ -64,6 +57,13 @@ absl::Status ValidateOptions(const RuntimeBenchOptions& o) {
 }
 
 }  // namespace
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
 
 absl::StatusOr<ModelConfig> BenchShapeConfig(std::string_view shape) {
   ModelConfig c;

@@ -29,6 +29,9 @@ namespace scd::bench {
 // and "stories260K" (the shape of ../shared/models/stories260K). Errors list the choices.
 absl::StatusOr<ModelConfig> BenchShapeConfig(std::string_view shape);
 
+// The median of `values` (the mean of the middle two for an even count); 0 when empty.
+double Median(std::vector<double> values);
+
 struct RuntimeBenchOptions {
   std::string shape = "stories110M";
   std::string model_dir;  // when set, benchmark this checkpoint instead of a synthetic shape

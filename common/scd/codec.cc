@@ -18,15 +18,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-bool NeedsArtifact(CodecMode m) {
-  return m == CodecMode::kRecompute || m == CodecMode::kScdReuse || m == CodecMode::kScd;
-}
-
 std::string ArtifactIdFor(CodecMode m, const ScdArtifact* a) {
   return (a != nullptr && (m == CodecMode::kScdReuse || m == CodecMode::kScd)) ? a->id : "";
 }
 
 }  // namespace
+
+bool CodecModeNeedsArtifact(CodecMode m) {
+  return m == CodecMode::kRecompute || m == CodecMode::kScdReuse || m == CodecMode::kScd;
+}
 
 PrefillOptions ProducerPrefillOptions(CodecMode mode) {
   PrefillOptions o;
@@ -71,7 +71,7 @@ absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const i
   const ModelConfig& c = producer_->config;
   const int t = static_cast<int>(tokens.size());
   if (t == 0) return absl::InvalidArgumentError("nothing to encode (no tokens)");
-  if (NeedsArtifact(mode) && artifact_ == nullptr) {
+  if (CodecModeNeedsArtifact(mode) && artifact_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("mode ", std::string(CodecModeName(mode)),
                                                       " needs a calibration artifact"));
   }
@@ -232,7 +232,7 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
     st.append_seconds += Since(t0);
     return absl::OkStatus();
   }
-  if (NeedsArtifact(p.mode) && artifact_ == nullptr) {
+  if (CodecModeNeedsArtifact(p.mode) && artifact_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("mode ", mode_name, " needs this consumer's calibration artifact"));
   }

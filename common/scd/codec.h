@@ -51,6 +51,9 @@ class GpuRebuild;
 // The prefill hooks a mode needs from the producer.
 PrefillOptions ProducerPrefillOptions(CodecMode mode);
 
+// Whether payloads of `mode` need the pair's calibration artifact (recompute, scd-reuse, scd).
+bool CodecModeNeedsArtifact(CodecMode mode);
+
 class ProducerCodec {
  public:
   // `artifact` may be null for oracle/raw/quant modes; recompute and scd modes need it.
