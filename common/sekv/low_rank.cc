@@ -29,9 +29,40 @@ void LowRankBasis::ReconstructRow(int i, float* out) const {
   }
 }
 
-void SymmetricEigenJacobi(std::vector<double> a, int n, std::vector<double>* values,
-                          std::vector<double>* vectors) {
-  std::vector<double> v(static_cast<size_t>(n) * n, 0.0);
+namespace {
+
+// Sorts the eigenpairs in `d` (eigenvalues) and `zt` (eigenvector j in zt[j n .. j n + n), that
+// is column-major) by descending eigenvalue into values and vectors (ties keep their order).
+void SortEigenpairs(const std::vector<double>& d, const std::vector<double>& zt, int n,
+                    std::vector<int>& order, std::vector<double>* values,
+                    std::vector<double>* vectors) {
+  order.resize(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return d[x] > d[y]; });
+  values->resize(n);
+  vectors->resize(static_cast<size_t>(n) * n);
+  for (int j = 0; j < n; ++j) {
+    (*values)[j] = d[order[j]];
+    for (int i = 0; i < n; ++i) {
+      (*vectors)[static_cast<size_t>(i) * n + j] = zt[static_cast<size_t>(order[j]) * n + i];
+    }
+  }
+}
+
+// Scratch space of one thread's decompositions: SpanStore::Build runs tens of thousands of them
+// per layer (every span and KV head, keys and values), mostly of orders 5 to 40, where fresh
+// buffers per call cost as much as the arithmetic. The eigenvector matrices are kept
+// column-major (zt), so that a rotation of two columns runs over contiguous memory.
+struct EigenScratch {
+  std::vector<double> original, d, e, zt, v, p, acc;
+  std::vector<int> order;
+};
+
+// Cyclic Jacobi on `a` (destroyed).
+void JacobiWith(std::vector<double>& a, int n, EigenScratch& ws, std::vector<double>* values,
+                std::vector<double>* vectors) {
+  std::vector<double>& v = ws.zt;  // column-major
+  v.assign(static_cast<size_t>(n) * n, 0.0);
   for (int i = 0; i < n; ++i) v[static_cast<size_t>(i) * n + i] = 1.0;
   auto at = [&](int i, int j) -> double& { return a[static_cast<size_t>(i) * n + j]; };
   for (int sweep = 0; sweep < 60; ++sweep) {
@@ -59,42 +90,51 @@ void SymmetricEigenJacobi(std::vector<double> a, int n, std::vector<double>* val
           at(p, k) = c * apk - s * aqk;
           at(q, k) = s * apk + c * aqk;
         }
+        double* vp = v.data() + static_cast<size_t>(p) * n;
+        double* vq = v.data() + static_cast<size_t>(q) * n;
         for (int k = 0; k < n; ++k) {
-          double* row = v.data() + static_cast<size_t>(k) * n;
-          const double vkp = row[p], vkq = row[q];
-          row[p] = c * vkp - s * vkq;
-          row[q] = s * vkp + c * vkq;
+          const double vkp = vp[k], vkq = vq[k];
+          vp[k] = c * vkp - s * vkq;
+          vq[k] = s * vkp + c * vkq;
         }
       }
     }
   }
-  std::vector<int> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int x, int y) { return at(x, x) > at(y, y); });
-  values->resize(n);
-  vectors->assign(static_cast<size_t>(n) * n, 0.0);
-  for (int j = 0; j < n; ++j) {
-    (*values)[j] = at(order[j], order[j]);
-    for (int i = 0; i < n; ++i) {
-      (*vectors)[static_cast<size_t>(i) * n + j] = v[static_cast<size_t>(i) * n + order[j]];
-    }
-  }
+  ws.d.resize(n);
+  for (int i = 0; i < n; ++i) ws.d[i] = at(i, i);
+  SortEigenpairs(ws.d, v, n, ws.order, values, vectors);
+}
+
+}  // namespace
+
+void SymmetricEigenJacobi(std::vector<double> a, int n, std::vector<double>* values,
+                          std::vector<double>* vectors) {
+  EigenScratch ws;
+  JacobiWith(a, n, ws, values, vectors);
 }
 
 namespace {
 
 // Householder reduction of the symmetric a [n, n] (row-major; destroyed) to a tridiagonal T =
 // Qᵀ a Q: diagonal d [n], off-diagonal e [n] (e[i] couples i and i + 1; e[n - 1] = 0), and Q
-// [n, n] row-major. Step k reflects rows and columns k + 1.. so that column k below its first
-// sub-diagonal entry becomes zero: with v = x - α e₁ (x that part of column k, α = -sign(x₀)
-// |x|) and β = 2 / vᵀv, the trailing block B becomes H B H = B - v wᵀ - w vᵀ, where
-// p = β B v and w = p - (β vᵀp / 2) v; Q accumulates Q H.
-void Tridiagonalize(std::vector<double>& a, int n, std::vector<double>* d, std::vector<double>* e,
-                    std::vector<double>* q) {
+// [n, n] (column-major; all three in `ws`). Step k reflects rows and columns k + 1.. so that column
+// k below its first sub-diagonal entry becomes zero: with v = x - α e₁ (x that part of column k, α
+// = -sign(x₀) |x|) and β = 2 / vᵀv, the trailing block B becomes H B H = B - v wᵀ - w vᵀ, where p =
+// β B v and w = p - (β vᵀp / 2) v; Q accumulates Q H.
+void Tridiagonalize(std::vector<double>& a, int n, EigenScratch& ws) {
   auto at = [&](int i, int j) -> double& { return a[static_cast<size_t>(i) * n + j]; };
-  q->assign(static_cast<size_t>(n) * n, 0.0);
-  for (int i = 0; i < n; ++i) (*q)[static_cast<size_t>(i) * n + i] = 1.0;
-  std::vector<double> v(n), p(n);
+  std::vector<double>* d = &ws.d;
+  std::vector<double>* e = &ws.e;
+  std::vector<double>& qt = ws.zt;
+  qt.assign(static_cast<size_t>(n) * n, 0.0);
+  for (int i = 0; i < n; ++i) qt[static_cast<size_t>(i) * n + i] = 1.0;
+  std::vector<double>& v = ws.v;
+  std::vector<double>& p = ws.p;
+  std::vector<double>& acc = ws.acc;
+  v.resize(n);
+  p.resize(n);
+  // The loops are arranged so that the innermost one runs over contiguous memory and
+  // independent sums.
   for (int k = 0; k + 2 < n; ++k) {
     const int m = n - k - 1;  // rows k + 1 .. n - 1
     double tail = 0;
@@ -105,11 +145,15 @@ void Tridiagonalize(std::vector<double>& a, int n, std::vector<double>* d, std::
     for (int i = 0; i < m; ++i) v[i] = at(k + 1 + i, k);
     v[0] -= alpha;
     const double beta = 2.0 / (v[0] * v[0] + tail);
+    acc.assign(m, 0.0);  // Σ_j B[i][j] v[j], with B[j][i] for B[i][j] (B is symmetric)
+    for (int j = 0; j < m; ++j) {
+      const double vj = v[j];
+      const double* bj = &at(k + 1 + j, k + 1);
+      for (int i = 0; i < m; ++i) acc[i] += bj[i] * vj;
+    }
     double vp = 0;
     for (int i = 0; i < m; ++i) {
-      double s = 0;
-      for (int j = 0; j < m; ++j) s += at(k + 1 + i, k + 1 + j) * v[j];
-      p[i] = beta * s;
+      p[i] = beta * acc[i];
       vp += v[i] * p[i];
     }
     const double half = 0.5 * beta * vp;
@@ -119,12 +163,17 @@ void Tridiagonalize(std::vector<double>& a, int n, std::vector<double>* d, std::
     }
     at(k + 1, k) = at(k, k + 1) = alpha;
     for (int i = 1; i < m; ++i) at(k + 1 + i, k) = at(k, k + 1 + i) = 0;
-    for (int r = 0; r < n; ++r) {
-      double* row = q->data() + static_cast<size_t>(r) * n + k + 1;
-      double s = 0;
-      for (int j = 0; j < m; ++j) s += row[j] * v[j];
-      s *= beta;
-      for (int j = 0; j < m; ++j) row[j] -= s * v[j];
+    acc.assign(n, 0.0);  // row r of Q times v
+    for (int j = 0; j < m; ++j) {
+      const double* col = qt.data() + static_cast<size_t>(k + 1 + j) * n;
+      const double vj = v[j];
+      for (int r = 0; r < n; ++r) acc[r] += col[r] * vj;
+    }
+    for (int r = 0; r < n; ++r) acc[r] *= beta;
+    for (int j = 0; j < m; ++j) {
+      double* col = qt.data() + static_cast<size_t>(k + 1 + j) * n;
+      const double vj = v[j];
+      for (int r = 0; r < n; ++r) col[r] -= acc[r] * vj;
     }
   }
   d->resize(n);
@@ -133,11 +182,21 @@ void Tridiagonalize(std::vector<double>& a, int n, std::vector<double>* d, std::
   for (int i = 0; i + 1 < n; ++i) (*e)[i] = at(i + 1, i);
 }
 
+// √(a² + b²) without glibc's hypot, which costs as much as the rest of a QL step on the small
+// matrices here: the plain formula is within an ulp of it wherever a² + b² neither underflows
+// nor overflows, and hypot takes the rest.
+double Hypot(double a, double b) {
+  const double sq = a * a + b * b;
+  if (sq > 1e-290 && sq < 1e290) return std::sqrt(sq);
+  return std::hypot(a, b);
+}
+
 // Eigenvalues of the tridiagonal (d, e) into d, by QL iterations with implicit Wilkinson-type
 // shifts, each a chase of Givens rotations from the bottom of the unreduced block up; the
-// rotations are applied to the columns of z [n, n] (row-major), which therefore turns from Q
-// into Q times T's eigenvectors. False when a block does not converge in 60 iterations.
-bool TridiagonalQl(std::vector<double>& d, std::vector<double>& e, int n, std::vector<double>& z) {
+// rotations are applied to the columns of z [n, n] (held column-major in zt), which therefore
+// turns from Q into Q times T's eigenvectors. False when a block does not converge in 60
+// iterations.
+bool TridiagonalQl(std::vector<double>& d, std::vector<double>& e, int n, std::vector<double>& zt) {
   const double eps = std::numeric_limits<double>::epsilon();
   for (int l = 0; l < n; ++l) {
     for (int iter = 0;; ++iter) {
@@ -150,14 +209,14 @@ bool TridiagonalQl(std::vector<double>& d, std::vector<double>& e, int n, std::v
       if (iter == 60) return false;
       // The shift: the eigenvalue of the leading 2x2 of the block closer to d[l].
       double g = (d[l + 1] - d[l]) / (2.0 * e[l]);
-      double r = std::hypot(g, 1.0);
+      double r = Hypot(g, 1.0);
       g = d[m] - d[l] + e[l] / (g + (g >= 0 ? r : -r));
       double s = 1, c = 1, p = 0;
       int i = m - 1;
       bool deflated = false;
       for (; i >= l; --i) {
         const double f = s * e[i], b = c * e[i];
-        r = std::hypot(f, g);
+        r = Hypot(f, g);
         e[i + 1] = r;
         if (r == 0) {  // underflow: the block splits here
           d[i + 1] -= p;
@@ -172,11 +231,12 @@ bool TridiagonalQl(std::vector<double>& d, std::vector<double>& e, int n, std::v
         p = s * r;
         d[i + 1] = g + p;
         g = c * r - b;
+        double* ci = zt.data() + static_cast<size_t>(i) * n;
+        double* ci1 = ci + n;
         for (int k = 0; k < n; ++k) {
-          double* row = z.data() + static_cast<size_t>(k) * n;
-          const double zi = row[i], zi1 = row[i + 1];
-          row[i + 1] = s * zi + c * zi1;
-          row[i] = c * zi - s * zi1;
+          const double zi = ci[k], zi1 = ci1[k];
+          ci1[k] = s * zi + c * zi1;
+          ci[k] = c * zi - s * zi1;
         }
       }
       if (deflated) continue;
@@ -188,66 +248,104 @@ bool TridiagonalQl(std::vector<double>& d, std::vector<double>& e, int n, std::v
   return true;
 }
 
+struct SvdScratch {
+  std::vector<double> gram, lambda, vec;
+  std::vector<double> xd;   // by rows: X [n, d] in double
+  std::vector<double> acc;  // one row of partial sums
+  EigenScratch eigen;
+};
+
+// SymmetricEigen on `a` (destroyed) with the caller's scratch.
+void SymmetricEigenWith(std::vector<double>& a, int n, EigenScratch& ws,
+                        std::vector<double>* values, std::vector<double>* vectors) {
+  if (n <= kJacobiMaxOrder) {
+    JacobiWith(a, n, ws, values, vectors);
+    return;
+  }
+  ws.original.assign(a.begin(), a.end());
+  Tridiagonalize(a, n, ws);
+  if (!TridiagonalQl(ws.d, ws.e, n, ws.zt)) {
+    JacobiWith(ws.original, n, ws, values, vectors);
+    return;
+  }
+  SortEigenpairs(ws.d, ws.zt, n, ws.order, values, vectors);
+}
+
+// Σ_c a[c] b[c] over c < d, in 8 interleaved partial sums that the compiler vectorises.
+double Dot(const double* a, const double* b, int d) {
+  constexpr int kLanes = 8;
+  double part[kLanes] = {};
+  int c = 0;
+  for (; c + kLanes <= d; c += kLanes) {
+    for (int u = 0; u < kLanes; ++u) part[u] += a[c + u] * b[c + u];
+  }
+  for (; c < d; ++c) part[0] += a[c] * b[c];
+  double s = 0;
+  for (double p : part) s += p;
+  return s;
+}
+
+// SmallerGram into g [m, m], with loops whose innermost runs over contiguous memory and
+// independent sums, which the compiler vectorises.
+void SmallerGramInto(const float* x, int n, int d, int stride, SvdScratch& ws,
+                     std::vector<double>& g) {
+  const bool by_rows = n <= d;
+  const int m = by_rows ? n : d;
+  g.assign(static_cast<size_t>(m) * m, 0.0);
+  if (by_rows) {  // g[i][j] = x_i · x_j, over rows widened to double once
+    ws.xd.resize(static_cast<size_t>(n) * d);
+    for (int i = 0; i < n; ++i) {
+      const float* row = x + static_cast<size_t>(i) * stride;
+      std::copy(row, row + d, ws.xd.begin() + static_cast<size_t>(i) * d);
+    }
+    for (int i = 0; i < m; ++i) {
+      const double* xi = ws.xd.data() + static_cast<size_t>(i) * d;
+      for (int j = i; j < m; ++j) {
+        g[static_cast<size_t>(i) * m + j] = Dot(xi, ws.xd.data() + static_cast<size_t>(j) * d, d);
+      }
+    }
+  } else {  // g[i][j] = Σ_r x[r][i] x[r][j]
+    for (int r = 0; r < n; ++r) {
+      const float* row = x + static_cast<size_t>(r) * stride;
+      for (int i = 0; i < m; ++i) {
+        double* gi = g.data() + static_cast<size_t>(i) * m;
+        const double xi = row[i];
+        for (int j = i; j < m; ++j) gi[j] += xi * static_cast<double>(row[j]);
+      }
+    }
+  }
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < i; ++j)
+      g[static_cast<size_t>(i) * m + j] = g[static_cast<size_t>(j) * m + i];
+  }
+}
+
 }  // namespace
 
 void SymmetricEigen(std::vector<double> a, int n, std::vector<double>* values,
                     std::vector<double>* vectors) {
-  if (n <= kJacobiMaxOrder) {
-    SymmetricEigenJacobi(std::move(a), n, values, vectors);
-    return;
-  }
-  const std::vector<double> original = a;
-  std::vector<double> d, e, z;
-  Tridiagonalize(a, n, &d, &e, &z);
-  if (!TridiagonalQl(d, e, n, z)) {
-    SymmetricEigenJacobi(original, n, values, vectors);
-    return;
-  }
-  std::vector<int> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return d[x] > d[y]; });
-  values->resize(n);
-  vectors->assign(static_cast<size_t>(n) * n, 0.0);
-  for (int j = 0; j < n; ++j) {
-    (*values)[j] = d[order[j]];
-    for (int i = 0; i < n; ++i) {
-      (*vectors)[static_cast<size_t>(i) * n + j] = z[static_cast<size_t>(i) * n + order[j]];
-    }
-  }
+  EigenScratch ws;
+  SymmetricEigenWith(a, n, ws, values, vectors);
 }
 
 std::vector<double> SmallerGram(const float* x, int n, int d, int stride) {
-  const bool by_rows = n <= d;
-  const int m = by_rows ? n : d;
-  std::vector<double> g(static_cast<size_t>(m) * m, 0.0);
-  auto xe = [&](int i, int c) {
-    return static_cast<double>(x[static_cast<size_t>(i) * stride + c]);
-  };
-  for (int i = 0; i < m; ++i) {
-    for (int j = i; j < m; ++j) {
-      double s = 0;
-      if (by_rows) {
-        for (int c = 0; c < d; ++c) s += xe(i, c) * xe(j, c);
-      } else {
-        for (int r = 0; r < n; ++r) s += xe(r, i) * xe(r, j);
-      }
-      g[static_cast<size_t>(i) * m + j] = g[static_cast<size_t>(j) * m + i] = s;
-    }
-  }
+  SvdScratch ws;
+  std::vector<double> g;
+  SmallerGramInto(x, n, d, stride, ws, g);
   return g;
 }
 
 LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energy, int r_max) {
+  thread_local SvdScratch ws;
   LowRankBasis b;
   b.rows = n;
   b.cols = d;
   const bool by_rows = n <= d;  // Gram side: X Xᵀ [n, n] or Xᵀ X [d, d]
   const int m = by_rows ? n : d;
-  auto xe = [&](int i, int c) {
-    return static_cast<double>(x[static_cast<size_t>(i) * stride + c]);
-  };
-  std::vector<double> lambda, vec;
-  SymmetricEigen(SmallerGram(x, n, d, stride), m, &lambda, &vec);
+  SmallerGramInto(x, n, d, stride, ws, ws.gram);
+  std::vector<double>& lambda = ws.lambda;
+  std::vector<double>& vec = ws.vec;
+  SymmetricEigenWith(ws.gram, m, ws.eigen, &lambda, &vec);
   double total = 0;
   for (double l : lambda) total += std::max(l, 0.0);
   int r = 0;
@@ -264,29 +362,43 @@ LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energ
   b.rank = r;
   b.us.assign(static_cast<size_t>(n) * r, 0.0f);
   b.vt.assign(static_cast<size_t>(r) * d, 0.0f);
-  for (int j = 0; j < r; ++j) {
-    const double sigma = std::sqrt(std::max(lambda[j], 0.0));
-    if (sigma <= 0) continue;
-    if (by_rows) {
-      // u_j = eigenvector (column j); σ_j v_j = Xᵀ u_j, so (UΣ)[:, j] = σ u_j, Vᵀ[j] = Xᵀu_j/σ.
+  // Each sum runs over i (or c) ascending, with the innermost loop over independent sums.
+  std::vector<double>& acc = ws.acc;
+  if (by_rows) {
+    // u_j = eigenvector (column j); σ_j v_j = Xᵀ u_j, so (UΣ)[:, j] = σ u_j, Vᵀ[j] = Xᵀu_j/σ.
+    for (int j = 0; j < r; ++j) {
+      const double sigma = std::sqrt(std::max(lambda[j], 0.0));
+      if (sigma <= 0) continue;
       for (int i = 0; i < n; ++i)
         b.us[static_cast<size_t>(i) * r + j] =
             static_cast<float>(sigma * vec[static_cast<size_t>(i) * m + j]);
-      for (int c = 0; c < d; ++c) {
-        double s = 0;
-        for (int i = 0; i < n; ++i) s += xe(i, c) * vec[static_cast<size_t>(i) * m + j];
-        b.vt[static_cast<size_t>(j) * d + c] = static_cast<float>(s / sigma);
+      acc.assign(d, 0.0);
+      for (int i = 0; i < n; ++i) {
+        const float* row = x + static_cast<size_t>(i) * stride;
+        const double w = vec[static_cast<size_t>(i) * m + j];
+        for (int c = 0; c < d; ++c) acc[c] += static_cast<double>(row[c]) * w;
       }
-    } else {
-      // v_j = eigenvector; (UΣ)[:, j] = X v_j.
+      float* vt = b.vt.data() + static_cast<size_t>(j) * d;
+      for (int c = 0; c < d; ++c) vt[c] = static_cast<float>(acc[c] / sigma);
+    }
+  } else {
+    // v_j = eigenvector; (UΣ)[:, j] = X v_j.
+    for (int j = 0; j < r; ++j) {
+      if (!(lambda[j] > 0)) continue;  // σ = 0: the direction stays zero
       for (int c = 0; c < d; ++c)
         b.vt[static_cast<size_t>(j) * d + c] =
             static_cast<float>(vec[static_cast<size_t>(c) * m + j]);
-      for (int i = 0; i < n; ++i) {
-        double s = 0;
-        for (int c = 0; c < d; ++c) s += xe(i, c) * vec[static_cast<size_t>(c) * m + j];
-        b.us[static_cast<size_t>(i) * r + j] = static_cast<float>(s);
+    }
+    for (int i = 0; i < n; ++i) {
+      const float* row = x + static_cast<size_t>(i) * stride;
+      acc.assign(r, 0.0);
+      for (int c = 0; c < d; ++c) {
+        const double xc = row[c];
+        const double* vc = vec.data() + static_cast<size_t>(c) * m;
+        for (int j = 0; j < r; ++j) acc[j] += xc * vc[j];
       }
+      for (int j = 0; j < r; ++j)
+        if (lambda[j] > 0) b.us[static_cast<size_t>(i) * r + j] = static_cast<float>(acc[j]);
     }
   }
   return b;

@@ -4,13 +4,16 @@
 //      layers from the real data structures (SpanStore vectors and the SpanFetcher buffer).
 //      Layers are built one at a time and freed (a 128K fp32 full cache is 34 GB); the CPU
 //      tier (per-span SVDs) is built for layer 0 only and reported per layer, with its build
-//      time, and, side by side on that layer's span Gram matrices (keys, every KV head), the
+//      time and the page faults the build took (its bases are fresh memory, as a request's
+//      are), and, side by side on that layer's span Gram matrices (keys, every KV head), the
 //      time of the eigensolver TruncatedSvd uses (SymmetricEigen) against cyclic Jacobi.
 //   2. decode: the CPU decode-step time with the full cache and with SEKV at the same budget,
 //      at each --time-lengths, in one run, on the first --time-layers layers of the shape (the
 //      whole model does not fit this host's memory in fp32), with --vocab output rows.
 // Surprisal: from the real stories260K on packed TinyStories text (--surprisal-model and
 // --surprisal-text), tiled to the length; else i.i.d. exponential.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,6 +39,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace scd;
 using namespace scd::sekv;
+
+// Minor page faults of this process so far.
+long MinorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
 
 double Ms(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -157,15 +167,16 @@ int main(int argc, char** argv) {
   const CacheShape shape = CacheShape::FromConfig(full_shape);
   std::printf("\nmemory: budget %.2f, all %d layers built one at a time from random N(0,1) K/V\n",
               budget, shape.num_layers);
-  std::printf("%8s %12s %12s %10s %8s %8s %8s %8s %8s %10s %12s %12s\n", "tokens", "full_GB",
+  std::printf("%8s %12s %12s %10s %8s %8s %8s %8s %8s %10s %12s %12s %10s\n", "tokens", "full_GB",
               "gpu_GB", "gpu/full", "anchors", "spans", "window", "pinned", "expand", "min_span",
-              "cpu_GB/layer", "cpu_s/layer");
+              "cpu_GB/layer", "cpu_s/layer", "faults");
   for (int t : ParseInts(mem_lengths)) {
     const auto s = Surprisal(t, real_surprisal, 7);
     const BudgetPlan plan = PlanBudget(s, budget, SekvOptions{}, BudgetShares{}, shape.head_dim);
     MemoryBreakdown total;
     size_t cpu_layer0 = 0;
     double build_layer0 = 0;
+    long faults_layer0 = 0;
     std::pair<double, double> eigen;
     const size_t n = static_cast<size_t>(t) * shape.kv_dim();
     std::vector<float> k(n), v(n);
@@ -174,6 +185,7 @@ int main(int argc, char** argv) {
       FillNormal(v.data(), n, 1001 + 2 * l, 0.0f, 1.0f);
       SpanStoreOptions so = plan.sekv.store;
       so.build_cpu_tier = l == 0;
+      const long f0 = MinorFaults();
       const auto b0 = Clock::now();
       const SpanStore st = SpanStore::Build(k.data(), v.data(), s, plan.segmentation,
                                             shape.num_kv_heads, shape.head_dim, so);
@@ -181,6 +193,7 @@ int main(int argc, char** argv) {
       total += m;
       if (l == 0) {
         build_layer0 = Ms(b0) / 1e3;
+        faults_layer0 = MinorFaults() - f0;
         cpu_layer0 = m.cpu_bases;
         eigen = EigenSeconds(k.data(), plan.segmentation, shape.num_kv_heads, shape.head_dim);
       }
@@ -196,11 +209,11 @@ int main(int argc, char** argv) {
     if (plan.sekv.pin_tokens > 0) {
       total.summaries += layer_heads * plan.segmentation.spans.size() * sizeof(float);
     }
-    std::printf("%8d %12.3f %12.3f %10.3f %8zu %8zu %8d %8d %8d %10d %12.3f %12.2f\n", t,
+    std::printf("%8d %12.3f %12.3f %10.3f %8zu %8zu %8d %8d %8d %10d %12.3f %12.2f %10ld\n", t,
                 total.full_kv / 1e9, total.gpu() / 1e9, total.gpu_ratio(),
                 plan.segmentation.anchors.size(), plan.segmentation.spans.size(),
                 plan.segmentation.window_length(), plan.sekv.pin_tokens, plan.sekv.expand_budget,
-                plan.sekv.segmenter.min_span, cpu_layer0 / 1e9, build_layer0);
+                plan.sekv.segmenter.min_span, cpu_layer0 / 1e9, build_layer0, faults_layer0);
     std::printf(
         "         CPU tier of layer 0, key Gram matrices of every span and KV head: "
         "SymmetricEigen %.2f s, cyclic Jacobi %.2f s (%.1fx)\n",

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "catch2/catch.hpp"
@@ -132,6 +133,132 @@ TEST_CASE("truncated SVD keeps the smallest rank that holds the energy share", "
     std::vector<float> y(4 * d);
     lw.Reconstruct(y.data(), d);
     for (int i = 0; i < 4 * d; ++i) REQUIRE(y[i] == Approx(wide[i]).margin(1e-4));
+  }
+}
+
+// X's rank-r truncated SVD from the textbook formulas (the Gram matrix summed entry by entry,
+// SymmetricEigen, the projections one sum at a time), as singular values and the projection
+// X V_r V_rᵀ, which do not depend on the eigenvectors' signs.
+struct TextbookSvd {
+  std::vector<double> sigma;       // all min(n, d), descending
+  std::vector<double> projection;  // [n, d], rank r
+};
+TextbookSvd Textbook(const float* x, int n, int d, int stride, int r) {
+  const bool by_rows = n <= d;
+  const int m = by_rows ? n : d;
+  std::vector<double> g(static_cast<size_t>(m) * m, 0.0), lam, vec;
+  auto xe = [&](int i, int c) { return double(x[static_cast<size_t>(i) * stride + c]); };
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < m; ++j)
+      for (int k = 0; k < (by_rows ? d : n); ++k)
+        g[i * m + j] += by_rows ? xe(i, k) * xe(j, k) : xe(k, i) * xe(k, j);
+  SymmetricEigenJacobi(g, m, &lam, &vec);
+  TextbookSvd t;
+  for (double l : lam) t.sigma.push_back(std::sqrt(std::max(l, 0.0)));
+  // The right singular vectors V_r [d, r].
+  std::vector<double> v(static_cast<size_t>(d) * r, 0.0);
+  for (int j = 0; j < r; ++j) {
+    for (int c = 0; c < d; ++c) {
+      if (by_rows) {
+        for (int i = 0; i < n; ++i) v[c * r + j] += xe(i, c) * vec[i * m + j] / t.sigma[j];
+      } else {
+        v[c * r + j] = vec[c * m + j];
+      }
+    }
+  }
+  t.projection.assign(static_cast<size_t>(n) * d, 0.0);
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < r; ++j) {
+      double xv = 0;
+      for (int c = 0; c < d; ++c) xv += xe(i, c) * v[c * r + j];
+      for (int c = 0; c < d; ++c) t.projection[i * d + c] += xv * v[c * r + j];
+    }
+  }
+  return t;
+}
+
+TEST_CASE("TruncatedSvd at SEKV's shapes agrees with the textbook SVD", "[cpu]") {
+  // One KV head of a 4-head cache (head_dim 36, so row stride 144), spans of 1 token to
+  // several times head_dim: both Gram sides, Jacobi and QL orders. Full-rank noise, and a
+  // rank-3 signal with a little noise, as keys of similar tokens look.
+  const int d = 36, stride = 4 * d, rows = 200;
+  const auto noise = Normal(static_cast<size_t>(rows) * stride, 91);
+  const auto a = Normal(rows * 3, 92), b = Normal(3 * d, 93);
+  std::vector<float> low(noise.size());
+  for (int i = 0; i < rows; ++i)
+    for (int c = 0; c < stride; ++c)
+      low[i * stride + c] = a[i * 3] * b[c % d] + a[i * 3 + 1] * b[d + c % d] +
+                            a[i * 3 + 2] * b[2 * d + c % d] + 0.01f * noise[i * stride + c];
+  const std::vector<float>* inputs[] = {&noise, &low};
+  for (const std::vector<float>* x : inputs) {
+    for (const int n : {1, 5, kJacobiMaxOrder, kJacobiMaxOrder + 1, 20, d, d + 1, 3 * d}) {
+      const float* block = x->data() + 2 * stride + d;  // from row 2, head 1
+      const LowRankBasis lr = TruncatedSvd(block, n, d, stride, 0.99, 16);
+      INFO("n " << n << (x == &low ? ", rank-3 signal" : ", noise") << ", rank " << lr.rank);
+      REQUIRE(lr.rows == n);
+      REQUIRE(lr.cols == d);
+      REQUIRE(lr.us.size() == size_t(n) * lr.rank);
+      REQUIRE(lr.vt.size() == size_t(lr.rank) * d);
+      const TextbookSvd t = Textbook(block, n, d, stride, lr.rank);
+      // The rank rule on the textbook spectrum, unless the cut falls within rounding.
+      double total = 0, kept = 0;
+      for (double s : t.sigma) total += s * s;
+      int want = 0;
+      while (want < 16 && want < int(t.sigma.size()) && kept < 0.99 * total) {
+        kept += t.sigma[want] * t.sigma[want];
+        ++want;
+      }
+      if (std::fabs(kept - 0.99 * total) > 1e-6 * total) REQUIRE(lr.rank == want);
+      REQUIRE(lr.energy_kept == Approx(kept / total).epsilon(1e-9));
+      // Vᵀ's rows are orthonormal, UΣ's columns are orthogonal with norms σ.
+      for (int j = 0; j < lr.rank; ++j) {
+        for (int k = j; k < lr.rank; ++k) {
+          double vv = 0, uu = 0;
+          for (int c = 0; c < d; ++c) vv += double(lr.vt[j * d + c]) * lr.vt[k * d + c];
+          for (int i = 0; i < n; ++i) uu += double(lr.us[i * lr.rank + j]) * lr.us[i * lr.rank + k];
+          REQUIRE(vv == Approx(j == k ? 1.0 : 0.0).margin(1e-5));
+          const double s2 = j == k ? t.sigma[j] * t.sigma[j] : 0.0;
+          REQUIRE(uu == Approx(s2).margin(1e-5 * total));
+        }
+      }
+      // The rebuilt block is X's projection on its top singular directions.
+      std::vector<float> y(static_cast<size_t>(n) * d);
+      lr.Reconstruct(y.data(), d);
+      const double scale = std::sqrt(total / (n * d));
+      for (size_t i = 0; i < y.size(); ++i)
+        REQUIRE(y[i] == Approx(t.projection[i]).margin(1e-5 * scale));
+    }
+  }
+  SECTION("a zero block, and a block of one row repeated") {
+    std::vector<float> x(static_cast<size_t>(20) * d, 0.0f);
+    const LowRankBasis zero = TruncatedSvd(x.data(), 20, d, d, 0.99, 16);
+    REQUIRE(zero.energy_kept == 1.0);
+    std::vector<float> y(x.size(), 1.0f);
+    zero.Reconstruct(y.data(), d);
+    for (float v : y) REQUIRE(v == 0.0f);
+    for (int i = 0; i < 20; ++i) std::copy(noise.begin(), noise.begin() + d, x.begin() + i * d);
+    for (const int n : {6, 20}) {  // Jacobi and QL
+      const LowRankBasis one = TruncatedSvd(x.data(), n, d, d, 1.0, 16);
+      REQUIRE(one.rank == 1);
+      one.Reconstruct(y.data(), d);
+      for (int i = 0; i < n * d; ++i) REQUIRE(y[i] == Approx(x[i]).margin(1e-5));
+    }
+  }
+  SECTION("the working memory a thread keeps does not leak from one call into the next") {
+    // The same calls, in another order and on a fresh thread, give the same bases bit for bit.
+    const std::vector<int> sizes = {3 * d, 5, d + 1, 1, 20, kJacobiMaxOrder};
+    std::vector<LowRankBasis> here;
+    for (int n : sizes) here.push_back(TruncatedSvd(low.data() + d, n, d, stride, 0.99, 16));
+    std::vector<LowRankBasis> there(sizes.size());
+    std::thread([&] {
+      for (size_t i = sizes.size(); i-- > 0;)
+        there[i] = TruncatedSvd(low.data() + d, sizes[i], d, stride, 0.99, 16);
+    }).join();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      REQUIRE(here[i].rank == there[i].rank);
+      REQUIRE(here[i].us == there[i].us);
+      REQUIRE(here[i].vt == there[i].vt);
+    }
   }
 }
 
