@@ -145,10 +145,21 @@ DecodeEngineStats DecodeEngine::stats() const {
   return stats_;
 }
 
+void DecodeEngine::ReleaseSekv(Active& a) {
+  std::unique_ptr<SekvSession> built;  // only once its build thread is joined
+  if (!a.build.joinable() && a.built.ok()) built = std::move(a.built).value();
+  for (std::unique_ptr<SekvSession>* s : {&a.sekv, &built}) {
+    if (*s == nullptr) continue;
+    (*s)->ReleaseDevice();
+    releaser_.Release(std::move(*s), options_.sekv.before_release);
+  }
+}
+
 void DecodeEngine::Finish(Active& a, DecodeEvent event) {
   if (a.done) return;
   a.done = true;
   if (a.sekv != nullptr && options_.sekv.on_cache) options_.sekv.on_cache(a.sekv->memory(), false);
+  ReleaseSekv(a);
   event.prompt_tokens = a.prompt_tokens;
   event.completion_tokens = a.generated;
   event.timings = a.timings;
@@ -223,6 +234,7 @@ void DecodeEngine::Loop() {
   for (auto& a : building_) {
     a->build.join();
     Finish(*a, DecodeEvent::Error(absl::UnavailableError("decode engine shut down")));
+    ReleaseSekv(*a);
   }
   building_.clear();
   // Shutdown: everything still here ends with an error.
@@ -409,7 +421,10 @@ void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cance
   for (auto& a : building_) ended(*a);
   for (auto& a : ready) {
     a->build.join();
-    if (ended(*a)) continue;
+    if (ended(*a)) {  // ended during its build: the hierarchy it built is not used
+      ReleaseSekv(*a);
+      continue;
+    }
     if (!a->built.ok()) {
       Finish(*a, DecodeEvent::Error(a->built.status()));
       continue;

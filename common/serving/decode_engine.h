@@ -14,6 +14,9 @@
 // With options.sekv.enabled, admission builds a SEKV cache instead (sekv_session.h): the
 // prompt is prefilled in chunks the same way (SekvPrefill), the hierarchy built on a thread of
 // its own, and those requests decode one by one through it, after the backend's batched step.
+// A finished request's hierarchy is freed on another thread (releaser_) too: its device
+// mirror on the loop thread, its host structures (tens of thousands of allocations per layer)
+// off it.
 #ifndef SCD_COMMON_SERVING_DECODE_ENGINE_H_
 #define SCD_COMMON_SERVING_DECODE_ENGINE_H_
 
@@ -32,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/base/background_queue.h"
 #include "common/runtime/backend.h"
 #include "common/runtime/sampler.h"
 #include "common/scd/codec.h"
@@ -168,12 +172,17 @@ class DecodeEngine {
   void Started(std::unique_ptr<Active> a, const std::vector<float>& logits);
   void Step();
   void Finish(Active& a, DecodeEvent event);
+  // Hands `a`'s SEKV hierarchy (running, or built for a request that ended during its build)
+  // to releaser_: its device mirror is freed here, on the backend's thread, its host
+  // structures on releaser_'s thread.
+  void ReleaseSekv(Active& a);
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<ConsumerCodec> codec_;
   DecodeEngineOptions options_;
   std::unique_ptr<sekv::SekvDecoder> sekv_decoder_;  // with options_.sekv.enabled
   sekv::TierOverhead sekv_tier_;                     // SekvSession::TierFor the backend
+  BackgroundQueue releaser_;  // frees finished SEKV requests' host hierarchies off the loop
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

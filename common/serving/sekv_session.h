@@ -76,6 +76,9 @@ struct SekvServingOptions {
   // Optional, called on the thread that builds a request's hierarchy (Build), before it
   // starts: tests hold a build with it to see the engine keep decoding meanwhile.
   std::function<void()> before_build;
+  // Optional, called on the decode engine's releasing thread before it frees a finished
+  // request's hierarchy: tests hold a release with it, as they hold a build.
+  std::function<void()> before_release;
 };
 
 // A SEKV request's prompt after Start's steps 1-2: its pre-RoPE K/V and per-token surprisal
@@ -170,6 +173,9 @@ class SekvSession {
   const SekvStartTimes& start_times() const { return start_times_; }
   const sekv::SekvCache& cache() const { return *cache_; }
   bool on_gpu() const { return gpu_ != nullptr; }
+  // Frees the device mirror (GpuSekv) now, on the backend's thread; the session takes no
+  // more steps. Its host structures go with the session.
+  void ReleaseDevice() { gpu_.reset(); }
 
  private:
   explicit SekvSession(sekv::SekvDecoder& decoder) : decoder_(decoder) {}

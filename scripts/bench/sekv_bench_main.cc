@@ -5,8 +5,10 @@
 //      Layers are built one at a time and freed (a 128K fp32 full cache is 34 GB); the CPU
 //      tier (per-span SVDs) is built for layer 0 only and reported per layer, with its build
 //      time and the page faults the build took (its bases are fresh memory, as a request's
-//      are), and, side by side on that layer's span Gram matrices (keys, every KV head), the
-//      time of the eigensolver TruncatedSvd uses (SymmetricEigen) against cyclic Jacobi.
+//      are), the time it takes to free it (a finished request's hierarchy is freed off the
+//      decode engine's loop for that reason), and, side by side on that layer's span Gram matrices
+//      (keys, every KV head), the time of the eigensolver TruncatedSvd uses (SymmetricEigen)
+//      against cyclic Jacobi.
 //   2. decode: the CPU decode-step time with the full cache and with SEKV at the same budget,
 //      at each --time-lengths, in one run, on the first --time-layers layers of the shape (the
 //      whole model does not fit this host's memory in fp32), with --vocab output rows.
@@ -18,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -167,9 +170,9 @@ int main(int argc, char** argv) {
   const CacheShape shape = CacheShape::FromConfig(full_shape);
   std::printf("\nmemory: budget %.2f, all %d layers built one at a time from random N(0,1) K/V\n",
               budget, shape.num_layers);
-  std::printf("%8s %12s %12s %10s %8s %8s %8s %8s %8s %10s %12s %12s %10s\n", "tokens", "full_GB",
-              "gpu_GB", "gpu/full", "anchors", "spans", "window", "pinned", "expand", "min_span",
-              "cpu_GB/layer", "cpu_s/layer", "faults");
+  std::printf("%8s %12s %12s %10s %8s %8s %8s %8s %8s %10s %12s %12s %10s %12s\n", "tokens",
+              "full_GB", "gpu_GB", "gpu/full", "anchors", "spans", "window", "pinned", "expand",
+              "min_span", "cpu_GB/layer", "cpu_s/layer", "faults", "free_s/layer");
   for (int t : ParseInts(mem_lengths)) {
     const auto s = Surprisal(t, real_surprisal, 7);
     const BudgetPlan plan = PlanBudget(s, budget, SekvOptions{}, BudgetShares{}, shape.head_dim);
@@ -177,6 +180,7 @@ int main(int argc, char** argv) {
     size_t cpu_layer0 = 0;
     double build_layer0 = 0;
     long faults_layer0 = 0;
+    double free_layer0 = 0;
     std::pair<double, double> eigen;
     const size_t n = static_cast<size_t>(t) * shape.kv_dim();
     std::vector<float> k(n), v(n);
@@ -187,15 +191,18 @@ int main(int argc, char** argv) {
       so.build_cpu_tier = l == 0;
       const long f0 = MinorFaults();
       const auto b0 = Clock::now();
-      const SpanStore st = SpanStore::Build(k.data(), v.data(), s, plan.segmentation,
-                                            shape.num_kv_heads, shape.head_dim, so);
-      const MemoryBreakdown m = st.Memory();
+      auto st = std::make_unique<SpanStore>(SpanStore::Build(
+          k.data(), v.data(), s, plan.segmentation, shape.num_kv_heads, shape.head_dim, so));
+      const MemoryBreakdown m = st->Memory();
       total += m;
       if (l == 0) {
         build_layer0 = Ms(b0) / 1e3;
         faults_layer0 = MinorFaults() - f0;
         cpu_layer0 = m.cpu_bases;
         eigen = EigenSeconds(k.data(), plan.segmentation, shape.num_kv_heads, shape.head_dim);
+        const auto d0 = Clock::now();
+        st.reset();
+        free_layer0 = Ms(d0) / 1e3;
       }
     }
     const SpanFetcher fetcher(shape.num_layers, shape.num_kv_heads, shape.head_dim,
@@ -209,11 +216,12 @@ int main(int argc, char** argv) {
     if (plan.sekv.pin_tokens > 0) {
       total.summaries += layer_heads * plan.segmentation.spans.size() * sizeof(float);
     }
-    std::printf("%8d %12.3f %12.3f %10.3f %8zu %8zu %8d %8d %8d %10d %12.3f %12.2f %10ld\n", t,
-                total.full_kv / 1e9, total.gpu() / 1e9, total.gpu_ratio(),
+    std::printf("%8d %12.3f %12.3f %10.3f %8zu %8zu %8d %8d %8d %10d %12.3f %12.2f %10ld %12.3f\n",
+                t, total.full_kv / 1e9, total.gpu() / 1e9, total.gpu_ratio(),
                 plan.segmentation.anchors.size(), plan.segmentation.spans.size(),
                 plan.segmentation.window_length(), plan.sekv.pin_tokens, plan.sekv.expand_budget,
-                plan.sekv.segmenter.min_span, cpu_layer0 / 1e9, build_layer0, faults_layer0);
+                plan.sekv.segmenter.min_span, cpu_layer0 / 1e9, build_layer0, faults_layer0,
+                free_layer0);
     std::printf(
         "         CPU tier of layer 0, key Gram matrices of every span and KV head: "
         "SymmetricEigen %.2f s, cyclic Jacobi %.2f s (%.1fx)\n",

@@ -354,6 +354,8 @@ TEST_CASE("SEKV hierarchies build off the engine loop, which keeps decoding the 
   DecodeEngineOptions o;
   o.sekv.enabled = true;
   o.sekv.budget = 0.4;
+  std::atomic<int> releases{0};
+  o.sekv.before_release = [&] { ++releases; };
   o.sekv.before_build = [&] {
     if (builds.fetch_add(1) == 0) return;
     ++held;
@@ -421,6 +423,81 @@ TEST_CASE("SEKV hierarchies build off the engine loop, which keeps decoding the 
   alone.WaitFor(1);
   CHECK(alone.tokens[2] == ev.tokens[2]);
   CHECK(engine->stats().sekv_requests == 2);
+  // Every hierarchy built is freed through the engine's releasing thread: requests 1 and 2
+  // when they finished, and request 3's, built for a request that had ended, when its build
+  // came in.
+  engine.reset();
+  CHECK(releases.load() == 3);
+}
+
+TEST_CASE("A finished SEKV request's hierarchy is freed off the engine loop", "[cpu]") {
+  SekvFixture f;
+  // The first release is held until the test lets it go: freed on the loop thread, it would
+  // stall request 1 (and this test) until then.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> releases{0}, held{0};
+  DecodeEngineOptions o;
+  o.sekv.enabled = true;
+  o.sekv.budget = 0.4;
+  o.sekv.before_release = [&] {
+    if (releases.fetch_add(1) > 0) return;
+    ++held;
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(60), [&] { return release; });
+  };
+  auto engine = f.ProducerFixture::Engine(o);
+  DecodeEventCollector ev;
+  auto tokens_of = [&](uint64_t id) {
+    std::lock_guard<std::mutex> lock(ev.mu);
+    return ev.tokens[id].size();
+  };
+  auto ended = [&](uint64_t id) {
+    std::lock_guard<std::mutex> lock(ev.mu);
+    return ev.final_events.count(id) == 1;
+  };
+  auto wait_until = [](const std::function<bool()>& ok) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!ok() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return ok();
+  };
+  auto job = [](uint64_t id, int prompt_tokens, int max_tokens) {
+    DecodeJob j;
+    j.request_id = id;
+    j.suffix = SyntheticPrompt(prompt_tokens, static_cast<int>(id));
+    j.max_tokens = max_tokens;
+    j.stop_ids = {-1};
+    return j;
+  };
+  REQUIRE(engine->Submit(job(1, 60, 400), ev.For(1)).ok());
+  REQUIRE(wait_until([&] { return tokens_of(1) >= 2; }));
+  REQUIRE(engine->Submit(job(2, 50, 4), ev.For(2)).ok());
+  REQUIRE(wait_until([&] { return ended(2) && held.load() == 1; }));
+  // Request 2's release is held: request 1 goes on, and a new request is built, decoded and
+  // finished meanwhile.
+  const size_t before = tokens_of(1);
+  CHECK(wait_until([&] { return tokens_of(1) >= before + 8; }));
+  REQUIRE(engine->Submit(job(3, 40, 3), ev.For(3)).ok());
+  CHECK(wait_until([&] { return ended(3); }));
+  CHECK(held.load() == 1);
+  engine->Cancel(1);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  ev.WaitFor(3);
+  for (uint64_t id : {2, 3}) {
+    INFO("request " << id);
+    REQUIRE(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
+    CHECK(ev.tokens[id].size() == (id == 2 ? 4u : 3u));
+  }
+  CHECK(ev.final_events[1].error.code() == absl::StatusCode::kCancelled);
+  engine.reset();  // frees what is still queued
+  CHECK(releases.load() == 3);
 }
 
 }  // namespace scd
