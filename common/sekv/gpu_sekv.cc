@@ -299,7 +299,7 @@ absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
                            cuda::kMaxBasisRank, "; layer ", l, " has one of rank ", b->rank,
                            " (lower sekv.r_max, or zoom on the host)"));
         }
-        floats += b->us.size() + b->vt.size();
+        floats += b->us_size() + b->vt_size();
       }
     }
   }
@@ -310,11 +310,11 @@ absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
     SCD_RETURN_IF_ERROR(d.arena->Reserve(sizeof(float) * floats));
     arena = d.arena->as<float>();
   }
-  auto place = [&](const std::vector<float>& x) -> const float* {
-    if (in_place || x.empty()) return x.data();
-    std::memcpy(arena, x.data(), sizeof(float) * x.size());
+  auto place = [&](const float* x, size_t n) -> const float* {
+    if (in_place || n == 0) return x;
+    std::memcpy(arena, x, sizeof(float) * n);
     const float* at = arena;
-    arena += x.size();
+    arena += n;
     return at;
   };
   const int64_t tokens = cache_.span_token_offset(ns);
@@ -325,10 +325,10 @@ absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
       const LowRankBasis& kb = st.key_basis(j, g);
       const LowRankBasis& vb = st.value_basis(j, g);
       cuda::SpanBasisRef& r = refs[static_cast<size_t>(g) * ns + j];
-      r.us_k = place(kb.us);
-      r.vt_k = place(kb.vt);
-      r.us_v = place(vb.us);
-      r.vt_v = place(vb.vt);
+      r.us_k = place(kb.us, kb.us_size());
+      r.vt_k = place(kb.vt, kb.vt_size());
+      r.us_v = place(vb.us, vb.us_size());
+      r.vt_v = place(vb.vt, vb.vt_size());
       r.pinned = pins_ > 0 ? g * tokens + cache_.span_token_offset(j) : -1;
       r.length = st.span_length(j);
       r.rank_k = kb.rank;

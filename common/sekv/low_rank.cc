@@ -8,13 +8,34 @@
 
 namespace scd::sekv {
 
+void BasisArena::Reserve(size_t floats) {
+  if (capacity_ - used_ >= floats) return;
+  blocks_.push_back(NewFloatsWithHugePages(floats));
+  used_ = 0;
+  capacity_ = floats;
+}
+
+float* BasisArena::Allocate(size_t n) {
+  if (n == 0) return nullptr;
+  if (capacity_ - used_ < n) Reserve(std::max(n, kBlockFloats));
+  float* p = blocks_.back().get() + used_;
+  used_ += n;
+  allocated_ += n;
+  return p;
+}
+
+size_t MaxBasisFloats(int n, int d, int r_max) {
+  const size_t r = static_cast<size_t>(std::max(1, std::min({r_max, n, d})));
+  return r * (static_cast<size_t>(n) + d);
+}
+
 void LowRankBasis::Reconstruct(float* out, int out_stride) const {
   for (int i = 0; i < rows; ++i) {
     float* o = out + static_cast<size_t>(i) * out_stride;
     std::fill(o, o + cols, 0.0f);
     for (int j = 0; j < rank; ++j) {
       const float a = us[static_cast<size_t>(i) * rank + j];
-      const float* v = vt.data() + static_cast<size_t>(j) * cols;
+      const float* v = vt + static_cast<size_t>(j) * cols;
       for (int c = 0; c < cols; ++c) o[c] += a * v[c];
     }
   }
@@ -24,7 +45,7 @@ void LowRankBasis::ReconstructRow(int i, float* out) const {
   std::fill(out, out + cols, 0.0f);
   for (int j = 0; j < rank; ++j) {
     const float a = us[static_cast<size_t>(i) * rank + j];
-    const float* v = vt.data() + static_cast<size_t>(j) * cols;
+    const float* v = vt + static_cast<size_t>(j) * cols;
     for (int c = 0; c < cols; ++c) out[c] += a * v[c];
   }
 }
@@ -335,7 +356,8 @@ std::vector<double> SmallerGram(const float* x, int n, int d, int stride) {
   return g;
 }
 
-LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energy, int r_max) {
+LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energy, int r_max,
+                          BasisArena* arena) {
   thread_local SvdScratch ws;
   LowRankBasis b;
   b.rows = n;
@@ -360,8 +382,19 @@ LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energ
     b.energy_kept = kept / total;
   }
   b.rank = r;
-  b.us.assign(static_cast<size_t>(n) * r, 0.0f);
-  b.vt.assign(static_cast<size_t>(r) * d, 0.0f);
+  const size_t total_floats = b.us_size() + b.vt_size();
+  float* us;
+  if (arena != nullptr) {
+    us = arena->Allocate(total_floats);
+  } else {
+    std::shared_ptr<float[]> own(new float[total_floats]);
+    us = own.get();
+    b.owned = std::move(own);
+  }
+  float* vt_all = us + b.us_size();
+  std::fill(us, us + total_floats, 0.0f);
+  b.us = us;
+  b.vt = vt_all;
   // Each sum runs over i (or c) ascending, with the innermost loop over independent sums.
   std::vector<double>& acc = ws.acc;
   if (by_rows) {
@@ -370,7 +403,7 @@ LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energ
       const double sigma = std::sqrt(std::max(lambda[j], 0.0));
       if (sigma <= 0) continue;
       for (int i = 0; i < n; ++i)
-        b.us[static_cast<size_t>(i) * r + j] =
+        us[static_cast<size_t>(i) * r + j] =
             static_cast<float>(sigma * vec[static_cast<size_t>(i) * m + j]);
       acc.assign(d, 0.0);
       for (int i = 0; i < n; ++i) {
@@ -378,7 +411,7 @@ LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energ
         const double w = vec[static_cast<size_t>(i) * m + j];
         for (int c = 0; c < d; ++c) acc[c] += static_cast<double>(row[c]) * w;
       }
-      float* vt = b.vt.data() + static_cast<size_t>(j) * d;
+      float* vt = vt_all + static_cast<size_t>(j) * d;
       for (int c = 0; c < d; ++c) vt[c] = static_cast<float>(acc[c] / sigma);
     }
   } else {
@@ -386,7 +419,7 @@ LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energ
     for (int j = 0; j < r; ++j) {
       if (!(lambda[j] > 0)) continue;  // σ = 0: the direction stays zero
       for (int c = 0; c < d; ++c)
-        b.vt[static_cast<size_t>(j) * d + c] =
+        vt_all[static_cast<size_t>(j) * d + c] =
             static_cast<float>(vec[static_cast<size_t>(c) * m + j]);
     }
     for (int i = 0; i < n; ++i) {
@@ -398,7 +431,7 @@ LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energ
         for (int j = 0; j < r; ++j) acc[j] += xc * vc[j];
       }
       for (int j = 0; j < r; ++j)
-        if (lambda[j] > 0) b.us[static_cast<size_t>(i) * r + j] = static_cast<float>(acc[j]);
+        if (lambda[j] > 0) us[static_cast<size_t>(i) * r + j] = static_cast<float>(acc[j]);
     }
   }
   return b;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/base/huge_pages.h"
+
 namespace scd::sekv {
 namespace {
 
@@ -36,20 +38,29 @@ SpanStore SpanStore::Build(const float* k, const float* v, absl::Span<const floa
   st.prompt_tokens_ = seg.num_tokens;
   const int kvd = num_kv_heads * head_dim;
   const size_t row = static_cast<size_t>(kvd);
-  st.anchor_k_.reserve(seg.anchors.size() * row);
-  st.anchor_v_.reserve(seg.anchors.size() * row);
-  for (int a : seg.anchors) {
-    AppendRow(st.anchor_k_, k + a * row, kvd);
-    AppendRow(st.anchor_v_, v + a * row, kvd);
+  // The GPU tier's rows are tens of MB per layer at long prompts: huge pages (huge_pages.h),
+  // so that they are not faulted in 4 KB at a time.
+  const size_t na = seg.anchors.size();
+  ResizeWithHugePages(st.anchor_k_, na * row);
+  ResizeWithHugePages(st.anchor_v_, na * row);
+  for (size_t i = 0; i < na; ++i) {
+    std::memcpy(st.anchor_k_.data() + i * row, k + seg.anchors[i] * row, row * sizeof(float));
+    std::memcpy(st.anchor_v_.data() + i * row, v + seg.anchors[i] * row, row * sizeof(float));
   }
   const size_t num_spans = seg.spans.size();
-  st.summary_k_.assign(num_spans * row, 0.0f);
-  st.summary_v_.assign(num_spans * row, 0.0f);
+  ResizeWithHugePages(st.summary_k_, num_spans * row);
+  ResizeWithHugePages(st.summary_v_, num_spans * row);
   st.span_len_.resize(num_spans);
   st.log_len_.resize(num_spans);
   if (options.build_cpu_tier) {
     st.k_basis_.resize(num_spans * num_kv_heads);
     st.v_basis_.resize(num_spans * num_kv_heads);
+    size_t most = 0;  // the layer's bases at full rank: one reservation, faulted in as written
+    for (const TokenSpan& sp : seg.spans) {
+      most += 2 * static_cast<size_t>(num_kv_heads) *
+              MaxBasisFloats(sp.length(), head_dim, options.r_max);
+    }
+    st.arena_.Reserve(most);
   }
   std::vector<double> w;
   for (size_t s = 0; s < num_spans; ++s) {
@@ -78,17 +89,19 @@ SpanStore SpanStore::Build(const float* k, const float* v, absl::Span<const floa
       for (int h = 0; h < num_kv_heads; ++h) {
         const size_t off = sp.begin * row + static_cast<size_t>(h) * head_dim;
         st.k_basis_[s * num_kv_heads + h] =
-            TruncatedSvd(k + off, len, head_dim, kvd, options.energy, options.r_max);
+            TruncatedSvd(k + off, len, head_dim, kvd, options.energy, options.r_max, &st.arena_);
         st.v_basis_[s * num_kv_heads + h] =
-            TruncatedSvd(v + off, len, head_dim, kvd, options.energy, options.r_max);
+            TruncatedSvd(v + off, len, head_dim, kvd, options.energy, options.r_max, &st.arena_);
       }
     }
   }
   const int wl = seg.window_length();
-  st.window_k_.reserve((wl + window_reserve) * row);
-  st.window_v_.reserve((wl + window_reserve) * row);
-  st.window_k_.assign(k + seg.window_begin * row, k + seg.num_tokens * row);
-  st.window_v_.assign(v + seg.window_begin * row, v + seg.num_tokens * row);
+  for (std::vector<float>* w : {&st.window_k_, &st.window_v_}) {
+    ResizeWithHugePages(*w, (wl + window_reserve) * row);  // room to grow, then the prompt's
+    w->resize(wl * row);
+  }
+  std::copy(k + seg.window_begin * row, k + seg.num_tokens * row, st.window_k_.begin());
+  std::copy(v + seg.window_begin * row, v + seg.num_tokens * row, st.window_v_.begin());
   st.window_rows_ = st.initial_window_ = wl;
   return st;
 }

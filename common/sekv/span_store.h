@@ -10,7 +10,7 @@
 //   - the recent window: full K and V of the last prompt tokens and of every generated
 //     token (it grows by one row per decode step).
 // CPU tier (fetched on zoom-in): per span and KV head, truncated SVDs of K_S and V_S with an
-// energy-adaptive rank (low_rank.h).
+// energy-adaptive rank (low_rank.h), their factors in one arena per layer.
 //
 // Memory accounting counts the bytes of these very vectors (capacity of what is logically
 // resident, not a formula): GpuBytes() is what a GPU would hold for this layer, besides the
@@ -104,6 +104,7 @@ class SpanStore {
   int window_rows_ = 0;
   int initial_window_ = 0;
   std::vector<LowRankBasis> k_basis_, v_basis_;  // [span * num_kv_heads + head]
+  BasisArena arena_;                             // their factors (so a store is move-only)
 };
 
 }  // namespace scd::sekv

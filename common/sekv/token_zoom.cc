@@ -15,7 +15,7 @@ void ScoreSpanTokens(const SpanStore& store, int g, int span, const float* q, in
   scratch->assign(static_cast<size_t>(group) * std::max(r, 1), 0.0f);
   for (int h = 0; h < group; ++h) {
     for (int j = 0; j < r; ++j) {
-      const float* v = b.vt.data() + static_cast<size_t>(j) * d;
+      const float* v = b.vt + static_cast<size_t>(j) * d;
       float z = 0;
       for (int c = 0; c < d; ++c) z += v[c] * q[static_cast<size_t>(h) * d + c];
       (*scratch)[static_cast<size_t>(h) * r + j] = z;
@@ -23,7 +23,7 @@ void ScoreSpanTokens(const SpanStore& store, int g, int span, const float* q, in
   }
   for (int i = 0; i < n; ++i) {
     if (skip != nullptr && skip[i]) continue;
-    const float* u = b.us.data() + static_cast<size_t>(i) * r;
+    const float* u = b.us + static_cast<size_t>(i) * r;
     double w = 0;
     for (int h = 0; h < group; ++h) {
       const float* y = scratch->data() + static_cast<size_t>(h) * r;

@@ -579,19 +579,19 @@ TEST_CASE("CUDA SpanRebuildRows matches LowRankBasis::ReconstructRow, device and
     INFO("basis 1 in pinned host memory: " << pinned);
     std::vector<DeviceArray<float>> dev;
     cuda::PinnedBuffer pins[2];
-    auto place = [&](const std::vector<float>& x, cuda::PinnedBuffer* pin) -> const float* {
+    auto place = [&](const float* x, size_t n, cuda::PinnedBuffer* pin) -> const float* {
       if (pin == nullptr) {
-        dev.emplace_back(x);
+        dev.emplace_back(std::vector<float>(x, x + n));
         return dev.back().get();
       }
-      RequireOk(pin->Reserve(x.size() * sizeof(float)));
-      std::memcpy(pin->data(), x.data(), x.size() * sizeof(float));
+      RequireOk(pin->Reserve(n * sizeof(float)));
+      std::memcpy(pin->data(), x, n * sizeof(float));
       return pin->as<float>();
     };
-    const float* us[2] = {place(bases[0].us, nullptr),
-                          place(bases[1].us, pinned ? &pins[0] : nullptr)};
-    const float* vt[2] = {place(bases[0].vt, nullptr),
-                          place(bases[1].vt, pinned ? &pins[1] : nullptr)};
+    const float* us[2] = {place(bases[0].us, bases[0].us_size(), nullptr),
+                          place(bases[1].us, bases[1].us_size(), pinned ? &pins[0] : nullptr)};
+    const float* vt[2] = {place(bases[0].vt, bases[0].vt_size(), nullptr),
+                          place(bases[1].vt, bases[1].vt_size(), pinned ? &pins[1] : nullptr)};
     DeviceArray<float> out_dev(std::vector<float>(want.size(), kSentinel));
     std::vector<cuda::RebuildJob> job_list(jobs);
     for (int j = 0; j < jobs; ++j) {

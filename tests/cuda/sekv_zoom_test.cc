@@ -225,10 +225,10 @@ void CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
       for (const sekv::LowRankBasis* b : {&st.key_basis(s, g), &st.value_basis(s, g)}) {
         REQUIRE(b->rank >= 1);
         REQUIRE(b->rank <= cuda::kMaxBasisRank);
-        for (const std::vector<float>* x : {&b->us, &b->vt}) {
-          at.push_back(blob.size());
-          blob.insert(blob.end(), x->begin(), x->end());
-        }
+        at.push_back(blob.size());
+        blob.insert(blob.end(), b->us, b->us + b->us_size());
+        at.push_back(blob.size());
+        blob.insert(blob.end(), b->vt, b->vt + b->vt_size());
       }
     }
   }

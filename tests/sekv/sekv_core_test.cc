@@ -197,8 +197,20 @@ TEST_CASE("TruncatedSvd at SEKV's shapes agrees with the textbook SVD", "[cpu]")
       INFO("n " << n << (x == &low ? ", rank-3 signal" : ", noise") << ", rank " << lr.rank);
       REQUIRE(lr.rows == n);
       REQUIRE(lr.cols == d);
-      REQUIRE(lr.us.size() == size_t(n) * lr.rank);
-      REQUIRE(lr.vt.size() == size_t(lr.rank) * d);
+      REQUIRE(lr.us_size() == size_t(n) * lr.rank);
+      REQUIRE(lr.vt_size() == size_t(lr.rank) * d);
+      REQUIRE(lr.owned != nullptr);  // no arena: the basis holds its floats
+      {
+        // Through an arena: the same floats, in the arena, within MaxBasisFloats.
+        BasisArena arena;
+        const LowRankBasis la = TruncatedSvd(block, n, d, stride, 0.99, 16, &arena);
+        REQUIRE(la.owned == nullptr);
+        REQUIRE(la.rank == lr.rank);
+        REQUIRE(std::equal(la.us, la.us + la.us_size(), lr.us));
+        REQUIRE(std::equal(la.vt, la.vt + la.vt_size(), lr.vt));
+        REQUIRE(arena.allocated() == la.us_size() + la.vt_size());
+        REQUIRE(arena.allocated() <= MaxBasisFloats(n, d, 16));
+      }
       const TextbookSvd t = Textbook(block, n, d, stride, lr.rank);
       // The rank rule on the textbook spectrum, unless the cut falls within rounding.
       double total = 0, kept = 0;
@@ -256,8 +268,8 @@ TEST_CASE("TruncatedSvd at SEKV's shapes agrees with the textbook SVD", "[cpu]")
     }).join();
     for (size_t i = 0; i < sizes.size(); ++i) {
       REQUIRE(here[i].rank == there[i].rank);
-      REQUIRE(here[i].us == there[i].us);
-      REQUIRE(here[i].vt == there[i].vt);
+      REQUIRE(std::equal(here[i].us, here[i].us + here[i].us_size(), there[i].us));
+      REQUIRE(std::equal(here[i].vt, here[i].vt + here[i].vt_size(), there[i].vt));
     }
   }
 }
@@ -329,7 +341,7 @@ TEST_CASE("span store: summaries, tiers and memory accounting", "[cpu]") {
   seg.window_begin = 30;
   SpanStoreOptions o;
   o.energy = 1.0;
-  const SpanStore st = SpanStore::Build(k.data(), v.data(), s, seg, heads, hd, o);
+  SpanStore st = SpanStore::Build(k.data(), v.data(), s, seg, heads, hd, o);
   REQUIRE(st.num_anchors() == 2);
   REQUIRE(st.num_spans() == 2);
   REQUIRE(st.window_rows() == 10);
@@ -364,7 +376,20 @@ TEST_CASE("span store: summaries, tiers and memory accounting", "[cpu]") {
   REQUIRE(m.window == 10 * kvd * 2 * sizeof(float));
   REQUIRE(m.full_kv == size_t(t) * kvd * 2 * sizeof(float));
   REQUIRE(m.cpu_bases > 0);
-  SpanStore grown = st;
+  size_t basis_bytes = 0;
+  for (int sp = 0; sp < 2; ++sp) {
+    for (int h = 0; h < heads; ++h) {
+      basis_bytes += st.key_basis(sp, h).bytes() + st.value_basis(sp, h).bytes();
+      REQUIRE(st.key_basis(sp, h).owned == nullptr);  // in the store's arena
+    }
+  }
+  REQUIRE(m.cpu_bases == basis_bytes);
+  // A store moves with its arena: the bases still rebuild the span.
+  SpanStore grown = std::move(st);
+  std::vector<float> again_k(19 * hd), again_v(19 * hd);
+  grown.Rebuild(1, 1, again_k.data(), again_v.data());
+  REQUIRE(again_k == rk);
+  REQUIRE(again_v == rv);
   grown.AppendWindow(k.data(), v.data());
   REQUIRE(grown.Memory().window == 11 * kvd * 2 * sizeof(float));
   REQUIRE(grown.Memory().full_kv == size_t(t + 1) * kvd * 2 * sizeof(float));
