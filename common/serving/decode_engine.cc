@@ -46,7 +46,11 @@ struct DecodeEngine::Active {
   PayloadChunks rebuild;
   PromptChunks pending;
 
-  int length() const { return sekv != nullptr ? sekv->length() : seq->length(); }
+  // Positions held; 0 once its sequence or SEKV hierarchy is released (Finish).
+  int length() const {
+    if (sekv != nullptr) return sekv->length();
+    return seq != nullptr ? seq->length() : 0;
+  }
 };
 
 absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
@@ -479,8 +483,9 @@ void DecodeEngine::Step() {
   std::vector<Sequence*> seqs;
   std::vector<int32_t> inputs;
   std::vector<SampleDraw> draws;
+  // Requests that ended are skipped here and below (a SEKV one has released its hierarchy).
   for (auto& a : running_) {
-    if (a->sekv != nullptr) continue;
+    if (a->done || a->sekv != nullptr) continue;
     seqs.push_back(a->seq.get());
     inputs.push_back(a->next_input);
     draws.push_back(a->sampler->Draw());
@@ -500,6 +505,7 @@ void DecodeEngine::Step() {
   size_t row = 0;  // this request's row in the batch
   for (size_t i = 0; i < running_.size(); ++i) {
     Active& a = *running_[i];
+    if (a.done) continue;
     int32_t next = 0;
     if (a.sekv != nullptr) {
       if (absl::Status sst = a.sekv->Step(a.next_input, &sekv_logits); !sst.ok()) {

@@ -27,13 +27,64 @@ using testing::DecodeEventCollector;
 using testing::SyntheticPrompt;
 
 struct SekvFixture : testing::ProducerFixture {
-  std::unique_ptr<DecodeEngine> Engine(double budget) {
+  static DecodeEngineOptions Options(double budget) {
     DecodeEngineOptions o;
     o.sekv.enabled = true;
     o.sekv.budget = budget;
-    return ProducerFixture::Engine(o);
+    return o;
+  }
+  std::unique_ptr<DecodeEngine> Engine(double budget) {
+    return ProducerFixture::Engine(Options(budget));
   }
 };
+
+// What a test holds engine work behind (a build, a release): Hold() blocks, for a minute at
+// most, until Open().
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void Hold() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(60), [&] { return open; });
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+};
+
+// Polls `ok` every 2 ms for up to 20 s; returns its last value.
+bool WaitUntil(const std::function<bool()>& ok) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!ok() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return ok();
+}
+
+size_t TokensOf(DecodeEventCollector& ev, uint64_t id) {
+  std::lock_guard<std::mutex> lock(ev.mu);
+  return ev.tokens[id].size();
+}
+
+bool Ended(DecodeEventCollector& ev, uint64_t id) {
+  std::lock_guard<std::mutex> lock(ev.mu);
+  return ev.final_events.count(id) == 1;
+}
+
+// A request of `prompt_tokens` synthetic tokens that runs to max_tokens.
+DecodeJob Job(uint64_t id, int prompt_tokens, int max_tokens) {
+  DecodeJob j;
+  j.request_id = id;
+  j.suffix = SyntheticPrompt(prompt_tokens, static_cast<int>(id));
+  j.max_tokens = max_tokens;
+  j.stop_ids = {-1};
+  return j;
+}
 
 }  // namespace
 
@@ -347,66 +398,31 @@ TEST_CASE("SEKV hierarchies build off the engine loop, which keeps decoding the 
   SekvFixture f;
   // Every build after the first is held until the test releases it: a build on the loop
   // thread would stall request 1 (and this test) until then.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false;
-  std::atomic<int> builds{0}, held{0};
-  DecodeEngineOptions o;
-  o.sekv.enabled = true;
-  o.sekv.budget = 0.4;
-  std::atomic<int> releases{0};
+  Gate gate;
+  std::atomic<int> builds{0}, held{0}, releases{0};
+  DecodeEngineOptions o = SekvFixture::Options(0.4);
   o.sekv.before_release = [&] { ++releases; };
   o.sekv.before_build = [&] {
     if (builds.fetch_add(1) == 0) return;
     ++held;
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(60), [&] { return release; });
+    gate.Hold();
   };
   auto engine = f.ProducerFixture::Engine(o);
   DecodeEventCollector ev;
-  auto tokens_of = [&](uint64_t id) {
-    std::lock_guard<std::mutex> lock(ev.mu);
-    return ev.tokens[id].size();
-  };
-  auto wait_until = [](const std::function<bool()>& ok) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!ok() && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return ok();
-  };
-  auto job = [](uint64_t id, int prompt_tokens, int max_tokens) {
-    DecodeJob j;
-    j.request_id = id;
-    j.suffix = SyntheticPrompt(prompt_tokens, static_cast<int>(id));
-    j.max_tokens = max_tokens;
-    j.stop_ids = {-1};
-    return j;
-  };
-  REQUIRE(engine->Submit(job(1, 60, 300), ev.For(1)).ok());
-  REQUIRE(wait_until([&] { return tokens_of(1) >= 2; }));
-  REQUIRE(engine->Submit(job(2, 70, 5), ev.For(2)).ok());
-  REQUIRE(engine->Submit(job(3, 50, 5), ev.For(3)).ok());
-  REQUIRE(wait_until([&] { return held.load() == 2; }));
+  REQUIRE(engine->Submit(Job(1, 60, 300), ev.For(1)).ok());
+  REQUIRE(WaitUntil([&] { return TokensOf(ev, 1) >= 2; }));
+  REQUIRE(engine->Submit(Job(2, 70, 5), ev.For(2)).ok());
+  REQUIRE(engine->Submit(Job(3, 50, 5), ev.For(3)).ok());
+  REQUIRE(WaitUntil([&] { return held.load() == 2; }));
   // Both builds are held: request 1 goes on, and they count as active.
-  const size_t before = tokens_of(1);
-  CHECK(wait_until([&] { return tokens_of(1) >= before + 8; }));
+  const size_t before = TokensOf(ev, 1);
+  CHECK(WaitUntil([&] { return TokensOf(ev, 1) >= before + 8; }));
   CHECK(engine->running() == 3);
   // A request cancelled during its build ends now, even with nothing else to step.
-  REQUIRE(wait_until([&] {
-    std::lock_guard<std::mutex> lock(ev.mu);
-    return ev.final_events.count(1) == 1;
-  }));
+  REQUIRE(WaitUntil([&] { return Ended(ev, 1); }));
   engine->Cancel(3);
-  CHECK(wait_until([&] {
-    std::lock_guard<std::mutex> lock(ev.mu);
-    return ev.final_events.count(3) == 1;
-  }));
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    release = true;
-  }
-  cv.notify_all();
+  CHECK(WaitUntil([&] { return Ended(ev, 3); }));
+  gate.Open();
   ev.WaitFor(3);
   CHECK(ev.final_events[3].error.code() == absl::StatusCode::kCancelled);
   CHECK(ev.tokens[3].empty());
@@ -419,7 +435,7 @@ TEST_CASE("SEKV hierarchies build off the engine loop, which keeps decoding the 
   // Request 2 built on the side gives what the same request gives on an idle engine.
   auto idle = f.Engine(0.4);
   DecodeEventCollector alone;
-  REQUIRE(idle->Submit(job(2, 70, 5), alone.For(2)).ok());
+  REQUIRE(idle->Submit(Job(2, 70, 5), alone.For(2)).ok());
   alone.WaitFor(1);
   CHECK(alone.tokens[2] == ev.tokens[2]);
   CHECK(engine->stats().sekv_requests == 2);
@@ -434,61 +450,29 @@ TEST_CASE("A finished SEKV request's hierarchy is freed off the engine loop", "[
   SekvFixture f;
   // The first release is held until the test lets it go: freed on the loop thread, it would
   // stall request 1 (and this test) until then.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false;
+  Gate gate;
   std::atomic<int> releases{0}, held{0};
-  DecodeEngineOptions o;
-  o.sekv.enabled = true;
-  o.sekv.budget = 0.4;
+  DecodeEngineOptions o = SekvFixture::Options(0.4);
   o.sekv.before_release = [&] {
     if (releases.fetch_add(1) > 0) return;
     ++held;
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(60), [&] { return release; });
+    gate.Hold();
   };
   auto engine = f.ProducerFixture::Engine(o);
   DecodeEventCollector ev;
-  auto tokens_of = [&](uint64_t id) {
-    std::lock_guard<std::mutex> lock(ev.mu);
-    return ev.tokens[id].size();
-  };
-  auto ended = [&](uint64_t id) {
-    std::lock_guard<std::mutex> lock(ev.mu);
-    return ev.final_events.count(id) == 1;
-  };
-  auto wait_until = [](const std::function<bool()>& ok) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!ok() && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return ok();
-  };
-  auto job = [](uint64_t id, int prompt_tokens, int max_tokens) {
-    DecodeJob j;
-    j.request_id = id;
-    j.suffix = SyntheticPrompt(prompt_tokens, static_cast<int>(id));
-    j.max_tokens = max_tokens;
-    j.stop_ids = {-1};
-    return j;
-  };
-  REQUIRE(engine->Submit(job(1, 60, 400), ev.For(1)).ok());
-  REQUIRE(wait_until([&] { return tokens_of(1) >= 2; }));
-  REQUIRE(engine->Submit(job(2, 50, 4), ev.For(2)).ok());
-  REQUIRE(wait_until([&] { return ended(2) && held.load() == 1; }));
+  REQUIRE(engine->Submit(Job(1, 60, 400), ev.For(1)).ok());
+  REQUIRE(WaitUntil([&] { return TokensOf(ev, 1) >= 2; }));
+  REQUIRE(engine->Submit(Job(2, 50, 4), ev.For(2)).ok());
+  REQUIRE(WaitUntil([&] { return Ended(ev, 2) && held.load() == 1; }));
   // Request 2's release is held: request 1 goes on, and a new request is built, decoded and
   // finished meanwhile.
-  const size_t before = tokens_of(1);
-  CHECK(wait_until([&] { return tokens_of(1) >= before + 8; }));
-  REQUIRE(engine->Submit(job(3, 40, 3), ev.For(3)).ok());
-  CHECK(wait_until([&] { return ended(3); }));
+  const size_t before = TokensOf(ev, 1);
+  CHECK(WaitUntil([&] { return TokensOf(ev, 1) >= before + 8; }));
+  REQUIRE(engine->Submit(Job(3, 40, 3), ev.For(3)).ok());
+  CHECK(WaitUntil([&] { return Ended(ev, 3); }));
   CHECK(held.load() == 1);
   engine->Cancel(1);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    release = true;
-  }
-  cv.notify_all();
+  gate.Open();
   ev.WaitFor(3);
   for (uint64_t id : {2, 3}) {
     INFO("request " << id);
