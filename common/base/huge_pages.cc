@@ -2,6 +2,7 @@
 #include "common/base/huge_pages.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -47,6 +48,12 @@ HugeFloats NewFloatsWithHugePages(size_t n) {
 // rounded up to pages) is a whole number of 2 MB pages: the kernel only aligns anonymous
 // mappings of such lengths to 2 MB, and only aligned extents can use huge pages. The
 // padding (< 2 MB) is never touched, so it costs address space only.
+long MinorPageFaults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 void ResizeWithHugePages(std::vector<float>& v, size_t n) {
   if (n * sizeof(float) >= kMinBytes && v.capacity() < n) {
     std::vector<float>().swap(v);

@@ -25,6 +25,10 @@ using HugeFloats = std::unique_ptr<float[], FreeDeleter>;
 // huge pages, so that each 2 MB is one page fault when first written.
 HugeFloats NewFloatsWithHugePages(size_t n);
 
+// Minor page faults of this process so far (getrusage): what benchmarks and tests read to see
+// the cost of first touches.
+long MinorPageFaults();
+
 // Makes `v` hold n zeros. When that needs a new allocation of ≥ 2 MB, the storage is advised
 // for huge pages before it is first touched; the old contents are then not kept.
 void ResizeWithHugePages(std::vector<float>& v, size_t n);

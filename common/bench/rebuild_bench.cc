@@ -1,8 +1,6 @@
 // See rebuild_bench.h.
 #include "common/bench/rebuild_bench.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <sstream>
@@ -10,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/base/elapsed.h"
+#include "common/base/huge_pages.h"
 #include "common/base/status_macros.h"
 #include "common/bench/bench_payload.h"
 #include "common/bench/runtime_bench.h"
@@ -20,12 +19,6 @@ namespace scd::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-long MinorFaults() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
-}
 
 std::string BlockName(int block) {
   return block == kWholeBlock ? "whole" : block == 0 ? "default" : absl::StrFormat("%d", block);
@@ -67,11 +60,11 @@ absl::StatusOr<std::vector<RebuildBenchRun>> RunMode(const RebuildBenchOptions& 
         for (size_t i = 0; i < n; ++i) {
           SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
                                backend->NewSequence(static_cast<int>(rows)));
-          const long f0 = MinorFaults();
+          const long f0 = MinorPageFaults();
           const auto t0 = Clock::now();
           SCD_RETURN_IF_ERROR(codecs[i]->Rebuild(payload, *backend, *seq));
           const double elapsed = MsSince(t0);
-          const long f1 = MinorFaults();
+          const long f1 = MinorPageFaults();
           if (seq->length() != static_cast<int>(rows)) {
             return absl::InternalError("rebuild bench: the rebuild left the sequence short");
           }

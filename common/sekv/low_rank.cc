@@ -24,9 +24,15 @@ float* BasisArena::Allocate(size_t n) {
   return p;
 }
 
+namespace {
+
+// The most rank TruncatedSvd keeps for an [n, d] block.
+int RankCap(int n, int d, int r_max) { return std::max(1, std::min({r_max, n, d})); }
+
+}  // namespace
+
 size_t MaxBasisFloats(int n, int d, int r_max) {
-  const size_t r = static_cast<size_t>(std::max(1, std::min({r_max, n, d})));
-  return r * (static_cast<size_t>(n) + d);
+  return static_cast<size_t>(RankCap(n, d, r_max)) * (static_cast<size_t>(n) + d);
 }
 
 void LowRankBasis::Reconstruct(float* out, int out_stride) const {
@@ -372,7 +378,7 @@ LowRankBasis TruncatedSvd(const float* x, int n, int d, int stride, double energ
   for (double l : lambda) total += std::max(l, 0.0);
   int r = 0;
   double kept = 0;
-  const int cap = std::max(1, std::min({r_max, m}));
+  const int cap = RankCap(n, d, r_max);
   if (total <= 0) {
     b.energy_kept = 1;
   } else {

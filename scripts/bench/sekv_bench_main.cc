@@ -14,8 +14,6 @@
 //      whole model does not fit this host's memory in fp32), with --vocab output rows.
 // Surprisal: from the real stories260K on packed TinyStories text (--surprisal-model and
 // --surprisal-text), tiled to the length; else i.i.d. exponential.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "common/base/huge_pages.h"
 #include "common/base/random.h"
 #include "common/cli/flags.h"
 #include "common/eval/text_corpus.h"
@@ -42,13 +41,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace scd;
 using namespace scd::sekv;
-
-// Minor page faults of this process so far.
-long MinorFaults() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
-}
 
 double Ms(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -189,7 +181,7 @@ int main(int argc, char** argv) {
       FillNormal(v.data(), n, 1001 + 2 * l, 0.0f, 1.0f);
       SpanStoreOptions so = plan.sekv.store;
       so.build_cpu_tier = l == 0;
-      const long f0 = MinorFaults();
+      const long f0 = MinorPageFaults();
       const auto b0 = Clock::now();
       auto st = std::make_unique<SpanStore>(SpanStore::Build(
           k.data(), v.data(), s, plan.segmentation, shape.num_kv_heads, shape.head_dim, so));
@@ -197,7 +189,7 @@ int main(int argc, char** argv) {
       total += m;
       if (l == 0) {
         build_layer0 = Ms(b0) / 1e3;
-        faults_layer0 = MinorFaults() - f0;
+        faults_layer0 = MinorPageFaults() - f0;
         cpu_layer0 = m.cpu_bases;
         eigen = EigenSeconds(k.data(), plan.segmentation, shape.num_kv_heads, shape.head_dim);
         const auto d0 = Clock::now();

@@ -3,8 +3,6 @@
 // NewFloatsWithHugePages gives storage whose pages are only touched when written.
 #include "common/base/parallel_for.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -49,18 +47,13 @@ constexpr bool kPlainAllocator = true;
 #endif
 
 TEST_CASE("NewFloatsWithHugePages touches no page until it is written", "[cpu]") {
-  auto faults = [] {
-    rusage r;
-    getrusage(RUSAGE_SELF, &r);
-    return r.ru_minflt;
-  };
   for (size_t n : {size_t{10}, size_t{1} << 19, (size_t{16} << 20) + 7}) {
     INFO(n << " floats");
-    const long before = faults();
+    const long before = MinorPageFaults();
     HugeFloats p = NewFloatsWithHugePages(n);
     // A 64 MB buffer zero-filled would fault 16k 4 KB pages (or 32 huge ones) here.
     const long pages = static_cast<long>(n * sizeof(float) / 4096);
-    CHECK(faults() - before < (kPlainAllocator ? 8 : std::max(8L, pages / 2)));
+    CHECK(MinorPageFaults() - before < (kPlainAllocator ? 8 : std::max(8L, pages / 2)));
     p[0] = 1.0f;  // writable at both ends
     p[n - 1] = 2.0f;
     CHECK(p[0] + p[n - 1] == 3.0f);
