@@ -33,7 +33,8 @@ void FreeDeleter::operator()(float* p) const { std::free(p); }
 HugeFloats NewFloatsWithHugePages(size_t n) {
   const size_t bytes = std::max<size_t>(n * sizeof(float), 1);
   if (bytes < kMinBytes) {
-    float* p = static_cast<float*>(std::malloc(bytes));
+    const size_t pages = (bytes + kPage - 1) / kPage * kPage;
+    float* p = static_cast<float*>(std::aligned_alloc(kPage, pages));
     if (p == nullptr) throw std::bad_alloc();
     return HugeFloats(p);
   }

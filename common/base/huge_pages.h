@@ -20,9 +20,11 @@ struct FreeDeleter {
 };
 using HugeFloats = std::unique_ptr<float[], FreeDeleter>;
 
-// n floats, left uninitialised (their pages are touched when first written). When they take
-// 2 MB or more, the storage is 2 MB-aligned, a whole number of 2 MB pages, and advised for
-// huge pages, so that each 2 MB is one page fault when first written.
+// n floats, left uninitialised (their pages are touched when first written), in whole pages
+// of their own: 4 KB-aligned and a whole number of 4 KB pages, so that nothing else shares them
+// (a range registered with a GPU is locked by whole pages, see GpuSekv). When they take 2 MB or
+// more, the storage is 2 MB-aligned, a whole number of 2 MB pages, and advised for huge pages,
+// so that each 2 MB is one page fault when first written.
 HugeFloats NewFloatsWithHugePages(size_t n);
 
 // Minor page faults of this process so far (getrusage): what benchmarks and tests read to see

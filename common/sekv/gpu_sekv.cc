@@ -18,6 +18,20 @@
 
 namespace scd::sekv {
 
+const char* CpuTierAccessName(CpuTierAccess a) {
+  switch (a) {
+    case CpuTierAccess::kNone:
+      return "none";
+    case CpuTierAccess::kPageable:
+      return "pageable";
+    case CpuTierAccess::kRegistered:
+      return "registered";
+    case CpuTierAccess::kPinnedCopy:
+      return "pinned copy";
+  }
+  return "?";
+}
+
 #if !SCD_HAVE_CUDA
 
 class GpuSekv::Impl {};
@@ -37,6 +51,10 @@ absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend&, SekvCache&, G
 }
 
 MemoryBreakdown GpuSekv::Memory() const { return {}; }
+
+CpuTierAccess GpuSekv::cpu_tier_access() const { return CpuTierAccess::kNone; }
+
+absl::Status GpuSekv::registration_error() const { return absl::OkStatus(); }
 
 absl::Status GpuSekv::Step(int32_t, int, std::vector<float>*) {
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
@@ -81,6 +99,12 @@ constexpr size_t kStepCountBytes = sizeof(float) + 1;
 
 // One layer's GPU tier. The K/V rows are of the tier's element type.
 struct DeviceLayer {
+  // Where the device reads the bases when it does not read pageable memory: the store's
+  // arena blocks, registered where they lie; a pinned copy of the rest (of every basis where
+  // the device refuses registrations). Declared first, so destroyed last: after the device
+  // buffers, whose freeing waits for the device (cudaFree), so no kernel reads them any more.
+  std::vector<std::unique_ptr<cuda::HostRegistration>> registered;
+  std::unique_ptr<PinnedBuffer> arena;
   DeviceBuffer anchor_k, anchor_v, summary_k, summary_v, window_k, window_v, pin_k, pin_v;
   DeviceBuffer base_lc, remaining;                      // [num_kv_heads, num_spans]
   DeviceBuffer p_q, p_k, gates;                         // the layer's router
@@ -89,7 +113,6 @@ struct DeviceLayer {
   // The device zoom: the CPU tier's SpanBasisRef table [num_kv_heads, num_spans], the gate
   // thresholds [num_kv_heads], the pinned flags [num_kv_heads, span tokens].
   DeviceBuffer bases, tau, pinned_flags;
-  std::unique_ptr<PinnedBuffer> arena;  // the bases' pinned copy, when the device needs one
 };
 
 constexpr int kZoomCounts = 4;  // SekvZoom's stats per KV head
@@ -114,6 +137,8 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   // Settle's work once the stream has been waited for.
   void Fold();
   MemoryBreakdown Memory() const;
+  CpuTierAccess cpu_tier_access() const;
+  absl::Status registration_error() const { return registration_error_; }
   Backend& backend() { return backend_; }
 
  private:
@@ -181,6 +206,10 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   int last_zoom_layer_ = -1;  // the last layer that zooms: its step copies the counts back
   std::vector<uint8_t> append_pending_, unsettled_;
   StreamHandle last_stream_ = nullptr;
+  // Whether the device takes host registrations (until one is refused), and the refusal.
+  bool registrations_work_ = true;
+  absl::Status registration_error_;
+  bool reads_pageable_ = false;  // a zooming layer's bases in pageable memory
 };
 
 absl::Status GpuSekv::Impl::UploadRows(DeviceBuffer* dst, const float* src, size_t elements,
@@ -269,6 +298,9 @@ absl::Status GpuSekv::Impl::Init() {
         zoom_ws_.Reserve(static_cast<size_t>(std::max<int64_t>(ws, 1)), "sekv zoom workspace"));
     const bool in_place = cuda::DeviceReadsPageableMemory();
     for (int l = 0; l < shape_.num_layers; ++l) SCD_RETURN_IF_ERROR(InitZoom(l, in_place, s));
+    for (int l = 0; l < shape_.num_layers; ++l) {
+      reads_pageable_ = reads_pageable_ || (in_place && cache_.zooms(l));
+    }
     const size_t counts = static_cast<size_t>(groups) * kZoomCounts;
     SCD_RETURN_IF_ERROR(zoom_counts_.Reserve(sizeof(int64_t) * counts, "sekv zoom counts"));
     SCD_RETURN_IF_ERROR(cuda::SetDeviceBytes(zoom_counts_.data(), 0, zoom_counts_.size(), s));
@@ -289,7 +321,29 @@ absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
   if (!st.has_cpu_tier()) {
     return absl::InvalidArgumentError(absl::StrCat("GpuSekv: layer ", l, " has no CPU tier"));
   }
-  size_t floats = 0;
+  // The bases in place when the device reads pageable memory. Else the store's arena is
+  // registered where it lies (page-locked and mapped, no copy), unless the device refuses;
+  // what no registration holds is copied to pinned memory.
+  if (!in_place && registrations_work_) {
+    for (const BasisArena::Block& b : st.basis_blocks()) {
+      absl::StatusOr<std::unique_ptr<cuda::HostRegistration>> r =
+          cuda::HostRegistration::Create(b.data, sizeof(float) * b.floats, "sekv CPU tier");
+      if (!r.ok()) {  // copied instead; later layers are not tried
+        registrations_work_ = false;
+        registration_error_ = r.status();
+        d.registered.clear();
+        break;
+      }
+      d.registered.push_back(*std::move(r));
+    }
+  }
+  auto registration = [&](const float* x, size_t n) -> const cuda::HostRegistration* {
+    for (const auto& r : d.registered) {
+      if (r->Contains(x, sizeof(float) * n)) return r.get();
+    }
+    return nullptr;
+  };
+  size_t floats = 0;  // to copy
   for (int g = 0; g < groups; ++g) {
     for (int j = 0; j < ns; ++j) {
       for (const LowRankBasis* b : {&st.key_basis(j, g), &st.value_basis(j, g)}) {
@@ -299,19 +353,23 @@ absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
                            cuda::kMaxBasisRank, "; layer ", l, " has one of rank ", b->rank,
                            " (lower sekv.r_max, or zoom on the host)"));
         }
-        floats += b->us_size() + b->vt_size();
+        if (in_place) continue;
+        if (registration(b->us, b->us_size()) == nullptr) floats += b->us_size();
+        if (registration(b->vt, b->vt_size()) == nullptr) floats += b->vt_size();
       }
     }
   }
-  // The bases in place when the device reads pageable memory, else copied to pinned memory.
   float* arena = nullptr;
-  if (!in_place && floats > 0) {
+  if (floats > 0) {
     d.arena = std::make_unique<PinnedBuffer>();
     SCD_RETURN_IF_ERROR(d.arena->Reserve(sizeof(float) * floats));
     arena = d.arena->as<float>();
   }
   auto place = [&](const float* x, size_t n) -> const float* {
     if (in_place || n == 0) return x;
+    if (const cuda::HostRegistration* r = registration(x, n)) {
+      return static_cast<const float*>(r->DevicePointer(x));
+    }
     std::memcpy(arena, x, sizeof(float) * n);
     const float* at = arena;
     arena += n;
@@ -715,6 +773,16 @@ MemoryBreakdown GpuSekv::Impl::Memory() const {
   return m;
 }
 
+CpuTierAccess GpuSekv::Impl::cpu_tier_access() const {
+  bool registered = false;
+  for (const DeviceLayer& d : layers_) {
+    if (d.arena != nullptr) return CpuTierAccess::kPinnedCopy;
+    registered = registered || !d.registered.empty();
+  }
+  if (registered) return CpuTierAccess::kRegistered;
+  return reads_pageable_ ? CpuTierAccess::kPageable : CpuTierAccess::kNone;
+}
+
 GpuSekv::GpuSekv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuSekv::~GpuSekv() = default;
 
@@ -796,6 +864,10 @@ absl::Status GpuSekv::Attend(int layer, const float* q, const float* k, const fl
 }
 
 MemoryBreakdown GpuSekv::Memory() const { return impl_->Memory(); }
+
+CpuTierAccess GpuSekv::cpu_tier_access() const { return impl_->cpu_tier_access(); }
+
+absl::Status GpuSekv::registration_error() const { return impl_->registration_error(); }
 
 #endif  // SCD_HAVE_CUDA
 

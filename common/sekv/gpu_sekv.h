@@ -27,7 +27,10 @@
 // expansion buffer and writes the step's summary counts; the expanded rows' softmax is merged
 // as above. The device reads the CPU tier where it is: in place when it reads pageable host
 // memory through the host's page tables (cuda::DeviceReadsPageableMemory: ATS, as on Grace
-// Hopper), else from a pinned copy made at Create (counted in Memory().cpu_bases). The token's
+// Hopper); else each layer's arena of bases (SpanStore::basis_blocks) is registered where it
+// lies (cuda::HostRegistration: page-locked and mapped, no copy), and only where the device
+// refuses registration does it read a pinned copy made at Create (counted in
+// Memory().cpu_bases, and told by cpu_tier_access()). The token's
 // K/V reach the host cache's window after the step (Settle), and the zoom-ins' counts reach
 // SekvCache::zoom_stats there too. So a step has one host synchronisation (the logits) instead
 // of one per layer. GpuZoom::kHost is the path above, where the host selects (and the
@@ -62,6 +65,12 @@ enum class GpuTier { kBf16, kF32 };
 
 // Where the zoom-in selects and rebuilds (see above).
 enum class GpuZoom { kDevice, kHost };
+
+// How the device zoom reads the CPU tier (see above): not at all (the zoom is on the host, or
+// no layer zooms), in place through the host's page tables, in place through registrations of
+// the layers' arenas, or (some of it) from a pinned copy.
+enum class CpuTierAccess { kNone, kPageable, kRegistered, kPinnedCopy };
+const char* CpuTierAccessName(CpuTierAccess a);  // "none", "pageable", ...
 
 class GpuSekv {
  public:
@@ -98,6 +107,11 @@ class GpuSekv {
   //   full_kv: the CUDA backend's BF16 KV cache of the same positions.
   // So gpu_ratio() is the fraction of device memory the full cache would take.
   MemoryBreakdown Memory() const;
+
+  // How the device zoom reads the CPU tier; with kPinnedCopy, registration_error() says why
+  // the device refused to register it where it lies (OK when the bases are outside any arena).
+  CpuTierAccess cpu_tier_access() const;
+  absl::Status registration_error() const;
 
   // Decodes `token` at `position` through the hierarchy; next-token logits [vocab].
   absl::Status Step(int32_t token, int position, std::vector<float>* logits);

@@ -9,19 +9,28 @@
 namespace scd::sekv {
 
 void BasisArena::Reserve(size_t floats) {
-  if (capacity_ - used_ >= floats) return;
-  blocks_.push_back(NewFloatsWithHugePages(floats));
-  used_ = 0;
-  capacity_ = floats;
+  if (!blocks_.empty() && blocks_.back().capacity - blocks_.back().used >= floats) return;
+  blocks_.push_back({NewFloatsWithHugePages(floats), 0, floats});
 }
 
 float* BasisArena::Allocate(size_t n) {
   if (n == 0) return nullptr;
-  if (capacity_ - used_ < n) Reserve(std::max(n, kBlockFloats));
-  float* p = blocks_.back().get() + used_;
-  used_ += n;
+  if (blocks_.empty() || blocks_.back().capacity - blocks_.back().used < n) {
+    Reserve(std::max(n, kBlockFloats));
+  }
+  Owned& b = blocks_.back();
+  float* p = b.data.get() + b.used;
+  b.used += n;
   allocated_ += n;
   return p;
+}
+
+std::vector<BasisArena::Block> BasisArena::blocks() const {
+  std::vector<Block> out;
+  for (const Owned& b : blocks_) {
+    if (b.used > 0) out.push_back({b.data.get(), b.used});
+  }
+  return out;
 }
 
 namespace {

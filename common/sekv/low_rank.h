@@ -36,7 +36,7 @@
 namespace scd::sekv {
 
 // Storage for bases: floats handed out in order from blocks that are never moved or freed
-// before the arena. Move-only.
+// before the arena, each in pages of its own (NewFloatsWithHugePages). Move-only.
 class BasisArena {
  public:
   BasisArena() = default;
@@ -50,10 +50,23 @@ class BasisArena {
   float* Allocate(size_t n);
   size_t allocated() const { return allocated_; }  // floats handed out
 
+  // The part of a block handed out: `floats` floats from `data`, which starts the block (so
+  // it is page-aligned, and the block's pages from it are its own).
+  struct Block {
+    const float* data;
+    size_t floats;
+  };
+  // Every block that has handed out floats, in order: what a device maps to read the bases
+  // in place.
+  std::vector<Block> blocks() const;
+
  private:
   static constexpr size_t kBlockFloats = size_t{1} << 20;  // 4 MB, when nothing is reserved
-  std::vector<HugeFloats> blocks_;
-  size_t used_ = 0, capacity_ = 0;  // of the last block
+  struct Owned {
+    HugeFloats data;
+    size_t used, capacity;
+  };
+  std::vector<Owned> blocks_;
   size_t allocated_ = 0;
 };
 

@@ -88,6 +88,8 @@ class SpanStore {
     return v_basis_[static_cast<size_t>(s) * num_kv_heads_ + h];
   }
   bool has_cpu_tier() const { return !k_basis_.empty(); }
+  // The storage of the bases' factors (us, vt): every basis of this store points into them.
+  std::vector<BasisArena::Block> basis_blocks() const { return arena_.blocks(); }
 
   // Anchors, summaries and window of this layer (expanded_cache stays 0), CPU bases, and
   // full_kv for the positions held (prompt + generated).

@@ -26,6 +26,8 @@ absl::StatusCode CodeFor(cudaError_t code) {
     case cudaErrorNotSupported:
     case cudaErrorNoKernelImageForDevice:
       return absl::StatusCode::kUnimplemented;
+    case cudaErrorHostMemoryAlreadyRegistered:
+      return absl::StatusCode::kAlreadyExists;
     default:
       return absl::StatusCode::kInternal;
   }

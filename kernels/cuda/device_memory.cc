@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace scd::cuda {
@@ -122,6 +123,36 @@ absl::Status PinnedBuffer::Reserve(size_t bytes) {
   bytes_ = bytes;
   return absl::OkStatus();
 }
+
+absl::StatusOr<std::unique_ptr<HostRegistration>> HostRegistration::Create(const void* data,
+                                                                           size_t bytes,
+                                                                           absl::string_view what) {
+  if (data == nullptr || bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("registering ", what, ": an empty range"));
+  }
+  int device = 0, supported = 0;
+  SCD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  SCD_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&supported, cudaDevAttrHostRegisterSupported, device));
+  if (supported == 0) {
+    return absl::UnimplementedError(absl::StrCat("registering ", what, ": device ", device,
+                                                 " cannot use registered host memory"));
+  }
+  void* host = const_cast<void*>(data);  // registration leaves the bytes as they are
+  SCD_RETURN_IF_ERROR(CudaStatus(cudaHostRegister(host, bytes, cudaHostRegisterMapped),
+                                 absl::StrCat("cudaHostRegister(", what, ", ", bytes, " bytes)")));
+  void* device_ptr = nullptr;
+  absl::Status s = CudaStatus(cudaHostGetDevicePointer(&device_ptr, host, 0),
+                              absl::StrCat("cudaHostGetDevicePointer(", what, ")"));
+  if (!s.ok()) {
+    (void)cudaHostUnregister(host);
+    return s;
+  }
+  return std::unique_ptr<HostRegistration>(new HostRegistration(
+      static_cast<const char*>(data), static_cast<const char*>(device_ptr), bytes));
+}
+
+HostRegistration::~HostRegistration() { (void)cudaHostUnregister(const_cast<char*>(host_)); }
 
 absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   if (bytes == 0) return absl::OkStatus();

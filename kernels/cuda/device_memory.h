@@ -102,6 +102,44 @@ class PinnedBuffer {
   size_t bytes_ = 0;
 };
 
+// Pageable host memory page-locked and mapped for the device where it lies (cudaHostRegister,
+// mapped): kernels read it over the bus, as they read a PinnedBuffer, without a pinned copy of
+// it. Unregistered (cudaHostUnregister) on destruction, which must come after the device's
+// last read of it (wait for that work first) and before the memory is freed. The driver locks
+// whole pages and refuses a page that
+// another registration or a PinnedBuffer holds: register storage whose pages are its own
+// (NewFloatsWithHugePages). Fails UNIMPLEMENTED where the device cannot use registered memory
+// (cudaDevAttrHostRegisterSupported 0), else as the driver refuses (such as ALREADY_EXISTS for
+// a page registered already).
+class HostRegistration {
+ public:
+  static absl::StatusOr<std::unique_ptr<HostRegistration>> Create(const void* data, size_t bytes,
+                                                                  absl::string_view what);
+  ~HostRegistration();
+  HostRegistration(const HostRegistration&) = delete;
+  HostRegistration& operator=(const HostRegistration&) = delete;
+
+  // True when [p, p + bytes) lies inside the registered range.
+  bool Contains(const void* p, size_t bytes) const {
+    const char* c = static_cast<const char*>(p);
+    return c >= host_ && bytes <= bytes_ && c - host_ <= static_cast<ptrdiff_t>(bytes_ - bytes);
+  }
+  // The address a kernel reads host address p (inside the range) at: the host address itself
+  // where the device may use it (cudaDevAttrCanUseHostPointerForRegisteredMem), else the
+  // mapping's (cudaHostGetDevicePointer).
+  const void* DevicePointer(const void* p) const {
+    return device_ + (static_cast<const char*>(p) - host_);
+  }
+  size_t size() const { return bytes_; }
+
+ private:
+  HostRegistration(const char* host, const char* device, size_t bytes)
+      : host_(host), device_(device), bytes_(bytes) {}
+  const char* host_;
+  const char* device_;
+  size_t bytes_;
+};
+
 absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, StreamHandle stream);
 absl::Status CopyToHost(void* dst, const void* src, size_t bytes, StreamHandle stream);
 absl::Status CopyOnDevice(void* dst, const void* src, size_t bytes, StreamHandle stream);

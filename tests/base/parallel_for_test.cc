@@ -1,11 +1,12 @@
 // ParallelFor runs every item exactly once for any thread count; ResizeWithHugePages gives
 // zero-filled storage of the requested size on both its small and its huge-page path;
-// NewFloatsWithHugePages gives storage whose pages are only touched when written.
+// NewFloatsWithHugePages gives storage in pages of its own, only touched when written.
 #include "common/base/parallel_for.h"
 
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -51,6 +52,10 @@ TEST_CASE("NewFloatsWithHugePages touches no page until it is written", "[cpu]")
     INFO(n << " floats");
     const long before = MinorPageFaults();
     HugeFloats p = NewFloatsWithHugePages(n);
+    // Pages of its own: 4 KB-aligned, and 2 MB-aligned from 2 MB up.
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p.get());
+    CHECK(at % 4096 == 0);
+    CHECK((n * sizeof(float) < (size_t{2} << 20) || at % (size_t{2} << 20) == 0));
     // A 64 MB buffer zero-filled would fault 16k 4 KB pages (or 32 huge ones) here.
     const long pages = static_cast<long>(n * sizeof(float) / 4096);
     CHECK(MinorPageFaults() - before < (kPlainAllocator ? 8 : std::max(8L, pages / 2)));

@@ -319,8 +319,8 @@ TEST_CASE("GpuSekv::Memory counts the device's rows in the tier's element type",
 
   // The device zoom adds, per layer, its table of the CPU tier (a SpanBasisRef per span and KV
   // head) and the gate thresholds to the summaries, and the pinned flags (a byte per span
-  // token and KV head) to the pins; the device reads the CPU tier from a pinned copy here (the
-  // stand-in device reads no pageable memory), which doubles the CPU tier; the host's LRU of
+  // token and KV head) to the pins; the device reads the CPU tier where it lies (registered:
+  // the stand-in device reads no pageable memory), so it counts once; the host's LRU of
   // rebuilt rows is never used.
   std::unique_ptr<SekvCache> cz;
   const MemoryBreakdown mz = run(GpuTier::kBf16, &cz, GpuZoom::kDevice);
@@ -333,8 +333,134 @@ TEST_CASE("GpuSekv::Memory counts the device's rows in the tier's element type",
   CHECK(mz.summaries == m16.summaries + spans * shape.num_kv_heads * sizeof(cuda::SpanBasisRef) +
                             sizeof(float) * shape.num_layers * shape.num_kv_heads);
   CHECK(mz.pinned == m16.pinned + shape.num_layers * shape.num_kv_heads * span_tokens);
-  CHECK(mz.cpu_bases == 2 * host.cpu_bases);  // and no LRU of rebuilt rows on the host
+  CHECK(mz.cpu_bases == host.cpu_bases);  // read where it lies; no LRU of rebuilt rows
   CHECK(mz.full_kv == m16.full_kv);
+}
+
+// Sets what the stand-in device does for the scope of the object.
+class StandInDevice {
+ public:
+  StandInDevice(bool registers, bool reads_pageable) {
+    cuda::stub::SetHostRegisterSupported(registers);
+    cuda::stub::SetDeviceReadsPageableMemory(reads_pageable);
+  }
+  ~StandInDevice() {
+    cuda::stub::SetHostRegisterSupported(true);
+    cuda::stub::SetDeviceReadsPageableMemory(false);
+  }
+};
+
+TEST_CASE("GpuSekv's device zoom reads the CPU tier where it lies, else from a pinned copy",
+          "[cpu]") {
+  const ModelConfig c = ShapeConfig(3, 8, 4, 8);
+  ShapeOnlyBackend backend(c);
+  const CacheShape shape = CacheShape::FromConfig(c);
+  const int t = 200;
+  const PrefixKv prefix = RandomPrefix(shape, t);
+  const Segmentation seg = testing::ChunkedSegmentation(t, 7, 10, {0, 17});
+  SekvOptions o;
+  o.pin_tokens = 4;
+  o.expand_budget = 6;
+  o.tau_override = 0.0f;  // every layer zooms at every step
+  auto new_cache = [&] {
+    auto cache = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, nullptr);
+    REQUIRE(cache.ok());
+    return std::move(cache).value();
+  };
+  // True when every layer's arena blocks read as pinned memory, false when none does.
+  auto registered = [&](const SekvCache& cache) {
+    int pinned = 0, blocks = 0;
+    for (int l = 0; l < shape.num_layers; ++l) {
+      for (const BasisArena::Block& b : cache.store(l).basis_blocks()) {
+        ++blocks;
+        pinned += cuda::stub::IsPinned(b.data, sizeof(float) * b.floats) ? 1 : 0;
+      }
+    }
+    REQUIRE(blocks >= shape.num_layers);
+    REQUIRE((pinned == 0 || pinned == blocks));
+    return pinned == blocks;
+  };
+  struct Run {
+    CpuTierAccess access;
+    absl::Status error;
+    size_t device_bases, host_bases;
+    std::vector<float> out;  // each layer's attention output of one step
+  };
+  // One step of every layer, the zoom on the device unless `zoom` says otherwise.
+  auto run = [&](GpuZoom zoom = GpuZoom::kDevice) {
+    const std::unique_ptr<SekvCache> cache = new_cache();
+    auto gpu = GpuSekv::Create(backend, *cache, GpuTier::kF32, zoom);
+    REQUIRE(gpu.ok());
+    Run r{(*gpu)->cpu_tier_access(), (*gpu)->registration_error(), 0, 0, {}};
+    CHECK(registered(*cache) == (r.access == CpuTierAccess::kRegistered));
+    const cuda::DeviceBuffer buffer = StepInputs(shape);
+    float* d = buffer.as<float>();
+    std::vector<float> out(shape.q_dim());
+    const float *q = d, *k = d + shape.q_dim(), *v = k + shape.kv_dim();
+    for (int l = 0; l < shape.num_layers; ++l) {
+      REQUIRE((*gpu)->Attend(l, q, k, v, d + 3 * shape.q_dim(), nullptr).ok());
+      REQUIRE(
+          cuda::CopyToHostSync(out.data(), d + 3 * shape.q_dim(), sizeof(float) * out.size()).ok());
+      r.out.insert(r.out.end(), out.begin(), out.end());
+    }
+    REQUIRE((*gpu)->Settle(nullptr).ok());
+    REQUIRE(cache->zoom_stats().expanded_tokens > 0);
+    r.device_bases = (*gpu)->Memory().cpu_bases;
+    r.host_bases = cache->Memory().cpu_bases;
+    gpu->reset();
+    CHECK_FALSE(registered(*cache));  // unregistered with the mirror, before the cache goes
+    return r;
+  };
+
+  // By default the stand-in device takes registrations: no copy.
+  const Run in_place = run();
+  CHECK(in_place.access == CpuTierAccess::kRegistered);
+  CHECK(in_place.error.ok());
+  CHECK(in_place.device_bases == in_place.host_bases);
+  {
+    // Two requests' mirrors at once: each arena's pages are its own, so both register.
+    const std::unique_ptr<SekvCache> a = new_cache(), b = new_cache();
+    auto ga = GpuSekv::Create(backend, *a, GpuTier::kF32, GpuZoom::kDevice);
+    auto gb = GpuSekv::Create(backend, *b, GpuTier::kF32, GpuZoom::kDevice);
+    REQUIRE(ga.ok());
+    REQUIRE(gb.ok());
+    CHECK((*ga)->cpu_tier_access() == CpuTierAccess::kRegistered);
+    CHECK((*gb)->cpu_tier_access() == CpuTierAccess::kRegistered);
+    CHECK((*gb)->registration_error().ok());
+    // A mirror destroyed with its last step still queued unregisters only once the device is
+    // done with it (the stand-in aborts otherwise).
+    const cuda::DeviceBuffer buffer = StepInputs(shape);
+    float* d = buffer.as<float>();
+    const float *q = d, *k = d + shape.q_dim(), *v = k + shape.kv_dim();
+    for (int step = 0; step < 2; ++step) {
+      for (int l = 0; l < shape.num_layers; ++l) {
+        REQUIRE((*gb)->Attend(l, q, k, v, d + 3 * shape.q_dim(), nullptr).ok());
+      }
+    }
+    gb->reset();
+    CHECK_FALSE(registered(*b));
+  }
+  {
+    // A device that refuses registration reads a pinned copy: the CPU tier twice, the same
+    // attention.
+    const StandInDevice refuses(/*registers=*/false, /*reads_pageable=*/false);
+    const Run copied = run();
+    CHECK(copied.access == CpuTierAccess::kPinnedCopy);
+    CHECK(copied.error.code() == absl::StatusCode::kUnimplemented);
+    CHECK(copied.device_bases == 2 * copied.host_bases);
+    CHECK(copied.out == in_place.out);
+  }
+  {
+    // A device that reads pageable memory reads the bases with neither.
+    const StandInDevice ats(/*registers=*/true, /*reads_pageable=*/true);
+    const Run pageable = run();
+    CHECK(pageable.access == CpuTierAccess::kPageable);
+    CHECK(pageable.device_bases == pageable.host_bases);
+    CHECK(pageable.out == in_place.out);
+  }
+  // The host zoom reads the CPU tier on the host.
+  CHECK(run(GpuZoom::kHost).access == CpuTierAccess::kNone);
+  CHECK(std::string(CpuTierAccessName(CpuTierAccess::kPinnedCopy)) == "pinned copy");
 }
 
 TEST_CASE("Planned with GpuSekv::PlanOverhead, the device tier stays within the budget", "[cpu]") {

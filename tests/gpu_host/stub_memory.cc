@@ -20,6 +20,9 @@
 //     instead, and a replay queues the recording again. The capturing thread may not
 //     synchronise, allocate, free or copy between pageable memory and the device (CUDA
 //     refuses these in thread-local capture mode): the stand-ins abort.
+//   - host registration (HostRegistration): the range counts as pinned memory until
+//     unregistered, which requires the device's queued work done; a range with a page that
+//     is registered or pinned already is refused, as cudaHostRegister refuses it.
 // DeviceCount() is 1, so the [cuda] tests run their bodies instead of skipping.
 #include "tests/gpu_host/stub_memory.h"
 
@@ -40,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_memory.h"
 
 namespace scd::cuda {
@@ -126,6 +130,12 @@ std::map<uintptr_t, size_t>& PinnedRegistry() {
   return *live;
 }
 
+// Live host registrations (HostRegistration): start address -> bytes.
+std::map<uintptr_t, size_t>& Registrations() {
+  static auto* live = new std::map<uintptr_t, size_t>;
+  return *live;
+}
+
 // Each stream's queued work (nullptr: the legacy stream).
 std::map<StreamHandle, std::deque<std::function<void()>>>& Queues() {
   static auto* queues = new std::map<StreamHandle, std::deque<std::function<void()>>>;
@@ -178,13 +188,33 @@ std::vector<float> Widen(const Bf16* x, int64_t count) {
   return y;
 }
 
+namespace {
+
+// True when [a, a + bytes) lies inside one range of `ranges` (start -> bytes).
+bool Inside(const std::map<uintptr_t, size_t>& ranges, uintptr_t a, size_t bytes) {
+  auto it = ranges.upper_bound(a);
+  if (it == ranges.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+// True when a page of [a, a + bytes) is a page of a range of `ranges`.
+bool SharesPage(const std::map<uintptr_t, size_t>& ranges, uintptr_t a, size_t bytes) {
+  const uintptr_t page = PageBytes(), first = a / page * page;
+  const uintptr_t last = (a + bytes + page - 1) / page * page;  // one past
+  for (const auto& [start, size] : ranges) {
+    const uintptr_t s = start / page * page, e = (start + size + page - 1) / page * page;
+    if (s < last && first < e) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool IsPinned(const void* p, size_t bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(RegistryMutex());
-  auto it = PinnedRegistry().upper_bound(a);
-  if (it == PinnedRegistry().begin()) return false;
-  --it;
-  return a >= it->first && a + bytes <= it->first + it->second;
+  return Inside(PinnedRegistry(), a, bytes) || Inside(Registrations(), a, bytes);
 }
 
 void Enqueue(StreamHandle stream, std::function<void()> work) {
@@ -253,6 +283,55 @@ int64_t HostWaits() { return host_waits; }
 }  // namespace stub
 
 bool DeviceReadsPageableMemory() { return stub::reads_pageable; }
+
+namespace stub {
+namespace {
+std::atomic<bool> host_register{true};
+}  // namespace
+void SetHostRegisterSupported(bool on) { host_register = on; }
+}  // namespace stub
+
+// The registered range reads as pinned memory (stub::IsPinned) until unregistered, which
+// requires that the device has no queued work left (CUDA leaves it to the caller); a kernel
+// reads it at its host address (a device that may use the host pointer).
+absl::StatusOr<std::unique_ptr<HostRegistration>> HostRegistration::Create(const void* data,
+                                                                           size_t bytes,
+                                                                           absl::string_view what) {
+  if (data == nullptr || bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("registering ", what, ": an empty range"));
+  }
+  Require(!IsDevice(data), "HostRegistration of host memory");
+  stub::RequireNotCapturing("cudaHostRegister");
+  if (!stub::host_register) {
+    return absl::UnimplementedError(
+        absl::StrCat("registering ", what, ": the stand-in device refuses registration"));
+  }
+  const uintptr_t a = reinterpret_cast<uintptr_t>(data);
+  std::lock_guard<std::mutex> lock(stub::RegistryMutex());
+  if (stub::SharesPage(stub::Registrations(), a, bytes) ||
+      stub::SharesPage(stub::PinnedRegistry(), a, bytes)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "cudaHostRegister(", what, ", ", bytes,
+        " bytes) failed: cudaErrorHostMemoryAlreadyRegistered (a page is registered already)"));
+  }
+  stub::Registrations()[a] = bytes;
+  const char* host = static_cast<const char*>(data);
+  return std::unique_ptr<HostRegistration>(new HostRegistration(host, host, bytes));
+}
+
+HostRegistration::~HostRegistration() {
+  stub::RequireNotCapturing("cudaHostUnregister");
+  {
+    // Work still queued might read the range: the caller waits for it first.
+    std::lock_guard<std::mutex> lock(stub::QueueMutex());
+    for (const auto& [stream, queue] : stub::Queues()) {
+      Require(queue.empty(), "cudaHostUnregister after the work that may read the range");
+    }
+  }
+  std::lock_guard<std::mutex> lock(stub::RegistryMutex());
+  Require(stub::Registrations().erase(reinterpret_cast<uintptr_t>(host_)) == 1,
+          "unregistering a live registration");
+}
 
 absl::StatusOr<std::unique_ptr<Stream>> Stream::Create() {
   // A distinct non-null handle, like a cudaStream_t of a created stream.

@@ -30,8 +30,12 @@ void RequireDeviceBytes(const void* p, size_t bytes, const char* what);
 // True when p lies inside a live device allocation.
 bool IsDevice(const void* p);
 
-// True when [p, p + bytes) lies inside one live PinnedBuffer.
+// True when [p, p + bytes) lies inside one live PinnedBuffer or HostRegistration.
 bool IsPinned(const void* p, size_t bytes);
+
+// Whether HostRegistration::Create succeeds (true until set): false makes it fail
+// UNIMPLEMENTED, as on a device without cudaDevAttrHostRegisterSupported.
+void SetHostRegisterSupported(bool on);
 
 // What DeviceReadsPageableMemory answers (false until set): a kernel stand-in then accepts
 // pageable host pointers where it otherwise requires device or pinned memory.

@@ -3,6 +3,7 @@
 // budget planner.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -210,6 +211,10 @@ TEST_CASE("TruncatedSvd at SEKV's shapes agrees with the textbook SVD", "[cpu]")
         REQUIRE(std::equal(la.vt, la.vt + la.vt_size(), lr.vt));
         REQUIRE(arena.allocated() == la.us_size() + la.vt_size());
         REQUIRE(arena.allocated() <= MaxBasisFloats(n, d, 16));
+        const std::vector<BasisArena::Block> blocks = arena.blocks();
+        REQUIRE(blocks.size() == 1);
+        REQUIRE(blocks[0].data == la.us);
+        REQUIRE(blocks[0].floats == arena.allocated());
       }
       const TextbookSvd t = Textbook(block, n, d, stride, lr.rank);
       // The rank rule on the textbook spectrum, unless the cut falls within rounding.
@@ -272,6 +277,39 @@ TEST_CASE("TruncatedSvd at SEKV's shapes agrees with the textbook SVD", "[cpu]")
       REQUIRE(std::equal(here[i].vt, here[i].vt + here[i].vt_size(), there[i].vt));
     }
   }
+}
+
+TEST_CASE("BasisArena hands out floats in order and lists the used part of each block", "[cpu]") {
+  BasisArena arena;
+  REQUIRE(arena.blocks().empty());
+  arena.Reserve(10);
+  REQUIRE(arena.blocks().empty());  // nothing handed out yet
+  float* a = arena.Allocate(6);
+  float* b = arena.Allocate(4);
+  REQUIRE(b == a + 6);           // the reservation, in order
+  float* c = arena.Allocate(3);  // does not fit: a new block (of 4 MB)
+  arena.Reserve(5);              // fits in that block
+  REQUIRE(arena.Allocate(1) == c + 3);
+  arena.Reserve(size_t{2} << 20);  // 8 MB: a block that stays unused, as ...
+  arena.Reserve(size_t{3} << 20);  // ... this one does not fit in it
+  float* d = arena.Allocate(2);
+  REQUIRE(arena.allocated() == 16);
+  const std::vector<BasisArena::Block> blocks = arena.blocks();
+  REQUIRE(blocks.size() == 3);
+  CHECK(blocks[0].data == a);
+  CHECK(blocks[0].floats == 10);
+  CHECK(blocks[1].data == c);
+  CHECK(blocks[1].floats == 4);
+  CHECK(blocks[2].data == d);
+  CHECK(blocks[2].floats == 2);
+  for (const BasisArena::Block& x : blocks) {
+    CHECK(reinterpret_cast<uintptr_t>(x.data) % 4096 == 0);  // pages of their own
+  }
+  std::fill(a, a + 10, 1.0f);  // every float handed out is writable
+  std::fill(c, c + 4, 2.0f);
+  std::fill(d, d + 2, 3.0f);
+  REQUIRE(arena.Allocate(0) == nullptr);
+  REQUIRE(arena.blocks().size() == 3);
 }
 
 TEST_CASE("SymmetricEigen (tridiagonal QL above kJacobiMaxOrder) agrees with Jacobi", "[cpu]") {
@@ -384,6 +422,24 @@ TEST_CASE("span store: summaries, tiers and memory accounting", "[cpu]") {
     }
   }
   REQUIRE(m.cpu_bases == basis_bytes);
+  // ... whose blocks hold every factor and nothing else.
+  const std::vector<BasisArena::Block> blocks = st.basis_blocks();
+  size_t block_floats = 0;
+  for (const BasisArena::Block& b : blocks) block_floats += b.floats;
+  REQUIRE(block_floats * sizeof(float) == basis_bytes);
+  auto in_blocks = [&](const float* p, size_t n) {
+    return std::any_of(blocks.begin(), blocks.end(), [&](const BasisArena::Block& b) {
+      return p >= b.data && p + n <= b.data + b.floats;
+    });
+  };
+  for (int sp = 0; sp < 2; ++sp) {
+    for (int h = 0; h < heads; ++h) {
+      for (const LowRankBasis* b : {&st.key_basis(sp, h), &st.value_basis(sp, h)}) {
+        REQUIRE(in_blocks(b->us, b->us_size()));
+        REQUIRE(in_blocks(b->vt, b->vt_size()));
+      }
+    }
+  }
   // A store moves with its arena: the bases still rebuild the span.
   SpanStore grown = std::move(st);
   std::vector<float> again_k(19 * hd), again_v(19 * hd);

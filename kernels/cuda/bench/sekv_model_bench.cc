@@ -136,8 +136,15 @@ absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, i
     SCD_ASSIGN_OR_RETURN(std::unique_ptr<sekv::GpuSekv> gpu,
                          sekv::GpuSekv::Create(*backend, *sc, sekv::GpuTier::kBf16, zoom));
     const auto t3 = Clock::now();
-    std::printf("  sekv model context %d, %s zoom: host SEKV cache %.1f s, GPU tier %.1f s\n",
-                context, name, Seconds(t1, t2), Seconds(t2, t3));
+    const char* access = sekv::CpuTierAccessName(gpu->cpu_tier_access());
+    std::printf(
+        "  sekv model context %d, %s zoom: host SEKV cache %.1f s, GPU tier %.1f s (CPU tier read "
+        "by the device: %s)\n",
+        context, name, Seconds(t1, t2), Seconds(t2, t3), access);
+    if (!gpu->registration_error().ok()) {
+      std::printf("  sekv model context %d: registration refused: %s\n", context,
+                  gpu->registration_error().ToString().c_str());
+    }
     auto sekv_step = [&](int i) {
       return gpu->Step(StepToken(i, c.vocab_size), context + i, &logits);
     };
@@ -157,6 +164,7 @@ absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, i
     return nlohmann::json{
         {"ms", ms},
         {"setup_s", {{"host_cache", Seconds(t1, t2)}, {"gpu_tier", Seconds(t2, t3)}}},
+        {"cpu_tier_access", access},
         {"expanded_rows_per_head", (z1.expanded_tokens - z0.expanded_tokens) / rounds},
         {"fetch_hit_rate",
          requests > 0 ? static_cast<double>(f1.hits - f0.hits) / static_cast<double>(requests) : 0},

@@ -66,6 +66,7 @@ enum cudaError_t {
   cudaErrorInvalidDevice = 101,
   cudaErrorNoKernelImageForDevice = 209,
   cudaErrorLaunchOutOfResources = 701,
+  cudaErrorHostMemoryAlreadyRegistered = 712,
   cudaErrorNotSupported = 801,
 };
 typedef cudaError_t cudaError;
