@@ -58,15 +58,27 @@ absl::Status ConfigureSekv(const DecodeDaemonConfig& c, const Model& model,
   SCD_ASSIGN_OR_RETURN(metrics::Gauge * gpu_now,
                        registry->AddGauge("scd_decode_sekv_gpu_bytes",
                                           "GPU-tier bytes of the running requests' SEKV caches."));
+  SCD_ASSIGN_OR_RETURN(
+      metrics::Counter * cpu_total,
+      registry->AddCounter("scd_decode_sekv_cpu_bytes_total",
+                           "Host bytes of SEKV caches' CPU tiers (the per-span low-rank bases, "
+                           "and a pinned copy of them where the GPU needs one), summed like "
+                           "scd_decode_sekv_gpu_bytes_total."));
+  SCD_ASSIGN_OR_RETURN(metrics::Gauge * cpu_now,
+                       registry->AddGauge("scd_decode_sekv_cpu_bytes",
+                                          "Host bytes of the running requests' SEKV CPU tiers."));
   o->on_cache = [=](const sekv::MemoryBreakdown& m, bool started) {
-    const double gpu = static_cast<double>(m.gpu());
+    const double gpu = static_cast<double>(m.gpu()), cpu = static_cast<double>(m.cpu_bases);
     if (started) {
       requests->Increment();
       gpu_total->Increment(gpu);
       full_total->Increment(static_cast<double>(m.full_kv));
+      cpu_total->Increment(cpu);
       gpu_now->Add(gpu);
+      cpu_now->Add(cpu);
     } else {
       gpu_now->Subtract(gpu);
+      cpu_now->Subtract(cpu);
     }
   };
   return absl::OkStatus();

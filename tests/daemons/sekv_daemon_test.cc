@@ -82,8 +82,13 @@ TEST_CASE("A decode daemon with SEKV serves requests and reports its GPU tier", 
   CHECK(*gpu > 0);
   CHECK(*gpu / *full <= 0.40);
   CHECK(*gpu / *full >= 0.25);
-  // Nothing runs any more: the live gauge is back to zero.
+  // The CPU tiers' bases stay in host memory.
+  const auto cpu = MetricValue(m.body, "scd_decode_sekv_cpu_bytes_total");
+  REQUIRE(cpu.has_value());
+  CHECK(*cpu > 0);
+  // Nothing runs any more: the live gauges are back to zero.
   CHECK(MetricValue(m.body, "scd_decode_sekv_gpu_bytes") == std::optional<double>(0));
+  CHECK(MetricValue(m.body, "scd_decode_sekv_cpu_bytes") == std::optional<double>(0));
 }
 
 TEST_CASE("A bad sekv key stops the decode daemon with the key's name", "[daemons]") {
