@@ -97,6 +97,36 @@ cuda::DeviceBuffer StepInputs(const CacheShape& shape) {
   return std::move(buffer).value();
 }
 
+// One step of every layer on StepInputs' buffer `d` (q, k, v; the output at 3 q_dim), on the
+// legacy stream, with no wait.
+void AttendEveryLayer(GpuSekv& gpu, const CacheShape& shape, float* d) {
+  const float *q = d, *k = d + shape.q_dim(), *v = k + shape.kv_dim();
+  for (int l = 0; l < shape.num_layers; ++l) {
+    REQUIRE(gpu.Attend(l, q, k, v, d + 3 * shape.q_dim(), nullptr).ok());
+  }
+}
+
+// A shape-only backend of ShapeConfig(layers, heads, kv_heads, head_dim), a prompt of `t`
+// random positions (RandomPrefix) in spans of 7 to 10 tokens with anchors 0 and 17, and cache
+// options with `pins` pinned tokens, an expansion budget of `budget` rows and every span a
+// zoom candidate (so every layer zooms at every step).
+struct ZoomFixture {
+  ZoomFixture(int layers, int heads, int kv_heads, int head_dim, int t, int pins, int budget)
+      : backend(ShapeConfig(layers, heads, kv_heads, head_dim)),
+        shape(CacheShape::FromConfig(backend.model().config)),
+        prefix(RandomPrefix(shape, t)),
+        seg(testing::ChunkedSegmentation(t, 7, 10, {0, 17})) {
+    o.pin_tokens = pins;
+    o.expand_budget = budget;
+    o.tau_override = 0.0f;
+  }
+  ShapeOnlyBackend backend;
+  const CacheShape shape;
+  const PrefixKv prefix;
+  const Segmentation seg;
+  SekvOptions o;
+};
+
 // A GpuSekv of a cache of `prefix` in `seg` and `o` (*cache), after one decode step through
 // every layer (the pins are chosen, the window grows by one row): its Memory().
 MemoryBreakdown MemoryAfterOneStep(Backend& backend, const CacheShape& shape,
@@ -109,13 +139,7 @@ MemoryBreakdown MemoryAfterOneStep(Backend& backend, const CacheShape& shape,
   auto gpu = GpuSekv::Create(backend, **cache, tier, zoom);
   REQUIRE(gpu.ok());
   const cuda::DeviceBuffer buffer = StepInputs(shape);
-  float* d = buffer.as<float>();
-  for (int l = 0; l < shape.num_layers; ++l) {
-    const float* q = d;
-    const float* k = d + shape.q_dim();
-    const float* v = k + shape.kv_dim();
-    REQUIRE((*gpu)->Attend(l, q, k, v, d + 3 * shape.q_dim(), nullptr).ok());
-  }
+  AttendEveryLayer(**gpu, shape, buffer.as<float>());
   REQUIRE(cuda::SynchronizeStream(nullptr).ok());
   return (*gpu)->Memory();
 }
@@ -352,16 +376,8 @@ class StandInDevice {
 
 TEST_CASE("GpuSekv's device zoom reads the CPU tier where it lies, else from a pinned copy",
           "[cpu]") {
-  const ModelConfig c = ShapeConfig(3, 8, 4, 8);
-  ShapeOnlyBackend backend(c);
-  const CacheShape shape = CacheShape::FromConfig(c);
-  const int t = 200;
-  const PrefixKv prefix = RandomPrefix(shape, t);
-  const Segmentation seg = testing::ChunkedSegmentation(t, 7, 10, {0, 17});
-  SekvOptions o;
-  o.pin_tokens = 4;
-  o.expand_budget = 6;
-  o.tau_override = 0.0f;  // every layer zooms at every step
+  ZoomFixture f(3, 8, 4, 8, 200, /*pins=*/4, /*budget=*/6);
+  auto& [backend, shape, prefix, seg, o] = f;
   auto new_cache = [&] {
     auto cache = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, nullptr);
     REQUIRE(cache.ok());
@@ -430,13 +446,7 @@ TEST_CASE("GpuSekv's device zoom reads the CPU tier where it lies, else from a p
     // A mirror destroyed with its last step still queued unregisters only once the device is
     // done with it (the stand-in aborts otherwise).
     const cuda::DeviceBuffer buffer = StepInputs(shape);
-    float* d = buffer.as<float>();
-    const float *q = d, *k = d + shape.q_dim(), *v = k + shape.kv_dim();
-    for (int step = 0; step < 2; ++step) {
-      for (int l = 0; l < shape.num_layers; ++l) {
-        REQUIRE((*gb)->Attend(l, q, k, v, d + 3 * shape.q_dim(), nullptr).ok());
-      }
-    }
+    for (int step = 0; step < 2; ++step) AttendEveryLayer(**gb, shape, buffer.as<float>());
     gb->reset();
     CHECK_FALSE(registered(*b));
   }
@@ -555,16 +565,8 @@ TEST_CASE("GpuSekv refuses a negative window slack; no slack is taken", "[cpu]")
 
 TEST_CASE("GpuSekv's device zoom waits for the device once per step, the host zoom per layer",
           "[cpu]") {
-  const ModelConfig c = ShapeConfig(4, 8, 2, 16);
-  ShapeOnlyBackend backend(c);
-  const CacheShape shape = CacheShape::FromConfig(c);
-  const int t = 300;
-  const PrefixKv prefix = RandomPrefix(shape, t);
-  const Segmentation seg = testing::ChunkedSegmentation(t, 7, 10, {0, 17});
-  SekvOptions o;
-  o.pin_tokens = 3;
-  o.expand_budget = 8;
-  o.tau_override = 0.0f;  // every span a candidate: each layer zooms at every step
+  ZoomFixture f(4, 8, 2, 16, 300, /*pins=*/3, /*budget=*/8);
+  auto& [backend, shape, prefix, seg, o] = f;
   // The host's waits in each of `steps` steps of every layer (after the first step, which
   // picks the pins with a round trip per layer either way), and the rows expanded.
   auto waits = [&](GpuZoom zoom, int steps) {
@@ -573,16 +575,10 @@ TEST_CASE("GpuSekv's device zoom waits for the device once per step, the host zo
     auto gpu = GpuSekv::Create(backend, **cache, GpuTier::kBf16, zoom);
     REQUIRE(gpu.ok());
     const cuda::DeviceBuffer buffer = StepInputs(shape);
-    float* d = buffer.as<float>();
     std::vector<int64_t> per_step;
     for (int step = 0; step < steps; ++step) {
       const int64_t before = cuda::stub::HostWaits();
-      for (int l = 0; l < shape.num_layers; ++l) {
-        const float* q = d;
-        const float* k = d + shape.q_dim();
-        const float* v = k + shape.kv_dim();
-        REQUIRE((*gpu)->Attend(l, q, k, v, d + 3 * shape.q_dim(), nullptr).ok());
-      }
+      AttendEveryLayer(**gpu, shape, buffer.as<float>());
       REQUIRE((*gpu)->Settle(nullptr).ok());
       per_step.push_back(cuda::stub::HostWaits() - before);
     }
