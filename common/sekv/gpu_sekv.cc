@@ -34,6 +34,16 @@ const char* CpuTierAccessName(CpuTierAccess a) {
 
 #if !SCD_HAVE_CUDA
 
+struct CpuTierMapping::Layers {};
+CpuTierMapping::CpuTierMapping(const SekvCache& cache)
+    : cache_(cache), layers_(std::make_unique<Layers>()) {}
+CpuTierMapping::~CpuTierMapping() = default;
+
+absl::StatusOr<std::unique_ptr<CpuTierMapping>> GpuSekv::MapCpuTier(const Backend&,
+                                                                    const SekvCache&) {
+  return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
+}
+
 class GpuSekv::Impl {};
 
 GpuSekv::GpuSekv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -46,7 +56,7 @@ TierOverhead GpuSekv::PlanOverhead(const CacheShape&, const SekvOptions&, GpuTie
 }
 
 absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend&, SekvCache&, GpuTier, GpuZoom,
-                                                         int) {
+                                                         int, const CpuTierMapping*) {
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
 }
 
@@ -99,11 +109,9 @@ constexpr size_t kStepCountBytes = sizeof(float) + 1;
 
 // One layer's GPU tier. The K/V rows are of the tier's element type.
 struct DeviceLayer {
-  // Where the device reads the bases when it does not read pageable memory: the store's
-  // arena blocks, registered where they lie; a pinned copy of the rest (of every basis where
-  // the device refuses registrations). Declared first, so destroyed last: after the device
-  // buffers, whose freeing waits for the device (cudaFree), so no kernel reads them any more.
-  std::vector<std::unique_ptr<cuda::HostRegistration>> registered;
+  // The bases' pinned copy, where the device reads neither pageable memory nor the layer's
+  // registrations (CpuTierMapping). Declared first, so destroyed last: after the device
+  // buffers, whose freeing waits for the device (cudaFree), so no kernel reads it any more.
   std::unique_ptr<PinnedBuffer> arena;
   DeviceBuffer anchor_k, anchor_v, summary_k, summary_v, window_k, window_v, pin_k, pin_v;
   DeviceBuffer base_lc, remaining;                      // [num_kv_heads, num_spans]
@@ -119,10 +127,45 @@ constexpr int kZoomCounts = 4;  // SekvZoom's stats per KV head
 
 }  // namespace
 
+struct CpuTierMapping::Layers {
+  std::vector<std::vector<std::unique_ptr<cuda::HostRegistration>>> registered;  // per layer
+};
+
+CpuTierMapping::CpuTierMapping(const SekvCache& cache)
+    : cache_(cache), layers_(std::make_unique<Layers>()) {}
+CpuTierMapping::~CpuTierMapping() = default;
+
+absl::StatusOr<std::unique_ptr<CpuTierMapping>> GpuSekv::MapCpuTier(const Backend& backend,
+                                                                    const SekvCache& cache) {
+  SCD_ASSIGN_OR_RETURN(const int device, cuda::CudaBackendDevice(backend));
+  SCD_RETURN_IF_ERROR(cuda::SetDevice(device));
+  auto mapping = std::make_unique<CpuTierMapping>(cache);
+  const int layers = cache.shape().num_layers;
+  auto& registered = mapping->layers().registered;
+  registered.resize(layers);
+  if (cuda::DeviceReadsPageableMemory()) return mapping;
+  for (int l = 0; l < layers; ++l) {
+    if (!cache.zooms(l)) continue;
+    for (const BasisArena::Block& b : cache.store(l).basis_blocks()) {
+      absl::StatusOr<std::unique_ptr<cuda::HostRegistration>> r =
+          cuda::HostRegistration::Create(b.data, sizeof(float) * b.floats, "sekv CPU tier");
+      if (!r.ok()) {  // this layer and the rest are copied instead
+        registered[l].clear();
+        mapping->set_error(r.status());
+        return mapping;
+      }
+      registered[l].push_back(*std::move(r));
+    }
+  }
+  return mapping;
+}
+
 class GpuSekv::Impl : public cuda::DeviceLayerAttention {
  public:
-  Impl(Backend& backend, SekvCache& cache, GpuTier tier, GpuZoom zoom, int window_slack)
-      : backend_(backend),
+  Impl(Backend& backend, SekvCache& cache, GpuTier tier, GpuZoom zoom, int window_slack,
+       const CpuTierMapping* mapping)
+      : mapping_(mapping),
+        backend_(backend),
         cache_(cache),
         shape_(CacheShape::FromConfig(backend.model().config)),
         type_(tier == GpuTier::kBf16 ? KvType::kBf16 : KvType::kF32),
@@ -138,7 +181,9 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   void Fold();
   MemoryBreakdown Memory() const;
   CpuTierAccess cpu_tier_access() const;
-  absl::Status registration_error() const { return registration_error_; }
+  absl::Status registration_error() const {
+    return mapping_ != nullptr ? mapping_->error() : absl::OkStatus();
+  }
   Backend& backend() { return backend_; }
 
  private:
@@ -182,6 +227,10 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   absl::Status ResidentSoftmax(int l, int rows, const float* q, float* out, StreamHandle s);
   absl::Status MergeExpansion(int l, const float* q, float* out, StreamHandle s);
 
+  // Where the device reads the CPU tier (the zoom on the device): the caller's mapping, or
+  // own_mapping_. Declared first, so the registrations go after every device buffer.
+  std::unique_ptr<CpuTierMapping> own_mapping_;
+  const CpuTierMapping* mapping_ = nullptr;
   Backend& backend_;
   SekvCache& cache_;
   const CacheShape shape_;
@@ -206,9 +255,6 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   int last_zoom_layer_ = -1;  // the last layer that zooms: its step copies the counts back
   std::vector<uint8_t> append_pending_, unsettled_;
   StreamHandle last_stream_ = nullptr;
-  // Whether the device takes host registrations (until one is refused), and the refusal.
-  bool registrations_work_ = true;
-  absl::Status registration_error_;
   bool reads_pageable_ = false;  // a zooming layer's bases in pageable memory
 };
 
@@ -296,6 +342,12 @@ absl::Status GpuSekv::Impl::Init() {
     const int64_t ws = cuda::SekvZoomWorkspaceBytes(groups, zoom_params_.candidate_budget);
     SCD_RETURN_IF_ERROR(
         zoom_ws_.Reserve(static_cast<size_t>(std::max<int64_t>(ws, 1)), "sekv zoom workspace"));
+    if (mapping_ == nullptr) {
+      SCD_ASSIGN_OR_RETURN(own_mapping_, GpuSekv::MapCpuTier(backend_, cache_));
+      mapping_ = own_mapping_.get();
+    } else if (&mapping_->cache() != &cache_) {
+      return absl::InvalidArgumentError("GpuSekv: the CPU tier mapping is of another cache");
+    }
     const bool in_place = cuda::DeviceReadsPageableMemory();
     for (int l = 0; l < shape_.num_layers; ++l) SCD_RETURN_IF_ERROR(InitZoom(l, in_place, s));
     for (int l = 0; l < shape_.num_layers; ++l) {
@@ -321,24 +373,12 @@ absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
   if (!st.has_cpu_tier()) {
     return absl::InvalidArgumentError(absl::StrCat("GpuSekv: layer ", l, " has no CPU tier"));
   }
-  // The bases in place when the device reads pageable memory. Else the store's arena is
-  // registered where it lies (page-locked and mapped, no copy), unless the device refuses;
-  // what no registration holds is copied to pinned memory.
-  if (!in_place && registrations_work_) {
-    for (const BasisArena::Block& b : st.basis_blocks()) {
-      absl::StatusOr<std::unique_ptr<cuda::HostRegistration>> r =
-          cuda::HostRegistration::Create(b.data, sizeof(float) * b.floats, "sekv CPU tier");
-      if (!r.ok()) {  // copied instead; later layers are not tried
-        registrations_work_ = false;
-        registration_error_ = r.status();
-        d.registered.clear();
-        break;
-      }
-      d.registered.push_back(*std::move(r));
-    }
-  }
+  // The bases in place when the device reads pageable memory. Else where the mapping's
+  // registrations of the store's arena hold them (page-locked and mapped, no copy); what no
+  // registration holds is copied to pinned memory.
+  const auto& registered = mapping_->layers().registered[l];
   auto registration = [&](const float* x, size_t n) -> const cuda::HostRegistration* {
-    for (const auto& r : d.registered) {
+    for (const auto& r : registered) {
       if (r->Contains(x, sizeof(float) * n)) return r.get();
     }
     return nullptr;
@@ -775,9 +815,10 @@ MemoryBreakdown GpuSekv::Impl::Memory() const {
 
 CpuTierAccess GpuSekv::Impl::cpu_tier_access() const {
   bool registered = false;
-  for (const DeviceLayer& d : layers_) {
-    if (d.arena != nullptr) return CpuTierAccess::kPinnedCopy;
-    registered = registered || !d.registered.empty();
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    if (layers_[l].arena != nullptr) return CpuTierAccess::kPinnedCopy;
+    registered = registered ||
+                 (device_zoom_ && cache_.zooms(l) && !mapping_->layers().registered[l].empty());
   }
   if (registered) return CpuTierAccess::kRegistered;
   return reads_pageable_ ? CpuTierAccess::kPageable : CpuTierAccess::kNone;
@@ -815,7 +856,8 @@ TierOverhead GpuSekv::PlanOverhead(const CacheShape& shape, const SekvOptions& o
 
 absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvCache& cache,
                                                          GpuTier tier, GpuZoom zoom,
-                                                         int window_slack) {
+                                                         int window_slack,
+                                                         const CpuTierMapping* mapping) {
   if (!Applies(backend)) {
     return absl::InvalidArgumentError(
         absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
@@ -845,7 +887,7 @@ absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvC
     return absl::InvalidArgumentError(
         absl::StrCat("GpuSekv: window_slack must be >= 0, got ", window_slack));
   }
-  auto impl = std::make_unique<Impl>(backend, cache, tier, zoom, window_slack);
+  auto impl = std::make_unique<Impl>(backend, cache, tier, zoom, window_slack, mapping);
   SCD_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<GpuSekv>(new GpuSekv(std::move(impl)));
 }

@@ -51,6 +51,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -72,6 +73,32 @@ enum class GpuZoom { kDevice, kHost };
 enum class CpuTierAccess { kNone, kPageable, kRegistered, kPinnedCopy };
 const char* CpuTierAccessName(CpuTierAccess a);  // "none", "pageable", ...
 
+// A SekvCache's CPU tier registered with a device where it lies (see above), made before
+// GpuSekv::Create (GpuSekv::MapCpuTier): pinning gigabytes of pages takes time, so the decode
+// engine maps on the thread that builds the hierarchy, not on the one that steps the backend
+// (SekvSession::Build). Holds no registration where the device reads pageable memory, and
+// none from the first layer the device refuses on (error(); Create copies those layers). Must
+// outlive the GpuSekv created with it, and go before the cache.
+class CpuTierMapping {
+ public:
+  struct Layers;  // the registrations of each layer (gpu_sekv.cc)
+  explicit CpuTierMapping(const SekvCache& cache);
+  ~CpuTierMapping();
+  CpuTierMapping(const CpuTierMapping&) = delete;
+  CpuTierMapping& operator=(const CpuTierMapping&) = delete;
+
+  const SekvCache& cache() const { return cache_; }
+  // Why the device refused a registration; OK when it refused none.
+  const absl::Status& error() const { return error_; }
+  void set_error(absl::Status error) { error_ = std::move(error); }
+  Layers& layers() const { return *layers_; }
+
+ private:
+  const SekvCache& cache_;
+  std::unique_ptr<Layers> layers_;
+  absl::Status error_;
+};
+
 class GpuSekv {
  public:
   // True when this build has CUDA and `backend` is a CUDA backend.
@@ -92,11 +119,19 @@ class GpuSekv {
   // budget of at most cuda::kMaxZoomCandidates (1024) tokens. The device window holds
   // `window_slack` rows (>= 0) beyond the cache's window and generated_reserve, and when a
   // step outgrows it, twice the rows plus `window_slack`.
+  // With the zoom on the device, `mapping` (from MapCpuTier for this cache, or null: Create
+  // maps itself) says where the device reads the CPU tier.
   static constexpr int kDefaultWindowSlack = 256;
   static absl::StatusOr<std::unique_ptr<GpuSekv>> Create(Backend& backend, SekvCache& cache,
                                                          GpuTier tier = GpuTier::kBf16,
                                                          GpuZoom zoom = GpuZoom::kDevice,
-                                                         int window_slack = kDefaultWindowSlack);
+                                                         int window_slack = kDefaultWindowSlack,
+                                                         const CpuTierMapping* mapping = nullptr);
+
+  // Registers `cache`'s CPU tier with `backend`'s device (CpuTierMapping), for Create's zoom
+  // on the device. Any thread may call it: it makes the backend's device current first.
+  static absl::StatusOr<std::unique_ptr<CpuTierMapping>> MapCpuTier(const Backend& backend,
+                                                                    const SekvCache& cache);
   ~GpuSekv();
 
   // The tiers as this object holds them, counted as SekvCache::Memory counts the host's (rows

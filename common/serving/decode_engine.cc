@@ -399,7 +399,8 @@ void DecodeEngine::StartBuild(std::unique_ptr<Active> a) {
   SekvPrompt prompt = raw->sekv_prefill->Take();
   raw->sekv_prefill.reset();
   raw->build = std::thread([this, raw, prompt = std::move(prompt)]() mutable {
-    auto built = SekvSession::Build(*sekv_decoder_, std::move(prompt), options_.sekv, sekv_tier_);
+    auto built = SekvSession::Build(*sekv_decoder_, std::move(prompt), options_.sekv, sekv_tier_,
+                                    backend_.get());
     std::lock_guard<std::mutex> lock(mu_);
     raw->built = std::move(built);
     raw->build_ready = true;
@@ -446,6 +447,9 @@ void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cance
       stats_.sekv_gpu_bytes += static_cast<double>(m.gpu());
       stats_.sekv_full_kv_bytes += static_cast<double>(m.full_kv);
       stats_.sekv_cpu_bytes += static_cast<double>(m.cpu_bases);
+      if (a->sekv->cpu_tier_access() == sekv::CpuTierAccess::kPinnedCopy) {
+        ++stats_.sekv_cpu_tier_copies;
+      }
     }
     if (options_.sekv.on_cache) options_.sekv.on_cache(m, true);
     const SekvStartTimes& st = a->sekv->start_times();

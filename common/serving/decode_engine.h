@@ -124,6 +124,9 @@ struct DecodeEngineStats {
   // its first decode step (gpu / full_kv is the GPU-tier ratio; cpu is the CPU tier).
   long sekv_requests = 0;
   double sekv_gpu_bytes = 0, sekv_full_kv_bytes = 0, sekv_cpu_bytes = 0;
+  // SEKV requests whose GPU mirror reads a pinned copy of the CPU tier, as the device refused
+  // to register it where it lies (GpuSekv::cpu_tier_access).
+  long sekv_cpu_tier_copies = 0;
   DecodeGraphStats graphs;  // the backend's, as of the last step
 };
 

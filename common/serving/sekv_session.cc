@@ -33,8 +33,9 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Start(
     const Payload* payload, absl::Span<const int32_t> suffix, const SekvServingOptions& options,
     std::vector<float>* logits) {
   SCD_ASSIGN_OR_RETURN(SekvPrompt prompt, Prepare(backend, codec, payload, suffix));
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<SekvSession> s, Build(decoder, std::move(prompt), options,
-                                                             TierFor(backend, decoder, options)));
+  SCD_ASSIGN_OR_RETURN(
+      std::unique_ptr<SekvSession> s,
+      Build(decoder, std::move(prompt), options, TierFor(backend, decoder, options), &backend));
   SCD_RETURN_IF_ERROR(s->Activate(backend, options, logits));
   return s;
 }
@@ -179,7 +180,8 @@ sekv::TierOverhead SekvSession::TierFor(const Backend& backend, const sekv::Sekv
 absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Build(sekv::SekvDecoder& decoder,
                                                                 SekvPrompt prompt,
                                                                 const SekvServingOptions& options,
-                                                                const sekv::TierOverhead& tier) {
+                                                                const sekv::TierOverhead& tier,
+                                                                const Backend* backend) {
   // 3. The hierarchy at the budget.
   const auto phase = Clock::now();
   if (options.before_build) options.before_build();
@@ -192,6 +194,10 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Build(sekv::SekvDecode
   std::unique_ptr<SekvSession> s(new SekvSession(decoder));
   SCD_ASSIGN_OR_RETURN(s->cache_, sekv::SekvCache::CreateWithSegmentation(
                                       shape, prefix, plan.segmentation, plan.sekv, options.router));
+  if (backend != nullptr && options.gpu && options.gpu_zoom == sekv::GpuZoom::kDevice &&
+      sekv::GpuSekv::Applies(*backend)) {
+    SCD_ASSIGN_OR_RETURN(s->mapping_, sekv::GpuSekv::MapCpuTier(*backend, *s->cache_));
+  }
   s->length_ = t;
   s->last_token_ = prompt.last_token;
   s->start_times_ = prompt.times;
@@ -204,8 +210,9 @@ absl::Status SekvSession::Activate(Backend& backend, const SekvServingOptions& o
   if (last_token_ < 0) return absl::FailedPreconditionError("SEKV session already activated");
   auto phase = Clock::now();
   if (options.gpu && sekv::GpuSekv::Applies(backend)) {
-    SCD_ASSIGN_OR_RETURN(
-        gpu_, sekv::GpuSekv::Create(backend, *cache_, options.gpu_tier, options.gpu_zoom));
+    SCD_ASSIGN_OR_RETURN(gpu_,
+                         sekv::GpuSekv::Create(backend, *cache_, options.gpu_tier, options.gpu_zoom,
+                                               sekv::GpuSekv::kDefaultWindowSlack, mapping_.get()));
   }
   start_times_.build_ms += MsSince(phase);
 

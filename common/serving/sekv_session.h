@@ -54,7 +54,8 @@ namespace scd {
 //   suffix_prefill_ms  the prefill of the suffix but its last token, and the last token's step
 //                      through the cache;
 //   build_ms           the hierarchy: segmentation and plan, span summaries and CPU-tier bases
-//                      (SekvCache), and the GPU mirror (GpuSekv). Long prompts pay seconds here.
+//                      (SekvCache), their registration with the device, and the GPU mirror
+//                      (GpuSekv). Long prompts pay seconds here.
 struct SekvStartTimes {
   double rebuild_ms = 0;
   double suffix_prefill_ms = 0;
@@ -153,11 +154,14 @@ class SekvSession {
                                             const Payload* payload,
                                             absl::Span<const int32_t> suffix);
   //   `tier` is TierFor(the backend, decoder, options): the plan fits the tier Activate will
-  //   use into the budget.
+  //   use into the budget. Given the backend (only read here), Build also registers the CPU
+  //   tier with its device when Activate's mirror will zoom there (GpuSekv::MapCpuTier):
+  //   pinning the pages takes time, which the backend's thread then does not spend.
   static absl::StatusOr<std::unique_ptr<SekvSession>> Build(sekv::SekvDecoder& decoder,
                                                             SekvPrompt prompt,
                                                             const SekvServingOptions& options,
-                                                            const sekv::TierOverhead& tier);
+                                                            const sekv::TierOverhead& tier,
+                                                            const Backend* backend = nullptr);
   // The GPU tier's overheads (sekv::GpuSekv::PlanOverhead) when `options` decode on
   // `backend`'s device; the host tier's (none) otherwise.
   static sekv::TierOverhead TierFor(const Backend& backend, const sekv::SekvDecoder& decoder,
@@ -173,6 +177,10 @@ class SekvSession {
   const SekvStartTimes& start_times() const { return start_times_; }
   const sekv::SekvCache& cache() const { return *cache_; }
   bool on_gpu() const { return gpu_ != nullptr; }
+  // How the GPU mirror reads the CPU tier (kNone off the GPU or with the host zoom).
+  sekv::CpuTierAccess cpu_tier_access() const {
+    return gpu_ != nullptr ? gpu_->cpu_tier_access() : sekv::CpuTierAccess::kNone;
+  }
   // Frees the device mirror (GpuSekv) now, on the backend's thread; the session takes no
   // more steps. Its host structures go with the session.
   void ReleaseDevice() { gpu_.reset(); }
@@ -182,7 +190,10 @@ class SekvSession {
 
   sekv::SekvDecoder& decoder_;
   std::unique_ptr<sekv::SekvCache> cache_;  // copies what it keeps of the prompt's K/V
-  std::unique_ptr<sekv::GpuSekv> gpu_;      // mirrors cache_ on the device (destroyed first)
+  // cache_'s CPU tier registered with the device (Build), for gpu_; goes after gpu_ and before
+  // cache_.
+  std::unique_ptr<sekv::CpuTierMapping> mapping_;
+  std::unique_ptr<sekv::GpuSekv> gpu_;  // mirrors cache_ on the device (destroyed first)
   sekv::MemoryBreakdown memory_;
   SekvStartTimes start_times_;
   int length_ = 0;

@@ -103,6 +103,8 @@ class CudaBackend : public Backend {
     return std::unique_ptr<Backend>(std::move(b));
   }
 
+  int device() const { return device_; }
+
   std::string_view name() const override { return "cuda"; }
   const Model& model() const override { return *model_; }
   size_t decode_bytes_streamed() const { return weights_->DecodeBytesStreamed(); }
@@ -805,6 +807,15 @@ absl::StatusOr<SequenceCache> CudaSequenceCache(Backend& backend, Sequence& seq)
         absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
   }
   return cuda_backend->CacheOf(seq);
+}
+
+absl::StatusOr<int> CudaBackendDevice(const Backend& backend) {
+  const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
+  }
+  return cuda_backend->device();
 }
 
 absl::Status CudaCommitPositions(Backend& backend, Sequence& seq, int tokens) {

@@ -24,6 +24,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateSyntheticCudaBackend(const ModelC
 // sekv::KvCaptureBackend, is not: its sequences and steps are not the device's).
 bool IsCudaBackend(const Backend& backend);
 
+// The device a CUDA backend runs on, for threads other than the backend's that make CUDA
+// calls for it (cuda::SetDevice first). Fails when `backend` is not a CUDA backend.
+absl::StatusOr<int> CudaBackendDevice(const Backend& backend);
+
 // A CUDA backend sequence's device KV cache (layout in ops.h), for writers outside the
 // backend such as the SCD GPU rebuild (scd_rebuilder.h): they store positions
 // [length, length + T) on their own stream, wait for it, then CudaCommitPositions. Fails when

@@ -5,7 +5,8 @@
 //   plain path: each request's tokens are the ones the CPU reference picks along them
 //               (teacher-forced: the CPU prefills the prompt and the GPU's tokens), wherever the
 //               CPU's lead over the runner-up is decisive (the margin of backend_test.cc);
-//   SEKV path:  every request runs through GpuSekv and completes, within the GPU budget.
+//   SEKV path:  every request runs through GpuSekv and completes, within the GPU budget, its
+//               CPU tier registered on the build thread and read there (no pinned copy).
 // Both paths prefill every prompt token in chunks of at most 16, and rebuild the raw payload's
 // rows 16 at a time.
 #include <catch2/catch.hpp>
@@ -114,6 +115,8 @@ TEST_CASE("The decode engine on the CUDA backend serves chunked, batched request
     }
     if (sekv) {
       CHECK(stats.sekv_requests == static_cast<long>(requests.size()));
+      // Each build registered its CPU tier, and the mirror read it there: no pinned copy.
+      CHECK(stats.sekv_cpu_tier_copies == 0);
       REQUIRE(stats.sekv_full_kv_bytes > 0);
       CHECK(stats.sekv_gpu_bytes / stats.sekv_full_kv_bytes <= 0.40);
       // The GPU path measures against the CUDA backend's BF16 cache (2 bytes an element; the

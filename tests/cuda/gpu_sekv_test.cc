@@ -28,6 +28,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/runtime/backend.h"
@@ -267,6 +268,61 @@ TEST_CASE("GPU SEKV decode of stories260K follows the CPU SEKV decode and the fu
       run(o, /*against_full=*/false, tier);
     }
   }
+}
+
+TEST_CASE("GpuSekv reads a CPU tier mapped ahead on another thread, as one it maps itself",
+          "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  auto model = testing::LoadSharedModel("models/stories260K");
+  auto backend = testing::MakeBackend(BackendKind::kCuda, model);
+  const CacheShape shape = CacheShape::FromConfig(model->config);
+  const int t = 90;
+  const PrefixKv prefix = UnitSurprisalPrefix(shape, t);
+  const Segmentation seg = testing::ChunkedSegmentation(t, 7, 6, {0});
+  SekvOptions o;
+  o.expand_budget = 12;
+  o.tau_override = 0.0f;  // every layer zooms at every step
+  auto new_cache = [&] {
+    auto cache = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, nullptr);
+    REQUIRE(cache.ok());
+    return std::move(cache).value();
+  };
+  // Three steps' logits of a mirror of a fresh cache, mapped ahead when `ahead`.
+  auto decode = [&](bool ahead) {
+    const std::unique_ptr<SekvCache> cache = new_cache();
+    std::unique_ptr<CpuTierMapping> mapping;
+    if (ahead) {  // as the decode engine's build thread does
+      absl::Status mapped;
+      std::thread([&] {
+        auto m = GpuSekv::MapCpuTier(*backend, *cache);
+        mapped = m.status();
+        if (m.ok()) mapping = std::move(m).value();
+      }).join();
+      testing::RequireOk(mapped);
+      CHECK(mapping->error().ok());
+      CHECK(&mapping->cache() == cache.get());
+      // A mapping belongs to its cache.
+      const std::unique_ptr<SekvCache> other = new_cache();
+      auto refused = GpuSekv::Create(*backend, *other, GpuTier::kF32, GpuZoom::kDevice,
+                                     GpuSekv::kDefaultWindowSlack, mapping.get());
+      CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    }
+    auto gpu = GpuSekv::Create(*backend, *cache, GpuTier::kF32, GpuZoom::kDevice,
+                               GpuSekv::kDefaultWindowSlack, mapping.get());
+    testing::RequireOk(gpu.status());
+    // In place: registered, or read through the host's page tables; never a copy.
+    CHECK((*gpu)->cpu_tier_access() != CpuTierAccess::kPinnedCopy);
+    CHECK((*gpu)->registration_error().ok());
+    std::vector<float> all, logits;
+    for (int i = 0; i < 3; ++i) {
+      testing::RequireOk((*gpu)->Step(5 + 11 * i, t + i, &logits));
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    CHECK(cache->zoom_stats().expanded_tokens > 0);
+    return all;
+  };
+  const std::vector<float> ahead = decode(true), own = decode(false);
+  CHECK(ahead == own);
 }
 
 TEST_CASE("GpuSekv refuses a cache of another model", "[cuda]") {

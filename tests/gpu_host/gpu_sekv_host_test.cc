@@ -443,8 +443,8 @@ TEST_CASE("GpuSekv's device zoom reads the CPU tier where it lies, else from a p
     CHECK((*ga)->cpu_tier_access() == CpuTierAccess::kRegistered);
     CHECK((*gb)->cpu_tier_access() == CpuTierAccess::kRegistered);
     CHECK((*gb)->registration_error().ok());
-    // A mirror destroyed with its last step still queued unregisters only once the device is
-    // done with it (the stand-in aborts otherwise).
+    // A mirror destroyed with its last step still queued: its own registrations go after its
+    // device buffers, whose freeing waits for the device.
     const cuda::DeviceBuffer buffer = StepInputs(shape);
     for (int step = 0; step < 2; ++step) AttendEveryLayer(**gb, shape, buffer.as<float>());
     gb->reset();

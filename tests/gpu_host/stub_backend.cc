@@ -11,6 +11,8 @@ namespace scd::cuda {
 
 bool IsCudaBackend(const Backend&) { return true; }
 
+absl::StatusOr<int> CudaBackendDevice(const Backend&) { return 0; }
+
 absl::Status CudaDecodeExternal(Backend&, int32_t, int, DeviceLayerAttention&,
                                 std::vector<float>*) {
   return absl::UnimplementedError("test_gpu_host has no CUDA backend");

@@ -21,8 +21,8 @@
 //     synchronise, allocate, free or copy between pageable memory and the device (CUDA
 //     refuses these in thread-local capture mode): the stand-ins abort.
 //   - host registration (HostRegistration): the range counts as pinned memory until
-//     unregistered, which requires the device's queued work done; a range with a page that
-//     is registered or pinned already is refused, as cudaHostRegister refuses it.
+//     unregistered; a range with a page that is registered or pinned already is refused, as
+//     cudaHostRegister refuses it.
 // DeviceCount() is 1, so the [cuda] tests run their bodies instead of skipping.
 #include "tests/gpu_host/stub_memory.h"
 
@@ -291,9 +291,8 @@ std::atomic<bool> host_register{true};
 void SetHostRegisterSupported(bool on) { host_register = on; }
 }  // namespace stub
 
-// The registered range reads as pinned memory (stub::IsPinned) until unregistered, which
-// requires that the device has no queued work left (CUDA leaves it to the caller); a kernel
-// reads it at its host address (a device that may use the host pointer).
+// The registered range reads as pinned memory (stub::IsPinned) until unregistered, from any
+// thread; a kernel reads it at its host address (a device that may use the host pointer).
 absl::StatusOr<std::unique_ptr<HostRegistration>> HostRegistration::Create(const void* data,
                                                                            size_t bytes,
                                                                            absl::string_view what) {
@@ -321,13 +320,6 @@ absl::StatusOr<std::unique_ptr<HostRegistration>> HostRegistration::Create(const
 
 HostRegistration::~HostRegistration() {
   stub::RequireNotCapturing("cudaHostUnregister");
-  {
-    // Work still queued might read the range: the caller waits for it first.
-    std::lock_guard<std::mutex> lock(stub::QueueMutex());
-    for (const auto& [stream, queue] : stub::Queues()) {
-      Require(queue.empty(), "cudaHostUnregister after the work that may read the range");
-    }
-  }
   std::lock_guard<std::mutex> lock(stub::RegistryMutex());
   Require(stub::Registrations().erase(reinterpret_cast<uintptr_t>(host_)) == 1,
           "unregistering a live registration");
