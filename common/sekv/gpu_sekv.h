@@ -28,9 +28,10 @@
 // as above. The device reads the CPU tier where it is: in place when it reads pageable host
 // memory through the host's page tables (cuda::DeviceReadsPageableMemory: ATS, as on Grace
 // Hopper); else each layer's arena of bases (SpanStore::basis_blocks) is registered where it
-// lies (cuda::HostRegistration: page-locked and mapped, no copy), and only where the device
-// refuses registration does it read a pinned copy made at Create (counted in
-// Memory().cpu_bases, and told by cpu_tier_access()). The token's
+// lies (cuda::HostRegistration: page-locked and mapped, no copy; MapCpuTier, which the decode
+// engine runs on the build thread, or Create itself), and only where the device refuses
+// registration does it read a pinned copy made at Create (counted in Memory().cpu_bases, and
+// told by cpu_tier_access()). The token's
 // K/V reach the host cache's window after the step (Settle), and the zoom-ins' counts reach
 // SekvCache::zoom_stats there too. So a step has one host synchronisation (the logits) instead
 // of one per layer. GpuZoom::kHost is the path above, where the host selects (and the
