@@ -104,9 +104,9 @@ class PinnedBuffer {
 
 // Pageable host memory page-locked and mapped for the device where it lies (cudaHostRegister,
 // mapped): kernels read it over the bus, as they read a PinnedBuffer, without a pinned copy of
-// it. Unregistered (cudaHostUnregister) on destruction, which must come after the device's
-// last read of it (wait for that work first) and before the memory is freed. The driver locks
-// whole pages and refuses a page that
+// it. Any thread may register (with the device current) and unregister. Unregistered on
+// destruction (cudaHostUnregister), which must come after the device's last read of it (wait
+// first) and before the memory is freed. The driver locks whole pages and refuses a page that
 // another registration or a PinnedBuffer holds: register storage whose pages are its own
 // (NewFloatsWithHugePages). Fails UNIMPLEMENTED where the device cannot use registered memory
 // (cudaDevAttrHostRegisterSupported 0), else as the driver refuses (such as ALREADY_EXISTS for
