@@ -247,6 +247,13 @@ absl::Status DecodeDaemon::Start() {
                             .AddGauge("scd_decode_cuda_graphs_active",
                                       "1 while the CUDA backend replays decode steps as graphs.")
                             .value();
+  auto* sekv_copies =
+      metrics_
+          .AddCounter("scd_decode_sekv_cpu_tier_copies_total",
+                      "SEKV requests whose GPU mirror reads a pinned copy of the CPU tier, as the "
+                      "device refused to register it where it lies (each logs "
+                      "sekv_cpu_tier_copied with the reason). None on the CPU backend.")
+          .value();
   if (c.http_port >= 0) {
     http::HttpServerOptions ho;
     ho.host = c.http_host;
@@ -300,10 +307,10 @@ absl::Status DecodeDaemon::Start() {
   // is what must show up.
   ticker_ = std::thread([this, active, queued, starting, prefill_chunks, prefill_tokens,
                          rebuild_chunks, rebuild_rows, registered, pending, payloads, graph_steps,
-                         graphs_active] {
+                         graphs_active, sekv_copies] {
     PayloadMailboxStats last;
     DecodeGraphStats last_graphs;
-    long last_chunks = 0, last_tokens = 0, last_rebuilds = 0, last_rows = 0;
+    long last_chunks = 0, last_tokens = 0, last_rebuilds = 0, last_rows = 0, last_copies = 0;
     // Counter `label` of `family` advanced by a source counter's growth since the last tick.
     auto add = [](auto* family, const char* label, int64_t before, int64_t after) {
       if (after > before) family->WithLabels({label}).value()->Increment(after - before);
@@ -331,6 +338,12 @@ absl::Status DecodeDaemon::Start() {
         daemon::LogWarning("cuda_graphs_disabled", {{"reason", graphs.last_failure}});
       }
       last_graphs = graphs;
+      if (engine_stats.sekv_cpu_tier_copies > last_copies) {
+        daemon::LogWarning("sekv_cpu_tier_copied",
+                           {{"requests", engine_stats.sekv_cpu_tier_copies - last_copies},
+                            {"reason", engine_stats.sekv_cpu_tier_copy_reason}});
+      }
+      advance(sekv_copies, &last_copies, engine_stats.sekv_cpu_tier_copies);
       const PayloadMailboxStats now = mailbox_->stats();
       pending->Set(static_cast<double>(now.pending));
       add(payloads, "received", last.received, now.received);

@@ -449,6 +449,7 @@ void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cance
       stats_.sekv_cpu_bytes += static_cast<double>(m.cpu_bases);
       if (a->sekv->cpu_tier_access() == sekv::CpuTierAccess::kPinnedCopy) {
         ++stats_.sekv_cpu_tier_copies;
+        stats_.sekv_cpu_tier_copy_reason = a->sekv->registration_error().ToString();
       }
     }
     if (options_.sekv.on_cache) options_.sekv.on_cache(m, true);

@@ -125,8 +125,9 @@ struct DecodeEngineStats {
   long sekv_requests = 0;
   double sekv_gpu_bytes = 0, sekv_full_kv_bytes = 0, sekv_cpu_bytes = 0;
   // SEKV requests whose GPU mirror reads a pinned copy of the CPU tier, as the device refused
-  // to register it where it lies (GpuSekv::cpu_tier_access).
+  // to register it where it lies (GpuSekv::cpu_tier_access), and the last refusal.
   long sekv_cpu_tier_copies = 0;
+  std::string sekv_cpu_tier_copy_reason;
   DecodeGraphStats graphs;  // the backend's, as of the last step
 };
 

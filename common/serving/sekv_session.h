@@ -181,6 +181,10 @@ class SekvSession {
   sekv::CpuTierAccess cpu_tier_access() const {
     return gpu_ != nullptr ? gpu_->cpu_tier_access() : sekv::CpuTierAccess::kNone;
   }
+  // Why the device refused to register the CPU tier (OK when it did not).
+  absl::Status registration_error() const {
+    return gpu_ != nullptr ? gpu_->registration_error() : absl::OkStatus();
+  }
   // Frees the device mirror (GpuSekv) now, on the backend's thread; the session takes no
   // more steps. Its host structures go with the session.
   void ReleaseDevice() { gpu_.reset(); }

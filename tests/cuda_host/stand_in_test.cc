@@ -13,8 +13,11 @@
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
 #include "common/runtime/cuda_backend.h"
+#include "common/serving/decode_engine.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/synthetic_backend.h"
+#include "tests/gpu_host/stub_memory.h"
+#include "tests/serving/engine_fixture.h"
 
 namespace scd {
 
@@ -36,6 +39,36 @@ TEST_CASE("test_cuda_host runs the CUDA backend over the CPU stand-ins", "[cpu]"
   REQUIRE(backend.ok());
   CHECK((*backend)->name() == "cuda");
   CHECK(cuda::IsCudaBackend(**backend));
+}
+
+TEST_CASE("A SEKV request on a device that refuses registration reads a pinned copy, and says why",
+          "[cpu]") {
+  struct Refusing {  // the stand-in device refuses cudaHostRegister for this case
+    Refusing() { cuda::stub::SetHostRegisterSupported(false); }
+    ~Refusing() { cuda::stub::SetHostRegisterSupported(true); }
+  } refusing;
+  testing::ProducerFixture f;
+  DecodeEngineOptions o;
+  o.sekv.enabled = true;
+  auto engine =
+      DecodeEngine::Create(CreateBackend(BackendKind::kCuda, f.model).value(),
+                           ConsumerCodec::Create(f.model, f.model->digest, nullptr).value(), o);
+  REQUIRE(engine.ok());
+  testing::DecodeEventCollector ev;
+  for (uint64_t id : {1, 2}) {
+    DecodeJob job;
+    job.request_id = id;
+    job.suffix = testing::SyntheticPrompt(60, static_cast<int>(id));
+    job.max_tokens = 3;
+    job.stop_ids = {-1};
+    REQUIRE((*engine)->Submit(std::move(job), ev.For(id)).ok());
+  }
+  ev.WaitFor(2);
+  for (uint64_t id : {1, 2}) CHECK(ev.final_events[id].error.ok());
+  const DecodeEngineStats stats = (*engine)->stats();
+  CHECK(stats.sekv_requests == 2);
+  CHECK(stats.sekv_cpu_tier_copies == 2);
+  CHECK(stats.sekv_cpu_tier_copy_reason.find("refuses registration") != std::string::npos);
 }
 
 }  // namespace scd
