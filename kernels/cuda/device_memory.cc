@@ -149,10 +149,15 @@ absl::StatusOr<std::unique_ptr<HostRegistration>> HostRegistration::Create(const
     return s;
   }
   return std::unique_ptr<HostRegistration>(new HostRegistration(
-      static_cast<const char*>(data), static_cast<const char*>(device_ptr), bytes));
+      static_cast<const char*>(data), static_cast<const char*>(device_ptr), bytes, device));
 }
 
-HostRegistration::~HostRegistration() { (void)cudaHostUnregister(const_cast<char*>(host_)); }
+// The registration belongs to the context of the device that was current; the thread that
+// unregisters (the decode engine's releasing thread) may have another one current.
+HostRegistration::~HostRegistration() {
+  (void)cudaSetDevice(device_index_);
+  (void)cudaHostUnregister(const_cast<char*>(host_));
+}
 
 absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   if (bytes == 0) return absl::OkStatus();

@@ -133,11 +133,12 @@ class HostRegistration {
   size_t size() const { return bytes_; }
 
  private:
-  HostRegistration(const char* host, const char* device, size_t bytes)
-      : host_(host), device_(device), bytes_(bytes) {}
+  HostRegistration(const char* host, const char* device, size_t bytes, int device_index)
+      : host_(host), device_(device), bytes_(bytes), device_index_(device_index) {}
   const char* host_;
   const char* device_;
   size_t bytes_;
+  int device_index_;  // the device current at registration, made current to unregister
 };
 
 absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, StreamHandle stream);

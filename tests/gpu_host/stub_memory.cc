@@ -315,7 +315,7 @@ absl::StatusOr<std::unique_ptr<HostRegistration>> HostRegistration::Create(const
   }
   stub::Registrations()[a] = bytes;
   const char* host = static_cast<const char*>(data);
-  return std::unique_ptr<HostRegistration>(new HostRegistration(host, host, bytes));
+  return std::unique_ptr<HostRegistration>(new HostRegistration(host, host, bytes, 0));
 }
 
 HostRegistration::~HostRegistration() {
