@@ -376,7 +376,10 @@ absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
   // The bases in place when the device reads pageable memory. Else where the mapping's
   // registrations of the store's arena hold them (page-locked and mapped, no copy); what no
   // registration holds is copied to pinned memory.
-  const auto& registered = mapping_->layers().registered[l];
+  const CpuTierMapping::Layers& mapped = mapping_->layers();
+  static const std::vector<std::unique_ptr<cuda::HostRegistration>> kNone;
+  const auto& registered =
+      l < static_cast<int>(mapped.registered.size()) ? mapped.registered[l] : kNone;
   auto registration = [&](const float* x, size_t n) -> const cuda::HostRegistration* {
     for (const auto& r : registered) {
       if (r->Contains(x, sizeof(float) * n)) return r.get();
@@ -817,8 +820,9 @@ CpuTierAccess GpuSekv::Impl::cpu_tier_access() const {
   bool registered = false;
   for (int l = 0; l < shape_.num_layers; ++l) {
     if (layers_[l].arena != nullptr) return CpuTierAccess::kPinnedCopy;
-    registered = registered ||
-                 (device_zoom_ && cache_.zooms(l) && !mapping_->layers().registered[l].empty());
+    if (!device_zoom_ || !cache_.zooms(l)) continue;
+    const auto& mapped = mapping_->layers().registered;
+    registered = registered || (l < static_cast<int>(mapped.size()) && !mapped[l].empty());
   }
   if (registered) return CpuTierAccess::kRegistered;
   return reads_pageable_ ? CpuTierAccess::kPageable : CpuTierAccess::kNone;

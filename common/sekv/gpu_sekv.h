@@ -78,8 +78,10 @@ const char* CpuTierAccessName(CpuTierAccess a);  // "none", "pageable", ...
 // GpuSekv::Create (GpuSekv::MapCpuTier): pinning gigabytes of pages takes time, so the decode
 // engine maps on the thread that builds the hierarchy, not on the one that steps the backend
 // (SekvSession::Build). Holds no registration where the device reads pageable memory, and
-// none from the first layer the device refuses on (error(); Create copies those layers). Must
-// outlive the GpuSekv created with it, and go before the cache.
+// none from the first layer the device refuses on (error(); Create copies those layers). One
+// made with the constructor alone registers nothing, so Create copies the whole tier (the
+// benchmark times the two ways side by side). Must outlive the GpuSekv created with it, and
+// go before the cache.
 class CpuTierMapping {
  public:
   struct Layers;  // the registrations of each layer (gpu_sekv.cc)

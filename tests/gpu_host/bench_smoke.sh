@@ -41,6 +41,7 @@ assert h["expanded_rows_per_head"] == w["expanded_rows_per_head"], w
 # The stand-in device takes registrations: the device zoom reads the CPU tier where it lies.
 assert w["cpu_tier_access"] == "registered" and h["cpu_tier_access"] == "none", w
 assert w["setup_s"]["register"] >= 0 and w["setup_s"]["gpu_tier"] > 0, w
+assert w["setup_s"]["gpu_tier_with_copy"] > 0 and h["setup_s"]["gpu_tier_with_copy"] == 0, w
 PY
 for table in "not figures" "SCD rebuild" "SEKV decode step" "SEKV whole decode step"; do
   grep -q "$table" "$out/results.md" || { echo "bench_smoke: no '$table' table" >&2; exit 1; }

@@ -545,7 +545,7 @@ std::string Markdown(const nlohmann::json& r) {
        << "| model | context | full KV (ms) | SEKV (ms) | full/SEKV | SEKV, host zoom (ms) | "
        << "device zoom speed-up | rows expanded per layer and KV head | resident rows per KV "
        << "head | GPU tier GB (SEKV / full) | set-up s (host cache / CPU tier registered / "
-       << "GPU tier, how the device reads the CPU tier) |\n"
+       << "GPU tier, how the device reads the CPU tier; GPU tier with a pinned copy instead) |\n"
        << "|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& m : r["models"]) {
       for (const auto& x : m.value("sekv_model", nlohmann::json::array())) {
@@ -556,14 +556,15 @@ std::string Markdown(const nlohmann::json& r) {
         }
         md << absl::StrFormat(
             "| %s | %d | %.3f | %.3f | %.2fx | %.3f | %.2fx | %.1f | %d | %.2f / %.2f (%.2f) | "
-            "%.1f / %.2f / %.1f, %s |\n",
+            "%.1f / %.2f / %.1f, %s; %.1f |\n",
             m["model"].get<std::string>(), x["context"].get<int>(), x["full_ms"].get<double>(),
             x["sekv_ms"].get<double>(), x["ratio"].get<double>(), x["host_zoom_ms"].get<double>(),
             x["device_zoom_speedup"].get<double>(), x["expanded_rows_per_head"].get<double>(),
             x["resident_rows_per_head"].get<int>(), x["sekv_tier_bytes"].get<double>() / 1e9,
             x["full_kv_bytes"].get<double>() / 1e9, x["tier_fraction"].get<double>(),
             x["setup_s"]["host_cache"].get<double>(), x["setup_s"].value("register", 0.0),
-            x["setup_s"]["gpu_tier"].get<double>(), x.value("cpu_tier_access", std::string("?")));
+            x["setup_s"]["gpu_tier"].get<double>(), x.value("cpu_tier_access", std::string("?")),
+            x["setup_s"].value("gpu_tier_with_copy", 0.0));
       }
     }
   }
