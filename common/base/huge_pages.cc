@@ -45,16 +45,16 @@ HugeFloats NewFloatsWithHugePages(size_t n) {
   return HugeFloats(p);
 }
 
-// Capacity is padded so that malloc's mmap (the request plus its 16-byte chunk header,
-// rounded up to pages) is a whole number of 2 MB pages: the kernel only aligns anonymous
-// mappings of such lengths to 2 MB, and only aligned extents can use huge pages. The
-// padding (< 2 MB) is never touched, so it costs address space only.
 long MinorPageFaults() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return u.ru_minflt;
 }
 
+// Capacity is padded so that malloc's mmap (the request plus its 16-byte chunk header,
+// rounded up to pages) is a whole number of 2 MB pages: the kernel only aligns anonymous
+// mappings of such lengths to 2 MB, and only aligned extents can use huge pages. The
+// padding (< 2 MB) is never touched, so it costs address space only.
 void ResizeWithHugePages(std::vector<float>& v, size_t n) {
   if (n * sizeof(float) >= kMinBytes && v.capacity() < n) {
     std::vector<float>().swap(v);

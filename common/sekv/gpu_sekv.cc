@@ -132,7 +132,9 @@ struct CpuTierMapping::Layers {
 };
 
 CpuTierMapping::CpuTierMapping(const SekvCache& cache)
-    : cache_(cache), layers_(std::make_unique<Layers>()) {}
+    : cache_(cache), layers_(std::make_unique<Layers>()) {
+  layers_->registered.resize(cache.shape().num_layers);  // none yet
+}
 CpuTierMapping::~CpuTierMapping() = default;
 
 absl::StatusOr<std::unique_ptr<CpuTierMapping>> GpuSekv::MapCpuTier(const Backend& backend,
@@ -142,7 +144,6 @@ absl::StatusOr<std::unique_ptr<CpuTierMapping>> GpuSekv::MapCpuTier(const Backen
   auto mapping = std::make_unique<CpuTierMapping>(cache);
   const int layers = cache.shape().num_layers;
   auto& registered = mapping->layers().registered;
-  registered.resize(layers);
   if (cuda::DeviceReadsPageableMemory()) return mapping;
   for (int l = 0; l < layers; ++l) {
     if (!cache.zooms(l)) continue;
@@ -180,7 +181,7 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   // Settle's work once the stream has been waited for.
   void Fold();
   MemoryBreakdown Memory() const;
-  CpuTierAccess cpu_tier_access() const;
+  CpuTierAccess cpu_tier_access() const { return cpu_tier_access_; }
   absl::Status registration_error() const {
     return mapping_ != nullptr ? mapping_->error() : absl::OkStatus();
   }
@@ -255,7 +256,7 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   int last_zoom_layer_ = -1;  // the last layer that zooms: its step copies the counts back
   std::vector<uint8_t> append_pending_, unsettled_;
   StreamHandle last_stream_ = nullptr;
-  bool reads_pageable_ = false;  // a zooming layer's bases in pageable memory
+  CpuTierAccess cpu_tier_access_ = CpuTierAccess::kNone;  // set by Init
 };
 
 absl::Status GpuSekv::Impl::UploadRows(DeviceBuffer* dst, const float* src, size_t elements,
@@ -349,10 +350,18 @@ absl::Status GpuSekv::Impl::Init() {
       return absl::InvalidArgumentError("GpuSekv: the CPU tier mapping is of another cache");
     }
     const bool in_place = cuda::DeviceReadsPageableMemory();
-    for (int l = 0; l < shape_.num_layers; ++l) SCD_RETURN_IF_ERROR(InitZoom(l, in_place, s));
+    bool zooms = false, registered = false, copied = false;
     for (int l = 0; l < shape_.num_layers; ++l) {
-      reads_pageable_ = reads_pageable_ || (in_place && cache_.zooms(l));
+      SCD_RETURN_IF_ERROR(InitZoom(l, in_place, s));
+      if (!cache_.zooms(l)) continue;
+      zooms = true;
+      registered = registered || !mapping_->layers().registered[l].empty();
+      copied = copied || layers_[l].arena != nullptr;
     }
+    cpu_tier_access_ = copied              ? CpuTierAccess::kPinnedCopy
+                       : registered        ? CpuTierAccess::kRegistered
+                       : in_place && zooms ? CpuTierAccess::kPageable
+                                           : CpuTierAccess::kNone;
     const size_t counts = static_cast<size_t>(groups) * kZoomCounts;
     SCD_RETURN_IF_ERROR(zoom_counts_.Reserve(sizeof(int64_t) * counts, "sekv zoom counts"));
     SCD_RETURN_IF_ERROR(cuda::SetDeviceBytes(zoom_counts_.data(), 0, zoom_counts_.size(), s));
@@ -376,10 +385,7 @@ absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
   // The bases in place when the device reads pageable memory. Else where the mapping's
   // registrations of the store's arena hold them (page-locked and mapped, no copy); what no
   // registration holds is copied to pinned memory.
-  const CpuTierMapping::Layers& mapped = mapping_->layers();
-  static const std::vector<std::unique_ptr<cuda::HostRegistration>> kNone;
-  const auto& registered =
-      l < static_cast<int>(mapped.registered.size()) ? mapped.registered[l] : kNone;
+  const auto& registered = mapping_->layers().registered[l];
   auto registration = [&](const float* x, size_t n) -> const cuda::HostRegistration* {
     for (const auto& r : registered) {
       if (r->Contains(x, sizeof(float) * n)) return r.get();
@@ -814,18 +820,6 @@ MemoryBreakdown GpuSekv::Impl::Memory() const {
   }
   m.full_kv = host.full_kv / sizeof(float) * sizeof(Bf16);
   return m;
-}
-
-CpuTierAccess GpuSekv::Impl::cpu_tier_access() const {
-  bool registered = false;
-  for (int l = 0; l < shape_.num_layers; ++l) {
-    if (layers_[l].arena != nullptr) return CpuTierAccess::kPinnedCopy;
-    if (!device_zoom_ || !cache_.zooms(l)) continue;
-    const auto& mapped = mapping_->layers().registered;
-    registered = registered || (l < static_cast<int>(mapped.size()) && !mapped[l].empty());
-  }
-  if (registered) return CpuTierAccess::kRegistered;
-  return reads_pageable_ ? CpuTierAccess::kPageable : CpuTierAccess::kNone;
 }
 
 GpuSekv::GpuSekv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

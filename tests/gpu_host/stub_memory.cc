@@ -147,15 +147,19 @@ std::mutex& QueueMutex() {
   return *mu;
 }
 
-// The allocation holding p: (start, bytes), or (0, 0).
-std::pair<uintptr_t, size_t> Find(const void* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lock(RegistryMutex());
-  auto it = Registry().upper_bound(a);
-  if (it == Registry().begin()) return {0, 0};
+// The range of `ranges` (start -> bytes) holding address a: (start, bytes), or (0, 0).
+std::pair<uintptr_t, size_t> RangeAt(const std::map<uintptr_t, size_t>& ranges, uintptr_t a) {
+  auto it = ranges.upper_bound(a);
+  if (it == ranges.begin()) return {0, 0};
   --it;
   if (a >= it->first && a < it->first + it->second) return *it;
   return {0, 0};
+}
+
+// The allocation holding p: (start, bytes), or (0, 0).
+std::pair<uintptr_t, size_t> Find(const void* p) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  return RangeAt(Registry(), reinterpret_cast<uintptr_t>(p));
 }
 
 }  // namespace
@@ -192,10 +196,8 @@ namespace {
 
 // True when [a, a + bytes) lies inside one range of `ranges` (start -> bytes).
 bool Inside(const std::map<uintptr_t, size_t>& ranges, uintptr_t a, size_t bytes) {
-  auto it = ranges.upper_bound(a);
-  if (it == ranges.begin()) return false;
-  --it;
-  return a >= it->first && a + bytes <= it->first + it->second;
+  const auto [start, size] = RangeAt(ranges, a);
+  return size != 0 && a + bytes <= start + size;
 }
 
 // True when a page of [a, a + bytes) is a page of a range of `ranges`.
