@@ -74,6 +74,8 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   c.prefill_chunk = static_cast<int>(engine.Int("prefill_chunk", 2048, 0, 1 << 20));
   c.rebuild_chunk = static_cast<int>(engine.Int("rebuild_chunk", 8192, 0, 1 << 24));
   c.max_tokens = static_cast<int>(engine.Int("max_tokens", 4096, 1, 1 << 20));
+  c.kv_budget_bytes = engine.Int("kv_budget_bytes", 0, 0, int64_t{1} << 50);
+  c.kv_memory_fraction = engine.Double("kv_memory_fraction", 0.9, 0, 1);
   c.default_deadline = absl::Seconds(engine.DurationSeconds("default_deadline", 300, 0.001, 86400));
   c.drain_timeout = absl::Seconds(r.DurationSeconds("drain_timeout", 30, 0, 3600));
 

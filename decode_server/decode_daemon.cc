@@ -148,6 +148,8 @@ absl::Status DecodeDaemon::Start() {
   eo.min_step_interval = c.min_step_interval;
   eo.prefill_chunk = c.prefill_chunk;
   eo.rebuild_chunk = c.rebuild_chunk;
+  eo.kv_budget_bytes = c.kv_budget_bytes;
+  eo.kv_memory_fraction = c.kv_memory_fraction;
   if (c.sekv_enabled) SCD_RETURN_IF_ERROR(ConfigureSekv(c, *model, &metrics_, &eo.sekv));
   SCD_ASSIGN_OR_RETURN(engine_, DecodeEngine::Create(std::move(backend), std::move(codec), eo));
 
@@ -254,6 +256,24 @@ absl::Status DecodeDaemon::Start() {
                       "device refused to register it where it lies (each logs "
                       "sekv_cpu_tier_copied with the reason). None on the CPU backend.")
           .value();
+  auto* kv_budget =
+      metrics_
+          .AddGauge("scd_decode_kv_budget_bytes",
+                    "Device memory for the admitted requests' KV caches (engine.kv_budget_bytes, "
+                    "or engine.kv_memory_fraction of the free memory at start); 0: no limit.")
+          .value();
+  auto* kv_reserved =
+      metrics_
+          .AddGauge("scd_decode_kv_reserved_bytes",
+                    "KV cache bytes the admitted requests reserve now (each its prompt plus "
+                    "max_tokens positions).")
+          .value();
+  auto* kv_waits =
+      metrics_
+          .AddCounter("scd_decode_kv_waits_total",
+                      "Requests that waited in the queue for KV memory (each counted once).")
+          .value();
+  kv_budget->Set(static_cast<double>(engine_->stats().kv_budget_bytes));
   if (c.http_port >= 0) {
     http::HttpServerOptions ho;
     ho.host = c.http_host;
@@ -307,10 +327,11 @@ absl::Status DecodeDaemon::Start() {
   // is what must show up.
   ticker_ = std::thread([this, active, queued, starting, prefill_chunks, prefill_tokens,
                          rebuild_chunks, rebuild_rows, registered, pending, payloads, graph_steps,
-                         graphs_active, sekv_copies] {
+                         graphs_active, sekv_copies, kv_reserved, kv_waits] {
     PayloadMailboxStats last;
     DecodeGraphStats last_graphs;
-    long last_chunks = 0, last_tokens = 0, last_rebuilds = 0, last_rows = 0, last_copies = 0;
+    long last_chunks = 0, last_tokens = 0, last_rebuilds = 0, last_rows = 0, last_copies = 0,
+         last_kv_waits = 0;
     // Counter `label` of `family` advanced by a source counter's growth since the last tick.
     auto add = [](auto* family, const char* label, int64_t before, int64_t after) {
       if (after > before) family->WithLabels({label}).value()->Increment(after - before);
@@ -344,6 +365,8 @@ absl::Status DecodeDaemon::Start() {
                             {"reason", engine_stats.sekv_cpu_tier_copy_reason}});
       }
       advance(sekv_copies, &last_copies, engine_stats.sekv_cpu_tier_copies);
+      kv_reserved->Set(static_cast<double>(engine_stats.kv_reserved_bytes));
+      advance(kv_waits, &last_kv_waits, engine_stats.kv_waits);
       const PayloadMailboxStats now = mailbox_->stats();
       pending->Set(static_cast<double>(now.pending));
       add(payloads, "received", last.received, now.received);
@@ -372,16 +395,16 @@ absl::Status DecodeDaemon::Start() {
       absl::SleepFor(absl::Milliseconds(100));
     }
   });
-  daemon::LogInfo("decode_started",
-                  {{"model", c.model_name},
-                   {"instance_id", c.instance_id},
-                   {"rpc_address", rpc_address_},
-                   {"data_plane", data_plane_address_},
-                   {"http_port", http_port()},
-                   {"pair_digest", pair_digest_hex_},
-                   {"registered", control_->registered()},
-                   {"control_plane", c.control_plane},
-                   {"register_error", st.ok() ? "" : std::string(st.message())}});
+  daemon::LogInfo("decode_started", {{"model", c.model_name},
+                                     {"instance_id", c.instance_id},
+                                     {"rpc_address", rpc_address_},
+                                     {"data_plane", data_plane_address_},
+                                     {"http_port", http_port()},
+                                     {"pair_digest", pair_digest_hex_},
+                                     {"kv_budget_bytes", engine_->stats().kv_budget_bytes},
+                                     {"registered", control_->registered()},
+                                     {"control_plane", c.control_plane},
+                                     {"register_error", st.ok() ? "" : std::string(st.message())}});
   return absl::OkStatus();
 }
 

@@ -83,6 +83,10 @@ struct DecodeDaemonConfig {
   int prefill_chunk = 2048;  // prompt tokens prefilled between decode steps (0: whole prompts)
   int rebuild_chunk = 8192;  // payload rows rebuilt between decode steps (0: whole payloads)
   int max_tokens = 4096;
+  // Device memory for the admitted requests' KV caches (DecodeEngineOptions): 0 takes
+  // kv_memory_fraction of the device's free memory at start (no limit on the CPU backend).
+  int64_t kv_budget_bytes = 0;
+  double kv_memory_fraction = 0.9;
   absl::Duration default_deadline = absl::Minutes(5);
   absl::Duration payload_wait = absl::Seconds(5);
   absl::Duration drain_timeout = absl::Seconds(30);

@@ -79,6 +79,12 @@ struct DecodeGraphStats {
   bool active = false;       // graphs on and not turned off by a failure
 };
 
+// The memory of the device a backend runs on, as its driver reports it now.
+struct DeviceMemory {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -89,6 +95,16 @@ class Backend {
   // A new, empty sequence that holds up to `capacity` positions
   // (at most max_position_embeddings).
   virtual absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(int capacity) = 0;
+
+  // The bytes NewSequence(capacity) takes from the backend's memory: what the decode engine
+  // reserves for a request's KV cache (DecodeEngineOptions::kv_budget_bytes).
+  virtual size_t SequenceBytes(int capacity) const = 0;
+
+  // The memory of the device the backend runs on, now. UNIMPLEMENTED for a backend whose
+  // memory is the host's (the CPU backend).
+  virtual absl::StatusOr<DeviceMemory> DeviceMemoryNow() const {
+    return absl::UnimplementedError(std::string(name()) + " backend has no device memory");
+  }
 
   // Runs `tokens` through the model at positions [seq.length(), seq.length() + T) and appends
   // their K/V. Fails without changing `seq` when the tokens do not fit or are out of vocab.

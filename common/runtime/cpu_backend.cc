@@ -88,6 +88,12 @@ class CpuBackend : public Backend {
     return std::unique_ptr<Sequence>(new CpuSequence(c.num_layers, capacity, c.kv_dim()));
   }
 
+  size_t SequenceBytes(int capacity) const override {  // CpuSequence's K and V, in float
+    const ModelConfig& c = model_->config;
+    return 2 * sizeof(float) * static_cast<size_t>(c.num_layers) * std::max(capacity, 0) *
+           c.kv_dim();
+  }
+
   absl::Status Prefill(Sequence& seq_base, absl::Span<const int32_t> tokens,
                        const PrefillOptions& options, PrefillResult* result) override {
     auto& seq = static_cast<CpuSequence&>(seq_base);

@@ -23,6 +23,8 @@ class KvCaptureBackend : public Backend {
   absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(int capacity) override {
     return inner_.NewSequence(capacity);
   }
+  size_t SequenceBytes(int capacity) const override { return inner_.SequenceBytes(capacity); }
+  absl::StatusOr<DeviceMemory> DeviceMemoryNow() const override { return inner_.DeviceMemoryNow(); }
   absl::Status Prefill(Sequence& seq, absl::Span<const int32_t> tokens,
                        const PrefillOptions& options, PrefillResult* result) override {
     return inner_.Prefill(seq, tokens, options, result);

@@ -16,9 +16,40 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The positions a request may reach: its prompt and max_tokens, within the model's context.
+int RequestCapacity(int64_t prompt_tokens, int64_t max_tokens, int max_positions) {
+  return static_cast<int>(std::min<int64_t>(max_positions, prompt_tokens + max_tokens));
+}
+
+// Bytes of the engine's KV budget held by one request, given back when it is destroyed.
+class KvReservation {
+ public:
+  KvReservation() = default;
+  KvReservation(const KvReservation&) = delete;
+  KvReservation& operator=(const KvReservation&) = delete;
+  ~KvReservation() { Set(0); }
+
+  // Holds `bytes` of `pool` (the first call names the pool).
+  void Set(int64_t bytes, std::atomic<int64_t>* pool = nullptr) {
+    if (pool != nullptr) pool_ = pool;
+    if (pool_ != nullptr) pool_->fetch_add(bytes - bytes_);
+    bytes_ = bytes;
+  }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  std::atomic<int64_t>* pool_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
 }  // namespace
 
 struct DecodeEngine::Active {
+  // Declared first, so destroyed last: after the sequence or hierarchy's device part it
+  // stands for.
+  KvReservation kv;
+  int64_t kv_need = 0;  // the reservation it needs to be admitted (Submit)
+  bool waited_for_kv = false;
   DecodeJob job;  // its payload bytes are parsed into `payload` on submission
   bool has_payload = false;
   absl::StatusOr<Payload> payload = Payload{};  // empty without one
@@ -60,12 +91,27 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     return absl::InvalidArgumentError("DecodeEngine needs a backend and a consumer codec");
   }
   if (options.max_batch < 1 || options.max_queue < 0 || options.prefill_chunk < 0 ||
-      options.rebuild_chunk < 0) {
+      options.rebuild_chunk < 0 || options.kv_budget_bytes < 0 ||
+      !(options.kv_memory_fraction >= 0 && options.kv_memory_fraction <= 1)) {
     return absl::InvalidArgumentError(
-        "max_batch must be >= 1, max_queue >= 0, prefill_chunk >= 0 and rebuild_chunk >= 0");
+        "max_batch must be >= 1, max_queue >= 0, prefill_chunk >= 0, rebuild_chunk >= 0, "
+        "kv_budget_bytes >= 0 and kv_memory_fraction in [0, 1]");
   }
   std::unique_ptr<DecodeEngine> e(
       new DecodeEngine(std::move(backend), std::move(codec), options));
+  e->kv_budget_ = options.kv_budget_bytes;
+  if (e->kv_budget_ == 0 && options.kv_memory_fraction > 0) {
+    absl::StatusOr<DeviceMemory> memory = e->backend_->DeviceMemoryNow();
+    if (memory.ok()) {
+      // At least one byte: a device with no memory left admits nothing, rather than all.
+      e->kv_budget_ =
+          std::max<int64_t>(1, static_cast<int64_t>(options.kv_memory_fraction *
+                                                    static_cast<double>(memory->free_bytes)));
+    } else if (memory.status().code() != absl::StatusCode::kUnimplemented) {
+      return memory.status();
+    }
+  }
+  e->stats_.kv_budget_bytes = e->kv_budget_;
   if (options.sekv.enabled) {
     if (!(options.sekv.budget > 0 && options.sekv.budget <= 1)) {
       return absl::InvalidArgumentError("sekv budget must be in (0, 1]");
@@ -109,6 +155,20 @@ absl::Status DecodeEngine::Submit(DecodeJob job, DecodeCallback callback) {
     a->payload = ParsePayload(job.payload);
     job.payload = std::vector<uint8_t>();  // the wire bytes are not needed any more
   }
+  if (kv_budget_ > 0) {
+    const int64_t prompt =
+        static_cast<int64_t>(job.suffix.size()) +
+        (a->payload.ok() ? static_cast<int64_t>(a->payload->token_ids.size()) : 0);
+    const int capacity =
+        RequestCapacity(prompt, job.max_tokens, backend_->model().config.max_position_embeddings);
+    a->kv_need = static_cast<int64_t>(backend_->SequenceBytes(capacity));
+    if (a->kv_need > kv_budget_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the request's KV cache (", capacity, " positions: prompt and max_tokens) needs ",
+          a->kv_need, " bytes, more than this decode engine's whole KV budget of ", kv_budget_,
+          " bytes; lower max_tokens or shorten the prompt"));
+    }
+  }
   a->job = std::move(job);
   a->callback = std::move(callback);
   {
@@ -146,7 +206,27 @@ int DecodeEngine::queued() const {
 
 DecodeEngineStats DecodeEngine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  DecodeEngineStats s = stats_;
+  s.kv_reserved_bytes = kv_reserved_.load();
+  return s;
+}
+
+bool DecodeEngine::ReserveKv(Active& head) {
+  if (kv_budget_ == 0) return true;
+  if (kv_reserved_.load() + head.kv_need > kv_budget_) {
+    if (!head.waited_for_kv) ++stats_.kv_waits;
+    head.waited_for_kv = true;
+    return false;
+  }
+  head.kv.Set(head.kv_need, &kv_reserved_);
+  return true;
+}
+
+bool DecodeEngine::QueueHasExpired() const {
+  const absl::Time now = absl::Now();
+  return std::any_of(queue_.begin(), queue_.end(), [&](const std::unique_ptr<Active>& a) {
+    return cancelled_.count(a->job.request_id) > 0 || now > a->job.deadline;
+  });
 }
 
 void DecodeEngine::ReleaseSekv(Active& a) {
@@ -184,32 +264,60 @@ void DecodeEngine::Finish(Active& a, DecodeEvent event) {
 void DecodeEngine::Loop() {
   for (;;) {
     std::vector<std::unique_ptr<Active>> admitted;
+    std::vector<std::unique_ptr<Active>> expired;  // queued, then cancelled or past deadline
     std::unordered_map<uint64_t, bool> cancelled;
     {
       std::unique_lock<std::mutex> lock(mu_);
       const auto admitted_count = [&] {
         return static_cast<int>(running_.size() + building_.size() + prefilling_.size());
       };
+      const auto head_fits = [&] {
+        return kv_budget_ == 0 || kv_reserved_.load() + queue_.front()->kv_need <= kv_budget_;
+      };
       auto work = [&] {
         return stopping_ || !running_.empty() || !prefilling_.empty() || builds_ready_ > 0 ||
-               (!queue_.empty() && admitted_count() < options_.max_batch);
+               (!queue_.empty() && admitted_count() < options_.max_batch && head_fits()) ||
+               QueueHasExpired();
       };
-      if (building_.empty()) {
+      // Wake for the builds' cancellations and deadlines now and then, and for the first
+      // deadline of a request still queued (one waiting for KV memory may wait long).
+      absl::Time wake =
+          building_.empty() ? absl::InfiniteFuture() : absl::Now() + absl::Milliseconds(50);
+      for (const auto& a : queue_) wake = std::min(wake, a->job.deadline);
+      if (wake == absl::InfiniteFuture()) {
         cv_.wait(lock, work);
-      } else {  // also look at the builds' cancellations and deadlines now and then
-        cv_.wait_for(lock, std::chrono::milliseconds(50), work);
+      } else {
+        cv_.wait_until(lock, absl::ToChronoTime(wake), work);
       }
       if (stopping_) break;
+      const absl::Time now = absl::Now();
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if (cancelled_.count((*it)->job.request_id) > 0 || now > (*it)->job.deadline) {
+          expired.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
       while (!queue_.empty() &&
-             admitted_count() + static_cast<int>(admitted.size()) < options_.max_batch) {
+             admitted_count() + static_cast<int>(admitted.size()) < options_.max_batch &&
+             ReserveKv(*queue_.front())) {
         admitted.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
       cancelled = cancelled_;
       stats_.admitted += static_cast<long>(admitted.size());
-      // Admitted jobs count as running until they finish, so Drain() never misses them.
-      PublishCounts(static_cast<int>(admitted.size()));
+      // Admitted and expired jobs count as running until they end, so Drain() never misses
+      // them.
+      PublishCounts(static_cast<int>(admitted.size() + expired.size()));
     }
+    for (auto& a : expired) {
+      Finish(*a, cancelled.count(a->job.request_id) > 0
+                     ? DecodeEvent::Error(absl::CancelledError("request cancelled"))
+                     : DecodeEvent::Error(
+                           absl::DeadlineExceededError("request deadline passed while queued")));
+    }
+    expired.clear();
     for (auto& a : admitted) {
       if (cancelled.count(a->job.request_id)) {
         Finish(*a, DecodeEvent::Error(absl::CancelledError("request cancelled")));
@@ -285,7 +393,7 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
         "prompt of ", a->prompt_tokens, " tokens does not fit the context of ",
         c.max_position_embeddings)));
   }
-  a->capacity = std::min(c.max_position_embeddings, a->prompt_tokens + a->job.max_tokens);
+  a->capacity = RequestCapacity(a->prompt_tokens, a->job.max_tokens, c.max_position_embeddings);
   if (sekv_decoder_ != nullptr) {
     // The SEKV path (sekv_session.h): a payload's rebuild, then the prefill, in chunks
     // (PrefillChunks), both on the backend's thread; then the hierarchy on a thread of its own

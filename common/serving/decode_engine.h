@@ -108,6 +108,18 @@ struct DecodeEngineOptions {
   // PayloadRowGranularity); 0: each payload whole at once. A row's rebuild costs a fraction
   // of a token's prefill (about a fifth or less on a GPU, SCD's target; RESULTS.md).
   int rebuild_chunk = 8192;
+  // Memory for the admitted requests' KV caches. Each request reserves
+  // Backend::SequenceBytes of its capacity (prompt + max_tokens positions) when it is
+  // admitted, until it ends; a SEKV request too (its prompt is prefilled into a full cache,
+  // and its GPU tier's device bytes, with its window's growth, are not yet known ahead of the
+  // build), so SEKV admits no more requests than the plain path. Queued requests are admitted in
+  // order, each only when its reservation fits beside the others'; until then it waits
+  // (cancellations and deadlines still end it). A request that could never fit fails Submit with
+  // RESOURCE_EXHAUSTED. 0: kv_memory_fraction of the device's free memory when the engine is
+  // created (after the weights are loaded); no limit on a backend without device memory (CPU), or
+  // with kv_memory_fraction 0.
+  int64_t kv_budget_bytes = 0;
+  double kv_memory_fraction = 0.9;  // in [0, 1]
   SekvServingOptions sekv;  // off by default
 };
 
@@ -128,6 +140,11 @@ struct DecodeEngineStats {
   // to register it where it lies (GpuSekv::cpu_tier_access), and the last refusal.
   long sekv_cpu_tier_copies = 0;
   std::string sekv_cpu_tier_copy_reason;
+  // The KV budget (DecodeEngineOptions::kv_budget_bytes as resolved; 0: no limit), the bytes
+  // the admitted requests reserve now, and the requests that waited in the queue for KV
+  // memory (each counted once).
+  int64_t kv_budget_bytes = 0, kv_reserved_bytes = 0;
+  long kv_waits = 0;
   DecodeGraphStats graphs;  // the backend's, as of the last step
 };
 
@@ -159,6 +176,11 @@ class DecodeEngine {
                DecodeEngineOptions options);
   void Loop();
   void Admit(std::unique_ptr<Active> a);
+  // Under mu_: reserves the KV memory of the queue's head when it fits; false when it must
+  // wait (counted once in stats_.kv_waits).
+  bool ReserveKv(Active& head);
+  // Under mu_: a queued request cancelled or past its deadline.
+  bool QueueHasExpired() const;
   // SEKV requests whose hierarchy is built: activated and started, or ended.
   void CollectBuilds(const std::unordered_map<uint64_t, bool>& cancelled);
   // Up to options_.rebuild_chunk payload rows and options_.prefill_chunk prompt tokens of the
@@ -187,6 +209,8 @@ class DecodeEngine {
   std::unique_ptr<sekv::SekvDecoder> sekv_decoder_;  // with options_.sekv.enabled
   sekv::TierOverhead sekv_tier_;                     // SekvSession::TierFor the backend
   BackgroundQueue releaser_;  // frees finished SEKV requests' host hierarchies off the loop
+  int64_t kv_budget_ = 0;     // resolved DecodeEngineOptions::kv_budget_bytes; 0: no limit
+  std::atomic<int64_t> kv_reserved_{0};  // the admitted requests' KvReservations
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -161,13 +161,20 @@ class CudaBackend : public Backend {
     auto seq = std::make_unique<CudaSequence>();
     seq->owner_ = this;
     seq->capacity_ = capacity;
-    const size_t cache_bytes =
-        static_cast<size_t>(c.num_layers) * capacity * c.kv_dim() * sizeof(Bf16);
-    SCD_ASSIGN_OR_RETURN(seq->k_, DeviceBuffer::Allocate(cache_bytes, "K cache"));
-    SCD_ASSIGN_OR_RETURN(seq->v_, DeviceBuffer::Allocate(cache_bytes, "V cache"));
-    SCD_ASSIGN_OR_RETURN(seq->last_logits_,
-                         DeviceBuffer::Allocate(sizeof(float) * c.vocab_size, "last logits"));
+    SCD_ASSIGN_OR_RETURN(seq->k_, DeviceBuffer::Allocate(CacheBytes(capacity), "K cache"));
+    SCD_ASSIGN_OR_RETURN(seq->v_, DeviceBuffer::Allocate(CacheBytes(capacity), "V cache"));
+    SCD_ASSIGN_OR_RETURN(seq->last_logits_, DeviceBuffer::Allocate(LogitsBytes(), "last logits"));
     return std::unique_ptr<Sequence>(std::move(seq));
+  }
+
+  size_t SequenceBytes(int capacity) const override {
+    return 2 * CacheBytes(std::max(capacity, 0)) + LogitsBytes();
+  }
+
+  absl::StatusOr<DeviceMemory> DeviceMemoryNow() const override {
+    SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
+    SCD_ASSIGN_OR_RETURN(const cuda::DeviceMemoryInfo info, cuda::MemoryInfo());
+    return DeviceMemory{info.free_bytes, info.total_bytes};
   }
 
   absl::Status Prefill(Sequence& seq_base, absl::Span<const int32_t> tokens,
@@ -495,6 +502,13 @@ class CudaBackend : public Backend {
   explicit CudaBackend(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
 
   cuda::StreamHandle stream() const { return stream_->handle(); }
+
+  // A sequence's K (or V) cache of `capacity` positions, BF16; and its last logits.
+  size_t CacheBytes(int capacity) const {
+    const ModelConfig& c = model_->config;
+    return static_cast<size_t>(c.num_layers) * capacity * c.kv_dim() * sizeof(Bf16);
+  }
+  size_t LogitsBytes() const { return sizeof(float) * model_->config.vocab_size; }
 
   // The buffers every decode graph records, with their sizes: activations, logits, the
   // attention workspace and the step metadata. When one moves (it grew), no cached graph can

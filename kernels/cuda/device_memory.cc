@@ -49,6 +49,12 @@ bool DeviceReadsPageableMemory() {
   return pageable != 0 && host_tables != 0;
 }
 
+absl::StatusOr<DeviceMemoryInfo> MemoryInfo() {
+  DeviceMemoryInfo info;
+  SCD_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  return info;
+}
+
 absl::StatusOr<std::unique_ptr<Stream>> Stream::Create() {
   cudaStream_t s = nullptr;
   SCD_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -36,6 +36,14 @@ std::string DeviceDescription(int device);
 // the pages a kernel touches into device memory.
 bool DeviceReadsPageableMemory();
 
+// The current device's memory as its driver reports it now (cudaMemGetInfo): free and total
+// bytes. Free memory is what is left after every process's allocations and the CUDA context.
+struct DeviceMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+absl::StatusOr<DeviceMemoryInfo> MemoryInfo();
+
 class Stream {
  public:
   static absl::StatusOr<std::unique_ptr<Stream>> Create();

@@ -7,6 +7,7 @@
 //               CPU's lead over the runner-up is decisive (the margin of backend_test.cc);
 //   SEKV path:  every request runs through GpuSekv and completes, within the GPU budget, its
 //               CPU tier registered on the build thread and read there (no pinned copy).
+// Both are admitted within the default KV budget, a share of the device's free memory.
 // Both paths prefill every prompt token in chunks of at most 16, and rebuild the raw payload's
 // rows 16 at a time.
 #include <catch2/catch.hpp>
@@ -14,6 +15,7 @@
 #include "common/runtime/sampler.h"
 #include "common/scd/wire_format.h"
 #include "common/serving/decode_engine.h"
+#include "kernels/cuda/device_memory.h"
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/serving/engine_fixture.h"
 
@@ -80,6 +82,11 @@ TEST_CASE("The decode engine on the CUDA backend serves chunked, batched request
       chunks += static_cast<long>((own + 15) / 16 + (rest + 15) / 16);
     }
     const DecodeEngineStats stats = (*engine)->stats();
+    // The KV budget by default: 0.9 of the device's free memory when the engine was made (on
+    // a GPU, what cudaMemGetInfo said).
+    CHECK(stats.kv_budget_bytes > 0);
+    CHECK(stats.kv_budget_bytes <=
+          static_cast<int64_t>(0.9 * static_cast<double>(cuda::MemoryInfo().value().total_bytes)));
     CHECK(stats.rebuild_rows == 50);  // the raw payload's rows, 16 at a time
     CHECK(stats.rebuild_chunks == 4);
     CHECK(stats.prefill_tokens == tokens);

@@ -218,6 +218,8 @@ TEST_CASE("The decode daemon prefills a prompt and rebuilds a payload in chunks,
     json dc = DecodeConfig(prefill.grpc_address);
     dc["engine"]["prefill_chunk"] = 8;
     dc["engine"]["rebuild_chunk"] = 8;
+    // Room for the KV cache of 230 positions (1280 bytes each on this model, in float).
+    dc["engine"]["kv_budget_bytes"] = 230 * 1280;
     DecodeHandle decode = StartDecode(dir, dc, "decode-" + mode);
     REQUIRE(WaitForReady(prefill.http_port, 200, std::chrono::seconds(10)));
     const std::string prompt = std::string(kStory) + "Where is Sandra?";
@@ -252,6 +254,14 @@ TEST_CASE("The decode daemon prefills a prompt and rebuilds a payload in chunks,
     CHECK(MetricValue(body, "scd_decode_rebuild_rows_total") == std::optional<double>(rows));
     CHECK(MetricValue(body, "scd_decode_rebuild_chunks_total") == std::optional<double>(rows / 8));
     CHECK(MetricValue(body, "scd_decode_starting_requests") == std::optional<double>(0));
+    CHECK(MetricValue(body, "scd_decode_kv_budget_bytes") == std::optional<double>(230 * 1280));
+    CHECK(MetricValue(body, "scd_decode_kv_reserved_bytes") == std::optional<double>(0));
+    CHECK(MetricValue(body, "scd_decode_kv_waits_total") == std::optional<double>(0));
+    // A request whose cache could never fit the budget is refused with the reason.
+    const HttpResult refused =
+        HttpPost(prefill.http_port, "/v1/completions", CompletionBody(prompt, 300, false));
+    CHECK(refused.status == 429);
+    CHECK(refused.body.find("whole KV budget") != std::string::npos);
   }
 }
 

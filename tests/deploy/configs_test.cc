@@ -127,13 +127,17 @@ TEST_CASE("deploy health probe answers 0 only for a 200", "[cpu]") {
   CHECK(run(port + " /health") != 0);  // nothing listens
 }
 
+// The keys a decode config cannot do without.
+nlohmann::json MinimalDecodeConfig() {
+  return {{"model", {{"name", "m"}, {"path", "/srv/scd/m"}, {"producer_path", "/srv/scd/p"}}},
+          {"control_plane", {{"address", "127.0.0.1:7000"}}}};
+}
+
 }  // namespace
 
 TEST_CASE("decode config: gpu_rebuild and sekv.gpu are on by default and read as bools", "[cpu]") {
-  nlohmann::json json = {
-      {"model", {{"name", "m"}, {"path", "/srv/scd/m"}, {"producer_path", "/srv/scd/p"}}},
-      {"backend", "cuda"},
-      {"control_plane", {{"address", "127.0.0.1:7000"}}}};
+  nlohmann::json json = MinimalDecodeConfig();
+  json["backend"] = "cuda";
   absl::StatusOr<DecodeDaemonConfig> on = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   INFO(on.status());
   REQUIRE(on.ok());
@@ -164,10 +168,8 @@ TEST_CASE("decode config: gpu_rebuild and sekv.gpu are on by default and read as
 }
 
 TEST_CASE("decode config: cuda_graphs is on by default, with a batch limit", "[cpu]") {
-  nlohmann::json json = {
-      {"model", {{"name", "m"}, {"path", "/srv/scd/m"}, {"producer_path", "/srv/scd/p"}}},
-      {"backend", "cuda"},
-      {"control_plane", {{"address", "127.0.0.1:7000"}}}};
+  nlohmann::json json = MinimalDecodeConfig();
+  json["backend"] = "cuda";
   absl::StatusOr<DecodeDaemonConfig> defaults = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(defaults.ok());
   CHECK(defaults->cuda_graphs);
@@ -191,9 +193,7 @@ TEST_CASE(
     "decode config: engine.prefill_chunk and rebuild_chunk are 2048 and 8192 by default, 0 "
     "turns chunking off",
     "[cpu]") {
-  nlohmann::json json = {
-      {"model", {{"name", "m"}, {"path", "/srv/scd/m"}, {"producer_path", "/srv/scd/p"}}},
-      {"control_plane", {{"address", "127.0.0.1:7000"}}}};
+  nlohmann::json json = MinimalDecodeConfig();
   absl::StatusOr<DecodeDaemonConfig> defaults = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(defaults.ok());
   CHECK(defaults->prefill_chunk == 2048);
@@ -209,6 +209,32 @@ TEST_CASE(
         DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
     REQUIRE(!negative.ok());
     CHECK(negative.status().message().find(key) != std::string_view::npos);
+  }
+}
+
+TEST_CASE(
+    "decode config: engine.kv_budget_bytes is 0 (derived) and kv_memory_fraction 0.9 by "
+    "default; a fraction outside [0, 1] is refused",
+    "[cpu]") {
+  nlohmann::json json = MinimalDecodeConfig();
+  absl::StatusOr<DecodeDaemonConfig> defaults = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->kv_budget_bytes == 0);
+  CHECK(defaults->kv_memory_fraction == 0.9);
+  json["engine"] = {{"kv_budget_bytes", int64_t{80} << 30}, {"kv_memory_fraction", 0.5}};
+  absl::StatusOr<DecodeDaemonConfig> set = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+  REQUIRE(set.ok());
+  CHECK(set->kv_budget_bytes == int64_t{80} << 30);
+  CHECK(set->kv_memory_fraction == 0.5);
+  for (const nlohmann::json& bad :
+       {nlohmann::json{{"kv_memory_fraction", 1.5}}, nlohmann::json{{"kv_memory_fraction", -0.1}},
+        nlohmann::json{{"kv_budget_bytes", -1}}}) {
+    INFO(bad.dump());
+    const std::string key = bad.begin().key();
+    json["engine"] = bad;
+    absl::StatusOr<DecodeDaemonConfig> refused = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+    REQUIRE(!refused.ok());
+    CHECK(refused.status().message().find(key) != std::string_view::npos);
   }
 }
 

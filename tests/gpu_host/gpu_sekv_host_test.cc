@@ -36,6 +36,7 @@ class ShapeOnlyBackend : public Backend {
   std::string_view name() const override { return "shape-only"; }
   const Model& model() const override { return model_; }
   absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(int) override { return Unused(); }
+  size_t SequenceBytes(int) const override { return 0; }  // it makes no sequence
   absl::Status Prefill(Sequence&, absl::Span<const int32_t>, const PrefillOptions&,
                        PrefillResult*) override {
     return Unused();

@@ -23,6 +23,9 @@
 //   - host registration (HostRegistration): the range counts as pinned memory until
 //     unregistered; a range with a page that is registered or pinned already is refused, as
 //     cudaHostRegister refuses it.
+//   - device memory is finite (SetDeviceMemoryBytes; 64 GiB until set): an allocation past
+//     it fails with RESOURCE_EXHAUSTED, as cudaMalloc does, and MemoryInfo reports what is
+//     left.
 // DeviceCount() is 1, so the [cuda] tests run their bodies instead of skipping.
 #include "tests/gpu_host/stub_memory.h"
 
@@ -97,6 +100,11 @@ std::pair<char*, size_t> Mapping(void* p, size_t bytes) {
   return {first - page, static_cast<size_t>(end + page - (first - page))};
 }
 
+// The device's memory (MemoryInfo's total) and the bytes its live allocations hold, each
+// counted rounded to cudaMalloc's 256 bytes.
+size_t device_total = size_t{64} << 30;
+size_t device_in_use = 0;
+
 void* DeviceAlloc(size_t bytes) {
   RequireNotCapturing("cudaMalloc");
   const size_t page = PageBytes(), rounded = Rounded(bytes);
@@ -112,6 +120,14 @@ void* DeviceAlloc(size_t bytes) {
   return p;
 }
 
+// Counts `bytes` as in use when they fit the device; false (nothing counted) when not.
+bool TakeDeviceBytes(size_t bytes) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  if (Rounded(bytes) > device_total - device_in_use) return false;
+  device_in_use += Rounded(bytes);
+  return true;
+}
+
 void DeviceFree(void* p, size_t bytes) {
   RequireNotCapturing("cudaFree");
   CountHostWait();
@@ -119,6 +135,7 @@ void DeviceFree(void* p, size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(RegistryMutex());
     Require(Registry().erase(reinterpret_cast<uintptr_t>(p)) == 1, "free of a live allocation");
+    device_in_use -= Rounded(bytes);
   }
   const auto [base, length] = Mapping(p, bytes);
   munmap(base, length);  // a later access of freed memory faults
@@ -267,6 +284,19 @@ using stub::RequireDeviceBytes;
 
 int DeviceCount() { return 1; }
 
+namespace stub {
+void SetDeviceMemoryBytes(size_t total) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  Require(total >= device_in_use, "a device memory size above the bytes in use");
+  device_total = total;
+}
+}  // namespace stub
+
+absl::StatusOr<DeviceMemoryInfo> MemoryInfo() {
+  std::lock_guard<std::mutex> lock(stub::RegistryMutex());
+  return DeviceMemoryInfo{stub::device_total - stub::device_in_use, stub::device_total};
+}
+
 std::string DeviceDescription(int device) {
   return "CPU stand-in device " + std::to_string(device) + " (tests/gpu_host)";
 }
@@ -363,9 +393,13 @@ void DeviceBuffer::Release() {
   bytes_ = 0;
 }
 
-absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes, absl::string_view) {
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes, absl::string_view what) {
   DeviceBuffer buffer;
   if (bytes == 0) return buffer;  // as device_memory.cc: no allocation, null data
+  if (!stub::TakeDeviceBytes(bytes)) {  // as cudaErrorMemoryAllocation (cuda_status.cc)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cudaMalloc(", what, ", ", bytes, " bytes): cudaErrorMemoryAllocation: out of memory"));
+  }
   buffer.data_ = stub::DeviceAlloc(bytes);
   buffer.bytes_ = bytes;
   return buffer;

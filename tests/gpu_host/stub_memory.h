@@ -37,6 +37,11 @@ bool IsPinned(const void* p, size_t bytes);
 // UNIMPLEMENTED, as on a device without cudaDevAttrHostRegisterSupported.
 void SetHostRegisterSupported(bool on);
 
+// The device's memory in bytes (64 GiB until set; at least the bytes in use): MemoryInfo's
+// total, and the most that live allocations (each rounded to 256 bytes) may hold before
+// DeviceBuffer::Allocate fails with RESOURCE_EXHAUSTED.
+void SetDeviceMemoryBytes(size_t total);
+
 // What DeviceReadsPageableMemory answers (false until set): a kernel stand-in then accepts
 // pageable host pointers where it otherwise requires device or pinned memory.
 void SetDeviceReadsPageableMemory(bool on);

@@ -201,6 +201,105 @@ DecodeJob LongJob(Fixture& f, int max_tokens, std::vector<int32_t>* prompt,
 }  // namespace
 
 TEST_CASE(
+    "With a KV budget, requests are admitted as their caches fit; the rest wait in order, and "
+    "one that could never fit is refused",
+    "[cpu]") {
+  auto probe = testing::ProducerFixture().reference->SequenceBytes(1);
+  REQUIRE(probe > 0);
+  const auto bytes = [&](int capacity) { return static_cast<int64_t>(probe) * capacity; };
+  SECTION("no device memory and no budget: no limit") {
+    Fixture f;
+    CHECK(f.engine->stats().kv_budget_bytes == 0);
+  }
+  DecodeEngineOptions o;
+  // Room for the blocker (8 + 300 positions) and one request of 20 + 20 beside it.
+  o.kv_budget_bytes = bytes(308) + bytes(40);
+  o.min_step_interval = absl::Milliseconds(1);  // the blocker runs for 300 ms or more
+  Fixture f(o);
+  Collector c;
+  CHECK(f.engine->stats().kv_budget_bytes == o.kv_budget_bytes);
+  DecodeJob huge;
+  huge.request_id = 50;
+  huge.suffix = SyntheticPrompt(8, 1);
+  huge.max_tokens = 400;  // 408 positions
+  const absl::Status refused = f.engine->Submit(std::move(huge), c.For(50));
+  CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(refused.message().find("whole KV budget") != std::string_view::npos);
+
+  StartBlocker(f, c, c.For(1));
+  CHECK(f.engine->stats().kv_reserved_bytes == bytes(308));
+  std::map<uint64_t, std::vector<int32_t>> want;
+  for (uint64_t id = 2; id <= 7; ++id) {
+    const auto prompt = SyntheticPrompt(20, static_cast<int>(id));
+    want[id] = f.Expected(prompt, 20);
+    DecodeJob job;
+    job.request_id = id;
+    job.payload = f.Payload(std::vector<int32_t>(prompt.begin(), prompt.end() - 2));
+    job.suffix.assign(prompt.end() - 2, prompt.end());
+    job.max_tokens = 20;
+    job.stop_ids = {-1};
+    REQUIRE(f.engine->Submit(std::move(job), c.For(id)).ok());
+  }
+  int64_t most_reserved = 0;
+  for (;;) {
+    most_reserved = std::max(most_reserved, f.engine->stats().kv_reserved_bytes);
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.final_events.size() == 6) break;  // requests 2-7, beside the blocker
+  }
+  f.engine->Cancel(1);
+  c.WaitFor(7);
+  for (uint64_t id = 2; id <= 7; ++id) {
+    INFO("request " << id);
+    REQUIRE(c.final_events[id].kind == DecodeEvent::Kind::kDone);
+    CHECK(c.tokens[id] == want[id]);
+  }
+  const DecodeEngineStats s = f.engine->stats();
+  CHECK(most_reserved <= o.kv_budget_bytes);
+  CHECK(s.max_batch_seen == 2);  // the blocker and one other at a time
+  CHECK(s.kv_waits >= 4);        // of requests 3-7, all but the first admitted beside it
+  CHECK(s.failed == 0);
+  f.engine->Drain();
+  for (int i = 0; i < 1000 && f.engine->stats().kv_reserved_bytes != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(f.engine->stats().kv_reserved_bytes == 0);
+}
+
+TEST_CASE("A request waiting for KV memory still ends at its deadline or when cancelled", "[cpu]") {
+  DecodeEngineOptions o;
+  o.kv_budget_bytes =
+      static_cast<int64_t>(testing::ProducerFixture().reference->SequenceBytes(308));
+  o.min_step_interval = absl::Milliseconds(2);  // the blocker runs for 600 ms or more
+  Fixture f(o);
+  Collector c;
+  StartBlocker(f, c, c.For(1));
+  for (uint64_t id : {2, 3}) {
+    DecodeJob waiting;  // as large as the blocker: it waits for it
+    waiting.request_id = id;
+    waiting.suffix = SyntheticPrompt(8, static_cast<int>(id));
+    waiting.max_tokens = 300;
+    if (id == 2) waiting.deadline = absl::Now() + absl::Milliseconds(100);
+    REQUIRE(f.engine->Submit(std::move(waiting), c.For(id)).ok());
+  }
+  f.engine->Cancel(3);
+  c.WaitFor(2);
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    CHECK(c.final_events.count(1) == 0);  // both ended before the blocker gave its memory back
+    CHECK(c.final_events[2].error.code() == absl::StatusCode::kDeadlineExceeded);
+    CHECK(c.final_events[2].error.message() == "request deadline passed while queued");
+    CHECK(c.final_events[3].error.code() == absl::StatusCode::kCancelled);
+    CHECK(c.tokens[2].empty());
+    CHECK(c.tokens[3].empty());
+  }
+  CHECK(f.engine->queued() == 0);
+  CHECK(f.engine->stats().kv_waits >= 1);
+  f.engine->Cancel(1);
+  c.WaitFor(3);
+  CHECK(f.engine->stats().cancelled == 2);
+}
+
+TEST_CASE(
     "A long prompt is prefilled, a long payload rebuilt, in chunks between the running "
     "requests' decode steps",
     "[cpu]") {
