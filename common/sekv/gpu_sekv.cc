@@ -62,6 +62,8 @@ absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend&, SekvCache&, G
 
 MemoryBreakdown GpuSekv::Memory() const { return {}; }
 
+size_t GpuSekv::DeviceBytes() const { return 0; }
+
 CpuTierAccess GpuSekv::cpu_tier_access() const { return CpuTierAccess::kNone; }
 
 absl::Status GpuSekv::registration_error() const { return absl::OkStatus(); }
@@ -181,6 +183,7 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
   // Settle's work once the stream has been waited for.
   void Fold();
   MemoryBreakdown Memory() const;
+  size_t DeviceBytes() const;
   CpuTierAccess cpu_tier_access() const { return cpu_tier_access_; }
   absl::Status registration_error() const {
     return mapping_ != nullptr ? mapping_->error() : absl::OkStatus();
@@ -213,6 +216,8 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
     return st.num_anchors() + st.num_spans() + window_rows + cache_.options().pin_tokens;
   }
   absl::Status Reserve(int max_rows, StreamHandle s);
+  // SekvAttention's workspace for steps of up to `max_rows` resident rows per KV head.
+  int64_t WorkspaceFloats(int max_rows) const;
   absl::Status GrowWindow(int l, int rows, StreamHandle s);
   absl::Status UploadCounts(int l, StreamHandle s);
   // The device zoom's view of layer l's CPU tier, thresholds and pinned flags.
@@ -313,6 +318,17 @@ absl::Status GpuSekv::Impl::Init() {
     SCD_RETURN_IF_ERROR(d.expanded_k.Reserve(rows, "sekv expansion"));
     SCD_RETURN_IF_ERROR(d.expanded_v.Reserve(rows, "sekv expansion"));
   }
+  // The workspace of every step the device window holds without growing (the splits are not
+  // monotonic in the rows, so the most over them), so that DeviceBytes() stays put meanwhile.
+  int64_t workspace = 0;
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    const int most = ResidentRows(l, layers_[l].window_capacity);
+    for (int rows = ResidentRows(l, cache_.store(l).window_rows()); rows <= most; ++rows) {
+      workspace = std::max(workspace, WorkspaceFloats(rows));
+    }
+  }
+  SCD_RETURN_IF_ERROR(
+      workspace_.Reserve(sizeof(float) * static_cast<size_t>(workspace), "sekv workspace"));
   SCD_RETURN_IF_ERROR(alpha_.Reserve(sizeof(float) * std::max<size_t>(gs, 1), "sekv gate"));
   SCD_RETURN_IF_ERROR(step_lc_.Reserve(sizeof(float) * std::max<size_t>(gs, 1), "sekv counts"));
   SCD_RETURN_IF_ERROR(step_skip_.Reserve(std::max<size_t>(gs, 1), "sekv counts"));
@@ -508,12 +524,15 @@ absl::Status GpuSekv::Impl::UploadCounts(int l, StreamHandle s) {
   return Upload(&d.remaining, cache_.summary_remaining(l, 0), gs, "sekv counts", s);
 }
 
-absl::Status GpuSekv::Impl::Reserve(int max_rows, StreamHandle s) {
+int64_t GpuSekv::Impl::WorkspaceFloats(int max_rows) const {
   // The split of SekvAttention (so its workspace) is not monotonic in the rows: size for
   // both calls of the step, the resident rows and the expansion's.
-  const int64_t floats =
-      std::max(cuda::SekvAttentionWorkspaceFloats(shape_.num_heads, shape_.head_dim, max_rows),
-               cuda::SekvAttentionWorkspaceFloats(shape_.num_heads, shape_.head_dim, budget_));
+  return std::max(cuda::SekvAttentionWorkspaceFloats(shape_.num_heads, shape_.head_dim, max_rows),
+                  cuda::SekvAttentionWorkspaceFloats(shape_.num_heads, shape_.head_dim, budget_));
+}
+
+absl::Status GpuSekv::Impl::Reserve(int max_rows, StreamHandle s) {
+  const int64_t floats = WorkspaceFloats(max_rows);
   if (sizeof(float) * static_cast<size_t>(floats) <= workspace_.size()) return absl::OkStatus();
   SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(s));  // the old workspace may be in use
   return workspace_.Reserve(sizeof(float) * static_cast<size_t>(floats) * 2, "sekv workspace");
@@ -822,6 +841,23 @@ MemoryBreakdown GpuSekv::Impl::Memory() const {
   return m;
 }
 
+size_t GpuSekv::Impl::DeviceBytes() const {
+  size_t bytes = 0;
+  for (const DeviceLayer& d : layers_) {
+    for (const DeviceBuffer* b :
+         {&d.anchor_k, &d.anchor_v, &d.summary_k, &d.summary_v, &d.window_k, &d.window_v, &d.pin_k,
+          &d.pin_v, &d.base_lc, &d.remaining, &d.p_q, &d.p_k, &d.gates, &d.expanded_k,
+          &d.expanded_v, &d.bases, &d.tau, &d.pinned_flags}) {
+      bytes += b->size();
+    }
+  }
+  for (const DeviceBuffer* b : {&alpha_, &step_lc_, &step_skip_, &lse_, &lse_e_, &out_e_, &edits_,
+                                &segments_, &workspace_, &zoom_counts_, &zoom_ws_}) {
+    bytes += b->size();
+  }
+  return bytes;
+}
+
 GpuSekv::GpuSekv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuSekv::~GpuSekv() = default;
 
@@ -904,6 +940,8 @@ absl::Status GpuSekv::Attend(int layer, const float* q, const float* k, const fl
 }
 
 MemoryBreakdown GpuSekv::Memory() const { return impl_->Memory(); }
+
+size_t GpuSekv::DeviceBytes() const { return impl_->DeviceBytes(); }
 
 CpuTierAccess GpuSekv::cpu_tier_access() const { return impl_->cpu_tier_access(); }
 

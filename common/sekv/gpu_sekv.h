@@ -121,7 +121,7 @@ class GpuSekv {
   // kDevice needs the cache's bases of rank at most cuda::kMaxBasisRank (64) and a candidate
   // budget of at most cuda::kMaxZoomCandidates (1024) tokens. The device window holds
   // `window_slack` rows (>= 0) beyond the cache's window and generated_reserve, and when a
-  // step outgrows it, twice the rows plus `window_slack`.
+  // step outgrows it, twice the rows plus `window_slack` (DeviceBytes() grows then).
   // With the zoom on the device, `mapping` (from MapCpuTier for this cache, or null: Create
   // maps itself) says where the device reads the CPU tier.
   static constexpr int kDefaultWindowSlack = 256;
@@ -145,6 +145,12 @@ class GpuSekv {
   //   full_kv: the CUDA backend's BF16 KV cache of the same positions.
   // So gpu_ratio() is the fraction of device memory the full cache would take.
   MemoryBreakdown Memory() const;
+
+  // The device memory this object holds now: every buffer's allocation, slack included (what
+  // Memory() leaves out). It stays put while the window grows within its capacity (the
+  // cache's window, generated_reserve and window_slack rows): the attention's workspace is
+  // sized for that at Create.
+  size_t DeviceBytes() const;
 
   // How the device zoom reads the CPU tier; with kPinnedCopy, registration_error() says why
   // the device refused to register it where it lies (OK when the bases are outside any arena).

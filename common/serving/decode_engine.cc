@@ -507,8 +507,10 @@ void DecodeEngine::StartBuild(std::unique_ptr<Active> a) {
   SekvPrompt prompt = raw->sekv_prefill->Take();
   raw->sekv_prefill.reset();
   raw->build = std::thread([this, raw, prompt = std::move(prompt)]() mutable {
+    // The positions it may still step: the prompt's last token and what it may generate.
+    const int to_come = raw->capacity - raw->prompt_tokens + 1;
     auto built = SekvSession::Build(*sekv_decoder_, std::move(prompt), options_.sekv, sekv_tier_,
-                                    backend_.get());
+                                    backend_.get(), to_come);
     std::lock_guard<std::mutex> lock(mu_);
     raw->built = std::move(built);
     raw->build_ready = true;
@@ -555,10 +557,16 @@ void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cance
       stats_.sekv_gpu_bytes += static_cast<double>(m.gpu());
       stats_.sekv_full_kv_bytes += static_cast<double>(m.full_kv);
       stats_.sekv_cpu_bytes += static_cast<double>(m.cpu_bases);
+      stats_.sekv_device_bytes += static_cast<double>(a->sekv->device_bytes());
       if (a->sekv->cpu_tier_access() == sekv::CpuTierAccess::kPinnedCopy) {
         ++stats_.sekv_cpu_tier_copies;
         stats_.sekv_cpu_tier_copy_reason = a->sekv->registration_error().ToString();
       }
+    }
+    if (a->kv.bytes() > 0 && a->sekv->on_gpu()) {
+      // The prompt's full cache is gone (SekvPrefill::Take), and the mirror holds all the
+      // device memory it will (its window sized for every position to come): keep that.
+      a->kv.Set(std::min(a->kv.bytes(), static_cast<int64_t>(a->sekv->device_bytes())));
     }
     if (options_.sekv.on_cache) options_.sekv.on_cache(m, true);
     const SekvStartTimes& st = a->sekv->start_times();

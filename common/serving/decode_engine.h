@@ -10,7 +10,9 @@
 //   step   — one batched Decode over every running sequence, sample, emit;
 //   retire — on a stop id, max_tokens, deadline or cancellation, free the sequence.
 // Newly admitted requests join the running batch at the next step, so a long generation never
-// blocks a short one. Every request ends with exactly one terminal event (done or error).
+// blocks a short one. Admission keeps the requests' KV caches within a budget of the device's
+// memory (DecodeEngineOptions::kv_budget_bytes): the rest wait in the queue, in order.
+// Every request ends with exactly one terminal event (done or error).
 // With options.sekv.enabled, admission builds a SEKV cache instead (sekv_session.h): the
 // prompt is prefilled in chunks the same way (SekvPrefill), the hierarchy built on a thread of
 // its own, and those requests decode one by one through it, after the backend's batched step.
@@ -110,9 +112,11 @@ struct DecodeEngineOptions {
   int rebuild_chunk = 8192;
   // Memory for the admitted requests' KV caches. Each request reserves
   // Backend::SequenceBytes of its capacity (prompt + max_tokens positions) when it is
-  // admitted, until it ends; a SEKV request too (its prompt is prefilled into a full cache,
-  // and its GPU tier's device bytes, with its window's growth, are not yet known ahead of the
-  // build), so SEKV admits no more requests than the plain path. Queued requests are admitted in
+  // admitted, until it ends. A SEKV request needs that much too while its prompt is
+  // prefilled into a full cache; once its hierarchy is mirrored on the device it keeps only
+  // the mirror's device memory (GpuSekv::DeviceBytes, its window sized at once for every
+  // position to come), so more SEKV requests fit (on the CPU path it keeps the full
+  // reservation). Queued requests are admitted in
   // order, each only when its reservation fits beside the others'; until then it waits
   // (cancellations and deadlines still end it). A request that could never fit fails Submit with
   // RESOURCE_EXHAUSTED. 0: kv_memory_fraction of the device's free memory when the engine is
@@ -136,6 +140,10 @@ struct DecodeEngineStats {
   // its first decode step (gpu / full_kv is the GPU-tier ratio; cpu is the CPU tier).
   long sekv_requests = 0;
   double sekv_gpu_bytes = 0, sekv_full_kv_bytes = 0, sekv_cpu_bytes = 0;
+  // The GPU mirrors' device memory, summed over the SEKV requests decoded on the GPU: each
+  // request's KV reservation once built (GpuSekv::DeviceBytes: its rows, the window's room
+  // for every position to come, and its tables and workspaces).
+  double sekv_device_bytes = 0;
   // SEKV requests whose GPU mirror reads a pinned copy of the CPU tier, as the device refused
   // to register it where it lies (GpuSekv::cpu_tier_access), and the last refusal.
   long sekv_cpu_tier_copies = 0;

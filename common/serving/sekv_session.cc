@@ -177,11 +177,9 @@ sekv::TierOverhead SekvSession::TierFor(const Backend& backend, const sekv::Sekv
                                      options.gpu_zoom);
 }
 
-absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Build(sekv::SekvDecoder& decoder,
-                                                                SekvPrompt prompt,
-                                                                const SekvServingOptions& options,
-                                                                const sekv::TierOverhead& tier,
-                                                                const Backend* backend) {
+absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Build(
+    sekv::SekvDecoder& decoder, SekvPrompt prompt, const SekvServingOptions& options,
+    const sekv::TierOverhead& tier, const Backend* backend, int positions_to_come) {
   // 3. The hierarchy at the budget.
   const auto phase = Clock::now();
   if (options.before_build) options.before_build();
@@ -189,8 +187,9 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Build(sekv::SekvDecode
   SCD_ASSIGN_OR_RETURN(sekv::PrefixKv prefix,
                        decoder.MakePrefix(std::move(prompt.kv), std::move(prompt.surprisal)));
   const sekv::CacheShape shape = decoder.shape();
-  const sekv::BudgetPlan plan = sekv::PlanBudget(prefix.surprisal, options.budget, options.cache,
-                                                 options.shares, shape.head_dim, tier);
+  sekv::BudgetPlan plan = sekv::PlanBudget(prefix.surprisal, options.budget, options.cache,
+                                           options.shares, shape.head_dim, tier);
+  plan.sekv.generated_reserve = std::max(positions_to_come, 0);
   std::unique_ptr<SekvSession> s(new SekvSession(decoder));
   SCD_ASSIGN_OR_RETURN(s->cache_, sekv::SekvCache::CreateWithSegmentation(
                                       shape, prefix, plan.segmentation, plan.sekv, options.router));
@@ -200,6 +199,7 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Build(sekv::SekvDecode
   }
   s->length_ = t;
   s->last_token_ = prompt.last_token;
+  s->positions_to_come_ = positions_to_come;
   s->start_times_ = prompt.times;
   s->start_times_.build_ms = MsSince(phase);
   return s;
@@ -210,9 +210,11 @@ absl::Status SekvSession::Activate(Backend& backend, const SekvServingOptions& o
   if (last_token_ < 0) return absl::FailedPreconditionError("SEKV session already activated");
   auto phase = Clock::now();
   if (options.gpu && sekv::GpuSekv::Applies(backend)) {
-    SCD_ASSIGN_OR_RETURN(gpu_,
-                         sekv::GpuSekv::Create(backend, *cache_, options.gpu_tier, options.gpu_zoom,
-                                               sekv::GpuSekv::kDefaultWindowSlack, mapping_.get()));
+    SCD_ASSIGN_OR_RETURN(
+        gpu_, sekv::GpuSekv::Create(backend, *cache_, options.gpu_tier, options.gpu_zoom,
+                                    positions_to_come_ > 0 ? 0  // the window holds them all already
+                                                           : sekv::GpuSekv::kDefaultWindowSlack,
+                                    mapping_.get()));
   }
   start_times_.build_ms += MsSince(phase);
 

@@ -157,11 +157,12 @@ class SekvSession {
   //   use into the budget. Given the backend (only read here), Build also registers the CPU
   //   tier with its device when Activate's mirror will zoom there (GpuSekv::MapCpuTier):
   //   pinning the pages takes time, which the backend's thread then does not spend.
-  static absl::StatusOr<std::unique_ptr<SekvSession>> Build(sekv::SekvDecoder& decoder,
-                                                            SekvPrompt prompt,
-                                                            const SekvServingOptions& options,
-                                                            const sekv::TierOverhead& tier,
-                                                            const Backend* backend = nullptr);
+  //   `positions_to_come` (> 0): the most positions the session will step, the prompt's last
+  //   token included; the window is sized for them at once (SekvOptions::generated_reserve,
+  //   and the device mirror's without slack), so the mirror's device memory never grows.
+  static absl::StatusOr<std::unique_ptr<SekvSession>> Build(
+      sekv::SekvDecoder& decoder, SekvPrompt prompt, const SekvServingOptions& options,
+      const sekv::TierOverhead& tier, const Backend* backend = nullptr, int positions_to_come = 0);
   // The GPU tier's overheads (sekv::GpuSekv::PlanOverhead) when `options` decode on
   // `backend`'s device; the host tier's (none) otherwise.
   static sekv::TierOverhead TierFor(const Backend& backend, const sekv::SekvDecoder& decoder,
@@ -177,6 +178,8 @@ class SekvSession {
   const SekvStartTimes& start_times() const { return start_times_; }
   const sekv::SekvCache& cache() const { return *cache_; }
   bool on_gpu() const { return gpu_ != nullptr; }
+  // The device memory the GPU mirror holds (GpuSekv::DeviceBytes); 0 off the GPU.
+  size_t device_bytes() const { return gpu_ != nullptr ? gpu_->DeviceBytes() : 0; }
   // How the GPU mirror reads the CPU tier (kNone off the GPU or with the host zoom).
   sekv::CpuTierAccess cpu_tier_access() const {
     return gpu_ != nullptr ? gpu_->cpu_tier_access() : sekv::CpuTierAccess::kNone;
@@ -202,6 +205,7 @@ class SekvSession {
   SekvStartTimes start_times_;
   int length_ = 0;
   int32_t last_token_ = -1;  // until Activate: the suffix's last token
+  int positions_to_come_ = 0;  // Build's
 };
 
 // The producer's per-token surprisal from a payload's kSurprisal block; NOT_FOUND when the

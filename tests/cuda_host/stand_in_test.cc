@@ -79,15 +79,17 @@ size_t DeviceBytesInUse() {
   return m.total_bytes - m.free_bytes;
 }
 
-// Six requests of `prompt` + `max_tokens` positions (stop ids none) submitted at once to an
-// engine on `backend`; returns when all have ended.
-DecodeEngineStats RunSix(std::unique_ptr<Backend> backend, const DecodeEngineOptions& options,
-                         int prompt, int max_tokens, testing::DecodeEventCollector* ev) {
+// `n` requests of `prompt` + `max_tokens` positions (stop ids none) submitted at once to an
+// engine on `backend`; returns when all have ended, with the device bytes in use then (the
+// engine and its backend still alive) in *in_use when given.
+DecodeEngineStats Run(std::unique_ptr<Backend> backend, const DecodeEngineOptions& options, int n,
+                      int prompt, int max_tokens, testing::DecodeEventCollector* ev,
+                      size_t* in_use = nullptr) {
   std::shared_ptr<const Model> model(std::shared_ptr<const Model>(), &backend->model());
   auto engine = DecodeEngine::Create(
       std::move(backend), ConsumerCodec::Create(model, model->digest, nullptr).value(), options);
   REQUIRE(engine.ok());
-  for (uint64_t id = 1; id <= 6; ++id) {
+  for (uint64_t id = 1; id <= static_cast<uint64_t>(n); ++id) {
     DecodeJob job;
     job.request_id = id;
     job.suffix = testing::SyntheticPrompt(prompt, static_cast<int>(id));
@@ -95,9 +97,66 @@ DecodeEngineStats RunSix(std::unique_ptr<Backend> backend, const DecodeEngineOpt
     job.stop_ids = {-1};
     REQUIRE((*engine)->Submit(std::move(job), ev->For(id)).ok());
   }
-  ev->WaitFor(6);
+  ev->WaitFor(n);
+  (*engine)->Drain();
+  if (in_use != nullptr) *in_use = DeviceBytesInUse();
   return (*engine)->stats();
 }
+
+// Requests of `prompt` + `max_tokens` positions on the CUDA backend over a stand-in device
+// whose memory is sized in requests' KV caches (the memory given back to 64 GiB at the end).
+// The model's KV cache outweighs its weights and activations, as a long context's does: 16
+// layers of 64 K/V columns (4 KB a position), hidden size 64.
+struct SmallDevice {
+  SmallDevice(int prompt, int max_tokens, bool sekv) : prompt(prompt), max_tokens(max_tokens) {
+    ModelConfig c;
+    c.hidden_size = 64;
+    c.num_layers = 16;
+    c.num_heads = 4;
+    c.num_kv_heads = 4;
+    c.head_dim = 16;
+    c.intermediate_size = 128;
+    c.vocab_size = 512;
+    c.max_position_embeddings = 1024;
+    model = MakeSyntheticModel(c, 3);
+    empty = DeviceBytesInUse();
+    // What the backend holds beside the requests' caches: its weights once created, then its
+    // activations and workspaces, after two requests ran on an engine without a limit.
+    auto backend = CreateBackend(BackendKind::kCuda, model).value();
+    weights = DeviceBytesInUse() - empty;
+    need = backend->SequenceBytes(prompt + max_tokens);
+    DecodeEngineOptions o = Options(sekv);
+    o.kv_memory_fraction = 0;
+    testing::DecodeEventCollector ev;
+    size_t in_use = 0;
+    const DecodeEngineStats s = Run(std::move(backend), o, 2, prompt, 8, &ev, &in_use);
+    CHECK(s.kv_budget_bytes == 0);  // fraction 0: no limit
+    CHECK(s.completed == 2);
+    workspaces = in_use - empty - weights;
+  }
+  ~SmallDevice() { cuda::stub::SetDeviceMemoryBytes(size_t{64} << 30); }
+
+  // Prompts prefilled 32 tokens at a time, so that the backend's activations stay small.
+  static DecodeEngineOptions Options(bool sekv) {
+    DecodeEngineOptions o;
+    o.sekv.enabled = sekv;
+    o.prefill_chunk = 32;
+    return o;
+  }
+  // A backend on a device of the weights, the workspaces `spare` times over (the default
+  // budget leaves 10% of the free memory for them: 10) and room for `caches` requests' caches.
+  std::unique_ptr<Backend> MakeBackend(double caches, size_t spare = 10) {
+    auto backend = CreateBackend(BackendKind::kCuda, model).value();
+    cuda::stub::SetDeviceMemoryBytes(empty + weights + spare * workspaces +
+                                     static_cast<size_t>(caches * static_cast<double>(need)));
+    return backend;
+  }
+
+  const int prompt, max_tokens;
+  std::shared_ptr<const Model> model;
+  size_t empty = 0, weights = 0, workspaces = 0;
+  size_t need = 0;  // a request's reservation: what its sequence takes from the device
+};
 
 }  // namespace
 
@@ -105,71 +164,24 @@ TEST_CASE(
     "On a device with memory for two requests' KV caches, the engine queues the others rather "
     "than fail them",
     "[cpu]") {
-  // A model whose KV cache outweighs its weights and activations, as a long context's does:
-  // 16 layers of 64 K/V columns (4 KB a position), hidden size 64.
-  ModelConfig c;
-  c.hidden_size = 64;
-  c.num_layers = 16;
-  c.num_heads = 4;
-  c.num_kv_heads = 4;
-  c.head_dim = 16;
-  c.intermediate_size = 128;
-  c.vocab_size = 512;
-  c.max_position_embeddings = 1024;
-  const std::shared_ptr<const Model> model = MakeSyntheticModel(c, 3);
-  constexpr int kPrompt = 12, kMaxTokens = 500;
-  struct Restore {  // the stand-in device's memory back to its default
-    ~Restore() { cuda::stub::SetDeviceMemoryBytes(size_t{64} << 30); }
-  } restore;
-  const size_t empty = DeviceBytesInUse();
-  // What the backend holds beside the requests' caches: its weights once created, then its
-  // activations and workspaces, measured after two requests ran on an engine without a limit.
-  size_t weights = 0, workspaces = 0;
+  SmallDevice d(/*prompt=*/12, /*max_tokens=*/500, /*sekv=*/false);
   {
-    auto backend = CreateBackend(BackendKind::kCuda, model).value();
-    weights = DeviceBytesInUse() - empty;
-    DecodeEngineOptions o;
-    o.kv_memory_fraction = 0;
-    auto engine = DecodeEngine::Create(
-        std::move(backend), ConsumerCodec::Create(model, model->digest, nullptr).value(), o);
-    REQUIRE(engine.ok());
-    CHECK((*engine)->stats().kv_budget_bytes == 0);  // fraction 0: no limit
-    testing::DecodeEventCollector ev;
-    for (uint64_t id : {1, 2}) {
-      DecodeJob job;
-      job.request_id = id;
-      job.suffix = testing::SyntheticPrompt(kPrompt, static_cast<int>(id));
-      job.max_tokens = 8;
-      REQUIRE((*engine)->Submit(std::move(job), ev.For(id)).ok());
-    }
-    ev.WaitFor(2);
-    (*engine)->Drain();
-    workspaces = DeviceBytesInUse() - empty - weights;
-  }
-  size_t need = 0;  // a request's reservation: what its sequence takes from the device
-  {
-    auto backend = CreateBackend(BackendKind::kCuda, model).value();
-    need = backend->SequenceBytes(kPrompt + kMaxTokens);
+    auto backend = CreateBackend(BackendKind::kCuda, d.model).value();
     const size_t before = DeviceBytesInUse();
-    auto seq = backend->NewSequence(kPrompt + kMaxTokens);
+    auto seq = backend->NewSequence(d.prompt + d.max_tokens);
     REQUIRE(seq.ok());
-    CHECK(DeviceBytesInUse() - before >= need);  // K, V and the logits, each rounded to 256
-    CHECK(DeviceBytesInUse() - before < need + 3 * 256);
+    CHECK(DeviceBytesInUse() - before >= d.need);  // K, V and the logits, each rounded to 256
+    CHECK(DeviceBytesInUse() - before < d.need + 3 * 256);
   }
-  INFO("weights " << weights << ", workspaces " << workspaces << ", a request's KV cache " << need
-                  << " bytes");
-  REQUIRE(need > 3 * workspaces);  // else the workspaces, not the caches, would decide
-  // The device: the weights, the workspaces ten times over (the budget leaves 10% of the free
-  // memory for them), and room for two and a half requests' caches.
-  const auto device_for = [&] { return empty + weights + 10 * workspaces + 5 * need / 2; };
+  INFO("weights " << d.weights << ", workspaces " << d.workspaces << ", a request's KV cache "
+                  << d.need << " bytes");
+  REQUIRE(d.need > 3 * d.workspaces);  // else the workspaces, not the caches, would decide
 
   SECTION("without a KV budget, the requests that do not fit fail as cudaMalloc does") {
-    auto backend = CreateBackend(BackendKind::kCuda, model).value();
-    cuda::stub::SetDeviceMemoryBytes(device_for());
     DecodeEngineOptions o;
     o.kv_memory_fraction = 0;
     testing::DecodeEventCollector ev;
-    const DecodeEngineStats s = RunSix(std::move(backend), o, kPrompt, kMaxTokens, &ev);
+    const DecodeEngineStats s = Run(d.MakeBackend(2.5), o, 6, d.prompt, d.max_tokens, &ev);
     CHECK(s.failed > 0);
     CHECK(s.completed + s.failed == 6);
     for (const auto& [id, e] : ev.final_events) {
@@ -179,19 +191,51 @@ TEST_CASE(
     }
   }
   SECTION("with the default budget, every request completes, two at a time") {
-    auto backend = CreateBackend(BackendKind::kCuda, model).value();
-    cuda::stub::SetDeviceMemoryBytes(device_for());
+    auto backend = d.MakeBackend(2.5);
     const size_t free_at_create = cuda::MemoryInfo().value().free_bytes;
     testing::DecodeEventCollector ev;
-    const DecodeEngineStats s = RunSix(std::move(backend), {}, kPrompt, kMaxTokens, &ev);
+    const DecodeEngineStats s = Run(std::move(backend), {}, 6, d.prompt, d.max_tokens, &ev);
     CHECK(s.kv_budget_bytes == static_cast<int64_t>(0.9 * static_cast<double>(free_at_create)));
     CHECK(s.completed == 6);
     CHECK(s.failed == 0);
-    for (uint64_t id = 1; id <= 6; ++id) CHECK(ev.tokens[id].size() == kMaxTokens);
-    CHECK(s.max_batch_seen <= s.kv_budget_bytes / static_cast<int64_t>(need));
+    for (uint64_t id = 1; id <= 6; ++id) CHECK(ev.tokens[id].size() == d.max_tokens);
+    CHECK(s.max_batch_seen <= s.kv_budget_bytes / static_cast<int64_t>(d.need));
     CHECK(s.kv_waits >= 2);  // the first request of the second and third pairs, at least
   }
-  CHECK(DeviceBytesInUse() == empty);
+  CHECK(DeviceBytesInUse() == d.empty);
+}
+
+TEST_CASE(
+    "SEKV requests hold only their mirror's device memory once built, so more of them run at "
+    "once on the same device",
+    "[cpu]") {
+  // Long prompts, which SEKV holds at a fraction (sekv.budget 0.4) of their full cache, and
+  // long generations (100 steps of 6 ms or more), so that requests overlap.
+  SmallDevice d(/*prompt=*/400, /*max_tokens=*/100, /*sekv=*/true);
+  INFO("weights " << d.weights << ", workspaces " << d.workspaces << ", a request's KV cache "
+                  << d.need << " bytes");
+  REQUIRE(d.need > 3 * d.workspaces);
+  // A budget of three full caches (so the plain path runs three at a time), on a device with
+  // room for it and twice the workspaces: a request whose mirror took more than it reserved
+  // would run the device out of memory.
+  DecodeEngineOptions o = SmallDevice::Options(true);
+  o.kv_budget_bytes = static_cast<int64_t>(3 * d.need);
+  o.min_step_interval = absl::Milliseconds(6);
+  testing::DecodeEventCollector ev;
+  size_t in_use = 0;
+  const DecodeEngineStats s =
+      Run(d.MakeBackend(3, /*spare=*/2), o, 8, d.prompt, d.max_tokens, &ev, &in_use);
+  CHECK(s.completed == 8);
+  CHECK(s.failed == 0);
+  CHECK(s.sekv_requests == 8);
+  for (uint64_t id = 1; id <= 8; ++id) CHECK(ev.tokens[id].size() == d.max_tokens);
+  // Once built, a request keeps its mirror's device memory (about half its full cache here),
+  // so a fourth starts beside three.
+  CHECK(s.max_batch_seen >= 4);
+  const double kept = s.sekv_device_bytes / 8 / static_cast<double>(d.need);
+  CHECK(kept > 0.3);
+  CHECK(kept < 0.65);
+  CHECK(in_use <= d.empty + d.weights + d.workspaces);  // every mirror freed
 }
 
 }  // namespace scd

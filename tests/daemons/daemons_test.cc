@@ -239,11 +239,13 @@ TEST_CASE("The decode daemon prefills a prompt and rebuilds a payload in chunks,
     const double chunks = mode == "oracle" ? std::ceil((t - 1) / 8) + 1 : std::ceil(tokens / 8);
     std::string body;
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    do {  // the counters and the gauge follow the engine within their 100 ms sampling (one
-          // tick may read the gauge before the request started and the counters after)
+    do {  // the counters and the gauges follow the engine within their 100 ms sampling (one
+          // tick may read a gauge before the request started and the counters after; the
+          // request's KV reservation goes when the engine drops it, after its last event)
       body = HttpGet(decode.http_port, "/metrics").body;
       if (MetricValue(body, "scd_decode_prefill_tokens_total") == std::optional<double>(tokens) &&
-          MetricValue(body, "scd_decode_starting_requests") == std::optional<double>(0)) {
+          MetricValue(body, "scd_decode_starting_requests") == std::optional<double>(0) &&
+          MetricValue(body, "scd_decode_kv_reserved_bytes") == std::optional<double>(0)) {
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

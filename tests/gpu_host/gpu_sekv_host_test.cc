@@ -661,3 +661,49 @@ TEST_CASE("GpuSekv's device zoom waits before a layer's next step rewrites its t
 }
 
 }  // namespace scd::sekv
+
+namespace scd::sekv {
+
+TEST_CASE(
+    "GpuSekv::DeviceBytes is the device memory it allocated, and with the window reserved for "
+    "the steps to come it stays put over them",
+    "[cpu]") {
+  ZoomFixture f(/*layers=*/3, /*heads=*/4, /*kv_heads=*/2, /*head_dim=*/16, /*t=*/200,
+                /*pins=*/4, /*budget=*/12);
+  const auto in_use = [] {
+    const cuda::DeviceMemoryInfo m = cuda::MemoryInfo().value();
+    return m.total_bytes - m.free_bytes;
+  };
+  const cuda::DeviceBuffer inputs = StepInputs(f.shape);
+  constexpr int kSteps = 40;
+  for (const bool reserved : {true, false}) {
+    INFO((reserved ? "window reserved for 40 steps, no slack" : "no reserve, no slack"));
+    SekvOptions o = f.o;
+    o.generated_reserve = reserved ? kSteps : 0;
+    auto cache = SekvCache::CreateWithSegmentation(f.shape, f.prefix, f.seg, o, nullptr);
+    REQUIRE(cache.ok());
+    const size_t before = in_use();
+    auto gpu = GpuSekv::Create(f.backend, **cache, GpuTier::kBf16, GpuZoom::kDevice,
+                               /*window_slack=*/0);
+    REQUIRE(gpu.ok());
+    const size_t bytes = (*gpu)->DeviceBytes();
+    // Every allocation rounded to cudaMalloc's 256 bytes by the stand-ins: 18 buffers a layer
+    // and 11 others at most.
+    CHECK(in_use() - before >= bytes);
+    CHECK(in_use() - before <= bytes + 256 * (18 * f.shape.num_layers + 11));
+    CHECK(bytes > (*gpu)->Memory().gpu());  // the window's room and the workspaces beyond
+    size_t most = bytes;
+    for (int step = 0; step < kSteps; ++step) {
+      AttendEveryLayer(**gpu, f.shape, inputs.as<float>());
+      REQUIRE((*gpu)->Settle(nullptr).ok());
+      most = std::max(most, (*gpu)->DeviceBytes());
+    }
+    if (reserved) {
+      CHECK(most == bytes);
+    } else {
+      CHECK(most > bytes);  // the window grew
+    }
+  }
+}
+
+}  // namespace scd::sekv

@@ -229,6 +229,7 @@ TEST_CASE(
   StartBlocker(f, c, c.For(1));
   CHECK(f.engine->stats().kv_reserved_bytes == bytes(308));
   std::map<uint64_t, std::vector<int32_t>> want;
+  std::vector<DecodeJob> jobs;
   for (uint64_t id = 2; id <= 7; ++id) {
     const auto prompt = SyntheticPrompt(20, static_cast<int>(id));
     want[id] = f.Expected(prompt, 20);
@@ -238,13 +239,20 @@ TEST_CASE(
     job.suffix.assign(prompt.end() - 2, prompt.end());
     job.max_tokens = 20;
     job.stop_ids = {-1};
+    jobs.push_back(std::move(job));
+  }
+  for (DecodeJob& job : jobs) {  // all at once: each waits for the one before it
+    const uint64_t id = job.request_id;
     REQUIRE(f.engine->Submit(std::move(job), c.For(id)).ok());
   }
   int64_t most_reserved = 0;
   for (;;) {
     most_reserved = std::max(most_reserved, f.engine->stats().kv_reserved_bytes);
-    std::lock_guard<std::mutex> lock(c.mu);
-    if (c.final_events.size() == 6) break;  // requests 2-7, beside the blocker
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      if (c.final_events.size() == 6) break;  // requests 2-7, beside the blocker
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   f.engine->Cancel(1);
   c.WaitFor(7);
