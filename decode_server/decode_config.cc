@@ -82,6 +82,7 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   config::ConfigReader sekv = r.Child("sekv");
   c.sekv_enabled = sekv.Bool("enabled", false);
   c.sekv_budget = sekv.Double("budget", 0.4, 0.01, 1.0);
+  c.sekv_max_host_bytes = sekv.Int("max_host_bytes", 0, 0, int64_t{1} << 50);
   c.sekv_router = path(sekv, "router");
   c.sekv_gpu = sekv.Bool("gpu", true);
   c.sekv_gpu_f32 =

@@ -29,6 +29,7 @@ absl::Status ConfigureSekv(const DecodeDaemonConfig& c, const Model& model,
                            metrics::Registry* registry, SekvServingOptions* o) {
   o->enabled = true;
   o->budget = c.sekv_budget;
+  o->max_host_bytes = c.sekv_max_host_bytes;
   o->gpu = c.sekv_gpu;
   o->gpu_tier = c.sekv_gpu_f32 ? sekv::GpuTier::kF32 : sekv::GpuTier::kBf16;
   o->gpu_zoom = c.sekv_gpu_host_zoom ? sekv::GpuZoom::kHost : sekv::GpuZoom::kDevice;
@@ -273,6 +274,12 @@ absl::Status DecodeDaemon::Start() {
           .AddCounter("scd_decode_kv_waits_total",
                       "Requests that waited in the queue for KV memory (each counted once).")
           .value();
+  auto* host_reserved =
+      metrics_
+          .AddGauge("scd_decode_sekv_host_reserved_bytes",
+                    "Host memory the admitted SEKV requests reserve now (sekv.max_host_bytes): "
+                    "an estimate of the build's peak, then what the hierarchy holds.")
+          .value();
   kv_budget->Set(static_cast<double>(engine_->stats().kv_budget_bytes));
   if (c.http_port >= 0) {
     http::HttpServerOptions ho;
@@ -327,7 +334,7 @@ absl::Status DecodeDaemon::Start() {
   // is what must show up.
   ticker_ = std::thread([this, active, queued, starting, prefill_chunks, prefill_tokens,
                          rebuild_chunks, rebuild_rows, registered, pending, payloads, graph_steps,
-                         graphs_active, sekv_copies, kv_reserved, kv_waits] {
+                         graphs_active, sekv_copies, kv_reserved, kv_waits, host_reserved] {
     PayloadMailboxStats last;
     DecodeGraphStats last_graphs;
     long last_chunks = 0, last_tokens = 0, last_rebuilds = 0, last_rows = 0, last_copies = 0,
@@ -366,6 +373,7 @@ absl::Status DecodeDaemon::Start() {
       }
       advance(sekv_copies, &last_copies, engine_stats.sekv_cpu_tier_copies);
       kv_reserved->Set(static_cast<double>(engine_stats.kv_reserved_bytes));
+      host_reserved->Set(static_cast<double>(engine_stats.sekv_host_reserved_bytes));
       advance(kv_waits, &last_kv_waits, engine_stats.kv_waits);
       const PayloadMailboxStats now = mailbox_->stats();
       pending->Set(static_cast<double>(now.pending));

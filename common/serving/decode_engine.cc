@@ -21,6 +21,11 @@ int RequestCapacity(int64_t prompt_tokens, int64_t max_tokens, int max_positions
   return static_cast<int>(std::min<int64_t>(max_positions, prompt_tokens + max_tokens));
 }
 
+// One position's K and V over every layer, in F32: a row of a SEKV request's host cache.
+int64_t F32PositionBytes(const ModelConfig& c) {
+  return 2 * static_cast<int64_t>(sizeof(float)) * c.num_layers * c.kv_dim();
+}
+
 // Bytes of the engine's KV budget held by one request, given back when it is destroyed.
 class KvReservation {
  public:
@@ -47,9 +52,9 @@ class KvReservation {
 struct DecodeEngine::Active {
   // Declared first, so destroyed last: after the sequence or hierarchy's device part it
   // stands for.
-  KvReservation kv;
-  int64_t kv_need = 0;  // the reservation it needs to be admitted (Submit)
-  bool waited_for_kv = false;
+  KvReservation kv, host;              // device KV; SEKV host memory (prompt, then hierarchy)
+  int64_t kv_need = 0, host_need = 0;  // the reservations it needs to be admitted (Submit)
+  bool waited_for_kv = false, waited_for_host = false;
   DecodeJob job;  // its payload bytes are parsed into `payload` on submission
   bool has_payload = false;
   absl::StatusOr<Payload> payload = Payload{};  // empty without one
@@ -91,11 +96,11 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     return absl::InvalidArgumentError("DecodeEngine needs a backend and a consumer codec");
   }
   if (options.max_batch < 1 || options.max_queue < 0 || options.prefill_chunk < 0 ||
-      options.rebuild_chunk < 0 || options.kv_budget_bytes < 0 ||
+      options.rebuild_chunk < 0 || options.kv_budget_bytes < 0 || options.sekv.max_host_bytes < 0 ||
       !(options.kv_memory_fraction >= 0 && options.kv_memory_fraction <= 1)) {
     return absl::InvalidArgumentError(
         "max_batch must be >= 1, max_queue >= 0, prefill_chunk >= 0, rebuild_chunk >= 0, "
-        "kv_budget_bytes >= 0 and kv_memory_fraction in [0, 1]");
+        "kv_budget_bytes >= 0, kv_memory_fraction in [0, 1] and sekv.max_host_bytes >= 0");
   }
   std::unique_ptr<DecodeEngine> e(
       new DecodeEngine(std::move(backend), std::move(codec), options));
@@ -155,10 +160,29 @@ absl::Status DecodeEngine::Submit(DecodeJob job, DecodeCallback callback) {
     a->payload = ParsePayload(job.payload);
     job.payload = std::vector<uint8_t>();  // the wire bytes are not needed any more
   }
+  const int64_t prompt = static_cast<int64_t>(job.suffix.size()) +
+                         (a->payload.ok() ? static_cast<int64_t>(a->payload->token_ids.size()) : 0);
+  const int64_t host_budget = HostBudget();
+  if (host_budget > 0) {
+    // The build's peak: the prompt's K/V in F32 (the positions before its last token) as the
+    // prefill captured it, beside the hierarchy made of it (a CPU tier of about as much, the
+    // GPU tier's host rows at sekv.budget of it) and the window's room for the positions to
+    // come. An estimate: the CPU tier's size is known only once built.
+    const ModelConfig& c = backend_->model().config;
+    const int64_t row = F32PositionBytes(c);
+    const int capacity = RequestCapacity(prompt, job.max_tokens, c.max_position_embeddings);
+    a->host_need = static_cast<int64_t>(
+        (2 + options_.sekv.budget) * static_cast<double>(row * std::max<int64_t>(prompt - 1, 0)) +
+        static_cast<double>(row * (capacity - prompt + 1)));
+    if (a->host_need > host_budget) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the request's prompt (", prompt, " tokens) needs ", a->host_need,
+          " bytes of host memory for its SEKV hierarchy, more than this decode engine's whole "
+          "budget (sekv.max_host_bytes) of ",
+          host_budget, " bytes; shorten the prompt"));
+    }
+  }
   if (kv_budget_ > 0) {
-    const int64_t prompt =
-        static_cast<int64_t>(job.suffix.size()) +
-        (a->payload.ok() ? static_cast<int64_t>(a->payload->token_ids.size()) : 0);
     const int capacity =
         RequestCapacity(prompt, job.max_tokens, backend_->model().config.max_position_embeddings);
     a->kv_need = static_cast<int64_t>(backend_->SequenceBytes(capacity));
@@ -208,17 +232,33 @@ DecodeEngineStats DecodeEngine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   DecodeEngineStats s = stats_;
   s.kv_reserved_bytes = kv_reserved_.load();
+  s.sekv_host_reserved_bytes = host_reserved_.load();
   return s;
 }
 
+int64_t DecodeEngine::HostBudget() const {
+  return sekv_decoder_ != nullptr ? options_.sekv.max_host_bytes : 0;
+}
+
+bool DecodeEngine::DeviceFits(const Active& a) const {
+  return kv_budget_ == 0 || kv_reserved_.load() + a.kv_need <= kv_budget_;
+}
+
+bool DecodeEngine::HostFits(const Active& a) const {
+  return HostBudget() == 0 || host_reserved_.load() + a.host_need <= HostBudget();
+}
+
 bool DecodeEngine::ReserveKv(Active& head) {
-  if (kv_budget_ == 0) return true;
-  if (kv_reserved_.load() + head.kv_need > kv_budget_) {
+  const bool host_fits = HostFits(head);
+  if (!DeviceFits(head) || !host_fits) {
     if (!head.waited_for_kv) ++stats_.kv_waits;
+    if (!host_fits && !head.waited_for_host) ++stats_.sekv_host_waits;
     head.waited_for_kv = true;
+    head.waited_for_host = head.waited_for_host || !host_fits;
     return false;
   }
-  head.kv.Set(head.kv_need, &kv_reserved_);
+  if (kv_budget_ > 0) head.kv.Set(head.kv_need, &kv_reserved_);
+  if (HostBudget() > 0) head.host.Set(head.host_need, &host_reserved_);
   return true;
 }
 
@@ -271,12 +311,10 @@ void DecodeEngine::Loop() {
       const auto admitted_count = [&] {
         return static_cast<int>(running_.size() + building_.size() + prefilling_.size());
       };
-      const auto head_fits = [&] {
-        return kv_budget_ == 0 || kv_reserved_.load() + queue_.front()->kv_need <= kv_budget_;
-      };
       auto work = [&] {
         return stopping_ || !running_.empty() || !prefilling_.empty() || builds_ready_ > 0 ||
-               (!queue_.empty() && admitted_count() < options_.max_batch && head_fits()) ||
+               (!queue_.empty() && admitted_count() < options_.max_batch &&
+                DeviceFits(*queue_.front()) && HostFits(*queue_.front())) ||
                QueueHasExpired();
       };
       // Wake for the builds' cancellations and deadlines now and then, and for the first
@@ -567,6 +605,14 @@ void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cance
       // The prompt's full cache is gone (SekvPrefill::Take), and the mirror holds all the
       // device memory it will (its window sized for every position to come): keep that.
       a->kv.Set(std::min(a->kv.bytes(), static_cast<int64_t>(a->sekv->device_bytes())));
+    }
+    if (a->host.bytes() > 0) {
+      // The prompt's captured K/V is gone: what the host cache holds now (both tiers), and its
+      // window's room for the positions to come.
+      const sekv::MemoryBreakdown host = a->sekv->cache().Memory();
+      const int64_t window =
+          F32PositionBytes(backend_->model().config) * (a->capacity - a->prompt_tokens + 1);
+      a->host.Set(static_cast<int64_t>(host.gpu() + host.cpu_bases) + window);
     }
     if (options_.sekv.on_cache) options_.sekv.on_cache(m, true);
     const SekvStartTimes& st = a->sekv->start_times();

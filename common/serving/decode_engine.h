@@ -153,6 +153,10 @@ struct DecodeEngineStats {
   // memory (each counted once).
   int64_t kv_budget_bytes = 0, kv_reserved_bytes = 0;
   long kv_waits = 0;
+  // The SEKV host-memory reservations now (SekvServingOptions::max_host_bytes), and the
+  // requests that waited for it (each counted once; also counted in kv_waits).
+  int64_t sekv_host_reserved_bytes = 0;
+  long sekv_host_waits = 0;
   DecodeGraphStats graphs;  // the backend's, as of the last step
 };
 
@@ -184,9 +188,13 @@ class DecodeEngine {
                DecodeEngineOptions options);
   void Loop();
   void Admit(std::unique_ptr<Active> a);
-  // Under mu_: reserves the KV memory of the queue's head when it fits; false when it must
-  // wait (counted once in stats_.kv_waits).
+  // Under mu_: reserves the KV memory (and SEKV host memory) of the queue's head when it
+  // fits; false when it must wait (counted once in stats_.kv_waits, sekv_host_waits).
   bool ReserveKv(Active& head);
+  int64_t HostBudget() const;  // SekvServingOptions::max_host_bytes on the SEKV path; 0: none
+  // Whether `a`'s device KV (host) reservation fits beside the admitted requests'.
+  bool DeviceFits(const Active& a) const;
+  bool HostFits(const Active& a) const;
   // Under mu_: a queued request cancelled or past its deadline.
   bool QueueHasExpired() const;
   // SEKV requests whose hierarchy is built: activated and started, or ended.
@@ -219,6 +227,7 @@ class DecodeEngine {
   BackgroundQueue releaser_;  // frees finished SEKV requests' host hierarchies off the loop
   int64_t kv_budget_ = 0;     // resolved DecodeEngineOptions::kv_budget_bytes; 0: no limit
   std::atomic<int64_t> kv_reserved_{0};  // the admitted requests' KvReservations
+  std::atomic<int64_t> host_reserved_{0};  // their SEKV host reservations
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -71,6 +71,14 @@ struct SekvServingOptions {
   bool gpu = true;  // on a CUDA backend, decode on the GPU (sekv::GpuSekv); else on the CPU
   sekv::GpuTier gpu_tier = sekv::GpuTier::kBf16;  // the device tier's K/V element type
   sekv::GpuZoom gpu_zoom = sekv::GpuZoom::kDevice;  // where the GPU path's zoom-in selects
+  // Host memory for the SEKV requests' prompts and hierarchies (0: no limit). A request
+  // reserves an estimate of its build's peak when it is admitted: its prompt's K/V in F32 (as
+  // its prefill captures it) 2 + budget times, and its window's room for the positions to
+  // come. Once built it keeps what its host cache holds (both tiers, and that room). Admission
+  // waits for it as for the KV budget (DecodeEngineOptions::kv_budget_bytes). The CPU tier's
+  // size is known only after the build, so the sum may pass the budget by what the estimate
+  // missed.
+  int64_t max_host_bytes = 0;
   // Optional, called on the engine thread: with started = true after a SEKV request's first
   // step, with its cache's bytes; with started = false and the same bytes when it ends.
   std::function<void(const sekv::MemoryBreakdown& bytes, bool started)> on_cache;

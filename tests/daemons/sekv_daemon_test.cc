@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "tests/daemons/daemon_harness.h"
 #include "tests/test_support.h"
@@ -24,7 +25,10 @@ TEST_CASE("A decode daemon with SEKV serves requests and reports its GPU tier", 
   const std::string dir = TempDir();
   PrefillHandle prefill = StartPrefill(dir, PrefillConfig("scd"));
   json dc = DecodeConfig(prefill.grpc_address);
-  dc["sekv"] = {{"enabled", true}, {"budget", 0.4}, {"router", SekvRouterPath()}};
+  dc["sekv"] = {{"enabled", true},
+                {"budget", 0.4},
+                {"router", SekvRouterPath()},
+                {"max_host_bytes", 64 << 20}};
   DecodeHandle decode = StartDecode(dir, dc);
   REQUIRE(WaitForReady(prefill.http_port, 200, std::chrono::seconds(10)));
   REQUIRE(decode.http_port > 0);
@@ -89,6 +93,15 @@ TEST_CASE("A decode daemon with SEKV serves requests and reports its GPU tier", 
   // Nothing runs any more: the live gauges are back to zero.
   CHECK(MetricValue(m.body, "scd_decode_sekv_gpu_bytes") == std::optional<double>(0));
   CHECK(MetricValue(m.body, "scd_decode_sekv_cpu_bytes") == std::optional<double>(0));
+  // The host-memory reservations (sekv.max_host_bytes) are given back, within the gauge's
+  // 100 ms sampling.
+  std::string body = m.body;
+  for (int i = 0; i < 50; ++i) {
+    if (MetricValue(body, "scd_decode_sekv_host_reserved_bytes") == std::optional<double>(0)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    body = HttpGet(decode.http_port, "/metrics").body;
+  }
+  CHECK(MetricValue(body, "scd_decode_sekv_host_reserved_bytes") == std::optional<double>(0));
 }
 
 TEST_CASE("A bad sekv key stops the decode daemon with the key's name", "[daemons]") {

@@ -221,11 +221,16 @@ TEST_CASE(
   REQUIRE(defaults.ok());
   CHECK(defaults->kv_budget_bytes == 0);
   CHECK(defaults->kv_memory_fraction == 0.9);
+  CHECK(defaults->sekv_max_host_bytes == 0);
   json["engine"] = {{"kv_budget_bytes", int64_t{80} << 30}, {"kv_memory_fraction", 0.5}};
   absl::StatusOr<DecodeDaemonConfig> set = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(set.ok());
   CHECK(set->kv_budget_bytes == int64_t{80} << 30);
   CHECK(set->kv_memory_fraction == 0.5);
+  json["sekv"] = {{"max_host_bytes", int64_t{64} << 30}};
+  CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->sekv_max_host_bytes == int64_t{64}
+                                                                                       << 30);
+  json.erase("sekv");
   for (const nlohmann::json& bad :
        {nlohmann::json{{"kv_memory_fraction", 1.5}}, nlohmann::json{{"kv_memory_fraction", -0.1}},
         nlohmann::json{{"kv_budget_bytes", -1}}}) {

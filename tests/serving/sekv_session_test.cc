@@ -446,6 +446,58 @@ TEST_CASE("SEKV hierarchies build off the engine loop, which keeps decoding the 
   CHECK(releases.load() == 3);
 }
 
+TEST_CASE(
+    "SEKV requests wait for host memory (sekv.max_host_bytes); once built, each keeps what its "
+    "hierarchy holds",
+    "[cpu]") {
+  SekvFixture f;
+  constexpr int kPrompt = 200, kMaxTokens = 40;
+  // A request's reservation at admission: its prompt's K/V in F32 2.4 times (the build's peak
+  // at budget 0.4) and its window's room for the 41 positions to come.
+  const ModelConfig& c = f.model->config;
+  const double row = 2.0 * sizeof(float) * c.num_layers * c.kv_dim();
+  const auto need = static_cast<int64_t>(2.4 * row * (kPrompt - 1) + row * (kMaxTokens + 1));
+  // The first build is held until the test releases it.
+  Gate gate;
+  std::atomic<int> builds{0};
+  DecodeEngineOptions o = SekvFixture::Options(0.4);
+  o.sekv.max_host_bytes = need * 9 / 5;  // one request's, not two
+  o.sekv.before_build = [&] {
+    if (builds.fetch_add(1) == 0) gate.Hold();
+  };
+  o.min_step_interval = absl::Milliseconds(10);  // request 1 decodes for 400 ms or more
+  auto engine = f.ProducerFixture::Engine(o);
+  DecodeEventCollector ev;
+  const absl::Status refused = engine->Submit(Job(9, 500, 4), ev.For(9));
+  CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(refused.message().find("sekv.max_host_bytes") != std::string_view::npos);
+
+  REQUIRE(engine->Submit(Job(1, kPrompt, kMaxTokens), ev.For(1)).ok());
+  REQUIRE(engine->Submit(Job(2, kPrompt, kMaxTokens), ev.For(2)).ok());
+  // Request 2 waits for request 1's memory (counted once, by the loop's next look at it).
+  REQUIRE(WaitUntil([&] {
+    return builds.load() == 1 && engine->queued() == 1 && engine->stats().sekv_host_waits == 1;
+  }));
+  DecodeEngineStats s = engine->stats();
+  CHECK(s.sekv_host_reserved_bytes == need);  // request 1's
+  CHECK(s.kv_waits == 1);
+  gate.Open();
+  // Built, request 1 keeps what its host cache holds, which leaves room for request 2 beside
+  // it.
+  REQUIRE(WaitUntil([&] { return TokensOf(ev, 2) > 0; }));
+  CHECK(!Ended(ev, 1));
+  s = engine->stats();
+  CHECK(s.sekv_host_reserved_bytes > need);
+  CHECK(s.sekv_host_reserved_bytes <= o.sekv.max_host_bytes);
+  ev.WaitFor(2);
+  for (uint64_t id : {1, 2}) {
+    INFO("request " << id);
+    REQUIRE(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
+    CHECK(ev.tokens[id].size() == static_cast<size_t>(kMaxTokens));
+  }
+  CHECK(WaitUntil([&] { return engine->stats().sekv_host_reserved_bytes == 0; }));
+}
+
 TEST_CASE("A finished SEKV request's hierarchy is freed off the engine loop", "[cpu]") {
   SekvFixture f;
   // The first release is held until the test lets it go: freed on the loop thread, it would
