@@ -77,7 +77,9 @@ TEST_CASE("The shared checkpoints load with the documented shape", "[cpu]") {
     INFO("load took " << cpu_ms << " ms CPU, " << wall_ms << " ms wall");
     if (kOptimizedBuild) {
       CHECK(cpu_ms < 100.0);
-      CHECK(wall_ms < 2000.0);  // only guards against hangs
+      // Only guards against hangs: the CPU time above is the figure. A loaded CI host has
+      // stalled a 3 ms load for 2.5 s of wall time (reading ../shared on a fresh clone).
+      CHECK(wall_ms < 30000.0);
     }
     CHECK(model.dir == dir);
     CHECK(model.config.name == name);
