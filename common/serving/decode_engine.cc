@@ -162,15 +162,15 @@ absl::Status DecodeEngine::Submit(DecodeJob job, DecodeCallback callback) {
   }
   const int64_t prompt = static_cast<int64_t>(job.suffix.size()) +
                          (a->payload.ok() ? static_cast<int64_t>(a->payload->token_ids.size()) : 0);
+  const ModelConfig& c = backend_->model().config;
+  const int capacity = RequestCapacity(prompt, job.max_tokens, c.max_position_embeddings);
   const int64_t host_budget = HostBudget();
   if (host_budget > 0) {
     // The build's peak: the prompt's K/V in F32 (the positions before its last token) as the
     // prefill captured it, beside the hierarchy made of it (a CPU tier of about as much, the
     // GPU tier's host rows at sekv.budget of it) and the window's room for the positions to
     // come. An estimate: the CPU tier's size is known only once built.
-    const ModelConfig& c = backend_->model().config;
     const int64_t row = F32PositionBytes(c);
-    const int capacity = RequestCapacity(prompt, job.max_tokens, c.max_position_embeddings);
     a->host_need = static_cast<int64_t>(
         (2 + options_.sekv.budget) * static_cast<double>(row * std::max<int64_t>(prompt - 1, 0)) +
         static_cast<double>(row * (capacity - prompt + 1)));
@@ -183,8 +183,6 @@ absl::Status DecodeEngine::Submit(DecodeJob job, DecodeCallback callback) {
     }
   }
   if (kv_budget_ > 0) {
-    const int capacity =
-        RequestCapacity(prompt, job.max_tokens, backend_->model().config.max_position_embeddings);
     a->kv_need = static_cast<int64_t>(backend_->SequenceBytes(capacity));
     if (a->kv_need > kv_budget_) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -262,11 +260,14 @@ bool DecodeEngine::ReserveKv(Active& head) {
   return true;
 }
 
+bool DecodeEngine::Expired(const Active& a, absl::Time now) const {
+  return cancelled_.count(a.job.request_id) > 0 || now > a.job.deadline;
+}
+
 bool DecodeEngine::QueueHasExpired() const {
   const absl::Time now = absl::Now();
-  return std::any_of(queue_.begin(), queue_.end(), [&](const std::unique_ptr<Active>& a) {
-    return cancelled_.count(a->job.request_id) > 0 || now > a->job.deadline;
-  });
+  return std::any_of(queue_.begin(), queue_.end(),
+                     [&](const std::unique_ptr<Active>& a) { return Expired(*a, now); });
 }
 
 void DecodeEngine::ReleaseSekv(Active& a) {
@@ -330,7 +331,7 @@ void DecodeEngine::Loop() {
       if (stopping_) break;
       const absl::Time now = absl::Now();
       for (auto it = queue_.begin(); it != queue_.end();) {
-        if (cancelled_.count((*it)->job.request_id) > 0 || now > (*it)->job.deadline) {
+        if (Expired(**it, now)) {
           expired.push_back(std::move(*it));
           it = queue_.erase(it);
         } else {

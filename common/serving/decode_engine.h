@@ -195,7 +195,8 @@ class DecodeEngine {
   // Whether `a`'s device KV (host) reservation fits beside the admitted requests'.
   bool DeviceFits(const Active& a) const;
   bool HostFits(const Active& a) const;
-  // Under mu_: a queued request cancelled or past its deadline.
+  // Under mu_: `a` (queued) is cancelled or past its deadline at `now`; some queued request is.
+  bool Expired(const Active& a, absl::Time now) const;
   bool QueueHasExpired() const;
   // SEKV requests whose hierarchy is built: activated and started, or ended.
   void CollectBuilds(const std::unordered_map<uint64_t, bool>& cancelled);
