@@ -257,6 +257,18 @@ absl::Status DecodeDaemon::Start() {
                       "device refused to register it where it lies (each logs "
                       "sekv_cpu_tier_copied with the reason). None on the CPU backend.")
           .value();
+  auto* sekv_steps =
+      metrics_
+          .AddCounter("scd_decode_sekv_steps_total",
+                      "Decode steps of the SEKV requests: each decodes all of them at once, "
+                      "reading the weights once.")
+          .value();
+  auto* sekv_step_rows =
+      metrics_
+          .AddCounter("scd_decode_sekv_step_rows_total",
+                      "Tokens those steps decoded; over scd_decode_sekv_steps_total, the mean "
+                      "SEKV batch.")
+          .value();
   auto* kv_budget =
       metrics_
           .AddGauge("scd_decode_kv_budget_bytes",
@@ -334,11 +346,12 @@ absl::Status DecodeDaemon::Start() {
   // is what must show up.
   ticker_ = std::thread([this, active, queued, starting, prefill_chunks, prefill_tokens,
                          rebuild_chunks, rebuild_rows, registered, pending, payloads, graph_steps,
-                         graphs_active, sekv_copies, kv_reserved, kv_waits, host_reserved] {
+                         graphs_active, sekv_copies, sekv_steps, sekv_step_rows, kv_reserved,
+                         kv_waits, host_reserved] {
     PayloadMailboxStats last;
     DecodeGraphStats last_graphs;
     long last_chunks = 0, last_tokens = 0, last_rebuilds = 0, last_rows = 0, last_copies = 0,
-         last_kv_waits = 0;
+         last_kv_waits = 0, last_sekv_steps = 0, last_sekv_rows = 0;
     // Counter `label` of `family` advanced by a source counter's growth since the last tick.
     auto add = [](auto* family, const char* label, int64_t before, int64_t after) {
       if (after > before) family->WithLabels({label}).value()->Increment(after - before);
@@ -372,6 +385,8 @@ absl::Status DecodeDaemon::Start() {
                             {"reason", engine_stats.sekv_cpu_tier_copy_reason}});
       }
       advance(sekv_copies, &last_copies, engine_stats.sekv_cpu_tier_copies);
+      advance(sekv_steps, &last_sekv_steps, engine_stats.sekv_steps);
+      advance(sekv_step_rows, &last_sekv_rows, engine_stats.sekv_step_rows);
       kv_reserved->Set(static_cast<double>(engine_stats.kv_reserved_bytes));
       host_reserved->Set(static_cast<double>(engine_stats.sekv_host_reserved_bytes));
       advance(kv_waits, &last_kv_waits, engine_stats.kv_waits);

@@ -72,6 +72,11 @@ absl::Status GpuSekv::Step(int32_t, int, std::vector<float>*) {
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
 }
 
+absl::Status GpuSekv::StepBatch(absl::Span<GpuSekv* const>, absl::Span<const int32_t>,
+                                absl::Span<const int>, std::vector<std::vector<float>>*) {
+  return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
+}
+
 absl::Status GpuSekv::Attend(int, const float*, const float*, const float*, float*, void*) {
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
 }
@@ -929,6 +934,26 @@ absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvC
 absl::Status GpuSekv::Step(int32_t token, int position, std::vector<float>* logits) {
   SCD_RETURN_IF_ERROR(cuda::CudaDecodeExternal(impl_->backend(), token, position, *impl_, logits));
   impl_->Fold();  // the backend has waited for its stream, where every layer ran, for the logits
+  return absl::OkStatus();
+}
+
+absl::Status GpuSekv::StepBatch(absl::Span<GpuSekv* const> mirrors,
+                                absl::Span<const int32_t> tokens, absl::Span<const int> positions,
+                                std::vector<std::vector<float>>* logits) {
+  if (mirrors.empty()) {
+    logits->clear();
+    return absl::OkStatus();
+  }
+  std::vector<cuda::DeviceLayerAttention*> attention;
+  for (GpuSekv* m : mirrors) {
+    if (&m->impl_->backend() != &mirrors[0]->impl_->backend()) {
+      return absl::InvalidArgumentError("GPU SEKV batch step: the mirrors have different backends");
+    }
+    attention.push_back(m->impl_.get());
+  }
+  SCD_RETURN_IF_ERROR(cuda::CudaDecodeExternalBatch(mirrors[0]->impl_->backend(), tokens, positions,
+                                                    attention, logits));
+  for (GpuSekv* m : mirrors) m->impl_->Fold();  // the backend waited for its stream
   return absl::OkStatus();
 }
 

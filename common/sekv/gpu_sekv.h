@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/runtime/backend.h"
 #include "common/sekv/budget_plan.h"
 #include "common/sekv/sekv_cache.h"
@@ -159,6 +160,13 @@ class GpuSekv {
 
   // Decodes `token` at `position` through the hierarchy; next-token logits [vocab].
   absl::Status Step(int32_t token, int position, std::vector<float>* logits);
+  // Step for several mirrors of one backend at once: mirrors[i] decodes tokens[i] at
+  // positions[i], its logits into (*logits)[i]. One model step of batch rows
+  // (cuda::CudaDecodeExternalBatch): the GEMMs read the weights once for every row, and each
+  // layer's attention runs row by row through its own mirror, on the backend's stream.
+  static absl::Status StepBatch(absl::Span<GpuSekv* const> mirrors,
+                                absl::Span<const int32_t> tokens, absl::Span<const int> positions,
+                                std::vector<std::vector<float>>* logits);
 
   // One layer's attention for device q [num_heads, head_dim], k, v [kv_dim] (k after RoPE)
   // into device out [num_heads, head_dim], on `stream` (a cuda::StreamHandle). What Step runs

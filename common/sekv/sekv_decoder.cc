@@ -4,23 +4,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "kernels/cpu/ops.h"
 
 namespace scd::sekv {
 
 SekvDecoder::SekvDecoder(std::shared_ptr<const Model> model)
-    : model_(std::move(model)), inv_freq_(RopeInverseFrequencies(model_->config)) {
-  const ModelConfig& c = model_->config;
-  x_.resize(c.hidden_size);
-  xn_.resize(c.hidden_size);
-  tmp_.resize(c.hidden_size);
-  q_.resize(c.q_dim());
-  att_.resize(c.q_dim());
-  k_.resize(c.kv_dim());
-  v_.resize(c.kv_dim());
-  gate_.resize(c.intermediate_size);
-  up_.resize(c.intermediate_size);
-}
+    : model_(std::move(model)), inv_freq_(RopeInverseFrequencies(model_->config)) {}
 
 absl::StatusOr<std::unique_ptr<SekvDecoder>> SekvDecoder::Create(
     std::shared_ptr<const Model> model) {
@@ -36,38 +26,86 @@ absl::StatusOr<std::unique_ptr<SekvDecoder>> SekvDecoder::Create(
 
 absl::Status SekvDecoder::Step(int32_t token, int position, KvCache& cache,
                                std::vector<float>* logits) {
+  KvCache* const one[] = {&cache};
+  std::vector<std::vector<float>> out(1);
+  SCD_RETURN_IF_ERROR(
+      StepBatch(absl::MakeConstSpan(&token, 1), absl::MakeConstSpan(&position, 1), one, &out));
+  *logits = std::move(out[0]);
+  return absl::OkStatus();
+}
+
+absl::Status SekvDecoder::StepBatch(absl::Span<const int32_t> tokens,
+                                    absl::Span<const int> positions,
+                                    absl::Span<KvCache* const> caches,
+                                    std::vector<std::vector<float>>* logits) {
   const ModelConfig& c = model_->config;
   const ModelWeights& w = model_->weights;
-  if (token < 0 || token >= c.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("token id ", token, " outside the vocabulary"));
+  const size_t n = tokens.size();
+  if (positions.size() != n || caches.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("SEKV batch step: ", n, " tokens, ",
+                                                   positions.size(), " positions and ",
+                                                   caches.size(), " caches"));
   }
+  for (size_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", tokens[i], " outside the vocabulary"));
+    }
+    if (caches[i] == nullptr) return absl::InvalidArgumentError("SEKV batch step: null cache");
+  }
+  logits->resize(n);
+  if (n == 0) return absl::OkStatus();
+  const int rows = static_cast<int>(n);
   const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
-  cpu::Embed(w.embed.data(), &token, x_.data(), 1, d);
-  const int32_t pos = position;
+  for (auto [buffer, width] : {std::pair{&x_, d},
+                               {&xn_, d},
+                               {&tmp_, d},
+                               {&q_, qd},
+                               {&att_, qd},
+                               {&k_, kvd},
+                               {&v_, kvd},
+                               {&gate_, ffn},
+                               {&up_, ffn}}) {
+    if (buffer->size() < n * width) buffer->resize(n * width);
+  }
+  cpu::Embed(w.embed.data(), tokens.data(), x_.data(), rows, d);
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = w.layers[l];
-    cpu::RmsNorm(x_.data(), lw.attn_norm.data(), xn_.data(), 1, d, c.rms_norm_eps);
-    cpu::Linear(xn_.data(), lw.wq.data(), lw.bq.empty() ? nullptr : lw.bq.data(), q_.data(), 1, qd,
-                d);
-    cpu::Linear(xn_.data(), lw.wk.data(), lw.bk.empty() ? nullptr : lw.bk.data(), k_.data(), 1, kvd,
-                d);
-    cpu::Linear(xn_.data(), lw.wv.data(), lw.bv.empty() ? nullptr : lw.bv.data(), v_.data(), 1, kvd,
-                d);
-    cpu::ApplyRope(q_.data(), 1, c.num_heads, c.head_dim, &pos, inv_freq_.data());
-    cpu::ApplyRope(k_.data(), 1, c.num_kv_heads, c.head_dim, &pos, inv_freq_.data());
-    cache.Attend(l, q_.data(), k_.data(), v_.data(), att_.data());
-    cpu::Linear(att_.data(), lw.wo.data(), nullptr, tmp_.data(), 1, d, qd);
-    for (int i = 0; i < d; ++i) x_[i] += tmp_[i];
-    cpu::RmsNorm(x_.data(), lw.ffn_norm.data(), xn_.data(), 1, d, c.rms_norm_eps);
-    cpu::Linear(xn_.data(), lw.w_gate.data(), nullptr, gate_.data(), 1, ffn, d);
-    cpu::Linear(xn_.data(), lw.w_up.data(), nullptr, up_.data(), 1, ffn, d);
-    cpu::SwiGlu(gate_.data(), up_.data(), gate_.data(), ffn);
-    cpu::Linear(gate_.data(), lw.w_down.data(), nullptr, tmp_.data(), 1, d, ffn);
-    for (int i = 0; i < d; ++i) x_[i] += tmp_[i];
+    cpu::RmsNorm(x_.data(), lw.attn_norm.data(), xn_.data(), rows, d, c.rms_norm_eps);
+    cpu::Linear(xn_.data(), lw.wq.data(), lw.bq.empty() ? nullptr : lw.bq.data(), q_.data(), rows,
+                qd, d);
+    cpu::Linear(xn_.data(), lw.wk.data(), lw.bk.empty() ? nullptr : lw.bk.data(), k_.data(), rows,
+                kvd, d);
+    cpu::Linear(xn_.data(), lw.wv.data(), lw.bv.empty() ? nullptr : lw.bv.data(), v_.data(), rows,
+                kvd, d);
+    cpu::ApplyRope(q_.data(), rows, c.num_heads, c.head_dim, positions.data(), inv_freq_.data());
+    cpu::ApplyRope(k_.data(), rows, c.num_kv_heads, c.head_dim, positions.data(), inv_freq_.data());
+    for (size_t i = 0; i < n; ++i) {
+      caches[i]->Attend(l, q_.data() + i * qd, k_.data() + i * kvd, v_.data() + i * kvd,
+                        att_.data() + i * qd);
+    }
+    cpu::Linear(att_.data(), lw.wo.data(), nullptr, tmp_.data(), rows, d, qd);
+    for (size_t i = 0; i < n * d; ++i) x_[i] += tmp_[i];
+    cpu::RmsNorm(x_.data(), lw.ffn_norm.data(), xn_.data(), rows, d, c.rms_norm_eps);
+    cpu::Linear(xn_.data(), lw.w_gate.data(), nullptr, gate_.data(), rows, ffn, d);
+    cpu::Linear(xn_.data(), lw.w_up.data(), nullptr, up_.data(), rows, ffn, d);
+    cpu::SwiGlu(gate_.data(), up_.data(), gate_.data(), rows * ffn);
+    cpu::Linear(gate_.data(), lw.w_down.data(), nullptr, tmp_.data(), rows, d, ffn);
+    for (size_t i = 0; i < n * d; ++i) x_[i] += tmp_[i];
   }
-  cpu::RmsNorm(x_.data(), w.final_norm.data(), x_.data(), 1, d, c.rms_norm_eps);
-  logits->resize(c.vocab_size);
-  cpu::Linear(x_.data(), w.output_matrix().data(), nullptr, logits->data(), 1, c.vocab_size, d);
+  cpu::RmsNorm(x_.data(), w.final_norm.data(), x_.data(), rows, d, c.rms_norm_eps);
+  const size_t vocab = c.vocab_size;
+  if (n == 1) {
+    (*logits)[0].resize(vocab);
+    cpu::Linear(x_.data(), w.output_matrix().data(), nullptr, (*logits)[0].data(), 1, c.vocab_size,
+                d);
+    return absl::OkStatus();
+  }
+  if (out_.size() < n * vocab) out_.resize(n * vocab);
+  cpu::Linear(x_.data(), w.output_matrix().data(), nullptr, out_.data(), rows, c.vocab_size, d);
+  for (size_t i = 0; i < n; ++i) {
+    (*logits)[i].assign(out_.begin() + i * vocab, out_.begin() + (i + 1) * vocab);
+  }
   return absl::OkStatus();
 }
 

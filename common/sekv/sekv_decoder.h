@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
 #include "common/sekv/kv_cache.h"
@@ -30,6 +31,15 @@ class SekvDecoder {
   // writes next-token logits [vocab].
   absl::Status Step(int32_t token, int position, KvCache& cache, std::vector<float>* logits);
 
+  // One step of several sequences at once: row i runs tokens[i] at positions[i] with attention
+  // over *caches[i], and its logits go to (*logits)[i]. The layers' matrices are read once for
+  // all rows (a GEMM of batch rows, not one GEMV per sequence); attention stays per cache.
+  // Each row's logits equal its own Step's up to the GEMM's rounding (tests/sekv checks 1e-4).
+  // The tokens are checked before any cache changes: a bad one fails the whole call.
+  absl::Status StepBatch(absl::Span<const int32_t> tokens, absl::Span<const int> positions,
+                         absl::Span<KvCache* const> caches,
+                         std::vector<std::vector<float>>* logits);
+
   // A PrefixKv from pre-RoPE keys and values (an SCD rebuild's ExternalKv, or a prefill's
   // LayerStates) at positions [0, T): applies this model's RoPE to the keys. `kv`'s rows are
   // taken over, not copied, when it is passed as an rvalue (a long prompt's K/V is gigabytes).
@@ -41,7 +51,9 @@ class SekvDecoder {
   explicit SekvDecoder(std::shared_ptr<const Model> model);
   std::shared_ptr<const Model> model_;
   std::vector<float> inv_freq_;
+  // Activations of one step, [rows, width] (grown to the largest batch seen).
   std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_;
+  std::vector<float> out_;  // a batch's logits, [rows, vocab]
 };
 
 }  // namespace scd::sekv

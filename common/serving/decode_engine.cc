@@ -645,23 +645,33 @@ void DecodeEngine::Started(std::unique_ptr<Active> a, const std::vector<float>& 
 }
 
 void DecodeEngine::Step() {
-  // One batched Decode over the backend's sequences; SEKV requests step one by one after it.
-  // The backend samples where the logits are (on the device for CUDA): each request's sampler
-  // takes its draw first, exactly as Sample would.
+  // One batched Decode over the backend's sequences, then one batched step of the SEKV
+  // requests through their hierarchies (SekvSession::StepBatch: the weights are read once
+  // for all of them, not once per request). The backend samples where the logits are (on the
+  // device for CUDA): each request's sampler takes its draw first, exactly as Sample would.
   std::vector<Sequence*> seqs;
   std::vector<int32_t> inputs;
   std::vector<SampleDraw> draws;
+  std::vector<SekvSession*> sekv;
+  std::vector<int32_t> sekv_inputs;
   // Requests that ended are skipped here and below (a SEKV one has released its hierarchy).
   for (auto& a : running_) {
-    if (a->done || a->sekv != nullptr) continue;
+    if (a->done) continue;
+    if (a->sekv != nullptr) {
+      sekv.push_back(a->sekv.get());
+      sekv_inputs.push_back(a->next_input);
+      continue;
+    }
     seqs.push_back(a->seq.get());
     inputs.push_back(a->next_input);
     draws.push_back(a->sampler->Draw());
   }
   std::vector<int32_t> sampled;
-  std::vector<float> sekv_logits;
   const absl::Status st =
       seqs.empty() ? absl::OkStatus() : backend_->DecodeSample(seqs, inputs, draws, &sampled);
+  std::vector<std::vector<float>> sekv_logits;
+  const absl::Status sekv_st =
+      sekv.empty() ? absl::OkStatus() : SekvSession::StepBatch(sekv, sekv_inputs, &sekv_logits);
   DecodeGraphStats graphs = backend_->decode_graph_stats();  // this thread's to read
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -669,18 +679,25 @@ void DecodeEngine::Step() {
     ++stats_.steps;
     stats_.max_batch_seen =
         std::max<long>(stats_.max_batch_seen, static_cast<long>(running_.size()));
+    if (!sekv.empty()) {
+      ++stats_.sekv_steps;
+      stats_.sekv_step_rows += static_cast<long>(sekv.size());
+      stats_.sekv_max_step_rows =
+          std::max<long>(stats_.sekv_max_step_rows, static_cast<long>(sekv.size()));
+    }
   }
-  size_t row = 0;  // this request's row in the batch
+  size_t row = 0, sekv_row = 0;  // this request's row in its batch
   for (size_t i = 0; i < running_.size(); ++i) {
     Active& a = *running_[i];
     if (a.done) continue;
     int32_t next = 0;
     if (a.sekv != nullptr) {
-      if (absl::Status sst = a.sekv->Step(a.next_input, &sekv_logits); !sst.ok()) {
-        Finish(a, DecodeEvent::Error(sst));
+      const size_t r = sekv_row++;
+      if (!sekv_st.ok()) {
+        Finish(a, DecodeEvent::Error(sekv_st));
         continue;
       }
-      next = a.sampler->Sample(sekv_logits);
+      next = a.sampler->Sample(sekv_logits[r]);
     } else {
       const size_t r = row++;
       if (!st.ok()) {

@@ -148,6 +148,9 @@ struct DecodeEngineStats {
   // to register it where it lies (GpuSekv::cpu_tier_access), and the last refusal.
   long sekv_cpu_tier_copies = 0;
   std::string sekv_cpu_tier_copy_reason;
+  // Steps that decoded SEKV requests (one batched step of all of them each), the rows they
+  // decoded in all, and the most in one step.
+  long sekv_steps = 0, sekv_step_rows = 0, sekv_max_step_rows = 0;
   // The KV budget (DecodeEngineOptions::kv_budget_bytes as resolved; 0: no limit), the bytes
   // the admitted requests reserve now, and the requests that waited in the queue for KV
   // memory (each counted once).

@@ -227,6 +227,45 @@ absl::Status SekvSession::Activate(Backend& backend, const SekvServingOptions& o
   return absl::OkStatus();
 }
 
+absl::Status SekvSession::StepBatch(absl::Span<SekvSession* const> sessions,
+                                    absl::Span<const int32_t> tokens,
+                                    std::vector<std::vector<float>>* logits) {
+  const size_t n = sessions.size();
+  if (tokens.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SEKV batch step: ", n, " sessions and ", tokens.size(), " tokens"));
+  }
+  logits->resize(n);
+  if (n == 0) return absl::OkStatus();
+  std::vector<int> positions(n);
+  std::vector<sekv::GpuSekv*> gpus;
+  std::vector<sekv::KvCache*> caches;
+  for (size_t i = 0; i < n; ++i) {
+    SekvSession& s = *sessions[i];
+    if (s.last_token_ >= 0) return absl::FailedPreconditionError("SEKV session not activated");
+    if (&s.decoder_ != &sessions[0]->decoder_) {
+      return absl::InvalidArgumentError("SEKV batch step: the sessions have different decoders");
+    }
+    positions[i] = s.length_;
+    if (s.gpu_ != nullptr) {
+      gpus.push_back(s.gpu_.get());
+    } else {
+      caches.push_back(s.cache_.get());
+    }
+  }
+  if (!gpus.empty() && !caches.empty()) {
+    return absl::InvalidArgumentError(
+        "SEKV batch step: the sessions are not all on the GPU or all on the CPU");
+  }
+  if (!gpus.empty()) {
+    SCD_RETURN_IF_ERROR(sekv::GpuSekv::StepBatch(gpus, tokens, positions, logits));
+  } else {
+    SCD_RETURN_IF_ERROR(sessions[0]->decoder_.StepBatch(tokens, positions, caches, logits));
+  }
+  for (SekvSession* s : sessions) ++s->length_;
+  return absl::OkStatus();
+}
+
 absl::Status SekvSession::Step(int32_t token, std::vector<float>* logits) {
   if (gpu_ != nullptr) {
     SCD_RETURN_IF_ERROR(gpu_->Step(token, length_, logits));

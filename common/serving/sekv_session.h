@@ -180,6 +180,15 @@ class SekvSession {
 
   // Decodes `token` at the next position; next-token logits into `logits`.
   absl::Status Step(int32_t token, std::vector<float>* logits);
+  // Step for several sessions at once, in one step of the model: sessions[i] decodes tokens[i]
+  // and its logits go to (*logits)[i]. The layers' weights are read once for the batch, not
+  // once per session (SekvDecoder::StepBatch on the CPU, GpuSekv::StepBatch on the GPU);
+  // each session's attention still goes through its own hierarchy. The sessions are all on
+  // the GPU (of one backend) or all on the CPU (of one decoder). If the step fails, every
+  // session of the batch is left mid-step and takes no more steps.
+  static absl::Status StepBatch(absl::Span<SekvSession* const> sessions,
+                                absl::Span<const int32_t> tokens,
+                                std::vector<std::vector<float>>* logits);
 
   int length() const { return length_; }  // positions held: prompt + decoded tokens
   const sekv::MemoryBreakdown& memory() const { return memory_; }  // after the first step

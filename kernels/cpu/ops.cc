@@ -55,8 +55,17 @@ void SoftmaxPrefix(float* row, int valid, int cols) {
 }  // namespace
 
 void Linear(const float* x, const float* w, const float* bias, float* y, int m, int n, int k) {
-  if (m == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, 0.0f, y, 1);
+  // OpenBLAS's sgemm packs its operands, which costs about four GEMVs' time at a few rows (an
+  // 8B layer's matrices, 2 threads: one sgemm of 2 or 3 rows took 1.5x and 1x the time of a
+  // GEMV per row; of 4, 0.8x to 1.3x; of 8, about 0.5x; scd-sekv-bench's batches of 4 SEKV
+  // requests were slower batched with sgemm). So a decode batch of up to kGemvMaxRows rows
+  // runs a GEMV per row, as a batch of 1 does, bit for bit.
+  constexpr int kGemvMaxRows = 4;
+  if (m <= kGemvMaxRows) {
+    for (int r = 0; r < m; ++r) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x + static_cast<long>(r) * k, 1,
+                  0.0f, y + static_cast<long>(r) * n, 1);
+    }
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
   }

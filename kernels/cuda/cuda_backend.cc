@@ -80,8 +80,8 @@ struct AttentionStep {
   // Decode: row b is sequence b of the table, attending to lengths[b] positions.
   const int32_t* lengths = nullptr;
   int max_length = 0;
-  // External (one row, no table): the caller's attention, with K rotated in place.
-  cuda::DeviceLayerAttention* external = nullptr;
+  // External (no table): row r's attention is external[r]'s, with K rotated in place.
+  absl::Span<cuda::DeviceLayerAttention* const> external;
 };
 
 class CudaBackend : public Backend {
@@ -462,37 +462,55 @@ class CudaBackend : public Backend {
     return absl::OkStatus();
   }
 
-  // One decode step whose attention is the caller's (synthetic_backend.h).
-  absl::Status DecodeExternal(int32_t token, int position, cuda::DeviceLayerAttention& attention,
-                              std::vector<float>* logits) {
+  // One decode step whose attention is the caller's, row by row (synthetic_backend.h).
+  absl::Status DecodeExternal(absl::Span<const int32_t> tokens, absl::Span<const int> positions,
+                              absl::Span<cuda::DeviceLayerAttention* const> attention,
+                              std::vector<std::vector<float>>* logits) {
     const ModelConfig& c = model_->config;
-    SCD_RETURN_IF_ERROR(CheckTokenIds(c, absl::MakeConstSpan(&token, 1)));
-    if (position < 0 || position >= c.max_position_embeddings) {
-      return absl::OutOfRangeError(
-          absl::StrCat("position ", position, " is outside [0, ", c.max_position_embeddings, ")"));
+    const int rows = static_cast<int>(tokens.size());
+    if (positions.size() != tokens.size() || attention.size() != tokens.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("external decode step: ", rows, " tokens, ",
+                                                     positions.size(), " positions and ",
+                                                     attention.size(), " attentions"));
+    }
+    logits->resize(rows);
+    if (rows == 0) return absl::OkStatus();
+    SCD_RETURN_IF_ERROR(CheckTokenIds(c, tokens));
+    for (int i = 0; i < rows; ++i) {
+      if (positions[i] < 0 || positions[i] >= c.max_position_embeddings) {
+        return absl::OutOfRangeError(absl::StrCat("position ", positions[i], " is outside [0, ",
+                                                  c.max_position_embeddings, ")"));
+      }
+      if (attention[i] == nullptr) {
+        return absl::InvalidArgumentError("external decode step: null attention");
+      }
     }
     SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
     StepMeta meta;
-    const size_t ids_at = meta.Add(&token, 1);
-    const int32_t pos = position;
-    const size_t pos_at = meta.Add(&pos, 1);
+    const size_t ids_at = meta.Add(tokens.data(), rows);
+    const std::vector<int32_t> pos(positions.begin(), positions.end());
+    const size_t pos_at = meta.Add(pos.data(), rows);
     SCD_RETURN_IF_ERROR(Upload(meta));
-    SCD_RETURN_IF_ERROR(ReserveRows(1, /*hooks=*/false));
-    SCD_RETURN_IF_ERROR(logits_.Reserve(sizeof(float) * c.vocab_size, "logits"));
+    SCD_RETURN_IF_ERROR(ReserveRows(rows, /*hooks=*/false));
+    const size_t vocab = c.vocab_size;
+    SCD_RETURN_IF_ERROR(logits_.Reserve(sizeof(float) * rows * vocab, "logits"));
     AttentionStep step;
-    step.external = &attention;
-    SCD_RETURN_IF_ERROR(Forward(1, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at), nullptr,
+    step.external = attention;
+    SCD_RETURN_IF_ERROR(Forward(rows, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at), nullptr,
                                 cuda::KvCacheTable{}, step, false));
     SCD_RETURN_IF_ERROR(cuda::RmsNorm(x_.as<float>(), weights_->final_norm(), nullptr,
-                                      xn_bf16_.as<Bf16>(), 1, c.hidden_size, c.rms_norm_eps,
+                                      xn_bf16_.as<Bf16>(), rows, c.hidden_size, c.rms_norm_eps,
                                       stream()));
     SCD_RETURN_IF_ERROR(gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(), logits_.as<float>(),
-                                      1, c.vocab_size, c.hidden_size));
-    const size_t bytes = sizeof(float) * c.vocab_size;
+                                      rows, c.vocab_size, c.hidden_size));
+    const size_t bytes = sizeof(float) * rows * vocab;
     SCD_RETURN_IF_ERROR(pinned_.Reserve(bytes));
     SCD_RETURN_IF_ERROR(cuda::CopyToHost(pinned_.data(), logits_.data(), bytes, stream()));
     SCD_RETURN_IF_ERROR(stream_->Synchronize());
-    logits->assign(pinned_.as<float>(), pinned_.as<float>() + c.vocab_size);
+    for (int i = 0; i < rows; ++i) {
+      const float* row = pinned_.as<float>() + i * vocab;
+      (*logits)[i].assign(row, row + vocab);
+    }
     return absl::OkStatus();
   }
 
@@ -673,10 +691,14 @@ class CudaBackend : public Backend {
       }
       SCD_RETURN_IF_ERROR(
           cuda::ApplyRope(qkv, rows, c.num_heads, c.head_dim, qkv_dim, positions, inv_freq, s));
-      if (attention.external != nullptr) {
+      if (!attention.external.empty()) {
         SCD_RETURN_IF_ERROR(cuda::ApplyRope(qkv + qd, rows, c.num_kv_heads, c.head_dim, qkv_dim,
                                             positions, inv_freq, s));
-        SCD_RETURN_IF_ERROR(attention.external->Attend(l, qkv, qkv + qd, qkv + qd + kvd, att, s));
+        for (int r = 0; r < rows; ++r) {
+          const float* row = qkv + static_cast<size_t>(r) * qkv_dim;
+          SCD_RETURN_IF_ERROR(attention.external[r]->Attend(l, row, row + qd, row + qd + kvd,
+                                                            att + static_cast<size_t>(r) * qd, s));
+        }
       } else {
         SCD_RETURN_IF_ERROR(cuda::RopeStoreKv(qkv + qd, qkv + qd + kvd, qkv_dim, rows, row_seq,
                                               positions, table, l, c.num_kv_heads, c.head_dim,
@@ -862,7 +884,24 @@ absl::Status CudaDecodeExternal(Backend& backend, int32_t token, int position,
     return absl::InvalidArgumentError(
         absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
   }
-  return cuda_backend->DecodeExternal(token, position, attention, logits);
+  DeviceLayerAttention* const one[] = {&attention};
+  std::vector<std::vector<float>> out;
+  SCD_RETURN_IF_ERROR(cuda_backend->DecodeExternal(absl::MakeConstSpan(&token, 1),
+                                                   absl::MakeConstSpan(&position, 1), one, &out));
+  *logits = std::move(out[0]);
+  return absl::OkStatus();
+}
+
+absl::Status CudaDecodeExternalBatch(Backend& backend, absl::Span<const int32_t> tokens,
+                                     absl::Span<const int> positions,
+                                     absl::Span<DeviceLayerAttention* const> attention,
+                                     std::vector<std::vector<float>>* logits) {
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
+  }
+  return cuda_backend->DecodeExternal(tokens, positions, attention, logits);
 }
 
 }  // namespace cuda

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/runtime/backend.h"
 #include "kernels/cuda/ops.h"
 
@@ -53,6 +54,13 @@ class DeviceLayerAttention {
 // Sequence; next-token logits [vocab] into *logits. Fails when `backend` is not CUDA.
 absl::Status CudaDecodeExternal(Backend& backend, int32_t token, int position,
                                 DeviceLayerAttention& attention, std::vector<float>* logits);
+// The same for a batch: row i runs tokens[i] at positions[i] with attention[i]'s attention,
+// its logits into (*logits)[i]. The GEMMs run over all rows at once, so the weights are read
+// once per step, not once per row; each layer calls the rows' Attend in row order.
+absl::Status CudaDecodeExternalBatch(Backend& backend, absl::Span<const int32_t> tokens,
+                                     absl::Span<const int> positions,
+                                     absl::Span<DeviceLayerAttention* const> attention,
+                                     std::vector<std::vector<float>>* logits);
 
 // CUDA graphs for the backend's decode steps (Decode, DecodeSample): the step's work through
 // the logits is recorded once per shape (batch size, the length bucket of

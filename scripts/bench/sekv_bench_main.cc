@@ -12,6 +12,10 @@
 //   2. decode: the CPU decode-step time with the full cache and with SEKV at the same budget,
 //      at each --time-lengths, in one run, on the first --time-layers layers of the shape (the
 //      whole model does not fit this host's memory in fp32), with --vocab output rows.
+//   3. batching: --batch-sizes concurrent SEKV requests of --batch-length tokens on that
+//      model, each round stepped one by one (SekvDecoder::Step, as the decode engine did) and
+//      then as one batch (SekvDecoder::StepBatch: the weights read once per step), alternating,
+//      so the two share the machine's state; tokens per second and the speedup.
 // Surprisal: from the real stories260K on packed TinyStories text (--surprisal-model and
 // --surprisal-text), tiled to the length; else i.i.d. exponential.
 #include <algorithm>
@@ -20,6 +24,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_split.h"
@@ -104,13 +109,34 @@ std::pair<double, double> EigenSeconds(const float* k, const Segmentation& seg, 
   return {solver, jacobi};
 }
 
+// A prompt of `t` positions with N(0, 1) K/V in every layer of `shape`.
+PrefixKv RandomPrefix(const CacheShape& shape, int t, std::vector<float> surprisal) {
+  PrefixKv prefix;
+  prefix.num_tokens = t;
+  prefix.surprisal = std::move(surprisal);
+  const size_t n = static_cast<size_t>(t) * shape.kv_dim();
+  for (int l = 0; l < shape.num_layers; ++l) {
+    prefix.k.emplace_back(n);
+    prefix.v.emplace_back(n);
+    FillNormal(prefix.k.back().data(), n, 500 + 2 * l, 0.0f, 1.0f);
+    FillNormal(prefix.v.back().data(), n, 501 + 2 * l, 0.0f, 1.0f);
+  }
+  return prefix;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   float budget = 0.4f;
   std::string mem_lengths = "32768,131072", time_lengths = "8192,32768";
   std::string surprisal_model, surprisal_text;
-  int time_layers = 2, vocab = 32000, steps = 8;
+  int time_layers = 2, vocab = 32000, steps = 8, batch_length = 4096;
+  std::string batch_sizes = "1,2,4,8";
   scd::cli::FlagParser flags("scd-sekv-bench", "[flags]");
   flags.AddFloat("budget", &budget,
                  "GPU-tier bytes as a fraction of full KV (the planner's target)");
@@ -119,6 +145,9 @@ int main(int argc, char** argv) {
   flags.AddInt("time-layers", &time_layers, "layers of the timed model");
   flags.AddInt("vocab", &vocab, "vocabulary of the timed model");
   flags.AddInt("steps", &steps, "timed decode steps (median reported)");
+  flags.AddString("batch-sizes", &batch_sizes,
+                  "concurrent SEKV requests stepped one by one and as one batch (empty: skip)");
+  flags.AddInt("batch-length", &batch_length, "context length of each batched request");
   flags.AddString("surprisal-model", &surprisal_model, "take surprisal from this model's prefill");
   flags.AddString("surprisal-text", &surprisal_text, "text for --surprisal-model");
   if (auto st = flags.Parse(argc, argv); !st.ok()) {
@@ -236,16 +265,7 @@ int main(int argc, char** argv) {
   std::printf("%8s %12s %12s %10s %14s %14s %12s\n", "tokens", "full_ms", "sekv_ms", "sekv/full",
               "attn_full_ms", "attn_sekv_ms", "expanded/rd");
   for (int t : ParseInts(time_lengths)) {
-    PrefixKv prefix;
-    prefix.num_tokens = t;
-    prefix.surprisal = Surprisal(t, real_surprisal, 9);
-    const size_t n = static_cast<size_t>(t) * ts.kv_dim();
-    for (int l = 0; l < ts.num_layers; ++l) {
-      prefix.k.emplace_back(n);
-      prefix.v.emplace_back(n);
-      FillNormal(prefix.k.back().data(), n, 500 + 2 * l, 0.0f, 1.0f);
-      FillNormal(prefix.v.back().data(), n, 501 + 2 * l, 0.0f, 1.0f);
-    }
+    const PrefixKv prefix = RandomPrefix(ts, t, Surprisal(t, real_surprisal, 9));
     const BudgetPlan plan =
         PlanBudget(prefix.surprisal, budget, SekvOptions{}, BudgetShares{}, ts.head_dim);
     auto sekv =
@@ -286,6 +306,62 @@ int main(int argc, char** argv) {
         "         SEKV GPU tier %.3f of full KV; %d pinned and %d expansion-buffer tokens per "
         "(layer, head)\n",
         sm.gpu_ratio(), plan.sekv.pin_tokens, plan.sekv.expand_budget);
+  }
+
+  // ---- 3. Concurrent SEKV requests: one Step each against one StepBatch of all. ----
+  const std::vector<int> batches = ParseInts(batch_sizes);
+  if (!batches.empty()) {
+    const int t = batch_length;
+    std::printf(
+        "\nSEKV requests decoding at once, %d tokens each: every round steps all of them one by "
+        "one (Step), then all at once (StepBatch); median of %d rounds after 2 warm-ups\n",
+        t, steps);
+    std::printf("%6s %14s %14s %16s %16s %10s\n", "batch", "one_by_one_ms", "batched_ms",
+                "one_by_one_tok/s", "batched_tok/s", "speedup");
+    const PrefixKv prefix = RandomPrefix(ts, t, Surprisal(t, real_surprisal, 9));
+    const BudgetPlan plan =
+        PlanBudget(prefix.surprisal, budget, SekvOptions{}, BudgetShares{}, ts.head_dim);
+    for (int n : batches) {
+      std::vector<std::unique_ptr<SekvCache>> caches;
+      std::vector<KvCache*> rows;
+      for (int i = 0; i < n; ++i) {
+        auto c =
+            SekvCache::CreateWithSegmentation(ts, prefix, plan.segmentation, plan.sekv, nullptr);
+        if (!c.ok()) return scd::cli::kExitFailure;
+        caches.push_back(std::move(c).value());
+        rows.push_back(caches.back().get());
+      }
+      std::vector<float> logits;
+      std::vector<std::vector<float>> batch_logits;
+      std::vector<double> one_ms, batch_ms;
+      int position = t;
+      for (int round = 0; round < steps + 2; ++round) {
+        auto t0 = Clock::now();
+        for (int i = 0; i < n; ++i) {
+          if (!(*dec)->Step(3 + round, position, *rows[i], &logits).ok()) {
+            return scd::cli::kExitFailure;
+          }
+        }
+        const double one = Ms(t0);
+        ++position;
+        const std::vector<int32_t> tokens(n, 4 + round);
+        const std::vector<int> positions(n, position);
+        t0 = Clock::now();
+        if (!(*dec)->StepBatch(tokens, positions, rows, &batch_logits).ok()) {
+          return scd::cli::kExitFailure;
+        }
+        const double together = Ms(t0);
+        ++position;
+        if (round >= 2) {
+          one_ms.push_back(one);
+          batch_ms.push_back(together);
+        }
+      }
+      const double a = Median(one_ms), b = Median(batch_ms);
+      std::printf("%6d %14.1f %14.1f %16.2f %16.2f %10.2f\n", n, a, b, 1e3 * n / a, 1e3 * n / b,
+                  a / b);
+      std::fflush(stdout);
+    }
   }
   return 0;
 }

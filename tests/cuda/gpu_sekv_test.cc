@@ -270,6 +270,99 @@ TEST_CASE("GPU SEKV decode of stories260K follows the CPU SEKV decode and the fu
   }
 }
 
+TEST_CASE("GPU SEKV mirrors stepped as one batch give each mirror's own step", "[cuda]") {
+  // Three prompts of different lengths; each has two identical caches, one mirror stepped
+  // alone and one in GpuSekv::StepBatch with the others (rows at different positions, the
+  // device and the host zoom in one batch). Every token is expanded with lossless bases, or
+  // there are summaries only, so no selection can flip on the GEMM's rounding, which differs
+  // between a batch and a single row (cuBLAS, or the stand-ins' BLAS, may pick another
+  // algorithm). The F32 difference is ~1e-6, but the backend rounds each layer's activations
+  // to BF16 before its GEMMs, and a rounding that flips moves stories260K's logits by up to a
+  // few 1e-2 (measured on the stand-ins: mean |d| up to 0.012 in the BF16 tier); hence
+  // backend_test's bounds. A row given another row's attention is off by far more.
+  SCD_SKIP_WITHOUT_CUDA();
+  auto model = testing::LoadSharedModel("models/stories260K");
+  auto backend = testing::MakeBackend(BackendKind::kCuda, model);
+  auto decoder = SekvDecoder::Create(model);
+  REQUIRE(decoder.ok());
+  auto cpu = testing::MakeBackend(BackendKind::kCpu, model);
+  const int vocab = model->config.vocab_size;
+  const int lengths[] = {60, 90, 75};
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<PrefixKv> prefixes;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<int32_t> p = testing::RandomInts(lengths[r] + 6, 10 + r, vocab - 3);
+    for (int32_t& x : p) x += 3;
+    p.front() = 1;
+    auto seq = cpu->NewSequence(lengths[r]).value();
+    PrefillOptions po;
+    po.layer_states = po.surprisal = true;
+    PrefillResult pr;
+    testing::RequireOk(cpu->Prefill(*seq, absl::MakeConstSpan(p).first(lengths[r]), po, &pr));
+    auto prefix = (*decoder)->MakePrefix(pr.layers, lengths[r], pr.surprisal);
+    REQUIRE(prefix.ok());
+    prefixes.push_back(std::move(prefix).value());
+    prompts.push_back(std::move(p));
+  }
+  auto run = [&](const SekvOptions& o) {
+    std::vector<std::unique_ptr<SekvCache>> caches;  // [alone 0..2, batched 0..2]
+    std::vector<std::unique_ptr<GpuSekv>> mirrors;
+    for (int set = 0; set < 2; ++set) {
+      for (int r = 0; r < 3; ++r) {
+        auto c = SekvCache::Create((*decoder)->shape(), prefixes[r], o, nullptr);
+        REQUIRE(c.ok());
+        caches.push_back(std::move(c).value());
+        auto m = GpuSekv::Create(*backend, *caches.back(), GpuTier::kBf16,
+                                 r == 1 ? GpuZoom::kHost : GpuZoom::kDevice);
+        testing::RequireOk(m.status());
+        mirrors.push_back(std::move(m).value());
+      }
+    }
+    GpuSekv* const batch[] = {mirrors[3].get(), mirrors[4].get(), mirrors[5].get()};
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int32_t> tokens;
+      std::vector<int> positions;
+      for (int r = 0; r < 3; ++r) {
+        tokens.push_back(prompts[r][lengths[r] + i]);
+        positions.push_back(lengths[r] + i);
+      }
+      std::vector<std::vector<float>> together;
+      testing::RequireOk(GpuSekv::StepBatch(batch, tokens, positions, &together));
+      REQUIRE(together.size() == 3);
+      for (int r = 0; r < 3; ++r) {
+        std::vector<float> alone;
+        testing::RequireOk(mirrors[r]->Step(tokens[r], positions[r], &alone));
+        testing::CheckLogits(
+            Centred(together[r]), Centred(alone), kLogitMaxAbs, kLogitMeanAbs,
+            "row " + std::to_string(r) + " of the batch vs alone, step " + std::to_string(i));
+      }
+    }
+    for (int r = 0; r < 3; ++r) {  // the host caches took the same rows, and zoomed alike
+      CHECK(caches[3 + r]->Memory().window == caches[r]->Memory().window);
+      CHECK(caches[3 + r]->zoom_stats().expanded_tokens == caches[r]->zoom_stats().expanded_tokens);
+    }
+    // A batch refuses mismatched inputs before it runs.
+    std::vector<std::vector<float>> none;
+    const int32_t two_tokens[] = {5, 6};
+    const int one_position[] = {lengths[0] + 6};
+    CHECK(
+        GpuSekv::StepBatch(absl::MakeConstSpan(batch, 2), two_tokens, one_position, &none).code() ==
+        absl::StatusCode::kInvalidArgument);
+  };
+  SECTION("every token expanded (lossless bases)") {
+    SekvOptions o;
+    o.store.energy = 1.0;
+    o.expand_budget = 90;
+    o.tau_override = 0.0f;
+    run(o);
+  }
+  SECTION("summaries only") {
+    SekvOptions o;
+    o.zoom = false;
+    run(o);
+  }
+}
+
 TEST_CASE("GpuSekv reads a CPU tier mapped ahead on another thread, as one it maps itself",
           "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();

@@ -198,7 +198,8 @@ TEST_CASE(
     CHECK(s.kv_budget_bytes == static_cast<int64_t>(0.9 * static_cast<double>(free_at_create)));
     CHECK(s.completed == 6);
     CHECK(s.failed == 0);
-    for (uint64_t id = 1; id <= 6; ++id) CHECK(ev.tokens[id].size() == d.max_tokens);
+    for (uint64_t id = 1; id <= 6; ++id)
+      CHECK(ev.tokens[id].size() == static_cast<size_t>(d.max_tokens));
     CHECK(s.max_batch_seen <= s.kv_budget_bytes / static_cast<int64_t>(d.need));
     CHECK(s.kv_waits >= 2);  // the first request of the second and third pairs, at least
   }
@@ -228,7 +229,8 @@ TEST_CASE(
   CHECK(s.completed == 8);
   CHECK(s.failed == 0);
   CHECK(s.sekv_requests == 8);
-  for (uint64_t id = 1; id <= 8; ++id) CHECK(ev.tokens[id].size() == d.max_tokens);
+  for (uint64_t id = 1; id <= 8; ++id)
+    CHECK(ev.tokens[id].size() == static_cast<size_t>(d.max_tokens));
   // Once built, a request keeps its mirror's device memory (about half its full cache here),
   // so a fourth starts beside three.
   CHECK(s.max_batch_seen >= 4);

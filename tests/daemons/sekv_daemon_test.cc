@@ -102,6 +102,16 @@ TEST_CASE("A decode daemon with SEKV serves requests and reports its GPU tier", 
     body = HttpGet(decode.http_port, "/metrics").body;
   }
   CHECK(MetricValue(body, "scd_decode_sekv_host_reserved_bytes") == std::optional<double>(0));
+  // The requests came one after another, so each SEKV decode step held one of them (both
+  // counters come from one sample of the engine's statistics).
+  for (int i = 0; i < 50 && !(MetricValue(body, "scd_decode_sekv_steps_total") > 0.0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    body = HttpGet(decode.http_port, "/metrics").body;
+  }
+  const auto steps = MetricValue(body, "scd_decode_sekv_steps_total");
+  REQUIRE(steps.has_value());
+  CHECK(*steps > 0);
+  CHECK(MetricValue(body, "scd_decode_sekv_step_rows_total") == steps);
 }
 
 TEST_CASE("A bad sekv key stops the decode daemon with the key's name", "[daemons]") {

@@ -18,4 +18,10 @@ absl::Status CudaDecodeExternal(Backend&, int32_t, int, DeviceLayerAttention&,
   return absl::UnimplementedError("test_gpu_host has no CUDA backend");
 }
 
+absl::Status CudaDecodeExternalBatch(Backend&, absl::Span<const int32_t>, absl::Span<const int>,
+                                     absl::Span<DeviceLayerAttention* const>,
+                                     std::vector<std::vector<float>>*) {
+  return absl::UnimplementedError("test_gpu_host has no CUDA backend");
+}
+
 }  // namespace scd::cuda

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 #include "common/base/random.h"
 #include "common/model/weights.h"
@@ -93,6 +94,81 @@ TEST_CASE("decoder with the full cache reproduces the backend's decode", "[cpu]"
     Sequence* batch[] = {pf.seq.get()};
     REQUIRE(pf.backend->Decode(batch, absl::MakeConstSpan(&ids[i], 1), &ref).ok());
     REQUIRE(MaxDiff(mine, ref) < 1e-4);
+  }
+}
+
+TEST_CASE("a batched step gives each sequence its own step's logits", "[cpu]") {
+  // Three prompts of different lengths, each with a SEKV cache at 0.4 (and one row with a full
+  // cache): stepped one by one, and, from identical caches, all in one StepBatch.
+  auto model = TinyModel();
+  auto dec = SekvDecoder::Create(model);
+  REQUIRE(dec.ok());
+  const int lengths[] = {90, 130, 110};
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<Prefilled> pf;
+  std::vector<std::unique_ptr<KvCache>> alone, batched;
+  for (int r = 0; r < 3; ++r) {
+    ids.push_back(Tokens(lengths[r] + 12, 20 + r));
+    pf.push_back(Prefill(model, **dec, ids[r], lengths[r]));
+    const BudgetPlan plan =
+        PlanBudget(pf[r].prefix.surprisal, 0.4, SekvOptions{}, BudgetShares{}, 8);
+    for (auto* set : {&alone, &batched}) {
+      auto c = SekvCache::CreateWithSegmentation((*dec)->shape(), pf[r].prefix, plan.segmentation,
+                                                 plan.sekv, nullptr);
+      REQUIRE(c.ok());
+      set->push_back(std::move(c).value());
+    }
+  }
+  for (auto* set : {&alone, &batched}) {
+    set->push_back(std::make_unique<FullKvCache>((*dec)->shape(), pf[0].prefix));
+  }
+  const int rows = 4;
+  auto prompt_length = [&](int r) { return lengths[r % 3]; };
+  auto token = [&](int r, int i) { return ids[r % 3][prompt_length(r) + i]; };
+  std::vector<float> one;
+  std::vector<std::vector<float>> all;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> tokens;
+    std::vector<int> positions;
+    std::vector<KvCache*> caches;
+    for (int r = 0; r < rows; ++r) {
+      tokens.push_back(token(r, i));
+      positions.push_back(prompt_length(r) + i);
+      caches.push_back(batched[r].get());
+    }
+    REQUIRE((*dec)->StepBatch(tokens, positions, caches, &all).ok());
+    REQUIRE(all.size() == rows);
+    for (int r = 0; r < rows; ++r) {
+      REQUIRE((*dec)->Step(tokens[r], positions[r], *alone[r], &one).ok());
+      INFO("row " << r << ", step " << i);
+      REQUIRE(all[r].size() == one.size());
+      REQUIRE(MaxDiff(all[r], one) < 1e-4);
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    CHECK(batched[r]->Memory().window == alone[r]->Memory().window);
+    CHECK(batched[r]->Memory().full_kv == alone[r]->Memory().full_kv);
+  }
+  for (int r = 0; r < 3; ++r) {  // the same zoom-ins, so the same rows attended
+    const ZoomStats a = static_cast<SekvCache&>(*alone[r]).zoom_stats();
+    const ZoomStats b = static_cast<SekvCache&>(*batched[r]).zoom_stats();
+    CHECK(a.steps == b.steps);
+    CHECK(a.expanded_tokens == b.expanded_tokens);
+  }
+
+  SECTION("a bad token or mismatched spans fail before any cache changes") {
+    const size_t before = batched[1]->Memory().window;
+    const int32_t bad[] = {5, 64};
+    const int pos[] = {200, 200};
+    KvCache* two[] = {batched[3].get(), batched[1].get()};
+    const absl::Status st = (*dec)->StepBatch(bad, pos, two, &all);
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(st.message(), "token id 64"));
+    CHECK((*dec)->StepBatch(absl::MakeConstSpan(bad, 1), pos, two, &all).code() ==
+          absl::StatusCode::kInvalidArgument);
+    CHECK(batched[1]->Memory().window == before);
+    CHECK((*dec)->StepBatch({}, {}, {}, &all).ok());
+    CHECK(all.empty());
   }
 }
 

@@ -134,6 +134,44 @@ TEST_CASE("SEKV engine serves batched requests within the GPU budget", "[cpu]") 
   CHECK(s.sekv_cpu_bytes > 0);
 }
 
+TEST_CASE("SEKV requests decode together in one step, each with the tokens it gets alone",
+          "[cpu]") {
+  SekvFixture f;
+  // The four builds are held until all four have begun, so the requests start decoding
+  // together.
+  Gate gate;
+  std::atomic<int> builds{0};
+  DecodeEngineOptions o = SekvFixture::Options(0.4);
+  o.sekv.before_build = [&] {
+    if (builds.fetch_add(1) == 3) gate.Open();
+    gate.Hold();
+  };
+  auto engine = f.ProducerFixture::Engine(o);
+  DecodeEventCollector ev;
+  const int kTokens = 24;
+  for (uint64_t id = 1; id <= 4; ++id) {
+    REQUIRE(engine->Submit(Job(id, 50 + 15 * static_cast<int>(id), kTokens), ev.For(id)).ok());
+  }
+  ev.WaitFor(4);
+  const DecodeEngineStats s = engine->stats();
+  CHECK(s.sekv_max_step_rows == 4);
+  // Each request's first token comes from its last prompt token's step (SekvSession::Activate),
+  // every other one from a batched step.
+  CHECK(s.sekv_step_rows == 4 * (kTokens - 1));
+  CHECK(s.sekv_steps < s.sekv_step_rows);
+  auto idle = f.Engine(0.4);
+  for (uint64_t id = 1; id <= 4; ++id) {
+    INFO("request " << id);
+    REQUIRE(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
+    REQUIRE(ev.tokens[id].size() == static_cast<size_t>(kTokens));
+    DecodeEventCollector alone;
+    REQUIRE(idle->Submit(Job(id, 50 + 15 * static_cast<int>(id), kTokens), alone.For(id)).ok());
+    alone.WaitFor(1);
+    CHECK(alone.tokens[id] == ev.tokens[id]);
+  }
+  CHECK(idle->stats().sekv_max_step_rows == 1);
+}
+
 TEST_CASE("SEKV session builds the hierarchy from the payload's K/V and surprisal", "[cpu]") {
   SekvFixture f;
   const auto prompt = SyntheticPrompt(150, 7);

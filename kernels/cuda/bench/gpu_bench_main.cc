@@ -21,13 +21,17 @@
 //   - SEKV whole step (sekv_model_bench.h): a whole batch-1 decode step through the decode
 //     daemon's GPU SEKV path (sekv::GpuSekv, zoom-in and CPU tier included) against the
 //     backend's own full-KV decode step, at each --sekv-model-contexts length (first model),
-//     with the zoom-in on the device (the daemon's default) and on the host.
+//     with the zoom-in on the device (the daemon's default) and on the host;
+//   - SEKV batches (sekv_model_bench.h): --sekv-batches concurrent SEKV requests of
+//     --sekv-batch-context tokens (last model, at the end of the run), stepped one by one
+//     and as one batch.
 // Writes results.json and results.md into --out after every part (so a later failure keeps the
 // earlier figures), and prints the command line, each step, and the ratios. Usage:
 //   scd-gpu-bench --out DIR [--models mistral-7b,llama3-8b] [--prefill 1024,4096,16384]
 //                 [--batches 1,32] [--context 512] [--steps 16] [--scd-tokens 4096]
 //                 [--sekv-contexts 32768,131072] [--sekv-model-contexts 32768] [--skip-scd]
-//                 [--skip-sekv] [--skip-sekv-model] [--quick]
+//                 [--skip-sekv] [--skip-sekv-model] [--sekv-batch-context 4096]
+//                 [--sekv-batches 1,4,8] [--skip-sekv-batch] [--quick]
 // --quick (before the other flags, which then override it) runs every part at toy sizes (the
 // "tiny" model, 256-wide GEMMs, a 16 MiB copy): a check of the tool itself, whose figures
 // mean nothing. CI runs it over CPU stand-ins of the CUDA calls (scd-gpu-bench-host,
@@ -78,6 +82,10 @@ struct Flags {
   // attention shape): its host cache takes L·N·kv_dim·8 bytes of random K/V to build (8.6 GB
   // at 32K) and seconds of 16 cores.
   std::vector<int> sekv_model_contexts = {32768};
+  // Concurrent SEKV requests of one context (last model): stepped one by one and batched.
+  int sekv_batch_context = 4096;
+  std::vector<int> sekv_batches = {1, 4, 8};
+  bool skip_sekv_batch = false;
   bool skip_scd = false;
   bool skip_sekv = false;
   bool skip_sekv_model = false;
@@ -95,6 +103,8 @@ void SetQuick(Flags* f) {
   f->scd_tokens = 128;
   f->sekv_contexts = {1024};
   f->sekv_model_contexts = {1024};
+  f->sekv_batch_context = 1024;
+  f->sekv_batches = {1, 2};
 }
 
 [[noreturn]] void Die(const std::string& message) {
@@ -149,6 +159,12 @@ Flags ParseFlags(int argc, char** argv) {
       f.skip_sekv = true;
     } else if (arg == "--skip-sekv-model") {
       f.skip_sekv_model = true;
+    } else if (arg == "--sekv-batch-context") {
+      f.sekv_batch_context = std::stoi(value());
+    } else if (arg == "--sekv-batches") {
+      f.sekv_batches = ParseInts(value());
+    } else if (arg == "--skip-sekv-batch") {
+      f.skip_sekv_batch = true;
     } else if (arg == "--quick") {
       SetQuick(&f);
     } else {
@@ -161,6 +177,7 @@ Flags ParseFlags(int argc, char** argv) {
       Die("--sekv-contexts values must be at least 1024 (got " + std::to_string(n) + ")");
     }
   }
+  if (f.sekv_batch_context < 1024) Die("--sekv-batch-context must be at least 1024");
   for (int n : f.sekv_model_contexts) {
     if (n < 1024) {
       Die("--sekv-model-contexts values must be at least 1024 (got " + std::to_string(n) + ")");
@@ -471,11 +488,12 @@ std::string Markdown(const nlohmann::json& r) {
                             d["eager_vs_copy"].get<double>(), d["graph_speedup"].get<double>());
     }
   }
-  bool scd = false, sekv = false, sekv_model = false;
+  bool scd = false, sekv = false, sekv_model = false, sekv_batch = false;
   for (const auto& m : r["models"]) {
     scd = scd || m.contains("scd_rebuild");
     sekv = sekv || m.contains("sekv");
     sekv_model = sekv_model || m.contains("sekv_model");
+    sekv_batch = sekv_batch || m.contains("sekv_batch");
   }
   if (scd) {
     md << "\nSCD rebuild (host codes to the filled BF16 cache: staging + upload + decode), with "
@@ -532,6 +550,30 @@ std::string Markdown(const nlohmann::json& r) {
             x["ratio"].get<double>(), whole, x["entries_per_head"].get<int>(),
             x["context"].get<int>(), x["sekv_tier_bytes"].get<double>() / 1e9,
             x["full_kv_bytes"].get<double>() / 1e9, x["tier_fraction"].get<double>());
+      }
+    }
+  }
+  if (sekv_batch) {
+    md << "\nConcurrent SEKV requests through the decode daemon's GPU path (`GpuSekv`, as "
+       << "above), each round stepped one by one (`GpuSekv::Step`) and then as one batch "
+       << "(`GpuSekv::StepBatch`: the weights read once); medians of 10 rounds.\n\n"
+       << "| model | context | requests | one by one (ms) | batched (ms) | one by one (tok/s) | "
+       << "batched (tok/s) | speed-up |\n|---|---|---|---|---|---|---|---|\n";
+    for (const auto& m : r["models"]) {
+      if (!m.contains("sekv_batch")) continue;
+      const auto& b = m["sekv_batch"];
+      if (b.is_object() && b.contains("error")) {
+        md << absl::StrFormat("| %s | error: %s |||||||\n", m["model"].get<std::string>(),
+                              b["error"].get<std::string>());
+        continue;
+      }
+      for (const auto& x : b) {
+        md << absl::StrFormat("| %s | %d | %d | %.3f | %.3f | %.1f | %.1f | %.2fx |\n",
+                              m["model"].get<std::string>(), m["sekv_batch_context"].get<int>(),
+                              x["batch"].get<int>(), x["one_by_one_ms"].get<double>(),
+                              x["batched_ms"].get<double>(),
+                              x["one_by_one_tokens_per_s"].get<double>(),
+                              x["batched_tokens_per_s"].get<double>(), x["speedup"].get<double>());
       }
     }
   }
@@ -635,6 +677,13 @@ void PrintSummary(const nlohmann::json& r) {
         }
       }
     }
+    if (m.contains("sekv_batch") && m["sekv_batch"].is_array()) {
+      for (const auto& x : m["sekv_batch"]) {
+        std::printf("%s sekv batch %d batched_vs_one_by_one=%.2f (%.3f vs %.3f ms a step)\n", name,
+                    x["batch"].get<int>(), x["speedup"].get<double>(),
+                    x["batched_ms"].get<double>(), x["one_by_one_ms"].get<double>());
+      }
+    }
     for (const auto& x : m.value("sekv_model", nlohmann::json::array())) {
       if (x.contains("error")) {
         std::printf("%s context %d sekv_model_vs_full=error (%s)\n", name, x["context"].get<int>(),
@@ -726,6 +775,18 @@ int Main(int argc, char** argv) {
         entry["sekv_model"].push_back(y);
         save();
       }
+    }
+    // Last: a run cut short by its time limit loses this part before any of the issue's.
+    if (!f.skip_sekv_batch && name == f.models.back()) {
+      absl::StatusOr<nlohmann::json> x =
+          cuda_bench::MeasureSekvBatchSteps(c, f.sekv_batch_context, f.sekv_batches);
+      if (!x.ok()) {
+        std::printf("  sekv batch FAILED: %s\n", x.status().ToString().c_str());
+        ++failures;
+      }
+      entry["sekv_batch"] = x.ok() ? *x : ErrorJson(x.status());
+      entry["sekv_batch_context"] = f.sekv_batch_context;
+      save();
     }
   }
 

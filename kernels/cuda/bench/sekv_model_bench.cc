@@ -65,6 +65,42 @@ absl::StatusOr<double> TimeSteps(const std::function<absl::Status(int)>& step,
   return Median(ms);
 }
 
+// `context` positions of N(0, 1) post-RoPE K/V in every layer, and surprisal -2 log U.
+sekv::PrefixKv RandomPrefix(const ModelConfig& c, int context) {
+  const size_t kvd = c.kv_dim();
+  sekv::PrefixKv prefix;
+  prefix.num_tokens = context;
+  prefix.k.resize(c.num_layers);
+  prefix.v.resize(c.num_layers);
+  ParallelFor(2 * static_cast<size_t>(c.num_layers), [&](size_t i) {
+    std::vector<float>& x = i % 2 == 0 ? prefix.k[i / 2] : prefix.v[i / 2];
+    x.resize(static_cast<size_t>(context) * kvd);
+    FillNormal(x.data(), x.size(), kSeed + 100 + i, 0.0f, 1.0f);
+  });
+  prefix.surprisal.resize(context);
+  FillUniform(prefix.surprisal.data(), context, kSeed + 99, 0.0f, 1.0f);
+  for (float& s : prefix.surprisal) s = -2.0f * std::log1p(-s);
+  return prefix;
+}
+
+// Planned as the decode daemon plans its default tier (BF16 rows, the zoom on the device).
+sekv::BudgetPlan DaemonPlan(const ModelConfig& c, const sekv::PrefixKv& prefix) {
+  return sekv::PlanBudget(
+      prefix.surprisal, kBudget, sekv::SekvOptions{}, sekv::BudgetShares{}, c.head_dim,
+      sekv::GpuSekv::PlanOverhead(sekv::CacheShape::FromConfig(c), sekv::SekvOptions{},
+                                  sekv::GpuTier::kBf16, sekv::GpuZoom::kDevice));
+}
+
+// The plan with the benchmark's fixed zoom-in: kExpandRows rows per layer and KV head, every
+// span a candidate.
+sekv::SekvOptions BenchOptions(const sekv::BudgetPlan& plan) {
+  sekv::SekvOptions o = plan.sekv;
+  o.expand_budget = kExpandRows;
+  o.cache_tokens = 0;
+  o.tau_override = 0.0f;
+  return o;
+}
+
 }  // namespace
 
 absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, int context) {
@@ -95,27 +131,9 @@ absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, i
 
   // SEKV: the host cache at the daemon's budget, then its GPU tier; once with the zoom-in on
   // the device, then (a cache built afresh: a mirror steps its cache) on the host.
-  sekv::PrefixKv prefix;
-  prefix.num_tokens = context;
-  prefix.k.resize(layers);
-  prefix.v.resize(layers);
-  ParallelFor(2 * static_cast<size_t>(layers), [&](size_t i) {
-    std::vector<float>& x = i % 2 == 0 ? prefix.k[i / 2] : prefix.v[i / 2];
-    x.resize(static_cast<size_t>(context) * kvd);
-    FillNormal(x.data(), x.size(), kSeed + 100 + i, 0.0f, 1.0f);
-  });
-  prefix.surprisal.resize(context);
-  FillUniform(prefix.surprisal.data(), context, kSeed + 99, 0.0f, 1.0f);
-  for (float& s : prefix.surprisal) s = -2.0f * std::log1p(-s);
-  // Planned as the decode daemon plans its default tier (BF16 rows, the zoom on the device).
-  const sekv::BudgetPlan plan = sekv::PlanBudget(
-      prefix.surprisal, kBudget, sekv::SekvOptions{}, sekv::BudgetShares{}, c.head_dim,
-      sekv::GpuSekv::PlanOverhead(sekv::CacheShape::FromConfig(c), sekv::SekvOptions{},
-                                  sekv::GpuTier::kBf16, sekv::GpuZoom::kDevice));
-  sekv::SekvOptions o = plan.sekv;
-  o.expand_budget = kExpandRows;
-  o.cache_tokens = 0;
-  o.tau_override = 0.0f;
+  const sekv::PrefixKv prefix = RandomPrefix(c, context);
+  const sekv::BudgetPlan plan = DaemonPlan(c, prefix);
+  const sekv::SekvOptions o = BenchOptions(plan);
   std::printf("  sekv model context %d: full KV and weights %.1f s\n", context,
               Seconds(t0, Clock::now()));
 
@@ -229,6 +247,80 @@ absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, i
       context, full_ms, sekv_ms, full_ms / sekv_ms, host_ms, host_ms / sekv_ms,
       x["expanded_rows_per_head"].get<double>(), x["tier_fraction"].get<double>());
   return x;
+}
+
+absl::StatusOr<nlohmann::json> MeasureSekvBatchSteps(const ModelConfig& config, int context,
+                                                     const std::vector<int>& batches) {
+  ModelConfig c = config;
+  c.sliding_window = 0;
+  const int rounds = kWarmups + kSteps;
+  c.max_position_embeddings = std::max(c.max_position_embeddings, context + 2 * rounds + 1);
+  std::printf("  sekv batch context %d: building the weights\n", context);
+  const auto t0 = Clock::now();
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                       cuda::CreateSyntheticCudaBackend(c, kSeed));
+  const sekv::CacheShape shape = sekv::CacheShape::FromConfig(c);
+  const sekv::PrefixKv prefix = RandomPrefix(c, context);
+  const sekv::BudgetPlan plan = DaemonPlan(c, prefix);
+  const sekv::SekvOptions o = BenchOptions(plan);
+  std::printf("  sekv batch context %d: weights and K/V in %.1f s\n", context,
+              Seconds(t0, Clock::now()));
+  nlohmann::json out = nlohmann::json::array();
+  for (int n : batches) {
+    if (n < 1) return absl::InvalidArgumentError("SEKV batch sizes must be at least 1");
+    // Fresh requests for each batch size: a host cache each (as its build makes it), and its
+    // mirror (a mirror's first step picks the cache's pins, once).
+    const auto t1 = Clock::now();
+    std::vector<std::unique_ptr<sekv::SekvCache>> caches;
+    std::vector<std::unique_ptr<sekv::GpuSekv>> mirrors;
+    std::vector<sekv::GpuSekv*> rows;
+    for (int i = 0; i < n; ++i) {
+      SCD_ASSIGN_OR_RETURN(
+          std::unique_ptr<sekv::SekvCache> sc,
+          sekv::SekvCache::CreateWithSegmentation(shape, prefix, plan.segmentation, o, nullptr));
+      SCD_ASSIGN_OR_RETURN(
+          std::unique_ptr<sekv::GpuSekv> m,
+          sekv::GpuSekv::Create(*backend, *sc, sekv::GpuTier::kBf16, sekv::GpuZoom::kDevice));
+      caches.push_back(std::move(sc));
+      rows.push_back(m.get());
+      mirrors.push_back(std::move(m));
+    }
+    std::printf("  sekv batch context %d, %d requests: set up in %.1f s\n", context, n,
+                Seconds(t1, Clock::now()));
+    std::vector<int> positions(n, context);
+    std::vector<float> logits;
+    std::vector<std::vector<float>> batch_logits;
+    std::vector<double> one_ms, batch_ms;
+    for (int round = 0; round < rounds; ++round) {
+      const int32_t token = StepToken(round, c.vocab_size);
+      auto a = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        SCD_RETURN_IF_ERROR(rows[i]->Step(token, positions[i]++, &logits));
+      }
+      const double one = Seconds(a, Clock::now()) * 1e3;
+      const std::vector<int32_t> tokens(n, StepToken(round + 1, c.vocab_size));
+      a = Clock::now();
+      SCD_RETURN_IF_ERROR(sekv::GpuSekv::StepBatch(rows, tokens, positions, &batch_logits));
+      const double together = Seconds(a, Clock::now()) * 1e3;
+      for (int& p : positions) ++p;
+      if (round >= kWarmups) {
+        one_ms.push_back(one);
+        batch_ms.push_back(together);
+      }
+    }
+    const double a = Median(one_ms), b = Median(batch_ms);
+    out.push_back({{"batch", n},
+                   {"one_by_one_ms", a},
+                   {"batched_ms", b},
+                   {"one_by_one_tokens_per_s", 1e3 * n / a},
+                   {"batched_tokens_per_s", 1e3 * n / b},
+                   {"speedup", a / b}});
+    std::printf(
+        "  sekv batch context %d, %d requests: one by one %.3f ms, batched %.3f ms a step "
+        "(%.2fx)\n",
+        context, n, a, b, a / b);
+  }
+  return out;
 }
 
 }  // namespace scd::cuda_bench

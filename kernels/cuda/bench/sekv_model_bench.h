@@ -12,6 +12,7 @@
 #define SCD_KERNELS_CUDA_BENCH_SEKV_MODEL_BENCH_H_
 
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/model/config.h"
@@ -26,6 +27,15 @@ namespace scd::cuda_bench {
 // with GpuZoom::kHost), host_zoom_ms and device_zoom_speedup = host_zoom_ms / sekv_ms. Prints
 // progress lines.
 absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, int context);
+
+// Concurrent SEKV requests as the decode engine steps them: for each of `batches`, that many
+// mirrors (BF16 tier, device zoom, the same plan and zoom-in as above) of `context` tokens,
+// each round stepped one by one (GpuSekv::Step: the engine before batching) and then all at
+// once (GpuSekv::StepBatch: the weights read once). Returns one entry per batch: batch,
+// one_by_one_ms and batched_ms (medians of 10 rounds after 2), their tokens per second, and
+// speedup = one_by_one_ms / batched_ms. Prints progress lines.
+absl::StatusOr<nlohmann::json> MeasureSekvBatchSteps(const ModelConfig& config, int context,
+                                                     const std::vector<int>& batches);
 
 }  // namespace scd::cuda_bench
 
