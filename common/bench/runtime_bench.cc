@@ -18,6 +18,7 @@
 #include "common/bench/model_cost.h"
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
+#include "kernels/cpu/small_batch_linear.h"
 #include "nlohmann/json.hpp"
 
 // OpenBLAS extensions; declared here because the generic cblas.h does not always carry them.
@@ -47,6 +48,9 @@ absl::Status ValidateOptions(const RuntimeBenchOptions& o) {
   if (o.prefill_reps < 1) return absl::InvalidArgumentError("--reps must be >= 1");
   if (o.decode_context < 1) return absl::InvalidArgumentError("--decode-context must be >= 1");
   if (o.decode_steps < 1) return absl::InvalidArgumentError("--decode-steps must be >= 1");
+  for (int b : o.decode_batches) {
+    if (b < 1 || b > 256) return absl::InvalidArgumentError("--decode-batches must be in [1, 256]");
+  }
   if (o.memcpy_bytes < (size_t{1} << 20)) {
     return absl::InvalidArgumentError("--memcpy-mib must be >= 1");
   }
@@ -257,6 +261,52 @@ absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& op
   SCD_RETURN_IF_ERROR(memcpy_pass("after decode"));
   r.decode_gbps = static_cast<double>(r.decode_bytes) / r.decode_median_seconds / 1e9;
   r.decode_vs_memcpy = r.decode_gbps / r.memcpy_gbps;
+
+  // Batched decode: the sequences of a batch step together, one token each, twice as many
+  // steps as above (SmallBatchLinear on, then off).
+  const int batched_capacity =
+      options.decode_context + 2 * (kDecodeWarmupSteps + options.decode_steps);
+  for (int batch : options.decode_batches) {
+    progress(
+        absl::StrFormat("decode: %d sequences at once, %d steps", batch, options.decode_steps));
+    std::vector<std::unique_ptr<Sequence>> owned;
+    std::vector<Sequence*> batch_seqs;
+    for (int b = 0; b < batch; ++b) {
+      SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> s, backend->NewSequence(batched_capacity));
+      PrefillResult unused;
+      SCD_RETURN_IF_ERROR(
+          backend->Prefill(*s, RandomTokens(options.decode_context, cfg.vocab_size, rng),
+                           PrefillOptions{}, &unused));
+      batch_seqs.push_back(s.get());
+      owned.push_back(std::move(s));
+    }
+    // The median step time of the batch, with SmallBatchLinear on or off.
+    auto steps_with = [&](bool small_batch) -> absl::StatusOr<double> {
+      cpu::SetSmallBatchLinearEnabled(small_batch);
+      std::vector<double> step_seconds;
+      for (int i = 0; i < kDecodeWarmupSteps + options.decode_steps; ++i) {
+        const std::vector<int32_t> tokens = RandomTokens(batch, cfg.vocab_size, rng);
+        auto start = std::chrono::steady_clock::now();
+        const absl::Status st = backend->Decode(batch_seqs, tokens, &logits);
+        const double seconds = Seconds(start);
+        if (!st.ok()) {
+          cpu::SetSmallBatchLinearEnabled(true);
+          return st;
+        }
+        if (i >= kDecodeWarmupSteps) step_seconds.push_back(seconds);
+      }
+      cpu::SetSmallBatchLinearEnabled(true);
+      return Median(step_seconds);
+    };
+    RuntimeBenchReport::BatchedDecode d;
+    d.batch = batch;
+    SCD_ASSIGN_OR_RETURN(d.median_seconds, steps_with(true));
+    SCD_ASSIGN_OR_RETURN(d.openblas_median_seconds, steps_with(false));
+    d.tokens_per_second = batch / d.median_seconds;
+    d.openblas_tokens_per_second = batch / d.openblas_median_seconds;
+    d.vs_batch_1 = d.tokens_per_second * r.decode_median_seconds;
+    r.batched_decode.push_back(d);
+  }
   return r;
 }
 
@@ -332,6 +382,22 @@ std::string FormatRuntimeBenchReport(const RuntimeBenchReport& r, const std::str
       &s, "  achieved: %.2f GB/s = %.1f%% of memcpy bandwidth (target %.0f%%: %s)\n\n",
       r.decode_gbps, 100 * r.decode_vs_memcpy, 100 * kDecodeTarget,
       verdict(r.decode_vs_memcpy, kDecodeTarget));
+  if (!r.batched_decode.empty()) {
+    absl::StrAppendFormat(&s,
+                          "batched decode: sequences of a %d-token context stepping together "
+                          "(median of %d steps after %d)\n",
+                          o.decode_context, o.decode_steps, kDecodeWarmupSteps);
+    for (const RuntimeBenchReport::BatchedDecode& d : r.batched_decode) {
+      absl::StrAppendFormat(&s,
+                            "  batch %3d: step %.2f ms, %.1f tokens/s = %.2fx batch 1; with "
+                            "OpenBLAS's few-row GEMMs %.2f ms, %.1f tokens/s (SmallBatchLinear "
+                            "%.2fx)\n",
+                            d.batch, d.median_seconds * 1e3, d.tokens_per_second, d.vs_batch_1,
+                            d.openblas_median_seconds * 1e3, d.openblas_tokens_per_second,
+                            d.tokens_per_second / d.openblas_tokens_per_second);
+    }
+    s += "\n";
+  }
   absl::StrAppendFormat(&s, "prefill_vs_sgemm=%.3f decode_vs_memcpy=%.3f\n", r.prefill_vs_sgemm,
                         r.decode_vs_memcpy);
   return s;
@@ -379,6 +445,16 @@ std::string RuntimeBenchReportJson(const RuntimeBenchReport& r, const std::strin
                  {"median_seconds", r.decode_median_seconds},
                  {"best_seconds", r.decode_best_seconds},
                  {"gbps", r.decode_gbps}};
+  nlohmann::json batched = nlohmann::json::array();
+  for (const RuntimeBenchReport::BatchedDecode& d : r.batched_decode) {
+    batched.push_back({{"batch", d.batch},
+                       {"median_seconds", d.median_seconds},
+                       {"tokens_per_second", d.tokens_per_second},
+                       {"vs_batch_1", d.vs_batch_1},
+                       {"openblas_median_seconds", d.openblas_median_seconds},
+                       {"openblas_tokens_per_second", d.openblas_tokens_per_second}});
+  }
+  j["batched_decode"] = batched;
   j["prefill_vs_sgemm"] = r.prefill_vs_sgemm;
   j["decode_vs_memcpy"] = r.decode_vs_memcpy;
   j["targets"] = {{"prefill_vs_sgemm", kPrefillTarget}, {"decode_vs_memcpy", kDecodeTarget}};

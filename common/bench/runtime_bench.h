@@ -41,6 +41,11 @@ struct RuntimeBenchOptions {
   bool all_logits = true;   // logits for every prompt row (what the SCD producer computes)
   int decode_context = 64;  // tokens prefilled before the decode steps
   int decode_steps = 32;    // timed single-token steps (after 2 untimed warm-up steps)
+  // Batched decode after it: for each size, that many sequences of decode_context tokens step
+  // together (decode_steps timed steps after 2), as the decode engine batches them; then the
+  // same sequences as many steps again with cpu::Linear's few-row GEMMs on OpenBLAS, as before
+  // SmallBatchLinear (SetSmallBatchLinearEnabled(false)), side by side.
+  std::vector<int> decode_batches = {4, 8, 16};
   size_t memcpy_bytes = size_t{1} << 30;
   int memcpy_reps = 5;
   int sgemm_reps = 5;
@@ -80,6 +85,16 @@ struct RuntimeBenchReport {
 
   double prefill_vs_sgemm = 0;
   double decode_vs_memcpy = 0;
+
+  struct BatchedDecode {
+    int batch = 0;
+    double median_seconds = 0;  // one step of every sequence
+    double tokens_per_second = 0;
+    double vs_batch_1 = 0;  // tokens_per_second / the single sequence's tokens per second
+    double openblas_median_seconds = 0;  // the same with OpenBLAS's few-row GEMMs
+    double openblas_tokens_per_second = 0;
+  };
+  std::vector<BatchedDecode> batched_decode;
 };
 
 inline constexpr double kPrefillTarget = 0.60;  // issue 2: prefill ≥ 60% of sgemm peak

@@ -1,4 +1,5 @@
-// CPU reference kernels (see ops.h). GEMMs go to OpenBLAS; everything else is written as
+// CPU reference kernels (see ops.h). GEMMs go to OpenBLAS (a decode batch's few rows to
+// SmallBatchLinear); everything else is written as
 // plain loops that GCC auto-vectorises (AVX2/FMA). Attention is blocked over queries so that
 // causal masking only wastes the diagonal block, and each block is two sgemm calls
 // (scores = Q·Kᵀ, out = P·V) per query head, which keeps prefill near GEMM speed.
@@ -11,6 +12,8 @@
 #include <cstring>
 #include <limits>
 #include <vector>
+
+#include "kernels/cpu/small_batch_linear.h"
 
 namespace scd::cpu {
 namespace {
@@ -55,13 +58,23 @@ void SoftmaxPrefix(float* row, int valid, int cols) {
 }  // namespace
 
 void Linear(const float* x, const float* w, const float* bias, float* y, int m, int n, int k) {
-  // OpenBLAS's sgemm packs its operands, which costs about four GEMVs' time at a few rows (an
-  // 8B layer's matrices, 2 threads: one sgemm of 2 or 3 rows took 1.5x and 1x the time of a
-  // GEMV per row; of 4, 0.8x to 1.3x; of 8, about 0.5x; scd-sekv-bench's batches of 4 SEKV
-  // requests were slower batched with sgemm). So a decode batch of up to kGemvMaxRows rows
-  // runs a GEMV per row, as a batch of 1 does, bit for bit.
+  // One row: OpenBLAS's sgemv, which streams W near the memory's bandwidth. A few rows (a
+  // decode batch): OpenBLAS's sgemm packs its operands first and costs several GEMVs' time at
+  // these row counts, and a GEMV per row reads W once per row, so SmallBatchLinear reads W
+  // once for them all (small_batch_linear.h). `scd-bench small-batch` times the three on the
+  // Llama-3-8B layer's matrices (docs/RESULTS.md, issue 7, "SEKV requests decode in one
+  // batched step"): SmallBatchLinear is the fastest from 2 to 16 rows, level with sgemm at
+  // 32, behind it at 64. Matrices too small for threads to pay take a GEMV per row up to
+  // kGemvMaxRows rows, as a batch of one does, bit for bit.
+  constexpr int kSmallBatchMaxRows = 16;
+  constexpr long kSmallBatchMinWeights = 1 << 18;
   constexpr int kGemvMaxRows = 4;
-  if (m <= kGemvMaxRows) {
+  if (m == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, 0.0f, y, 1);
+  } else if (m <= kSmallBatchMaxRows && static_cast<long>(n) * k >= kSmallBatchMinWeights &&
+             SmallBatchLinearEnabled()) {
+    SmallBatchLinear(x, w, y, m, n, k);
+  } else if (m <= kGemvMaxRows) {
     for (int r = 0; r < m; ++r) {
       cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x + static_cast<long>(r) * k, 1,
                   0.0f, y + static_cast<long>(r) * n, 1);

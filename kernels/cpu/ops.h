@@ -8,7 +8,8 @@
 
 namespace scd::cpu {
 
-// y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N] when non-null). OpenBLAS sgemm (sgemv for M == 1).
+// y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N] when non-null). OpenBLAS sgemm; sgemv for M == 1;
+// SmallBatchLinear for a decode batch's few rows of a large W (see ops.cc).
 void Linear(const float* x, const float* w, const float* bias, float* y, int m, int n, int k);
 
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * gain, for r in [0, rows). y may alias x.

@@ -4,7 +4,9 @@
 // prompt's arrival costs the running streams at each engine.prefill_chunk, or with --payload
 // a long payload's at each engine.rebuild_chunk (common/bench/chunked_prefill_bench.h).
 // `scd-bench rebuild` measures the codec's host rebuild whole against in blocks of rows
-// (common/bench/rebuild_bench.h). Progress goes to stderr, the report to stdout.
+// (common/bench/rebuild_bench.h). `scd-bench small-batch` times a decode batch's few-row
+// GEMMs three ways (common/bench/small_batch_bench.h). Progress goes to stderr, the report to
+// stdout.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -15,6 +17,7 @@
 #include "common/bench/chunked_prefill_bench.h"
 #include "common/bench/rebuild_bench.h"
 #include "common/bench/runtime_bench.h"
+#include "common/bench/small_batch_bench.h"
 #include "common/cli/flags.h"
 
 namespace {
@@ -26,6 +29,7 @@ constexpr char kUsage[] =
     "  chunked-prefill  running streams' stall and a long prompt's TTFT per prefill chunk\n"
     "                   (or, with --payload, per rebuild chunk)\n"
     "  rebuild          a payload's host rebuild whole vs in the codec's blocks of rows\n"
+    "  small-batch      a decode batch's few-row GEMMs: GEMV per row, sgemm, SmallBatchLinear\n"
     "run `scd-bench <benchmark> --help` for its flags\n";
 
 // `argv` is the whole command line; argv[1] is "runtime".
@@ -42,6 +46,9 @@ int RunRuntime(int argc, const char* const* argv) {
   flags.AddString("logits", &logits, "prefill logits for `all` rows or the `last` only");
   flags.AddInt("decode-context", &options.decode_context, "tokens prefilled before decoding");
   flags.AddInt("decode-steps", &options.decode_steps, "timed single-token decode steps");
+  std::string decode_batches = "4,8,16";
+  flags.AddString("decode-batches", &decode_batches,
+                  "batch sizes of the batched decode after it, comma-separated (empty: none)");
   flags.AddInt("memcpy-mib", &memcpy_mib, "size of one memcpy in MiB");
   flags.AddUint64("seed", &options.seed, "seed of the synthetic weights and tokens");
   flags.AddString("json", &json_path, "also write the figures as JSON to this file");
@@ -68,6 +75,15 @@ int RunRuntime(int argc, const char* const* argv) {
     return scd::cli::kExitUsage;
   }
   options.memcpy_bytes = static_cast<size_t>(memcpy_mib) << 20;
+  options.decode_batches.clear();
+  for (absl::string_view b : absl::StrSplit(decode_batches, ',', absl::SkipEmpty())) {
+    int value = 0;
+    if (!absl::SimpleAtoi(b, &value)) {
+      std::cerr << "scd-bench runtime: --decode-batches takes integers, not \"" << b << "\"\n";
+      return scd::cli::kExitUsage;
+    }
+    options.decode_batches.push_back(value);
+  }
   options.progress = [](const std::string& line) { std::cerr << "[bench] " << line << std::endl; };
 
   const std::string command = scd::cli::QuotedCommandLine(argc, argv);
@@ -190,6 +206,43 @@ int RunRebuild(int argc, const char* const* argv) {
   return 0;
 }
 
+// `argv` is the whole command line; argv[1] is "small-batch".
+int RunSmallBatch(int argc, const char* const* argv) {
+  scd::bench::SmallBatchBenchOptions options;
+  std::string rows = "1,2,4,8,16,32,64";
+  scd::cli::FlagParser flags("scd-bench small-batch", "[flags]");
+  flags.AddString("rows", &rows, "batch rows, comma-separated (1 to 64)");
+  flags.AddInt("reps", &options.reps, "timed runs of each way (the best is reported)");
+  if (absl::Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) {
+    std::cerr << "scd-bench small-batch: " << s.message() << " (see --help)\n";
+    return scd::cli::kExitUsage;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  options.rows.clear();
+  for (absl::string_view r : absl::StrSplit(rows, ',')) {
+    int value = 0;
+    if (!absl::SimpleAtoi(r, &value)) {
+      std::cerr << "scd-bench small-batch: --rows takes integers, not \"" << r << "\"\n";
+      return scd::cli::kExitUsage;
+    }
+    options.rows.push_back(value);
+  }
+  options.progress = [](const std::string& line) { std::cerr << "[bench] " << line << std::endl; };
+  const std::string command = scd::cli::QuotedCommandLine(argc, argv);
+  absl::StatusOr<scd::bench::SmallBatchBenchReport> report =
+      scd::bench::RunSmallBatchBench(options);
+  if (!report.ok()) {
+    std::cerr << "scd-bench small-batch: " << report.status() << "\n";
+    return report.status().code() == absl::StatusCode::kInvalidArgument ? scd::cli::kExitUsage
+                                                                        : scd::cli::kExitFailure;
+  }
+  std::cout << scd::bench::FormatSmallBatchBenchReport(*report, command) << std::flush;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -201,6 +254,7 @@ int main(int argc, char** argv) {
   if (benchmark == "runtime") return RunRuntime(argc, argv);
   if (benchmark == "chunked-prefill") return RunChunkedPrefill(argc, argv);
   if (benchmark == "rebuild") return RunRebuild(argc, argv);
+  if (benchmark == "small-batch") return RunSmallBatch(argc, argv);
   std::cerr << "scd-bench: unknown benchmark \"" << benchmark << "\"\n\n" << kUsage;
   return scd::cli::kExitUsage;
 }

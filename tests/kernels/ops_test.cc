@@ -3,10 +3,13 @@
 // multiple query blocks).
 #include "kernels/cpu/ops.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
 #include <vector>
+
+#include "kernels/cpu/small_batch_linear.h"
 
 namespace {
 
@@ -75,6 +78,62 @@ TEST_CASE("Linear matches the definition, with and without bias", "[cpu]") {
       }
     CHECK(MaxAbsDiff(y, ref) < 1e-4);
   }
+}
+
+TEST_CASE("Linear of up to 4 rows of a small matrix gives each row what it gives alone", "[cpu]") {
+  // Below SmallBatchLinear's size, a few rows run a GEMV each (ops.cc), as one row does.
+  const int n = 300, k = 257;
+  auto w = Random(n * k, 4), x = Random(4 * k, 5);
+  std::vector<float> alone(n);
+  for (int m = 2; m <= 4; ++m) {
+    std::vector<float> y(m * n);
+    scd::cpu::Linear(x.data(), w.data(), nullptr, y.data(), m, n, k);
+    for (int r = 0; r < m; ++r) {
+      scd::cpu::Linear(x.data() + r * k, w.data(), nullptr, alone.data(), 1, n, k);
+      INFO("rows " << m << ", row " << r);
+      CHECK(std::equal(alone.begin(), alone.end(), y.begin() + r * n));
+    }
+  }
+}
+
+TEST_CASE("SmallBatchLinear matches the definition; a row's result is the same in any batch",
+          "[cpu]") {
+  // k = 1029: 128 full 8-float lanes and a tail of 5. 19 rows: blocks of 4 and a last of 3.
+  // n = 1001: four slices of 254 W rows (about 1 MB each), for up to 3 threads, and an odd
+  // last W row (the kernel takes two at a time).
+  const int n = 1001, k = 1029, most = 19;
+  auto w = Random(static_cast<size_t>(n) * k, 6), x = Random(static_cast<size_t>(most) * k, 7);
+  std::vector<double> ref(static_cast<size_t>(most) * n);
+  for (int r = 0; r < most; ++r)
+    for (int j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int i = 0; i < k; ++i) acc += double(x[r * k + i]) * w[static_cast<size_t>(j) * k + i];
+      ref[static_cast<size_t>(r) * n + j] = acc;
+    }
+  std::vector<float> all(static_cast<size_t>(most) * n);
+  scd::cpu::SmallBatchLinear(x.data(), w.data(), all.data(), most, n, k, 1);
+  CHECK(MaxAbsDiff(all, ref) < 1e-3);
+  for (int m : {1, 2, 3, 5, 8, 9, 16}) {
+    for (int threads : {1, 2, 3}) {
+      // rows [most - m, most): other neighbours, other block positions
+      std::vector<float> y(static_cast<size_t>(m) * n);
+      const int first = most - m;
+      scd::cpu::SmallBatchLinear(x.data() + static_cast<size_t>(first) * k, w.data(), y.data(), m,
+                                 n, k, threads);
+      INFO("rows " << m << ", threads " << threads);
+      CHECK(std::equal(y.begin(), y.end(), all.begin() + static_cast<size_t>(first) * n));
+    }
+  }
+  // Through Linear: a large matrix's few rows take SmallBatchLinear, with the bias added.
+  const int big_n = 300, big_k = 1024;  // 307,200 weights
+  auto bw = Random(static_cast<size_t>(big_n) * big_k, 8), bx = Random(6 * big_k, 9),
+       bb = Random(big_n, 10);
+  std::vector<float> got(6 * big_n), want(6 * big_n);
+  scd::cpu::Linear(bx.data(), bw.data(), bb.data(), got.data(), 6, big_n, big_k);
+  scd::cpu::SmallBatchLinear(bx.data(), bw.data(), want.data(), 6, big_n, big_k);
+  for (int r = 0; r < 6; ++r)
+    for (int j = 0; j < big_n; ++j) want[r * big_n + j] += bb[j];
+  CHECK(got == want);
 }
 
 TEST_CASE("RmsNorm matches the definition and may run in place", "[cpu]") {
