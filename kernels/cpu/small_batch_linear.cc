@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -138,8 +139,16 @@ void SmallBatchLinear(const float* x, const float* w, float* y, int m, int n, in
   };
   std::vector<std::thread> others;
   others.reserve(t - 1);
-  for (int i = 1; i < t; ++i) others.emplace_back(share, i);
+  int started = 1;  // shares with a thread of their own (share 0 is the caller's)
+  for (; started < t; ++started) {
+    try {
+      others.emplace_back(share, started);
+    } catch (const std::system_error&) {  // no thread to be had: the caller does the rest
+      break;
+    }
+  }
   share(0);
+  for (int i = started; i < t; ++i) share(i);
   for (std::thread& th : others) th.join();
 }
 
