@@ -284,18 +284,15 @@ absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& op
     auto steps_with = [&](bool small_batch) -> absl::StatusOr<double> {
       cpu::SetSmallBatchLinearEnabled(small_batch);
       std::vector<double> step_seconds;
-      for (int i = 0; i < kDecodeWarmupSteps + options.decode_steps; ++i) {
+      absl::Status st;
+      for (int i = 0; st.ok() && i < kDecodeWarmupSteps + options.decode_steps; ++i) {
         const std::vector<int32_t> tokens = RandomTokens(batch, cfg.vocab_size, rng);
         auto start = std::chrono::steady_clock::now();
-        const absl::Status st = backend->Decode(batch_seqs, tokens, &logits);
-        const double seconds = Seconds(start);
-        if (!st.ok()) {
-          cpu::SetSmallBatchLinearEnabled(true);
-          return st;
-        }
-        if (i >= kDecodeWarmupSteps) step_seconds.push_back(seconds);
+        st = backend->Decode(batch_seqs, tokens, &logits);
+        if (i >= kDecodeWarmupSteps) step_seconds.push_back(Seconds(start));
       }
-      cpu::SetSmallBatchLinearEnabled(true);
+      cpu::SetSmallBatchLinearEnabled(true);  // back to the default, whatever happened
+      SCD_RETURN_IF_ERROR(st);
       return Median(step_seconds);
     };
     RuntimeBenchReport::BatchedDecode d;

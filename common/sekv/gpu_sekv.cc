@@ -932,8 +932,11 @@ absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvC
 }
 
 absl::Status GpuSekv::Step(int32_t token, int position, std::vector<float>* logits) {
-  SCD_RETURN_IF_ERROR(cuda::CudaDecodeExternal(impl_->backend(), token, position, *impl_, logits));
-  impl_->Fold();  // the backend has waited for its stream, where every layer ran, for the logits
+  GpuSekv* const one[] = {this};
+  std::vector<std::vector<float>> out;
+  SCD_RETURN_IF_ERROR(
+      StepBatch(one, absl::MakeConstSpan(&token, 1), absl::MakeConstSpan(&position, 1), &out));
+  *logits = std::move(out[0]);
   return absl::OkStatus();
 }
 
@@ -953,7 +956,8 @@ absl::Status GpuSekv::StepBatch(absl::Span<GpuSekv* const> mirrors,
   }
   SCD_RETURN_IF_ERROR(cuda::CudaDecodeExternalBatch(mirrors[0]->impl_->backend(), tokens, positions,
                                                     attention, logits));
-  for (GpuSekv* m : mirrors) m->impl_->Fold();  // the backend waited for its stream
+  // The backend has waited for its stream, where every layer ran, for the logits.
+  for (GpuSekv* m : mirrors) m->impl_->Fold();
   return absl::OkStatus();
 }
 

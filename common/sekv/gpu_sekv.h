@@ -1,5 +1,5 @@
 // GpuSekv: the SEKV decode step on a CUDA backend (issue 7). The model runs on the GPU
-// (cuda::CudaDecodeExternal) and each layer's attention goes through the SEKV hierarchy with
+// (cuda::CudaDecodeExternalBatch) and each layer's attention goes through the SEKV hierarchy with
 // its GPU tier on the device:
 //   - device: anchors, span summaries with their per-head log counts, the recent window
 //     (grows by one row per step), the observation-window anchors (pins), the routing

@@ -95,12 +95,6 @@ absl::Status SekvDecoder::StepBatch(absl::Span<const int32_t> tokens,
   }
   cpu::RmsNorm(x_.data(), w.final_norm.data(), x_.data(), rows, d, c.rms_norm_eps);
   const size_t vocab = c.vocab_size;
-  if (n == 1) {
-    (*logits)[0].resize(vocab);
-    cpu::Linear(x_.data(), w.output_matrix().data(), nullptr, (*logits)[0].data(), 1, c.vocab_size,
-                d);
-    return absl::OkStatus();
-  }
   if (out_.size() < n * vocab) out_.resize(n * vocab);
   cpu::Linear(x_.data(), w.output_matrix().data(), nullptr, out_.data(), rows, c.vocab_size, d);
   for (size_t i = 0; i < n; ++i) {

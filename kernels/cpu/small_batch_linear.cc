@@ -77,9 +77,7 @@ void Block(const float* x, const float* w, float* y, int n, int k, int j0, int j
 #endif
     finish(j, R);
   }
-  if (j < j1) {  // fewer than R W rows left: one at a time, with the same sums
-    for (; j < j1; ++j) Block<M, 1>(x, w, y, n, k, j, j + 1);
-  }
+  for (; j < j1; ++j) Block<M, 1>(x, w, y, n, k, j, j + 1);  // the last < R: same sums
 }
 
 using BlockFn = void (*)(const float*, const float*, float*, int, int, int, int);

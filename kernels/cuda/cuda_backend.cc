@@ -877,21 +877,6 @@ size_t CudaDecodeBytesStreamed(const Backend& backend) {
   return cuda_backend == nullptr ? 0 : cuda_backend->decode_bytes_streamed();
 }
 
-absl::Status CudaDecodeExternal(Backend& backend, int32_t token, int position,
-                                DeviceLayerAttention& attention, std::vector<float>* logits) {
-  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
-  if (cuda_backend == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
-  }
-  DeviceLayerAttention* const one[] = {&attention};
-  std::vector<std::vector<float>> out;
-  SCD_RETURN_IF_ERROR(cuda_backend->DecodeExternal(absl::MakeConstSpan(&token, 1),
-                                                   absl::MakeConstSpan(&position, 1), one, &out));
-  *logits = std::move(out[0]);
-  return absl::OkStatus();
-}
-
 absl::Status CudaDecodeExternalBatch(Backend& backend, absl::Span<const int32_t> tokens,
                                      absl::Span<const int> positions,
                                      absl::Span<DeviceLayerAttention* const> attention,

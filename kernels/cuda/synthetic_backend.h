@@ -50,13 +50,11 @@ class DeviceLayerAttention {
                               StreamHandle stream) = 0;
 };
 
-// One decode step of `token` at `position` whose attention is `attention`'s, without a backend
-// Sequence; next-token logits [vocab] into *logits. Fails when `backend` is not CUDA.
-absl::Status CudaDecodeExternal(Backend& backend, int32_t token, int position,
-                                DeviceLayerAttention& attention, std::vector<float>* logits);
-// The same for a batch: row i runs tokens[i] at positions[i] with attention[i]'s attention,
-// its logits into (*logits)[i]. The GEMMs run over all rows at once, so the weights are read
-// once per step, not once per row; each layer calls the rows' Attend in row order.
+// One decode step without a backend Sequence whose attention is the caller's: row i runs
+// tokens[i] at positions[i] with attention[i]'s attention, its next-token logits [vocab] into
+// (*logits)[i]. The GEMMs run over all rows at once, so the weights are read once per step,
+// not once per row; each layer calls the rows' Attend in row order. Fails when `backend` is not
+// CUDA.
 absl::Status CudaDecodeExternalBatch(Backend& backend, absl::Span<const int32_t> tokens,
                                      absl::Span<const int> positions,
                                      absl::Span<DeviceLayerAttention* const> attention,

@@ -32,6 +32,23 @@ constexpr char kUsage[] =
     "  small-batch      a decode batch's few-row GEMMs: GEMV per row, sgemm, SmallBatchLinear\n"
     "run `scd-bench <benchmark> --help` for its flags\n";
 
+// Parses the comma-separated integers of `flag` (`text`) into *out; on a bad item, says so
+// for `tool` and returns false. With skip_empty, "" is no items.
+bool ParseIntList(const std::string& text, bool skip_empty, const char* tool, const char* flag,
+                  std::vector<int>* out) {
+  out->clear();
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    if (skip_empty && item.empty()) continue;
+    int value = 0;
+    if (!absl::SimpleAtoi(item, &value)) {
+      std::cerr << tool << ": " << flag << " takes integers, not \"" << item << "\"\n";
+      return false;
+    }
+    out->push_back(value);
+  }
+  return true;
+}
+
 // `argv` is the whole command line; argv[1] is "runtime".
 int RunRuntime(int argc, const char* const* argv) {
   scd::bench::RuntimeBenchOptions options;
@@ -75,14 +92,9 @@ int RunRuntime(int argc, const char* const* argv) {
     return scd::cli::kExitUsage;
   }
   options.memcpy_bytes = static_cast<size_t>(memcpy_mib) << 20;
-  options.decode_batches.clear();
-  for (absl::string_view b : absl::StrSplit(decode_batches, ',', absl::SkipEmpty())) {
-    int value = 0;
-    if (!absl::SimpleAtoi(b, &value)) {
-      std::cerr << "scd-bench runtime: --decode-batches takes integers, not \"" << b << "\"\n";
-      return scd::cli::kExitUsage;
-    }
-    options.decode_batches.push_back(value);
+  if (!ParseIntList(decode_batches, /*skip_empty=*/true, "scd-bench runtime", "--decode-batches",
+                    &options.decode_batches)) {
+    return scd::cli::kExitUsage;
   }
   options.progress = [](const std::string& line) { std::cerr << "[bench] " << line << std::endl; };
 
@@ -137,14 +149,9 @@ int RunChunkedPrefill(int argc, const char* const* argv) {
     return 0;
   }
   options.sekv_budget = sekv_budget;
-  options.chunks.clear();
-  for (absl::string_view c : absl::StrSplit(chunks, ',')) {
-    int value = 0;
-    if (!absl::SimpleAtoi(c, &value)) {
-      std::cerr << "scd-bench chunked-prefill: --chunks takes integers, not \"" << c << "\"\n";
-      return scd::cli::kExitUsage;
-    }
-    options.chunks.push_back(value);
+  if (!ParseIntList(chunks, /*skip_empty=*/false, "scd-bench chunked-prefill", "--chunks",
+                    &options.chunks)) {
+    return scd::cli::kExitUsage;
   }
   options.progress = [](const std::string& line) { std::cerr << "[bench] " << line << std::endl; };
   const std::string command = scd::cli::QuotedCommandLine(argc, argv);
@@ -221,14 +228,8 @@ int RunSmallBatch(int argc, const char* const* argv) {
     std::cout << flags.Usage();
     return 0;
   }
-  options.rows.clear();
-  for (absl::string_view r : absl::StrSplit(rows, ',')) {
-    int value = 0;
-    if (!absl::SimpleAtoi(r, &value)) {
-      std::cerr << "scd-bench small-batch: --rows takes integers, not \"" << r << "\"\n";
-      return scd::cli::kExitUsage;
-    }
-    options.rows.push_back(value);
+  if (!ParseIntList(rows, /*skip_empty=*/false, "scd-bench small-batch", "--rows", &options.rows)) {
+    return scd::cli::kExitUsage;
   }
   options.progress = [](const std::string& line) { std::cerr << "[bench] " << line << std::endl; };
   const std::string command = scd::cli::QuotedCommandLine(argc, argv);

@@ -290,10 +290,8 @@ int main(int argc, char** argv) {
           att.push_back(a);
         }
       }
-      std::sort(step_ms.begin(), step_ms.end());
-      std::sort(att.begin(), att.end());
-      *attn_ms = att[att.size() / 2];
-      return step_ms[step_ms.size() / 2];
+      *attn_ms = Median(att);
+      return Median(step_ms);
     };
     double af = 0, as = 0;
     const double f_ms = time_steps(full, &af);

@@ -1,5 +1,5 @@
 // Parity of the GPU SEKV decode (common/sekv/gpu_sekv.h: the GPU tier mirrored on the device,
-// the planning and the CPU tier on the host, the model through cuda::CudaDecodeExternal) with
+// the planning and the CPU tier on the host, the model through cuda::CudaDecodeExternalBatch) with
 // the CPU path.
 //   - One layer's attention, GpuSekv::Attend against SekvCache::Attend on an identical cache
 //     and identical F32 inputs: the device computes what the host computes, in another order,

@@ -13,11 +13,6 @@ bool IsCudaBackend(const Backend&) { return true; }
 
 absl::StatusOr<int> CudaBackendDevice(const Backend&) { return 0; }
 
-absl::Status CudaDecodeExternal(Backend&, int32_t, int, DeviceLayerAttention&,
-                                std::vector<float>*) {
-  return absl::UnimplementedError("test_gpu_host has no CUDA backend");
-}
-
 absl::Status CudaDecodeExternalBatch(Backend&, absl::Span<const int32_t>, absl::Span<const int>,
                                      absl::Span<DeviceLayerAttention* const>,
                                      std::vector<std::vector<float>>*) {
