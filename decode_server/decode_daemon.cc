@@ -30,6 +30,7 @@ absl::Status ConfigureSekv(const DecodeDaemonConfig& c, const Model& model,
   o->enabled = true;
   o->budget = c.sekv_budget;
   o->max_host_bytes = c.sekv_max_host_bytes;
+  o->min_prompt_tokens = c.sekv_min_prompt_tokens;
   o->gpu = c.sekv_gpu;
   o->gpu_tier = c.sekv_gpu_f32 ? sekv::GpuTier::kF32 : sekv::GpuTier::kBf16;
   o->gpu_zoom = c.sekv_gpu_host_zoom ? sekv::GpuZoom::kHost : sekv::GpuZoom::kDevice;
@@ -269,6 +270,12 @@ absl::Status DecodeDaemon::Start() {
                       "Tokens those steps decoded; over scd_decode_sekv_steps_total, the mean "
                       "SEKV batch.")
           .value();
+  auto* mixed_steps =
+      metrics_
+          .AddCounter("scd_decode_mixed_steps_total",
+                      "Decode steps that ran the SEKV requests and the plain ones (prompts under "
+                      "sekv.min_prompt_tokens) in one model step, reading the weights once.")
+          .value();
   auto* kv_budget =
       metrics_
           .AddGauge("scd_decode_kv_budget_bytes",
@@ -346,12 +353,12 @@ absl::Status DecodeDaemon::Start() {
   // is what must show up.
   ticker_ = std::thread([this, active, queued, starting, prefill_chunks, prefill_tokens,
                          rebuild_chunks, rebuild_rows, registered, pending, payloads, graph_steps,
-                         graphs_active, sekv_copies, sekv_steps, sekv_step_rows, kv_reserved,
-                         kv_waits, host_reserved] {
+                         graphs_active, sekv_copies, sekv_steps, sekv_step_rows, mixed_steps,
+                         kv_reserved, kv_waits, host_reserved] {
     PayloadMailboxStats last;
     DecodeGraphStats last_graphs;
     long last_chunks = 0, last_tokens = 0, last_rebuilds = 0, last_rows = 0, last_copies = 0,
-         last_kv_waits = 0, last_sekv_steps = 0, last_sekv_rows = 0;
+         last_kv_waits = 0, last_sekv_steps = 0, last_sekv_rows = 0, last_mixed = 0;
     // Counter `label` of `family` advanced by a source counter's growth since the last tick.
     auto add = [](auto* family, const char* label, int64_t before, int64_t after) {
       if (after > before) family->WithLabels({label}).value()->Increment(after - before);
@@ -387,6 +394,7 @@ absl::Status DecodeDaemon::Start() {
       advance(sekv_copies, &last_copies, engine_stats.sekv_cpu_tier_copies);
       advance(sekv_steps, &last_sekv_steps, engine_stats.sekv_steps);
       advance(sekv_step_rows, &last_sekv_rows, engine_stats.sekv_step_rows);
+      advance(mixed_steps, &last_mixed, engine_stats.mixed_steps);
       kv_reserved->Set(static_cast<double>(engine_stats.kv_reserved_bytes));
       host_reserved->Set(static_cast<double>(engine_stats.sekv_host_reserved_bytes));
       advance(kv_waits, &last_kv_waits, engine_stats.kv_waits);

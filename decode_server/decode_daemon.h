@@ -96,6 +96,7 @@ struct DecodeDaemonConfig {
   bool sekv_enabled = false;
   double sekv_budget = 0.4;
   int64_t sekv_max_host_bytes = 0;  // host memory for SEKV prompts and hierarchies; 0: no limit
+  int sekv_min_prompt_tokens = 0;   // shorter prompts take the plain path; 0: every prompt
   std::string sekv_router;  // calibrated router (.sekv.safetensors); empty: share-threshold gate
   bool sekv_gpu = true;     // on the CUDA backend, decode SEKV requests on the GPU (gpu_sekv.h)
   bool sekv_gpu_f32 = false;  // the GPU tier's rows in F32 (sekv.gpu_tier: f32) instead of BF16

@@ -20,14 +20,19 @@ absl::Status Backend::DecodeSample(absl::Span<Sequence* const> seqs,
   }
   std::vector<float> logits;
   SCD_RETURN_IF_ERROR(Decode(seqs, tokens, &logits));
-  const size_t vocab = static_cast<size_t>(model().config.vocab_size);
-  next->resize(seqs.size());
-  std::vector<std::pair<float, int32_t>> scratch;  // one sort buffer for the batch
-  for (size_t b = 0; b < seqs.size(); ++b) {
-    (*next)[b] = SampleWithDraw(absl::MakeConstSpan(logits).subspan(b * vocab, vocab),
-                                draws[b].params, draws[b].canonical, &scratch);
-  }
+  SampleHostRows(logits.data(), model().config.vocab_size, draws, next);
   return absl::OkStatus();
+}
+
+void SampleHostRows(const float* logits, int vocab, absl::Span<const SampleDraw> draws,
+                    std::vector<int32_t>* next) {
+  const size_t v = static_cast<size_t>(vocab);
+  next->resize(draws.size());
+  std::vector<std::pair<float, int32_t>> scratch;  // one sort buffer for the batch
+  for (size_t b = 0; b < draws.size(); ++b) {
+    (*next)[b] = SampleWithDraw(absl::MakeConstSpan(logits + b * v, v), draws[b].params,
+                                draws[b].canonical, &scratch);
+  }
 }
 
 bool BackendAvailable(BackendKind kind) {

@@ -79,6 +79,29 @@ struct DecodeGraphStats {
   bool active = false;       // graphs on and not turned off by a failure
 };
 
+// The attention of one decode-step row computed outside the backend, by the caller that holds
+// the row's context itself (the SEKV path: sekv::SekvCache on the host, sekv::GpuSekv on the
+// device). Pointers are in the backend's memory: host F32 for the CPU backend, device F32 for
+// the CUDA backend, whose stream `stream` is (null on the CPU).
+class RowAttention {
+ public:
+  virtual ~RowAttention() = default;
+  // Called once per layer, in layer order: q [num_heads, head_dim] and k [kv_dim] after RoPE,
+  // v [kv_dim], of the row's token. Writes out [num_heads, head_dim] (on the CUDA backend by
+  // work on `stream`; it may wait on the stream).
+  virtual absl::Status Attend(int layer, const float* q, const float* k, const float* v, float* out,
+                              void* stream) = 0;
+};
+
+// Rows of a decode step whose attention is the caller's (Backend::DecodeMixed): row i runs
+// tokens[i] at positions[i] through attention[i].
+struct ExternalRows {
+  absl::Span<const int32_t> tokens;
+  absl::Span<const int> positions;
+  absl::Span<RowAttention* const> attention;
+  size_t size() const { return tokens.size(); }
+};
+
 // The memory of the device a backend runs on, as its driver reports it now.
 struct DeviceMemory {
   size_t free_bytes = 0;
@@ -126,6 +149,22 @@ class Backend {
                                     absl::Span<const int32_t> tokens,
                                     absl::Span<const SampleDraw> draws, std::vector<int32_t>* next);
 
+  // DecodeSample's step for `seqs` and, in the same pass over the weights, `external`'s rows
+  // (their attention the caller's): the GEMMs run over both kinds of rows at once, so each
+  // weight matrix is read once per step, not once per kind. Row i of `external` gets its
+  // next-token logits [vocab] in (*external_logits)[i]. Either part may be empty. The inputs of
+  // both parts are checked before anything runs; a failing RowAttention fails the whole step
+  // with no sequence advanced. Backends without it return UNIMPLEMENTED (callers then run the
+  // two parts apart).
+  virtual absl::Status DecodeMixed(absl::Span<Sequence* const> seqs,
+                                   absl::Span<const int32_t> tokens,
+                                   absl::Span<const SampleDraw> draws, std::vector<int32_t>* next,
+                                   const ExternalRows& external,
+                                   std::vector<std::vector<float>>* external_logits) {
+    (void)seqs, (void)tokens, (void)draws, (void)next, (void)external, (void)external_logits;
+    return absl::UnimplementedError(std::string(name()) + " backend has no DecodeMixed");
+  }
+
   virtual DecodeGraphStats decode_graph_stats() const { return {}; }
 
   // Selective recompute (DroidSpeak-style): re-runs layers [first_layer, end_layer) for the
@@ -138,6 +177,11 @@ class Backend {
     return absl::UnimplementedError(std::string(name()) + " backend has no RecomputeLayers");
   }
 };
+
+// Row b of `logits` [draws.size(), vocab] (host memory) sampled with draws[b]
+// (SampleWithDraw) into (*next)[b]: Backend::DecodeSample's default.
+void SampleHostRows(const float* logits, int vocab, absl::Span<const SampleDraw> draws,
+                    std::vector<int32_t>* next);
 
 // True when this build and this machine can run `kind`.
 bool BackendAvailable(BackendKind kind);

@@ -2,7 +2,8 @@
 // rows of a step are grouped into runs that belong to one sequence at consecutive positions
 // (prefill: one run of T rows; decode: B runs of one row). Projections and the FFN are GEMMs
 // over all rows, so a decode batch streams each weight matrix once; attention runs per group
-// against that sequence's cache.
+// against that sequence's cache. DecodeMixed adds rows of no sequence after the groups, whose
+// attention is the caller's (RowAttention: a SEKV cache).
 #include "common/runtime/cpu_backend.h"
 
 #include <cmath>
@@ -117,7 +118,8 @@ class CpuBackend : public Backend {
       hooks = &result->layers;
     }
     std::vector<float> hidden;
-    Forward(tokens, positions, groups, hooks, options.layer_states, options.residual, &hidden);
+    SCD_RETURN_IF_ERROR(Forward(tokens, positions, groups, {}, hooks, options.layer_states,
+                                options.residual, &hidden));
 
     // Logits: every row when asked for them or for surprisal, else the last row only.
     const bool all_rows = options.all_logits || options.surprisal;
@@ -181,38 +183,26 @@ class CpuBackend : public Backend {
 
   absl::Status Decode(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
                       std::vector<float>* logits) override {
-    const ModelConfig& c = model_->config;
-    const int b = static_cast<int>(seqs.size());
-    if (b == 0 || tokens.size() != seqs.size()) {
+    SCD_RETURN_IF_ERROR(CheckDecodeBatch(seqs, tokens));
+    return DecodeRows(seqs, tokens, ExternalRows{}, logits);
+  }
+
+  absl::Status DecodeMixed(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
+                           absl::Span<const SampleDraw> draws, std::vector<int32_t>* next,
+                           const ExternalRows& external,
+                           std::vector<std::vector<float>>* external_logits) override {
+    if (draws.size() != seqs.size()) {
       return absl::InvalidArgumentError(absl::StrCat("decode batch has ", seqs.size(),
-                                                     " sequences and ", tokens.size(),
-                                                     " tokens"));
+                                                     " sequences and ", draws.size(), " draws"));
     }
-    SCD_RETURN_IF_ERROR(CheckTokenIds(model_->config, tokens));
-    std::unordered_set<Sequence*> seen;
-    std::vector<RowGroup> groups;
-    std::vector<int32_t> positions(b);
-    for (int i = 0; i < b; ++i) {
-      auto* seq = static_cast<CpuSequence*>(seqs[i]);
-      if (seq == nullptr || !seen.insert(seq).second) {
-        return absl::InvalidArgumentError("decode batch holds a null or repeated sequence");
-      }
-      if (seq->length_ >= seq->capacity_) {
-        return absl::OutOfRangeError(
-            absl::StrCat("sequence ", i, " is full (capacity ", seq->capacity_, ")"));
-      }
-      groups.push_back({seq, i, 1, seq->length_});
-      positions[i] = seq->length_;
-    }
-    std::vector<float> hidden;
-    Forward(tokens, positions, groups, nullptr, false, false, &hidden);
-    logits->resize(static_cast<size_t>(b) * c.vocab_size);
-    cpu::Linear(hidden.data(), model_->weights.output_matrix().data(), nullptr, logits->data(), b,
-                c.vocab_size, c.hidden_size);
-    for (int i = 0; i < b; ++i) {
-      groups[i].seq->length_ += 1;
-      groups[i].seq->last_logits_.assign(logits->begin() + static_cast<long>(i) * c.vocab_size,
-                                         logits->begin() + static_cast<long>(i + 1) * c.vocab_size);
+    std::vector<float> logits;
+    SCD_RETURN_IF_ERROR(DecodeRows(seqs, tokens, external, &logits));
+    const int vocab = model_->config.vocab_size;
+    SampleHostRows(logits.data(), vocab, draws, next);
+    external_logits->resize(external.size());
+    for (size_t i = 0; i < external.size(); ++i) {
+      const auto row = logits.begin() + static_cast<long>(seqs.size() + i) * vocab;
+      (*external_logits)[i].assign(row, row + vocab);
     }
     return absl::OkStatus();
   }
@@ -239,31 +229,77 @@ class CpuBackend : public Backend {
     std::vector<int32_t> positions(rows);
     for (int i = 0; i < rows; ++i) positions[i] = start + i;
     std::vector<float> x(residual_in.begin(), residual_in.end());
-    RunLayers(first_layer, end_layer, positions, groups, nullptr, false, false, &x);
-    return absl::OkStatus();
+    return RunLayers(first_layer, end_layer, positions, groups, {}, nullptr, false, false, &x);
   }
 
  private:
+  // One decode step: a row for each of `seqs` (tokens[i] at its next position), then one for
+  // each of `external`'s rows (attention theirs); logits [B + E, vocab] into *logits. Every
+  // input is checked first; the sequences advance only when the whole step succeeds.
+  absl::Status DecodeRows(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
+                          const ExternalRows& external, std::vector<float>* logits) {
+    const ModelConfig& c = model_->config;
+    const int b = static_cast<int>(seqs.size());
+    const int e = static_cast<int>(external.size());
+    SCD_RETURN_IF_ERROR(CheckDecodeRows(c, seqs, tokens, external));
+    std::unordered_set<Sequence*> seen;
+    std::vector<RowGroup> groups;
+    std::vector<int32_t> ids(tokens.begin(), tokens.end()), positions(b);
+    for (int i = 0; i < b; ++i) {
+      auto* seq = static_cast<CpuSequence*>(seqs[i]);
+      if (seq == nullptr || !seen.insert(seq).second) {
+        return absl::InvalidArgumentError("decode batch holds a null or repeated sequence");
+      }
+      if (seq->length_ >= seq->capacity_) {
+        return absl::OutOfRangeError(
+            absl::StrCat("sequence ", i, " is full (capacity ", seq->capacity_, ")"));
+      }
+      groups.push_back({seq, i, 1, seq->length_});
+      positions[i] = seq->length_;
+    }
+    ids.insert(ids.end(), external.tokens.begin(), external.tokens.end());
+    positions.insert(positions.end(), external.positions.begin(), external.positions.end());
+    logits->clear();
+    if (b + e == 0) return absl::OkStatus();
+    std::vector<float> hidden;
+    SCD_RETURN_IF_ERROR(
+        Forward(ids, positions, groups, external.attention, nullptr, false, false, &hidden));
+    logits->resize(static_cast<size_t>(b + e) * c.vocab_size);
+    cpu::Linear(hidden.data(), model_->weights.output_matrix().data(), nullptr, logits->data(),
+                b + e, c.vocab_size, c.hidden_size);
+    for (int i = 0; i < b; ++i) {
+      groups[i].seq->length_ += 1;
+      groups[i].seq->last_logits_.assign(logits->begin() + static_cast<long>(i) * c.vocab_size,
+                                         logits->begin() + static_cast<long>(i + 1) * c.vocab_size);
+    }
+    return absl::OkStatus();
+  }
+
   // Runs every layer on `ids` (one row each) and leaves the final-normed hidden states in
-  // `out` [rows, d]. Writes K/V of each row into its group's sequence cache (not committing
-  // the sequence length; callers do that on success).
-  void Forward(absl::Span<const int32_t> ids, const std::vector<int32_t>& positions,
-               const std::vector<RowGroup>& groups, std::vector<LayerStates>* hooks,
-               bool keep_states, bool keep_residual, std::vector<float>* out) {
+  // `out` [rows, d]. Writes K/V of each group's rows into its sequence cache (not committing
+  // the sequence length; callers do that on success). The last external.size() rows belong to
+  // no group: their attention is external's.
+  absl::Status Forward(absl::Span<const int32_t> ids, const std::vector<int32_t>& positions,
+                       const std::vector<RowGroup>& groups,
+                       absl::Span<RowAttention* const> external, std::vector<LayerStates>* hooks,
+                       bool keep_states, bool keep_residual, std::vector<float>* out) {
     const ModelConfig& c = model_->config;
     std::vector<float> x(static_cast<size_t>(ids.size()) * c.hidden_size);
     cpu::Embed(model_->weights.embed.data(), ids.data(), x.data(), static_cast<int>(ids.size()),
                c.hidden_size);
-    RunLayers(0, c.num_layers, positions, groups, hooks, keep_states, keep_residual, &x);
+    SCD_RETURN_IF_ERROR(RunLayers(0, c.num_layers, positions, groups, external, hooks, keep_states,
+                                  keep_residual, &x));
     cpu::RmsNorm(x.data(), model_->weights.final_norm.data(), x.data(),
                  static_cast<int>(ids.size()), c.hidden_size, c.rms_norm_eps);
     *out = std::move(x);
+    return absl::OkStatus();
   }
 
-  // Runs layers [first, end) on the residual stream `x` [rows, d] in place.
-  void RunLayers(int first, int end, const std::vector<int32_t>& positions,
-                 const std::vector<RowGroup>& groups, std::vector<LayerStates>* hooks,
-                 bool keep_states, bool keep_residual, std::vector<float>* x_inout) {
+  // Runs layers [first, end) on the residual stream `x` [rows, d] in place (rows as Forward's).
+  absl::Status RunLayers(int first, int end, const std::vector<int32_t>& positions,
+                         const std::vector<RowGroup>& groups,
+                         absl::Span<RowAttention* const> external, std::vector<LayerStates>* hooks,
+                         bool keep_states, bool keep_residual, std::vector<float>* x_inout) {
     const ModelConfig& c = model_->config;
     const ModelWeights& w = model_->weights;
     std::vector<float>& x = *x_inout;
@@ -323,6 +359,11 @@ class CpuBackend : public Backend {
                              g.rows, g.start_pos, c.num_heads, c.num_kv_heads, c.head_dim,
                              c.sliding_window, scratch);
       }
+      for (size_t i = 0; i < external.size(); ++i) {
+        const size_t r = n - external.size() + i;
+        SCD_RETURN_IF_ERROR(
+            external[i]->Attend(l, q + r * qd, k + r * kvd, v + r * kvd, att + r * qd, nullptr));
+      }
       cpu::Linear(att, lw.wo.data(), nullptr, tmp, rows, d, qd);
       for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
       cpu::RmsNorm(x.data(), lw.ffn_norm.data(), xn, rows, d, c.rms_norm_eps);
@@ -334,6 +375,7 @@ class CpuBackend : public Backend {
       cpu::Linear(gate, lw.w_down.data(), nullptr, tmp, rows, d, ffn);
       for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
     }
+    return absl::OkStatus();
   }
 
   static float* Buffer(std::vector<float>& v, size_t n) {
@@ -367,6 +409,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const 
     return absl::InvalidArgumentError("model weights do not match its config (layer count)");
   }
   return std::unique_ptr<Backend>(new CpuBackend(std::move(model)));
+}
+
+bool IsCpuBackend(const Backend& backend) {
+  return dynamic_cast<const CpuBackend*>(&backend) != nullptr;
 }
 
 }  // namespace scd

@@ -13,6 +13,9 @@ namespace scd {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const Model> model);
 
+// True when `backend` was made by CreateCpuBackend.
+bool IsCpuBackend(const Backend& backend);
+
 }  // namespace scd
 
 #endif  // SCD_COMMON_RUNTIME_CPU_BACKEND_H_

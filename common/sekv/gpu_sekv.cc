@@ -77,6 +77,15 @@ absl::Status GpuSekv::StepBatch(absl::Span<GpuSekv* const>, absl::Span<const int
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
 }
 
+absl::Status GpuSekv::StepMixed(Backend&, absl::Span<Sequence* const>, absl::Span<const int32_t>,
+                                absl::Span<const SampleDraw>, std::vector<int32_t>*,
+                                absl::Span<GpuSekv* const>, absl::Span<const int32_t>,
+                                absl::Span<const int>, std::vector<std::vector<float>>*) {
+  return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
+}
+
+bool GpuSekv::OnBackend(const Backend&) const { return false; }
+
 absl::Status GpuSekv::Attend(int, const float*, const float*, const float*, float*, void*) {
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
 }
@@ -168,7 +177,7 @@ absl::StatusOr<std::unique_ptr<CpuTierMapping>> GpuSekv::MapCpuTier(const Backen
   return mapping;
 }
 
-class GpuSekv::Impl : public cuda::DeviceLayerAttention {
+class GpuSekv::Impl : public RowAttention {
  public:
   Impl(Backend& backend, SekvCache& cache, GpuTier tier, GpuZoom zoom, int window_slack,
        const CpuTierMapping* mapping)
@@ -183,7 +192,7 @@ class GpuSekv::Impl : public cuda::DeviceLayerAttention {
 
   absl::Status Init();
   absl::Status Attend(int l, const float* q, const float* k, const float* v, float* out,
-                      StreamHandle s) override;
+                      void* s) override;
   absl::Status Settle(StreamHandle s);
   // Settle's work once the stream has been waited for.
   void Fold();
@@ -947,19 +956,36 @@ absl::Status GpuSekv::StepBatch(absl::Span<GpuSekv* const> mirrors,
     logits->clear();
     return absl::OkStatus();
   }
-  std::vector<cuda::DeviceLayerAttention*> attention;
+  std::vector<int32_t> none;
+  return StepMixed(mirrors[0]->impl_->backend(), {}, {}, {}, &none, mirrors, tokens, positions,
+                   logits);
+}
+
+absl::Status GpuSekv::StepMixed(Backend& backend, absl::Span<Sequence* const> seqs,
+                                absl::Span<const int32_t> seq_tokens,
+                                absl::Span<const SampleDraw> draws, std::vector<int32_t>* next,
+                                absl::Span<GpuSekv* const> mirrors,
+                                absl::Span<const int32_t> tokens, absl::Span<const int> positions,
+                                std::vector<std::vector<float>>* logits) {
+  std::vector<RowAttention*> attention;
   for (GpuSekv* m : mirrors) {
-    if (&m->impl_->backend() != &mirrors[0]->impl_->backend()) {
-      return absl::InvalidArgumentError("GPU SEKV batch step: the mirrors have different backends");
+    if (!m->OnBackend(backend)) {
+      return absl::InvalidArgumentError(
+          "GPU SEKV step: a mirror was made on another backend than the step's");
     }
     attention.push_back(m->impl_.get());
   }
-  SCD_RETURN_IF_ERROR(cuda::CudaDecodeExternalBatch(mirrors[0]->impl_->backend(), tokens, positions,
-                                                    attention, logits));
+  ExternalRows external;
+  external.tokens = tokens;
+  external.positions = positions;
+  external.attention = attention;
+  SCD_RETURN_IF_ERROR(backend.DecodeMixed(seqs, seq_tokens, draws, next, external, logits));
   // The backend has waited for its stream, where every layer ran, for the logits.
   for (GpuSekv* m : mirrors) m->impl_->Fold();
   return absl::OkStatus();
 }
+
+bool GpuSekv::OnBackend(const Backend& backend) const { return &impl_->backend() == &backend; }
 
 absl::Status GpuSekv::Settle(void* stream) { return impl_->Settle(stream); }
 

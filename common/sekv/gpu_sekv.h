@@ -1,6 +1,6 @@
 // GpuSekv: the SEKV decode step on a CUDA backend (issue 7). The model runs on the GPU
-// (cuda::CudaDecodeExternalBatch) and each layer's attention goes through the SEKV hierarchy with
-// its GPU tier on the device:
+// (Backend::DecodeMixed, this object the rows' RowAttention) and each layer's attention goes
+// through the SEKV hierarchy with its GPU tier on the device:
 //   - device: anchors, span summaries with their per-head log counts, the recent window
 //     (grows by one row per step), the observation-window anchors (pins), the routing
 //     projections and gates, and the expansion rows of the current step;
@@ -162,11 +162,22 @@ class GpuSekv {
   absl::Status Step(int32_t token, int position, std::vector<float>* logits);
   // Step for several mirrors of one backend at once: mirrors[i] decodes tokens[i] at
   // positions[i], its logits into (*logits)[i]. One model step of batch rows
-  // (cuda::CudaDecodeExternalBatch): the GEMMs read the weights once for every row, and each
-  // layer's attention runs row by row through its own mirror, on the backend's stream.
+  // (Backend::DecodeMixed): the GEMMs read the weights once for every row, and each layer's
+  // attention runs row by row through its own mirror, on the backend's stream.
   static absl::Status StepBatch(absl::Span<GpuSekv* const> mirrors,
                                 absl::Span<const int32_t> tokens, absl::Span<const int> positions,
                                 std::vector<std::vector<float>>* logits);
+  // StepBatch in the same model step as `backend`'s own sequences (Backend::DecodeMixed):
+  // seqs[i] decodes seq_tokens[i], sampled with draws[i] into (*next)[i], and the weights are
+  // read once for both kinds of rows. Every mirror must be on `backend` (OnBackend).
+  static absl::Status StepMixed(Backend& backend, absl::Span<Sequence* const> seqs,
+                                absl::Span<const int32_t> seq_tokens,
+                                absl::Span<const SampleDraw> draws, std::vector<int32_t>* next,
+                                absl::Span<GpuSekv* const> mirrors,
+                                absl::Span<const int32_t> tokens, absl::Span<const int> positions,
+                                std::vector<std::vector<float>>* logits);
+  // Whether this mirror was made on `backend` (its model runs there).
+  bool OnBackend(const Backend& backend) const;
 
   // One layer's attention for device q [num_heads, head_dim], k, v [kv_dim] (k after RoPE)
   // into device out [num_heads, head_dim], on `stream` (a cuda::StreamHandle). What Step runs

@@ -15,7 +15,9 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/model/config.h"
+#include "common/runtime/backend.h"
 #include "common/sekv/span_store.h"
 
 namespace scd::sekv {
@@ -45,6 +47,21 @@ class KvCache {
   virtual void Attend(int layer, const float* q, const float* k, const float* v, float* out) = 0;
   // Bytes held now (GPU tier, CPU tier) and a full cache's bytes for the same positions.
   virtual MemoryBreakdown Memory() const = 0;
+};
+
+// A cache as the attention of a row in a backend's decode step (Backend::DecodeMixed, on the
+// CPU backend: host pointers, no stream).
+class KvCacheRowAttention : public RowAttention {
+ public:
+  explicit KvCacheRowAttention(KvCache& cache) : cache_(cache) {}
+  absl::Status Attend(int layer, const float* q, const float* k, const float* v, float* out,
+                      void*) override {
+    cache_.Attend(layer, q, k, v, out);
+    return absl::OkStatus();
+  }
+
+ private:
+  KvCache& cache_;
 };
 
 class FullKvCache : public KvCache {

@@ -57,6 +57,7 @@ struct DecodeEngine::Active {
   bool waited_for_kv = false, waited_for_host = false;
   DecodeJob job;  // its payload bytes are parsed into `payload` on submission
   bool has_payload = false;
+  bool use_sekv = false;  // the SEKV path (DecodeEngine::UsesSekv), decided on submission
   absl::StatusOr<Payload> payload = Payload{};  // empty without one
   DecodeCallback callback;
   Clock::time_point submitted;
@@ -121,6 +122,9 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     if (!(options.sekv.budget > 0 && options.sekv.budget <= 1)) {
       return absl::InvalidArgumentError("sekv budget must be in (0, 1]");
     }
+    if (options.sekv.min_prompt_tokens < 0) {
+      return absl::InvalidArgumentError("sekv min_prompt_tokens must be >= 0");
+    }
     // The decoder reads the engine's model, which the backend owns for the engine's lifetime.
     const Model& m = e->backend_->model();
     SCD_ASSIGN_OR_RETURN(e->sekv_decoder_, sekv::SekvDecoder::Create(std::shared_ptr<const Model>(
@@ -164,8 +168,9 @@ absl::Status DecodeEngine::Submit(DecodeJob job, DecodeCallback callback) {
                          (a->payload.ok() ? static_cast<int64_t>(a->payload->token_ids.size()) : 0);
   const ModelConfig& c = backend_->model().config;
   const int capacity = RequestCapacity(prompt, job.max_tokens, c.max_position_embeddings);
+  a->use_sekv = UsesSekv(prompt);
   const int64_t host_budget = HostBudget();
-  if (host_budget > 0) {
+  if (host_budget > 0 && a->use_sekv) {
     // The build's peak: the prompt's K/V in F32 (the positions before its last token) as the
     // prefill captured it, beside the hierarchy made of it (a CPU tier of about as much, the
     // GPU tier's host rows at sekv.budget of it) and the window's room for the positions to
@@ -232,6 +237,10 @@ DecodeEngineStats DecodeEngine::stats() const {
   s.kv_reserved_bytes = kv_reserved_.load();
   s.sekv_host_reserved_bytes = host_reserved_.load();
   return s;
+}
+
+bool DecodeEngine::UsesSekv(int64_t prompt_tokens) const {
+  return sekv_decoder_ != nullptr && prompt_tokens >= options_.sekv.min_prompt_tokens;
 }
 
 int64_t DecodeEngine::HostBudget() const {
@@ -433,7 +442,7 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
         c.max_position_embeddings)));
   }
   a->capacity = RequestCapacity(a->prompt_tokens, a->job.max_tokens, c.max_position_embeddings);
-  if (sekv_decoder_ != nullptr) {
+  if (a->use_sekv) {
     // The SEKV path (sekv_session.h): a payload's rebuild, then the prefill, in chunks
     // (PrefillChunks), both on the backend's thread; then the hierarchy on a thread of its own
     // while the loop steps the running requests (StartBuild; CollectBuilds activates it).
@@ -647,8 +656,10 @@ void DecodeEngine::Started(std::unique_ptr<Active> a, const std::vector<float>& 
 void DecodeEngine::Step() {
   // One batched Decode over the backend's sequences, then one batched step of the SEKV
   // requests through their hierarchies (SekvSession::StepBatch: the weights are read once
-  // for all of them, not once per request). The backend samples where the logits are (on the
-  // device for CUDA): each request's sampler takes its draw first, exactly as Sample would.
+  // for all of them, not once per request); or both in one step (StepMixed) where the SEKV
+  // requests decode on the backend's own device. The backend samples where the logits are
+  // (on the device for CUDA): each request's sampler takes its draw first, exactly as Sample
+  // would.
   std::vector<Sequence*> seqs;
   std::vector<int32_t> inputs;
   std::vector<SampleDraw> draws;
@@ -666,12 +677,22 @@ void DecodeEngine::Step() {
     inputs.push_back(a->next_input);
     draws.push_back(a->sampler->Draw());
   }
+  // Both kinds in one model step where the SEKV requests decode on the backend itself
+  // (SekvSession::StepMixed: the weights read once, not once per kind).
+  const bool mixed = !seqs.empty() && !sekv.empty() &&
+                     std::all_of(sekv.begin(), sekv.end(),
+                                 [&](const SekvSession* s) { return s->SharesStep(*backend_); });
   std::vector<int32_t> sampled;
-  const absl::Status st =
-      seqs.empty() ? absl::OkStatus() : backend_->DecodeSample(seqs, inputs, draws, &sampled);
   std::vector<std::vector<float>> sekv_logits;
-  const absl::Status sekv_st =
-      sekv.empty() ? absl::OkStatus() : SekvSession::StepBatch(sekv, sekv_inputs, &sekv_logits);
+  absl::Status st, sekv_st;
+  if (mixed) {
+    st = SekvSession::StepMixed(*backend_, seqs, inputs, draws, &sampled, sekv, sekv_inputs,
+                                &sekv_logits);
+    sekv_st = st;
+  } else {
+    if (!seqs.empty()) st = backend_->DecodeSample(seqs, inputs, draws, &sampled);
+    if (!sekv.empty()) sekv_st = SekvSession::StepBatch(sekv, sekv_inputs, &sekv_logits);
+  }
   DecodeGraphStats graphs = backend_->decode_graph_stats();  // this thread's to read
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -679,6 +700,7 @@ void DecodeEngine::Step() {
     ++stats_.steps;
     stats_.max_batch_seen =
         std::max<long>(stats_.max_batch_seen, static_cast<long>(running_.size()));
+    if (mixed) ++stats_.mixed_steps;
     if (!sekv.empty()) {
       ++stats_.sekv_steps;
       stats_.sekv_step_rows += static_cast<long>(sekv.size());

@@ -13,9 +13,12 @@
 // blocks a short one. Admission keeps the requests' KV caches within a budget of the device's
 // memory (DecodeEngineOptions::kv_budget_bytes): the rest wait in the queue, in order.
 // Every request ends with exactly one terminal event (done or error).
-// With options.sekv.enabled, admission builds a SEKV cache instead (sekv_session.h): the
+// With options.sekv.enabled, admission builds a SEKV cache instead (sekv_session.h) for
+// prompts of at least sekv.min_prompt_tokens (shorter ones take the path above): the
 // prompt is prefilled in chunks the same way (SekvPrefill), the hierarchy built on a thread of
-// its own, and those requests decode one by one through it, after the backend's batched step.
+// its own, and those requests decode through it together, in one batched step of their own
+// after the backend's (SekvSession::StepBatch), or in the backend's step itself when they
+// decode on its device (SekvSession::StepMixed).
 // A finished request's hierarchy is freed on another thread (releaser_) too: its device
 // mirror on the loop thread, its host structures (tens of thousands of allocations per layer)
 // off it.
@@ -151,6 +154,9 @@ struct DecodeEngineStats {
   // Steps that decoded SEKV requests (one batched step of all of them each), the rows they
   // decoded in all, and the most in one step.
   long sekv_steps = 0, sekv_step_rows = 0, sekv_max_step_rows = 0;
+  // Steps that decoded SEKV requests and the backend's own sequences in one model step
+  // (SekvSession::StepMixed: the weights read once for both kinds).
+  long mixed_steps = 0;
   // The KV budget (DecodeEngineOptions::kv_budget_bytes as resolved; 0: no limit), the bytes
   // the admitted requests reserve now, and the requests that waited in the queue for KV
   // memory (each counted once).
@@ -194,6 +200,9 @@ class DecodeEngine {
   // Under mu_: reserves the KV memory (and SEKV host memory) of the queue's head when it
   // fits; false when it must wait (counted once in stats_.kv_waits, sekv_host_waits).
   bool ReserveKv(Active& head);
+  // Whether a prompt of `prompt_tokens` takes the SEKV path (SekvServingOptions::enabled and
+  // min_prompt_tokens).
+  bool UsesSekv(int64_t prompt_tokens) const;
   int64_t HostBudget() const;  // SekvServingOptions::max_host_bytes on the SEKV path; 0: none
   // Whether `a`'s device KV (host) reservation fits beside the admitted requests'.
   bool DeviceFits(const Active& a) const;

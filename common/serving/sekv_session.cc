@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/elapsed.h"
 #include "common/base/status_macros.h"
+#include "common/runtime/cpu_backend.h"
 #include "common/scd/wire_format.h"
 #include "common/sekv/kv_capture_backend.h"
 
@@ -261,6 +262,57 @@ absl::Status SekvSession::StepBatch(absl::Span<SekvSession* const> sessions,
     SCD_RETURN_IF_ERROR(sekv::GpuSekv::StepBatch(gpus, tokens, positions, logits));
   } else {
     SCD_RETURN_IF_ERROR(sessions[0]->decoder_.StepBatch(tokens, positions, caches, logits));
+  }
+  for (SekvSession* s : sessions) ++s->length_;
+  return absl::OkStatus();
+}
+
+bool SekvSession::SharesStep(const Backend& backend) const {
+  if (gpu_ != nullptr) return gpu_->OnBackend(backend);
+  return IsCpuBackend(backend) && &backend.model() == &decoder_.model();
+}
+
+absl::Status SekvSession::StepMixed(Backend& backend, absl::Span<Sequence* const> seqs,
+                                    absl::Span<const int32_t> seq_tokens,
+                                    absl::Span<const SampleDraw> draws, std::vector<int32_t>* next,
+                                    absl::Span<SekvSession* const> sessions,
+                                    absl::Span<const int32_t> tokens,
+                                    std::vector<std::vector<float>>* logits) {
+  const size_t n = sessions.size();
+  if (tokens.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SEKV mixed step: ", n, " sessions and ", tokens.size(), " tokens"));
+  }
+  std::vector<int> positions(n);
+  std::vector<sekv::GpuSekv*> gpus;
+  std::vector<sekv::KvCacheRowAttention> caches;
+  caches.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    SekvSession& s = *sessions[i];
+    if (s.last_token_ >= 0) return absl::FailedPreconditionError("SEKV session not activated");
+    if (!s.SharesStep(backend)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SEKV mixed step: session ", i, " does not decode on the ",
+                       std::string(backend.name()), " backend of the step"));
+    }
+    positions[i] = s.length_;
+    if (s.gpu_ != nullptr) {
+      gpus.push_back(s.gpu_.get());
+    } else {
+      caches.emplace_back(*s.cache_);
+    }
+  }
+  if (!gpus.empty()) {  // then all are: a backend is CUDA or CPU, not both
+    SCD_RETURN_IF_ERROR(sekv::GpuSekv::StepMixed(backend, seqs, seq_tokens, draws, next, gpus,
+                                                 tokens, positions, logits));
+  } else {
+    std::vector<RowAttention*> attention;
+    for (sekv::KvCacheRowAttention& c : caches) attention.push_back(&c);
+    ExternalRows external;
+    external.tokens = tokens;
+    external.positions = positions;
+    external.attention = attention;
+    SCD_RETURN_IF_ERROR(backend.DecodeMixed(seqs, seq_tokens, draws, next, external, logits));
   }
   for (SekvSession* s : sessions) ++s->length_;
   return absl::OkStatus();

@@ -79,6 +79,10 @@ struct SekvServingOptions {
   // size is known only after the build, so the sum may pass the budget by what the estimate
   // missed.
   int64_t max_host_bytes = 0;
+  // Prompts (payload tokens and suffix) shorter than this take the plain path instead: a full
+  // KV cache on the backend, decoded in its batched step. A short context gains little from
+  // the hierarchy and would pay for its build before its first token. 0: every prompt.
+  int min_prompt_tokens = 0;
   // Optional, called on the engine thread: with started = true after a SEKV request's first
   // step, with its cache's bytes; with started = false and the same bytes when it ends.
   std::function<void(const sekv::MemoryBreakdown& bytes, bool started)> on_cache;
@@ -189,6 +193,22 @@ class SekvSession {
   static absl::Status StepBatch(absl::Span<SekvSession* const> sessions,
                                 absl::Span<const int32_t> tokens,
                                 std::vector<std::vector<float>>* logits);
+
+  // StepBatch in the same model step as `backend`'s own sequences (Backend::DecodeMixed):
+  // seqs[i] decodes seq_tokens[i], sampled with draws[i] into (*next)[i]; sessions[i] decodes
+  // tokens[i], its logits into (*logits)[i]. The weights are read once for both kinds of rows
+  // instead of once per kind. Every session must share `backend`'s step (SharesStep). If the
+  // step fails, every sequence is left as it was and every session mid-step, as StepBatch's.
+  static absl::Status StepMixed(Backend& backend, absl::Span<Sequence* const> seqs,
+                                absl::Span<const int32_t> seq_tokens,
+                                absl::Span<const SampleDraw> draws, std::vector<int32_t>* next,
+                                absl::Span<SekvSession* const> sessions,
+                                absl::Span<const int32_t> tokens,
+                                std::vector<std::vector<float>>* logits);
+  // Whether this session's rows can run in `backend`'s own step (StepMixed): on the GPU, its
+  // mirror was made on `backend`; on the CPU, `backend` is the CPU backend of its decoder's
+  // model.
+  bool SharesStep(const Backend& backend) const;
 
   int length() const { return length_; }  // positions held: prompt + decoded tokens
   const sekv::MemoryBreakdown& memory() const { return memory_; }  // after the first step

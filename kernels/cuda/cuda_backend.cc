@@ -80,8 +80,9 @@ struct AttentionStep {
   // Decode: row b is sequence b of the table, attending to lengths[b] positions.
   const int32_t* lengths = nullptr;
   int max_length = 0;
-  // External (no table): row r's attention is external[r]'s, with K rotated in place.
-  absl::Span<cuda::DeviceLayerAttention* const> external;
+  // Decode: the last external.size() rows belong to no sequence of the table; row
+  // rows - external.size() + i takes external[i]'s attention, with K rotated in place.
+  absl::Span<RowAttention* const> external;
 };
 
 class CudaBackend : public Backend {
@@ -327,34 +328,47 @@ class CudaBackend : public Backend {
 
   absl::Status Decode(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
                       std::vector<float>* logits) override {
-    return DecodeStep(seqs, tokens, {}, logits, nullptr);
+    SCD_RETURN_IF_ERROR(CheckDecodeBatch(seqs, tokens));
+    return DecodeStep(seqs, tokens, {}, logits, nullptr, ExternalRows{}, nullptr);
   }
 
   // Samples on the device (cuda::SampleRows): only the token ids come back.
   absl::Status DecodeSample(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
                             absl::Span<const SampleDraw> draws,
                             std::vector<int32_t>* next) override {
+    SCD_RETURN_IF_ERROR(CheckDecodeBatch(seqs, tokens));
+    return DecodeMixed(seqs, tokens, draws, next, ExternalRows{}, nullptr);
+  }
+
+  // The sequences' rows sampled on the device as DecodeSample's, the external rows' logits
+  // copied back; one wait for both.
+  absl::Status DecodeMixed(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
+                           absl::Span<const SampleDraw> draws, std::vector<int32_t>* next,
+                           const ExternalRows& external,
+                           std::vector<std::vector<float>>* external_logits) override {
     if (draws.size() != seqs.size()) {
       return absl::InvalidArgumentError(absl::StrCat("decode batch has ", seqs.size(),
                                                      " sequences and ", draws.size(), " draws"));
     }
-    return DecodeStep(seqs, tokens, draws, nullptr, next);
+    return DecodeStep(seqs, tokens, draws, nullptr, next, external, external_logits);
   }
 
-  // One decode step; with `draws`, samples on the device into *next, else copies the logits.
+  // One decode step of `seqs` and, after their rows, `external`'s. The sequences' rows: with
+  // `next`, sampled on the device with `draws` into *next, else their logits into *logits.
+  // External rows' logits go to *external_logits. A step of the sequences alone is recorded
+  // and replayed as a CUDA graph (RunDecodeForward); one with external rows runs eagerly, as
+  // their attention waits on the host.
   absl::Status DecodeStep(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
                           absl::Span<const SampleDraw> draws, std::vector<float>* logits,
-                          std::vector<int32_t>* next) {
+                          std::vector<int32_t>* next, const ExternalRows& external,
+                          std::vector<std::vector<float>>* external_logits) {
     const ModelConfig& c = model_->config;
     const int b = static_cast<int>(seqs.size());
-    if (b == 0 || tokens.size() != seqs.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("decode batch has ", seqs.size(),
-                                                     " sequences and ", tokens.size(), " tokens"));
-    }
-    SCD_RETURN_IF_ERROR(CheckTokenIds(model_->config, tokens));
+    const int e = static_cast<int>(external.size());
+    SCD_RETURN_IF_ERROR(CheckDecodeRows(c, seqs, tokens, external));
     std::unordered_set<Sequence*> seen;
     std::vector<CudaSequence*> batch;
-    std::vector<int32_t> positions(b), row_seq(b), lengths(b);
+    std::vector<int32_t> ids(tokens.begin(), tokens.end()), positions(b), row_seq(b), lengths(b);
     std::vector<float*> logits_dst(b);
     int max_length = 0;
     for (int i = 0; i < b; ++i) {
@@ -373,18 +387,26 @@ class CudaBackend : public Backend {
       logits_dst[i] = seq->last_logits_.as<float>();
       max_length = std::max(max_length, lengths[i]);
     }
+    ids.insert(ids.end(), external.tokens.begin(), external.tokens.end());
+    positions.insert(positions.end(), external.positions.begin(), external.positions.end());
+    if (external_logits != nullptr) external_logits->resize(e);
+    const int rows = b + e;
+    if (rows == 0) {
+      if (next != nullptr) next->clear();
+      return absl::OkStatus();
+    }
     SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
     const int d = c.hidden_size, vocab = c.vocab_size;
     StepMeta meta;
-    const size_t ids_at = meta.Add(tokens.data(), b);
-    const size_t pos_at = meta.Add(positions.data(), b);
+    const size_t ids_at = meta.Add(ids.data(), rows);
+    const size_t pos_at = meta.Add(positions.data(), rows);
     const size_t row_seq_at = meta.Add(row_seq.data(), b);
     const size_t len_at = meta.Add(lengths.data(), b);
     const size_t dst_at = meta.Add(logits_dst.data(), b);
     // The table before the sampling parameters: Decode and DecodeSample then lay out (and can
     // replay) the same graphed part alike.
     SCD_ASSIGN_OR_RETURN(cuda::KvCacheTable table, AddTable(batch, &meta));
-    const bool sample = next != nullptr;
+    const bool sample = next != nullptr && b > 0;
     size_t params_at = 0;
     if (sample) {
       std::vector<cuda::SampleParams> params(b);
@@ -399,117 +421,91 @@ class CudaBackend : public Backend {
     SCD_RETURN_IF_ERROR(Upload(meta));
     table = Relocate(table);
 
-    SCD_RETURN_IF_ERROR(ReserveRows(b, /*hooks=*/false));
-    SCD_RETURN_IF_ERROR(logits_.Reserve(sizeof(float) * b * vocab, "logits"));
+    SCD_RETURN_IF_ERROR(ReserveRows(rows, /*hooks=*/false));
+    SCD_RETURN_IF_ERROR(logits_.Reserve(sizeof(float) * rows * vocab, "logits"));
     // Planned for the length bucket, graphed or not, so both run the same kernels alike.
-    const int planned_length = cuda::split_plan::DecodeLengthBucket(max_length);
-    const int64_t ws_floats = cuda::DecodeAttentionWorkspaceFloats(b, planned_length, c.num_heads,
-                                                                   c.num_kv_heads, c.head_dim);
-    // Grown to powers of two: a buffer that moves strands every graph recorded over it.
-    size_t ws_bytes = 4096;
-    while (ws_bytes < sizeof(float) * static_cast<size_t>(ws_floats)) ws_bytes *= 2;
-    SCD_RETURN_IF_ERROR(decode_ws_.Reserve(ws_bytes, "decode workspace"));
+    const int planned_length = cuda::split_plan::DecodeLengthBucket(std::max(max_length, 1));
+    if (b > 0) {
+      const int64_t ws_floats = cuda::DecodeAttentionWorkspaceFloats(b, planned_length, c.num_heads,
+                                                                     c.num_kv_heads, c.head_dim);
+      // Grown to powers of two: a buffer that moves strands every graph recorded over it.
+      size_t ws_bytes = 4096;
+      while (ws_bytes < sizeof(float) * static_cast<size_t>(ws_floats)) ws_bytes *= 2;
+      SCD_RETURN_IF_ERROR(decode_ws_.Reserve(ws_bytes, "decode workspace"));
+    }
 
     AttentionStep attention;
     attention.decode = true;
     attention.lengths = Dev<int32_t>(len_at);
     attention.max_length = planned_length;
+    attention.external = external.attention;
     const cuda::StreamHandle s = stream();
-    // Everything up to the logits in their sequences' buffers: what a graph records. It reads
-    // the step's ids, positions, lengths and table from the metadata uploaded above.
+    // Everything up to the logits (the sequences' in their buffers): what a graph records. It
+    // reads the step's ids, positions, lengths and table from the metadata uploaded above.
     auto forward = [&]() -> absl::Status {
-      SCD_RETURN_IF_ERROR(Forward(b, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at),
+      SCD_RETURN_IF_ERROR(Forward(rows, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at),
                                   Dev<int32_t>(row_seq_at), table, attention, false));
       SCD_RETURN_IF_ERROR(cuda::RmsNorm(x_.as<float>(), weights_->final_norm(), nullptr,
-                                        xn_bf16_.as<Bf16>(), b, d, c.rms_norm_eps, s));
+                                        xn_bf16_.as<Bf16>(), rows, d, c.rms_norm_eps, s));
       SCD_RETURN_IF_ERROR(gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(),
-                                        logits_.as<float>(), b, vocab, d));
+                                        logits_.as<float>(), rows, vocab, d));
+      if (b == 0) return absl::OkStatus();
       return cuda::ScatterRows(logits_.as<float>(), vocab, Dev<float* const>(dst_at), b, vocab, s);
     };
-    // A graph replays the pointers and sizes it recorded: the key holds every one of them.
-    const std::vector<uintptr_t> key = {static_cast<uintptr_t>(b),
-                                        static_cast<uintptr_t>(planned_length),
-                                        ids_at,
-                                        pos_at,
-                                        row_seq_at,
-                                        len_at,
-                                        dst_at,
-                                        reinterpret_cast<uintptr_t>(table.k),
-                                        reinterpret_cast<uintptr_t>(table.v),
-                                        reinterpret_cast<uintptr_t>(table.layer_stride)};
-    SCD_RETURN_IF_ERROR(RunDecodeForward(b, key, forward));
+    if (e > 0) {
+      if (b > 0) ++graph_stats_.eager_steps;
+      SCD_RETURN_IF_ERROR(forward());
+    } else {
+      // A graph replays the pointers and sizes it recorded: the key holds every one of them.
+      const std::vector<uintptr_t> key = {static_cast<uintptr_t>(b),
+                                          static_cast<uintptr_t>(planned_length),
+                                          ids_at,
+                                          pos_at,
+                                          row_seq_at,
+                                          len_at,
+                                          dst_at,
+                                          reinterpret_cast<uintptr_t>(table.k),
+                                          reinterpret_cast<uintptr_t>(table.v),
+                                          reinterpret_cast<uintptr_t>(table.layer_stride)};
+      SCD_RETURN_IF_ERROR(RunDecodeForward(b, key, forward));
+    }
+    // What comes back, in one pinned buffer and after one wait: the sequences' sampled ids or
+    // logits, then the external rows' logits.
+    const size_t external_floats = static_cast<size_t>(e) * vocab;
+    const size_t plain_bytes =
+        sample ? sizeof(int32_t) * b : (next != nullptr ? 0 : sizeof(float) * b * vocab);
+    SCD_RETURN_IF_ERROR(pinned_.Reserve(plain_bytes + sizeof(float) * external_floats));
     if (sample) {
       SCD_ASSIGN_OR_RETURN(const size_t ws_bytes, cuda::SampleRowsWorkspaceBytes(b, vocab));
       SCD_RETURN_IF_ERROR(sample_ws_.Reserve(ws_bytes + sizeof(int32_t) * b, "sampling"));
-      int32_t* ids = reinterpret_cast<int32_t*>(sample_ws_.as<unsigned char>() + ws_bytes);
+      int32_t* sampled = reinterpret_cast<int32_t*>(sample_ws_.as<unsigned char>() + ws_bytes);
       SCD_RETURN_IF_ERROR(cuda::SampleRows(logits_.as<float>(), Dev<cuda::SampleParams>(params_at),
-                                           b, vocab, ids, sample_ws_.data(), ws_bytes, s));
-      SCD_RETURN_IF_ERROR(pinned_.Reserve(sizeof(int32_t) * b));
-      SCD_RETURN_IF_ERROR(cuda::CopyToHost(pinned_.data(), ids, sizeof(int32_t) * b, s));
-      SCD_RETURN_IF_ERROR(stream_->Synchronize());
+                                           b, vocab, sampled, sample_ws_.data(), ws_bytes, s));
+      SCD_RETURN_IF_ERROR(cuda::CopyToHost(pinned_.data(), sampled, plain_bytes, s));
+    } else if (plain_bytes > 0) {
+      SCD_RETURN_IF_ERROR(cuda::CopyToHost(pinned_.data(), logits_.data(), plain_bytes, s));
+    }
+    float* external_host = reinterpret_cast<float*>(pinned_.as<unsigned char>() + plain_bytes);
+    if (e > 0) {
+      SCD_RETURN_IF_ERROR(cuda::CopyToHost(external_host,
+                                           logits_.as<float>() + static_cast<size_t>(b) * vocab,
+                                           sizeof(float) * external_floats, s));
+    }
+    SCD_RETURN_IF_ERROR(stream_->Synchronize());
+    if (sample) {
       next->assign(pinned_.as<int32_t>(), pinned_.as<int32_t>() + b);
+    } else if (next != nullptr) {
+      next->clear();
     } else {
-      const size_t bytes = sizeof(float) * b * vocab;
-      SCD_RETURN_IF_ERROR(pinned_.Reserve(bytes));
-      SCD_RETURN_IF_ERROR(cuda::CopyToHost(pinned_.data(), logits_.data(), bytes, s));
-      SCD_RETURN_IF_ERROR(stream_->Synchronize());
       logits->assign(pinned_.as<float>(), pinned_.as<float>() + static_cast<size_t>(b) * vocab);
+    }
+    for (int i = 0; i < e; ++i) {
+      const float* row = external_host + static_cast<size_t>(i) * vocab;
+      (*external_logits)[i].assign(row, row + vocab);
     }
     for (CudaSequence* seq : batch) {
       seq->length_ += 1;
       seq->has_last_logits_ = true;
-    }
-    return absl::OkStatus();
-  }
-
-  // One decode step whose attention is the caller's, row by row (synthetic_backend.h).
-  absl::Status DecodeExternal(absl::Span<const int32_t> tokens, absl::Span<const int> positions,
-                              absl::Span<cuda::DeviceLayerAttention* const> attention,
-                              std::vector<std::vector<float>>* logits) {
-    const ModelConfig& c = model_->config;
-    const int rows = static_cast<int>(tokens.size());
-    if (positions.size() != tokens.size() || attention.size() != tokens.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("external decode step: ", rows, " tokens, ",
-                                                     positions.size(), " positions and ",
-                                                     attention.size(), " attentions"));
-    }
-    logits->resize(rows);
-    if (rows == 0) return absl::OkStatus();
-    SCD_RETURN_IF_ERROR(CheckTokenIds(c, tokens));
-    for (int i = 0; i < rows; ++i) {
-      if (positions[i] < 0 || positions[i] >= c.max_position_embeddings) {
-        return absl::OutOfRangeError(absl::StrCat("position ", positions[i], " is outside [0, ",
-                                                  c.max_position_embeddings, ")"));
-      }
-      if (attention[i] == nullptr) {
-        return absl::InvalidArgumentError("external decode step: null attention");
-      }
-    }
-    SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
-    StepMeta meta;
-    const size_t ids_at = meta.Add(tokens.data(), rows);
-    const std::vector<int32_t> pos(positions.begin(), positions.end());
-    const size_t pos_at = meta.Add(pos.data(), rows);
-    SCD_RETURN_IF_ERROR(Upload(meta));
-    SCD_RETURN_IF_ERROR(ReserveRows(rows, /*hooks=*/false));
-    const size_t vocab = c.vocab_size;
-    SCD_RETURN_IF_ERROR(logits_.Reserve(sizeof(float) * rows * vocab, "logits"));
-    AttentionStep step;
-    step.external = attention;
-    SCD_RETURN_IF_ERROR(Forward(rows, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at), nullptr,
-                                cuda::KvCacheTable{}, step, false));
-    SCD_RETURN_IF_ERROR(cuda::RmsNorm(x_.as<float>(), weights_->final_norm(), nullptr,
-                                      xn_bf16_.as<Bf16>(), rows, c.hidden_size, c.rms_norm_eps,
-                                      stream()));
-    SCD_RETURN_IF_ERROR(gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(), logits_.as<float>(),
-                                      rows, c.vocab_size, c.hidden_size));
-    const size_t bytes = sizeof(float) * rows * vocab;
-    SCD_RETURN_IF_ERROR(pinned_.Reserve(bytes));
-    SCD_RETURN_IF_ERROR(cuda::CopyToHost(pinned_.data(), logits_.data(), bytes, stream()));
-    SCD_RETURN_IF_ERROR(stream_->Synchronize());
-    for (int i = 0; i < rows; ++i) {
-      const float* row = pinned_.as<float>() + i * vocab;
-      (*logits)[i].assign(row, row + vocab);
     }
     return absl::OkStatus();
   }
@@ -691,21 +687,16 @@ class CudaBackend : public Backend {
       }
       SCD_RETURN_IF_ERROR(
           cuda::ApplyRope(qkv, rows, c.num_heads, c.head_dim, qkv_dim, positions, inv_freq, s));
-      if (!attention.external.empty()) {
-        SCD_RETURN_IF_ERROR(cuda::ApplyRope(qkv + qd, rows, c.num_kv_heads, c.head_dim, qkv_dim,
-                                            positions, inv_freq, s));
-        for (int r = 0; r < rows; ++r) {
-          const float* row = qkv + static_cast<size_t>(r) * qkv_dim;
-          SCD_RETURN_IF_ERROR(attention.external[r]->Attend(l, row, row + qd, row + qd + kvd,
-                                                            att + static_cast<size_t>(r) * qd, s));
-        }
-      } else {
-        SCD_RETURN_IF_ERROR(cuda::RopeStoreKv(qkv + qd, qkv + qd + kvd, qkv_dim, rows, row_seq,
+      // Rows [0, plain) attend through the table (or the prefill's sequence), the rest
+      // through their external attention.
+      const int plain = rows - static_cast<int>(attention.external.size());
+      if (plain > 0) {
+        SCD_RETURN_IF_ERROR(cuda::RopeStoreKv(qkv + qd, qkv + qd + kvd, qkv_dim, plain, row_seq,
                                               positions, table, l, c.num_kv_heads, c.head_dim,
                                               inv_freq, s));
         if (attention.decode) {
           SCD_RETURN_IF_ERROR(cuda::DecodeAttention(
-              qkv, qkv_dim, table, l, attention.lengths, rows, attention.max_length, c.num_heads,
+              qkv, qkv_dim, table, l, attention.lengths, plain, attention.max_length, c.num_heads,
               c.num_kv_heads, c.head_dim, c.sliding_window, att, qd, decode_ws_.as<float>(),
               static_cast<int64_t>(decode_ws_.size() / sizeof(float)), s));
         } else {
@@ -714,6 +705,16 @@ class CudaBackend : public Backend {
               qkv, qkv_dim, attention.k0 + layer_offset, attention.v0 + layer_offset, att, qd, rows,
               attention.start, c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window,
               cuda::AttentionImpl::kAuto, s));
+        }
+      }
+      if (plain < rows) {
+        float* external_rows = qkv + static_cast<size_t>(plain) * qkv_dim;
+        SCD_RETURN_IF_ERROR(cuda::ApplyRope(external_rows + qd, rows - plain, c.num_kv_heads,
+                                            c.head_dim, qkv_dim, positions + plain, inv_freq, s));
+        for (int r = plain; r < rows; ++r) {
+          const float* row = qkv + static_cast<size_t>(r) * qkv_dim;
+          SCD_RETURN_IF_ERROR(attention.external[r - plain]->Attend(
+              l, row, row + qd, row + qd + kvd, att + static_cast<size_t>(r) * qd, s));
         }
       }
       SCD_RETURN_IF_ERROR(
@@ -875,18 +876,6 @@ absl::Status SetDecodeGraphs(Backend& backend, const DecodeGraphOptions& options
 size_t CudaDecodeBytesStreamed(const Backend& backend) {
   const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
   return cuda_backend == nullptr ? 0 : cuda_backend->decode_bytes_streamed();
-}
-
-absl::Status CudaDecodeExternalBatch(Backend& backend, absl::Span<const int32_t> tokens,
-                                     absl::Span<const int> positions,
-                                     absl::Span<DeviceLayerAttention* const> attention,
-                                     std::vector<std::vector<float>>* logits) {
-  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
-  if (cuda_backend == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
-  }
-  return cuda_backend->DecodeExternal(tokens, positions, attention, logits);
 }
 
 }  // namespace cuda

@@ -38,28 +38,6 @@ absl::StatusOr<SequenceCache> CudaSequenceCache(Backend& backend, Sequence& seq)
 // Marks `tokens` positions after seq.length() as filled (their K/V already stored).
 absl::Status CudaCommitPositions(Backend& backend, Sequence& seq, int tokens);
 
-// The attention of a decode step computed outside the backend (the GPU SEKV path,
-// common/sekv/gpu_sekv.h), which holds the context itself.
-class DeviceLayerAttention {
- public:
-  virtual ~DeviceLayerAttention() = default;
-  // Called once per layer, in layer order: q [num_heads, head_dim] and k [kv_dim] after RoPE,
-  // v [kv_dim], device F32, of the step's one token. Writes out [num_heads, head_dim] (device
-  // F32) by work on `stream`, the backend's stream; it may wait on the stream.
-  virtual absl::Status Attend(int layer, const float* q, const float* k, const float* v, float* out,
-                              StreamHandle stream) = 0;
-};
-
-// One decode step without a backend Sequence whose attention is the caller's: row i runs
-// tokens[i] at positions[i] with attention[i]'s attention, its next-token logits [vocab] into
-// (*logits)[i]. The GEMMs run over all rows at once, so the weights are read once per step,
-// not once per row; each layer calls the rows' Attend in row order. Fails when `backend` is not
-// CUDA.
-absl::Status CudaDecodeExternalBatch(Backend& backend, absl::Span<const int32_t> tokens,
-                                     absl::Span<const int> positions,
-                                     absl::Span<DeviceLayerAttention* const> attention,
-                                     std::vector<std::vector<float>>* logits);
-
 // CUDA graphs for the backend's decode steps (Decode, DecodeSample): the step's work through
 // the logits is recorded once per shape (batch size, the length bucket of
 // split_plan::DecodeLengthBucket, the metadata layout and the buffers it uses) and replayed

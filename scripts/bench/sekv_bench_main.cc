@@ -16,6 +16,12 @@
 //      model, each round stepped one by one (SekvDecoder::Step, as the decode engine did) and
 //      then as one batch (SekvDecoder::StepBatch: the weights read once per step), alternating,
 //      so the two share the machine's state; tokens per second and the speedup.
+//   4. mixed steps: --mixed P:S,... plain requests (a CPU backend sequence each) and S SEKV
+//      requests of --batch-length tokens each decoding at once on that model, every round
+//      stepped as two steps (the backend's DecodeSample of the P, then SekvDecoder::StepBatch
+//      of the S: the weights read twice) and then as one (Backend::DecodeMixed, the SEKV rows'
+//      attention their caches': the weights read once), alternating which goes first, each
+//      after a pause; the speedup.
 // Surprisal: from the real stories260K on packed TinyStories text (--surprisal-model and
 // --surprisal-text), tiled to the length; else i.i.d. exponential.
 #include <algorithm>
@@ -24,9 +30,11 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/base/huge_pages.h"
 #include "common/base/random.h"
@@ -124,6 +132,20 @@ PrefixKv RandomPrefix(const CacheShape& shape, int t, std::vector<float> surpris
   return prefix;
 }
 
+// `n` SEKV caches of `prefix` at `plan`, owned by *caches and listed in *rows; false when one
+// cannot be made.
+bool MakeCaches(const CacheShape& shape, const PrefixKv& prefix, const BudgetPlan& plan, int n,
+                std::vector<std::unique_ptr<SekvCache>>* caches, std::vector<KvCache*>* rows) {
+  for (int i = 0; i < n; ++i) {
+    auto c =
+        SekvCache::CreateWithSegmentation(shape, prefix, plan.segmentation, plan.sekv, nullptr);
+    if (!c.ok()) return false;
+    caches->push_back(std::move(c).value());
+    rows->push_back(caches->back().get());
+  }
+  return true;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -136,7 +158,7 @@ int main(int argc, char** argv) {
   std::string mem_lengths = "32768,131072", time_lengths = "8192,32768";
   std::string surprisal_model, surprisal_text;
   int time_layers = 2, vocab = 32000, steps = 8, batch_length = 4096;
-  std::string batch_sizes = "1,2,4,8";
+  std::string batch_sizes = "1,2,4,8", mixed = "1:1,4:4";
   scd::cli::FlagParser flags("scd-sekv-bench", "[flags]");
   flags.AddFloat("budget", &budget,
                  "GPU-tier bytes as a fraction of full KV (the planner's target)");
@@ -148,6 +170,9 @@ int main(int argc, char** argv) {
   flags.AddString("batch-sizes", &batch_sizes,
                   "concurrent SEKV requests stepped one by one and as one batch (empty: skip)");
   flags.AddInt("batch-length", &batch_length, "context length of each batched request");
+  flags.AddString("mixed", &mixed,
+                  "plain:SEKV request counts stepped as two steps and as one mixed step "
+                  "(empty: skip)");
   flags.AddString("surprisal-model", &surprisal_model, "take surprisal from this model's prefill");
   flags.AddString("surprisal-text", &surprisal_text, "text for --surprisal-model");
   if (auto st = flags.Parse(argc, argv); !st.ok()) {
@@ -322,13 +347,7 @@ int main(int argc, char** argv) {
     for (int n : batches) {
       std::vector<std::unique_ptr<SekvCache>> caches;
       std::vector<KvCache*> rows;
-      for (int i = 0; i < n; ++i) {
-        auto c =
-            SekvCache::CreateWithSegmentation(ts, prefix, plan.segmentation, plan.sekv, nullptr);
-        if (!c.ok()) return scd::cli::kExitFailure;
-        caches.push_back(std::move(c).value());
-        rows.push_back(caches.back().get());
-      }
+      if (!MakeCaches(ts, prefix, plan, n, &caches, &rows)) return scd::cli::kExitFailure;
       std::vector<float> logits;
       std::vector<std::vector<float>> batch_logits;
       std::vector<double> one_ms, batch_ms;
@@ -358,6 +377,100 @@ int main(int argc, char** argv) {
       const double a = Median(one_ms), b = Median(batch_ms);
       std::printf("%6d %14.1f %14.1f %16.2f %16.2f %10.2f\n", n, a, b, 1e3 * n / a, 1e3 * n / b,
                   a / b);
+      std::fflush(stdout);
+    }
+  }
+
+  // ---- 4. Plain and SEKV requests at once: two steps against one mixed step. ----
+  std::vector<std::pair<int, int>> mixes;
+  for (absl::string_view part : absl::StrSplit(mixed, ',', absl::SkipEmpty())) {
+    const std::vector<int> pair = ParseInts(absl::StrReplaceAll(part, {{":", ","}}));
+    if (part.find(':') == absl::string_view::npos || pair.size() != 2 || pair[0] < 1 ||
+        pair[1] < 1) {
+      std::cerr << "scd-sekv-bench: --mixed takes plain:SEKV pairs of counts >= 1, not " << part
+                << "\n";
+      return scd::cli::kExitUsage;
+    }
+    mixes.emplace_back(pair[0], pair[1]);
+  }
+  if (!mixes.empty()) {
+    const int t = batch_length;
+    std::printf(
+        "\nplain and SEKV requests decoding at once, %d tokens each: every round steps them as "
+        "two steps (the backend's DecodeSample, then StepBatch) and as one "
+        "(Backend::DecodeMixed), alternating which goes first, each after a 200 ms pause; median "
+        "of %d rounds after 2 warm-ups\n",
+        t, steps);
+    std::printf("%6s %6s %14s %14s %10s\n", "plain", "sekv", "two_steps_ms", "mixed_ms", "speedup");
+    auto backend = CreateBackend(BackendKind::kCpu, model);
+    if (!backend.ok()) return scd::cli::kExitFailure;
+    const PrefixKv prefix = RandomPrefix(ts, t, Surprisal(t, real_surprisal, 9));
+    const BudgetPlan plan =
+        PlanBudget(prefix.surprisal, budget, SekvOptions{}, BudgetShares{}, ts.head_dim);
+    // The plain requests' context: the same random K/V, appended as an SCD rebuild would.
+    ExternalKv kv;
+    kv.num_tokens = t;
+    kv.k_pre_rope = prefix.k;
+    kv.v = prefix.v;
+    for (auto [p, n] : mixes) {
+      std::vector<std::unique_ptr<Sequence>> owned;
+      std::vector<Sequence*> seqs;
+      for (int i = 0; i < p; ++i) {
+        auto seq = (*backend)->NewSequence(t + 2 * (steps + 2) + 1);
+        if (!seq.ok() || !(*backend)->AppendKv(**seq, kv).ok()) return scd::cli::kExitFailure;
+        owned.push_back(std::move(seq).value());
+        seqs.push_back(owned.back().get());
+      }
+      std::vector<std::unique_ptr<SekvCache>> caches;
+      std::vector<KvCache*> rows;
+      if (!MakeCaches(ts, prefix, plan, n, &caches, &rows)) return scd::cli::kExitFailure;
+      std::vector<std::unique_ptr<KvCacheRowAttention>> attention_owned;
+      std::vector<RowAttention*> attention;
+      for (KvCache* row : rows) {
+        attention_owned.push_back(std::make_unique<KvCacheRowAttention>(*row));
+        attention.push_back(attention_owned.back().get());
+      }
+      const std::vector<SampleDraw> draws(p);
+      std::vector<int32_t> next;
+      std::vector<std::vector<float>> sekv_logits;
+      std::vector<double> two_ms, one_ms;
+      int position = t;
+      // Each round runs both, the one first that went second in the round before, each after
+      // a 200 ms pause (OpenBLAS's workers spin for a while after a call).
+      for (int round = 0; round < steps + 2; ++round) {
+        const std::vector<int32_t> seq_tokens(p, 3 + round), tokens(n, 3 + round);
+        double two = 0, one = 0;
+        for (int turn = 0; turn < 2; ++turn) {
+          const bool mixed_turn = (turn + round) % 2 == 1;
+          std::vector<int> positions(n, position++);
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          const auto t0 = Clock::now();
+          if (mixed_turn) {
+            ExternalRows external;
+            external.tokens = tokens;
+            external.positions = positions;
+            external.attention = attention;
+            if (!(*backend)
+                     ->DecodeMixed(seqs, seq_tokens, draws, &next, external, &sekv_logits)
+                     .ok()) {
+              return scd::cli::kExitFailure;
+            }
+            one = Ms(t0);
+          } else {
+            if (!(*backend)->DecodeSample(seqs, seq_tokens, draws, &next).ok() ||
+                !(*dec)->StepBatch(tokens, positions, rows, &sekv_logits).ok()) {
+              return scd::cli::kExitFailure;
+            }
+            two = Ms(t0);
+          }
+        }
+        if (round >= 2) {
+          two_ms.push_back(two);
+          one_ms.push_back(one);
+        }
+      }
+      const double a = Median(two_ms), b = Median(one_ms);
+      std::printf("%6d %6d %14.1f %14.1f %10.2f\n", p, n, a, b, a / b);
       std::fflush(stdout);
     }
   }

@@ -6,7 +6,9 @@
 //               (teacher-forced: the CPU prefills the prompt and the GPU's tokens), wherever the
 //               CPU's lead over the runner-up is decisive (the margin of backend_test.cc);
 //   SEKV path:  every request runs through GpuSekv and completes, within the GPU budget, its
-//               CPU tier registered on the build thread and read there (no pinned copy).
+//               CPU tier registered on the build thread and read there (no pinned copy);
+//   both:       the two longer prompts on the SEKV path, the others plain (checked as above),
+//               stepped together in mixed steps (GpuSekv::StepMixed).
 // Both are admitted within the default KV budget, a share of the device's free memory.
 // Both paths prefill every prompt token in chunks of at most 16, and rebuild the raw payload's
 // rows 16 at a time.
@@ -45,14 +47,21 @@ TEST_CASE("The decode engine on the CUDA backend serves chunked, batched request
                                          {2, SyntheticPrompt(103, 2), 100},
                                          {3, SyntheticPrompt(70, 3), 0},
                                          {4, SyntheticPrompt(60, 4), 50, CodecMode::kRaw}};
-  for (const bool sekv : {false, true}) {
-    INFO((sekv ? "SEKV path" : "plain path"));
+  // Mode 0: the plain path; 1: the SEKV path; 2: both (sekv.min_prompt_tokens 65: the two
+  // longer prompts on the SEKV path, the others plain, decoded in mixed steps while both run;
+  // steps slowed to 20 ms so that they do).
+  for (const int mode : {0, 1, 2}) {
+    const bool sekv = mode > 0;
+    const size_t min_prompt = mode == 2 ? 65 : 0;
+    INFO((mode == 0 ? "plain path" : mode == 1 ? "SEKV path" : "both paths"));
     DecodeEngineOptions o;
     o.max_batch = 4;
     o.prefill_chunk = 16;
     o.rebuild_chunk = 16;
     o.sekv.enabled = sekv;
     o.sekv.budget = 0.4;
+    o.sekv.min_prompt_tokens = static_cast<int>(min_prompt);
+    if (mode == 2) o.min_step_interval = absl::Milliseconds(20);
     auto engine =
         DecodeEngine::Create(testing::MakeBackend(BackendKind::kCuda, f.model),
                              ConsumerCodec::Create(f.model, f.model->digest, nullptr).value(), o);
@@ -76,7 +85,8 @@ TEST_CASE("The decode engine on the CUDA backend serves chunked, batched request
     // chunk across both. A request's first chunk may take what the one before it left.
     long tokens = 0, chunks = 0;
     for (const Request& r : requests) {
-      const size_t rest = r.prompt.size() - r.payload_tokens - (sekv ? 1 : 0);
+      const bool on_sekv = sekv && r.prompt.size() >= min_prompt;
+      const size_t rest = r.prompt.size() - r.payload_tokens - (on_sekv ? 1 : 0);
       const size_t own = r.mode == CodecMode::kOracle ? r.payload_tokens : 0;  // prefilled
       tokens += static_cast<long>(own + rest);
       chunks += static_cast<long>((own + 15) / 16 + (rest + 15) / 16);
@@ -100,7 +110,7 @@ TEST_CASE("The decode engine on the CUDA backend serves chunked, batched request
       CHECK(done.prompt_tokens == static_cast<int>(r.prompt.size()));
       const std::vector<int32_t>& got = ev.tokens[r.id];
       REQUIRE(got.size() == static_cast<size_t>(kTokens));
-      if (sekv) continue;
+      if (sekv && r.prompt.size() >= min_prompt) continue;
       // Teacher-forced on the CPU: the logits after the prompt and each GPU token but the last.
       std::vector<int32_t> forced = r.prompt;
       forced.insert(forced.end(), got.begin(), got.end() - 1);
@@ -120,8 +130,13 @@ TEST_CASE("The decode engine on the CUDA backend serves chunked, batched request
       }
       CHECK(decisive > 0);
     }
-    if (sekv) {
+    if (mode == 2) {
+      CHECK(stats.sekv_requests == 2);
+      CHECK(stats.mixed_steps > 0);  // GpuSekv::StepMixed: the weights read once for both
+      CHECK(stats.sekv_cpu_tier_copies == 0);
+    } else if (sekv) {
       CHECK(stats.sekv_requests == static_cast<long>(requests.size()));
+      CHECK(stats.mixed_steps == 0);
       // Each build registered its CPU tier, and the mirror read it there: no pinned copy.
       CHECK(stats.sekv_cpu_tier_copies == 0);
       REQUIRE(stats.sekv_full_kv_bytes > 0);

@@ -1,5 +1,5 @@
 // Parity of the GPU SEKV decode (common/sekv/gpu_sekv.h: the GPU tier mirrored on the device,
-// the planning and the CPU tier on the host, the model through cuda::CudaDecodeExternalBatch) with
+// the planning and the CPU tier on the host, the model through Backend::DecodeMixed) with
 // the CPU path.
 //   - One layer's attention, GpuSekv::Attend against SekvCache::Attend on an identical cache
 //     and identical F32 inputs: the device computes what the host computes, in another order,
@@ -361,6 +361,108 @@ TEST_CASE("GPU SEKV mirrors stepped as one batch give each mirror's own step", "
     o.zoom = false;
     run(o);
   }
+}
+
+TEST_CASE(
+    "GPU SEKV mirrors stepped with the backend's own sequences (StepMixed) give each row its own "
+    "step",
+    "[cuda]") {
+  // Prompt 0 in a backend sequence (a twin decoded alone beside it), prompts 1 and 2 in
+  // mirrors (each with a twin stepped alone), every token expanded with lossless bases so that
+  // no selection flips on the GEMM's rounding (see the batch test above for the bounds).
+  SCD_SKIP_WITHOUT_CUDA();
+  auto model = testing::LoadSharedModel("models/stories260K");
+  auto backend = testing::MakeBackend(BackendKind::kCuda, model);
+  auto decoder = SekvDecoder::Create(model);
+  REQUIRE(decoder.ok());
+  auto cpu = testing::MakeBackend(BackendKind::kCpu, model);
+  const int vocab = model->config.vocab_size;
+  const int lengths[] = {50, 80, 65};
+  constexpr int kSteps = 5;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<int32_t> p = testing::RandomInts(lengths[r] + kSteps, 30 + r, vocab - 3);
+    for (int32_t& x : p) x += 3;
+    p.front() = 1;
+    prompts.push_back(std::move(p));
+  }
+  std::vector<std::unique_ptr<Sequence>> seqs;  // the mixed step's, then its twin
+  for (int set = 0; set < 2; ++set) {
+    seqs.push_back(backend->NewSequence(lengths[0] + kSteps).value());
+    PrefillResult pr;
+    testing::RequireOk(
+        backend->Prefill(*seqs.back(), absl::MakeConstSpan(prompts[0]).first(lengths[0]), {}, &pr));
+  }
+  SekvOptions o;
+  o.store.energy = 1.0;
+  o.expand_budget = 90;
+  o.tau_override = 0.0f;
+  std::vector<std::unique_ptr<SekvCache>> caches;  // [mixed 1, 2, alone 1, 2]
+  std::vector<std::unique_ptr<GpuSekv>> mirrors;
+  for (int set = 0; set < 2; ++set) {
+    for (int r = 1; r < 3; ++r) {
+      auto seq = cpu->NewSequence(lengths[r]).value();
+      PrefillOptions po;
+      po.layer_states = po.surprisal = true;
+      PrefillResult pr;
+      testing::RequireOk(
+          cpu->Prefill(*seq, absl::MakeConstSpan(prompts[r]).first(lengths[r]), po, &pr));
+      auto prefix = (*decoder)->MakePrefix(pr.layers, lengths[r], pr.surprisal);
+      REQUIRE(prefix.ok());
+      auto c = SekvCache::Create((*decoder)->shape(), *prefix, o, nullptr);
+      REQUIRE(c.ok());
+      caches.push_back(std::move(c).value());
+      auto m = GpuSekv::Create(*backend, *caches.back(), GpuTier::kBf16,
+                               r == 1 ? GpuZoom::kDevice : GpuZoom::kHost);
+      testing::RequireOk(m.status());
+      mirrors.push_back(std::move(m).value());
+    }
+  }
+  CHECK(mirrors[0]->OnBackend(*backend));
+  CHECK(!mirrors[0]->OnBackend(*cpu));
+  Sequence* const step_seqs[] = {seqs[0].get()};
+  Sequence* const twin[] = {seqs[1].get()};
+  GpuSekv* const step_mirrors[] = {mirrors[0].get(), mirrors[1].get()};
+  const SampleDraw greedy[] = {SampleDraw{}};
+  const int64_t eager_before = backend->decode_graph_stats().eager_steps;
+  for (int i = 0; i < kSteps; ++i) {
+    const int32_t seq_token[] = {prompts[0][lengths[0] + i]};
+    const int32_t tokens[] = {prompts[1][lengths[1] + i], prompts[2][lengths[2] + i]};
+    const int positions[] = {lengths[1] + i, lengths[2] + i};
+    std::vector<int32_t> next;
+    std::vector<std::vector<float>> logits;
+    testing::RequireOk(GpuSekv::StepMixed(*backend, step_seqs, seq_token, greedy, &next,
+                                          step_mirrors, tokens, positions, &logits));
+    REQUIRE(next.size() == 1);
+    REQUIRE(logits.size() == 2);
+    // The sequence's token is its twin's greedy pick, or one within the rounding of it.
+    std::vector<float> ref;
+    testing::RequireOk(backend->Decode(twin, seq_token, &ref));
+    const float best = *std::max_element(ref.begin(), ref.end());
+    CHECK(ref[next[0]] >= best - 0.05f);
+    CHECK(seqs[0]->length() == seqs[1]->length());
+    for (int r = 0; r < 2; ++r) {
+      std::vector<float> alone;
+      testing::RequireOk(mirrors[2 + r]->Step(tokens[r], positions[r], &alone));
+      testing::CheckLogits(
+          Centred(logits[r]), Centred(alone), kLogitMaxAbs, kLogitMeanAbs,
+          "mirror " + std::to_string(r) + " of the mixed step vs alone, step " + std::to_string(i));
+    }
+  }
+  for (int r = 0; r < 2; ++r) {  // the host caches took the same rows
+    CHECK(caches[r]->Memory().window == caches[2 + r]->Memory().window);
+  }
+  // A mixed step runs eagerly (its attention waits on the host); the twin's steps may replay.
+  CHECK(backend->decode_graph_stats().eager_steps >= eager_before + kSteps);
+  // A mirror of another backend is refused before anything runs.
+  auto other = testing::MakeBackend(BackendKind::kCuda, model);
+  std::vector<int32_t> next;
+  std::vector<std::vector<float>> logits;
+  const int32_t tokens[] = {5, 6};
+  const int positions[] = {lengths[1] + kSteps, lengths[2] + kSteps};
+  CHECK(GpuSekv::StepMixed(*other, {}, {}, {}, &next, step_mirrors, tokens, positions, &logits)
+            .code() == absl::StatusCode::kInvalidArgument);
+  CHECK(seqs[0]->length() == lengths[0] + kSteps);
 }
 
 TEST_CASE("GpuSekv reads a CPU tier mapped ahead on another thread, as one it maps itself",

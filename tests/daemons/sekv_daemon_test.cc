@@ -112,6 +112,8 @@ TEST_CASE("A decode daemon with SEKV serves requests and reports its GPU tier", 
   REQUIRE(steps.has_value());
   CHECK(*steps > 0);
   CHECK(MetricValue(body, "scd_decode_sekv_step_rows_total") == steps);
+  // Every prompt took the SEKV path (sekv.min_prompt_tokens 0): no step mixed the two kinds.
+  CHECK(MetricValue(body, "scd_decode_mixed_steps_total") == std::optional<double>(0));
 }
 
 TEST_CASE("A bad sekv key stops the decode daemon with the key's name", "[daemons]") {

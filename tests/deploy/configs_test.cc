@@ -243,4 +243,16 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("decode config: sekv.min_prompt_tokens is 0 (every prompt) by default; negative refused",
+          "[cpu]") {
+  nlohmann::json json = MinimalDecodeConfig();
+  CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->sekv_min_prompt_tokens == 0);
+  json["sekv"] = {{"enabled", true}, {"min_prompt_tokens", 2048}};
+  CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->sekv_min_prompt_tokens == 2048);
+  json["sekv"] = {{"min_prompt_tokens", -1}};
+  absl::StatusOr<DecodeDaemonConfig> refused = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().message().find("sekv.min_prompt_tokens") != std::string_view::npos);
+}
+
 }  // namespace scd::testing

@@ -42,13 +42,20 @@ assert h["expanded_rows_per_head"] == w["expanded_rows_per_head"], w
 assert w["cpu_tier_access"] == "registered" and h["cpu_tier_access"] == "none", w
 assert w["setup_s"]["register"] >= 0 and w["setup_s"]["gpu_tier"] > 0, w
 assert w["setup_s"]["gpu_tier_with_copy"] > 0 and h["setup_s"]["gpu_tier_with_copy"] == 0, w
+# Concurrent SEKV requests (the last model): batched, then beside plain ones in mixed steps.
+b = m["sekv_batch"]
+assert [x["batch"] for x in b] == [1, 2], b
+for x in b:
+    assert x["speedup"] > 0 and x["two_steps_ms"] > 0 and x["mixed_ms"] > 0, x
+    assert x["mixed_speedup"] > 0, x
 PY
-for table in "not figures" "SCD rebuild" "SEKV decode step" "SEKV whole decode step"; do
+for table in "not figures" "SCD rebuild" "SEKV decode step" "SEKV whole decode step" \
+  "Concurrent SEKV requests"; do
   grep -q "$table" "$out/results.md" || { echo "bench_smoke: no '$table' table" >&2; exit 1; }
 done
 # (--quick has no 4K prefill, so no prefill_4k_vs_gemm_peak line.)
 for key in decode_b1_vs_copy= scd_rebuild_speedup= sekv_vs_full= sekv_whole_step_vs_full= \
-  sekv_model_vs_full=; do
+  sekv_model_vs_full= batched_vs_one_by_one= mixed_vs_two_steps=; do
   grep -q "$key" "$out/bench.log" || { echo "bench_smoke: no '$key' line" >&2; exit 1; }
 done
 echo "bench_smoke: scd-gpu-bench --quick finished every part"

@@ -1,7 +1,8 @@
 // test_gpu_host's stand-ins of the CUDA backend hooks that sekv::GpuSekv calls
 // (kernels/cuda/synthetic_backend.h): any backend counts as CUDA (the test's ShapeOnlyBackend
-// carries only the model's shape), and a whole-model step is not available. test_cuda_host
-// links the real ones (kernels/cuda/cuda_backend.cc) instead, so this file is not in it.
+// carries only the model's shape; its whole-model step, Backend::DecodeMixed, is the default
+// UNIMPLEMENTED one). test_cuda_host links the real ones (kernels/cuda/cuda_backend.cc)
+// instead, so this file is not in it.
 #include <vector>
 
 #include "common/runtime/backend.h"
@@ -12,11 +13,5 @@ namespace scd::cuda {
 bool IsCudaBackend(const Backend&) { return true; }
 
 absl::StatusOr<int> CudaBackendDevice(const Backend&) { return 0; }
-
-absl::Status CudaDecodeExternalBatch(Backend&, absl::Span<const int32_t>, absl::Span<const int>,
-                                     absl::Span<DeviceLayerAttention* const>,
-                                     std::vector<std::vector<float>>*) {
-  return absl::UnimplementedError("test_gpu_host has no CUDA backend");
-}
 
 }  // namespace scd::cuda

@@ -1,6 +1,7 @@
 // SEKV decode path: the decoder against the CPU backend, the hierarchy against the full cache
 // when everything is expanded (token and whole-span zoom-in), asynchronous against inline
 // fetches, the router calibration fit, the artifact round trip, and the baselines.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -169,6 +170,122 @@ TEST_CASE("a batched step gives each sequence its own step's logits", "[cpu]") {
     CHECK(batched[1]->Memory().window == before);
     CHECK((*dec)->StepBatch({}, {}, {}, &all).ok());
     CHECK(all.empty());
+  }
+}
+
+// A cache as the attention of an external row of a backend step; fails at `fail_layer`.
+class CacheRow : public RowAttention {
+ public:
+  explicit CacheRow(KvCache& cache, int fail_layer = -1) : cache_(cache), fail_(fail_layer) {}
+  absl::Status Attend(int layer, const float* q, const float* k, const float* v, float* out,
+                      void*) override {
+    if (layer == fail_) return absl::InternalError("row attention failed");
+    cache_.Attend(layer, q, k, v, out);
+    return absl::OkStatus();
+  }
+
+ private:
+  KvCache& cache_;
+  int fail_;
+};
+
+TEST_CASE(
+    "a CPU backend step of its sequences and external rows gives each what it gets alone "
+    "(Backend::DecodeMixed)",
+    "[cpu]") {
+  // Prompt 0 in a backend sequence (and a twin decoded alone), prompt 1 in two identical SEKV
+  // caches at 0.4 (one an external row of the mixed step, one stepped by the decoder alone),
+  // prompt 2 in a full cache, likewise.
+  auto model = TinyModel();
+  auto dec = SekvDecoder::Create(model);
+  REQUIRE(dec.ok());
+  const int lengths[] = {70, 120, 95};
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<Prefilled> pf;
+  for (int r = 0; r < 3; ++r) {
+    ids.push_back(Tokens(lengths[r] + 10, 40 + r));
+    pf.push_back(Prefill(model, **dec, ids[r], lengths[r]));
+  }
+  Backend& backend = *pf[0].backend;
+  auto twin = backend.NewSequence(lengths[0] + 10).value();
+  PrefillResult pr;
+  REQUIRE(backend.Prefill(*twin, absl::MakeConstSpan(ids[0]).first(lengths[0]), {}, &pr).ok());
+  const BudgetPlan plan = PlanBudget(pf[1].prefix.surprisal, 0.4, SekvOptions{}, BudgetShares{}, 8);
+  std::vector<std::unique_ptr<KvCache>> mixed, alone;
+  for (auto* set : {&mixed, &alone}) {
+    auto c = SekvCache::CreateWithSegmentation((*dec)->shape(), pf[1].prefix, plan.segmentation,
+                                               plan.sekv, nullptr);
+    REQUIRE(c.ok());
+    set->push_back(std::move(c).value());
+    set->push_back(std::make_unique<FullKvCache>((*dec)->shape(), pf[2].prefix));
+  }
+  CacheRow row1(*mixed[0]), row2(*mixed[1]);
+  RowAttention* const rows[] = {&row1, &row2};
+  Sequence* const seqs[] = {pf[0].seq.get()};
+  Sequence* const twins[] = {twin.get()};
+  const SampleDraw greedy[] = {SampleDraw{}};
+  for (int i = 0; i < 10; ++i) {
+    INFO("step " << i);
+    const int32_t seq_token[] = {ids[0][lengths[0] + i]};
+    const int32_t ext_tokens[] = {ids[1][lengths[1] + i], ids[2][lengths[2] + i]};
+    const int positions[] = {lengths[1] + i, lengths[2] + i};
+    ExternalRows external;
+    external.tokens = ext_tokens;
+    external.positions = positions;
+    external.attention = rows;
+    std::vector<int32_t> next;
+    std::vector<std::vector<float>> ext_logits;
+    REQUIRE(backend.DecodeMixed(seqs, seq_token, greedy, &next, external, &ext_logits).ok());
+    REQUIRE(next.size() == 1);
+    REQUIRE(ext_logits.size() == 2);
+    std::vector<float> ref;
+    REQUIRE(backend.Decode(twins, seq_token, &ref).ok());
+    CHECK(next[0] == std::max_element(ref.begin(), ref.end()) - ref.begin());
+    CHECK(pf[0].seq->length() == twin->length());
+    for (int r = 0; r < 2; ++r) {
+      REQUIRE((*dec)->Step(ext_tokens[r], positions[r], *alone[r], &ref).ok());
+      CHECK(MaxDiff(ext_logits[r], ref) < 1e-4);
+    }
+  }
+  // External rows alone (no sequence) are a step too.
+  {
+    const int32_t tok[] = {ids[2][lengths[2] + 10 - 1]};
+    const int pos[] = {lengths[2] + 10};
+    RowAttention* const one[] = {&row2};
+    ExternalRows external;
+    external.tokens = tok;
+    external.positions = pos;
+    external.attention = one;
+    std::vector<int32_t> next;
+    std::vector<std::vector<float>> ext_logits;
+    REQUIRE(backend.DecodeMixed({}, {}, {}, &next, external, &ext_logits).ok());
+    CHECK(next.empty());
+    std::vector<float> ref;
+    REQUIRE((*dec)->Step(tok[0], pos[0], *alone[1], &ref).ok());
+    CHECK(MaxDiff(ext_logits[0], ref) < 1e-4);
+  }
+  // Bad input is refused before anything runs; a failing row fails the step, and the
+  // sequence stays where it was.
+  const int length = pf[0].seq->length();
+  const int32_t seq_token[] = {5};
+  CacheRow failing(*mixed[1], /*fail_layer=*/1);
+  for (int c = 0; c < 4; ++c) {
+    INFO("case " << c);
+    const int32_t tok[] = {c == 0 ? model->config.vocab_size : 7};
+    const int pos[] = {c == 1 ? model->config.max_position_embeddings : 200};
+    RowAttention* const bad[] = {c == 2 ? nullptr : (c == 3 ? &failing : &row2)};
+    ExternalRows external;
+    external.tokens = tok;
+    external.positions = pos;
+    external.attention = bad;
+    std::vector<int32_t> next;
+    std::vector<std::vector<float>> ext_logits;
+    const absl::Status st =
+        backend.DecodeMixed(seqs, seq_token, greedy, &next, external, &ext_logits);
+    CHECK(st.code() == (c == 0 || c == 2 ? absl::StatusCode::kInvalidArgument
+                        : c == 1         ? absl::StatusCode::kOutOfRange
+                                         : absl::StatusCode::kInternal));
+    CHECK(pf[0].seq->length() == length);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "common/scd/wire_format.h"
 #include "common/sekv/kv_cache.h"
@@ -534,6 +535,66 @@ TEST_CASE(
     CHECK(ev.tokens[id].size() == static_cast<size_t>(kMaxTokens));
   }
   CHECK(WaitUntil([&] { return engine->stats().sekv_host_reserved_bytes == 0; }));
+}
+
+TEST_CASE(
+    "Prompts shorter than sekv.min_prompt_tokens take the plain path, decoded beside the SEKV "
+    "ones, and reserve no SEKV host memory",
+    "[cpu]") {
+  SekvFixture f;
+  constexpr int kShort = 60, kLong = 150, kTokens = 24;
+  // The long prompt's build waits for the short request's first token, so the two then decode
+  // side by side (the short one slowed to 10 ms a step).
+  Gate gate;
+  DecodeEngineOptions o = SekvFixture::Options(0.4);
+  o.sekv.min_prompt_tokens = 100;
+  o.sekv.before_build = [&] { gate.Hold(); };
+  o.min_step_interval = absl::Milliseconds(10);
+  auto engine = f.ProducerFixture::Engine(o);
+  DecodeEventCollector ev;
+  REQUIRE(engine->Submit(Job(1, kShort, kTokens), ev.For(1)).ok());
+  REQUIRE(engine->Submit(Job(2, kLong, kTokens), ev.For(2)).ok());
+  REQUIRE(WaitUntil([&] { return TokensOf(ev, 1) > 0; }));
+  gate.Open();
+  ev.WaitFor(2);
+  DecodeEngineStats s = engine->stats();
+  CHECK(s.sekv_requests == 1);
+  CHECK(s.max_batch_seen == 2);
+  CHECK(s.sekv_step_rows == kTokens - 1);  // the long request's steps only
+  // On the CPU backend the two decode in one model step (SekvSession::StepMixed) while both
+  // run: at least once, at most once per SEKV step.
+  CHECK(s.mixed_steps > 0);
+  CHECK(s.mixed_steps <= s.sekv_steps);
+  // Each request's tokens are those of its path alone: the short one's the plain engine's,
+  // the long one's the SEKV engine's.
+  DecodeEngineOptions plain;
+  DecodeEngineOptions every = SekvFixture::Options(0.4);
+  for (auto [id, prompt, options] :
+       {std::tuple{uint64_t{1}, kShort, &plain}, std::tuple{uint64_t{2}, kLong, &every}}) {
+    INFO("request " << id);
+    REQUIRE(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
+    REQUIRE(ev.tokens[id].size() == static_cast<size_t>(kTokens));
+    auto alone_engine = f.ProducerFixture::Engine(*options);
+    DecodeEventCollector alone;
+    REQUIRE(alone_engine->Submit(Job(id, prompt, kTokens), alone.For(id)).ok());
+    alone.WaitFor(1);
+    CHECK(alone.tokens[id] == ev.tokens[id]);
+  }
+  // A host budget smaller than a long prompt's estimate refuses it at Submit; a short prompt
+  // does not reserve from it.
+  o = SekvFixture::Options(0.4);
+  o.sekv.min_prompt_tokens = 100;
+  o.sekv.max_host_bytes = 1;
+  auto tight = f.ProducerFixture::Engine(o);
+  DecodeEventCollector ev2;
+  const absl::Status refused = tight->Submit(Job(3, kLong, 4), ev2.For(3));
+  CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
+  REQUIRE(tight->Submit(Job(4, kShort, 4), ev2.For(4)).ok());
+  ev2.WaitFor(1);
+  CHECK(ev2.final_events[4].kind == DecodeEvent::Kind::kDone);
+  s = tight->stats();
+  CHECK(s.sekv_requests == 0);
+  CHECK(s.sekv_host_waits == 0);
 }
 
 TEST_CASE("A finished SEKV request's hierarchy is freed off the engine loop", "[cpu]") {

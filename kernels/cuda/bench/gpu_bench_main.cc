@@ -556,24 +556,29 @@ std::string Markdown(const nlohmann::json& r) {
   if (sekv_batch) {
     md << "\nConcurrent SEKV requests through the decode daemon's GPU path (`GpuSekv`, as "
        << "above), each round stepped one by one (`GpuSekv::Step`) and then as one batch "
-       << "(`GpuSekv::StepBatch`: the weights read once); medians of 10 rounds.\n\n"
+       << "(`GpuSekv::StepBatch`: the weights read once); then beside as many plain requests "
+       << "(backend sequences of the same context), two steps a round (`DecodeSample`, then "
+       << "`StepBatch`) against one (`GpuSekv::StepMixed`: the weights read once for both "
+       << "kinds); medians of 10 rounds.\n\n"
        << "| model | context | requests | one by one (ms) | batched (ms) | one by one (tok/s) | "
-       << "batched (tok/s) | speed-up |\n|---|---|---|---|---|---|---|---|\n";
+       << "batched (tok/s) | speed-up | with plain: two steps (ms) | one mixed step (ms) | "
+       << "speed-up |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& m : r["models"]) {
       if (!m.contains("sekv_batch")) continue;
       const auto& b = m["sekv_batch"];
       if (b.is_object() && b.contains("error")) {
-        md << absl::StrFormat("| %s | error: %s |||||||\n", m["model"].get<std::string>(),
+        md << absl::StrFormat("| %s | error: %s ||||||||||\n", m["model"].get<std::string>(),
                               b["error"].get<std::string>());
         continue;
       }
       for (const auto& x : b) {
-        md << absl::StrFormat("| %s | %d | %d | %.3f | %.3f | %.1f | %.1f | %.2fx |\n",
-                              m["model"].get<std::string>(), m["sekv_batch_context"].get<int>(),
-                              x["batch"].get<int>(), x["one_by_one_ms"].get<double>(),
-                              x["batched_ms"].get<double>(),
-                              x["one_by_one_tokens_per_s"].get<double>(),
-                              x["batched_tokens_per_s"].get<double>(), x["speedup"].get<double>());
+        md << absl::StrFormat(
+            "| %s | %d | %d | %.3f | %.3f | %.1f | %.1f | %.2fx | %.3f | %.3f | %.2fx |\n",
+            m["model"].get<std::string>(), m["sekv_batch_context"].get<int>(),
+            x["batch"].get<int>(), x["one_by_one_ms"].get<double>(), x["batched_ms"].get<double>(),
+            x["one_by_one_tokens_per_s"].get<double>(), x["batched_tokens_per_s"].get<double>(),
+            x["speedup"].get<double>(), x["two_steps_ms"].get<double>(),
+            x["mixed_ms"].get<double>(), x["mixed_speedup"].get<double>());
       }
     }
   }
@@ -682,6 +687,9 @@ void PrintSummary(const nlohmann::json& r) {
         std::printf("%s sekv batch %d batched_vs_one_by_one=%.2f (%.3f vs %.3f ms a step)\n", name,
                     x["batch"].get<int>(), x["speedup"].get<double>(),
                     x["batched_ms"].get<double>(), x["one_by_one_ms"].get<double>());
+        std::printf("%s sekv batch %d mixed_vs_two_steps=%.2f (%.3f vs %.3f ms a step)\n", name,
+                    x["batch"].get<int>(), x["mixed_speedup"].get<double>(),
+                    x["mixed_ms"].get<double>(), x["two_steps_ms"].get<double>());
       }
     }
     for (const auto& x : m.value("sekv_model", nlohmann::json::array())) {

@@ -33,7 +33,10 @@ absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, i
 // each round stepped one by one (GpuSekv::Step: the engine before batching) and then all at
 // once (GpuSekv::StepBatch: the weights read once). Returns one entry per batch: batch,
 // one_by_one_ms and batched_ms (medians of 10 rounds after 2), their tokens per second, and
-// speedup = one_by_one_ms / batched_ms. Prints progress lines.
+// speedup = one_by_one_ms / batched_ms; then, beside as many plain requests (backend
+// sequences of the same context), two_steps_ms (the backend's DecodeSample, then StepBatch)
+// against mixed_ms (one GpuSekv::StepMixed: the weights read once), and mixed_speedup. Prints
+// progress lines.
 absl::StatusOr<nlohmann::json> MeasureSekvBatchSteps(const ModelConfig& config, int context,
                                                      const std::vector<int>& batches);
 
