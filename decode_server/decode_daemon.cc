@@ -297,7 +297,7 @@ absl::Status DecodeDaemon::Start() {
       metrics_
           .AddGauge("scd_decode_sekv_host_reserved_bytes",
                     "Host memory the admitted SEKV requests reserve now (sekv.max_host_bytes): "
-                    "an estimate of the build's peak, then what the hierarchy holds.")
+                    "a bound on the build's peak, then what the hierarchy holds.")
           .value();
   kv_budget->Set(static_cast<double>(engine_->stats().kv_budget_bytes));
   if (c.http_port >= 0) {

@@ -79,4 +79,26 @@ BudgetPlan PlanBudget(absl::Span<const float> surprisal, double fraction, const 
   return plan;
 }
 
+HostBound MaxHostBytes(const CacheShape& shape, const SekvOptions& options, double fraction,
+                       int64_t prompt_tokens) {
+  HostBound b;
+  const auto t = static_cast<size_t>(std::max<int64_t>(prompt_tokens, 0));
+  if (t == 0) return b;
+  const size_t f = sizeof(float);
+  const size_t layers = static_cast<size_t>(shape.num_layers);
+  const size_t heads = static_cast<size_t>(shape.num_kv_heads);
+  const size_t d = static_cast<size_t>(shape.head_dim);
+  const size_t row = 2 * f * layers * heads * d;  // a token-equivalent in every layer and head
+  const double sinks = static_cast<double>(
+      std::min<int64_t>(std::max(options.segmenter.sink_tokens, 0), prompt_tokens));
+  const double rows = std::max(fraction * static_cast<double>(t), sinks + 2);
+  b.gpu_tier = static_cast<size_t>(std::ceil(rows)) * row + t * layers * (1 + heads) * f;
+  if (options.zoom && options.store.build_cpu_tier) {
+    const size_t m =
+        static_cast<size_t>(std::max(1, std::min(options.store.r_max, shape.head_dim)));
+    b.cpu_tier = t * 2 * f * layers * heads * (m + d);
+  }
+  return b;
+}
+
 }  // namespace scd::sekv

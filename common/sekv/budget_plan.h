@@ -66,6 +66,30 @@ BudgetPlan PlanBudget(absl::Span<const float> surprisal, double fraction, const 
                       const BudgetShares& shares, int head_dim,
                       const TierOverhead& tier = TierOverhead{});
 
+// The most host memory a SekvCache planned by PlanBudget at `fraction` can hold for a prefix
+// of `prompt_tokens` positions, whatever the prompt's surprisal (so before it is known: the
+// decode engine reserves it when it admits a SEKV request, DecodeEngine::Submit). In bytes of
+// SekvCache::Memory(), whose rows are F32:
+//   gpu_tier  its gpu(): PlanBudget fits the anchors, summaries, window, pins and expansion
+//             slots into G = max(sinks + 1, floor(F·T) - 1) token-equivalents per layer and KV
+//             head, a tier's row is at least one, and where even the plan's last segmentation
+//             does not fit (sinks, one span and the window) the rows pass G by one: at most
+//             max(F·T, sinks + 2) rows; besides them, per span and layer, log|S| and one count
+//             per KV head (a span per position at most);
+//   cpu_tier  its cpu_bases: a span of n tokens keeps per KV head a K and a V basis of at most
+//             MaxBasisFloats(n, d, r_max) = min(r_max, n, d)·(n + d) floats each (low_rank.h),
+//             which per token is largest at n = m = min(r_max, d): m + d floats against the
+//             full cache's d. So at most (m + d)/d times the prompt's K/V in F32 (1.25 at
+//             head_dim 128 and r_max 32; 2 at head_dim 8). 0 without zoom-in or CPU tier.
+// Not counted: the window's rows for positions to come (SekvOptions::generated_reserve).
+struct HostBound {
+  size_t gpu_tier = 0;
+  size_t cpu_tier = 0;
+  size_t total() const { return gpu_tier + cpu_tier; }
+};
+HostBound MaxHostBytes(const CacheShape& shape, const SekvOptions& options, double fraction,
+                       int64_t prompt_tokens);
+
 }  // namespace scd::sekv
 
 #endif  // SCD_COMMON_SEKV_BUDGET_PLAN_H_

@@ -9,6 +9,7 @@
 #include "common/base/elapsed.h"
 #include "common/base/status_macros.h"
 #include "common/scd/wire_format.h"
+#include "common/sekv/budget_plan.h"
 #include "common/serving/payload_chunks.h"
 
 namespace scd {
@@ -171,14 +172,16 @@ absl::Status DecodeEngine::Submit(DecodeJob job, DecodeCallback callback) {
   a->use_sekv = UsesSekv(prompt);
   const int64_t host_budget = HostBudget();
   if (host_budget > 0 && a->use_sekv) {
-    // The build's peak: the prompt's K/V in F32 (the positions before its last token) as the
-    // prefill captured it, beside the hierarchy made of it (a CPU tier of about as much, the
-    // GPU tier's host rows at sekv.budget of it) and the window's room for the positions to
-    // come. An estimate: the CPU tier's size is known only once built.
+    // The build's peak, bounded before the prompt's surprisal is known: the prompt's K/V in
+    // F32 (the positions before its last token) as the prefill captured it, beside the most
+    // the hierarchy made of it can hold (sekv::MaxHostBytes: both tiers at sekv.budget), and
+    // the window's room for the positions to come.
     const int64_t row = F32PositionBytes(c);
-    a->host_need = static_cast<int64_t>(
-        (2 + options_.sekv.budget) * static_cast<double>(row * std::max<int64_t>(prompt - 1, 0)) +
-        static_cast<double>(row * (capacity - prompt + 1)));
+    const int64_t positions = std::max<int64_t>(prompt - 1, 0);
+    const sekv::HostBound hierarchy = sekv::MaxHostBytes(
+        sekv_decoder_->shape(), options_.sekv.cache, options_.sekv.budget, positions);
+    a->host_need =
+        row * positions + static_cast<int64_t>(hierarchy.total()) + row * (capacity - prompt + 1);
     if (a->host_need > host_budget) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the request's prompt (", prompt, " tokens) needs ", a->host_need,

@@ -14,6 +14,7 @@
 #include "common/sekv/chunk_cache.h"
 #include "common/sekv/low_rank.h"
 #include "common/sekv/mixed_attention.h"
+#include "common/sekv/sekv_cache.h"
 #include "common/sekv/span_store.h"
 #include "common/sekv/surprisal_segmenter.h"
 #include "common/sekv/zoom_router.h"
@@ -604,6 +605,77 @@ TEST_CASE("budget plan fits a tier's rows and overheads into the budget", "[cpu]
     CHECK(seg.spans.size() <= plain.segmentation.spans.size());
     CHECK(p.sekv.expand_budget + p.sekv.pin_tokens <
           plain.sekv.expand_budget + plain.sekv.pin_tokens);
+  }
+}
+
+PrefixKv RandomPrefix(const CacheShape& shape, std::vector<float> surprisal, uint64_t seed) {
+  PrefixKv p;
+  p.num_tokens = static_cast<int>(surprisal.size());
+  const size_t n = surprisal.size() * shape.kv_dim();
+  for (int l = 0; l < shape.num_layers; ++l) {
+    p.k.push_back(Normal(n, seed + 2 * l));
+    p.v.push_back(Normal(n, seed + 2 * l + 1));
+  }
+  p.surprisal = std::move(surprisal);
+  return p;
+}
+
+TEST_CASE("MaxHostBytes bounds the host memory of every cache the budget plan builds", "[cpu]") {
+  // Random K/V: every span's bases are of full rank, the CPU tier's worst case.
+  struct Shape {
+    CacheShape shape;
+    int r_max;
+  };
+  for (const Shape& sh : {Shape{{2, 4, 2, 8}, 32}, Shape{{2, 4, 2, 32}, 16}}) {
+    SekvOptions o;
+    o.store.r_max = sh.r_max;
+    const int d = sh.shape.head_dim;
+    const double full_per_token = 2.0 * sizeof(float) * sh.shape.num_layers * sh.shape.kv_dim();
+    for (int t : {3, 40, 300}) {
+      // Surprisal peaks at random, none at all (few long spans), and at every fourth token
+      // (spans as short as min_span allows).
+      std::vector<std::vector<float>> surprisals = {Surprisal(t, 43), std::vector<float>(t, 1.0f),
+                                                    std::vector<float>(t, 0.1f)};
+      for (int i = 0; i < t; i += 4) surprisals[2][i] = 9.0f;
+      for (size_t which = 0; which < surprisals.size(); ++which) {
+        for (double f : {0.1, 0.4, 0.9}) {
+          for (bool device_tier : {false, true}) {
+            INFO("head_dim " << d << ", " << t << " tokens, surprisal " << which << ", budget " << f
+                             << (device_tier ? ", a device tier's overheads" : ""));
+            TierOverhead tier;
+            if (device_tier) {
+              tier.per_span = 0.5;
+              tier.per_zoom_slot = 0.25;
+              tier.counts_included = true;
+            }
+            const BudgetPlan plan = PlanBudget(surprisals[which], f, o, BudgetShares{}, d, tier);
+            const PrefixKv prefix = RandomPrefix(sh.shape, surprisals[which], 100 + t);
+            auto cache = SekvCache::CreateWithSegmentation(sh.shape, prefix, plan.segmentation,
+                                                           plan.sekv, nullptr);
+            REQUIRE(cache.ok());
+            const MemoryBreakdown m = (*cache)->Memory();
+            const HostBound bound = MaxHostBytes(sh.shape, o, f, t);
+            CHECK(m.gpu() <= bound.gpu_tier);
+            CHECK(m.cpu_bases <= bound.cpu_tier);
+            // Neither part is far above what the cache holds: the GPU tier's host rows are
+            // about the budget's share of the full cache, the bound's at least as many.
+            if (t >= 40)
+              CHECK(bound.gpu_tier <= (f + 0.2) * full_per_token * t + 4 * full_per_token);
+          }
+        }
+      }
+    }
+    // The CPU tier's bound is reached: spans of min(r_max, head_dim) tokens over the whole
+    // prompt at full rank hold (m + d)/d times the prompt's K/V (2 at head_dim 8, 1.5 at 32).
+    const int m = std::min(sh.r_max, d), t = 32 * m;
+    o.store.energy = 1.0;
+    const PrefixKv prefix = RandomPrefix(sh.shape, std::vector<float>(t, 1.0f), 7);
+    auto cache = SekvCache::CreateWithSegmentation(
+        sh.shape, prefix, testing::ChunkedSegmentation(t, m, 0, {}), o, nullptr);
+    REQUIRE(cache.ok());
+    const size_t cpu = (*cache)->Memory().cpu_bases;
+    CHECK(cpu == MaxHostBytes(sh.shape, o, 0.4, t).cpu_tier);
+    CHECK(static_cast<double>(cpu) == Approx(full_per_token * t * (m + d) / d));
   }
 }
 

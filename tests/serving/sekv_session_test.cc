@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "common/scd/wire_format.h"
+#include "common/sekv/budget_plan.h"
 #include "common/sekv/kv_cache.h"
 #include "common/serving/decode_engine.h"
 #include "tests/serving/engine_fixture.h"
@@ -486,23 +487,38 @@ TEST_CASE("SEKV hierarchies build off the engine loop, which keeps decoding the 
 }
 
 TEST_CASE(
-    "SEKV requests wait for host memory (sekv.max_host_bytes); once built, each keeps what its "
-    "hierarchy holds",
+    "SEKV requests wait for host memory (sekv.max_host_bytes), reserving a bound on their "
+    "build's peak; once built, each keeps what its hierarchy holds, which is less",
     "[cpu]") {
   SekvFixture f;
   constexpr int kPrompt = 200, kMaxTokens = 40;
-  // A request's reservation at admission: its prompt's K/V in F32 2.4 times (the build's peak
-  // at budget 0.4) and its window's room for the 41 positions to come.
+  // A request's reservation at admission: its prompt's K/V in F32 as its prefill captured it
+  // (the 199 positions before its last token), the most a hierarchy of them can hold at
+  // budget 0.4 (sekv::MaxHostBytes, checked against built caches in test_sekv), and its
+  // window's room for the 41 positions to come.
   const ModelConfig& c = f.model->config;
-  const double row = 2.0 * sizeof(float) * c.num_layers * c.kv_dim();
-  const auto need = static_cast<int64_t>(2.4 * row * (kPrompt - 1) + row * (kMaxTokens + 1));
-  // The first build is held until the test releases it.
-  Gate gate;
-  std::atomic<int> builds{0};
+  const int64_t row = 2 * sizeof(float) * c.num_layers * c.kv_dim();
   DecodeEngineOptions o = SekvFixture::Options(0.4);
-  o.sekv.max_host_bytes = need * 9 / 5;  // one request's, not two
+  const int64_t prefix = row * (kPrompt - 1);
+  const int64_t need = prefix +
+                       static_cast<int64_t>(sekv::MaxHostBytes(sekv::CacheShape::FromConfig(c),
+                                                               o.sekv.cache, 0.4, kPrompt - 1)
+                                                .total()) +
+                       row * (kMaxTokens + 1);
+  // The first two builds are held until the test releases them.
+  Gate first, second;
+  std::atomic<int> builds{0};
+  o.sekv.max_host_bytes = need * 9 / 5;  // one request's reservation, not two
   o.sekv.before_build = [&] {
-    if (builds.fetch_add(1) == 0) gate.Hold();
+    const int n = builds.fetch_add(1);
+    if (n == 0) first.Hold();
+    if (n == 1) second.Hold();
+  };
+  std::mutex mu;
+  std::vector<sekv::MemoryBreakdown> built;  // each request's host cache, once built
+  o.sekv.on_cache = [&](const sekv::MemoryBreakdown& m, bool started) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (started) built.push_back(m);
   };
   o.min_step_interval = absl::Milliseconds(10);  // request 1 decodes for 400 ms or more
   auto engine = f.ProducerFixture::Engine(o);
@@ -520,14 +536,27 @@ TEST_CASE(
   DecodeEngineStats s = engine->stats();
   CHECK(s.sekv_host_reserved_bytes == need);  // request 1's
   CHECK(s.kv_waits == 1);
-  gate.Open();
-  // Built, request 1 keeps what its host cache holds, which leaves room for request 2 beside
-  // it.
-  REQUIRE(WaitUntil([&] { return TokensOf(ev, 2) > 0; }));
-  CHECK(!Ended(ev, 1));
+  first.Open();
+  // Built, request 1 keeps what its host cache holds, which leaves room for request 2's
+  // reservation beside it: request 2 reaches its own build while request 1 decodes.
+  REQUIRE(WaitUntil([&] { return builds.load() == 2; }));
   s = engine->stats();
-  CHECK(s.sekv_host_reserved_bytes > need);
+  CHECK(!Ended(ev, 1));
+  const int64_t held = s.sekv_host_reserved_bytes - need;
+  sekv::MemoryBreakdown cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    REQUIRE(built.size() == 1);
+    cache = built[0];
+  }
+  INFO("request 1 holds " << held << " bytes of its reservation of " << need << ": its GPU tier "
+                          << cache.gpu() << ", CPU tier " << cache.cpu_bases << ", prompt K/V "
+                          << prefix);
+  // Both tiers, and the window's room for the positions to come.
+  CHECK(held == static_cast<int64_t>(cache.gpu() + cache.cpu_bases) + row * (kMaxTokens + 1));
+  CHECK(held <= need - prefix);  // the captured prompt is gone, the rest is within the bound
   CHECK(s.sekv_host_reserved_bytes <= o.sekv.max_host_bytes);
+  second.Open();
   ev.WaitFor(2);
   for (uint64_t id : {1, 2}) {
     INFO("request " << id);
