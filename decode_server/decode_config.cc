@@ -83,6 +83,7 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   c.sekv_enabled = sekv.Bool("enabled", false);
   c.sekv_budget = sekv.Double("budget", 0.4, 0.01, 1.0);
   c.sekv_max_host_bytes = sekv.Int("max_host_bytes", 0, 0, int64_t{1} << 50);
+  c.sekv_host_memory_fraction = sekv.Double("host_memory_fraction", 0.5, 0, 1);
   c.sekv_min_prompt_tokens = static_cast<int>(sekv.Int("min_prompt_tokens", 0, 0, 1 << 30));
   c.sekv_router = path(sekv, "router");
   c.sekv_gpu = sekv.Bool("gpu", true);

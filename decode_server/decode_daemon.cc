@@ -30,6 +30,7 @@ absl::Status ConfigureSekv(const DecodeDaemonConfig& c, const Model& model,
   o->enabled = true;
   o->budget = c.sekv_budget;
   o->max_host_bytes = c.sekv_max_host_bytes;
+  o->host_memory_fraction = c.sekv_host_memory_fraction;
   o->min_prompt_tokens = c.sekv_min_prompt_tokens;
   o->gpu = c.sekv_gpu;
   o->gpu_tier = c.sekv_gpu_f32 ? sekv::GpuTier::kF32 : sekv::GpuTier::kBf16;
@@ -293,6 +294,13 @@ absl::Status DecodeDaemon::Start() {
           .AddCounter("scd_decode_kv_waits_total",
                       "Requests that waited in the queue for KV memory (each counted once).")
           .value();
+  auto* host_budget =
+      metrics_
+          .AddGauge("scd_decode_sekv_host_budget_bytes",
+                    "Host memory for the SEKV requests' prompts and hierarchies "
+                    "(sekv.max_host_bytes, or sekv.host_memory_fraction of the host's available "
+                    "memory at start); 0: no limit.")
+          .value();
   auto* host_reserved =
       metrics_
           .AddGauge("scd_decode_sekv_host_reserved_bytes",
@@ -300,6 +308,7 @@ absl::Status DecodeDaemon::Start() {
                     "a bound on the build's peak, then what the hierarchy holds.")
           .value();
   kv_budget->Set(static_cast<double>(engine_->stats().kv_budget_bytes));
+  host_budget->Set(static_cast<double>(engine_->stats().sekv_host_budget_bytes));
   if (c.http_port >= 0) {
     http::HttpServerOptions ho;
     ho.host = c.http_host;
@@ -426,16 +435,18 @@ absl::Status DecodeDaemon::Start() {
       absl::SleepFor(absl::Milliseconds(100));
     }
   });
-  daemon::LogInfo("decode_started", {{"model", c.model_name},
-                                     {"instance_id", c.instance_id},
-                                     {"rpc_address", rpc_address_},
-                                     {"data_plane", data_plane_address_},
-                                     {"http_port", http_port()},
-                                     {"pair_digest", pair_digest_hex_},
-                                     {"kv_budget_bytes", engine_->stats().kv_budget_bytes},
-                                     {"registered", control_->registered()},
-                                     {"control_plane", c.control_plane},
-                                     {"register_error", st.ok() ? "" : std::string(st.message())}});
+  daemon::LogInfo("decode_started",
+                  {{"model", c.model_name},
+                   {"instance_id", c.instance_id},
+                   {"rpc_address", rpc_address_},
+                   {"data_plane", data_plane_address_},
+                   {"http_port", http_port()},
+                   {"pair_digest", pair_digest_hex_},
+                   {"kv_budget_bytes", engine_->stats().kv_budget_bytes},
+                   {"sekv_host_budget_bytes", engine_->stats().sekv_host_budget_bytes},
+                   {"registered", control_->registered()},
+                   {"control_plane", c.control_plane},
+                   {"register_error", st.ok() ? "" : std::string(st.message())}});
   return absl::OkStatus();
 }
 

@@ -95,7 +95,10 @@ struct DecodeDaemonConfig {
   // served through a SEKV cache whose GPU tier is `sekv_budget` of its full KV cache.
   bool sekv_enabled = false;
   double sekv_budget = 0.4;
-  int64_t sekv_max_host_bytes = 0;  // host memory for SEKV prompts and hierarchies; 0: no limit
+  // Host memory for SEKV prompts and hierarchies; 0: sekv_host_memory_fraction of the host's
+  // available memory at start (0 too: no limit).
+  int64_t sekv_max_host_bytes = 0;
+  double sekv_host_memory_fraction = 0.5;
   int sekv_min_prompt_tokens = 0;   // shorter prompts take the plain path; 0: every prompt
   std::string sekv_router;  // calibrated router (.sekv.safetensors); empty: share-threshold gate
   bool sekv_gpu = true;     // on the CUDA backend, decode SEKV requests on the GPU (gpu_sekv.h)

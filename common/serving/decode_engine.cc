@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/elapsed.h"
+#include "common/base/host_memory.h"
 #include "common/base/status_macros.h"
 #include "common/scd/wire_format.h"
 #include "common/sekv/budget_plan.h"
@@ -131,6 +132,25 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     SCD_ASSIGN_OR_RETURN(e->sekv_decoder_, sekv::SekvDecoder::Create(std::shared_ptr<const Model>(
                                                std::shared_ptr<const Model>(), &m)));
     e->sekv_tier_ = SekvSession::TierFor(*e->backend_, *e->sekv_decoder_, options.sekv);
+    e->host_budget_ = options.sekv.max_host_bytes;
+    const double fraction = options.sekv.host_memory_fraction;
+    if (!(fraction >= 0 && fraction <= 1)) {
+      return absl::InvalidArgumentError("sekv host_memory_fraction must be in [0, 1]");
+    }
+    if (e->host_budget_ == 0 && fraction > 0) {
+      absl::StatusOr<int64_t> available =
+          options.sekv.host_memory_now ? options.sekv.host_memory_now() : HostMemoryAvailable();
+      if (available.ok()) {
+        // At least one byte: a host with no memory left admits no SEKV request, rather than all.
+        e->host_budget_ =
+            std::max<int64_t>(1, static_cast<int64_t>(fraction * static_cast<double>(*available)));
+      } else if (available.status().code() != absl::StatusCode::kUnimplemented) {
+        return absl::Status(available.status().code(),
+                            absl::StrCat("sekv.host_memory_fraction: the host's available memory: ",
+                                         available.status().message()));
+      }
+    }
+    e->stats_.sekv_host_budget_bytes = e->host_budget_;
   }
   e->thread_ = std::thread([p = e.get()] { p->Loop(); });
   return e;
@@ -186,7 +206,8 @@ absl::Status DecodeEngine::Submit(DecodeJob job, DecodeCallback callback) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the request's prompt (", prompt, " tokens) needs ", a->host_need,
           " bytes of host memory for its SEKV hierarchy, more than this decode engine's whole "
-          "budget (sekv.max_host_bytes) of ",
+          "budget (sekv.max_host_bytes, or sekv.host_memory_fraction of the host's available "
+          "memory at start) of ",
           host_budget, " bytes; shorten the prompt"));
     }
   }
@@ -246,9 +267,7 @@ bool DecodeEngine::UsesSekv(int64_t prompt_tokens) const {
   return sekv_decoder_ != nullptr && prompt_tokens >= options_.sekv.min_prompt_tokens;
 }
 
-int64_t DecodeEngine::HostBudget() const {
-  return sekv_decoder_ != nullptr ? options_.sekv.max_host_bytes : 0;
-}
+int64_t DecodeEngine::HostBudget() const { return sekv_decoder_ != nullptr ? host_budget_ : 0; }
 
 bool DecodeEngine::DeviceFits(const Active& a) const {
   return kv_budget_ == 0 || kv_reserved_.load() + a.kv_need <= kv_budget_;

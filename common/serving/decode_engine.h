@@ -162,9 +162,10 @@ struct DecodeEngineStats {
   // memory (each counted once).
   int64_t kv_budget_bytes = 0, kv_reserved_bytes = 0;
   long kv_waits = 0;
-  // The SEKV host-memory reservations now (SekvServingOptions::max_host_bytes), and the
-  // requests that waited for it (each counted once; also counted in kv_waits).
-  int64_t sekv_host_reserved_bytes = 0;
+  // The SEKV host-memory budget (SekvServingOptions::max_host_bytes as resolved, with
+  // host_memory_fraction; 0: no limit), the reservations now, and the requests that waited
+  // for it (each counted once; also counted in kv_waits).
+  int64_t sekv_host_budget_bytes = 0, sekv_host_reserved_bytes = 0;
   long sekv_host_waits = 0;
   DecodeGraphStats graphs;  // the backend's, as of the last step
 };
@@ -203,7 +204,7 @@ class DecodeEngine {
   // Whether a prompt of `prompt_tokens` takes the SEKV path (SekvServingOptions::enabled and
   // min_prompt_tokens).
   bool UsesSekv(int64_t prompt_tokens) const;
-  int64_t HostBudget() const;  // SekvServingOptions::max_host_bytes on the SEKV path; 0: none
+  int64_t HostBudget() const;  // host_budget_ on the SEKV path; 0: none
   // Whether `a`'s device KV (host) reservation fits beside the admitted requests'.
   bool DeviceFits(const Active& a) const;
   bool HostFits(const Active& a) const;
@@ -239,6 +240,7 @@ class DecodeEngine {
   sekv::TierOverhead sekv_tier_;                     // SekvSession::TierFor the backend
   BackgroundQueue releaser_;  // frees finished SEKV requests' host hierarchies off the loop
   int64_t kv_budget_ = 0;     // resolved DecodeEngineOptions::kv_budget_bytes; 0: no limit
+  int64_t host_budget_ = 0;   // resolved SekvServingOptions::max_host_bytes; 0: no limit
   std::atomic<int64_t> kv_reserved_{0};  // the admitted requests' KvReservations
   std::atomic<int64_t> host_reserved_{0};  // their SEKV host reservations
 

@@ -71,17 +71,23 @@ struct SekvServingOptions {
   bool gpu = true;  // on a CUDA backend, decode on the GPU (sekv::GpuSekv); else on the CPU
   sekv::GpuTier gpu_tier = sekv::GpuTier::kBf16;  // the device tier's K/V element type
   sekv::GpuZoom gpu_zoom = sekv::GpuZoom::kDevice;  // where the GPU path's zoom-in selects
-  // Host memory for the SEKV requests' prompts and hierarchies (0: no limit). A request
-  // reserves a bound on its build's peak when it is admitted: its prompt's K/V in F32 (as its
-  // prefill captures it), the most its hierarchy can hold whatever the prompt's surprisal
-  // (sekv::MaxHostBytes: the GPU tier's host rows at `budget`, a CPU tier of at most
-  // (min(r_max, head_dim) + head_dim) / head_dim times the K/V), and its window's room for the
-  // positions to come. Once built it keeps what its host cache holds (both tiers, and that
-  // room), which is less. Admission waits for it as for the KV budget
+  // Host memory for the SEKV requests' prompts and hierarchies (0: host_memory_fraction's
+  // share). A request reserves a bound on its build's peak when it is admitted: its prompt's
+  // K/V in F32 (as its prefill captures it), the most its hierarchy can hold whatever the
+  // prompt's surprisal (sekv::MaxHostBytes: the GPU tier's host rows at `budget`, a CPU tier
+  // of at most (min(r_max, head_dim) + head_dim) / head_dim times the K/V), and its window's
+  // room for the positions to come. Once built it keeps what its host cache holds (both
+  // tiers, and that room), which is less. Admission waits for it as for the KV budget
   // (DecodeEngineOptions::kv_budget_bytes), so the reservations never pass the budget. Not
   // counted: the GPU path's pinned staging, and the copy of the CPU tier made where the driver
   // refuses to register it (DecodeEngineStats::sekv_cpu_tier_copies).
   int64_t max_host_bytes = 0;
+  // With max_host_bytes 0: that share of the host memory available when the engine is created
+  // (HostMemoryAvailable, common/base/host_memory.h: MemAvailable, within the process's cgroup
+  // limit), as the KV budget is a share of the device's free memory. 0: no limit.
+  double host_memory_fraction = 0.5;  // in [0, 1]
+  // Optional, for tests: what the engine reads instead of HostMemoryAvailable().
+  std::function<absl::StatusOr<int64_t>()> host_memory_now;
   // Prompts (payload tokens and suffix) shorter than this take the plain path instead: a full
   // KV cache on the backend, decoded in its batched step. A short context gains little from
   // the hierarchy and would pay for its build before its first token. 0: every prompt.

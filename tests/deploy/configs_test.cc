@@ -214,7 +214,8 @@ TEST_CASE(
 
 TEST_CASE(
     "decode config: engine.kv_budget_bytes is 0 (derived) and kv_memory_fraction 0.9 by "
-    "default; a fraction outside [0, 1] is refused",
+    "default, sekv.max_host_bytes 0 and host_memory_fraction 0.5; a fraction outside [0, 1] is "
+    "refused",
     "[cpu]") {
   nlohmann::json json = MinimalDecodeConfig();
   absl::StatusOr<DecodeDaemonConfig> defaults = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
@@ -222,6 +223,7 @@ TEST_CASE(
   CHECK(defaults->kv_budget_bytes == 0);
   CHECK(defaults->kv_memory_fraction == 0.9);
   CHECK(defaults->sekv_max_host_bytes == 0);
+  CHECK(defaults->sekv_host_memory_fraction == 0.5);
   json["engine"] = {{"kv_budget_bytes", int64_t{80} << 30}, {"kv_memory_fraction", 0.5}};
   absl::StatusOr<DecodeDaemonConfig> set = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(set.ok());
@@ -230,6 +232,14 @@ TEST_CASE(
   json["sekv"] = {{"max_host_bytes", int64_t{64} << 30}};
   CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->sekv_max_host_bytes == int64_t{64}
                                                                                        << 30);
+  json["sekv"] = {{"host_memory_fraction", 0.25}};
+  CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->sekv_host_memory_fraction == 0.25);
+  for (double bad : {-0.1, 1.5}) {
+    json["sekv"] = {{"host_memory_fraction", bad}};
+    absl::StatusOr<DecodeDaemonConfig> refused = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+    REQUIRE(!refused.ok());
+    CHECK(refused.status().message().find("host_memory_fraction") != std::string_view::npos);
+  }
   json.erase("sekv");
   for (const nlohmann::json& bad :
        {nlohmann::json{{"kv_memory_fraction", 1.5}}, nlohmann::json{{"kv_memory_fraction", -0.1}},

@@ -71,11 +71,14 @@ struct ProducerFixture {
     REQUIRE(reference->Prefill(*seq, prefix, ProducerPrefillOptions(mode), &states).ok());
     return producer->Encode(mode, prefix, states).value();
   }
-  // A decode engine on a fresh CPU backend of the same model.
+  // A decode engine on a fresh CPU backend of the same model, or why there is none.
+  absl::StatusOr<std::unique_ptr<DecodeEngine>> TryEngine(const DecodeEngineOptions& options) {
+    return DecodeEngine::Create(CreateBackend(BackendKind::kCpu, model).value(),
+                                ConsumerCodec::Create(model, model->digest, nullptr).value(),
+                                options);
+  }
   std::unique_ptr<DecodeEngine> Engine(const DecodeEngineOptions& options) {
-    auto e = DecodeEngine::Create(CreateBackend(BackendKind::kCpu, model).value(),
-                                  ConsumerCodec::Create(model, model->digest, nullptr).value(),
-                                  options);
+    auto e = TryEngine(options);
     REQUIRE(e.ok());
     return std::move(e).value();
   }

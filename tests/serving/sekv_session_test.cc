@@ -15,6 +15,7 @@
 #include <thread>
 #include <tuple>
 
+#include "common/base/host_memory.h"
 #include "common/scd/wire_format.h"
 #include "common/sekv/budget_plan.h"
 #include "common/sekv/kv_cache.h"
@@ -564,6 +565,70 @@ TEST_CASE(
     CHECK(ev.tokens[id].size() == static_cast<size_t>(kMaxTokens));
   }
   CHECK(WaitUntil([&] { return engine->stats().sekv_host_reserved_bytes == 0; }));
+}
+
+TEST_CASE(
+    "Without sekv.max_host_bytes the SEKV host budget is sekv.host_memory_fraction of the "
+    "host's available memory at start",
+    "[cpu]") {
+  SekvFixture f;
+  int reads = 0;
+  auto options = [&](double fraction, absl::StatusOr<int64_t> available) {
+    DecodeEngineOptions o = SekvFixture::Options(0.4);
+    o.sekv.host_memory_fraction = fraction;
+    o.sekv.host_memory_now = [&reads, available]() {
+      ++reads;
+      return available;
+    };
+    return o;
+  };
+  // Half (the default) of 2 MB available: a 200-token prompt's bound (938940 bytes, above)
+  // fits, a 500-token prompt's does not, and is refused naming both keys.
+  DecodeEngineOptions o = options(0.5, int64_t{2000000});
+  auto engine = f.ProducerFixture::Engine(o);
+  CHECK(reads == 1);
+  CHECK(engine->stats().sekv_host_budget_bytes == 1000000);
+  DecodeEventCollector ev;
+  const absl::Status refused = engine->Submit(Job(1, 500, 4), ev.For(1));
+  CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(refused.message().find("sekv.host_memory_fraction") != std::string_view::npos);
+  REQUIRE(engine->Submit(Job(2, 200, 4), ev.For(2)).ok());
+  ev.WaitFor(1);
+  CHECK(ev.final_events[2].kind == DecodeEvent::Kind::kDone);
+  // An explicit budget wins, and the host is not read.
+  o = options(0.5, int64_t{2000000});
+  o.sekv.max_host_bytes = 12345;
+  CHECK(f.ProducerFixture::Engine(o)->stats().sekv_host_budget_bytes == 12345);
+  CHECK(reads == 1);
+  // Fraction 0, or a host whose memory is unknown: no limit. Nothing left: nothing admitted.
+  CHECK(f.ProducerFixture::Engine(options(0, int64_t{2000000}))->stats().sekv_host_budget_bytes ==
+        0);
+  CHECK(f.ProducerFixture::Engine(options(0.5, absl::UnimplementedError("not Linux")))
+            ->stats()
+            .sekv_host_budget_bytes == 0);
+  CHECK(f.ProducerFixture::Engine(options(0.5, int64_t{0}))->stats().sekv_host_budget_bytes == 1);
+  // A fraction outside [0, 1], or a host that cannot be read, stops the engine, saying why.
+  for (double bad : {-0.5, 1.5}) {
+    auto e = f.TryEngine(options(bad, int64_t{2000000}));
+    REQUIRE(!e.ok());
+    CHECK(e.status().message().find("host_memory_fraction") != std::string_view::npos);
+  }
+  auto unreadable = f.TryEngine(options(0.5, absl::InvalidArgumentError("no MemAvailable")));
+  REQUIRE(!unreadable.ok());
+  CHECK(unreadable.status().message().find("sekv.host_memory_fraction") != std::string_view::npos);
+  CHECK(unreadable.status().message().find("no MemAvailable") != std::string_view::npos);
+  // On this machine: half of what it has now. Without SEKV there is no host budget.
+  o = SekvFixture::Options(0.4);
+  const int64_t budget = f.ProducerFixture::Engine(o)->stats().sekv_host_budget_bytes;
+  absl::StatusOr<int64_t> available = HostMemoryAvailable();
+  if (available.ok()) {
+    CHECK(budget > 0);
+    CHECK(static_cast<double>(budget) ==
+          Approx(0.5 * static_cast<double>(*available)).epsilon(0.2));
+  } else {
+    CHECK(budget == 0);
+  }
+  CHECK(f.ProducerFixture::Engine(DecodeEngineOptions{})->stats().sekv_host_budget_bytes == 0);
 }
 
 TEST_CASE(
