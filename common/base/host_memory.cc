@@ -59,23 +59,25 @@ std::optional<int64_t> RoomIn(const std::string& dir, bool v2) {
   return CgroupRoom(*limit, *usage, stat.ok() ? *stat : "");
 }
 
-// The room of the process's own memory cgroup, v2 or v1: under the path /proc/self/cgroup
-// names, else at the mount's root (a container's cgroup namespace puts its group there).
+// The room of the process's own memory cgroup, v2 or v1: the least any limit on the way up
+// from the group /proc/self/cgroup names to the mount's root leaves (a parent's limit bounds
+// its children; a container's cgroup namespace puts its own group at the root).
 std::optional<int64_t> CgroupRoomNow() {
   const auto self = ReadFileToString("/proc/self/cgroup");
+  std::optional<int64_t> least;
   for (bool v2 : {true, false}) {
     const std::string mount = v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory";
-    std::vector<std::string> dirs;
-    if (self.ok()) {
-      const std::string path = CgroupPath(*self, v2);
-      if (!path.empty() && path != "/") dirs.push_back(mount + path);
-    }
-    dirs.push_back(mount);
-    for (const std::string& dir : dirs) {
-      if (std::optional<int64_t> room = RoomIn(dir, v2)) return room;
+    std::string path = self.ok() ? CgroupPath(*self, v2) : "";
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    for (;;) {
+      if (std::optional<int64_t> room = RoomIn(mount + path, v2)) {
+        least = least.has_value() ? std::min(*least, *room) : *room;
+      }
+      if (path.empty()) break;
+      path.resize(path.rfind('/'));
     }
   }
-  return std::nullopt;
+  return least;
 }
 
 }  // namespace

@@ -3,11 +3,12 @@
 // engine starts, as the KV budget is a share of the device's free memory.
 //
 // Linux: MemAvailable from /proc/meminfo (the kernel's estimate of what can be allocated
-// without swapping, page cache included), lowered to the room the process's memory cgroup
-// leaves when it has a limit, since a container sees the host's /proc/meminfo but is killed at
-// its own limit: cgroup v2 memory.max - memory.current, or v1 memory.limit_in_bytes -
-// memory.usage_in_bytes, with the group's inactive file cache (reclaimable, counted in its
-// usage) given back, as the kubelet counts a container's working set.
+// without swapping, page cache included), lowered to the room the process's memory cgroup and
+// its ancestors leave where they have limits, since a container sees the host's /proc/meminfo
+// but is killed at its own limit: cgroup v2 memory.max - memory.current, or v1
+// memory.limit_in_bytes - memory.usage_in_bytes, with the group's inactive file cache
+// (reclaimable, counted in its usage) given back, as the kubelet counts a container's working
+// set.
 #ifndef SCD_COMMON_BASE_HOST_MEMORY_H_
 #define SCD_COMMON_BASE_HOST_MEMORY_H_
 
