@@ -294,6 +294,12 @@ absl::Status DecodeDaemon::Start() {
           .AddCounter("scd_decode_kv_waits_total",
                       "Requests that waited in the queue for KV memory (each counted once).")
           .value();
+  auto* past_host_wait =
+      metrics_
+          .AddCounter("scd_decode_admitted_past_host_wait_total",
+                      "Plain requests admitted past a queued SEKV request that waited for host "
+                      "memory alone (they need none, and its KV memory stays free).")
+          .value();
   auto* host_budget =
       metrics_
           .AddGauge("scd_decode_sekv_host_budget_bytes",
@@ -363,11 +369,12 @@ absl::Status DecodeDaemon::Start() {
   ticker_ = std::thread([this, active, queued, starting, prefill_chunks, prefill_tokens,
                          rebuild_chunks, rebuild_rows, registered, pending, payloads, graph_steps,
                          graphs_active, sekv_copies, sekv_steps, sekv_step_rows, mixed_steps,
-                         kv_reserved, kv_waits, host_reserved] {
+                         kv_reserved, kv_waits, host_reserved, past_host_wait] {
     PayloadMailboxStats last;
     DecodeGraphStats last_graphs;
     long last_chunks = 0, last_tokens = 0, last_rebuilds = 0, last_rows = 0, last_copies = 0,
-         last_kv_waits = 0, last_sekv_steps = 0, last_sekv_rows = 0, last_mixed = 0;
+         last_kv_waits = 0, last_sekv_steps = 0, last_sekv_rows = 0, last_mixed = 0,
+         last_past_host_wait = 0;
     // Counter `label` of `family` advanced by a source counter's growth since the last tick.
     auto add = [](auto* family, const char* label, int64_t before, int64_t after) {
       if (after > before) family->WithLabels({label}).value()->Increment(after - before);
@@ -407,6 +414,7 @@ absl::Status DecodeDaemon::Start() {
       kv_reserved->Set(static_cast<double>(engine_stats.kv_reserved_bytes));
       host_reserved->Set(static_cast<double>(engine_stats.sekv_host_reserved_bytes));
       advance(kv_waits, &last_kv_waits, engine_stats.kv_waits);
+      advance(past_host_wait, &last_past_host_wait, engine_stats.admitted_past_host_wait);
       const PayloadMailboxStats now = mailbox_->stats();
       pending->Set(static_cast<double>(now.pending));
       add(payloads, "received", last.received, now.received);

@@ -291,6 +291,18 @@ bool DecodeEngine::ReserveKv(Active& head) {
   return true;
 }
 
+bool DecodeEngine::AdmitsPastHead(const Active& head, const Active& a) const {
+  if (a.host_need > 0 || &a == &head || !DeviceFits(head) || HostFits(head)) return false;
+  return kv_budget_ == 0 || kv_reserved_.load() + a.kv_need + head.kv_need <= kv_budget_;
+}
+
+std::deque<std::unique_ptr<DecodeEngine::Active>>::iterator DecodeEngine::NextPastHead() {
+  if (queue_.empty()) return queue_.end();
+  const Active& head = *queue_.front();
+  return std::find_if(queue_.begin() + 1, queue_.end(),
+                      [&](const auto& a) { return AdmitsPastHead(head, *a); });
+}
+
 bool DecodeEngine::Expired(const Active& a, absl::Time now) const {
   return cancelled_.count(a.job.request_id) > 0 || now > a.job.deadline;
 }
@@ -346,7 +358,8 @@ void DecodeEngine::Loop() {
       auto work = [&] {
         return stopping_ || !running_.empty() || !prefilling_.empty() || builds_ready_ > 0 ||
                (!queue_.empty() && admitted_count() < options_.max_batch &&
-                DeviceFits(*queue_.front()) && HostFits(*queue_.front())) ||
+                ((DeviceFits(*queue_.front()) && HostFits(*queue_.front())) ||
+                 NextPastHead() != queue_.end())) ||
                QueueHasExpired();
       };
       // Wake for the builds' cancellations and deadlines now and then, and for the first
@@ -374,6 +387,19 @@ void DecodeEngine::Loop() {
              ReserveKv(*queue_.front())) {
         admitted.push_back(std::move(queue_.front()));
         queue_.pop_front();
+      }
+      // A head waiting for SEKV host memory alone lets the plain requests behind it pass, in
+      // order, while the KV memory it needs stays free (AdmitsPastHead): they take nothing it
+      // waits for, so it starts no later than it would have.
+      for (auto it = NextPastHead();
+           it != queue_.end() &&
+           admitted_count() + static_cast<int>(admitted.size()) < options_.max_batch;
+           it = NextPastHead()) {
+        Active& a = **it;
+        if (kv_budget_ > 0) a.kv.Set(a.kv_need, &kv_reserved_);
+        ++stats_.admitted_past_host_wait;
+        admitted.push_back(std::move(*it));
+        queue_.erase(it);
       }
       cancelled = cancelled_;
       stats_.admitted += static_cast<long>(admitted.size());

@@ -11,7 +11,9 @@
 //   retire — on a stop id, max_tokens, deadline or cancellation, free the sequence.
 // Newly admitted requests join the running batch at the next step, so a long generation never
 // blocks a short one. Admission keeps the requests' KV caches within a budget of the device's
-// memory (DecodeEngineOptions::kv_budget_bytes): the rest wait in the queue, in order.
+// memory (DecodeEngineOptions::kv_budget_bytes): the rest wait in the queue, in order (but
+// for plain requests behind a SEKV request that waits for host memory alone; see
+// AdmitsPastHead).
 // Every request ends with exactly one terminal event (done or error).
 // With options.sekv.enabled, admission builds a SEKV cache instead (sekv_session.h) for
 // prompts of at least sekv.min_prompt_tokens (shorter ones take the path above): the
@@ -167,6 +169,9 @@ struct DecodeEngineStats {
   // for it (each counted once; also counted in kv_waits).
   int64_t sekv_host_budget_bytes = 0, sekv_host_reserved_bytes = 0;
   long sekv_host_waits = 0;
+  // Plain requests admitted past a queue head that waited for SEKV host memory alone (each
+  // once): they need none, and the KV memory the head needs stays free.
+  long admitted_past_host_wait = 0;
   DecodeGraphStats graphs;  // the backend's, as of the last step
 };
 
@@ -201,6 +206,11 @@ class DecodeEngine {
   // Under mu_: reserves the KV memory (and SEKV host memory) of the queue's head when it
   // fits; false when it must wait (counted once in stats_.kv_waits, sekv_host_waits).
   bool ReserveKv(Active& head);
+  // Under mu_: whether `a`, queued behind `head`, is admitted before it: `head` waits for SEKV
+  // host memory alone (its KV fits), `a` needs none, and `a`'s KV reservation leaves `head`'s
+  // free. The first such request in the queue (queue_.end(): none).
+  bool AdmitsPastHead(const Active& head, const Active& a) const;
+  std::deque<std::unique_ptr<Active>>::iterator NextPastHead();
   // Whether a prompt of `prompt_tokens` takes the SEKV path (SekvServingOptions::enabled and
   // min_prompt_tokens).
   bool UsesSekv(int64_t prompt_tokens) const;

@@ -95,6 +95,8 @@ TEST_CASE("A decode daemon with SEKV serves requests and reports its GPU tier", 
   CHECK(MetricValue(m.body, "scd_decode_sekv_cpu_bytes") == std::optional<double>(0));
   CHECK(MetricValue(m.body, "scd_decode_sekv_host_budget_bytes") ==
         std::optional<double>(64 << 20));
+  CHECK(MetricValue(m.body, "scd_decode_admitted_past_host_wait_total") ==
+        std::optional<double>(0));
   // The host-memory reservations (sekv.max_host_bytes) are given back, within the gauge's
   // 100 ms sampling.
   std::string body = m.body;

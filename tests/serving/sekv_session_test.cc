@@ -568,6 +568,79 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "Plain requests pass a SEKV request that waits for host memory alone, but never take the "
+    "KV memory it waits beside",
+    "[cpu]") {
+  SekvFixture f;
+  constexpr int kLong = 200, kShort = 60, kTokens = 8;
+  // Prompts under 100 tokens take the plain path; the host budget holds one long prompt's
+  // reservation, not two; the first build is held until the test releases it.
+  auto options = [&](Gate* gate, int64_t kv_budget) {
+    DecodeEngineOptions o = SekvFixture::Options(0.4);
+    o.sekv.min_prompt_tokens = 100;
+    const ModelConfig& c = f.model->config;
+    const int64_t row = 2 * sizeof(float) * c.num_layers * c.kv_dim();
+    o.sekv.max_host_bytes =
+        3 *
+        (row * kLong + static_cast<int64_t>(sekv::MaxHostBytes(sekv::CacheShape::FromConfig(c),
+                                                               o.sekv.cache, 0.4, kLong - 1)
+                                                .total())) /
+        2;
+    o.kv_budget_bytes = kv_budget;
+    auto builds = std::make_shared<std::atomic<int>>(0);
+    o.sekv.before_build = [gate, builds] {
+      if (builds->fetch_add(1) == 0) gate->Hold();
+    };
+    return o;
+  };
+  // Without a KV budget: request 2 (long) waits for request 1's host memory; request 3
+  // (short, plain) passes it and ends while request 1's build is still held.
+  {
+    Gate gate;
+    auto engine = f.ProducerFixture::Engine(options(&gate, 0));
+    DecodeEventCollector ev;
+    REQUIRE(engine->Submit(Job(1, kLong, kTokens), ev.For(1)).ok());
+    REQUIRE(engine->Submit(Job(2, kLong, kTokens), ev.For(2)).ok());
+    REQUIRE(engine->Submit(Job(3, kShort, kTokens), ev.For(3)).ok());
+    REQUIRE(WaitUntil([&] { return Ended(ev, 3); }));
+    CHECK(ev.final_events[3].kind == DecodeEvent::Kind::kDone);
+    CHECK(ev.tokens[3].size() == static_cast<size_t>(kTokens));
+    CHECK(engine->queued() == 1);  // request 2
+    CHECK(TokensOf(ev, 1) == 0);
+    DecodeEngineStats s = engine->stats();
+    CHECK(s.admitted_past_host_wait == 1);
+    CHECK(s.sekv_host_waits == 1);
+    gate.Open();
+    ev.WaitFor(3);
+    for (uint64_t id : {1, 2}) CHECK(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
+  }
+  // With a KV budget that holds the two long requests' caches and less than the short one's
+  // beside them: request 3 stays behind request 2, so that request 2's KV memory is there when
+  // its host memory is.
+  {
+    auto backend = CreateBackend(BackendKind::kCpu, f.model).value();
+    const auto kv = [&](int prompt) {
+      return static_cast<int64_t>(backend->SequenceBytes(prompt + kTokens));
+    };
+    Gate gate;
+    auto engine = f.ProducerFixture::Engine(options(&gate, 2 * kv(kLong) + kv(kShort) / 2));
+    DecodeEventCollector ev;
+    REQUIRE(engine->Submit(Job(1, kLong, kTokens), ev.For(1)).ok());
+    REQUIRE(engine->Submit(Job(2, kLong, kTokens), ev.For(2)).ok());
+    REQUIRE(engine->Submit(Job(3, kShort, kTokens), ev.For(3)).ok());
+    REQUIRE(WaitUntil([&] { return engine->stats().sekv_host_waits == 1; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK(engine->queued() == 2);
+    CHECK(TokensOf(ev, 3) == 0);
+    CHECK(engine->stats().admitted_past_host_wait == 0);
+    gate.Open();
+    ev.WaitFor(3);
+    for (uint64_t id : {1, 2, 3}) CHECK(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
+    CHECK(engine->stats().admitted_past_host_wait == 0);
+  }
+}
+
+TEST_CASE(
     "Without sekv.max_host_bytes the SEKV host budget is sekv.host_memory_fraction of the "
     "host's available memory at start",
     "[cpu]") {
