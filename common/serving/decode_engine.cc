@@ -358,8 +358,8 @@ void DecodeEngine::Loop() {
       auto work = [&] {
         return stopping_ || !running_.empty() || !prefilling_.empty() || builds_ready_ > 0 ||
                (!queue_.empty() && admitted_count() < options_.max_batch &&
-                ((DeviceFits(*queue_.front()) && HostFits(*queue_.front())) ||
-                 NextPastHead() != queue_.end())) ||
+                DeviceFits(*queue_.front()) && HostFits(*queue_.front())) ||
+               (admitted_count() + 1 < options_.max_batch && NextPastHead() != queue_.end()) ||
                QueueHasExpired();
       };
       // Wake for the builds' cancellations and deadlines now and then, and for the first
@@ -389,11 +389,11 @@ void DecodeEngine::Loop() {
         queue_.pop_front();
       }
       // A head waiting for SEKV host memory alone lets the plain requests behind it pass, in
-      // order, while the KV memory it needs stays free (AdmitsPastHead): they take nothing it
-      // waits for, so it starts no later than it would have.
+      // order, while the KV memory it needs stays free (AdmitsPastHead) and a batch slot is
+      // left for it: they take nothing it waits for, so it starts no later than it would have.
       for (auto it = NextPastHead();
            it != queue_.end() &&
-           admitted_count() + static_cast<int>(admitted.size()) < options_.max_batch;
+           admitted_count() + static_cast<int>(admitted.size()) + 1 < options_.max_batch;
            it = NextPastHead()) {
         Active& a = **it;
         if (kv_budget_ > 0) a.kv.Set(a.kv_need, &kv_reserved_);

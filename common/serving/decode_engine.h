@@ -208,7 +208,8 @@ class DecodeEngine {
   bool ReserveKv(Active& head);
   // Under mu_: whether `a`, queued behind `head`, is admitted before it: `head` waits for SEKV
   // host memory alone (its KV fits), `a` needs none, and `a`'s KV reservation leaves `head`'s
-  // free. The first such request in the queue (queue_.end(): none).
+  // free (the loop also leaves `head` a batch slot). The first such request in the queue
+  // (queue_.end(): none).
   bool AdmitsPastHead(const Active& head, const Active& a) const;
   std::deque<std::unique_ptr<Active>>::iterator NextPastHead();
   // Whether a prompt of `prompt_tokens` takes the SEKV path (SekvServingOptions::enabled and

@@ -569,7 +569,7 @@ TEST_CASE(
 
 TEST_CASE(
     "Plain requests pass a SEKV request that waits for host memory alone, but never take the "
-    "KV memory it waits beside",
+    "KV memory or the batch slot it waits beside",
     "[cpu]") {
   SekvFixture f;
   constexpr int kLong = 200, kShort = 60, kTokens = 8;
@@ -637,6 +637,25 @@ TEST_CASE(
     ev.WaitFor(3);
     for (uint64_t id : {1, 2, 3}) CHECK(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
     CHECK(engine->stats().admitted_past_host_wait == 0);
+  }
+  // Nor the batch slot it waits for: with max_batch 2, request 1 holds one, and request 3
+  // would take the other.
+  {
+    Gate gate;
+    DecodeEngineOptions o = options(&gate, 0);
+    o.max_batch = 2;
+    auto engine = f.ProducerFixture::Engine(o);
+    DecodeEventCollector ev;
+    REQUIRE(engine->Submit(Job(1, kLong, kTokens), ev.For(1)).ok());
+    REQUIRE(engine->Submit(Job(2, kLong, kTokens), ev.For(2)).ok());
+    REQUIRE(engine->Submit(Job(3, kShort, kTokens), ev.For(3)).ok());
+    REQUIRE(WaitUntil([&] { return engine->stats().sekv_host_waits == 1; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK(engine->queued() == 2);
+    CHECK(engine->stats().admitted_past_host_wait == 0);
+    gate.Open();
+    ev.WaitFor(3);
+    for (uint64_t id : {1, 2, 3}) CHECK(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
   }
 }
 
