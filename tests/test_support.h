@@ -23,6 +23,16 @@ std::string TempDir();
 // Reads a whole file; fails the current test when it cannot.
 std::string ReadFileOrFail(const std::string& path);
 
+// How many times longer a test may wait for work to end in a sanitizer build: the same work
+// runs several times slower there (TSan 5-15x), and ctest may run two binaries on 2 cores. A
+// bound on a wait only turns a hang into a failure, so a longer one costs a passing test
+// nothing.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+inline constexpr int kSanitizerWaitFactor = 5;
+#else
+inline constexpr int kSanitizerWaitFactor = 1;
+#endif
+
 }  // namespace scd::testing
 
 #endif  // SCD_TESTS_TEST_SUPPORT_H_

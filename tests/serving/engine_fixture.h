@@ -36,10 +36,12 @@ struct DecodeEventCollector {
       }
     };
   }
-  // Waits (at most 60 s, else the test fails) until `n` requests have ended.
+  // Waits (at most 60 s, 5 min in a sanitizer build; else the test fails) until `n` requests
+  // have ended.
   void WaitFor(size_t n) {
     std::unique_lock<std::mutex> lock(mu);
-    REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return final_events.size() >= n; }));
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(60 * kSanitizerWaitFactor),
+                        [&] { return final_events.size() >= n; }));
   }
 };
 
