@@ -593,15 +593,31 @@ TEST_CASE(
     };
     return o;
   };
+  // Two long prompts, then a short one.
+  auto submit = [&](DecodeEngine& engine, DecodeEventCollector& ev) {
+    REQUIRE(engine.Submit(Job(1, kLong, kTokens), ev.For(1)).ok());
+    REQUIRE(engine.Submit(Job(2, kLong, kTokens), ev.For(2)).ok());
+    REQUIRE(engine.Submit(Job(3, kShort, kTokens), ev.For(3)).ok());
+  };
+  // Request 3 stays queued behind request 2 while request 1's build is held; then all end.
+  auto held_back = [&](DecodeEngine& engine, DecodeEventCollector& ev, Gate& gate) {
+    REQUIRE(WaitUntil([&] { return engine.stats().sekv_host_waits == 1; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK(engine.queued() == 2);
+    CHECK(TokensOf(ev, 3) == 0);
+    CHECK(engine.stats().admitted_past_host_wait == 0);
+    gate.Open();
+    ev.WaitFor(3);
+    for (uint64_t id : {1, 2, 3}) CHECK(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
+    CHECK(engine.stats().admitted_past_host_wait == 0);
+  };
   // Without a KV budget: request 2 (long) waits for request 1's host memory; request 3
   // (short, plain) passes it and ends while request 1's build is still held.
   {
     Gate gate;
     auto engine = f.ProducerFixture::Engine(options(&gate, 0));
     DecodeEventCollector ev;
-    REQUIRE(engine->Submit(Job(1, kLong, kTokens), ev.For(1)).ok());
-    REQUIRE(engine->Submit(Job(2, kLong, kTokens), ev.For(2)).ok());
-    REQUIRE(engine->Submit(Job(3, kShort, kTokens), ev.For(3)).ok());
+    submit(*engine, ev);
     REQUIRE(WaitUntil([&] { return Ended(ev, 3); }));
     CHECK(ev.final_events[3].kind == DecodeEvent::Kind::kDone);
     CHECK(ev.tokens[3].size() == static_cast<size_t>(kTokens));
@@ -625,18 +641,8 @@ TEST_CASE(
     Gate gate;
     auto engine = f.ProducerFixture::Engine(options(&gate, 2 * kv(kLong) + kv(kShort) / 2));
     DecodeEventCollector ev;
-    REQUIRE(engine->Submit(Job(1, kLong, kTokens), ev.For(1)).ok());
-    REQUIRE(engine->Submit(Job(2, kLong, kTokens), ev.For(2)).ok());
-    REQUIRE(engine->Submit(Job(3, kShort, kTokens), ev.For(3)).ok());
-    REQUIRE(WaitUntil([&] { return engine->stats().sekv_host_waits == 1; }));
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    CHECK(engine->queued() == 2);
-    CHECK(TokensOf(ev, 3) == 0);
-    CHECK(engine->stats().admitted_past_host_wait == 0);
-    gate.Open();
-    ev.WaitFor(3);
-    for (uint64_t id : {1, 2, 3}) CHECK(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
-    CHECK(engine->stats().admitted_past_host_wait == 0);
+    submit(*engine, ev);
+    held_back(*engine, ev, gate);
   }
   // Nor the batch slot it waits for: with max_batch 2, request 1 holds one, and request 3
   // would take the other.
@@ -646,16 +652,8 @@ TEST_CASE(
     o.max_batch = 2;
     auto engine = f.ProducerFixture::Engine(o);
     DecodeEventCollector ev;
-    REQUIRE(engine->Submit(Job(1, kLong, kTokens), ev.For(1)).ok());
-    REQUIRE(engine->Submit(Job(2, kLong, kTokens), ev.For(2)).ok());
-    REQUIRE(engine->Submit(Job(3, kShort, kTokens), ev.For(3)).ok());
-    REQUIRE(WaitUntil([&] { return engine->stats().sekv_host_waits == 1; }));
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    CHECK(engine->queued() == 2);
-    CHECK(engine->stats().admitted_past_host_wait == 0);
-    gate.Open();
-    ev.WaitFor(3);
-    for (uint64_t id : {1, 2, 3}) CHECK(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
+    submit(*engine, ev);
+    held_back(*engine, ev, gate);
   }
 }
 
@@ -674,8 +672,9 @@ TEST_CASE(
     };
     return o;
   };
-  // Half (the default) of 2 MB available: a 200-token prompt's bound (938940 bytes, above)
-  // fits, a 500-token prompt's does not, and is refused naming both keys.
+  // Half (the default) of 2 MB available: a 200-token prompt's bound (under the 938940 bytes
+  // above, with fewer positions to come) fits, a 500-token prompt's does not, and is refused
+  // naming both keys.
   DecodeEngineOptions o = options(0.5, int64_t{2000000});
   auto engine = f.ProducerFixture::Engine(o);
   CHECK(reads == 1);
