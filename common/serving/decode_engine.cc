@@ -267,7 +267,7 @@ bool DecodeEngine::UsesSekv(int64_t prompt_tokens) const {
   return sekv_decoder_ != nullptr && prompt_tokens >= options_.sekv.min_prompt_tokens;
 }
 
-int64_t DecodeEngine::HostBudget() const { return sekv_decoder_ != nullptr ? host_budget_ : 0; }
+int64_t DecodeEngine::HostBudget() const { return host_budget_; }
 
 bool DecodeEngine::DeviceFits(const Active& a) const {
   return kv_budget_ == 0 || kv_reserved_.load() + a.kv_need <= kv_budget_;
@@ -291,16 +291,16 @@ bool DecodeEngine::ReserveKv(Active& head) {
   return true;
 }
 
-bool DecodeEngine::AdmitsPastHead(const Active& head, const Active& a) const {
-  if (a.host_need > 0 || &a == &head || !DeviceFits(head) || HostFits(head)) return false;
-  return kv_budget_ == 0 || kv_reserved_.load() + a.kv_need + head.kv_need <= kv_budget_;
-}
-
 std::deque<std::unique_ptr<DecodeEngine::Active>>::iterator DecodeEngine::NextPastHead() {
-  if (queue_.empty()) return queue_.end();
-  const Active& head = *queue_.front();
-  return std::find_if(queue_.begin() + 1, queue_.end(),
-                      [&](const auto& a) { return AdmitsPastHead(head, *a); });
+  // Only a head that waits for host memory alone lets anything pass.
+  if (queue_.empty() || !DeviceFits(*queue_.front()) || HostFits(*queue_.front())) {
+    return queue_.end();
+  }
+  const int64_t head_kv = queue_.front()->kv_need;
+  return std::find_if(queue_.begin() + 1, queue_.end(), [&](const auto& a) {
+    return a->host_need == 0 &&
+           (kv_budget_ == 0 || kv_reserved_.load() + a->kv_need + head_kv <= kv_budget_);
+  });
 }
 
 bool DecodeEngine::Expired(const Active& a, absl::Time now) const {
@@ -389,7 +389,7 @@ void DecodeEngine::Loop() {
         queue_.pop_front();
       }
       // A head waiting for SEKV host memory alone lets the plain requests behind it pass, in
-      // order, while the KV memory it needs stays free (AdmitsPastHead) and a batch slot is
+      // order, while the KV memory it needs stays free (NextPastHead) and a batch slot is
       // left for it: they take nothing it waits for, so it starts no later than it would have.
       for (auto it = NextPastHead();
            it != queue_.end() &&

@@ -13,7 +13,7 @@
 // blocks a short one. Admission keeps the requests' KV caches within a budget of the device's
 // memory (DecodeEngineOptions::kv_budget_bytes): the rest wait in the queue, in order (but
 // for plain requests behind a SEKV request that waits for host memory alone; see
-// AdmitsPastHead).
+// NextPastHead).
 // Every request ends with exactly one terminal event (done or error).
 // With options.sekv.enabled, admission builds a SEKV cache instead (sekv_session.h) for
 // prompts of at least sekv.min_prompt_tokens (shorter ones take the path above): the
@@ -206,16 +206,14 @@ class DecodeEngine {
   // Under mu_: reserves the KV memory (and SEKV host memory) of the queue's head when it
   // fits; false when it must wait (counted once in stats_.kv_waits, sekv_host_waits).
   bool ReserveKv(Active& head);
-  // Under mu_: whether `a`, queued behind `head`, is admitted before it: `head` waits for SEKV
-  // host memory alone (its KV fits), `a` needs none, and `a`'s KV reservation leaves `head`'s
-  // free (the loop also leaves `head` a batch slot). The first such request in the queue
-  // (queue_.end(): none).
-  bool AdmitsPastHead(const Active& head, const Active& a) const;
+  // Under mu_: the first queued request admitted before the queue's head (queue_.end():
+  // none): the head waits for SEKV host memory alone (its KV fits), the request needs none,
+  // and its KV reservation leaves the head's free (the loop also leaves the head a batch slot).
   std::deque<std::unique_ptr<Active>>::iterator NextPastHead();
   // Whether a prompt of `prompt_tokens` takes the SEKV path (SekvServingOptions::enabled and
   // min_prompt_tokens).
   bool UsesSekv(int64_t prompt_tokens) const;
-  int64_t HostBudget() const;  // host_budget_ on the SEKV path; 0: none
+  int64_t HostBudget() const;  // host_budget_ (set on the SEKV path only); 0: none
   // Whether `a`'s device KV (host) reservation fits beside the admitted requests'.
   bool DeviceFits(const Active& a) const;
   bool HostFits(const Active& a) const;
