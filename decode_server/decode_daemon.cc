@@ -280,8 +280,9 @@ absl::Status DecodeDaemon::Start() {
   auto* kv_budget =
       metrics_
           .AddGauge("scd_decode_kv_budget_bytes",
-                    "Device memory for the admitted requests' KV caches (engine.kv_budget_bytes, "
-                    "or engine.kv_memory_fraction of the free memory at start); 0: no limit.")
+                    "Memory for the admitted requests' KV caches (engine.kv_budget_bytes, or "
+                    "engine.kv_memory_fraction of the device's free memory at start, the host's "
+                    "on the CPU backend); 0: no limit.")
           .value();
   auto* kv_reserved =
       metrics_
@@ -451,6 +452,7 @@ absl::Status DecodeDaemon::Start() {
                    {"http_port", http_port()},
                    {"pair_digest", pair_digest_hex_},
                    {"kv_budget_bytes", engine_->stats().kv_budget_bytes},
+                   {"kv_budget_of_host", engine_->stats().kv_budget_of_host},
                    {"sekv_host_budget_bytes", engine_->stats().sekv_host_budget_bytes},
                    {"registered", control_->registered()},
                    {"control_plane", c.control_plane},

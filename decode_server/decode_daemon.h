@@ -84,7 +84,8 @@ struct DecodeDaemonConfig {
   int rebuild_chunk = 8192;  // payload rows rebuilt between decode steps (0: whole payloads)
   int max_tokens = 4096;
   // Device memory for the admitted requests' KV caches (DecodeEngineOptions): 0 takes
-  // kv_memory_fraction of the device's free memory at start (no limit on the CPU backend).
+  // kv_memory_fraction of the device's free memory at start (on the CPU backend, of the host's
+  // available memory less the SEKV host budget).
   int64_t kv_budget_bytes = 0;
   double kv_memory_fraction = 0.9;
   absl::Duration default_deadline = absl::Minutes(5);

@@ -60,9 +60,17 @@ absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend&, SekvCache&, G
   return absl::UnimplementedError("this build has no CUDA: the GPU SEKV path is not available");
 }
 
+absl::StatusOr<bool> GpuSekv::ReadsPageableCpuTier(const Backend&) { return false; }
+
+size_t GpuSekv::PlanHostBytes(const CacheShape&, const SekvOptions&, GpuTier, GpuZoom, int64_t) {
+  return 0;
+}
+
 MemoryBreakdown GpuSekv::Memory() const { return {}; }
 
 size_t GpuSekv::DeviceBytes() const { return 0; }
+
+size_t GpuSekv::HostBytes() const { return 0; }
 
 CpuTierAccess GpuSekv::cpu_tier_access() const { return CpuTierAccess::kNone; }
 
@@ -141,6 +149,28 @@ struct DeviceLayer {
 
 constexpr int kZoomCounts = 4;  // SekvZoom's stats per KV head
 
+// The pinned staging of a mirror (Init) of a cache of `shape` with `gs` (KV head, span) pairs
+// and an expansion budget of `budget` rows per KV head, its device rows `elem` bytes each.
+struct PinnedStaging {
+  size_t qkv = 0, la = 0, tables = 0, edits = 0, rows = 0, counts = 0, append = 0;
+  size_t total() const { return qkv + la + tables + edits + rows + counts + append; }
+};
+PinnedStaging StagingFor(const CacheShape& shape, size_t gs, int budget, size_t elem,
+                         bool device_zoom) {
+  const size_t kvd = shape.kv_dim(), groups = shape.num_kv_heads;
+  PinnedStaging p;
+  p.qkv = sizeof(float) * (shape.q_dim() + 2 * kvd);
+  p.la = sizeof(float) * (shape.num_heads + gs);
+  p.tables = sizeof(AttentionSegment) * kTables * groups * kResidentSegments * shape.num_layers;
+  p.edits = sizeof(int32_t) * 2 * std::max<size_t>(gs, 1);
+  p.rows = elem * 2 * groups * std::max(budget, 1) * static_cast<size_t>(shape.head_dim);
+  if (device_zoom) {
+    p.counts = sizeof(int64_t) * groups * kZoomCounts;
+    p.append = sizeof(float) * 2 * kvd * shape.num_layers;
+  }
+  return p;
+}
+
 }  // namespace
 
 struct CpuTierMapping::Layers {
@@ -198,6 +228,7 @@ class GpuSekv::Impl : public RowAttention {
   void Fold();
   MemoryBreakdown Memory() const;
   size_t DeviceBytes() const;
+  size_t HostBytes() const;
   CpuTierAccess cpu_tier_access() const { return cpu_tier_access_; }
   absl::Status registration_error() const {
     return mapping_ != nullptr ? mapping_->error() : absl::OkStatus();
@@ -352,12 +383,12 @@ absl::Status GpuSekv::Impl::Init() {
   SCD_RETURN_IF_ERROR(edits_.Reserve(sizeof(int32_t) * 2 * std::max<size_t>(gs, 1), "sekv edits"));
   const size_t tables = static_cast<size_t>(kTables) * TableSize() * shape_.num_layers;
   SCD_RETURN_IF_ERROR(segments_.Reserve(sizeof(AttentionSegment) * tables, "sekv segments"));
-  SCD_RETURN_IF_ERROR(host_qkv_.Reserve(sizeof(float) * (qd + 2 * kvd)));
-  SCD_RETURN_IF_ERROR(host_la_.Reserve(sizeof(float) * (heads + gs)));
-  SCD_RETURN_IF_ERROR(host_tables_.Reserve(sizeof(AttentionSegment) * tables));
-  SCD_RETURN_IF_ERROR(host_edits_.Reserve(sizeof(int32_t) * 2 * std::max<size_t>(gs, 1)));
-  SCD_RETURN_IF_ERROR(
-      host_rows_.Reserve(elem_ * 2 * groups * std::max(budget_, 1) * static_cast<size_t>(hd)));
+  const PinnedStaging pinned = StagingFor(shape_, gs, budget_, elem_, device_zoom_);
+  SCD_RETURN_IF_ERROR(host_qkv_.Reserve(pinned.qkv));
+  SCD_RETURN_IF_ERROR(host_la_.Reserve(pinned.la));
+  SCD_RETURN_IF_ERROR(host_tables_.Reserve(pinned.tables));
+  SCD_RETURN_IF_ERROR(host_edits_.Reserve(pinned.edits));
+  SCD_RETURN_IF_ERROR(host_rows_.Reserve(pinned.rows));
   if (device_zoom_) {
     const bool by_token = o.resolution == ZoomResolution::kToken;
     zoom_params_.budget = budget_;
@@ -395,13 +426,17 @@ absl::Status GpuSekv::Impl::Init() {
     const size_t counts = static_cast<size_t>(groups) * kZoomCounts;
     SCD_RETURN_IF_ERROR(zoom_counts_.Reserve(sizeof(int64_t) * counts, "sekv zoom counts"));
     SCD_RETURN_IF_ERROR(cuda::SetDeviceBytes(zoom_counts_.data(), 0, zoom_counts_.size(), s));
-    SCD_RETURN_IF_ERROR(host_counts_.Reserve(sizeof(int64_t) * counts));
+    SCD_RETURN_IF_ERROR(host_counts_.Reserve(pinned.counts));
     counts_seen_.assign(counts, 0);
-    SCD_RETURN_IF_ERROR(host_append_.Reserve(sizeof(float) * 2 * kvd * shape_.num_layers));
+    SCD_RETURN_IF_ERROR(host_append_.Reserve(pinned.append));
     append_pending_.assign(shape_.num_layers, 0);
     unsettled_.assign(shape_.num_layers, 0);
   }
-  return cuda::SynchronizeStream(s);
+  SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(s));
+  // The uploads above were staged before their calls returned: the conversion buffer (as large
+  // as a layer's largest tier) goes now; the pins' uploads at the first step take little.
+  std::vector<Bf16>().swap(staging_);
+  return absl::OkStatus();
 }
 
 absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
@@ -872,10 +907,42 @@ size_t GpuSekv::Impl::DeviceBytes() const {
   return bytes;
 }
 
+size_t GpuSekv::Impl::HostBytes() const {
+  size_t bytes = staging_.capacity() * sizeof(Bf16);
+  for (const PinnedBuffer* b : {&host_qkv_, &host_la_, &host_tables_, &host_edits_, &host_rows_,
+                                &host_counts_, &host_append_}) {
+    bytes += b->size();
+  }
+  for (const DeviceLayer& d : layers_) {
+    if (d.arena != nullptr) bytes += d.arena->size();
+  }
+  return bytes;
+}
+
 GpuSekv::GpuSekv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuSekv::~GpuSekv() = default;
 
 bool GpuSekv::Applies(const Backend& backend) { return cuda::IsCudaBackend(backend); }
+
+size_t GpuSekv::PlanHostBytes(const CacheShape& shape, const SekvOptions& options, GpuTier tier,
+                              GpuZoom zoom, int64_t positions) {
+  const size_t elem = tier == GpuTier::kBf16 ? sizeof(Bf16) : sizeof(float);
+  // At most a span per position.
+  const size_t gs = static_cast<size_t>(shape.num_kv_heads) *
+                    static_cast<size_t>(std::max<int64_t>(positions, 1));
+  const size_t pins = tier == GpuTier::kBf16
+                          ? sizeof(Bf16) * shape.num_kv_heads * std::max(options.pin_tokens, 1) *
+                                static_cast<size_t>(shape.head_dim)
+                          : 0;  // the pins' conversion (UploadRows)
+  return StagingFor(shape, gs, options.expand_budget, elem, zoom == GpuZoom::kDevice).total() +
+         pins;
+}
+
+absl::StatusOr<bool> GpuSekv::ReadsPageableCpuTier(const Backend& backend) {
+  SCD_ASSIGN_OR_RETURN(const int device, cuda::CudaBackendDevice(backend));
+  SCD_RETURN_IF_ERROR(cuda::SetDevice(device));
+  return cuda::DeviceReadsPageableMemory();
+}
 
 TierOverhead GpuSekv::PlanOverhead(const CacheShape& shape, const SekvOptions& options,
                                    GpuTier tier, GpuZoom zoom) {
@@ -997,6 +1064,8 @@ absl::Status GpuSekv::Attend(int layer, const float* q, const float* k, const fl
 MemoryBreakdown GpuSekv::Memory() const { return impl_->Memory(); }
 
 size_t GpuSekv::DeviceBytes() const { return impl_->DeviceBytes(); }
+
+size_t GpuSekv::HostBytes() const { return impl_->HostBytes(); }
 
 CpuTierAccess GpuSekv::cpu_tier_access() const { return impl_->cpu_tier_access(); }
 

@@ -132,6 +132,18 @@ class GpuSekv {
                                                          int window_slack = kDefaultWindowSlack,
                                                          const CpuTierMapping* mapping = nullptr);
 
+  // A bound on HostBytes() less the CPU tier's copy, for a cache of `shape` and `options` over
+  // `positions` positions mirrored as `tier` and `zoom`: the pinned staging (of which the
+  // (KV head, span) tables take at most a span per position) and the pins' conversion. 0 in a
+  // build without CUDA.
+  static size_t PlanHostBytes(const CacheShape& shape, const SekvOptions& options, GpuTier tier,
+                              GpuZoom zoom, int64_t positions);
+
+  // True when the device zoom on `backend` reads the CPU tier where it lies, through the host's
+  // page tables (cuda::DeviceReadsPageableMemory): no mirror then registers or copies it. Else
+  // a mirror may read a pinned copy (cpu_tier_access()). False in a build without CUDA.
+  static absl::StatusOr<bool> ReadsPageableCpuTier(const Backend& backend);
+
   // Registers `cache`'s CPU tier with `backend`'s device (CpuTierMapping), for Create's zoom
   // on the device. Any thread may call it: it makes the backend's device current first.
   static absl::StatusOr<std::unique_ptr<CpuTierMapping>> MapCpuTier(const Backend& backend,
@@ -152,6 +164,12 @@ class GpuSekv {
   // cache's window, generated_reserve and window_slack rows): the attention's workspace is
   // sized for that at Create.
   size_t DeviceBytes() const;
+
+  // The host memory this object holds beside the cache it mirrors: its pinned staging (q, k, v,
+  // the tables, the rebuilt rows, the zoom's counts), the pinned copy of the CPU tier where
+  // the device read neither the pageable bases nor a registration of them (kPinnedCopy), and
+  // the buffer that converts the pins' uploads to BF16 (Create's own uploads free theirs).
+  size_t HostBytes() const;
 
   // How the device zoom reads the CPU tier; with kPinnedCopy, registration_error() says why
   // the device refused to register it where it lies (OK when the bases are outside any arena).

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/elapsed.h"
@@ -107,19 +108,19 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
   }
   std::unique_ptr<DecodeEngine> e(
       new DecodeEngine(std::move(backend), std::move(codec), options));
-  e->kv_budget_ = options.kv_budget_bytes;
-  if (e->kv_budget_ == 0 && options.kv_memory_fraction > 0) {
-    absl::StatusOr<DeviceMemory> memory = e->backend_->DeviceMemoryNow();
-    if (memory.ok()) {
-      // At least one byte: a device with no memory left admits nothing, rather than all.
-      e->kv_budget_ =
-          std::max<int64_t>(1, static_cast<int64_t>(options.kv_memory_fraction *
-                                                    static_cast<double>(memory->free_bytes)));
-    } else if (memory.status().code() != absl::StatusCode::kUnimplemented) {
-      return memory.status();
+  // The budgets that take a share of the host's memory read it once, so that they share one
+  // measurement.
+  std::optional<absl::StatusOr<int64_t>> host_read;
+  auto host_available = [&]() -> const absl::StatusOr<int64_t>& {
+    if (!host_read) {
+      host_read = options.host_memory_now ? options.host_memory_now() : HostMemoryAvailable();
     }
-  }
-  e->stats_.kv_budget_bytes = e->kv_budget_;
+    return *host_read;
+  };
+  auto host_error = [](const char* key, const absl::Status& st) {
+    return absl::Status(st.code(),
+                        absl::StrCat(key, ": the host's available memory: ", st.message()));
+  };
   if (options.sekv.enabled) {
     if (!(options.sekv.budget > 0 && options.sekv.budget <= 1)) {
       return absl::InvalidArgumentError("sekv budget must be in (0, 1]");
@@ -138,20 +139,45 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
       return absl::InvalidArgumentError("sekv host_memory_fraction must be in [0, 1]");
     }
     if (e->host_budget_ == 0 && fraction > 0) {
-      absl::StatusOr<int64_t> available =
-          options.sekv.host_memory_now ? options.sekv.host_memory_now() : HostMemoryAvailable();
+      const absl::StatusOr<int64_t>& available = host_available();
       if (available.ok()) {
         // At least one byte: a host with no memory left admits no SEKV request, rather than all.
         e->host_budget_ =
             std::max<int64_t>(1, static_cast<int64_t>(fraction * static_cast<double>(*available)));
       } else if (available.status().code() != absl::StatusCode::kUnimplemented) {
-        return absl::Status(available.status().code(),
-                            absl::StrCat("sekv.host_memory_fraction: the host's available memory: ",
-                                         available.status().message()));
+        return host_error("sekv.host_memory_fraction", available.status());
       }
     }
     e->stats_.sekv_host_budget_bytes = e->host_budget_;
+    e->sekv_on_gpu_ = options.sekv.gpu && sekv::GpuSekv::Applies(*e->backend_);
+    if (e->sekv_on_gpu_ && options.sekv.gpu_zoom == sekv::GpuZoom::kDevice) {
+      SCD_ASSIGN_OR_RETURN(const bool in_place, sekv::GpuSekv::ReadsPageableCpuTier(*e->backend_));
+      e->sekv_may_copy_cpu_tier_ = !in_place;
+    }
   }
+  e->kv_budget_ = options.kv_budget_bytes;
+  if (e->kv_budget_ == 0 && options.kv_memory_fraction > 0) {
+    std::optional<int64_t> room;  // what the share is of; none: no limit
+    absl::StatusOr<DeviceMemory> memory = e->backend_->DeviceMemoryNow();
+    if (memory.ok()) {
+      room = static_cast<int64_t>(memory->free_bytes);
+    } else if (memory.status().code() != absl::StatusCode::kUnimplemented) {
+      return memory.status();
+    } else if (const absl::StatusOr<int64_t>& available = host_available(); available.ok()) {
+      // The backend's memory is the host's (the CPU backend): the share is of what the host
+      // has, less the SEKV host budget, which is taken from the same memory.
+      room = std::max<int64_t>(0, *available - e->host_budget_);
+      e->stats_.kv_budget_of_host = true;
+    } else if (available.status().code() != absl::StatusCode::kUnimplemented) {
+      return host_error("engine.kv_memory_fraction", available.status());
+    }
+    if (room.has_value()) {
+      // At least one byte: a device with no memory left admits nothing, rather than all.
+      e->kv_budget_ = std::max<int64_t>(
+          1, static_cast<int64_t>(options.kv_memory_fraction * static_cast<double>(*room)));
+    }
+  }
+  e->stats_.kv_budget_bytes = e->kv_budget_;
   e->thread_ = std::thread([p = e.get()] { p->Loop(); });
   return e;
 }
@@ -202,6 +228,18 @@ absl::Status DecodeEngine::Submit(DecodeJob job, DecodeCallback callback) {
         sekv_decoder_->shape(), options_.sekv.cache, options_.sekv.budget, positions);
     a->host_need =
         row * positions + static_cast<int64_t>(hierarchy.total()) + row * (capacity - prompt + 1);
+    if (sekv_on_gpu_) {
+      // The GPU mirror's pinned staging.
+      a->host_need += static_cast<int64_t>(
+          sekv::GpuSekv::PlanHostBytes(sekv_decoder_->shape(), options_.sekv.cache,
+                                       options_.sekv.gpu_tier, options_.sekv.gpu_zoom, positions));
+    }
+    if (sekv_may_copy_cpu_tier_) {
+      // A pinned copy of the CPU tier, where the driver refuses to register it: made after the
+      // build, when the captured K/V is gone, so the bound needs the copy's excess over that.
+      a->host_need +=
+          std::max<int64_t>(0, static_cast<int64_t>(hierarchy.cpu_tier) - row * positions);
+    }
     if (a->host_need > host_budget) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the request's prompt (", prompt, " tokens) needs ", a->host_need,
@@ -654,6 +692,7 @@ void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cance
       stats_.sekv_full_kv_bytes += static_cast<double>(m.full_kv);
       stats_.sekv_cpu_bytes += static_cast<double>(m.cpu_bases);
       stats_.sekv_device_bytes += static_cast<double>(a->sekv->device_bytes());
+      stats_.sekv_mirror_host_bytes += static_cast<double>(a->sekv->mirror_host_bytes());
       if (a->sekv->cpu_tier_access() == sekv::CpuTierAccess::kPinnedCopy) {
         ++stats_.sekv_cpu_tier_copies;
         stats_.sekv_cpu_tier_copy_reason = a->sekv->registration_error().ToString();
@@ -665,12 +704,15 @@ void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cance
       a->kv.Set(std::min(a->kv.bytes(), static_cast<int64_t>(a->sekv->device_bytes())));
     }
     if (a->host.bytes() > 0) {
-      // The prompt's captured K/V is gone: what the host cache holds now (both tiers), and its
-      // window's room for the positions to come.
+      // The prompt's captured K/V is gone: what the host cache holds now (both tiers), its
+      // window's room for the positions to come, and the GPU mirror's host memory.
       const sekv::MemoryBreakdown host = a->sekv->cache().Memory();
       const int64_t window =
           F32PositionBytes(backend_->model().config) * (a->capacity - a->prompt_tokens + 1);
-      a->host.Set(static_cast<int64_t>(host.gpu() + host.cpu_bases) + window);
+      // Within the reservation (Submit): the tiers within their bound, the staging within its
+      // plan, and a copy of the CPU tier within the captured K/V and what Submit added.
+      a->host.Set(static_cast<int64_t>(host.gpu() + host.cpu_bases + a->sekv->mirror_host_bytes()) +
+                  window);
     }
     if (options_.sekv.on_cache) options_.sekv.on_cache(m, true);
     const SekvStartTimes& st = a->sekv->start_times();

@@ -125,10 +125,16 @@ struct DecodeEngineOptions {
   // order, each only when its reservation fits beside the others'; until then it waits
   // (cancellations and deadlines still end it). A request that could never fit fails Submit with
   // RESOURCE_EXHAUSTED. 0: kv_memory_fraction of the device's free memory when the engine is
-  // created (after the weights are loaded); no limit on a backend without device memory (CPU), or
-  // with kv_memory_fraction 0.
+  // created (after the weights are loaded). On a backend whose memory is the host's (the CPU
+  // backend, Backend::DeviceMemoryNow UNIMPLEMENTED): that share of the host's available
+  // memory (HostMemoryAvailable, common/base/host_memory.h) less the SEKV host budget, which
+  // takes from the same memory. No limit with kv_memory_fraction 0, or on a host whose memory
+  // is unknown.
   int64_t kv_budget_bytes = 0;
   double kv_memory_fraction = 0.9;  // in [0, 1]
+  // Optional, for tests: what the engine reads instead of HostMemoryAvailable() (once, for
+  // both the KV budget on the CPU backend and SekvServingOptions::host_memory_fraction).
+  std::function<absl::StatusOr<int64_t>()> host_memory_now;
   SekvServingOptions sekv;  // off by default
 };
 
@@ -153,6 +159,9 @@ struct DecodeEngineStats {
   // to register it where it lies (GpuSekv::cpu_tier_access), and the last refusal.
   long sekv_cpu_tier_copies = 0;
   std::string sekv_cpu_tier_copy_reason;
+  // The GPU mirrors' host memory beside the host caches, summed over the SEKV requests decoded
+  // on the GPU (GpuSekv::HostBytes: pinned staging and any pinned copy of the CPU tier).
+  double sekv_mirror_host_bytes = 0;
   // Steps that decoded SEKV requests (one batched step of all of them each), the rows they
   // decoded in all, and the most in one step.
   long sekv_steps = 0, sekv_step_rows = 0, sekv_max_step_rows = 0;
@@ -164,6 +173,9 @@ struct DecodeEngineStats {
   // memory (each counted once).
   int64_t kv_budget_bytes = 0, kv_reserved_bytes = 0;
   long kv_waits = 0;
+  // Whether kv_budget_bytes is a share of the host's memory (the CPU backend's) rather than
+  // the device's or given.
+  bool kv_budget_of_host = false;
   // The SEKV host-memory budget (SekvServingOptions::max_host_bytes as resolved, with
   // host_memory_fraction; 0: no limit), the reservations now, and the requests that waited
   // for it (each counted once; also counted in kv_waits).
@@ -250,6 +262,10 @@ class DecodeEngine {
   BackgroundQueue releaser_;  // frees finished SEKV requests' host hierarchies off the loop
   int64_t kv_budget_ = 0;     // resolved DecodeEngineOptions::kv_budget_bytes; 0: no limit
   int64_t host_budget_ = 0;   // resolved SekvServingOptions::max_host_bytes; 0: no limit
+  bool sekv_on_gpu_ = false;  // SEKV requests decode on the GPU (GpuSekv)
+  // The GPU mirrors' device zoom may read a pinned copy of the CPU tier: the device does not
+  // read pageable memory (GpuSekv::ReadsPageableCpuTier), so a refused registration copies it.
+  bool sekv_may_copy_cpu_tier_ = false;
   std::atomic<int64_t> kv_reserved_{0};  // the admitted requests' KvReservations
   std::atomic<int64_t> host_reserved_{0};  // their SEKV host reservations
 

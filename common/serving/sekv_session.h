@@ -78,16 +78,19 @@ struct SekvServingOptions {
   // of at most (min(r_max, head_dim) + head_dim) / head_dim times the K/V), and its window's
   // room for the positions to come. Once built it keeps what its host cache holds (both
   // tiers, and that room), which is less. Admission waits for it as for the KV budget
-  // (DecodeEngineOptions::kv_budget_bytes), so the reservations never pass the budget. Not
-  // counted: the GPU path's pinned staging, and the copy of the CPU tier made where the driver
-  // refuses to register it (DecodeEngineStats::sekv_cpu_tier_copies).
+  // (DecodeEngineOptions::kv_budget_bytes), so the reservations never pass the budget. On the
+  // GPU path a built request also keeps its mirror's host memory (SekvSession::
+  // mirror_host_bytes): its pinned staging, which the reservation bounds
+  // (sekv::GpuSekv::PlanHostBytes), and a pinned copy of the CPU tier where the driver refuses
+  // to register it, made once the captured K/V is gone. So where the device does not read
+  // pageable memory (a copy may come), the reservation also holds the CPU tier's bound less
+  // that K/V, when positive.
   int64_t max_host_bytes = 0;
   // With max_host_bytes 0: that share of the host memory available when the engine is created
   // (HostMemoryAvailable, common/base/host_memory.h: MemAvailable, within the process's cgroup
-  // limit), as the KV budget is a share of the device's free memory. 0: no limit.
+  // limit; DecodeEngineOptions::host_memory_now in tests), as the KV budget is a share of the
+  // device's free memory. 0: no limit.
   double host_memory_fraction = 0.5;  // in [0, 1]
-  // Optional, for tests: what the engine reads instead of HostMemoryAvailable().
-  std::function<absl::StatusOr<int64_t>()> host_memory_now;
   // Prompts (payload tokens and suffix) shorter than this take the plain path instead: a full
   // KV cache on the backend, decoded in its batched step. A short context gains little from
   // the hierarchy and would pay for its build before its first token. 0: every prompt.
@@ -226,6 +229,9 @@ class SekvSession {
   bool on_gpu() const { return gpu_ != nullptr; }
   // The device memory the GPU mirror holds (GpuSekv::DeviceBytes); 0 off the GPU.
   size_t device_bytes() const { return gpu_ != nullptr ? gpu_->DeviceBytes() : 0; }
+  // The host memory the GPU mirror holds beside the host cache (GpuSekv::HostBytes: its pinned
+  // staging and any pinned copy of the CPU tier); 0 off the GPU.
+  size_t mirror_host_bytes() const { return gpu_ != nullptr ? gpu_->HostBytes() : 0; }
   // How the GPU mirror reads the CPU tier (kNone off the GPU or with the host zoom).
   sekv::CpuTierAccess cpu_tier_access() const {
     return gpu_ != nullptr ? gpu_->cpu_tier_access() : sekv::CpuTierAccess::kNone;

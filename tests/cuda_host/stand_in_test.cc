@@ -7,12 +7,15 @@
 // attention path) is checked against the CPU backend; the kernels are test_cuda's. This case
 // makes sure the stand-ins are what runs: in a CUDA build the real objects are in the link
 // too (tests/CMakeLists.txt), and the stand-ins must win.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
 #include "common/runtime/cuda_backend.h"
+#include "common/sekv/budget_plan.h"
+#include "common/sekv/gpu_sekv.h"
 #include "common/serving/decode_engine.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/synthetic_backend.h"
@@ -69,6 +72,121 @@ TEST_CASE("A SEKV request on a device that refuses registration reads a pinned c
   CHECK(stats.sekv_requests == 2);
   CHECK(stats.sekv_cpu_tier_copies == 2);
   CHECK(stats.sekv_cpu_tier_copy_reason.find("refuses registration") != std::string::npos);
+}
+
+namespace {
+
+// Two SEKV requests of one 60-token prompt, one after the other, on the CUDA backend with a
+// host budget: what the engine counted, and each request's host reservation when admitted
+// (as its build starts) and once built (at its first token).
+struct HostRun {
+  DecodeEngineStats stats;
+  std::vector<int64_t> admitted, kept;
+};
+constexpr int kHostRunPrompt = 60;
+HostRun RunWithHostBudget(const testing::ProducerFixture& f) {
+  DecodeEngineOptions o;
+  o.sekv.enabled = true;
+  o.sekv.max_host_bytes = int64_t{1} << 30;
+  HostRun run;
+  DecodeEngine* engine = nullptr;
+  o.sekv.before_build = [&] { run.admitted.push_back(engine->stats().sekv_host_reserved_bytes); };
+  o.sekv.on_cache = [&](const sekv::MemoryBreakdown&, bool started) {
+    if (started) run.kept.push_back(engine->stats().sekv_host_reserved_bytes);
+  };
+  auto created =
+      DecodeEngine::Create(CreateBackend(BackendKind::kCuda, f.model).value(),
+                           ConsumerCodec::Create(f.model, f.model->digest, nullptr).value(), o);
+  REQUIRE(created.ok());
+  engine = created->get();
+  testing::DecodeEventCollector ev;
+  for (uint64_t id : {1, 2}) {  // the second is admitted after the first has ended
+    DecodeJob job;
+    job.request_id = id;
+    job.suffix = testing::SyntheticPrompt(kHostRunPrompt, 1);
+    job.max_tokens = 3;
+    job.stop_ids = {-1};
+    REQUIRE(engine->Submit(std::move(job), ev.For(id)).ok());
+    ev.WaitFor(id);
+    CHECK(ev.final_events[id].error.ok());
+  }
+  engine->Drain();
+  run.stats = engine->stats();
+  CHECK(run.stats.sekv_requests == 2);
+  CHECK(run.stats.sekv_host_reserved_bytes == 0);
+  REQUIRE(run.admitted.size() == 2);
+  REQUIRE(run.kept.size() == 2);
+  for (int i : {0, 1}) CHECK(run.kept[i] <= run.admitted[i]);  // within the reservation
+  return run;
+}
+
+// The stand-in device as a case sets it, restored after.
+struct StandInDevice {
+  StandInDevice(bool pageable, bool refuses) {
+    cuda::stub::SetDeviceReadsPageableMemory(pageable);
+    cuda::stub::SetHostRegisterRefused(refuses);
+  }
+  ~StandInDevice() {
+    cuda::stub::SetDeviceReadsPageableMemory(false);
+    cuda::stub::SetHostRegisterRefused(false);
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "On the GPU path a SEKV request's host reservation covers its mirror's pinned staging, and "
+    "a pinned copy of its CPU tier where the driver refuses to register it",
+    "[cpu]") {
+  testing::ProducerFixture f;
+  const sekv::CacheShape shape = sekv::CacheShape::FromConfig(f.model->config);
+  const int64_t positions = kHostRunPrompt - 1;  // the prompt's captured K/V
+  const int64_t captured =
+      positions * 2 * shape.kv_dim() * shape.num_layers * static_cast<int64_t>(sizeof(float));
+  const sekv::SekvOptions cache = DecodeEngineOptions().sekv.cache;
+  const sekv::HostBound bound = sekv::MaxHostBytes(shape, cache, 0.4, positions);
+  // A device that reads the CPU tier in place registers and copies nothing.
+  HostRun pageable;
+  {
+    StandInDevice device(/*pageable=*/true, /*refuses=*/false);
+    pageable = RunWithHostBudget(f);
+  }
+  CHECK(pageable.stats.sekv_cpu_tier_copies == 0);
+  // Its reservation: the captured K/V, the hierarchy's bound, the window's room for the prompt's
+  // last token and the 3 to come (capacity 63), and the mirror's planned staging.
+  const int64_t row = captured / positions;
+  CHECK(pageable.admitted[0] ==
+        captured + static_cast<int64_t>(bound.total()) + row * 4 +
+            static_cast<int64_t>(sekv::GpuSekv::PlanHostBytes(shape, cache, sekv::GpuTier::kBf16,
+                                                              sekv::GpuZoom::kDevice, positions)));
+  // One that registers it: the mirror keeps its pinned staging alone, within its plan; the
+  // reservation also holds what a copy would need beyond the captured K/V, freed by then.
+  const HostRun registered = RunWithHostBudget(f);
+  CHECK(registered.stats.sekv_cpu_tier_copies == 0);
+  const double staging = registered.stats.sekv_mirror_host_bytes / 2;
+  CHECK(staging > 0);
+  CHECK(staging <= static_cast<double>(sekv::GpuSekv::PlanHostBytes(
+                       shape, cache, sekv::GpuTier::kBf16, sekv::GpuZoom::kDevice, positions)));
+  const int64_t copy_room = registered.admitted[0] - pageable.admitted[0];
+  CHECK(copy_room == std::max<int64_t>(0, static_cast<int64_t>(bound.cpu_tier) - captured));
+  CHECK(copy_room > 0);  // at head_dim 8 the CPU tier's bound is twice the K/V
+  CHECK(registered.admitted[1] == registered.admitted[0]);
+  CHECK(registered.kept[1] == registered.kept[0]);
+  // One that refuses: each request reads a pinned copy, kept in its reservation beside the
+  // host cache, and still within what it reserved at admission.
+  {
+    StandInDevice device(/*pageable=*/false, /*refuses=*/true);
+    const HostRun refused = RunWithHostBudget(f);
+    CHECK(refused.stats.sekv_cpu_tier_copies == 2);
+    CHECK(refused.stats.sekv_cpu_tier_copy_reason.find("refuses it") != std::string::npos);
+    CHECK(refused.admitted == registered.admitted);
+    // The copy: what the mirror's host memory gains, and the CPU tier (the mirror counts it).
+    const double copy =
+        (refused.stats.sekv_mirror_host_bytes - registered.stats.sekv_mirror_host_bytes) / 2;
+    CHECK(copy > 0);
+    CHECK(copy == (refused.stats.sekv_cpu_bytes - registered.stats.sekv_cpu_bytes) / 2);
+    for (int i : {0, 1}) CHECK(static_cast<double>(refused.kept[i]) == registered.kept[i] + copy);
+  }
 }
 
 namespace {

@@ -318,9 +318,10 @@ bool DeviceReadsPageableMemory() { return stub::reads_pageable; }
 
 namespace stub {
 namespace {
-std::atomic<bool> host_register{true};
+std::atomic<bool> host_register{true}, refuse_registrations{false};
 }  // namespace
 void SetHostRegisterSupported(bool on) { host_register = on; }
+void SetHostRegisterRefused(bool on) { refuse_registrations = on; }
 }  // namespace stub
 
 // The registered range reads as pinned memory (stub::IsPinned) until unregistered, from any
@@ -336,6 +337,10 @@ absl::StatusOr<std::unique_ptr<HostRegistration>> HostRegistration::Create(const
   if (!stub::host_register) {
     return absl::UnimplementedError(
         absl::StrCat("registering ", what, ": the stand-in device refuses registration"));
+  }
+  if (stub::refuse_registrations) {
+    return absl::InternalError(absl::StrCat("cudaHostRegister(", what, ", ", bytes,
+                                            " bytes) failed: the stand-in driver refuses it"));
   }
   const uintptr_t a = reinterpret_cast<uintptr_t>(data);
   std::lock_guard<std::mutex> lock(stub::RegistryMutex());

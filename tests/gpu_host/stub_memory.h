@@ -37,6 +37,10 @@ bool IsPinned(const void* p, size_t bytes);
 // UNIMPLEMENTED, as on a device without cudaDevAttrHostRegisterSupported.
 void SetHostRegisterSupported(bool on);
 
+// Whether HostRegistration::Create fails (false until set) on a device that supports
+// registration, as a driver refuses a range it cannot pin.
+void SetHostRegisterRefused(bool on);
+
 // The device's memory in bytes (64 GiB until set; at least the bytes in use): MemoryInfo's
 // total, and the most that live allocations (each rounded to 256 bytes) may hold before
 // DeviceBuffer::Allocate fails with RESOURCE_EXHAUSTED.

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
+#include "common/base/host_memory.h"
 #include "common/runtime/generate.h"
 #include "common/scd/wire_format.h"
 #include "tests/serving/engine_fixture.h"
@@ -201,16 +202,86 @@ DecodeJob LongJob(Fixture& f, int max_tokens, std::vector<int32_t>* prompt,
 }  // namespace
 
 TEST_CASE(
+    "On the CPU backend the default KV budget is kv_memory_fraction of the host's available "
+    "memory",
+    "[cpu]") {
+  const int64_t row = static_cast<int64_t>(testing::ProducerFixture().reference->SequenceBytes(1));
+  int reads = 0;
+  auto options = [&](double fraction, absl::StatusOr<int64_t> available) {
+    DecodeEngineOptions o;
+    o.kv_memory_fraction = fraction;
+    o.host_memory_now = [&reads, available]() {
+      ++reads;
+      return available;
+    };
+    return o;
+  };
+  // The CPU backend has no device memory: half of the 180 positions' worth the host has. A
+  // request of 91 positions could never fit; one of 90 runs.
+  {
+    Fixture f(options(0.5, 180 * row));
+    CHECK(reads == 1);
+    const DecodeEngineStats s = f.engine->stats();
+    CHECK(s.kv_budget_bytes == 90 * row);
+    CHECK(s.kv_budget_of_host);
+    Collector c;
+    DecodeJob big;
+    big.request_id = 1;
+    big.suffix = SyntheticPrompt(11, 1);
+    big.max_tokens = 80;  // 91 positions
+    const absl::Status refused = f.engine->Submit(std::move(big), c.For(1));
+    CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
+    CHECK(refused.message().find("whole KV budget") != std::string_view::npos);
+    DecodeJob fits;
+    fits.request_id = 2;
+    fits.suffix = SyntheticPrompt(10, 2);
+    fits.max_tokens = 80;
+    fits.stop_ids = {-1};
+    REQUIRE(f.engine->Submit(std::move(fits), c.For(2)).ok());
+    c.WaitFor(1);
+    CHECK(c.final_events[2].kind == DecodeEvent::Kind::kDone);
+    CHECK(c.tokens[2].size() == 80);
+  }
+  // A budget given wins, and the host is not read.
+  DecodeEngineOptions given = options(0.9, 100 * row);
+  given.kv_budget_bytes = 12345;
+  {
+    Fixture f(given);
+    CHECK(f.engine->stats().kv_budget_bytes == 12345);
+    CHECK(!f.engine->stats().kv_budget_of_host);
+    CHECK(reads == 1);
+  }
+  // Fraction 0, or a host whose memory is unknown: no limit. Nothing left: nothing admitted.
+  CHECK(Fixture(options(0, 100 * row)).engine->stats().kv_budget_bytes == 0);
+  CHECK(reads == 1);
+  CHECK(Fixture(options(0.9, absl::UnimplementedError("not Linux")))
+            .engine->stats()
+            .kv_budget_bytes == 0);
+  CHECK(Fixture(options(0.9, int64_t{0})).engine->stats().kv_budget_bytes == 1);
+  // A host that cannot be read stops the engine, saying why and which key asked.
+  auto unreadable = testing::ProducerFixture().TryEngine(
+      options(0.9, absl::InvalidArgumentError("no MemAvailable")));
+  REQUIRE(!unreadable.ok());
+  CHECK(unreadable.status().message().find("engine.kv_memory_fraction") != std::string_view::npos);
+  CHECK(unreadable.status().message().find("no MemAvailable") != std::string_view::npos);
+  // On this machine: 0.9 of what it has now.
+  absl::StatusOr<int64_t> available = HostMemoryAvailable();
+  const int64_t budget = Fixture().engine->stats().kv_budget_bytes;
+  if (available.ok()) {
+    CHECK(static_cast<double>(budget) ==
+          Approx(0.9 * static_cast<double>(*available)).epsilon(0.2));
+  } else {
+    CHECK(budget == 0);
+  }
+}
+
+TEST_CASE(
     "With a KV budget, requests are admitted as their caches fit; the rest wait in order, and "
     "one that could never fit is refused",
     "[cpu]") {
   auto probe = testing::ProducerFixture().reference->SequenceBytes(1);
   REQUIRE(probe > 0);
   const auto bytes = [&](int capacity) { return static_cast<int64_t>(probe) * capacity; };
-  SECTION("no device memory and no budget: no limit") {
-    Fixture f;
-    CHECK(f.engine->stats().kv_budget_bytes == 0);
-  }
   DecodeEngineOptions o;
   // Room for the blocker (8 + 300 positions) and one request of 20 + 20 beside it.
   o.kv_budget_bytes = bytes(308) + bytes(40);

@@ -666,7 +666,7 @@ TEST_CASE(
   auto options = [&](double fraction, absl::StatusOr<int64_t> available) {
     DecodeEngineOptions o = SekvFixture::Options(0.4);
     o.sekv.host_memory_fraction = fraction;
-    o.sekv.host_memory_now = [&reads, available]() {
+    o.host_memory_now = [&reads, available]() {
       ++reads;
       return available;
     };
@@ -677,8 +677,12 @@ TEST_CASE(
   // naming both keys.
   DecodeEngineOptions o = options(0.5, int64_t{2000000});
   auto engine = f.ProducerFixture::Engine(o);
-  CHECK(reads == 1);
+  CHECK(reads == 1);  // once for both budgets
   CHECK(engine->stats().sekv_host_budget_bytes == 1000000);
+  // The CPU backend's KV caches take from the same host memory: their budget is 0.9 (the
+  // default) of what the SEKV budget leaves.
+  CHECK(engine->stats().kv_budget_bytes == 900000);
+  CHECK(engine->stats().kv_budget_of_host);
   DecodeEventCollector ev;
   const absl::Status refused = engine->Submit(Job(1, 500, 4), ev.For(1));
   CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
@@ -686,11 +690,17 @@ TEST_CASE(
   REQUIRE(engine->Submit(Job(2, 200, 4), ev.For(2)).ok());
   ev.WaitFor(1);
   CHECK(ev.final_events[2].kind == DecodeEvent::Kind::kDone);
-  // An explicit budget wins, and the host is not read.
+  // An explicit budget wins; the host is read for the KV budget alone, which takes 0.9 of what
+  // the SEKV budget leaves.
   o = options(0.5, int64_t{2000000});
   o.sekv.max_host_bytes = 12345;
-  CHECK(f.ProducerFixture::Engine(o)->stats().sekv_host_budget_bytes == 12345);
-  CHECK(reads == 1);
+  const DecodeEngineStats given = f.ProducerFixture::Engine(o)->stats();
+  CHECK(given.sekv_host_budget_bytes == 12345);
+  CHECK(given.kv_budget_bytes == static_cast<int64_t>(0.9 * (2000000 - 12345)));
+  CHECK(reads == 2);
+  o.kv_budget_bytes = 54321;  // with both given, the host is not read
+  CHECK(f.ProducerFixture::Engine(o)->stats().kv_budget_bytes == 54321);
+  CHECK(reads == 2);
   // Fraction 0, or a host whose memory is unknown: no limit. Nothing left: nothing admitted.
   CHECK(f.ProducerFixture::Engine(options(0, int64_t{2000000}))->stats().sekv_host_budget_bytes ==
         0);
