@@ -37,6 +37,15 @@ struct Fixture : testing::ProducerFixture {
   }
 };
 
+// A job of a `prompt`-token synthetic prompt (its content seeded by `id`), no payload.
+DecodeJob PromptJob(uint64_t id, int prompt, int max_tokens) {
+  DecodeJob job;
+  job.request_id = id;
+  job.suffix = SyntheticPrompt(prompt, static_cast<int>(id));
+  job.max_tokens = max_tokens;
+  return job;
+}
+
 }  // namespace
 
 TEST_CASE("Concurrent requests are batched and each matches plain generation", "[cpu]") {
@@ -225,17 +234,10 @@ TEST_CASE(
     CHECK(s.kv_budget_bytes == 90 * row);
     CHECK(s.kv_budget_of_host);
     Collector c;
-    DecodeJob big;
-    big.request_id = 1;
-    big.suffix = SyntheticPrompt(11, 1);
-    big.max_tokens = 80;  // 91 positions
-    const absl::Status refused = f.engine->Submit(std::move(big), c.For(1));
+    const absl::Status refused = f.engine->Submit(PromptJob(1, 11, 80), c.For(1));  // 91 positions
     CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
     CHECK(refused.message().find("whole KV budget") != std::string_view::npos);
-    DecodeJob fits;
-    fits.request_id = 2;
-    fits.suffix = SyntheticPrompt(10, 2);
-    fits.max_tokens = 80;
+    DecodeJob fits = PromptJob(2, 10, 80);
     fits.stop_ids = {-1};
     REQUIRE(f.engine->Submit(std::move(fits), c.For(2)).ok());
     c.WaitFor(1);
@@ -289,11 +291,7 @@ TEST_CASE(
   Fixture f(o);
   Collector c;
   CHECK(f.engine->stats().kv_budget_bytes == o.kv_budget_bytes);
-  DecodeJob huge;
-  huge.request_id = 50;
-  huge.suffix = SyntheticPrompt(8, 1);
-  huge.max_tokens = 400;  // 408 positions
-  const absl::Status refused = f.engine->Submit(std::move(huge), c.For(50));
+  const absl::Status refused = f.engine->Submit(PromptJob(50, 8, 400), c.For(50));  // 408 positions
   CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
   CHECK(refused.message().find("whole KV budget") != std::string_view::npos);
 
