@@ -702,6 +702,11 @@ void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cance
       // The prompt's full cache is gone (SekvPrefill::Take), and the mirror holds all the
       // device memory it will (its window sized for every position to come): keep that.
       a->kv.Set(std::min(a->kv.bytes(), static_cast<int64_t>(a->sekv->device_bytes())));
+    } else if (a->kv.bytes() > 0 && a->host.bytes() > 0) {
+      // Off the GPU the backend holds nothing of it any more, and the host reservation holds
+      // all its hierarchy will (both tiers and the window's room). Without a host budget the
+      // full reservation stays: the only count of what it holds.
+      a->kv.Set(0);
     }
     if (a->host.bytes() > 0) {
       // The prompt's captured K/V is gone: what the host cache holds now (both tiers), its

@@ -120,10 +120,11 @@ struct DecodeEngineOptions {
   // admitted, until it ends. A SEKV request needs that much too while its prompt is
   // prefilled into a full cache; once its hierarchy is mirrored on the device it keeps only
   // the mirror's device memory (GpuSekv::DeviceBytes, its window sized at once for every
-  // position to come), so more SEKV requests fit (on the CPU path it keeps the full
-  // reservation). Queued requests are admitted in
-  // order, each only when its reservation fits beside the others'; until then it waits
-  // (cancellations and deadlines still end it). A request that could never fit fails Submit with
+  // position to come), so more SEKV requests fit. On the CPU SEKV path it keeps none once
+  // built where the SEKV host budget holds its hierarchy (SekvServingOptions::max_host_bytes),
+  // else the full reservation. Queued requests are admitted in order, each only when its
+  // reservation fits beside the others'; until then it waits (cancellations and deadlines
+  // still end it). A request that could never fit fails Submit with
   // RESOURCE_EXHAUSTED. 0: kv_memory_fraction of the device's free memory when the engine is
   // created (after the weights are loaded). On a backend whose memory is the host's (the CPU
   // backend, Backend::DeviceMemoryNow UNIMPLEMENTED): that share of the host's available

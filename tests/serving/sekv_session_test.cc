@@ -568,6 +568,45 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "On the CPU SEKV path a built request gives its KV reservation back where the host budget "
+    "holds its hierarchy",
+    "[cpu]") {
+  SekvFixture f;
+  constexpr int kPrompt = 200, kTokens = 40;
+  auto backend = CreateBackend(BackendKind::kCpu, f.model).value();
+  const int64_t full = static_cast<int64_t>(backend->SequenceBytes(kPrompt + kTokens));
+  // Two requests whose full caches do not fit the KV budget together; the second runs beside
+  // the first only if the first gives its reservation back once built.
+  auto run = [&](int64_t max_host_bytes, double host_fraction) {
+    DecodeEngineOptions o = SekvFixture::Options(0.4);
+    o.kv_budget_bytes = full * 3 / 2;
+    o.sekv.max_host_bytes = max_host_bytes;
+    o.sekv.host_memory_fraction = host_fraction;
+    o.min_step_interval = absl::Milliseconds(5);  // each decodes for 200 ms or more
+    auto counts = std::make_shared<std::pair<std::atomic<int>, std::atomic<int>>>(0, 0);
+    o.sekv.on_cache = [counts](const sekv::MemoryBreakdown&, bool started) {
+      const int now = started ? ++counts->first : --counts->first;
+      int most = counts->second.load();
+      while (now > most && !counts->second.compare_exchange_weak(most, now)) {
+      }
+    };
+    auto engine = f.ProducerFixture::Engine(o);
+    DecodeEventCollector ev;
+    for (uint64_t id : {1, 2}) REQUIRE(engine->Submit(Job(id, kPrompt, kTokens), ev.For(id)).ok());
+    ev.WaitFor(2);
+    for (uint64_t id : {1, 2}) {
+      CHECK(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
+      CHECK(ev.tokens[id].size() == static_cast<size_t>(kTokens));
+    }
+    CHECK(WaitUntil([&] { return engine->stats().kv_reserved_bytes == 0; }));
+    return counts->second.load();  // the most SEKV requests decoding at once
+  };
+  CHECK(run(int64_t{1} << 30, 0.5) == 2);
+  CHECK(run(0, 0.5) == 2);  // the host budget as a share of the host's memory
+  CHECK(run(0, 0) == 1);    // no host budget: the full reservation stays
+}
+
+TEST_CASE(
     "Plain requests pass a SEKV request that waits for host memory alone, but never take the "
     "KV memory or the batch slot it waits beside",
     "[cpu]") {
