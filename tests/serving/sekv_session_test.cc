@@ -582,7 +582,7 @@ TEST_CASE(
     o.kv_budget_bytes = full * 3 / 2;
     o.sekv.max_host_bytes = max_host_bytes;
     o.sekv.host_memory_fraction = host_fraction;
-    o.min_step_interval = absl::Milliseconds(5);  // each decodes for 200 ms or more
+    o.min_step_interval = absl::Milliseconds(10);  // each decodes for 400 ms or more
     auto counts = std::make_shared<std::pair<std::atomic<int>, std::atomic<int>>>(0, 0);
     o.sekv.on_cache = [counts](const sekv::MemoryBreakdown&, bool started) {
       const int now = started ? ++counts->first : --counts->first;
