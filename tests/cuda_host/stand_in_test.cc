@@ -46,10 +46,8 @@ TEST_CASE("test_cuda_host runs the CUDA backend over the CPU stand-ins", "[cpu]"
 
 TEST_CASE("A SEKV request on a device that refuses registration reads a pinned copy, and says why",
           "[cpu]") {
-  struct Refusing {  // the stand-in device refuses cudaHostRegister for this case
-    Refusing() { cuda::stub::SetHostRegisterSupported(false); }
-    ~Refusing() { cuda::stub::SetHostRegisterSupported(true); }
-  } refusing;
+  // The stand-in device refuses cudaHostRegister for this case.
+  const cuda::stub::StandInDevice refusing(/*registers=*/false, /*reads_pageable=*/false);
   testing::ProducerFixture f;
   DecodeEngineOptions o;
   o.sekv.enabled = true;
@@ -120,18 +118,6 @@ HostRun RunWithHostBudget(const testing::ProducerFixture& f) {
   return run;
 }
 
-// The stand-in device as a case sets it, restored after.
-struct StandInDevice {
-  StandInDevice(bool pageable, bool refuses) {
-    cuda::stub::SetDeviceReadsPageableMemory(pageable);
-    cuda::stub::SetHostRegisterRefused(refuses);
-  }
-  ~StandInDevice() {
-    cuda::stub::SetDeviceReadsPageableMemory(false);
-    cuda::stub::SetHostRegisterRefused(false);
-  }
-};
-
 }  // namespace
 
 TEST_CASE(
@@ -148,7 +134,7 @@ TEST_CASE(
   // A device that reads the CPU tier in place registers and copies nothing.
   HostRun pageable;
   {
-    StandInDevice device(/*pageable=*/true, /*refuses=*/false);
+    const cuda::stub::StandInDevice device(/*registers=*/true, /*reads_pageable=*/true);
     pageable = RunWithHostBudget(f);
   }
   CHECK(pageable.stats.sekv_cpu_tier_copies == 0);
@@ -175,7 +161,8 @@ TEST_CASE(
   // One that refuses: each request reads a pinned copy, kept in its reservation beside the
   // host cache, and still within what it reserved at admission.
   {
-    StandInDevice device(/*pageable=*/false, /*refuses=*/true);
+    const cuda::stub::StandInDevice device(/*registers=*/true, /*reads_pageable=*/false,
+                                           /*refuses=*/true);
     const HostRun refused = RunWithHostBudget(f);
     CHECK(refused.stats.sekv_cpu_tier_copies == 2);
     CHECK(refused.stats.sekv_cpu_tier_copy_reason.find("refuses it") != std::string::npos);

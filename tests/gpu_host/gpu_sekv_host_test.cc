@@ -362,19 +362,6 @@ TEST_CASE("GpuSekv::Memory counts the device's rows in the tier's element type",
   CHECK(mz.full_kv == m16.full_kv);
 }
 
-// Sets what the stand-in device does for the scope of the object.
-class StandInDevice {
- public:
-  StandInDevice(bool registers, bool reads_pageable) {
-    cuda::stub::SetHostRegisterSupported(registers);
-    cuda::stub::SetDeviceReadsPageableMemory(reads_pageable);
-  }
-  ~StandInDevice() {
-    cuda::stub::SetHostRegisterSupported(true);
-    cuda::stub::SetDeviceReadsPageableMemory(false);
-  }
-};
-
 TEST_CASE("GpuSekv's device zoom reads the CPU tier where it lies, else from a pinned copy",
           "[cpu]") {
   ZoomFixture f(3, 8, 4, 8, 200, /*pins=*/4, /*budget=*/6);
@@ -454,7 +441,7 @@ TEST_CASE("GpuSekv's device zoom reads the CPU tier where it lies, else from a p
   {
     // A device that refuses registration reads a pinned copy: the CPU tier twice, the same
     // attention.
-    const StandInDevice refuses(/*registers=*/false, /*reads_pageable=*/false);
+    const cuda::stub::StandInDevice refuses(/*registers=*/false, /*reads_pageable=*/false);
     const Run copied = run();
     CHECK(copied.access == CpuTierAccess::kPinnedCopy);
     CHECK(copied.error.code() == absl::StatusCode::kUnimplemented);
@@ -463,7 +450,7 @@ TEST_CASE("GpuSekv's device zoom reads the CPU tier where it lies, else from a p
   }
   {
     // A device that reads pageable memory reads the bases with neither.
-    const StandInDevice ats(/*registers=*/true, /*reads_pageable=*/true);
+    const cuda::stub::StandInDevice ats(/*registers=*/true, /*reads_pageable=*/true);
     const Run pageable = run();
     CHECK(pageable.access == CpuTierAccess::kPageable);
     CHECK(pageable.device_bases == pageable.host_bases);

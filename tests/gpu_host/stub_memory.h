@@ -50,6 +50,25 @@ void SetDeviceMemoryBytes(size_t total);
 // pageable host pointers where it otherwise requires device or pinned memory.
 void SetDeviceReadsPageableMemory(bool on);
 
+// Sets what the stand-in device does with host memory for the scope of the object: whether it
+// supports registration, whether its driver refuses a registration anyway, whether it reads
+// pageable memory; the defaults (true, false, false) after.
+class StandInDevice {
+ public:
+  StandInDevice(bool registers, bool reads_pageable, bool refuses = false) {
+    SetHostRegisterSupported(registers);
+    SetDeviceReadsPageableMemory(reads_pageable);
+    SetHostRegisterRefused(refuses);
+  }
+  ~StandInDevice() {
+    SetHostRegisterSupported(true);
+    SetDeviceReadsPageableMemory(false);
+    SetHostRegisterRefused(false);
+  }
+  StandInDevice(const StandInDevice&) = delete;
+  StandInDevice& operator=(const StandInDevice&) = delete;
+};
+
 // The times the host has waited for the device so far (stream, event and synchronous-copy
 // waits, copies into pageable memory, frees): what a GPU path pays a round trip for.
 int64_t HostWaits();

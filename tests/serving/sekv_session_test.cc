@@ -583,12 +583,16 @@ TEST_CASE(
     o.sekv.max_host_bytes = max_host_bytes;
     o.sekv.host_memory_fraction = host_fraction;
     o.min_step_interval = absl::Milliseconds(10);  // each decodes for 400 ms or more
-    auto counts = std::make_shared<std::pair<std::atomic<int>, std::atomic<int>>>(0, 0);
+    // The SEKV requests decoding now and the most at once (on_cache runs on the engine thread
+    // alone; the test reads `most` from its own).
+    struct Counts {
+      int now = 0;
+      std::atomic<int> most{0};
+    };
+    auto counts = std::make_shared<Counts>();
     o.sekv.on_cache = [counts](const sekv::MemoryBreakdown&, bool started) {
-      const int now = started ? ++counts->first : --counts->first;
-      int most = counts->second.load();
-      while (now > most && !counts->second.compare_exchange_weak(most, now)) {
-      }
+      counts->now += started ? 1 : -1;
+      if (counts->now > counts->most.load()) counts->most = counts->now;
     };
     auto engine = f.ProducerFixture::Engine(o);
     DecodeEventCollector ev;
@@ -599,7 +603,7 @@ TEST_CASE(
       CHECK(ev.tokens[id].size() == static_cast<size_t>(kTokens));
     }
     CHECK(WaitUntil([&] { return engine->stats().kv_reserved_bytes == 0; }));
-    return counts->second.load();  // the most SEKV requests decoding at once
+    return counts->most.load();
   };
   CHECK(run(int64_t{1} << 30, 0.5) == 2);
   CHECK(run(0, 0.5) == 2);  // the host budget as a share of the host's memory
