@@ -108,6 +108,22 @@ struct DeviceMemory {
   size_t total_bytes = 0;
 };
 
+// The largest calls a backend is to get, for Backend::ReserveWorkspace.
+struct WorkspaceShape {
+  int prefill_tokens = 0;             // tokens of one Prefill call
+  bool prefill_surprisal = false;     // ... asking for PrefillOptions::surprisal
+  bool prefill_layer_states = false;  // ... and for layer_states
+  int decode_rows = 0;                // rows of one decode step: sequences and external rows
+  int decode_length = 0;              // positions of the longest sequence a step reads
+  int append_tokens = 0;              // positions of one AppendKv call
+};
+
+// The scratch memory a backend holds beside its weights and sequences.
+struct WorkspaceBytes {
+  size_t device = 0;       // activations, logits, attention and sampling workspaces, staging
+  size_t pinned_host = 0;  // page-locked host buffers (step metadata, results, uploads)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -128,6 +144,18 @@ class Backend {
   virtual absl::StatusOr<DeviceMemory> DeviceMemoryNow() const {
     return absl::UnimplementedError(std::string(name()) + " backend has no device memory");
   }
+
+  // Grows the backend's scratch memory now to what calls no larger than `shape` take, so that
+  // a reading of the device's memory after it (DeviceMemoryNow) counts it and such calls
+  // allocate nothing more. A larger call still runs, growing the scratch then.
+  // RESOURCE_EXHAUSTED when the device cannot hold it. A backend that allocates its scratch
+  // per call, on the host (the CPU backend), reserves nothing.
+  virtual absl::Status ReserveWorkspace(const WorkspaceShape& shape) {
+    (void)shape;
+    return absl::OkStatus();
+  }
+  // The scratch memory the backend holds now.
+  virtual WorkspaceBytes Workspace() const { return {}; }
 
   // Runs `tokens` through the model at positions [seq.length(), seq.length() + T) and appends
   // their K/V. Fails without changing `seq` when the tokens do not fit or are out of vocab.

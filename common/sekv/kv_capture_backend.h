@@ -25,6 +25,10 @@ class KvCaptureBackend : public Backend {
   }
   size_t SequenceBytes(int capacity) const override { return inner_.SequenceBytes(capacity); }
   absl::StatusOr<DeviceMemory> DeviceMemoryNow() const override { return inner_.DeviceMemoryNow(); }
+  absl::Status ReserveWorkspace(const WorkspaceShape& shape) override {
+    return inner_.ReserveWorkspace(shape);
+  }
+  WorkspaceBytes Workspace() const override { return inner_.Workspace(); }
   absl::Status Prefill(Sequence& seq, absl::Span<const int32_t> tokens,
                        const PrefillOptions& options, PrefillResult* result) override {
     return inner_.Prefill(seq, tokens, options, result);

@@ -93,6 +93,20 @@ struct DecodeEngine::Active {
   }
 };
 
+WorkspaceShape DecodeEngine::WorkspaceFor(const ModelConfig& config,
+                                          const DecodeEngineOptions& options) {
+  const int positions = config.max_position_embeddings;
+  auto chunk = [&](int rows) { return rows > 0 ? std::min(rows, positions) : positions; };
+  WorkspaceShape shape;
+  shape.prefill_tokens = chunk(options.prefill_chunk);
+  // SekvPrefill takes each chunk's K/V and surprisal.
+  shape.prefill_surprisal = shape.prefill_layer_states = options.sekv.enabled;
+  shape.decode_rows = options.max_batch;
+  shape.decode_length = positions;
+  shape.append_tokens = chunk(options.rebuild_chunk);
+  return shape;
+}
+
 absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     std::unique_ptr<Backend> backend, std::unique_ptr<ConsumerCodec> codec,
     DecodeEngineOptions options) {
@@ -108,6 +122,23 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
   }
   std::unique_ptr<DecodeEngine> e(
       new DecodeEngine(std::move(backend), std::move(codec), options));
+  // The backend's scratch memory for the largest calls the engine makes, taken now: the
+  // readings of the device's (and host's) memory below then count it, and serving allocates
+  // none beyond the requests' own.
+  const WorkspaceShape shape = WorkspaceFor(e->backend_->model().config, options);
+  if (absl::Status st = e->backend_->ReserveWorkspace(shape); !st.ok()) {
+    return absl::Status(
+        st.code(),
+        absl::StrCat(
+            "the backend's scratch memory for the engine's largest calls (a prefill of ",
+            shape.prefill_tokens, " tokens", options.sekv.enabled ? " with SEKV's K/V" : "",
+            ", a decode step of ", shape.decode_rows, " rows up to ", shape.decode_length,
+            " positions, a payload chunk of ", shape.append_tokens, " rows): ", st.message(),
+            "; lower engine.prefill_chunk, engine.max_batch or engine.rebuild_chunk"));
+  }
+  const WorkspaceBytes workspace = e->backend_->Workspace();
+  e->stats_.workspace_device_bytes = static_cast<int64_t>(workspace.device);
+  e->stats_.workspace_host_bytes = static_cast<int64_t>(workspace.pinned_host);
   // The budgets that take a share of the host's memory read it once, so that they share one
   // measurement.
   std::optional<absl::StatusOr<int64_t>> host_read;

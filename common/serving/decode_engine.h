@@ -126,11 +126,12 @@ struct DecodeEngineOptions {
   // reservation fits beside the others'; until then it waits (cancellations and deadlines
   // still end it). A request that could never fit fails Submit with
   // RESOURCE_EXHAUSTED. 0: kv_memory_fraction of the device's free memory when the engine is
-  // created (after the weights are loaded). On a backend whose memory is the host's (the CPU
-  // backend, Backend::DeviceMemoryNow UNIMPLEMENTED): that share of the host's available
-  // memory (HostMemoryAvailable, common/base/host_memory.h) less the SEKV host budget, which
-  // takes from the same memory. No limit with kv_memory_fraction 0, or on a host whose memory
-  // is unknown.
+  // created, after the weights are loaded and the backend's scratch memory for the engine's
+  // largest calls is reserved (WorkspaceFor, DecodeEngineStats::workspace_device_bytes). On a
+  // backend whose memory is the host's (the CPU backend, Backend::DeviceMemoryNow UNIMPLEMENTED):
+  // that share of the host's available memory (HostMemoryAvailable, common/base/host_memory.h) less
+  // the SEKV host budget, which takes from the same memory. No limit with kv_memory_fraction 0, or
+  // on a host whose memory is unknown.
   int64_t kv_budget_bytes = 0;
   double kv_memory_fraction = 0.9;  // in [0, 1]
   // Optional, for tests: what the engine reads instead of HostMemoryAvailable() (once, for
@@ -185,6 +186,9 @@ struct DecodeEngineStats {
   // Plain requests admitted past a queue head that waited for SEKV host memory alone (each
   // once): they need none, and the KV memory the head needs stays free.
   long admitted_past_host_wait = 0;
+  // The backend's scratch memory (Backend::Workspace), reserved when the engine was created
+  // for its largest calls (DecodeEngine::WorkspaceFor), before the KV budget's reading.
+  int64_t workspace_device_bytes = 0, workspace_host_bytes = 0;
   DecodeGraphStats graphs;  // the backend's, as of the last step
 };
 
@@ -193,6 +197,12 @@ class DecodeEngine {
   static absl::StatusOr<std::unique_ptr<DecodeEngine>> Create(
       std::unique_ptr<Backend> backend, std::unique_ptr<ConsumerCodec> codec,
       DecodeEngineOptions options);
+  // The largest backend calls an engine with `options` makes on a model of `config`: a
+  // prompt chunk (prefill_chunk, or a whole prompt of max_position_embeddings; with SEKV's
+  // K/V and surprisal where SEKV is on), a decode step of max_batch rows at up to
+  // max_position_embeddings positions, a payload chunk (rebuild_chunk, likewise). Create
+  // reserves the backend's scratch memory for them (Backend::ReserveWorkspace).
+  static WorkspaceShape WorkspaceFor(const ModelConfig& config, const DecodeEngineOptions& options);
   ~DecodeEngine();  // drains: running requests finish with an error, then the loop stops
 
   // Queues a job; `callback` runs on the engine thread for each event.

@@ -178,6 +178,67 @@ class CudaBackend : public Backend {
     return DeviceMemory{info.free_bytes, info.total_bytes};
   }
 
+  absl::Status ReserveWorkspace(const WorkspaceShape& shape) override {
+    if (shape.prefill_tokens < 0 || shape.decode_rows < 0 || shape.decode_length < 0 ||
+        shape.append_tokens < 0) {
+      return absl::InvalidArgumentError("a workspace shape's sizes must be >= 0");
+    }
+    const ModelConfig& c = model_->config;
+    const size_t vocab = c.vocab_size;
+    const int prefill = shape.prefill_tokens, decode = shape.decode_rows;
+    SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
+    // The activations of a step's rows, and a prefill's hooks.
+    SCD_RETURN_IF_ERROR(ReserveRows(std::max(prefill, decode), /*hooks=*/false));
+    if (prefill > 0 && shape.prefill_layer_states) {
+      SCD_RETURN_IF_ERROR(ReserveRows(prefill, /*hooks=*/true));
+    }
+    // Logits on the device: a decode step's rows, a prefill's last row (all with surprisal).
+    const size_t prefill_logit_rows = prefill == 0 ? 0 : shape.prefill_surprisal ? prefill : 1;
+    SCD_RETURN_IF_ERROR(logits_.Reserve(
+        sizeof(float) * std::max<size_t>(decode, prefill_logit_rows) * vocab, "logits"));
+    SCD_RETURN_IF_ERROR(nll_.Reserve(sizeof(float) * prefill, "surprisal"));
+    // Every batch up to decode_rows sequences, at every length bucket up to decode_length.
+    size_t attention_ws = 0, sample_ws = 0;
+    if (decode > 0) {
+      const int last_bucket =
+          cuda::split_plan::DecodeLengthBucket(std::max(shape.decode_length, 1));
+      for (int b = 1; b <= decode; ++b) {
+        for (int bucket = 256;; bucket *= 2) {
+          const int length = std::min(bucket, last_bucket);
+          attention_ws = std::max(attention_ws, DecodeWorkspaceBytes(b, length));
+          if (length == last_bucket) break;
+        }
+        SCD_ASSIGN_OR_RETURN(const size_t sampling, SampleWorkspaceBytes(b));
+        sample_ws = std::max(sample_ws, sampling);
+      }
+    }
+    SCD_RETURN_IF_ERROR(decode_ws_.Reserve(attention_ws, "decode workspace"));
+    SCD_RETURN_IF_ERROR(sample_ws_.Reserve(sample_ws, "sampling"));
+    const size_t append = AppendStagingBytes(shape.append_tokens);
+    SCD_RETURN_IF_ERROR(append_stage_.Reserve(append, "AppendKv staging"));
+    // Results back: a decode step's rows (ids or logits), a prefill's last logits and
+    // surprisal; AppendKv's uploads.
+    const size_t prefill_back =
+        prefill == 0 ? 0 : sizeof(float) * (vocab + (shape.prefill_surprisal ? prefill : 0));
+    SCD_RETURN_IF_ERROR(pinned_.Reserve(
+        std::max({sizeof(float) * static_cast<size_t>(decode) * vocab, prefill_back, append})));
+    const size_t meta =
+        MetaBytesBound(std::max({prefill, decode, shape.append_tokens}), std::max(decode, 1));
+    SCD_RETURN_IF_ERROR(meta_pinned_.Reserve(meta));
+    return meta_dev_.Reserve(meta, "step metadata");
+  }
+
+  WorkspaceBytes Workspace() const override {
+    WorkspaceBytes w;
+    for (const DeviceBuffer* buffer :
+         {&meta_dev_, &x_, &xn_, &xn_bf16_, &qkv_, &att_, &att_bf16_, &gate_up_, &act_bf16_,
+          &logits_, &nll_, &hooks_, &decode_ws_, &append_stage_, &sample_ws_}) {
+      w.device += buffer->size();
+    }
+    w.pinned_host = meta_pinned_.size() + pinned_.size();
+    return w;
+  }
+
   absl::Status Prefill(Sequence& seq_base, absl::Span<const int32_t> tokens,
                        const PrefillOptions& options, PrefillResult* result) override {
     SCD_ASSIGN_OR_RETURN(CudaSequence * seq, Own(&seq_base));
@@ -299,8 +360,7 @@ class CudaBackend : public Backend {
 
     // Layers go up in batches that fit a bounded pinned buffer: K | V per layer, pre-RoPE.
     const size_t layer_bytes = 2 * want * sizeof(float);
-    const int per_batch = static_cast<int>(std::max<size_t>(1, kAppendStagingBytes / layer_bytes));
-    const int batch_layers = std::min(per_batch, c.num_layers);
+    const int batch_layers = static_cast<int>(AppendStagingBytes(t) / layer_bytes);
     SCD_RETURN_IF_ERROR(pinned_.Reserve(layer_bytes * batch_layers));
     SCD_RETURN_IF_ERROR(append_stage_.Reserve(layer_bytes * batch_layers, "AppendKv staging"));
     const cuda::StreamHandle s = stream();
@@ -426,12 +486,8 @@ class CudaBackend : public Backend {
     // Planned for the length bucket, graphed or not, so both run the same kernels alike.
     const int planned_length = cuda::split_plan::DecodeLengthBucket(std::max(max_length, 1));
     if (b > 0) {
-      const int64_t ws_floats = cuda::DecodeAttentionWorkspaceFloats(b, planned_length, c.num_heads,
-                                                                     c.num_kv_heads, c.head_dim);
-      // Grown to powers of two: a buffer that moves strands every graph recorded over it.
-      size_t ws_bytes = 4096;
-      while (ws_bytes < sizeof(float) * static_cast<size_t>(ws_floats)) ws_bytes *= 2;
-      SCD_RETURN_IF_ERROR(decode_ws_.Reserve(ws_bytes, "decode workspace"));
+      SCD_RETURN_IF_ERROR(
+          decode_ws_.Reserve(DecodeWorkspaceBytes(b, planned_length), "decode workspace"));
     }
 
     AttentionStep attention;
@@ -477,7 +533,8 @@ class CudaBackend : public Backend {
     SCD_RETURN_IF_ERROR(pinned_.Reserve(plain_bytes + sizeof(float) * external_floats));
     if (sample) {
       SCD_ASSIGN_OR_RETURN(const size_t ws_bytes, cuda::SampleRowsWorkspaceBytes(b, vocab));
-      SCD_RETURN_IF_ERROR(sample_ws_.Reserve(ws_bytes + sizeof(int32_t) * b, "sampling"));
+      SCD_ASSIGN_OR_RETURN(const size_t sample_bytes, SampleWorkspaceBytes(b));
+      SCD_RETURN_IF_ERROR(sample_ws_.Reserve(sample_bytes, "sampling"));
       int32_t* sampled = reinterpret_cast<int32_t*>(sample_ws_.as<unsigned char>() + ws_bytes);
       SCD_RETURN_IF_ERROR(cuda::SampleRows(logits_.as<float>(), Dev<cuda::SampleParams>(params_at),
                                            b, vocab, sampled, sample_ws_.data(), ws_bytes, s));
@@ -523,6 +580,40 @@ class CudaBackend : public Backend {
     return static_cast<size_t>(c.num_layers) * capacity * c.kv_dim() * sizeof(Bf16);
   }
   size_t LogitsBytes() const { return sizeof(float) * model_->config.vocab_size; }
+
+  // Decode attention's workspace for `batch` sequences at a planned length, grown to a power
+  // of two: a buffer that moves strands every graph recorded over it.
+  size_t DecodeWorkspaceBytes(int batch, int planned_length) const {
+    const ModelConfig& c = model_->config;
+    const int64_t floats = cuda::DecodeAttentionWorkspaceFloats(batch, planned_length, c.num_heads,
+                                                                c.num_kv_heads, c.head_dim);
+    size_t bytes = 4096;
+    while (bytes < sizeof(float) * static_cast<size_t>(floats)) bytes *= 2;
+    return bytes;
+  }
+  // SampleRows' workspace for `batch` rows, then the sampled ids.
+  absl::StatusOr<size_t> SampleWorkspaceBytes(int batch) const {
+    SCD_ASSIGN_OR_RETURN(const size_t ws_bytes,
+                         cuda::SampleRowsWorkspaceBytes(batch, model_->config.vocab_size));
+    return ws_bytes + sizeof(int32_t) * batch;
+  }
+  // AppendKv's staging for `tokens` positions: as many layers' pre-RoPE K | V as fit
+  // kAppendStagingBytes (one at least), at most every layer.
+  size_t AppendStagingBytes(int tokens) const {
+    const ModelConfig& c = model_->config;
+    if (tokens <= 0) return 0;
+    const size_t layer_bytes = 2 * static_cast<size_t>(tokens) * c.kv_dim() * sizeof(float);
+    const size_t per_batch = std::max<size_t>(1, kAppendStagingBytes / layer_bytes);
+    return layer_bytes * std::min<size_t>(per_batch, c.num_layers);
+  }
+  // The most a step's metadata (StepMeta) takes for `rows` rows of `seqs` sequences: ids,
+  // positions and each row's sequence per row; lengths, logits destinations, the cache table
+  // (K, V, stride) and sampling parameters per sequence; each of the 9 arrays 16-byte aligned.
+  static size_t MetaBytesBound(size_t rows, size_t seqs) {
+    return 9 * 16 + rows * 3 * sizeof(int32_t) +
+           seqs * (sizeof(int32_t) + sizeof(float*) + 2 * sizeof(Bf16*) + sizeof(int64_t) +
+                   sizeof(cuda::SampleParams));
+  }
 
   // The buffers every decode graph records, with their sizes: activations, logits, the
   // attention workspace and the step metadata. When one moves (it grew), no cached graph can

@@ -14,6 +14,8 @@
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
 #include "common/runtime/cuda_backend.h"
+#include "common/scd/codec.h"
+#include "common/scd/wire_format.h"
 #include "common/sekv/budget_plan.h"
 #include "common/sekv/gpu_sekv.h"
 #include "common/serving/decode_engine.h"
@@ -178,6 +180,10 @@ TEST_CASE(
 
 namespace {
 
+// What the stand-in's rounding of each allocation to 256 bytes may add to the backend's 15
+// workspace buffers.
+constexpr double kRoundingSlack = 15 * 256;
+
 // Bytes the stand-in device's live allocations hold.
 size_t DeviceBytesInUse() {
   const cuda::DeviceMemoryInfo m = cuda::MemoryInfo().value();
@@ -241,16 +247,19 @@ struct SmallDevice {
   }
   ~SmallDevice() { cuda::stub::SetDeviceMemoryBytes(size_t{64} << 30); }
 
-  // Prompts prefilled 32 tokens at a time, so that the backend's activations stay small.
+  // Prompts prefilled 32 tokens and payloads rebuilt 8 rows at a time, so that the backend's
+  // activations and staging stay small.
   static DecodeEngineOptions Options(bool sekv) {
     DecodeEngineOptions o;
     o.sekv.enabled = sekv;
     o.prefill_chunk = 32;
+    o.rebuild_chunk = 8;
     return o;
   }
-  // A backend on a device of the weights, the workspaces `spare` times over (the default
-  // budget leaves 10% of the free memory for them: 10) and room for `caches` requests' caches.
-  std::unique_ptr<Backend> MakeBackend(double caches, size_t spare = 10) {
+  // A backend on a device of the weights, the workspaces `spare` times over (an engine
+  // reserves them once, before it reads the free memory for its budget) and room for `caches`
+  // requests' caches.
+  std::unique_ptr<Backend> MakeBackend(double caches, size_t spare = 1) {
     auto backend = CreateBackend(BackendKind::kCuda, model).value();
     cuda::stub::SetDeviceMemoryBytes(empty + weights + spare * workspaces +
                                      static_cast<size_t>(caches * static_cast<double>(need)));
@@ -283,7 +292,7 @@ TEST_CASE(
   REQUIRE(d.need > 3 * d.workspaces);  // else the workspaces, not the caches, would decide
 
   SECTION("without a KV budget, the requests that do not fit fail as cudaMalloc does") {
-    DecodeEngineOptions o;
+    DecodeEngineOptions o = SmallDevice::Options(false);
     o.kv_memory_fraction = 0;
     testing::DecodeEventCollector ev;
     const DecodeEngineStats s = Run(d.MakeBackend(2.5), o, 6, d.prompt, d.max_tokens, &ev);
@@ -299,8 +308,15 @@ TEST_CASE(
     auto backend = d.MakeBackend(2.5);
     const size_t free_at_create = cuda::MemoryInfo().value().free_bytes;
     testing::DecodeEventCollector ev;
-    const DecodeEngineStats s = Run(std::move(backend), {}, 6, d.prompt, d.max_tokens, &ev);
-    CHECK(s.kv_budget_bytes == static_cast<int64_t>(0.9 * static_cast<double>(free_at_create)));
+    const DecodeEngineStats s =
+        Run(std::move(backend), SmallDevice::Options(false), 6, d.prompt, d.max_tokens, &ev);
+    // The share of what the device has free once the engine's workspace is reserved (its
+    // buffers each rounded up to 256 bytes by the stand-in, as by cudaMalloc).
+    const double after_reserve =
+        static_cast<double>(free_at_create) - static_cast<double>(s.workspace_device_bytes);
+    CHECK(s.workspace_device_bytes > 0);
+    CHECK(s.kv_budget_bytes <= static_cast<int64_t>(0.9 * after_reserve));
+    CHECK(s.kv_budget_bytes >= static_cast<int64_t>(0.9 * (after_reserve - kRoundingSlack)));
     CHECK(s.completed == 6);
     CHECK(s.failed == 0);
     for (uint64_t id = 1; id <= 6; ++id)
@@ -320,17 +336,16 @@ TEST_CASE(
   SmallDevice d(/*prompt=*/400, /*max_tokens=*/100, /*sekv=*/true);
   INFO("weights " << d.weights << ", workspaces " << d.workspaces << ", a request's KV cache "
                   << d.need << " bytes");
-  REQUIRE(d.need > 3 * d.workspaces);
+  REQUIRE(d.need > 2 * d.workspaces);
   // A budget of three full caches (so the plain path runs three at a time), on a device with
-  // room for it and twice the workspaces: a request whose mirror took more than it reserved
-  // would run the device out of memory.
+  // room for it and the workspaces the engine reserves at start, no more: a request whose
+  // mirror took more than it reserved would run the device out of memory.
   DecodeEngineOptions o = SmallDevice::Options(true);
   o.kv_budget_bytes = static_cast<int64_t>(3 * d.need);
   o.min_step_interval = absl::Milliseconds(6);
   testing::DecodeEventCollector ev;
   size_t in_use = 0;
-  const DecodeEngineStats s =
-      Run(d.MakeBackend(3, /*spare=*/2), o, 8, d.prompt, d.max_tokens, &ev, &in_use);
+  const DecodeEngineStats s = Run(d.MakeBackend(3), o, 8, d.prompt, d.max_tokens, &ev, &in_use);
   CHECK(s.completed == 8);
   CHECK(s.failed == 0);
   CHECK(s.sekv_requests == 8);
@@ -343,6 +358,176 @@ TEST_CASE(
   CHECK(kept > 0.3);
   CHECK(kept < 0.65);
   CHECK(in_use <= d.empty + d.weights + d.workspaces);  // every mirror freed
+}
+
+TEST_CASE(
+    "The engine takes the backend's scratch memory for its largest calls when it starts: "
+    "serving allocates no more of it, and the KV budget is a share of what is left",
+    "[cpu]") {
+  // SEKV prompts prefilled 256 tokens at a time: each chunk's K/V and H_in (the hooks) and
+  // its logits for the surprisal take more device memory than a request's whole cache.
+  SmallDevice d(/*prompt=*/300, /*max_tokens=*/8, /*sekv=*/true);
+  DecodeEngineOptions o = SmallDevice::Options(true);
+  o.prefill_chunk = 256;
+  o.max_batch = 4;
+  o.sekv.min_prompt_tokens = 200;  // 300-token prompts take the SEKV path, 40-token ones not
+  o.min_step_interval = absl::Milliseconds(3);  // so that requests overlap
+  const ModelConfig& c = d.model->config;
+  const WorkspaceShape shape = DecodeEngine::WorkspaceFor(c, o);
+  CHECK(shape.prefill_tokens == 256);
+  CHECK(shape.prefill_surprisal);
+  CHECK(shape.prefill_layer_states);
+  CHECK(shape.decode_rows == 4);
+  CHECK(shape.decode_length == c.max_position_embeddings);
+  CHECK(shape.append_tokens == 8);
+  const size_t hooks =
+      sizeof(float) * c.num_layers * 256 * static_cast<size_t>(c.hidden_size + 2 * c.kv_dim());
+  const size_t logits = sizeof(float) * 256 * static_cast<size_t>(c.vocab_size);
+  INFO("a request's KV cache " << d.need << " bytes, the prefill's hooks " << hooks
+                               << " and logits " << logits);
+  REQUIRE(hooks + logits > d.need);
+
+  auto make_engine = [&](std::unique_ptr<Backend> backend) {
+    std::shared_ptr<const Model> model(std::shared_ptr<const Model>(), &backend->model());
+    return DecodeEngine::Create(std::move(backend),
+                                ConsumerCodec::Create(model, model->digest, nullptr).value(), o);
+  };
+  // Raw K/V payloads of 100-token prefixes, from the same model on the CPU backend: the
+  // engine rebuilds them through AppendKv, 8 rows at a time.
+  auto producer_backend = CreateBackend(BackendKind::kCpu, d.model).value();
+  auto producer = ProducerCodec::Create(d.model, d.model->digest, nullptr).value();
+  auto raw_payload = [&](int seed) {
+    const std::vector<int32_t> prefix = testing::SyntheticPrompt(100, seed);
+    auto seq = producer_backend->NewSequence(100).value();
+    PrefillResult states;
+    REQUIRE(
+        producer_backend->Prefill(*seq, prefix, ProducerPrefillOptions(CodecMode::kRaw), &states)
+            .ok());
+    return SerializePayload(producer->Encode(CodecMode::kRaw, prefix, states).value());
+  };
+  // Eight requests at once: SEKV prompts, and plain ones of 40 tokens after a raw payload (of
+  // 100) or alone, in turn; waits for all.
+  auto serve = [&](DecodeEngine& engine, testing::DecodeEventCollector* ev) {
+    for (uint64_t id = 1; id <= 8; ++id) {
+      DecodeJob job;
+      job.request_id = id;
+      job.suffix = testing::SyntheticPrompt(id % 2 == 1 ? d.prompt : 40, static_cast<int>(id));
+      if (id % 4 == 2) job.payload = raw_payload(static_cast<int>(id));
+      job.max_tokens = d.max_tokens;
+      job.stop_ids = {-1};
+      REQUIRE(engine.Submit(std::move(job), ev->For(id)).ok());
+    }
+    ev->WaitFor(8);
+    engine.Drain();
+  };
+  // The reservation, as measured on a large device.
+  auto backend = CreateBackend(BackendKind::kCuda, d.model).value();
+  const size_t with_weights = DeviceBytesInUse();
+  const size_t pinned_before = cuda::stub::PinnedBytesInUse();
+  size_t reserved = 0;
+  {
+    auto engine = make_engine(std::move(backend));
+    REQUIRE(engine.ok());
+    const DecodeEngineStats at_start = (*engine)->stats();
+    reserved = DeviceBytesInUse() - with_weights;
+    CHECK(static_cast<double>(reserved) >= at_start.workspace_device_bytes);
+    CHECK(static_cast<double>(reserved) < at_start.workspace_device_bytes + kRoundingSlack);
+    CHECK(static_cast<size_t>(at_start.workspace_device_bytes) > hooks + logits);
+    CHECK(cuda::stub::PinnedBytesInUse() - pinned_before ==
+          static_cast<size_t>(at_start.workspace_host_bytes));
+    // The budget: the share of the free memory after the reservation.
+    const double free_now = static_cast<double>(cuda::MemoryInfo().value().free_bytes);
+    CHECK(at_start.kv_budget_bytes == static_cast<int64_t>(0.9 * free_now));
+    testing::DecodeEventCollector ev;
+    serve(**engine, &ev);
+    const DecodeEngineStats s = (*engine)->stats();
+    CHECK(s.completed == 8);
+    CHECK(s.sekv_requests == 4);
+    CHECK(s.rebuild_rows == 2 * 100);
+    CHECK(s.max_batch_seen >= 2);
+    CHECK(s.max_batch_seen <= 4);
+    // Every request's cache and mirror freed, and the workspace as it was at start: no call
+    // grew it.
+    CHECK(DeviceBytesInUse() == with_weights + reserved);
+    CHECK(cuda::stub::PinnedBytesInUse() - pinned_before ==
+          static_cast<size_t>(at_start.workspace_host_bytes));
+  }
+  CHECK(DeviceBytesInUse() == d.empty);
+
+  SECTION("a device with room for the weights, the workspace and 2.5 caches serves them all") {
+    auto small = CreateBackend(BackendKind::kCuda, d.model).value();
+    const size_t caches = static_cast<size_t>(2.5 * static_cast<double>(d.need));
+    cuda::stub::SetDeviceMemoryBytes(DeviceBytesInUse() + reserved + caches);
+    auto engine = make_engine(std::move(small));
+    REQUIRE(engine.ok());
+    testing::DecodeEventCollector ev;
+    serve(**engine, &ev);
+    const DecodeEngineStats s = (*engine)->stats();
+    CHECK(s.completed == 8);
+    CHECK(s.failed == 0);
+    for (const auto& [id, e] : ev.final_events) CHECK(e.error.ok());
+    CHECK(s.kv_budget_bytes == static_cast<int64_t>(0.9 * static_cast<double>(caches)));
+    CHECK(s.kv_waits > 0);  // two at a time
+  }
+  SECTION("a device without room for the workspace refuses to start, and says what to lower") {
+    auto small = CreateBackend(BackendKind::kCuda, d.model).value();
+    cuda::stub::SetDeviceMemoryBytes(DeviceBytesInUse() + reserved / 2);
+    auto engine = make_engine(std::move(small));
+    REQUIRE(!engine.ok());
+    CHECK(engine.status().code() == absl::StatusCode::kResourceExhausted);
+    const std::string message(engine.status().message());
+    INFO(message);
+    CHECK(message.find("a prefill of 256 tokens with SEKV's K/V") != std::string::npos);
+    CHECK(message.find("lower engine.prefill_chunk") != std::string::npos);
+    CHECK(message.find("out of memory") != std::string::npos);
+  }
+}
+
+}  // namespace scd
+
+namespace scd {
+
+TEST_CASE(
+    "The CUDA backend's reserved workspace holds a decode step of every batch and length up to "
+    "its shape's",
+    "[cpu]") {
+  SmallDevice d(/*prompt=*/12, /*max_tokens=*/4, /*sekv=*/false);
+  WorkspaceShape shape;
+  shape.prefill_tokens = 1000;
+  shape.decode_rows = 8;
+  shape.decode_length = 1024;
+  auto reserve = [&](int length) {
+    shape.decode_length = length;
+    auto backend = CreateBackend(BackendKind::kCuda, d.model).value();
+    REQUIRE(backend->ReserveWorkspace(shape).ok());
+    return backend;
+  };
+  // The decode attention's split-K workspace grows with the context: a shape of 256 positions
+  // reserves less than one of 1024.
+  const size_t short_context = reserve(256)->Workspace().device;
+  auto backend = reserve(1024);
+  const WorkspaceBytes reserved = backend->Workspace();
+  CHECK(reserved.device > short_context);
+  CHECK(reserved.pinned_host > 0);
+  // Eight sequences of 1000 positions, then decode steps of 8 down to 1 of them: nothing grows.
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (int i = 0; i < 8; ++i) {
+    seqs.push_back(backend->NewSequence(1024).value());
+    PrefillResult r;
+    REQUIRE(backend->Prefill(*seqs.back(), testing::SyntheticPrompt(1000, i), {}, &r).ok());
+  }
+  const size_t in_use = DeviceBytesInUse();
+  for (int b = 8; b >= 1; b /= 2) {
+    std::vector<Sequence*> batch;
+    for (int i = 0; i < b; ++i) batch.push_back(seqs[i].get());
+    std::vector<int32_t> tokens(b, 5), next;
+    std::vector<SampleDraw> draws(b);
+    REQUIRE(backend->DecodeSample(batch, tokens, draws, &next).ok());
+    CHECK(next.size() == static_cast<size_t>(b));
+  }
+  CHECK(backend->Workspace().device == reserved.device);
+  CHECK(backend->Workspace().pinned_host == reserved.pinned_host);
+  CHECK(DeviceBytesInUse() == in_use);
 }
 
 }  // namespace scd

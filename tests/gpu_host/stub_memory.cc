@@ -230,6 +230,13 @@ bool SharesPage(const std::map<uintptr_t, size_t>& ranges, uintptr_t a, size_t b
 
 }  // namespace
 
+size_t PinnedBytesInUse() {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  size_t bytes = 0;
+  for (const auto& [start, size] : PinnedRegistry()) bytes += size;
+  return bytes;
+}
+
 bool IsPinned(const void* p, size_t bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(RegistryMutex());

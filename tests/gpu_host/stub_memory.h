@@ -33,6 +33,9 @@ bool IsDevice(const void* p);
 // True when [p, p + bytes) lies inside one live PinnedBuffer or HostRegistration.
 bool IsPinned(const void* p, size_t bytes);
 
+// Bytes the live PinnedBuffers hold (registrations not counted).
+size_t PinnedBytesInUse();
+
 // Whether HostRegistration::Create succeeds (true until set): false makes it fail
 // UNIMPLEMENTED, as on a device without cudaDevAttrHostRegisterSupported.
 void SetHostRegisterSupported(bool on);
