@@ -532,8 +532,8 @@ class CudaBackend : public Backend {
         sample ? sizeof(int32_t) * b : (next != nullptr ? 0 : sizeof(float) * b * vocab);
     SCD_RETURN_IF_ERROR(pinned_.Reserve(plain_bytes + sizeof(float) * external_floats));
     if (sample) {
-      SCD_ASSIGN_OR_RETURN(const size_t ws_bytes, cuda::SampleRowsWorkspaceBytes(b, vocab));
       SCD_ASSIGN_OR_RETURN(const size_t sample_bytes, SampleWorkspaceBytes(b));
+      const size_t ws_bytes = sample_bytes - sizeof(int32_t) * b;  // then the sampled ids
       SCD_RETURN_IF_ERROR(sample_ws_.Reserve(sample_bytes, "sampling"));
       int32_t* sampled = reinterpret_cast<int32_t*>(sample_ws_.as<unsigned char>() + ws_bytes);
       SCD_RETURN_IF_ERROR(cuda::SampleRows(logits_.as<float>(), Dev<cuda::SampleParams>(params_at),
