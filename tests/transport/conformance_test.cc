@@ -427,29 +427,42 @@ void BandwidthCap(const std::string& kind) {
   // What the same message costs without a cap (checksums, copies, page faults; on a loaded
   // 2-core host this is tens of ms), so the bound below tests the pacing, not the host.
   const double baseline_s = std::min(timed_send(**unpaced), timed_send(**unpaced));
-  const double one_s = timed_send(*pair.connection);
 
   // The cap belongs to the transport (one emulated link): two connections share it.
   auto second = pair.client->Connect(pair.listener->address(), In(absl::Seconds(10)));
   REQUIRE(second.ok());
   const std::vector<uint8_t> half = Pattern(4, bytes / 2);
-  const absl::Time start = absl::Now();
-  absl::Status a, b;
-  std::thread t1([&] { a = pair.connection->Send(4, half, In(absl::Seconds(10))); });
-  std::thread t2([&] { b = (*second)->Send(5, half, In(absl::Seconds(10))); });
-  t1.join();
-  t2.join();
-  const double shared_s = absl::ToDoubleSeconds(absl::Now() - start);
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
+  auto shared_send = [&] {
+    const absl::Time start = absl::Now();
+    absl::Status a, b;
+    std::thread t1([&] { a = pair.connection->Send(4, half, In(absl::Seconds(10))); });
+    std::thread t2([&] { b = (*second)->Send(5, half, In(absl::Seconds(10))); });
+    t1.join();
+    t2.join();
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    // Both halves delivered (each holds Pattern 4), so the next try's receive is its own.
+    for (int i = 0; i < 2; ++i) CHECK(HoldsPattern(ReceiveOrFail(*pair.listener), 4, bytes / 2));
+    return seconds;
+  };
+  // Never faster than the cap allows (less the 256 KiB burst), on every try; and pacing adds no
+  // more than the wire time +20% on top of the uncapped cost, on the best of up to three tries:
+  // a loaded host only ever slows a send, so one spike is not the transport's.
+  double one_s = 1e9, shared_s = 1e9;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const double one = timed_send(*pair.connection);
+    const double shared = shared_send();
+    CHECK(one >= 0.8 * pacing_s);
+    CHECK(shared >= 0.8 * pacing_s);
+    one_s = std::min(one_s, one);
+    shared_s = std::min(shared_s, shared);
+    if (one_s <= 1.2 * pacing_s + baseline_s && shared_s <= 1.2 * pacing_s + baseline_s) break;
+  }
   WARN(kind << " at 0.5 Gbit/s: 8 MiB in " << one_s * 1e3 << " ms, 2 x 4 MiB in " << shared_s * 1e3
             << " ms; pacing alone " << pacing_s * 1e3 << " ms, uncapped send " << baseline_s * 1e3
             << " ms");
-  // Never faster than the cap allows (less the 256 KiB burst), and pacing adds no more than
-  // the wire time +20% on top of the uncapped cost.
-  CHECK(one_s >= 0.8 * pacing_s);
   CHECK(one_s <= 1.2 * pacing_s + baseline_s);
-  CHECK(shared_s >= 0.8 * pacing_s);
   CHECK(shared_s <= 1.2 * pacing_s + baseline_s);
 }
 TRANSPORT_CONFORMANCE("the bandwidth cap holds on the wire within 20%", BandwidthCap)
