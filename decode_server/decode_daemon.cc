@@ -455,6 +455,8 @@ absl::Status DecodeDaemon::Start() {
                    {"kv_budget_of_host", engine_->stats().kv_budget_of_host},
                    {"workspace_device_bytes", engine_->stats().workspace_device_bytes},
                    {"workspace_host_bytes", engine_->stats().workspace_host_bytes},
+                   {"rebuild_device_bytes", engine_->stats().rebuild_device_bytes},
+                   {"rebuild_host_bytes", engine_->stats().rebuild_host_bytes},
                    {"sekv_host_budget_bytes", engine_->stats().sekv_host_budget_bytes},
                    {"registered", control_->registered()},
                    {"control_plane", c.control_plane},

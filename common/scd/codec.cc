@@ -188,6 +188,15 @@ absl::StatusOr<std::unique_ptr<ConsumerCodec>> ConsumerCodec::Create(
   return cc;
 }
 
+absl::Status ConsumerCodec::ReserveRebuild(const Backend& backend, int rows) {
+  if (gpu_ == nullptr || !GpuRebuild::Applies(backend)) return absl::OkStatus();
+  return gpu_->Reserve(rows);
+}
+
+WorkspaceBytes ConsumerCodec::RebuildWorkspace() const {
+  return gpu_ != nullptr ? gpu_->Bytes() : WorkspaceBytes{};
+}
+
 absl::Status ConsumerCodec::Check(const Payload& p, const Sequence& seq) const {
   const ModelConfig& c = consumer_->config;
   const std::string mode_name(CodecModeName(p.mode));

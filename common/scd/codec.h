@@ -104,6 +104,14 @@ class ConsumerCodec {
   // its row granularity): its row count when it is rebuilt whole.
   size_t HostBlockRows(const Payload& payload) const;
 
+  // Takes the device memory that rebuilds of payload chunks of up to `rows` tokens will use on
+  // `backend` now (the GPU rebuild's decoders, aligners and buffers, gpu_rebuild.h), so that
+  // serving allocates none of it; nothing where payloads are rebuilt on the host (no CUDA
+  // backend, no artifact, gpu_rebuild off). RESOURCE_EXHAUSTED when the device has no room.
+  absl::Status ReserveRebuild(const Backend& backend, int rows);
+  // The device and pinned host memory the rebuilds hold now (0 on the host path).
+  WorkspaceBytes RebuildWorkspace() const;
+
  private:
   ConsumerCodec() = default;
   std::shared_ptr<const Model> consumer_;

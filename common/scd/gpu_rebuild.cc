@@ -20,7 +20,10 @@ namespace scd {
 
 GpuRebuild::GpuRebuild(std::shared_ptr<const Model> consumer,
                        std::shared_ptr<const ScdArtifact> artifact)
-    : consumer_(std::move(consumer)), artifact_(std::move(artifact)) {}
+    : consumer_(std::move(consumer)), artifact_(std::move(artifact)) {
+  default_patches_ = artifact_->PatchLayers();
+  std::sort(default_patches_.begin(), default_patches_.end());
+}
 
 GpuRebuild::~GpuRebuild() = default;
 
@@ -32,13 +35,19 @@ absl::Status GpuRebuild::Rebuild(const Payload&, Backend&, Sequence&, RebuildSta
   return absl::UnimplementedError("this build has no CUDA: the GPU rebuild is not available");
 }
 
+absl::Status GpuRebuild::Reserve(int) {
+  return absl::UnimplementedError("this build has no CUDA: the GPU rebuild is not available");
+}
+
+WorkspaceBytes GpuRebuild::Bytes() const { return {}; }
+
 #else
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The rebuild spec of a payload layout: PATCH on `patched`, REUSE elsewhere.
+// The rebuild spec of a rebuilder: REUSE on every layer, PATCH on `patched` too.
 cuda::RebuildSpec SpecFor(const std::vector<int>& patched, const ScdArtifact& artifact,
                           const Model& consumer) {
   const ModelConfig& c = consumer.config;
@@ -52,7 +61,6 @@ cuda::RebuildSpec SpecFor(const std::vector<int>& patched, const ScdArtifact& ar
     if (std::find(patched.begin(), patched.end(), l) != patched.end()) {
       const PatchAligner& f = artifact.patches.at(l).aligner;
       const LayerWeights& w = consumer.weights.layers[l];
-      layer.kind = cuda::RebuildLayerSpec::Kind::kPatch;
       layer.code_dim = f.code_dim;
       layer.hidden_dim = f.hidden_dim;
       layer.a = f.a;
@@ -67,15 +75,14 @@ cuda::RebuildSpec SpecFor(const std::vector<int>& patched, const ScdArtifact& ar
         layer.b_kv = w.bk;
         layer.b_kv.insert(layer.b_kv.end(), w.bv.begin(), w.bv.end());
       }
-    } else {
-      const ReuseLayer& r = artifact.reuse[l];
-      layer.rank_k = r.key.rank;
-      layer.rank_v = r.value.rank;
-      layer.dec_k = r.key.decoder;
-      layer.mu_k = r.key.mu_out;
-      layer.dec_v = r.value.decoder;
-      layer.mu_v = r.value.mu_out;
     }
+    const ReuseLayer& r = artifact.reuse[l];
+    layer.rank_k = r.key.rank;
+    layer.rank_v = r.value.rank;
+    layer.dec_k = r.key.decoder;
+    layer.mu_k = r.key.mu_out;
+    layer.dec_v = r.value.decoder;
+    layer.mu_v = r.value.mu_out;
   }
   return spec;
 }
@@ -152,6 +159,7 @@ absl::Status GpuRebuild::Rebuild(const Payload& p, Backend& backend, Sequence& s
       SCD_ASSIGN_OR_RETURN(const PatchAligner* aligner, PatchAlignerFor(p, pb, l, artifact_.get()));
       SCD_RETURN_IF_ERROR(CheckBlock(pb, t, aligner->code_dim, "patch", l, mode));
       SCD_RETURN_IF_ERROR(LayerCodesFor(pb, nullptr, &z_k[l], &z_v[l], &codes[l]));
+      codes[l].part = cuda::RebuildPart::kPatch;
       patched.push_back(l);
     } else {
       const ReuseLayer& r = artifact_->reuse[l];
@@ -170,24 +178,48 @@ absl::Status GpuRebuild::Rebuild(const Payload& p, Backend& backend, Sequence& s
   }
 
   MutexLock lock(&mu_);
-  Entry& entry = rebuilders_[patched];
-  if (entry.rebuilder == nullptr || entry.max_tokens < t) {
-    // Room for this payload, rounded up to a power of two so that growth is rare.
-    int max_tokens = 256;
-    while (max_tokens < t) max_tokens *= 2;
-    entry.rebuilder.reset();  // frees the smaller one's device memory first
-    SCD_ASSIGN_OR_RETURN(
-        entry.rebuilder,
-        cuda::ScdGpuRebuilder::Create(SpecFor(patched, *artifact_, *consumer_), max_tokens));
-    entry.max_tokens = max_tokens;
-  }
-
-  SCD_RETURN_IF_ERROR(entry.rebuilder->Rebuild(codes, t, cache));
+  // The artifact's rebuilder when it has every patched layer (they are sorted: layer order).
+  const bool in_default = std::includes(default_patches_.begin(), default_patches_.end(),
+                                        patched.begin(), patched.end());
+  // Room for this payload, rounded up to a power of two so that growth is rare.
+  int room = 256;
+  while (room < t) room *= 2;
+  SCD_ASSIGN_OR_RETURN(cuda::ScdGpuRebuilder* const rebuilder,
+                       RebuilderFor(in_default ? default_patches_ : patched, t, room));
+  SCD_RETURN_IF_ERROR(rebuilder->Rebuild(codes, t, cache));
   SCD_RETURN_IF_ERROR(cuda::CudaCommitPositions(backend, seq, t));
   if (stats != nullptr) {
     stats->decode_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<cuda::ScdGpuRebuilder*> GpuRebuild::RebuilderFor(
+    const std::vector<int>& patch_layers, int rows, int room) {
+  std::shared_ptr<cuda::ScdGpuRebuilder>& rebuilder = rebuilders_[patch_layers];
+  if (rebuilder == nullptr || rebuilder->max_tokens() < rows) {
+    rebuilder.reset();  // frees the smaller one's device memory first
+    SCD_ASSIGN_OR_RETURN(rebuilder, cuda::ScdGpuRebuilder::Create(
+                                        SpecFor(patch_layers, *artifact_, *consumer_), room));
+  }
+  return rebuilder.get();
+}
+
+absl::Status GpuRebuild::Reserve(int rows) {
+  if (rows <= 0) return absl::InvalidArgumentError("the GPU rebuild needs rows >= 1 to reserve");
+  MutexLock lock(&mu_);
+  return RebuilderFor(default_patches_, rows, rows).status();
+}
+
+WorkspaceBytes GpuRebuild::Bytes() const {
+  MutexLock lock(&mu_);
+  WorkspaceBytes bytes;
+  for (const auto& [layers, rebuilder] : rebuilders_) {
+    if (rebuilder == nullptr) continue;  // a failed Create
+    bytes.device += rebuilder->device_bytes();
+    bytes.pinned_host += rebuilder->pinned_bytes();
+  }
+  return bytes;
 }
 
 #endif  // SCD_HAVE_CUDA

@@ -139,6 +139,16 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
   const WorkspaceBytes workspace = e->backend_->Workspace();
   e->stats_.workspace_device_bytes = static_cast<int64_t>(workspace.device);
   e->stats_.workspace_host_bytes = static_cast<int64_t>(workspace.pinned_host);
+  // Likewise the codec's GPU rebuild of scd payloads, for a payload chunk.
+  if (absl::Status st = e->codec_->ReserveRebuild(*e->backend_, shape.append_tokens); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("the SCD GPU rebuild's memory for a payload "
+                                                "chunk of ",
+                                                shape.append_tokens, " rows: ", st.message(),
+                                                "; lower engine.rebuild_chunk"));
+  }
+  const WorkspaceBytes rebuild = e->codec_->RebuildWorkspace();
+  e->stats_.rebuild_device_bytes = static_cast<int64_t>(rebuild.device);
+  e->stats_.rebuild_host_bytes = static_cast<int64_t>(rebuild.pinned_host);
   // The budgets that take a share of the host's memory read it once, so that they share one
   // measurement.
   std::optional<absl::StatusOr<int64_t>> host_read;
@@ -610,9 +620,14 @@ void DecodeEngine::PrefillChunks(const std::unordered_map<uint64_t, bool>& cance
   size_t budget = limit(options_.prefill_chunk);          // prompt tokens to prefill
   size_t rebuild_budget = limit(options_.rebuild_chunk);  // payload rows to rebuild
   auto count = [&](bool rebuilt, size_t n) {
+    const WorkspaceBytes rebuild = rebuilt ? codec_->RebuildWorkspace() : WorkspaceBytes{};
     std::lock_guard<std::mutex> lock(mu_);
     ++(rebuilt ? stats_.rebuild_chunks : stats_.prefill_chunks);
     (rebuilt ? stats_.rebuild_rows : stats_.prefill_tokens) += static_cast<long>(n);
+    if (rebuilt) {
+      stats_.rebuild_device_bytes = static_cast<int64_t>(rebuild.device);
+      stats_.rebuild_host_bytes = static_cast<int64_t>(rebuild.pinned_host);
+    }
   };
   while (!prefilling_.empty()) {
     Active& a = *prefilling_.front();

@@ -127,7 +127,8 @@ struct DecodeEngineOptions {
   // still end it). A request that could never fit fails Submit with
   // RESOURCE_EXHAUSTED. 0: kv_memory_fraction of the device's free memory when the engine is
   // created, after the weights are loaded and the backend's scratch memory for the engine's
-  // largest calls is reserved (WorkspaceFor, DecodeEngineStats::workspace_device_bytes). On a
+  // largest calls is reserved (WorkspaceFor, DecodeEngineStats::workspace_device_bytes), and
+  // the codec's GPU rebuild for a payload chunk (DecodeEngineStats::rebuild_device_bytes). On a
   // backend whose memory is the host's (the CPU backend, Backend::DeviceMemoryNow UNIMPLEMENTED):
   // that share of the host's available memory (HostMemoryAvailable, common/base/host_memory.h) less
   // the SEKV host budget, which takes from the same memory. No limit with kv_memory_fraction 0, or
@@ -189,6 +190,10 @@ struct DecodeEngineStats {
   // The backend's scratch memory (Backend::Workspace), reserved when the engine was created
   // for its largest calls (DecodeEngine::WorkspaceFor), before the KV budget's reading.
   int64_t workspace_device_bytes = 0, workspace_host_bytes = 0;
+  // The same for the codec's GPU rebuild of scd and scd-reuse payloads (its decoders, aligners
+  // and buffers for a payload chunk, ConsumerCodec::ReserveRebuild), as of the last step: it
+  // grows only for a payload that patches a layer outside the artifact's selection.
+  int64_t rebuild_device_bytes = 0, rebuild_host_bytes = 0;
   DecodeGraphStats graphs;  // the backend's, as of the last step
 };
 

@@ -67,7 +67,11 @@ absl::Status RebuildSpec::Validate() const {
   for (size_t i = 0; i < layers.size(); ++i) {
     const RebuildLayerSpec& l = layers[i];
     const int li = static_cast<int>(i);
-    if (l.kind == RebuildLayerSpec::Kind::kReuse) {
+    if (!l.has_reuse() && !l.has_patch()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rebuild spec layer ", li, " has neither REUSE decoders nor a PATCH aligner"));
+    }
+    if (l.has_reuse()) {
       if (l.rank_k <= 0 || l.rank_k > kMaxCodeRank || l.rank_v <= 0 || l.rank_v > kMaxCodeRank) {
         return absl::InvalidArgumentError(absl::StrCat("rebuild spec layer ", li, ": ranks ",
                                                        l.rank_k, "/", l.rank_v, " outside 1..",
@@ -77,7 +81,8 @@ absl::Status RebuildSpec::Validate() const {
       SCD_RETURN_IF_ERROR(CheckSize(l.mu_k, kvd, li, "key mean"));
       SCD_RETURN_IF_ERROR(CheckSize(l.dec_v, l.rank_v * kvd, li, "value decoder"));
       SCD_RETURN_IF_ERROR(CheckSize(l.mu_v, kvd, li, "value mean"));
-    } else {
+    }
+    if (l.has_patch()) {
       if (l.code_dim <= 0 || l.hidden_dim < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("rebuild spec layer ", li, ": patch code_dim ", l.code_dim));
@@ -99,16 +104,21 @@ absl::Status RebuildSpec::Validate() const {
 
 struct ScdGpuRebuilder::Impl {
   struct Layer {
-    RebuildLayerSpec::Kind kind = RebuildLayerSpec::Kind::kReuse;
+    bool reuse = false, patch = false;  // the parts it has
     int rank_k = 0, rank_v = 0, code_dim = 0, hidden_dim = 0;
     DeviceBuffer dec_k, mu_k, dec_v, mu_v;  // REUSE
     DeviceBuffer a, c_b2, w1, b1, w2;       // PATCH aligner, F32
     DeviceBuffer w_kv;                      // PATCH projections, BF16 [2 kv_dim, d]
     DeviceBuffer b_kv;                      // F32 [2 kv_dim] or empty
     bool has_bias = false;
-    int CodeFloats() const {
-      return kind == RebuildLayerSpec::Kind::kReuse ? rank_k + rank_v : code_dim;
+    size_t raw_slot = 0;     // bytes of its codes as sent, for max_tokens, either part
+    size_t code_floats = 0;  // floats of its decoded codes per token, either part
+    bool has(RebuildPart p) const { return p == RebuildPart::kReuse ? reuse : patch; }
+    int CodeFloats(RebuildPart p) const {
+      return p == RebuildPart::kReuse ? rank_k + rank_v : code_dim;
     }
+    int ColsK(RebuildPart p) const { return p == RebuildPart::kReuse ? rank_k : code_dim; }
+    int ColsV(RebuildPart p) const { return p == RebuildPart::kReuse ? rank_v : 0; }
   };
 
   int hidden = 0, num_kv_heads = 0, head_dim = 0, max_tokens = 0, max_hidden = 0;
@@ -126,12 +136,10 @@ struct ScdGpuRebuilder::Impl {
   DeviceBuffer h, hidden_scratch, h_bf16, kv;  // PATCH scratch
 
   int kv_dim() const { return num_kv_heads * head_dim; }
-  // Floats of a layer's decoded codes for `rows` tokens, rounded up to 16 bytes, so that every
-  // layer's codes start aligned, as F32 codes used in place do (cuBLAS may pick its kernel by
-  // alignment, and the codes' format must not change the result).
-  static size_t DecodedFloats(const Layer& l, size_t rows) {
-    return (rows * l.CodeFloats() + 3) / 4 * 4;
-  }
+  // Floats of a layer's decoded codes for `rows` tokens of `cols` floats each, rounded up to
+  // 16 bytes, so that every layer's codes start aligned, as F32 codes used in place do (cuBLAS
+  // may pick its kernel by alignment, and the codes' format must not change the result).
+  static size_t DecodedFloats(size_t cols, size_t rows) { return (rows * cols + 3) / 4 * 4; }
 };
 
 ScdGpuRebuilder::ScdGpuRebuilder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -150,8 +158,9 @@ absl::StatusOr<std::unique_ptr<ScdGpuRebuilder>> ScdGpuRebuilder::Create(const R
   bool any_patch = false;
   for (const RebuildLayerSpec& s : spec.layers) {
     Impl::Layer l;
-    l.kind = s.kind;
-    if (s.kind == RebuildLayerSpec::Kind::kReuse) {
+    l.reuse = s.has_reuse();
+    l.patch = s.has_patch();
+    if (l.reuse) {
       l.rank_k = s.rank_k;
       l.rank_v = s.rank_v;
       SCD_ASSIGN_OR_RETURN(l.dec_k, UploadF32(s.dec_k, "REUSE key decoder"));
@@ -159,7 +168,8 @@ absl::StatusOr<std::unique_ptr<ScdGpuRebuilder>> ScdGpuRebuilder::Create(const R
       SCD_ASSIGN_OR_RETURN(l.dec_v, UploadF32(s.dec_v, "REUSE value decoder"));
       SCD_ASSIGN_OR_RETURN(l.mu_v, UploadF32(s.mu_v, "REUSE value mean"));
       bytes += (s.dec_k.size() + s.mu_k.size() + s.dec_v.size() + s.mu_v.size()) * sizeof(float);
-    } else {
+    }
+    if (l.patch) {
       any_patch = true;
       l.code_dim = s.code_dim;
       l.hidden_dim = s.hidden_dim;
@@ -179,6 +189,14 @@ absl::StatusOr<std::unique_ptr<ScdGpuRebuilder>> ScdGpuRebuilder::Create(const R
               sizeof(float) +
           s.w_kv.size() * sizeof(Bf16);
     }
+    // Room for either part: raw slots K then V, each 16-byte aligned and F32-sized (no format
+    // is larger).
+    for (const RebuildPart part : {RebuildPart::kReuse, RebuildPart::kPatch}) {
+      if (!l.has(part)) continue;
+      l.raw_slot = std::max(l.raw_slot, RawSlot(CodeFormat::kF32, max_tokens, l.ColsK(part)) +
+                                            RawSlot(CodeFormat::kF32, max_tokens, l.ColsV(part)));
+      l.code_floats = std::max<size_t>(l.code_floats, l.CodeFloats(part));
+    }
     impl->layers.push_back(std::move(l));
   }
   SCD_ASSIGN_OR_RETURN(impl->inv_freq, UploadF32(spec.inv_freq, "RoPE frequencies"));
@@ -192,14 +210,10 @@ absl::StatusOr<std::unique_ptr<ScdGpuRebuilder>> ScdGpuRebuilder::Create(const R
   SCD_ASSIGN_OR_RETURN(impl->start, Event::Create());
   SCD_ASSIGN_OR_RETURN(impl->stop, Event::Create());
   const size_t t = max_tokens;
-  size_t code_bytes = 0;
-  for (const Impl::Layer& l : impl->layers) code_bytes += Impl::DecodedFloats(l, t) * sizeof(float);
-  // Raw slots: K then V, each 16-byte aligned and F32-sized (no format is larger).
-  size_t raw_bytes = 0;
+  size_t code_bytes = 0, raw_bytes = 0;
   for (const Impl::Layer& l : impl->layers) {
-    raw_bytes += RawSlot(CodeFormat::kF32, max_tokens,
-                         l.kind == RebuildLayerSpec::Kind::kReuse ? l.rank_k : l.code_dim) +
-                 RawSlot(CodeFormat::kF32, max_tokens, l.rank_v);
+    code_bytes += Impl::DecodedFloats(l.code_floats, t) * sizeof(float);
+    raw_bytes += l.raw_slot;
   }
   SCD_RETURN_IF_ERROR(impl->staging.Reserve(raw_bytes));
   SCD_RETURN_IF_ERROR(impl->raw.Reserve(raw_bytes, "SCD codes (as sent)"));
@@ -220,6 +234,25 @@ absl::StatusOr<std::unique_ptr<ScdGpuRebuilder>> ScdGpuRebuilder::Create(const R
   std::unique_ptr<ScdGpuRebuilder> r(new ScdGpuRebuilder(std::move(impl)));
   r->weight_bytes_ = bytes;
   return r;
+}
+
+int ScdGpuRebuilder::max_tokens() const { return impl_->max_tokens; }
+
+size_t ScdGpuRebuilder::device_bytes() const {
+  const Impl& m = *impl_;
+  size_t bytes = m.inv_freq.size() + m.raw.size() + m.codes.size() + m.meta.size() + m.h.size() +
+                 m.hidden_scratch.size() + m.h_bf16.size() + m.kv.size();
+  for (const Impl::Layer& l : m.layers) {
+    for (const DeviceBuffer* b : {&l.dec_k, &l.mu_k, &l.dec_v, &l.mu_v, &l.a, &l.c_b2, &l.w1, &l.b1,
+                                  &l.w2, &l.w_kv, &l.b_kv}) {
+      bytes += b->size();
+    }
+  }
+  return bytes;
+}
+
+size_t ScdGpuRebuilder::pinned_bytes() const {
+  return impl_->staging.size() + impl_->meta_host.size();
 }
 
 absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int tokens,
@@ -243,8 +276,15 @@ absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int to
         ") (capacity ", target.capacity, ", layer stride ", target.layer_stride, ")"));
   }
   for (int l = 0; l < num_layers; ++l) {
-    const bool reuse = m.layers[l].kind == RebuildLayerSpec::Kind::kReuse;
-    if (codes[l].z_k == nullptr || (reuse && codes[l].z_v == nullptr)) {
+    const RebuildPart part = codes[l].part;
+    if (!m.layers[l].has(part)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rebuild codes of layer ", l, " are ",
+          part == RebuildPart::kReuse ? "REUSE codes" : "a PATCH code",
+          ", and this rebuilder has no ",
+          part == RebuildPart::kReuse ? "REUSE decoders" : "PATCH aligner", " for that layer"));
+    }
+    if (codes[l].z_k == nullptr || (part == RebuildPart::kReuse && codes[l].z_v == nullptr)) {
       return absl::InvalidArgumentError(absl::StrCat("rebuild codes of layer ", l, " are missing"));
     }
   }
@@ -288,9 +328,9 @@ absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int to
   size_t raw_offset = 0;  // bytes into staging / raw
   for (int l = 0; l < num_layers; ++l) {
     const Impl::Layer& layer = m.layers[l];
-    const bool reuse = layer.kind == RebuildLayerSpec::Kind::kReuse;
+    const RebuildPart part = codes[l].part;
     const CodeFormat format = codes[l].format;
-    const int cols_k = reuse ? layer.rank_k : layer.code_dim, cols_v = reuse ? layer.rank_v : 0;
+    const int cols_k = layer.ColsK(part), cols_v = layer.ColsV(part);
     const size_t bytes_k = CodeBytes(format, tokens, cols_k);
     const size_t bytes_v = cols_v > 0 ? CodeBytes(format, tokens, cols_v) : 0;
     const size_t slot_k = RawSlot(format, tokens, cols_k);
@@ -321,7 +361,7 @@ absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int to
       z_k = decoded;
       z_v = decoded + t * cols_k;
     }
-    if (layer.kind == RebuildLayerSpec::Kind::kReuse) {
+    if (part == RebuildPart::kReuse) {
       const LowRankDecoder key{layer.dec_k.as<float>(), layer.mu_k.as<float>(), layer.rank_k};
       const LowRankDecoder value{layer.dec_v.as<float>(), layer.mu_v.as<float>(), layer.rank_v};
       SCD_RETURN_IF_ERROR(ReuseDecodeStoreKv(z_k, z_v, tokens, key, value, dev_row_seq,
@@ -353,9 +393,8 @@ absl::Status ScdGpuRebuilder::Rebuild(absl::Span<const LayerCodes> codes, int to
                                       table, l, m.num_kv_heads, m.head_dim, m.inv_freq.as<float>(),
                                       cs));
     }
-    offset += Impl::DecodedFloats(layer, t);
-    raw_offset += RawSlot(CodeFormat::kF32, m.max_tokens, cols_k) +
-                  RawSlot(CodeFormat::kF32, m.max_tokens, cols_v);
+    offset += Impl::DecodedFloats(layer.CodeFloats(part), t);
+    raw_offset += layer.raw_slot;
   }
   SCD_RETURN_IF_ERROR(m.stop->Record(cs));
   SCD_RETURN_IF_ERROR(m.stop->Synchronize());

@@ -26,19 +26,29 @@
 
 namespace scd::cuda {
 
+// The two ways a layer's K/V are rebuilt; a layer of the spec may have either or both (each
+// call picks one per layer: LayerCodes::part), so that one rebuilder serves scd payloads (PATCH
+// on the artifact's selected layers), scd-reuse payloads (REUSE everywhere) and any subset.
+enum class RebuildPart { kReuse, kPatch };
+
 struct RebuildLayerSpec {
-  enum class Kind { kReuse, kPatch };
-  Kind kind = Kind::kReuse;
-  // kReuse: the REUSE decoders of K and V (LinearCode::decoder and mu_out).
+  // REUSE part (present when rank_k > 0): the K and V decoders (LinearCode::decoder, mu_out).
   int rank_k = 0, rank_v = 0;
   std::vector<float> dec_k, mu_k;  // [rank_k, kv_dim], [kv_dim]
   std::vector<float> dec_v, mu_v;  // [rank_v, kv_dim], [kv_dim]
-  // kPatch: the aligner (PatchAligner fields, c_b2 = c + b₂) and the consumer's own K and V
-  // projections of this layer in the HF layout, stacked: w_kv = [W_K; W_V] [2 kv_dim, d].
+  // PATCH part (present when code_dim > 0): the aligner (PatchAligner fields, c_b2 = c + b₂)
+  // and the consumer's own K and V projections of this layer in the HF layout, stacked:
+  // w_kv = [W_K; W_V] [2 kv_dim, d].
   int code_dim = 0, hidden_dim = 0;
   std::vector<float> a, c_b2, w1, b1, w2;
   std::vector<float> w_kv;
   std::vector<float> b_kv;  // [2 kv_dim] or empty (no q/k/v biases)
+
+  bool has_reuse() const { return rank_k > 0 || rank_v > 0 || !dec_k.empty() || !dec_v.empty(); }
+  bool has_patch() const { return code_dim > 0 || !a.empty() || !w_kv.empty(); }
+  bool has(RebuildPart part) const {
+    return part == RebuildPart::kReuse ? has_reuse() : has_patch();
+  }
 };
 
 struct RebuildSpec {
@@ -53,12 +63,14 @@ struct RebuildSpec {
 };
 
 // One layer's codes in host memory, as they travel (`format`, scd_sekv_ops.h: F32, or a
-// payload block's F16 or int8-row bytes, decoded on the device). REUSE: z_k [T, rank_k] and
-// z_v [T, rank_v]; PATCH: z_k is the H_in code [T, code_dim] and z_v is unused.
+// payload block's F16 or int8-row bytes, decoded on the device), for one of the layer's parts.
+// REUSE: z_k [T, rank_k] and z_v [T, rank_v]; PATCH: z_k is the H_in code [T, code_dim] and
+// z_v is unused.
 struct LayerCodes {
   const void* z_k = nullptr;
   const void* z_v = nullptr;
   CodeFormat format = CodeFormat::kF32;
+  RebuildPart part = RebuildPart::kReuse;
 };
 
 struct RebuildTimes {
@@ -70,20 +82,26 @@ struct RebuildTimes {
 
 class ScdGpuRebuilder {
  public:
-  // Uploads the decoders, aligners and projections (BF16 for w_kv) for up to `max_tokens`
-  // positions per call.
+  // Uploads the decoders, aligners and projections (BF16 for w_kv) and takes every buffer a
+  // call of up to `max_tokens` positions needs (whichever part each layer is rebuilt with):
+  // Rebuild allocates nothing.
   static absl::StatusOr<std::unique_ptr<ScdGpuRebuilder>> Create(const RebuildSpec& spec,
                                                                  int max_tokens);
   ~ScdGpuRebuilder();
 
   // Rebuilds `tokens` positions of every layer into `target` at positions [target.length,
-  // target.length + tokens) (codes[l] for layer l; the cache layout of ops.h) and waits for the
-  // device. Fails without touching the cache on a shape error. Does not change target.length.
+  // target.length + tokens) (codes[l] for layer l, by its part; the cache layout of ops.h) and
+  // waits for the device. Fails without touching the cache on a shape error or a part the
+  // layer does not have. Does not change target.length.
   absl::Status Rebuild(absl::Span<const LayerCodes> codes, int tokens, const SequenceCache& target,
                        RebuildTimes* times = nullptr);
 
+  int max_tokens() const;
   // Device bytes of the decoders, aligners and projections.
   size_t weight_bytes() const { return weight_bytes_; }
+  // Every device byte it holds (the weights and its buffers), and its pinned host bytes.
+  size_t device_bytes() const;
+  size_t pinned_bytes() const;
 
  private:
   struct Impl;

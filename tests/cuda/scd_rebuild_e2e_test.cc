@@ -142,6 +142,64 @@ TEST_CASE("SCD GPU rebuild of the bundled pair matches the CPU rebuild", "[cuda]
   REQUIRE((*decoder)->Rebuild(*payload2, *gpu, *gpu_seq).ok());
   CHECK(gpu_seq->length() == t + 1 + 8);
 
+  // One device rebuilder serves every payload whose patched layers are among the artifact's
+  // selection (ScdArtifact::PatchLayers): an scd-reuse payload (none) and one patching a
+  // subset take no more device memory. A payload patching another layer (a producer's
+  // ablation) gets a rebuilder of its own, once.
+  auto matches_cpu = [&](const Payload& q, const std::string& what) {
+    INFO(what);
+    auto cs = cpu->NewSequence(64).value();
+    REQUIRE((*decoder)->Rebuild(q, *cpu, *cs).ok());
+    auto gs = gpu->NewSequence(64).value();
+    const absl::Status st = (*decoder)->Rebuild(q, *gpu, *gs);
+    INFO(st);
+    REQUIRE(st.ok());
+    CHECK(gs->length() == t);
+    testing::CheckLogits(DecodeOne(*gpu, *gs, next), DecodeOne(*cpu, *cs, next), kLogitMaxAbs,
+                         kLogitMeanAbs, what + " vs cpu");
+  };
+  auto patches = [&](const Payload& q) {
+    std::vector<int> layers;
+    for (int l = 0; l < consumer_model->config.num_layers; ++l) {
+      if (q.Find(BlockKind::kPatch, l) != nullptr) layers.push_back(l);
+    }
+    return layers;
+  };
+  const WorkspaceBytes held = (*decoder)->RebuildWorkspace();
+  CHECK(held.device > 0);
+  CHECK(held.pinned_host > 0);
+  auto reuse_payload = (*encoder)->Encode(CodecMode::kScdReuse, tokens, states);
+  REQUIRE(reuse_payload.ok());
+  CHECK(patches(*reuse_payload).empty());
+  matches_cpu(*reuse_payload, "scd-reuse payload");
+  const std::vector<int> selected = artifact->PatchLayers();
+  REQUIRE(selected.size() >= 2);
+  std::vector<int> outside;  // fitted layers the artifact does not select
+  for (const auto& [l, patch] : artifact->patches) {
+    if (std::find(selected.begin(), selected.end(), l) == selected.end()) outside.push_back(l);
+  }
+  REQUIRE(!outside.empty());
+  auto ablation = [&](std::vector<int> layers) {
+    CodecOptions o;
+    o.patch_layers = layers;
+    auto producer_codec =
+        ProducerCodec::Create(producer_model, consumer_model->digest, artifact, o);
+    REQUIRE(producer_codec.ok());
+    auto q = (*producer_codec)->Encode(CodecMode::kScd, tokens, states);
+    REQUIRE(q.ok());
+    std::sort(layers.begin(), layers.end());
+    CHECK(patches(*q) == layers);
+    return std::move(q).value();
+  };
+  matches_cpu(ablation({selected[1]}), "scd payload patching one selected layer");
+  CHECK((*decoder)->RebuildWorkspace().device == held.device);
+  CHECK((*decoder)->RebuildWorkspace().pinned_host == held.pinned_host);
+  matches_cpu(ablation({outside[0]}), "scd payload patching a layer outside the selection");
+  const WorkspaceBytes two = (*decoder)->RebuildWorkspace();
+  CHECK(two.device > held.device);
+  matches_cpu(ablation({outside[0]}), "the same again");
+  CHECK((*decoder)->RebuildWorkspace().device == two.device);
+
   // Bad payloads are refused on the GPU path without touching the sequence: a layer whose
   // code block is missing, and one that no longer fits the sequence.
   auto fresh = gpu->NewSequence(64).value();

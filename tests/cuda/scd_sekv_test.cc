@@ -610,7 +610,7 @@ TEST_CASE("CUDA SpanRebuildRows matches LowRankBasis::ReconstructRow, device and
 
 TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cache", "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();
-  using Kind = cuda::RebuildLayerSpec::Kind;
+  using Part = cuda::RebuildPart;
   const int hidden = 48, kv_heads = 2, head_dim = 16, kv_dim = kv_heads * head_dim;
   const int layers = 3, tokens = 29, start = 5, capacity = 64;
   cuda::RebuildSpec spec;
@@ -619,14 +619,15 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
   spec.head_dim = head_dim;
   spec.inv_freq = HfInvFreq(head_dim);
   const PatchAligner aligner = RandomAligner(12, 20, hidden, 700);
-  const int ranks[layers][2] = {{8, 12}, {0, 0}, {5, 16}};
+  // Layer 0 REUSE only, layer 1 both (as a patched layer of an artifact's rebuilder: PATCH for
+  // scd payloads, REUSE for scd-reuse ones), layer 2 REUSE only.
+  const int ranks[layers][2] = {{8, 12}, {6, 10}, {5, 16}};
   uint64_t seed = 710;
-  std::vector<std::vector<float>> z_k(layers), z_v(layers);
-  std::vector<cuda::LayerCodes> codes(layers);
-  for (int l = 0; l < layers; ++l) {  // REUSE, PATCH, REUSE
+  // The codes of each part: REUSE z_k/z_v, PATCH z_h.
+  std::vector<std::vector<float>> z_k(layers), z_v(layers), z_h(layers);
+  for (int l = 0; l < layers; ++l) {
     cuda::RebuildLayerSpec ls;
     if (l == 1) {
-      ls.kind = Kind::kPatch;
       ls.code_dim = aligner.code_dim;
       ls.hidden_dim = aligner.hidden_dim;
       ls.a = aligner.a;
@@ -636,85 +637,122 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
       ls.w2 = aligner.w2;
       ls.w_kv = RandomFloats(2 * kv_dim * hidden, seed++, 0.25f);
       ls.b_kv = RandomFloats(2 * kv_dim, seed++, 0.5f);
-      z_k[l] = RandomFloats(tokens * ls.code_dim, seed++);
-    } else {
-      ls.kind = Kind::kReuse;
-      ls.rank_k = ranks[l][0];
-      ls.rank_v = ranks[l][1];
-      ls.dec_k = RandomFloats(ls.rank_k * kv_dim, seed++, 0.5f);
-      ls.mu_k = RandomFloats(kv_dim, seed++);
-      ls.dec_v = RandomFloats(ls.rank_v * kv_dim, seed++, 0.5f);
-      ls.mu_v = RandomFloats(kv_dim, seed++);
-      z_k[l] = RandomFloats(tokens * ls.rank_k, seed++);
-      z_v[l] = RandomFloats(tokens * ls.rank_v, seed++);
-      codes[l].z_v = z_v[l].data();
+      z_h[l] = RandomFloats(tokens * ls.code_dim, seed++);
     }
-    codes[l].z_k = z_k[l].data();
+    ls.rank_k = ranks[l][0];
+    ls.rank_v = ranks[l][1];
+    ls.dec_k = RandomFloats(ls.rank_k * kv_dim, seed++, 0.5f);
+    ls.mu_k = RandomFloats(kv_dim, seed++);
+    ls.dec_v = RandomFloats(ls.rank_v * kv_dim, seed++, 0.5f);
+    ls.mu_v = RandomFloats(kv_dim, seed++);
+    z_k[l] = RandomFloats(tokens * ls.rank_k, seed++);
+    z_v[l] = RandomFloats(tokens * ls.rank_v, seed++);
     spec.layers.push_back(std::move(ls));
   }
+  CHECK(!spec.layers[0].has_patch());
+  CHECK(spec.layers[1].has_patch());
+  CHECK(spec.layers[1].has_reuse());
+  // F32 codes of layer 1 as PATCH (the scd layout) or as REUSE (scd-reuse).
+  auto codes_for = [&](Part layer1) {
+    std::vector<cuda::LayerCodes> codes(layers);
+    for (int l = 0; l < layers; ++l) {
+      const Part part = l == 1 ? layer1 : Part::kReuse;
+      codes[l].part = part;
+      codes[l].z_k = part == Part::kPatch ? z_h[l].data() : z_k[l].data();
+      codes[l].z_v = part == Part::kPatch ? nullptr : z_v[l].data();
+    }
+    return codes;
+  };
+  const std::vector<cuda::LayerCodes> codes = codes_for(Part::kPatch);
 
   // The CPU path. slack (PATCH only) bounds what a BF16 rounding of Ĥ the other way can move.
   std::vector<int32_t> positions(tokens);
   for (int t = 0; t < tokens; ++t) positions[t] = start + t;
   const size_t elems = static_cast<size_t>(layers) * capacity * kv_dim;
-  std::vector<float> want_k(elems, kSentinel), want_v(elems, kSentinel);
-  std::vector<float> slack_k(elems, 0.0f), slack_v(elems, 0.0f);
-  std::vector<uint8_t> written(elems, 0);
-  for (int l = 0; l < layers; ++l) {
-    const cuda::RebuildLayerSpec& ls = spec.layers[l];
-    std::vector<float> k(static_cast<size_t>(tokens) * kv_dim), v(k.size());
-    std::vector<float> ek(k.size(), 0.0f), ev(k.size(), 0.0f);
-    if (ls.kind == Kind::kReuse) {
-      Decoder(ls.dec_k, ls.mu_k, ls.rank_k).Decode(z_k[l].data(), tokens, k.data());
-      Decoder(ls.dec_v, ls.mu_v, ls.rank_v).Decode(z_v[l].data(), tokens, v.data());
-    } else {
-      std::vector<float> h(static_cast<size_t>(tokens) * hidden);
-      aligner.Apply(z_k[l].data(), tokens, h.data());
-      // The device multiplies the BF16 roundings of Ĥ and [W_K; W_V] (F32 accumulation).
-      const std::vector<float> h_r = testing::RoundedBf16(h), w_r = testing::RoundedBf16(ls.w_kv);
-      std::vector<float> kv(static_cast<size_t>(tokens) * 2 * kv_dim);
-      cpu::Linear(h_r.data(), w_r.data(), ls.b_kv.data(), kv.data(), tokens, 2 * kv_dim, hidden);
-      // The device's F32 Ĥ is within m of the twin's; rounding is monotone, so both BF16
-      // values lie in [R(h − m), R(h + m)].
-      std::vector<float> flip(h.size());
-      for (size_t i = 0; i < h.size(); ++i) {
-        const float m = 3e-5f * (1.0f + std::abs(h[i]));
-        flip[i] = cuda::RoundToBf16(h[i] + m) - cuda::RoundToBf16(h[i] - m);
-      }
-      for (int t = 0; t < tokens; ++t) {
-        for (int o = 0; o < 2 * kv_dim; ++o) {
-          float e = 0;
-          for (int j = 0; j < hidden; ++j) {
-            e += std::abs(w_r[o * hidden + j]) * flip[t * hidden + j];
+  struct Expected {
+    std::vector<float> k, v, slack_k, slack_v;
+    std::vector<uint8_t> written;
+  };
+  auto expect = [&](Part layer1) {
+    Expected x{std::vector<float>(elems, kSentinel), std::vector<float>(elems, kSentinel),
+               std::vector<float>(elems, 0.0f), std::vector<float>(elems, 0.0f),
+               std::vector<uint8_t>(elems, 0)};
+    for (int l = 0; l < layers; ++l) {
+      const cuda::RebuildLayerSpec& ls = spec.layers[l];
+      std::vector<float> k(static_cast<size_t>(tokens) * kv_dim), v(k.size());
+      std::vector<float> ek(k.size(), 0.0f), ev(k.size(), 0.0f);
+      if (l != 1 || layer1 == Part::kReuse) {
+        Decoder(ls.dec_k, ls.mu_k, ls.rank_k).Decode(z_k[l].data(), tokens, k.data());
+        Decoder(ls.dec_v, ls.mu_v, ls.rank_v).Decode(z_v[l].data(), tokens, v.data());
+      } else {
+        std::vector<float> h(static_cast<size_t>(tokens) * hidden);
+        aligner.Apply(z_h[l].data(), tokens, h.data());
+        // The device multiplies the BF16 roundings of Ĥ and [W_K; W_V] (F32 accumulation).
+        const std::vector<float> h_r = testing::RoundedBf16(h), w_r = testing::RoundedBf16(ls.w_kv);
+        std::vector<float> kv(static_cast<size_t>(tokens) * 2 * kv_dim);
+        cpu::Linear(h_r.data(), w_r.data(), ls.b_kv.data(), kv.data(), tokens, 2 * kv_dim, hidden);
+        // The device's F32 Ĥ is within m of the twin's; rounding is monotone, so both BF16
+        // values lie in [R(h − m), R(h + m)].
+        std::vector<float> flip(h.size());
+        for (size_t i = 0; i < h.size(); ++i) {
+          const float m = 3e-5f * (1.0f + std::abs(h[i]));
+          flip[i] = cuda::RoundToBf16(h[i] + m) - cuda::RoundToBf16(h[i] - m);
+        }
+        for (int t = 0; t < tokens; ++t) {
+          for (int o = 0; o < 2 * kv_dim; ++o) {
+            float e = 0;
+            for (int j = 0; j < hidden; ++j) {
+              e += std::abs(w_r[o * hidden + j]) * flip[t * hidden + j];
+            }
+            const size_t at = static_cast<size_t>(t) * kv_dim + o % kv_dim;
+            (o < kv_dim ? k : v)[at] = kv[static_cast<size_t>(t) * 2 * kv_dim + o];
+            (o < kv_dim ? ek : ev)[at] = e;
           }
-          const size_t at = static_cast<size_t>(t) * kv_dim + o % kv_dim;
-          (o < kv_dim ? k : v)[at] = kv[static_cast<size_t>(t) * 2 * kv_dim + o];
-          (o < kv_dim ? ek : ev)[at] = e;
         }
       }
-    }
-    cpu::ApplyRope(k.data(), tokens, kv_heads, head_dim, positions.data(), spec.inv_freq.data());
-    // RoPE mixes the pair (i, i + head_dim / 2): either rotated element may carry both slacks.
-    for (size_t a = 0; a < ek.size(); ++a) {
-      if (a % head_dim < static_cast<size_t>(head_dim / 2)) {
-        ek[a] = ek[a + head_dim / 2] = ek[a] + ek[a + head_dim / 2];
+      cpu::ApplyRope(k.data(), tokens, kv_heads, head_dim, positions.data(), spec.inv_freq.data());
+      // RoPE mixes the pair (i, i + head_dim / 2): either rotated element may carry both slacks.
+      for (size_t a = 0; a < ek.size(); ++a) {
+        if (a % head_dim < static_cast<size_t>(head_dim / 2)) {
+          ek[a] = ek[a + head_dim / 2] = ek[a] + ek[a + head_dim / 2];
+        }
+      }
+      const size_t base = (static_cast<size_t>(l) * capacity + start) * kv_dim;
+      for (size_t i = 0; i < k.size(); ++i) {
+        x.k[base + i] = cuda::RoundToBf16(k[i]);
+        x.v[base + i] = cuda::RoundToBf16(v[i]);
+        x.slack_k[base + i] = ek[i];
+        x.slack_v[base + i] = ev[i];
+        x.written[base + i] = 1;
       }
     }
-    const size_t base = (static_cast<size_t>(l) * capacity + start) * kv_dim;
-    for (size_t i = 0; i < k.size(); ++i) {
-      want_k[base + i] = cuda::RoundToBf16(k[i]);
-      want_v[base + i] = cuda::RoundToBf16(v[i]);
-      slack_k[base + i] = ek[i];
-      slack_v[base + i] = ev[i];
-      written[base + i] = 1;
+    return x;
+  };
+  auto check = [&](const std::vector<Bf16>& got_k, const std::vector<Bf16>& got_v,
+                   const Expected& want, Part layer1) {
+    const size_t per_layer = static_cast<size_t>(capacity) * kv_dim;
+    for (int l = 0; l < layers; ++l) {
+      const bool patch = l == 1 && layer1 == Part::kPatch;
+      INFO("layer " << l << (patch ? " (PATCH)" : " (REUSE)"));
+      const double atol = patch ? 1e-4 : kStoreAtol;
+      const size_t at = l * per_layer;
+      CheckCache(Slice(got_k, at, per_layer), Slice(want.k, at, per_layer),
+                 Slice(want.written, at, per_layer), Slice(want.slack_k, at, per_layer), atol,
+                 kBf16Store, "K cache");
+      CheckCache(Slice(got_v, at, per_layer), Slice(want.v, at, per_layer),
+                 Slice(want.written, at, per_layer), Slice(want.slack_v, at, per_layer), atol,
+                 kBf16Store, "V cache");
     }
-  }
+  };
 
   const std::vector<Bf16> sentinel(elems, cuda::FloatToBf16(kSentinel));
   DeviceArray<Bf16> k_cache(sentinel), v_cache(sentinel);
   auto rebuilder = cuda::ScdGpuRebuilder::Create(spec, 32);
   RequireOk(rebuilder.status());
   CHECK((*rebuilder)->weight_bytes() > 0);
+  CHECK((*rebuilder)->max_tokens() == 32);
+  CHECK((*rebuilder)->device_bytes() > (*rebuilder)->weight_bytes());
+  CHECK((*rebuilder)->pinned_bytes() > 0);
   cuda::SequenceCache target;
   target.k = k_cache.get();
   target.v = v_cache.get();
@@ -723,11 +761,19 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
   target.length = start;
 
   // Shape errors, which must leave the cache alone: codes for 2 of the 3 layers; positions
-  // [36, 65) past a capacity of 64.
+  // [36, 65) past a capacity of 64; 33 tokens, more than the rebuilder takes; a PATCH code for
+  // layer 0, which has no aligner.
   CHECK_FALSE((*rebuilder)->Rebuild(absl::MakeConstSpan(codes.data(), 2), tokens, target).ok());
   cuda::SequenceCache overflow = target;
   overflow.length = capacity - tokens + 1;
   CHECK_FALSE((*rebuilder)->Rebuild(codes, tokens, overflow).ok());
+  CHECK_FALSE((*rebuilder)->Rebuild(codes, 33, target).ok());
+  std::vector<cuda::LayerCodes> no_aligner = codes;
+  no_aligner[0] = {z_h[1].data(), nullptr, cuda::CodeFormat::kF32, Part::kPatch};
+  const absl::Status refused = (*rebuilder)->Rebuild(no_aligner, tokens, target);
+  INFO(refused);
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(refused.message()).find("no PATCH aligner") != std::string::npos);
   RequireSynced();
   CheckClose(Widen(k_cache.ToHost()), Widen(sentinel), 0, 0, "K cache after rejected calls");
   CheckClose(Widen(v_cache.ToHost()), Widen(sentinel), 0, 0, "V cache after rejected calls");
@@ -738,6 +784,28 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
   CHECK(times.gpu_ms >= 0);
   CHECK(times.stage_ms >= 0);
   const std::vector<Bf16> got_k = k_cache.ToHost(), got_v = v_cache.ToHost();
+  {
+    INFO("layer 1 as PATCH");
+    check(got_k, got_v, expect(Part::kPatch), Part::kPatch);
+  }
+
+  // The same rebuilder with layer 1 as REUSE (an scd-reuse payload), then as PATCH again: the
+  // part is the call's, and a REUSE call leaves nothing behind for the next PATCH one.
+  {
+    INFO("layer 1 as REUSE");
+    DeviceArray<Bf16> k_reuse(sentinel), v_reuse(sentinel);
+    cuda::SequenceCache into = target;
+    into.k = k_reuse.get();
+    into.v = v_reuse.get();
+    RequireOk((*rebuilder)->Rebuild(codes_for(Part::kReuse), tokens, into));
+    check(k_reuse.ToHost(), v_reuse.ToHost(), expect(Part::kReuse), Part::kReuse);
+    DeviceArray<Bf16> k_again(sentinel), v_again(sentinel);
+    into.k = k_again.get();
+    into.v = v_again.get();
+    RequireOk((*rebuilder)->Rebuild(codes, tokens, into));
+    CheckClose(Widen(k_again.ToHost()), Widen(got_k), 0, 0, "K cache, PATCH after REUSE");
+    CheckClose(Widen(v_again.ToHost()), Widen(got_v), 0, 0, "V cache, PATCH after REUSE");
+  }
 
   // The same rebuild from codes as they travel (F16, int8 with a scale per row), decoded on the
   // device: bit-identical to rebuilding from the host's decoding of those bytes as F32.
@@ -746,22 +814,23 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
     std::vector<std::vector<uint8_t>> sent_k(layers), sent_v(layers);
     std::vector<std::vector<float>> host_k(layers), host_v(layers);
     std::vector<cuda::LayerCodes> sent(layers), host(layers);
-    auto encode = [&](const std::vector<float>& z, int cols, std::vector<uint8_t>* bytes,
+    auto encode = [&](const float* z, int cols, std::vector<uint8_t>* bytes,
                       std::vector<float>* decoded) {
       bytes->resize(EncodedBytes(encoding, tokens, cols, 0));
-      EncodeMatrix(encoding, z.data(), tokens, cols, 0, bytes->data());
-      decoded->resize(z.size());
+      EncodeMatrix(encoding, z, tokens, cols, 0, bytes->data());
+      decoded->resize(static_cast<size_t>(tokens) * cols);
       REQUIRE(DecodeMatrix(encoding, bytes->data(), bytes->size(), tokens, cols, 0, decoded->data())
                   .ok());
     };
     for (int l = 0; l < layers; ++l) {
       const cuda::RebuildLayerSpec& ls = spec.layers[l];
-      const bool reuse = ls.kind == Kind::kReuse;
-      encode(z_k[l], reuse ? ls.rank_k : ls.code_dim, &sent_k[l], &host_k[l]);
-      sent[l] = {sent_k[l].data(), nullptr, static_cast<cuda::CodeFormat>(encoding)};
-      host[l] = {host_k[l].data(), nullptr, cuda::CodeFormat::kF32};
+      const bool reuse = codes[l].part == Part::kReuse;
+      encode(static_cast<const float*>(codes[l].z_k), reuse ? ls.rank_k : ls.code_dim, &sent_k[l],
+             &host_k[l]);
+      sent[l] = {sent_k[l].data(), nullptr, static_cast<cuda::CodeFormat>(encoding), codes[l].part};
+      host[l] = {host_k[l].data(), nullptr, cuda::CodeFormat::kF32, codes[l].part};
       if (reuse) {
-        encode(z_v[l], ls.rank_v, &sent_v[l], &host_v[l]);
+        encode(z_v[l].data(), ls.rank_v, &sent_v[l], &host_v[l]);
         sent[l].z_v = sent_v[l].data();
         host[l].z_v = host_v[l].data();
       }
@@ -778,19 +847,13 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
     CheckClose(Widen(v_sent.ToHost()), Widen(v_host.ToHost()), 0, 0, "V cache, codes as sent");
   }
 
-  const size_t per_layer = static_cast<size_t>(capacity) * kv_dim;
-  for (int l = 0; l < layers; ++l) {
-    const bool patch = spec.layers[l].kind == Kind::kPatch;
-    INFO("layer " << l << (patch ? " (PATCH)" : " (REUSE)"));
-    const double atol = patch ? 1e-4 : kStoreAtol;
-    const size_t at = l * per_layer;
-    CheckCache(Slice(got_k, at, per_layer), Slice(want_k, at, per_layer),
-               Slice(written, at, per_layer), Slice(slack_k, at, per_layer), atol, kBf16Store,
-               "K cache");
-    CheckCache(Slice(got_v, at, per_layer), Slice(want_v, at, per_layer),
-               Slice(written, at, per_layer), Slice(slack_v, at, per_layer), atol, kBf16Store,
-               "V cache");
-  }
+  // A spec layer with neither part is refused.
+  cuda::RebuildSpec empty_layer = spec;
+  empty_layer.layers[2] = cuda::RebuildLayerSpec{};
+  const absl::Status bad = empty_layer.Validate();
+  CHECK(bad.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(bad.message()).find("neither REUSE decoders nor a PATCH aligner") !=
+        std::string::npos);
 }
 
 TEST_CASE("CUDA DecodeCodes matches DecodeMatrix bit for bit", "[cuda]") {

@@ -14,6 +14,7 @@
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
 #include "common/runtime/cuda_backend.h"
+#include "common/scd/artifact.h"
 #include "common/scd/codec.h"
 #include "common/scd/wire_format.h"
 #include "common/sekv/budget_plan.h"
@@ -21,6 +22,7 @@
 #include "common/serving/decode_engine.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/synthetic_backend.h"
+#include "tests/cuda/cuda_test_support.h"
 #include "tests/gpu_host/stub_memory.h"
 #include "tests/serving/engine_fixture.h"
 
@@ -528,6 +530,115 @@ TEST_CASE(
   CHECK(backend->Workspace().device == reserved.device);
   CHECK(backend->Workspace().pinned_host == reserved.pinned_host);
   CHECK(DeviceBytesInUse() == in_use);
+}
+
+}  // namespace scd
+
+namespace scd {
+
+TEST_CASE(
+    "The engine reserves the SCD GPU rebuild's memory for a payload chunk at start, and scd and "
+    "scd-reuse payloads then allocate none of it",
+    "[cpu]") {
+  // The bundled pair and its calibration artifact; payloads of 40 tokens, rebuilt on the GPU
+  // path 16 rows at a time.
+  auto loaded =
+      ScdArtifact::Load(testing::SourceFile("docs/results/stories260K-babi-qa.scd.safetensors"));
+  INFO(loaded.status());
+  REQUIRE(loaded.ok());
+  auto artifact = std::make_shared<const ScdArtifact>(std::move(loaded).value());
+  auto producer_model = testing::LoadSharedModel("models/stories260K");
+  auto consumer_model = testing::LoadSharedModel("models/stories260K-babi-qa");
+  auto producer_backend = CreateBackend(BackendKind::kCpu, producer_model).value();
+  auto encoder = ProducerCodec::Create(producer_model, consumer_model->digest, artifact).value();
+  auto payload = [&](CodecMode mode, int seed) {
+    const std::vector<int32_t> prefix = testing::SyntheticPrompt(40, seed);
+    auto seq = producer_backend->NewSequence(40).value();
+    PrefillResult states;
+    REQUIRE(
+        producer_backend->Prefill(*seq, prefix, ProducerPrefillOptions(CodecMode::kScd), &states)
+            .ok());
+    return SerializePayload(encoder->Encode(mode, prefix, states).value());
+  };
+  DecodeEngineOptions o;
+  o.prefill_chunk = 32;
+  o.rebuild_chunk = 16;
+  o.max_batch = 2;
+  o.min_step_interval = absl::Milliseconds(3);  // so that requests overlap
+  auto make_engine = [&](std::unique_ptr<Backend> backend) {
+    return DecodeEngine::Create(
+        std::move(backend),
+        ConsumerCodec::Create(consumer_model, producer_model->digest, artifact).value(), o);
+  };
+  const size_t pinned_before = cuda::stub::PinnedBytesInUse();
+  auto backend = CreateBackend(BackendKind::kCuda, consumer_model).value();
+  const size_t with_weights = DeviceBytesInUse();
+  size_t reserved = 0, rebuild_device = 0;
+  {
+    auto engine = make_engine(std::move(backend));
+    REQUIRE(engine.ok());
+    const DecodeEngineStats at_start = (*engine)->stats();
+    CHECK(at_start.rebuild_device_bytes > 0);
+    CHECK(at_start.rebuild_host_bytes > 0);
+    rebuild_device = static_cast<size_t>(at_start.rebuild_device_bytes);
+    // Beside the backend's workspace, the rebuilder (every layer's REUSE decoders, the selected
+    // layers' aligners and [W_K; W_V], and its buffers for 16 rows) is taken at start, before
+    // the KV budget's reading.
+    reserved = DeviceBytesInUse() - with_weights;
+    const double both =
+        static_cast<double>(at_start.workspace_device_bytes + at_start.rebuild_device_bytes);
+    CHECK(static_cast<double>(reserved) >= both);
+    CHECK(static_cast<double>(reserved) < both + kRoundingSlack + 64 * 256);
+    CHECK(cuda::stub::PinnedBytesInUse() - pinned_before ==
+          static_cast<size_t>(at_start.workspace_host_bytes + at_start.rebuild_host_bytes));
+    const double free_now = static_cast<double>(cuda::MemoryInfo().value().free_bytes);
+    CHECK(at_start.kv_budget_bytes == static_cast<int64_t>(0.9 * free_now));
+
+    // Six requests after payloads, scd and scd-reuse in turn: one rebuilder serves both
+    // layouts, and no chunk allocates.
+    testing::DecodeEventCollector ev;
+    for (uint64_t id = 1; id <= 6; ++id) {
+      DecodeJob job;
+      job.request_id = id;
+      job.payload =
+          payload(id % 2 == 1 ? CodecMode::kScd : CodecMode::kScdReuse, static_cast<int>(id));
+      job.suffix = {5, 6, 7};
+      job.max_tokens = 4;
+      job.stop_ids = {-1};
+      REQUIRE((*engine)->Submit(std::move(job), ev.For(id)).ok());
+    }
+    ev.WaitFor(6);
+    (*engine)->Drain();
+    for (const auto& [id, e] : ev.final_events) {
+      INFO("request " << id << ": " << e.error);
+      CHECK(e.error.ok());
+    }
+    const DecodeEngineStats s = (*engine)->stats();
+    CHECK(s.completed == 6);
+    CHECK(s.rebuild_rows == 6 * 40);
+    CHECK(s.rebuild_chunks == 6 * 3);  // 16 + 16 + 8 rows
+    CHECK(s.rebuild_device_bytes == at_start.rebuild_device_bytes);
+    CHECK(s.rebuild_host_bytes == at_start.rebuild_host_bytes);
+    CHECK(DeviceBytesInUse() == with_weights + reserved);
+    CHECK(cuda::stub::PinnedBytesInUse() - pinned_before ==
+          static_cast<size_t>(at_start.workspace_host_bytes + at_start.rebuild_host_bytes));
+  }
+  CHECK(cuda::stub::PinnedBytesInUse() == pinned_before);
+
+  SECTION("a device with room for the backend's workspace but not the rebuilder refuses to start") {
+    auto small = CreateBackend(BackendKind::kCuda, consumer_model).value();
+    cuda::stub::SetDeviceMemoryBytes(DeviceBytesInUse() + (reserved - rebuild_device) +
+                                     rebuild_device / 2);
+    auto engine = make_engine(std::move(small));
+    cuda::stub::SetDeviceMemoryBytes(size_t{64} << 30);
+    REQUIRE(!engine.ok());
+    CHECK(engine.status().code() == absl::StatusCode::kResourceExhausted);
+    const std::string message(engine.status().message());
+    INFO(message);
+    CHECK(message.find("SCD GPU rebuild") != std::string::npos);
+    CHECK(message.find("payload chunk of 16 rows") != std::string::npos);
+    CHECK(message.find("lower engine.rebuild_chunk") != std::string::npos);
+  }
 }
 
 }  // namespace scd

@@ -46,7 +46,6 @@ cuda::RebuildSpec RandomRebuildSpec(const ModelConfig& c) {
     cuda::RebuildLayerSpec& s = spec.layers.emplace_back();
     if (IsPatchLayer(l, c.num_layers)) {
       const size_t r = kScdPatchCodeDim, m = kScdAlignerHidden;
-      s.kind = cuda::RebuildLayerSpec::Kind::kPatch;
       s.code_dim = kScdPatchCodeDim;
       s.hidden_dim = kScdAlignerHidden;
       s.a = Normal(r * d, seed++, 1.0f / std::sqrt(static_cast<float>(r)));
@@ -55,15 +54,15 @@ cuda::RebuildSpec RandomRebuildSpec(const ModelConfig& c) {
       s.b1 = Normal(m, seed++, 0.02f);
       s.w2 = Normal(m * d, seed++, 1.0f / std::sqrt(static_cast<float>(m)));
       s.w_kv = Normal(2 * kv * d, seed++, 0.02f);
-    } else {
-      s.kind = cuda::RebuildLayerSpec::Kind::kReuse;
-      s.rank_k = kScdRankK;
-      s.rank_v = kScdRankV;
-      s.dec_k = Normal(kScdRankK * kv, seed++, 1.0f / std::sqrt(static_cast<float>(kScdRankK)));
-      s.mu_k = Normal(kv, seed++, 0.02f);
-      s.dec_v = Normal(kScdRankV * kv, seed++, 1.0f / std::sqrt(static_cast<float>(kScdRankV)));
-      s.mu_v = Normal(kv, seed++, 0.02f);
     }
+    // REUSE decoders on every layer, as the decode daemon's rebuilder holds them (its patched
+    // layers serve scd-reuse payloads too).
+    s.rank_k = kScdRankK;
+    s.rank_v = kScdRankV;
+    s.dec_k = Normal(kScdRankK * kv, seed++, 1.0f / std::sqrt(static_cast<float>(kScdRankK)));
+    s.mu_k = Normal(kv, seed++, 0.02f);
+    s.dec_v = Normal(kScdRankV * kv, seed++, 1.0f / std::sqrt(static_cast<float>(kScdRankV)));
+    s.mu_v = Normal(kv, seed++, 0.02f);
   }
   return spec;
 }
@@ -79,7 +78,7 @@ absl::StatusOr<nlohmann::json> MeasureScdRebuild(const ModelConfig& c, int token
   }
   std::printf(
       "  scd rebuild %d tokens: PATCH layers %s (code %d, aligner %d), REUSE elsewhere "
-      "(r_K %d, r_V %d); warm-up + median of %d\n",
+      "(r_K %d, r_V %d; decoders on every layer); warm-up + median of %d\n",
       tokens, absl::StrJoin(patch_layers, ",").c_str(), kScdPatchCodeDim, kScdAlignerHidden,
       kScdRankK, kScdRankV, kScdReps);
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<cuda::ScdGpuRebuilder> rebuilder,
@@ -92,11 +91,12 @@ absl::StatusOr<nlohmann::json> MeasureScdRebuild(const ModelConfig& c, int token
   size_t payload_floats = 0;
   for (int l = 0; l < c.num_layers; ++l) {
     const cuda::RebuildLayerSpec& s = spec.layers[l];
-    const bool patch = s.kind == cuda::RebuildLayerSpec::Kind::kPatch;
+    const bool patch = s.has_patch();
     z[2 * l] = Normal(size_t{1} * tokens * (patch ? s.code_dim : s.rank_k), 9000 + 2 * l, 1.0f);
     if (!patch) z[2 * l + 1] = Normal(size_t{1} * tokens * s.rank_v, 9001 + 2 * l, 1.0f);
     codes[l].z_k = z[2 * l].data();
     codes[l].z_v = patch ? nullptr : z[2 * l + 1].data();
+    codes[l].part = patch ? cuda::RebuildPart::kPatch : cuda::RebuildPart::kReuse;
     payload_floats += z[2 * l].size() + z[2 * l + 1].size();
   }
 
@@ -137,7 +137,7 @@ absl::StatusOr<nlohmann::json> MeasureScdRebuild(const ModelConfig& c, int token
   double int8_bytes = 0;
   for (int l = 0; l < c.num_layers; ++l) {
     const cuda::RebuildLayerSpec& s = spec.layers[l];
-    const bool patch = s.kind == cuda::RebuildLayerSpec::Kind::kPatch;
+    const bool patch = s.has_patch();
     for (int part = 0; part < (patch ? 1 : 2); ++part) {
       const int cols = patch ? s.code_dim : (part == 0 ? s.rank_k : s.rank_v);
       std::vector<uint8_t>& bytes = sent[2 * l + part];
@@ -146,7 +146,7 @@ absl::StatusOr<nlohmann::json> MeasureScdRebuild(const ModelConfig& c, int token
       int8_bytes += static_cast<double>(bytes.size());
     }
     int8_codes[l] = {sent[2 * l].data(), patch ? nullptr : sent[2 * l + 1].data(),
-                     cuda::CodeFormat::kInt8Row};
+                     cuda::CodeFormat::kInt8Row, codes[l].part};
   }
   SCD_ASSIGN_OR_RETURN(const Timing int8, time_codes(int8_codes));
 
@@ -159,10 +159,11 @@ absl::StatusOr<nlohmann::json> MeasureScdRebuild(const ModelConfig& c, int token
   std::printf(
       "  scd rebuild %d tokens, int8 codes (%.1f MB): %8.2f ms (stage %.2f, GPU %.2f); F32 codes "
       "(%.1f MB): %.2f ms (stage %.2f, GPU %.2f); prefill %.2f ms: %.2fx (target >= %.0fx: %s); "
-      "cache %.1f MB BF16, rebuilder weights %.1f MB\n",
+      "cache %.1f MB BF16, rebuilder weights %.1f MB, device %.1f MB, pinned %.1f MB\n",
       tokens, int8_bytes / 1e6, int8.total, int8.stage, int8.gpu, payload_bytes / 1e6, f32.total,
       f32.stage, f32.gpu, prefill_ms, speedup, kScdTargetSpeedup, pass ? "PASS" : "FAIL",
-      2.0 * cache_bytes / 1e6, rebuilder->weight_bytes() / 1e6);
+      2.0 * cache_bytes / 1e6, rebuilder->weight_bytes() / 1e6, rebuilder->device_bytes() / 1e6,
+      rebuilder->pinned_bytes() / 1e6);
   return nlohmann::json{{"tokens", tokens},
                         {"patch_layers", patch_layers},
                         {"rank_k", kScdRankK},
@@ -173,6 +174,8 @@ absl::StatusOr<nlohmann::json> MeasureScdRebuild(const ModelConfig& c, int token
                         {"payload_bytes_f32", payload_bytes},
                         {"cache_bytes", 2.0 * cache_bytes},
                         {"rebuilder_weight_bytes", rebuilder->weight_bytes()},
+                        {"rebuilder_device_bytes", rebuilder->device_bytes()},
+                        {"rebuilder_pinned_bytes", rebuilder->pinned_bytes()},
                         {"rebuild_ms", int8.total},
                         {"stage_ms", int8.stage},
                         {"gpu_ms", int8.gpu},
