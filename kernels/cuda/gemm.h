@@ -37,6 +37,8 @@ class CublasGemm {
                          float beta = 0.0f);
 
   StreamHandle stream() const { return stream_; }
+  // Device bytes of the workspace it gave cuBLAS (kWorkspaceBytes; 0 over the stand-ins).
+  size_t workspace_bytes() const { return workspace_.size(); }
 
  private:
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;

@@ -241,7 +241,8 @@ int ScdGpuRebuilder::max_tokens() const { return impl_->max_tokens; }
 size_t ScdGpuRebuilder::device_bytes() const {
   const Impl& m = *impl_;
   size_t bytes = m.inv_freq.size() + m.raw.size() + m.codes.size() + m.meta.size() + m.h.size() +
-                 m.hidden_scratch.size() + m.h_bf16.size() + m.kv.size();
+                 m.hidden_scratch.size() + m.h_bf16.size() + m.kv.size() +
+                 m.gemm->workspace_bytes();
   for (const Impl::Layer& l : m.layers) {
     for (const DeviceBuffer* b : {&l.dec_k, &l.mu_k, &l.dec_v, &l.mu_v, &l.a, &l.c_b2, &l.w1, &l.b1,
                                   &l.w2, &l.w_kv, &l.b_kv}) {

@@ -99,7 +99,8 @@ class ScdGpuRebuilder {
   int max_tokens() const;
   // Device bytes of the decoders, aligners and projections.
   size_t weight_bytes() const { return weight_bytes_; }
-  // Every device byte it holds (the weights and its buffers), and its pinned host bytes.
+  // Every device byte it holds (the weights, its buffers and its cuBLAS workspace), and its
+  // pinned host bytes.
   size_t device_bytes() const;
   size_t pinned_bytes() const;
 

@@ -693,4 +693,45 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "GpuSekv::HostBytes is the pinned memory it allocated once Create has freed its upload "
+    "conversion, and within PlanHostBytes over the steps",
+    "[cpu]") {
+  ZoomFixture f(/*layers=*/3, /*heads=*/4, /*kv_heads=*/2, /*head_dim=*/16, /*t=*/200,
+                /*pins=*/4, /*budget=*/12);
+  const cuda::DeviceBuffer inputs = StepInputs(f.shape);
+  for (const GpuTier tier : {GpuTier::kBf16, GpuTier::kF32}) {
+    for (const GpuZoom zoom : {GpuZoom::kDevice, GpuZoom::kHost}) {
+      INFO((tier == GpuTier::kBf16 ? "BF16" : "F32")
+           << " tier, zoom on the " << (zoom == GpuZoom::kDevice ? "device" : "host"));
+      auto cache = SekvCache::CreateWithSegmentation(f.shape, f.prefix, f.seg, f.o, nullptr);
+      REQUIRE(cache.ok());
+      const size_t before = cuda::stub::PinnedBytesInUse();
+      auto gpu = GpuSekv::Create(f.backend, **cache, tier, zoom);
+      REQUIRE(gpu.ok());
+      // The stand-in device registers the CPU tier, so no pinned copy: HostBytes is its pinned
+      // staging alone. A BF16 tier's uploads were converted through a host buffer as large
+      // as a layer's largest tier, which Create has freed.
+      REQUIRE((*gpu)->cpu_tier_access() != CpuTierAccess::kPinnedCopy);
+      const size_t pinned = cuda::stub::PinnedBytesInUse() - before;
+      CHECK(pinned > 0);
+      CHECK((*gpu)->HostBytes() == pinned);
+      // Steps convert the pins' uploads (BF16) through a buffer of at most pin_tokens rows per
+      // KV head; the whole stays within the plan the engine reserves host memory by.
+      const size_t plan = GpuSekv::PlanHostBytes(f.shape, f.o, tier, zoom, f.prefix.num_tokens);
+      CHECK((*gpu)->HostBytes() <= plan);
+      for (int step = 0; step < 4; ++step) {
+        AttendEveryLayer(**gpu, f.shape, inputs.as<float>());
+        REQUIRE((*gpu)->Settle(nullptr).ok());
+      }
+      const size_t pins = tier == GpuTier::kBf16 ? sizeof(cuda::Bf16) * f.shape.num_kv_heads *
+                                                       f.o.pin_tokens * f.shape.head_dim
+                                                 : 0;
+      CHECK(cuda::stub::PinnedBytesInUse() - before == pinned);
+      CHECK((*gpu)->HostBytes() <= pinned + pins);
+      CHECK((*gpu)->HostBytes() <= plan);
+    }
+  }
+}
+
 }  // namespace scd::sekv
