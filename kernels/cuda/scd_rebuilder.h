@@ -32,11 +32,12 @@ namespace scd::cuda {
 enum class RebuildPart { kReuse, kPatch };
 
 struct RebuildLayerSpec {
-  // REUSE part (present when rank_k > 0): the K and V decoders (LinearCode::decoder, mu_out).
+  // A part is present when any of its fields is set (RebuildSpec::Validate then checks them all).
+  // REUSE part: the K and V decoders (LinearCode::decoder, mu_out).
   int rank_k = 0, rank_v = 0;
   std::vector<float> dec_k, mu_k;  // [rank_k, kv_dim], [kv_dim]
   std::vector<float> dec_v, mu_v;  // [rank_v, kv_dim], [kv_dim]
-  // PATCH part (present when code_dim > 0): the aligner (PatchAligner fields, c_b2 = c + b₂)
+  // PATCH part: the aligner (PatchAligner fields, c_b2 = c + b₂)
   // and the consumer's own K and V projections of this layer in the HF layout, stacked:
   // w_kv = [W_K; W_V] [2 kv_dim, d].
   int code_dim = 0, hidden_dim = 0;
