@@ -314,8 +314,33 @@ absl::Status DecodeDaemon::Start() {
                     "Host memory the admitted SEKV requests reserve now (sekv.max_host_bytes): "
                     "a bound on the build's peak, then what the hierarchy holds.")
           .value();
+  auto* scratch =
+      metrics_
+          .AddGaugeFamily(
+              "scd_decode_scratch_bytes",
+              "Memory taken at start beside the weights and the KV caches, by part: backend (its "
+              "activations, logits, attention and sampling workspaces and staging for the "
+              "engine's largest calls) and scd_rebuild (the SCD GPU rebuilder's decoders, "
+              "aligners and buffers for a payload chunk); memory: device or pinned_host. 0 on "
+              "the CPU backend.",
+              {"part", "memory"})
+          .value();
   kv_budget->Set(static_cast<double>(engine_->stats().kv_budget_bytes));
   host_budget->Set(static_cast<double>(engine_->stats().sekv_host_budget_bytes));
+  // The rebuilder's series may grow later (a payload patching a layer outside the artifact's
+  // selection): the ticker keeps them current.
+  auto set_scratch = [scratch](const DecodeEngineStats& s) {
+    const std::pair<const char*, int64_t> series[][2] = {
+        {{"device", s.workspace_device_bytes}, {"pinned_host", s.workspace_host_bytes}},
+        {{"device", s.rebuild_device_bytes}, {"pinned_host", s.rebuild_host_bytes}}};
+    const char* parts[] = {"backend", "scd_rebuild"};
+    for (int p = 0; p < 2; ++p) {
+      for (const auto& [memory, bytes] : series[p]) {
+        scratch->WithLabels({parts[p], memory}).value()->Set(static_cast<double>(bytes));
+      }
+    }
+  };
+  set_scratch(engine_->stats());
   if (c.http_port >= 0) {
     http::HttpServerOptions ho;
     ho.host = c.http_host;
@@ -370,7 +395,7 @@ absl::Status DecodeDaemon::Start() {
   ticker_ = std::thread([this, active, queued, starting, prefill_chunks, prefill_tokens,
                          rebuild_chunks, rebuild_rows, registered, pending, payloads, graph_steps,
                          graphs_active, sekv_copies, sekv_steps, sekv_step_rows, mixed_steps,
-                         kv_reserved, kv_waits, host_reserved, past_host_wait] {
+                         kv_reserved, kv_waits, host_reserved, past_host_wait, set_scratch] {
     PayloadMailboxStats last;
     DecodeGraphStats last_graphs;
     long last_chunks = 0, last_tokens = 0, last_rebuilds = 0, last_rows = 0, last_copies = 0,
@@ -390,6 +415,7 @@ absl::Status DecodeDaemon::Start() {
       queued->Set(engine_->queued());
       starting->Set(engine_->starting());
       const DecodeEngineStats engine_stats = engine_->stats();
+      set_scratch(engine_stats);
       advance(prefill_chunks, &last_chunks, engine_stats.prefill_chunks);
       advance(prefill_tokens, &last_tokens, engine_stats.prefill_tokens);
       advance(rebuild_chunks, &last_rebuilds, engine_stats.rebuild_chunks);

@@ -259,6 +259,15 @@ TEST_CASE("The decode daemon prefills a prompt and rebuilds a payload in chunks,
     CHECK(MetricValue(body, "scd_decode_kv_budget_bytes") == std::optional<double>(230 * 1280));
     CHECK(MetricValue(body, "scd_decode_kv_reserved_bytes") == std::optional<double>(0));
     CHECK(MetricValue(body, "scd_decode_kv_waits_total") == std::optional<double>(0));
+    // The CPU backend takes no scratch memory at start, and the codec rebuilds on the host.
+    for (const char* part : {"backend", "scd_rebuild"}) {
+      for (const char* memory : {"device", "pinned_host"}) {
+        const std::string series = std::string("scd_decode_scratch_bytes{part=\"") + part +
+                                   "\",memory=\"" + memory + "\"}";
+        INFO(series);
+        CHECK(MetricValue(body, series) == std::optional<double>(0));
+      }
+    }
     // A request whose cache could never fit the budget is refused with the reason.
     const HttpResult refused =
         HttpPost(prefill.http_port, "/v1/completions", CompletionBody(prompt, 300, false));
