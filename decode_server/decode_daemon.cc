@@ -329,17 +329,18 @@ absl::Status DecodeDaemon::Start() {
   host_budget->Set(static_cast<double>(engine_->stats().sekv_host_budget_bytes));
   // The rebuilder's series may grow later (a payload patching a layer outside the artifact's
   // selection): the ticker keeps them current.
-  auto set_scratch = [scratch](const DecodeEngineStats& s) {
-    const std::pair<const char*, int64_t> series[][2] = {
-        {{"device", s.workspace_device_bytes}, {"pinned_host", s.workspace_host_bytes}},
-        {{"device", s.rebuild_device_bytes}, {"pinned_host", s.rebuild_host_bytes}}};
-    const char* parts[] = {"backend", "scd_rebuild"};
-    for (int p = 0; p < 2; ++p) {
-      for (const auto& [memory, bytes] : series[p]) {
-        scratch->WithLabels({parts[p], memory}).value()->Set(static_cast<double>(bytes));
-      }
-    }
+  auto gauge = [scratch](const char* part, const char* memory) {
+    return scratch->WithLabels({part, memory}).value();
   };
+  auto set_scratch =
+      [backend_device = gauge("backend", "device"), backend_host = gauge("backend", "pinned_host"),
+       rebuild_device = gauge("scd_rebuild", "device"),
+       rebuild_host = gauge("scd_rebuild", "pinned_host")](const DecodeEngineStats& s) {
+        backend_device->Set(static_cast<double>(s.workspace_device_bytes));
+        backend_host->Set(static_cast<double>(s.workspace_host_bytes));
+        rebuild_device->Set(static_cast<double>(s.rebuild_device_bytes));
+        rebuild_host->Set(static_cast<double>(s.rebuild_host_bytes));
+      };
   set_scratch(engine_->stats());
   if (c.http_port >= 0) {
     http::HttpServerOptions ho;
