@@ -10,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/utf8.h"
 #include "common/config/string_view_bridge.h"
 
 namespace scd::config {
@@ -89,56 +90,6 @@ absl::StatusOr<json> ParseUnsignedWithBase(std::string_view text, std::string_vi
 }
 
 }  // namespace
-
-size_t FindInvalidUtf8(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    uint32_t cp;
-    uint32_t min;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2, cp = c & 0x1F, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, cp = c & 0x0F, min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, cp = c & 0x07, min = 0x10000;
-    } else {
-      return i;
-    }
-    if (text.size() - i < len) return i;
-    for (size_t k = 1; k < len; ++k) {
-      const auto cc = static_cast<unsigned char>(text[i + k]);
-      if ((cc & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += len;
-  }
-  return std::string_view::npos;
-}
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 absl::Status ParseQuotedScalar(std::string_view text, size_t* pos, std::string* out) {
   out->clear();
@@ -222,7 +173,7 @@ absl::Status ParseQuotedScalar(std::string_view text, size_t* pos, std::string* 
         if (!ReadHex(text, &i, 2, &cp)) {
           return absl::InvalidArgumentError("invalid \\x escape (expected 2 hex digits)");
         }
-        AppendUtf8(cp, out);
+        utf8::AppendUtf8(cp, out);
         break;
       case 'u':
         if (!ReadHex(text, &i, 4, &cp)) {
@@ -243,14 +194,14 @@ absl::Status ParseQuotedScalar(std::string_view text, size_t* pos, std::string* 
           i = j;
           cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
         }
-        AppendUtf8(cp, out);
+        utf8::AppendUtf8(cp, out);
         break;
       case 'U':
         if (!ReadHex(text, &i, 8, &cp) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
           return absl::InvalidArgumentError(
               "invalid \\U escape (expected 8 hex digits naming a Unicode scalar value)");
         }
-        AppendUtf8(cp, out);
+        utf8::AppendUtf8(cp, out);
         break;
       default:
         return absl::InvalidArgumentError(

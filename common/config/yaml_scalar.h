@@ -21,14 +21,6 @@
 
 namespace scd::config {
 
-// Offset of the first byte of `text` that does not start a well-formed UTF-8 sequence
-// (overlong forms, surrogates and code points above U+10FFFF included), or npos when the
-// whole text is valid.
-size_t FindInvalidUtf8(std::string_view text);
-
-// Appends `code_point` (at most U+10FFFF, not a surrogate) encoded as UTF-8.
-void AppendUtf8(uint32_t code_point, std::string* out);
-
 // Parses the quoted scalar that starts at text[*pos] (a ' or a ") and ends before the end of
 // `text`. On success `*out` holds the unescaped value and *pos indexes the byte after the
 // closing quote. Single-quoted: '' is a quote, nothing else is special. Double-quoted escapes:

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
+#include "common/base/utf8.h"
 #include "common/config/config_file.h"
 #include "common/config/string_view_bridge.h"
 #include "common/config/yaml_scalar.h"
@@ -324,7 +325,7 @@ class BlockParser {
     std::string_view text = text_;
     size_t base = 0;
     if (text.substr(0, 3) == "\xEF\xBB\xBF") base = 3;
-    if (const size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
+    if (const size_t bad = utf8::FindInvalidUtf8(text); bad != std::string_view::npos) {
       return Error(LineOf(bad), absl::StrFormat("invalid UTF-8 (byte 0x%02X)",
                                                 static_cast<unsigned char>(text[bad])));
     }
@@ -525,7 +526,7 @@ absl::StatusOr<json> ParseYaml(std::string_view text, std::string_view source_na
 }
 
 absl::StatusOr<json> ParseYamlInlineValue(std::string_view text, int depth) {
-  if (const size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
+  if (const size_t bad = utf8::FindInvalidUtf8(text); bad != std::string_view::npos) {
     return absl::InvalidArgumentError("invalid UTF-8");
   }
   const std::string_view value = TrimRight(TrimLeft(text));

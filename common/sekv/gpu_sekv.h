@@ -120,7 +120,7 @@ class GpuSekv {
   // Mirrors `cache`'s GPU tier on `backend`'s device. `cache` (not in teacher mode, no step
   // taken yet) and `backend` must outlive this object; from now on only this object steps it.
   // kDevice needs the cache's bases of rank at most cuda::kMaxBasisRank (64) and a candidate
-  // budget of at most cuda::kMaxZoomCandidates (1024) tokens. The device window holds
+  // budget of at most cuda::kMaxZoomCandidates (2^20) tokens. The device window holds
   // `window_slack` rows (>= 0) beyond the cache's window and generated_reserve, and when a
   // step outgrows it, twice the rows plus `window_slack` (DeviceBytes() grows then).
   // With the zoom on the device, `mapping` (from MapCpuTier for this cache, or null: Create

@@ -11,39 +11,22 @@
 #include <string>
 #include <string_view>
 
+#include "common/base/utf8.h"
+
 namespace scd::tokenizer_internal {
 
-inline constexpr char32_t kReplacementChar = 0xFFFD;
-inline constexpr std::string_view kReplacementUtf8 = "\xEF\xBF\xBD";
-
-// One decoded character. For ill-formed input, `valid` is false, `cp` is kReplacementChar and
-// `len` is the length of the maximal subpart (1 to 3 bytes); `truncated` is set when that
-// subpart is a valid prefix cut off by the end of the input (more bytes could complete it).
-struct Utf8Char {
-  char32_t cp;
-  int len;
-  bool valid;
-  bool truncated;
-};
-
-Utf8Char DecodeUtf8Multibyte(std::string_view text, size_t pos);
-
-// Decodes the character starting at text[pos]; pos < text.size(). Inline for the ASCII case,
-// which dominates every scan in the tokenizer.
-inline Utf8Char DecodeUtf8(std::string_view text, size_t pos) {
-  const auto b = static_cast<unsigned char>(text[pos]);
-  if (b < 0x80) return {b, 1, true, false};
-  return DecodeUtf8Multibyte(text, pos);
-}
-
-void AppendUtf8(char32_t cp, std::string* out);
+// The decoding and encoding themselves (common/base/utf8.h), by their names here.
+using utf8::AppendUtf8;
+using utf8::DecodeUtf8;
+using utf8::DecodeUtf8Multibyte;
+using utf8::IsValidUtf8;
+using utf8::kReplacementChar;
+using utf8::kReplacementUtf8;
+using utf8::Utf8Char;
 
 // Rust's String::from_utf8_lossy: valid characters are kept, each maximal subpart of an
 // ill-formed sequence becomes one U+FFFD.
 std::string Utf8Lossy(std::string_view bytes);
-
-// True when `bytes` is entirely well-formed UTF-8.
-bool IsValidUtf8(std::string_view bytes);
 
 // Streaming form of Utf8Lossy: Push(a) + Push(b) + Flush() == Utf8Lossy(a + b). Output never
 // ends inside a character; a truncated tail is held until more bytes or Flush().

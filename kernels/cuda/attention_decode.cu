@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/split_plan.h"
 
@@ -188,9 +189,10 @@ absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cach
   const int group = num_heads / num_kv_heads;
   const int64_t need =
       DecodeAttentionWorkspaceFloats(batch, max_length, num_heads, num_kv_heads, head_dim);
-  if (workspace_floats < need) {
-    return absl::InvalidArgumentError(absl::StrCat("DecodeAttention: workspace holds ",
-                                                   workspace_floats, " floats, needs ", need));
+  if (absl::Status s =
+          launch_checks::Workspace("DecodeAttention", workspace_floats, need, "floats");
+      !s.ok()) {
+    return s;
   }
   const SplitPlan plan = Plan(batch, max_length, num_heads, num_kv_heads);
   const int64_t slots = static_cast<int64_t>(batch) * num_heads * plan.splits;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention_prefill_tc.h"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/ops.h"
 
 namespace scd::cuda {
@@ -26,7 +27,7 @@ constexpr int kBq = 16;  // queries per block
 constexpr int kBk = 32;  // keys per tile (one per lane in the softmax step)
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxHeadDim = 256;
+constexpr int kMaxHeadDim = launch_checks::kPrefillMaxHeadDim;
 
 // Shared memory (floats): q[kBq][hd], k[kBk][hd + 1] (padded: lanes read different keys),
 // v[kBk][hd], s[kBq][kBk], o[kBq][hd], m/l/alpha[kBq].
@@ -160,14 +161,7 @@ absl::Status LaunchGeneric(const float* q, int64_t q_stride, const Bf16* k, cons
 }  // namespace
 
 bool AttentionImplSupports(AttentionImpl impl, int head_dim) {
-  switch (impl) {
-    case AttentionImpl::kAuto:
-    case AttentionImpl::kGeneric:
-      return head_dim > 0 && head_dim <= kMaxHeadDim;
-    case AttentionImpl::kTensorCore:
-      return internal::TensorCoreAttentionSupports(head_dim);
-  }
-  return false;
+  return launch_checks::PrefillSupports(impl, head_dim);
 }
 
 absl::Status PrefillAttention(const float* q, int64_t q_stride, const Bf16* k, const Bf16* v,
@@ -175,26 +169,10 @@ absl::Status PrefillAttention(const float* q, int64_t q_stride, const Bf16* k, c
                               int num_kv_heads, int head_dim, int window, AttentionImpl impl,
                               StreamHandle stream) {
   if (tokens <= 0) return absl::OkStatus();
-  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_heads > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("PrefillAttention: ", num_heads,
-                                                   " query heads do not group over ", num_kv_heads,
-                                                   " KV heads"));
-  }
-  if (!AttentionImplSupports(impl, head_dim)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("PrefillAttention: head_dim ", head_dim, " unsupported by this path"));
-  }
-  const bool aligned =
-      reinterpret_cast<uintptr_t>(k) % 16 == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0;
-  const bool tensor_cores =
-      impl == AttentionImpl::kTensorCore ||
-      (impl == AttentionImpl::kAuto && internal::TensorCoreAttentionSupports(head_dim) && aligned);
-  if (tensor_cores) {
-    if (!aligned) {
-      return absl::InvalidArgumentError(
-          "PrefillAttention: tensor-core path needs 16-byte "
-          "aligned K/V");
-    }
+  const absl::StatusOr<bool> tensor_cores =
+      launch_checks::PrefillTensorCores(k, v, num_heads, num_kv_heads, head_dim, impl);
+  if (!tensor_cores.ok()) return tensor_cores.status();
+  if (*tensor_cores) {
     return internal::PrefillAttentionTensorCore(q, q_stride, k, v, out, out_stride, tokens, start,
                                                 num_heads, num_kv_heads, head_dim, window, stream);
   }

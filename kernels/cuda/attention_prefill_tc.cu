@@ -196,8 +196,6 @@ absl::Status Launch(const float* q, int64_t q_stride, const Bf16* k, const Bf16*
 
 }  // namespace
 
-bool TensorCoreAttentionSupports(int head_dim) { return head_dim == 64 || head_dim == 128; }
-
 absl::Status PrefillAttentionTensorCore(const float* q, int64_t q_stride, const Bf16* k,
                                         const Bf16* v, float* out, int64_t out_stride, int tokens,
                                         int start, int num_heads, int num_kv_heads, int head_dim,

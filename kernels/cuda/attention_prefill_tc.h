@@ -10,8 +10,7 @@
 
 namespace scd::cuda::internal {
 
-bool TensorCoreAttentionSupports(int head_dim);  // 64 or 128
-
+// head_dim 64 or 128 (launch_checks::TensorCoreHeadDim).
 absl::Status PrefillAttentionTensorCore(const float* q, int64_t q_stride, const Bf16* k,
                                         const Bf16* v, float* out, int64_t out_stride, int tokens,
                                         int start, int num_heads, int num_kv_heads, int head_dim,

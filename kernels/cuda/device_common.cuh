@@ -14,6 +14,7 @@
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/launch_checks.h"
 
 namespace scd::cuda::internal {
 
@@ -94,15 +95,7 @@ __device__ __forceinline__ double BlockSumDouble(double v, double* scratch) {
   return WarpSumDouble(v);
 }
 
-constexpr int kMaxHalf = 256;  // RoPE tables hold head_dim / 2 <= 256 angles
-
-inline absl::Status CheckHeadDim(int head_dim) {
-  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim / 2 > kMaxHalf) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RoPE needs an even head_dim <= ", 2 * kMaxHalf, ", got ", head_dim));
-  }
-  return absl::OkStatus();
-}
+constexpr int kMaxHalf = launch_checks::kRopeMaxHalf;  // RoPE tables: head_dim / 2 angles
 
 // cos/sin of positions * inv_freq for one token into shared memory.
 __device__ __forceinline__ void RopeTable(int32_t position, const float* inv_freq, int half,

@@ -17,9 +17,9 @@ namespace {
 
 using internal::AsStream;
 
-using internal::CheckHeadDim;
 using internal::kMaxHalf;
 using internal::RopeTable;
+using launch_checks::RopeHeadDim;
 
 __global__ void RmsNormKernel(const float* x, const float* __restrict__ gain, float* y,
                               Bf16* __restrict__ y_bf16, int dim, float eps) {
@@ -95,7 +95,7 @@ absl::Status RmsNorm(const float* x, const float* gain, float* y, Bf16* y_bf16, 
 absl::Status ApplyRope(float* x, int tokens, int num_heads, int head_dim, int64_t row_stride,
                        const int32_t* positions, const float* inv_freq, StreamHandle stream) {
   if (tokens <= 0) return absl::OkStatus();
-  if (absl::Status s = CheckHeadDim(head_dim); !s.ok()) return s;
+  if (absl::Status s = RopeHeadDim(head_dim); !s.ok()) return s;
   RopeKernel<<<tokens, 128, 0, AsStream(stream)>>>(x, num_heads, head_dim, row_stride, positions,
                                                    inv_freq);
   return LaunchStatus("RopeKernel");
@@ -106,7 +106,7 @@ absl::Status RopeStoreKv(const float* k_pre, const float* v, int64_t in_stride, 
                          int layer, int num_kv_heads, int head_dim, const float* inv_freq,
                          StreamHandle stream) {
   if (rows <= 0) return absl::OkStatus();
-  if (absl::Status s = CheckHeadDim(head_dim); !s.ok()) return s;
+  if (absl::Status s = RopeHeadDim(head_dim); !s.ok()) return s;
   RopeStoreKvKernel<<<rows, 128, 0, AsStream(stream)>>>(
       k_pre, v, in_stride, row_seq, positions, cache, layer, num_kv_heads, head_dim, inv_freq);
   return LaunchStatus("RopeStoreKvKernel");

@@ -156,10 +156,7 @@ absl::StatusOr<SampleLayout> Layout(int rows, int vocab) {
 }  // namespace
 
 absl::StatusOr<size_t> SampleRowsWorkspaceBytes(int rows, int vocab) {
-  if (rows <= 0 || vocab <= 0 || static_cast<int64_t>(rows) * vocab > INT_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SampleRows: ", rows, " rows of ", vocab, " logits is out of range"));
-  }
+  if (absl::Status s = launch_checks::SampleShape(rows, vocab); !s.ok()) return s;
   absl::StatusOr<SampleLayout> layout = Layout(rows, vocab);
   if (!layout.ok()) return layout.status();
   return layout->total;
@@ -171,9 +168,10 @@ absl::Status SampleRows(const float* logits, const SampleParams* params, int row
   if (rows <= 0) return absl::OkStatus();
   absl::StatusOr<size_t> need = SampleRowsWorkspaceBytes(rows, vocab);
   if (!need.ok()) return need.status();
-  if (workspace_bytes < *need) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SampleRows: workspace holds ", workspace_bytes, " bytes, needs ", *need));
+  if (absl::Status s = launch_checks::Workspace("SampleRows", static_cast<int64_t>(workspace_bytes),
+                                                static_cast<int64_t>(*need), "bytes");
+      !s.ok()) {
+    return s;
   }
   absl::StatusOr<SampleLayout> layout = Layout(rows, vocab);
   if (!layout.ok()) return layout.status();

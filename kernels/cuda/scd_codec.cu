@@ -22,7 +22,7 @@ namespace {
 using internal::AsStream;
 using internal::CeilDiv;
 
-constexpr int kTokens = 8;     // tokens per block
+constexpr int kTokens = launch_checks::kReuseTokens;  // tokens per block
 constexpr int kThreads = 128;  // threads per block
 
 __global__ void __launch_bounds__(kThreads)
@@ -150,18 +150,10 @@ absl::Status ReuseDecodeStoreKv(const float* z_k, const float* z_v, int rows, Lo
                                 int num_kv_heads, int head_dim, const float* inv_freq,
                                 StreamHandle stream) {
   if (rows <= 0) return absl::OkStatus();
-  if (absl::Status s = internal::CheckHeadDim(head_dim); !s.ok()) return s;
-  if (key.rank <= 0 || key.rank > kMaxCodeRank || value.rank <= 0 || value.rank > kMaxCodeRank) {
-    return absl::InvalidArgumentError(absl::StrCat("REUSE ranks must be in [1, ", kMaxCodeRank,
-                                                   "], got ", key.rank, " and ", value.rank));
+  if (absl::Status s = launch_checks::ReuseDecode(head_dim, key.rank, value.rank); !s.ok()) {
+    return s;
   }
-  const size_t smem =
-      sizeof(float) * (static_cast<size_t>(kTokens) * (key.rank + value.rank + head_dim));
-  if (smem > 48 * 1024) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "REUSE decode needs ", smem, " bytes of shared memory (ranks ", key.rank, " and ",
-        value.rank, ", head_dim ", head_dim, "), above the 48 KB a block gets"));
-  }
+  const size_t smem = launch_checks::ReuseDecodeSharedBytes(head_dim, key.rank, value.rank);
   const unsigned blocks = static_cast<unsigned>(CeilDiv(rows, kTokens));
   ReuseDecodeKernel<<<blocks, kThreads, smem, AsStream(stream)>>>(z_k, z_v, rows, key, value,
                                                                   row_seq, positions, cache, layer,

@@ -10,6 +10,7 @@
 #include "common/base/elapsed.h"
 #include "common/base/status_macros.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/scd_sekv_ops.h"
 
@@ -72,10 +73,10 @@ absl::Status RebuildSpec::Validate() const {
           "rebuild spec layer ", li, " has neither REUSE decoders nor a PATCH aligner"));
     }
     if (l.has_reuse()) {
-      if (l.rank_k <= 0 || l.rank_k > kMaxCodeRank || l.rank_v <= 0 || l.rank_v > kMaxCodeRank) {
-        return absl::InvalidArgumentError(absl::StrCat("rebuild spec layer ", li, ": ranks ",
-                                                       l.rank_k, "/", l.rank_v, " outside 1..",
-                                                       kMaxCodeRank));
+      // What ReuseDecodeStoreKv will refuse, refused now.
+      if (absl::Status s = launch_checks::ReuseDecode(head_dim, l.rank_k, l.rank_v); !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rebuild spec layer ", li, ": ", s.message()));
       }
       SCD_RETURN_IF_ERROR(CheckSize(l.dec_k, l.rank_k * kvd, li, "key decoder"));
       SCD_RETURN_IF_ERROR(CheckSize(l.mu_k, kvd, li, "key mean"));

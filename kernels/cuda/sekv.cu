@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/scd_sekv_ops.h"
 #include "kernels/cuda/split_plan.h"
 
@@ -29,7 +30,7 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxGroup = kSekvMaxGroup;  // query heads per KV head
 constexpr int kMaxHeadDim = kSekvMaxHeadDim;
-constexpr int kMaxSegments = 16;  // segments per KV head
+constexpr int kMaxSegments = launch_checks::kSekvMaxSegments;  // segments per KV head
 constexpr float kEmptyLse = -1e30f;
 
 // Rows per block and blocks per KV head (split_plan.h; 64 splits fill the GPU at 8 heads).
@@ -557,16 +558,6 @@ __global__ void __launch_bounds__(kZoomThreads)
   }
 }
 
-absl::Status CheckSekvShape(const char* what, int num_heads, int num_kv_heads, int head_dim) {
-  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_heads / num_kv_heads > kMaxGroup ||
-      num_kv_heads > 65535 || head_dim <= 0 || head_dim > kMaxHeadDim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": unsupported shape (heads ", num_heads, "/", num_kv_heads, ", head_dim ", head_dim,
-        "; at most ", kMaxGroup, " query heads per KV head and head_dim ", kMaxHeadDim, ")"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 int64_t SekvAttentionWorkspaceFloats(int num_heads, int head_dim, int max_rows) {
@@ -579,19 +570,15 @@ absl::Status SekvAttention(const float* q, const AttentionSegment* segments, int
                            float* lse, float* workspace, int64_t workspace_floats,
                            StreamHandle stream) {
   if (num_heads <= 0 || (out == nullptr && lse == nullptr)) return absl::OkStatus();
-  if (absl::Status s = CheckSekvShape("SekvAttention", num_heads, num_kv_heads, head_dim);
+  if (absl::Status s = launch_checks::SekvShape("SekvAttention", num_heads, num_kv_heads, head_dim);
       !s.ok()) {
     return s;
   }
-  if (num_segments <= 0 || num_segments > kMaxSegments || max_rows < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("SekvAttention: ", num_segments,
-                                                   " segments per KV head (1..", kMaxSegments,
-                                                   "), max_rows ", max_rows));
-  }
+  if (absl::Status s = launch_checks::SekvSegments(num_segments, max_rows); !s.ok()) return s;
   const int64_t need = SekvAttentionWorkspaceFloats(num_heads, head_dim, max_rows);
-  if (workspace_floats < need) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SekvAttention: workspace holds ", workspace_floats, " floats, needs ", need));
+  if (absl::Status s = launch_checks::Workspace("SekvAttention", workspace_floats, need, "floats");
+      !s.ok()) {
+    return s;
   }
   const int chunk = ChunkFor(max_rows), splits = SplitsFor(max_rows);
   const int group = num_heads / num_kv_heads;
@@ -618,14 +605,11 @@ absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, i
                            int num_heads, int num_kv_heads, int head_dim, float* alpha,
                            StreamHandle stream) {
   if (num_spans <= 0 || num_heads <= 0) return absl::OkStatus();
-  if (absl::Status s = CheckSekvShape("SekvRouteGate", num_heads, num_kv_heads, head_dim);
+  if (absl::Status s = launch_checks::SekvShape("SekvRouteGate", num_heads, num_kv_heads, head_dim);
       !s.ok()) {
     return s;
   }
-  if (route_dim <= 0 || route_dim > kMaxRouteDim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SekvRouteGate: route_dim ", route_dim, " outside 1..", kMaxRouteDim));
-  }
+  if (absl::Status s = launch_checks::RouteDim(route_dim); !s.ok()) return s;
   const int group = num_heads / num_kv_heads;
   const size_t smem = sizeof(float) * static_cast<size_t>(group) * (2 * head_dim + route_dim);
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
@@ -638,7 +622,9 @@ absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, i
 
 absl::Status SpanRebuildRows(const RebuildJob* jobs, int count, int head_dim, StreamHandle stream) {
   if (count <= 0) return absl::OkStatus();
-  if (head_dim <= 0) return absl::InvalidArgumentError("SpanRebuildRows: head_dim must be > 0");
+  if (absl::Status s = launch_checks::PositiveHeadDim("SpanRebuildRows", head_dim); !s.ok()) {
+    return s;
+  }
   const int threads = head_dim >= 128 ? 128 : 64;
   SpanRebuildKernel<<<count, threads, 0, AsStream(stream)>>>(jobs, head_dim);
   return LaunchStatus("SpanRebuildKernel");
@@ -648,7 +634,9 @@ absl::Status MergeAttention(const float* out_a, const float* lse_a, const float*
                             const float* lse_b, int num_heads, int head_dim, float* out,
                             StreamHandle stream) {
   if (num_heads <= 0) return absl::OkStatus();
-  if (head_dim <= 0) return absl::InvalidArgumentError("MergeAttention: head_dim must be > 0");
+  if (absl::Status s = launch_checks::PositiveHeadDim("MergeAttention", head_dim); !s.ok()) {
+    return s;
+  }
   MergeAttentionKernel<<<num_heads, 128, 0, AsStream(stream)>>>(out_a, lse_a, out_b, lse_b,
                                                                 head_dim, out);
   return LaunchStatus("MergeAttentionKernel");
@@ -676,20 +664,16 @@ absl::Status SekvZoom(const float* q, const float* lse, const float* alpha, cons
                       uint8_t* step_skip, int64_t* stats, void* workspace, int64_t workspace_bytes,
                       StreamHandle stream) {
   if (num_heads <= 0) return absl::OkStatus();
-  if (absl::Status s = CheckSekvShape("SekvZoom", num_heads, num_kv_heads, head_dim); !s.ok()) {
+  if (absl::Status s = launch_checks::SekvShape("SekvZoom", num_heads, num_kv_heads, head_dim);
+      !s.ok()) {
     return s;
   }
-  if (num_spans < 0 || params.budget < 0 || params.candidate_budget < 0 ||
-      params.candidate_budget > kMaxZoomCandidates) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SekvZoom: ", num_spans, " spans, budget ", params.budget, " and candidate budget ",
-        params.candidate_budget, " (at most ", kMaxZoomCandidates, ")"));
+  if (absl::Status s =
+          launch_checks::Zoom(num_spans, params, num_kv_heads, workspace, workspace_bytes);
+      !s.ok()) {
+    return s;
   }
   const int64_t need = SekvZoomWorkspaceBytes(num_kv_heads, params.candidate_budget);
-  if (workspace == nullptr || workspace_bytes < need) {
-    return absl::InvalidArgumentError(absl::StrCat("SekvZoom: a workspace of ", workspace_bytes,
-                                                   " bytes where ", need, " are needed"));
-  }
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
   SekvZoomKernel<<<num_kv_heads, kZoomThreads, 0, AsStream(stream)>>>(
       q, lse, alpha, tau, remaining, base_lc, bases, pinned, num_spans, num_heads, num_kv_heads,

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/scd/quantize.h"
+#include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/scd_sekv_ops.h"
 #include "tests/gpu_host/stub_memory.h"
 
@@ -20,12 +21,6 @@ namespace scd::cuda {
 
 using stub::Require;
 using stub::RequireDevice;
-
-namespace {
-
-constexpr int kReuseTokens = 8;  // scd_codec.cu's kTokens: tokens per block of the REUSE decode
-
-}  // namespace
 
 absl::Status DecodeCodes(const void* in, CodeFormat format, int rows, int cols, float* out,
                          StreamHandle stream) {
@@ -49,18 +44,8 @@ absl::Status ReuseDecodeStoreKv(const float* z_k, const float* z_v, int rows, Lo
                                 int num_kv_heads, int head_dim, const float* inv_freq,
                                 StreamHandle stream) {
   if (rows <= 0) return absl::OkStatus();
-  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim / 2 > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RoPE needs an even head_dim <= 512, got ", head_dim));
-  }
-  if (key.rank <= 0 || key.rank > kMaxCodeRank || value.rank <= 0 || value.rank > kMaxCodeRank) {
-    return absl::InvalidArgumentError(absl::StrCat("REUSE ranks must be in [1, ", kMaxCodeRank,
-                                                   "], got ", key.rank, " and ", value.rank));
-  }
-  const size_t smem = sizeof(float) * (size_t{kReuseTokens} * (key.rank + value.rank + head_dim));
-  if (smem > 48 * 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("REUSE decode needs ", smem, " bytes of shared memory, above 48 KB"));
+  if (absl::Status s = launch_checks::ReuseDecode(head_dim, key.rank, value.rank); !s.ok()) {
+    return s;
   }
   const int kv_dim = num_kv_heads * head_dim;
   RequireDevice(z_k, int64_t{rows} * key.rank, "ReuseDecodeStoreKv z_k");

@@ -3,8 +3,10 @@
 // poisoned when fresh or freed). Linked into test_gpu_host (GpuSekv's host orchestration:
 // segment tables, summary-count edits, pins, window growth, workspace sizing, the order of
 // SekvCache's external protocol) and test_cuda_host (the same through the real CudaBackend).
-// They check the kernels' preconditions: SekvAttention's workspace size, and that its
-// max_rows covers every row (the device kernel would leave rows beyond its split uncounted).
+// Each refuses what its launcher refuses, through the same checks (launch_checks.h: shapes,
+// segment counts, route_dim, zoom budgets, workspace sizes), and checks the kernels'
+// preconditions: that SekvAttention's max_rows covers every row (the device kernel would
+// leave rows beyond its split uncounted).
 // SpanRebuildRows is here for scd-gpu-bench-host (the SEKV step benchmark). SekvZoom mirrors
 // its twins (SelectSpans, ScoreSpanTokens, KeepHeaviest, LowRankBasis::ReconstructRow, the
 // summary edits of SekvSummaryStep) on raw pointers, and checks that every basis it is given
@@ -13,13 +15,13 @@
 // stub_ops.cc does. The kernels themselves are checked by test_cuda.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/scd_sekv_ops.h"
 #include "kernels/cuda/split_plan.h"
 #include "tests/gpu_host/stub_memory.h"
@@ -70,11 +72,12 @@ absl::Status SekvAttention(const float* q, const AttentionSegment* segs, int nse
                            int hd, int max_rows, float* out, float* lse, float* ws,
                            int64_t ws_floats, StreamHandle stream) {
   if (H <= 0 || (out == nullptr && lse == nullptr)) return absl::OkStatus();
-  if (nseg <= 0 || nseg > 16) return absl::InvalidArgumentError("segments");
+  if (absl::Status s = launch_checks::SekvShape("SekvAttention", H, G, hd); !s.ok()) return s;
+  if (absl::Status s = launch_checks::SekvSegments(nseg, max_rows); !s.ok()) return s;
   const int64_t need = SekvAttentionWorkspaceFloats(H, hd, max_rows);
-  if (ws_floats < need) {
-    std::fprintf(stderr, "workspace %ld < %ld\n", (long)ws_floats, (long)need);
-    return absl::InvalidArgumentError("workspace");
+  if (absl::Status s = launch_checks::Workspace("SekvAttention", ws_floats, need, "floats");
+      !s.ok()) {
+    return s;
   }
   stub::Enqueue(stream, [=] {
     RequireDevice(ws, need, "SekvAttention workspace");
@@ -136,6 +139,8 @@ absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, i
                            const RouterGateParams* gates, const float* lse, int ns, int H, int G,
                            int hd, float* alpha, StreamHandle stream) {
   if (ns <= 0 || H <= 0) return absl::OkStatus();
+  if (absl::Status s = launch_checks::SekvShape("SekvRouteGate", H, G, hd); !s.ok()) return s;
+  if (absl::Status s = launch_checks::RouteDim(r); !s.ok()) return s;
   stub::Enqueue(stream, [=] {
     RequireDevice(q, int64_t{H} * hd, "SekvRouteGate q");
     RequireDevice(p_q, int64_t{G} * r * hd, "SekvRouteGate P_q");
@@ -188,6 +193,8 @@ absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, i
 
 absl::Status MergeAttention(const float* oa, const float* la, const float* ob, const float* lb,
                             int H, int hd, float* out, StreamHandle stream) {
+  if (H <= 0) return absl::OkStatus();
+  if (absl::Status s = launch_checks::PositiveHeadDim("MergeAttention", hd); !s.ok()) return s;
   for (const float* p : {oa, ob, static_cast<const float*>(out)}) {
     RequireDevice(p, int64_t{H} * hd, "MergeAttention outputs");
   }
@@ -235,7 +242,9 @@ absl::Status SekvSummaryStep(const float* base_lc, const int32_t* remaining, con
 // host memory (unified addressing), so only the device side of it is checked.
 absl::Status SpanRebuildRows(const RebuildJob* jobs, int count, int head_dim, StreamHandle stream) {
   if (count <= 0) return absl::OkStatus();
-  if (head_dim <= 0) return absl::InvalidArgumentError("SpanRebuildRows: head_dim must be > 0");
+  if (absl::Status s = launch_checks::PositiveHeadDim("SpanRebuildRows", head_dim); !s.ok()) {
+    return s;
+  }
   stub::Enqueue(stream, [=] {
     RequireDevice(jobs, count, "SpanRebuildRows jobs");
     for (int j = 0; j < count; ++j) {
@@ -264,22 +273,11 @@ absl::Status SekvZoom(const float* q, const float* lse, const float* alpha, cons
                       int expansion_stride, float* step_lc, uint8_t* step_skip, int64_t* stats,
                       void* workspace, int64_t workspace_bytes, StreamHandle stream) {
   if (H <= 0) return absl::OkStatus();
-  if (G <= 0 || H % G != 0 || H / G > kSekvMaxGroup || G > 65535 || hd <= 0 ||
-      hd > kSekvMaxHeadDim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SekvZoom: unsupported shape (heads ", H, "/", G, ", head_dim ", hd, "; at most ",
-        kSekvMaxGroup, " query heads per KV head and head_dim ", kSekvMaxHeadDim, ")"));
-  }
-  if (ns < 0 || p.budget < 0 || p.candidate_budget < 0 || p.candidate_budget > kMaxZoomCandidates) {
-    return absl::InvalidArgumentError(absl::StrCat("SekvZoom: ", ns, " spans, budget ", p.budget,
-                                                   " and candidate budget ", p.candidate_budget,
-                                                   " (at most ", kMaxZoomCandidates, ")"));
+  if (absl::Status s = launch_checks::SekvShape("SekvZoom", H, G, hd); !s.ok()) return s;
+  if (absl::Status s = launch_checks::Zoom(ns, p, G, workspace, workspace_bytes); !s.ok()) {
+    return s;
   }
   const int64_t need = SekvZoomWorkspaceBytes(G, p.candidate_budget);
-  if (workspace == nullptr || workspace_bytes < need) {
-    return absl::InvalidArgumentError(absl::StrCat("SekvZoom: a workspace of ", workspace_bytes,
-                                                   " bytes where ", need, " are needed"));
-  }
   const bool pageable = DeviceReadsPageableMemory();
   stub::Enqueue(stream, [=] {
     const int64_t total = int64_t{G} * ns;

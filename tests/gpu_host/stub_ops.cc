@@ -7,15 +7,15 @@
 // purpose they are emulated: the tensor-core prefill attention (head_dim 64/128, 16-byte
 // aligned K/V) rounds Q and the softmax probabilities to BF16, tile by tile.
 //
-// Each launcher checks its arguments at the call and queues the kernel's work on its stream
-// (stub::Enqueue), which runs when the stream is drained, as on a GPU (stub_memory.cc).
+// Each launcher refuses what its .cu launcher refuses, through the same checks
+// (launch_checks.h), then queues the kernel's work on its stream (stub::Enqueue), which runs
+// when the stream is drained, as on a GPU (stub_memory.cc).
 // Preconditions the kernels rely on are checked always (stub_memory.h): every pointer is live
 // device memory, aligned for its type and large enough for what the kernel touches; cache
 // positions lie inside their layer; DecodeAttention's workspace and max_length cover the
 // call; sampled ids do not overlap the sampling workspace; targets and ids are in range. Shape
 // errors that the .cu launchers return as statuses are returned the same way.
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/runtime/sampler.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/split_plan.h"
 #include "tests/gpu_host/stub_memory.h"
@@ -38,15 +39,6 @@ namespace {
 // Extent in elements of `rows` rows of `cols` at `stride`.
 int64_t Extent(int rows, int64_t cols, int64_t stride) {
   return rows <= 0 ? 0 : (rows - 1) * stride + cols;
-}
-
-// norm_rope.cu's CheckHeadDim.
-absl::Status CheckHeadDim(int head_dim) {
-  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim / 2 > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RoPE needs an even head_dim <= 512, got ", head_dim));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -202,7 +194,7 @@ absl::Status RmsNorm(const float* x, const float* gain, float* y, Bf16* y_bf16, 
 absl::Status ApplyRope(float* x, int tokens, int num_heads, int head_dim, int64_t row_stride,
                        const int32_t* positions, const float* inv_freq, StreamHandle stream) {
   if (tokens <= 0) return absl::OkStatus();
-  if (absl::Status s = CheckHeadDim(head_dim); !s.ok()) return s;
+  if (absl::Status s = launch_checks::RopeHeadDim(head_dim); !s.ok()) return s;
   stub::Enqueue(stream, [=] {
     Require(int64_t{num_heads} * head_dim <= row_stride || tokens == 1,
             "ApplyRope rows do not overlap (blocks would race)");
@@ -221,7 +213,7 @@ absl::Status RopeStoreKv(const float* k_pre, const float* v, int64_t in_stride, 
                          int layer, int num_kv_heads, int head_dim, const float* inv_freq,
                          StreamHandle stream) {
   if (rows <= 0) return absl::OkStatus();
-  if (absl::Status s = CheckHeadDim(head_dim); !s.ok()) return s;
+  if (absl::Status s = launch_checks::RopeHeadDim(head_dim); !s.ok()) return s;
   const int kv_dim = num_kv_heads * head_dim;
   stub::Enqueue(stream, [=] {
     RequireDevice(k_pre, Extent(rows, kv_dim, in_stride), "RopeStoreKv K rows");
@@ -259,8 +251,6 @@ absl::Status RopeStoreKv(const float* k_pre, const float* v, int64_t in_stride, 
 // ---- attention ----
 
 namespace {
-
-bool TensorCoreSupports(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 // attention_prefill_tc.cu's numerics for one head: Q rounded to BF16, 64-query blocks walking
 // 64-key tiles with the online softmax, P rounded to BF16 (and l summing the rounded P).
@@ -339,14 +329,7 @@ void TwinAttention(const float* q, const Bf16* k, const Bf16* v, float* out, int
 }  // namespace
 
 bool AttentionImplSupports(AttentionImpl impl, int head_dim) {
-  switch (impl) {
-    case AttentionImpl::kAuto:
-    case AttentionImpl::kGeneric:
-      return head_dim > 0 && head_dim <= 256;
-    case AttentionImpl::kTensorCore:
-      return TensorCoreSupports(head_dim);
-  }
-  return false;
+  return launch_checks::PrefillSupports(impl, head_dim);
 }
 
 absl::Status PrefillAttention(const float* q, int64_t q_stride, const Bf16* k, const Bf16* v,
@@ -354,24 +337,10 @@ absl::Status PrefillAttention(const float* q, int64_t q_stride, const Bf16* k, c
                               int num_kv_heads, int head_dim, int window, AttentionImpl impl,
                               StreamHandle stream) {
   if (tokens <= 0) return absl::OkStatus();
-  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_heads > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("PrefillAttention: ", num_heads,
-                                                   " query heads do not group over ", num_kv_heads,
-                                                   " KV heads"));
-  }
-  if (!AttentionImplSupports(impl, head_dim)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("PrefillAttention: head_dim ", head_dim, " unsupported by this path"));
-  }
-  const bool aligned =
-      reinterpret_cast<uintptr_t>(k) % 16 == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0;
-  const bool tensor_cores =
-      impl == AttentionImpl::kTensorCore ||
-      (impl == AttentionImpl::kAuto && TensorCoreSupports(head_dim) && aligned);
-  if (tensor_cores && !aligned) {
-    return absl::InvalidArgumentError(
-        "PrefillAttention: tensor-core path needs 16-byte aligned K/V");
-  }
+  const absl::StatusOr<bool> checked =
+      launch_checks::PrefillTensorCores(k, v, num_heads, num_kv_heads, head_dim, impl);
+  if (!checked.ok()) return checked.status();
+  const bool tensor_cores = *checked;
   stub::Enqueue(stream, [=] {
     Require(start >= 0, "PrefillAttention start >= 0");
     const int qd = num_heads * head_dim, kv_dim = num_kv_heads * head_dim;
@@ -426,9 +395,10 @@ absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cach
   }
   const int64_t need =
       DecodeAttentionWorkspaceFloats(batch, max_length, num_heads, num_kv_heads, head_dim);
-  if (workspace_floats < need) {
-    return absl::InvalidArgumentError(absl::StrCat("DecodeAttention: workspace holds ",
-                                                   workspace_floats, " floats, needs ", need));
+  if (absl::Status s =
+          launch_checks::Workspace("DecodeAttention", workspace_floats, need, "floats");
+      !s.ok()) {
+    return s;
   }
   const int qd = num_heads * head_dim, kv_dim = num_kv_heads * head_dim;
   stub::Enqueue(stream, [=] {
@@ -536,10 +506,7 @@ SampleLayout Layout(int rows, int vocab) {
 }  // namespace
 
 absl::StatusOr<size_t> SampleRowsWorkspaceBytes(int rows, int vocab) {
-  if (rows <= 0 || vocab <= 0 || static_cast<int64_t>(rows) * vocab > INT_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SampleRows: ", rows, " rows of ", vocab, " logits is out of range"));
-  }
+  if (absl::Status s = launch_checks::SampleShape(rows, vocab); !s.ok()) return s;
   return Layout(rows, vocab).total;
 }
 
@@ -549,9 +516,10 @@ absl::Status SampleRows(const float* logits, const SampleParams* params, int row
   if (rows <= 0) return absl::OkStatus();
   absl::StatusOr<size_t> need = SampleRowsWorkspaceBytes(rows, vocab);
   if (!need.ok()) return need.status();
-  if (workspace_bytes < *need) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SampleRows: workspace holds ", workspace_bytes, " bytes, needs ", *need));
+  if (absl::Status s = launch_checks::Workspace("SampleRows", static_cast<int64_t>(workspace_bytes),
+                                                static_cast<int64_t>(*need), "bytes");
+      !s.ok()) {
+    return s;
   }
   stub::Enqueue(stream, [=] {
     RequireDevice(logits, int64_t{rows} * vocab, "SampleRows logits");
