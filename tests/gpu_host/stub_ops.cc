@@ -13,8 +13,7 @@
 // Preconditions the kernels rely on are checked always (stub_memory.h): every pointer is live
 // device memory, aligned for its type and large enough for what the kernel touches; cache
 // positions lie inside their layer; DecodeAttention's workspace and max_length cover the
-// call; sampled ids do not overlap the sampling workspace; targets and ids are in range. Shape
-// errors that the .cu launchers return as statuses are returned the same way.
+// call; sampled ids do not overlap the sampling workspace; targets and ids are in range.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
