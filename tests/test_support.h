@@ -23,6 +23,18 @@ std::string TempDir();
 // Reads a whole file; fails the current test when it cannot.
 std::string ReadFileOrFail(const std::string& path);
 
+// Runs `command` with /bin/sh, stdout and stderr captured together (redirect one of them in
+// `command` to capture the other alone). exit_code is -1 when the shell did not exit normally.
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+CommandResult RunCommand(const std::string& command);
+bool CommandExists(const std::string& name);
+
+// Quotes `word` for /bin/sh.
+std::string ShellQuote(const std::string& word);
+
 // How many times longer a test may wait for work to end in a sanitizer build: the same work
 // runs several times slower there (TSan 5-15x), and ctest may run two binaries on 2 cores. A
 // bound on a wait only turns a hang into a failure, so a longer one costs a passing test

@@ -1,5 +1,6 @@
 // FlagParser implementation. Values are parsed strictly (absl::SimpleAtoi/SimpleAtof on the
-// whole string, finite floats only), so "12x", "" and "nan" are errors rather than 12, 0, NaN.
+// whole string or list item, finite floats only), so "12x", "" and "nan" are errors rather than
+// 12, 0, NaN, and "1,,2" is an error rather than [1, 2].
 #include "common/cli/flags.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace scd::cli {
 
@@ -41,6 +43,10 @@ void FlagParser::AddFloat(std::string name, float* out, std::string help) {
 
 void FlagParser::AddBool(std::string name, bool* out, std::string help) {
   Add(std::move(name), Type::kBool, out, std::move(help), *out ? "true" : "false", false);
+}
+
+void FlagParser::AddIntList(std::string name, std::vector<int>* out, std::string help) {
+  Add(std::move(name), Type::kIntList, out, std::move(help), absl::StrJoin(*out, ","), false);
 }
 
 FlagParser::Flag* FlagParser::Find(std::string_view name) {
@@ -92,29 +98,34 @@ absl::Status FlagParser::Assign(Flag& flag, std::string_view value) {
       *static_cast<bool*>(flag.out) = v;
       return absl::OkStatus();
     }
+    case Type::kIntList: {
+      std::vector<int> v;
+      if (!text.empty()) {
+        for (absl::string_view item : absl::StrSplit(text, ',')) {
+          int x = 0;
+          if (!absl::SimpleAtoi(item, &x)) return bad("a comma-separated list of integers");
+          v.push_back(x);
+        }
+      }
+      *static_cast<std::vector<int>*>(flag.out) = std::move(v);
+      return absl::OkStatus();
+    }
   }
   return absl::InternalError("unknown flag type");
 }
 
 absl::Status FlagParser::Parse(int argc, const char* const* argv) {
-  bool flags_done = false;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
-    if (flags_done || arg.size() < 2 || arg[0] != '-') {
-      positional_.emplace_back(arg);
-      continue;
-    }
-    if (arg == "--") {
-      flags_done = true;
-      continue;
-    }
     if (arg == "-h" || arg == "--help") {
       help_requested_ = true;
       continue;
     }
-    if (arg.substr(0, 2) != "--") {
+    if (arg.size() < 3 || arg.substr(0, 2) != "--") {  // "x", "-", "--", "-x" are no flags
+      const bool dashed = arg.size() >= 2 && arg[0] == '-' && arg[1] != '-';
       return absl::InvalidArgumentError(
-          absl::StrFormat("unknown option \"%s\" (flags are spelled --name)", arg));
+          absl::StrFormat("%s \"%s\" (flags are spelled --name)",
+                          dashed ? "unknown option" : "unexpected argument", arg));
     }
     std::string_view body = arg.substr(2);
     std::string_view name = body;
@@ -151,6 +162,34 @@ absl::Status FlagParser::Parse(int argc, const char* const* argv) {
         "missing required flag", missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", ")));
   }
   return absl::OkStatus();
+}
+
+std::optional<int> FlagParser::ParseOrExit(int argc, const char* const* argv, std::ostream& out,
+                                           std::ostream& err) {
+  if (absl::Status s = Parse(argc, argv); !s.ok()) return UsageError(s, err);
+  if (help_requested_) {
+    out << Usage();
+    return 0;
+  }
+  return std::nullopt;
+}
+
+int FlagParser::UsageError(std::string_view message, std::ostream& err) const {
+  err << program_ << ": " << message << "\n\n" << Usage();
+  return kExitUsage;
+}
+
+int FlagParser::UsageError(const absl::Status& status, std::ostream& err) const {
+  return UsageError(std::string_view(status.message().data(), status.message().size()), err);
+}
+
+int FlagParser::Fail(std::string_view message, std::ostream& err) const {
+  err << program_ << ": " << message << "\n";
+  return kExitFailure;
+}
+
+int FlagParser::Fail(const absl::Status& status, std::ostream& err) const {
+  return Fail(std::string_view(status.message().data(), status.message().size()), err);
 }
 
 std::string FlagParser::Usage() const {

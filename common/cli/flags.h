@@ -1,14 +1,22 @@
 // FlagParser: the small command-line parser the tools and benchmarks share. Abseil's flags
 // library cannot spell the interface's dashed names (`--max-tokens`: flag names are C++
 // identifiers), so this one is hand-rolled and deliberately tiny:
-//   --name value | --name=value, bare --name for booleans, `--` ends flags, and every other
-//   argument is positional. Unknown flags, unparsable or out-of-range numbers and missing
-//   required flags are InvalidArgument errors that name the flag; tools exit with
-//   kExitUsage (2) for those and kExitFailure (1) for failures after parsing.
+//   --name value | --name=value, bare --name for booleans, comma-separated lists of integers.
+// No tool takes positional arguments, so any other argument is an error (a stray word is
+// usually a value whose flag was mistyped or dropped). Unknown flags, unparsable or
+// out-of-range numbers, missing required flags and stray arguments are InvalidArgument errors
+// that name the argument.
+//
+// Every tool handles its command line the same way (ParseOrExit): --help prints the usage to
+// stdout and exits 0; a bad command line prints "<program>: <message>" and the usage to
+// stderr and exits kExitUsage (2); a failure after parsing prints "<program>: <message>" and
+// exits kExitFailure (1) (Fail).
 #ifndef SCD_COMMON_CLI_FLAGS_H_
 #define SCD_COMMON_CLI_FLAGS_H_
 
 #include <cstdint>
+#include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,20 +40,37 @@ class FlagParser {
   void AddUint64(std::string name, uint64_t* out, std::string help);
   void AddFloat(std::string name, float* out, std::string help);
   void AddBool(std::string name, bool* out, std::string help);
+  // "1,2,3" (no spaces, no empty items; "" is the empty list). A later occurrence replaces an
+  // earlier one, as for every other flag.
+  void AddIntList(std::string name, std::vector<int>* out, std::string help);
 
   // Parses argv[1..argc). On error nothing is guaranteed about the outputs.
   absl::Status Parse(int argc, const char* const* argv);
 
+  // Parse, then what every tool does with the outcome: on --help prints the usage to `out` and
+  // returns 0; on an error prints "<program>: <message>", a blank line and the usage to `err`
+  // and returns kExitUsage; otherwise returns nullopt and the tool goes on.
+  std::optional<int> ParseOrExit(int argc, const char* const* argv, std::ostream& out = std::cout,
+                                 std::ostream& err = std::cerr);
+  // For checks the tool makes after parsing (flags that exclude each other, ranges): the same
+  // output as a parse error; returns kExitUsage.
+  int UsageError(std::string_view message, std::ostream& err = std::cerr) const;
+  int UsageError(const absl::Status& status, std::ostream& err = std::cerr) const;
+  // A failure after parsing (a missing model, an unwritable output): "<program>: <message>"
+  // to `err`; returns kExitFailure.
+  int Fail(std::string_view message, std::ostream& err = std::cerr) const;
+  int Fail(const absl::Status& status, std::ostream& err = std::cerr) const;
+
   // True when --help or -h was given (Parse then skips the required-flag check).
   bool help_requested() const { return help_requested_; }
-  const std::vector<std::string>& positional() const { return positional_; }
   // Whether the flag appeared on the command line.
   bool Seen(std::string_view name) const;
 
+  const std::string& program() const { return program_; }
   std::string Usage() const;
 
  private:
-  enum class Type { kString, kInt, kUint64, kFloat, kBool };
+  enum class Type { kString, kInt, kUint64, kFloat, kBool, kIntList };
   struct Flag {
     std::string name;
     Type type;
@@ -63,7 +88,6 @@ class FlagParser {
   std::string program_;
   std::string synopsis_;
   std::vector<Flag> flags_;
-  std::vector<std::string> positional_;
   bool help_requested_ = false;
 };
 

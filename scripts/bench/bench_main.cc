@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -32,21 +33,10 @@ constexpr char kUsage[] =
     "  small-batch      a decode batch's few-row GEMMs: GEMV per row, sgemm, SmallBatchLinear\n"
     "run `scd-bench <benchmark> --help` for its flags\n";
 
-// Parses the comma-separated integers of `flag` (`text`) into *out; on a bad item, says so
-// for `tool` and returns false. With skip_empty, "" is no items.
-bool ParseIntList(const std::string& text, bool skip_empty, const char* tool, const char* flag,
-                  std::vector<int>* out) {
-  out->clear();
-  for (absl::string_view item : absl::StrSplit(text, ',')) {
-    if (skip_empty && item.empty()) continue;
-    int value = 0;
-    if (!absl::SimpleAtoi(item, &value)) {
-      std::cerr << tool << ": " << flag << " takes integers, not \"" << item << "\"\n";
-      return false;
-    }
-    out->push_back(value);
-  }
-  return true;
+// A benchmark's error: its options' (InvalidArgument) as a usage error, any other as a failure.
+int BenchError(const scd::cli::FlagParser& flags, const absl::Status& status) {
+  return status.code() == absl::StatusCode::kInvalidArgument ? flags.UsageError(status)
+                                                             : flags.Fail(status);
 }
 
 // `argv` is the whole command line; argv[1] is "runtime".
@@ -63,54 +53,30 @@ int RunRuntime(int argc, const char* const* argv) {
   flags.AddString("logits", &logits, "prefill logits for `all` rows or the `last` only");
   flags.AddInt("decode-context", &options.decode_context, "tokens prefilled before decoding");
   flags.AddInt("decode-steps", &options.decode_steps, "timed single-token decode steps");
-  std::string decode_batches = "4,8,16";
-  flags.AddString("decode-batches", &decode_batches,
-                  "batch sizes of the batched decode after it, comma-separated (empty: none)");
+  flags.AddIntList("decode-batches", &options.decode_batches,
+                   "batch sizes of the batched decode after it, comma-separated (empty: none)");
   flags.AddInt("memcpy-mib", &memcpy_mib, "size of one memcpy in MiB");
   flags.AddUint64("seed", &options.seed, "seed of the synthetic weights and tokens");
   flags.AddString("json", &json_path, "also write the figures as JSON to this file");
-  if (absl::Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) {
-    std::cerr << "scd-bench runtime: " << s.message() << " (see --help)\n";
-    return scd::cli::kExitUsage;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
-  if (!flags.positional().empty()) {
-    std::cerr << "scd-bench runtime: unexpected argument \"" << flags.positional()[0]
-              << "\" (see --help)\n";
-    return scd::cli::kExitUsage;
-  }
+  if (std::optional<int> exit = flags.ParseOrExit(argc - 1, argv + 1)) return *exit;
   if (logits != "all" && logits != "last") {
-    std::cerr << "scd-bench runtime: --logits must be all or last, not \"" << logits << "\"\n";
-    return scd::cli::kExitUsage;
+    return flags.UsageError(absl::StrCat("--logits must be all or last, not \"", logits, "\""));
   }
   options.all_logits = logits == "all";
-  if (memcpy_mib < 1) {
-    std::cerr << "scd-bench runtime: --memcpy-mib must be >= 1\n";
-    return scd::cli::kExitUsage;
-  }
+  if (memcpy_mib < 1) return flags.UsageError("--memcpy-mib must be >= 1");
   options.memcpy_bytes = static_cast<size_t>(memcpy_mib) << 20;
-  if (!ParseIntList(decode_batches, /*skip_empty=*/true, "scd-bench runtime", "--decode-batches",
-                    &options.decode_batches)) {
-    return scd::cli::kExitUsage;
-  }
   options.progress = [](const std::string& line) { std::cerr << "[bench] " << line << std::endl; };
 
   const std::string command = scd::cli::QuotedCommandLine(argc, argv);
   absl::StatusOr<scd::bench::RuntimeBenchReport> report = scd::bench::RunRuntimeBench(options);
   if (!report.ok()) {
-    std::cerr << "scd-bench runtime: " << report.status() << "\n";
-    return report.status().code() == absl::StatusCode::kInvalidArgument ? scd::cli::kExitUsage
-                                                                        : scd::cli::kExitFailure;
+    return BenchError(flags, report.status());
   }
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << scd::bench::RuntimeBenchReportJson(*report, command);
     if (!out) {
-      std::cerr << "scd-bench runtime: cannot write " << json_path << "\n";
-      return scd::cli::kExitFailure;
+      return flags.Fail(absl::StrCat("cannot write ", json_path));
     }
     std::cerr << "[bench] wrote " << json_path << std::endl;
   }
@@ -121,16 +87,15 @@ int RunRuntime(int argc, const char* const* argv) {
 // `argv` is the whole command line; argv[1] is "chunked-prefill".
 int RunChunkedPrefill(int argc, const char* const* argv) {
   scd::bench::ChunkedPrefillBenchOptions options;
-  std::string chunks = "0,256,64";
   scd::cli::FlagParser flags("scd-bench chunked-prefill", "[flags]");
   flags.AddString("shape", &options.shape, "synthetic model shape: stories110M or stories260K");
   flags.AddInt("streams", &options.streams, "requests running when the long prompt arrives");
   flags.AddInt("stream-prompt", &options.stream_prompt, "prompt tokens of each running stream");
   flags.AddInt("warm-tokens", &options.warm_tokens, "tokens each stream gives first");
   flags.AddInt("prompt", &options.prompt_tokens, "prompt tokens of the long request");
-  flags.AddString("chunks", &chunks,
-                  "engine.prefill_chunk values, comma-separated (0: whole); with --payload, "
-                  "engine.rebuild_chunk values");
+  flags.AddIntList("chunks", &options.chunks,
+                   "engine.prefill_chunk values, comma-separated (0: whole); with --payload, "
+                   "engine.rebuild_chunk values");
   flags.AddUint64("seed", &options.seed, "seed of the synthetic weights and tokens");
   float sekv_budget = 0;
   flags.AddFloat("sekv-budget", &sekv_budget,
@@ -140,27 +105,14 @@ int RunChunkedPrefill(int argc, const char* const* argv) {
                   "recompute, scd-reuse, scd) plus a suffix; empty: no payload");
   flags.AddInt("payload-suffix", &options.payload_suffix,
                "with --payload: the long prompt's suffix tokens after the payload");
-  if (absl::Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) {
-    std::cerr << "scd-bench chunked-prefill: " << s.message() << " (see --help)\n";
-    return scd::cli::kExitUsage;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
+  if (std::optional<int> exit = flags.ParseOrExit(argc - 1, argv + 1)) return *exit;
   options.sekv_budget = sekv_budget;
-  if (!ParseIntList(chunks, /*skip_empty=*/false, "scd-bench chunked-prefill", "--chunks",
-                    &options.chunks)) {
-    return scd::cli::kExitUsage;
-  }
   options.progress = [](const std::string& line) { std::cerr << "[bench] " << line << std::endl; };
   const std::string command = scd::cli::QuotedCommandLine(argc, argv);
   absl::StatusOr<scd::bench::ChunkedPrefillBenchReport> report =
       scd::bench::RunChunkedPrefillBench(options);
   if (!report.ok()) {
-    std::cerr << "scd-bench chunked-prefill: " << report.status() << "\n";
-    return report.status().code() == absl::StatusCode::kInvalidArgument ? scd::cli::kExitUsage
-                                                                        : scd::cli::kExitFailure;
+    return BenchError(flags, report.status());
   }
   std::cout << scd::bench::FormatChunkedPrefillBenchReport(*report, command) << std::flush;
   return report->same_first_token ? 0 : scd::cli::kExitFailure;
@@ -180,14 +132,7 @@ int RunRebuild(int argc, const char* const* argv) {
                   "default) or rows");
   flags.AddInt("reps", &options.reps, "timed rebuilds per mode and block (the median is reported)");
   flags.AddUint64("seed", &options.seed, "seed of the synthetic weights and tokens");
-  if (absl::Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) {
-    std::cerr << "scd-bench rebuild: " << s.message() << " (see --help)\n";
-    return scd::cli::kExitUsage;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
+  if (std::optional<int> exit = flags.ParseOrExit(argc - 1, argv + 1)) return *exit;
   options.modes = absl::StrSplit(modes, ',');
   options.blocks.clear();
   for (absl::string_view b : absl::StrSplit(blocks, ',')) {
@@ -195,9 +140,8 @@ int RunRebuild(int argc, const char* const* argv) {
     if (b == "whole") {
       value = scd::bench::kWholeBlock;
     } else if (!absl::SimpleAtoi(b, &value) || value < 0) {
-      std::cerr << "scd-bench rebuild: --blocks takes whole or integers >= 0, not \"" << b
-                << "\"\n";
-      return scd::cli::kExitUsage;
+      return flags.UsageError(
+          absl::StrCat("--blocks takes whole or integers >= 0, not \"", b, "\""));
     }
     options.blocks.push_back(value);
   }
@@ -205,9 +149,7 @@ int RunRebuild(int argc, const char* const* argv) {
   const std::string command = scd::cli::QuotedCommandLine(argc, argv);
   absl::StatusOr<scd::bench::RebuildBenchReport> report = scd::bench::RunRebuildBench(options);
   if (!report.ok()) {
-    std::cerr << "scd-bench rebuild: " << report.status() << "\n";
-    return report.status().code() == absl::StatusCode::kInvalidArgument ? scd::cli::kExitUsage
-                                                                        : scd::cli::kExitFailure;
+    return BenchError(flags, report.status());
   }
   std::cout << scd::bench::FormatRebuildBenchReport(*report, command) << std::flush;
   return 0;
@@ -216,29 +158,16 @@ int RunRebuild(int argc, const char* const* argv) {
 // `argv` is the whole command line; argv[1] is "small-batch".
 int RunSmallBatch(int argc, const char* const* argv) {
   scd::bench::SmallBatchBenchOptions options;
-  std::string rows = "1,2,4,8,16,32,64";
   scd::cli::FlagParser flags("scd-bench small-batch", "[flags]");
-  flags.AddString("rows", &rows, "batch rows, comma-separated (1 to 64)");
+  flags.AddIntList("rows", &options.rows, "batch rows, comma-separated (1 to 64)");
   flags.AddInt("reps", &options.reps, "timed runs of each way (the best is reported)");
-  if (absl::Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) {
-    std::cerr << "scd-bench small-batch: " << s.message() << " (see --help)\n";
-    return scd::cli::kExitUsage;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
-  if (!ParseIntList(rows, /*skip_empty=*/false, "scd-bench small-batch", "--rows", &options.rows)) {
-    return scd::cli::kExitUsage;
-  }
+  if (std::optional<int> exit = flags.ParseOrExit(argc - 1, argv + 1)) return *exit;
   options.progress = [](const std::string& line) { std::cerr << "[bench] " << line << std::endl; };
   const std::string command = scd::cli::QuotedCommandLine(argc, argv);
   absl::StatusOr<scd::bench::SmallBatchBenchReport> report =
       scd::bench::RunSmallBatchBench(options);
   if (!report.ok()) {
-    std::cerr << "scd-bench small-batch: " << report.status() << "\n";
-    return report.status().code() == absl::StatusCode::kInvalidArgument ? scd::cli::kExitUsage
-                                                                        : scd::cli::kExitFailure;
+    return BenchError(flags, report.status());
   }
   std::cout << scd::bench::FormatSmallBatchBenchReport(*report, command) << std::flush;
   return 0;

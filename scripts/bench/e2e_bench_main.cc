@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_split.h"
 #include "common/cli/flags.h"
@@ -14,10 +15,6 @@
 
 namespace {
 constexpr char kProgram[] = "scd-e2e-bench";
-int Fail(const std::string& message) {
-  std::cerr << kProgram << ": " << message << "\n";
-  return scd::cli::kExitFailure;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -43,14 +40,7 @@ int main(int argc, char** argv) {
   flags.AddInt("max-tokens", &o.max_tokens, "tokens generated per answer");
   flags.AddBool("no-f1", &no_f1, "timing only (synthetic pairs)");
   flags.AddBool("warm-only", &warm_only, "skip the cold-cache cells");
-  if (absl::Status st = flags.Parse(argc, argv); !st.ok()) {
-    std::cerr << kProgram << ": " << st.message() << "\n" << flags.Usage();
-    return scd::cli::kExitUsage;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
+  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   namespace fs = std::filesystem;
   // The daemons resolve relative config paths against the config file's directory.
   for (std::string* path : {&o.base_model, &o.specialist_model, &o.artifact, &o.bin_dir}) {
@@ -64,13 +54,13 @@ int main(int argc, char** argv) {
     o.bandwidths_gbps.push_back(std::stod(std::string(b)));
   }
   auto tokenizer = scd::Tokenizer::FromFile(o.base_model + "/tokenizer.json");
-  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  if (!tokenizer.ok()) return flags.Fail(tokenizer.status());
   scd::e2e::SharedPrefixOptions wo;
   wo.contexts = contexts;
   wo.questions_per_context = questions;
   wo.context_tokens = context_tokens;
   auto workload = scd::e2e::BuildBabiSharedPrefixWorkload(babi, **tokenizer, wo);
-  if (!workload.ok()) return Fail(std::string(workload.status().message()));
+  if (!workload.ok()) return flags.Fail(workload.status());
   o.workload = std::move(*workload);
   o.workdir = out + ".work";
   std::filesystem::create_directories(o.workdir);
@@ -78,14 +68,14 @@ int main(int argc, char** argv) {
             << o.modes.size() << " modes x " << o.bandwidths_gbps.size() << " bandwidths; logs in "
             << o.workdir << "\n" << scd::cli::QuotedCommandLine(argc, argv) << "\n";
   auto cells = scd::e2e::RunE2eBench(o, [](const std::string& line) { std::cerr << line << std::endl; });
-  if (!cells.ok()) return Fail(std::string(cells.status().message()));
+  if (!cells.ok()) return flags.Fail(cells.status());
   nlohmann::json j = scd::e2e::E2eCellsJson(o, *cells);
   j["command"] = scd::cli::QuotedCommandLine(argc, argv);
   std::ofstream(out + ".json") << j.dump(2) << "\n";
   const std::string md = scd::e2e::E2eCellsMarkdown(*cells);
   std::ofstream(out + ".md") << md;
   if (absl::Status st = scd::e2e::WriteE2ePlot(*cells, "TTFT p50, " + o.label, out + ".png"); !st.ok()) {
-    return Fail(std::string(st.message()));
+    return flags.Fail(st);
   }
   std::cout << md;
   return 0;

@@ -29,12 +29,15 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_replace.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/huge_pages.h"
 #include "common/base/random.h"
@@ -88,10 +91,20 @@ std::vector<float> Surprisal(int t, const std::vector<float>& real, uint64_t see
   return s;
 }
 
-std::vector<int> ParseInts(const std::string& s) {
-  std::vector<int> out;
-  for (auto p : absl::StrSplit(s, ',', absl::SkipEmpty())) out.push_back(std::stoi(std::string(p)));
-  return out;
+// --mixed's "P:S,P:S" into pairs of counts >= 1.
+absl::StatusOr<std::vector<std::pair<int, int>>> ParseMixes(const std::string& text) {
+  std::vector<std::pair<int, int>> mixes;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    const std::vector<absl::string_view> counts = absl::StrSplit(part, ':');
+    int plain = 0, sekv = 0;
+    if (counts.size() != 2 || !absl::SimpleAtoi(counts[0], &plain) ||
+        !absl::SimpleAtoi(counts[1], &sekv) || plain < 1 || sekv < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--mixed takes plain:SEKV pairs of counts >= 1, not \"", part, "\""));
+    }
+    mixes.emplace_back(plain, sekv);
+  }
+  return mixes;
 }
 
 // Seconds SymmetricEigen and SymmetricEigenJacobi take over the Gram matrices of one layer's
@@ -155,33 +168,37 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   float budget = 0.4f;
-  std::string mem_lengths = "32768,131072", time_lengths = "8192,32768";
+  std::vector<int> mem_lengths = {32768, 131072}, time_lengths = {8192, 32768};
   std::string surprisal_model, surprisal_text;
   int time_layers = 2, vocab = 32000, steps = 8, batch_length = 4096;
-  std::string batch_sizes = "1,2,4,8", mixed = "1:1,4:4";
+  std::vector<int> batch_sizes = {1, 2, 4, 8};
+  std::string mixed = "1:1,4:4";
   scd::cli::FlagParser flags("scd-sekv-bench", "[flags]");
   flags.AddFloat("budget", &budget,
                  "GPU-tier bytes as a fraction of full KV (the planner's target)");
-  flags.AddString("mem-lengths", &mem_lengths, "context lengths of the memory measurement");
-  flags.AddString("time-lengths", &time_lengths, "context lengths of the decode timing");
+  flags.AddIntList("mem-lengths", &mem_lengths, "context lengths of the memory measurement");
+  flags.AddIntList("time-lengths", &time_lengths, "context lengths of the decode timing");
   flags.AddInt("time-layers", &time_layers, "layers of the timed model");
   flags.AddInt("vocab", &vocab, "vocabulary of the timed model");
   flags.AddInt("steps", &steps, "timed decode steps (median reported)");
-  flags.AddString("batch-sizes", &batch_sizes,
-                  "concurrent SEKV requests stepped one by one and as one batch (empty: skip)");
+  flags.AddIntList("batch-sizes", &batch_sizes,
+                   "concurrent SEKV requests stepped one by one and as one batch (empty: skip)");
   flags.AddInt("batch-length", &batch_length, "context length of each batched request");
   flags.AddString("mixed", &mixed,
                   "plain:SEKV request counts stepped as two steps and as one mixed step "
                   "(empty: skip)");
   flags.AddString("surprisal-model", &surprisal_model, "take surprisal from this model's prefill");
   flags.AddString("surprisal-text", &surprisal_text, "text for --surprisal-model");
-  if (auto st = flags.Parse(argc, argv); !st.ok()) {
-    std::cerr << "scd-sekv-bench: " << st.message() << "\n" << flags.Usage();
-    return scd::cli::kExitUsage;
+  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
+  for (const std::vector<int>* list : {&mem_lengths, &time_lengths, &batch_sizes}) {
+    for (int n : *list) {
+      if (n < 1) return flags.UsageError(absl::StrCat("lengths and sizes must be >= 1, not ", n));
+    }
   }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
+  const absl::StatusOr<std::vector<std::pair<int, int>>> mixes = ParseMixes(mixed);
+  if (!mixes.ok()) return flags.UsageError(mixes.status());
+  if (surprisal_model.empty() != surprisal_text.empty()) {
+    return flags.UsageError("--surprisal-model and --surprisal-text go together");
   }
   std::printf("SEKV at scale (synthetic Llama-3-8B shape, random weights and K/V)\n");
   std::printf("command: %s\n", scd::cli::QuotedCommandLine(argc, argv).c_str());
@@ -191,9 +208,8 @@ int main(int argc, char** argv) {
     auto model = LoadModel(surprisal_model);
     auto tok = Tokenizer::FromFile(surprisal_model + "/tokenizer.json");
     auto passages = eval::ReadPassages(surprisal_text);
-    if (!model.ok() || !tok.ok() || !passages.ok()) {
-      std::cerr << "scd-sekv-bench: cannot load the surprisal model or text\n";
-      return scd::cli::kExitFailure;
+    for (const absl::Status& st : {model.status(), tok.status(), passages.status()}) {
+      if (!st.ok()) return flags.Fail(st);
     }
     auto backend = CreateBackend(BackendKind::kCpu, *model);
     const int ctx = (*model)->config.max_position_embeddings;
@@ -219,7 +235,7 @@ int main(int argc, char** argv) {
   std::printf("%8s %12s %12s %10s %8s %8s %8s %8s %8s %10s %12s %12s %10s %12s\n", "tokens",
               "full_GB", "gpu_GB", "gpu/full", "anchors", "spans", "window", "pinned", "expand",
               "min_span", "cpu_GB/layer", "cpu_s/layer", "faults", "free_s/layer");
-  for (int t : ParseInts(mem_lengths)) {
+  for (int t : mem_lengths) {
     const auto s = Surprisal(t, real_surprisal, 7);
     const BudgetPlan plan = PlanBudget(s, budget, SekvOptions{}, BudgetShares{}, shape.head_dim);
     MemoryBreakdown total;
@@ -289,7 +305,7 @@ int main(int argc, char** argv) {
   const CacheShape ts = CacheShape::FromConfig(tc);
   std::printf("%8s %12s %12s %10s %14s %14s %12s\n", "tokens", "full_ms", "sekv_ms", "sekv/full",
               "attn_full_ms", "attn_sekv_ms", "expanded/rd");
-  for (int t : ParseInts(time_lengths)) {
+  for (int t : time_lengths) {
     const PrefixKv prefix = RandomPrefix(ts, t, Surprisal(t, real_surprisal, 9));
     const BudgetPlan plan =
         PlanBudget(prefix.surprisal, budget, SekvOptions{}, BudgetShares{}, ts.head_dim);
@@ -332,7 +348,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- 3. Concurrent SEKV requests: one Step each against one StepBatch of all. ----
-  const std::vector<int> batches = ParseInts(batch_sizes);
+  const std::vector<int>& batches = batch_sizes;
   if (!batches.empty()) {
     const int t = batch_length;
     std::printf(
@@ -382,18 +398,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- 4. Plain and SEKV requests at once: two steps against one mixed step. ----
-  std::vector<std::pair<int, int>> mixes;
-  for (absl::string_view part : absl::StrSplit(mixed, ',', absl::SkipEmpty())) {
-    const std::vector<int> pair = ParseInts(absl::StrReplaceAll(part, {{":", ","}}));
-    if (part.find(':') == absl::string_view::npos || pair.size() != 2 || pair[0] < 1 ||
-        pair[1] < 1) {
-      std::cerr << "scd-sekv-bench: --mixed takes plain:SEKV pairs of counts >= 1, not " << part
-                << "\n";
-      return scd::cli::kExitUsage;
-    }
-    mixes.emplace_back(pair[0], pair[1]);
-  }
-  if (!mixes.empty()) {
+  if (!mixes->empty()) {
     const int t = batch_length;
     std::printf(
         "\nplain and SEKV requests decoding at once, %d tokens each: every round steps them as "
@@ -412,7 +417,7 @@ int main(int argc, char** argv) {
     kv.num_tokens = t;
     kv.k_pre_rope = prefix.k;
     kv.v = prefix.v;
-    for (auto [p, n] : mixes) {
+    for (auto [p, n] : *mixes) {
       std::vector<std::unique_ptr<Sequence>> owned;
       std::vector<Sequence*> seqs;
       for (int i = 0; i < p; ++i) {

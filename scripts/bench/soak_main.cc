@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/file_io.h"
@@ -19,10 +20,6 @@
 
 namespace {
 constexpr char kProgram[] = "scd-soak";
-int Fail(const std::string& message) {
-  std::cerr << kProgram << ": " << message << "\n";
-  return scd::cli::kExitFailure;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,14 +45,7 @@ int main(int argc, char** argv) {
   flags.AddFloat("level-seconds", &level_s, "duration of each saturation-sweep level");
   flags.AddFloat("rss-warmup", &rss_warmup, "seconds of the soak before RSS must stay flat");
   flags.AddFloat("drift-window", &window, "first and last window (s) compared for p99 TTFT");
-  if (absl::Status st = flags.Parse(argc, argv); !st.ok()) {
-    std::cerr << kProgram << ": " << st.message() << "\n" << flags.Usage();
-    return scd::cli::kExitUsage;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
+  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   namespace fs = std::filesystem;
   for (std::string* path : {&o.base_model, &o.specialist_model, &o.artifact, &o.bin_dir}) {
     *path = fs::absolute(*path).lexically_normal().string();
@@ -66,12 +56,12 @@ int main(int argc, char** argv) {
   o.rss_warmup_s = rss_warmup;
   o.drift_window_s = window;
   auto tokenizer = scd::Tokenizer::FromFile(o.base_model + "/tokenizer.json");
-  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  if (!tokenizer.ok()) return flags.Fail(tokenizer.status());
   scd::e2e::SharedPrefixOptions wo;
   wo.contexts = contexts;
   wo.questions_per_context = questions;
   auto workload = scd::e2e::BuildBabiSharedPrefixWorkload(babi, **tokenizer, wo);
-  if (!workload.ok()) return Fail(std::string(workload.status().message()));
+  if (!workload.ok()) return flags.Fail(workload.status());
   for (size_t i = 0; i < workload->size(); ++i) {
     for (const scd::e2e::SharedPrefixQuestion& q : (*workload)[i].questions) {
       scd::loadgen::Prompt p;
@@ -86,22 +76,22 @@ int main(int argc, char** argv) {
             << " shared contexts); logs in " << o.workdir << "\n"
             << scd::cli::QuotedCommandLine(argc, argv) << "\n";
   auto result = scd::e2e::RunSoak(o, [](const std::string& line) { std::cerr << line << std::endl; });
-  if (!result.ok()) return Fail(std::string(result.status().message()));
+  if (!result.ok()) return flags.Fail(result.status());
 
   nlohmann::json j = scd::e2e::SoakResultJson(o, *result);
   j["command"] = scd::cli::QuotedCommandLine(argc, argv);
   if (absl::Status s = scd::WriteFileAtomically(
           out + ".json", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
       !s.ok()) {
-    return Fail(std::string(s.message()));
+    return flags.Fail(s);
   }
   const std::string md = scd::e2e::SoakMarkdown(*result);
   std::ofstream(out + ".md") << md;
   if (absl::Status s = scd::loadgen::WriteTimeSeriesPng(result->report, out + "_timeseries.png");
       !s.ok()) {
-    return Fail(std::string(s.message()));
+    return flags.Fail(s);
   }
   std::cout << md;
-  if (!result->passed) return Fail("a soak check failed (see the table)");
+  if (!result->passed) return flags.Fail("a soak check failed (see the table)");
   return 0;
 }

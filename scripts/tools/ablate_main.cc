@@ -4,9 +4,9 @@
 // (scd-reuse mode) by the same Evaluator scd-eval uses. Writes JSON, Markdown, CSV and PNG.
 #include <iostream>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_split.h"
 #include "common/base/file_io.h"
@@ -23,11 +23,6 @@
 namespace {
 
 constexpr char kProgram[] = "scd-ablate";
-
-int Fail(const std::string& message) {
-  std::cerr << kProgram << ": " << message << "\n";
-  return scd::cli::kExitFailure;
-}
 
 }  // namespace
 
@@ -51,16 +46,9 @@ int main(int argc, char** argv) {
   flags.AddInt("max-per-file", &cfg.max_examples_per_file, "bAbI questions per file");
   flags.AddInt("max-tokens", &max_tokens, "calibration token budget");
   flags.AddString("code-dtype", &encoding, "code encoding on the wire: int8 or fp16");
-  if (auto st = flags.Parse(argc, argv); !st.ok()) {
-    std::cerr << kProgram << ": " << st.message() << "\n\n" << flags.Usage();
-    return scd::cli::kExitUsage;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
+  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   auto pair = scd::LoadModelPair(producer_dir, consumer_dir);
-  if (!pair.ok()) return Fail(std::string(pair.status().message()));
+  if (!pair.ok()) return flags.Fail(pair.status());
   auto& pm = pair->producer_model;
   auto& cm = pair->consumer_model;
   auto& tokenizer = pair->tokenizer;
@@ -68,19 +56,20 @@ int main(int argc, char** argv) {
   auto& consumer = pair->consumer;
   const int kvd = pm->config.kv_dim();
   if (total_rank < 2 || total_rank > 2 * kvd || step < 1) {
-    return Fail("--total-rank must be in [2, 2*kv_dim] and --step >= 1");
+    return flags.Fail("--total-rank must be in [2, 2*kv_dim] and --step >= 1");
   }
   scd::CorpusLoadOptions co;
   co.max_total_tokens = max_tokens;
   std::vector<std::string> files = absl::StrSplit(corpus, ',', absl::SkipEmpty());
   auto passages = scd::LoadCalibrationPassages(files, *tokenizer, co);
-  if (!passages.ok()) return Fail(std::string(passages.status().message()));
+  if (!passages.ok()) return flags.Fail(passages.status());
   auto progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
   scd::CalibrationOptions o;
-  if (encoding != "int8" && encoding != "fp16") return Fail("--code-dtype must be int8 or fp16");
+  if (encoding != "int8" && encoding != "fp16")
+    return flags.Fail("--code-dtype must be int8 or fp16");
   o.code_encoding = encoding == "int8" ? scd::Encoding::kInt8Row : scd::Encoding::kF16;
   auto data = scd::CollectCalibrationData(*producer, *consumer, *passages, o, progress);
-  if (!data.ok()) return Fail(std::string(data.status().message()));
+  if (!data.ok()) return flags.Fail(data.status());
 
   cfg.modes = {scd::CodecMode::kScdReuse};
   cfg.babi_files = babi;
@@ -94,14 +83,14 @@ int main(int argc, char** argv) {
     o.rank_k = rk;
     o.rank_v = total_rank - rk;
     auto a = scd::FitArtifact(*data, *pm, *cm, o, /*fit_patches=*/false, nullptr);
-    if (!a.ok()) return Fail(std::string(a.status().message()));
+    if (!a.ok()) return flags.Fail(a.status());
     a->id = "ablation-" + std::to_string(rk);
     auto shared = std::make_shared<const scd::ScdArtifact>(std::move(a).value());
     auto ev = scd::Evaluator::Create(*producer, *consumer, shared, *tokenizer);
-    if (!ev.ok()) return Fail(std::string(ev.status().message()));
+    if (!ev.ok()) return flags.Fail(ev.status());
     std::cerr << kProgram << ": r_K=" << rk << " r_V=" << total_rank - rk << "\n";
     auto r = (*ev)->Run(cfg, nullptr);
-    if (!r.ok()) return Fail(std::string(r.status().message()));
+    if (!r.ok()) return flags.Fail(r.status());
     const scd::ModeReport& m = r->front();
     json["points"].push_back({{"rank_k", rk}, {"rank_v", total_rank - rk}, {"result", m.ToJson()}});
     (void)table.AddRow({std::to_string(rk), std::to_string(total_rank - rk),
@@ -113,15 +102,16 @@ int main(int argc, char** argv) {
     kls.push_back(m.kl);
     std::cerr << "  F1 " << m.f1 << " KL " << m.kl << "\n";
   }
-  if (auto st = scd::WriteFileAtomically(out + ".json", json.dump(2)); !st.ok()) return Fail(std::string(st.message()));
-  if (auto st = table.WriteMarkdown(out + ".md"); !st.ok()) return Fail(std::string(st.message()));
-  if (auto st = table.WriteCsv(out + ".csv"); !st.ok()) return Fail(std::string(st.message()));
+  if (auto st = scd::WriteFileAtomically(out + ".json", json.dump(2)); !st.ok())
+    return flags.Fail(st);
+  if (auto st = table.WriteMarkdown(out + ".md"); !st.ok()) return flags.Fail(st);
+  if (auto st = table.WriteCsv(out + ".csv"); !st.ok()) return flags.Fail(st);
   scd::plot::Plot p(900, 600);
   p.SetTitle("REUSE: r_K vs r_V at r_K + r_V = " + std::to_string(total_rank));
   p.SetXLabel("r_K (r_V = total - r_K)");
   p.SetYLabel("bAbI F1");
-  if (auto st = p.AddSeries("scd-reuse F1", xs, f1s); !st.ok()) return Fail(std::string(st.message()));
-  if (auto st = p.WritePng(out + ".png"); !st.ok()) return Fail(std::string(st.message()));
+  if (auto st = p.AddSeries("scd-reuse F1", xs, f1s); !st.ok()) return flags.Fail(st);
+  if (auto st = p.WritePng(out + ".png"); !st.ok()) return flags.Fail(st);
   std::cout << table.ToMarkdown();
   return 0;
 }

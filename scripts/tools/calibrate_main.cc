@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <optional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/file_io.h"
 #include "common/cli/flags.h"
@@ -19,11 +21,6 @@
 namespace {
 
 constexpr char kProgram[] = "scd-calibrate";
-
-int Fail(const std::string& message) {
-  std::cerr << kProgram << ": " << message << "\n";
-  return scd::cli::kExitFailure;
-}
 
 }  // namespace
 
@@ -52,27 +49,20 @@ int main(int argc, char** argv) {
   flags.AddInt("max-tokens", &max_total_tokens, "calibration token budget");
   flags.AddInt("passage-tokens", &co.max_tokens_per_passage, "truncate passages to this many tokens");
   flags.AddUint64("seed", &o.seed, "seed for sampling and aligner initialisation");
-  if (auto st = flags.Parse(argc, argv); !st.ok()) {
-    std::cerr << kProgram << ": " << st.message() << "\n\n" << flags.Usage();
-    return scd::cli::kExitUsage;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
+  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   if (encoding == "int8") {
     o.code_encoding = scd::Encoding::kInt8Row;
   } else if (encoding == "fp16") {
     o.code_encoding = scd::Encoding::kF16;
   } else {
-    std::cerr << kProgram << ": --code-dtype must be int8 or fp16, got '" << encoding << "'\n";
-    return scd::cli::kExitUsage;
+    return flags.UsageError(
+        absl::StrCat("--code-dtype must be int8 or fp16, not \"", encoding, "\""));
   }
   co.max_total_tokens = max_total_tokens;
   co.seed = o.seed;
   const auto start = std::chrono::steady_clock::now();
   auto pair = scd::LoadModelPair(producer_dir, consumer_dir);
-  if (!pair.ok()) return Fail(std::string(pair.status().message()));
+  if (!pair.ok()) return flags.Fail(pair.status());
   auto& tokenizer = pair->tokenizer;
   auto& producer = pair->producer;
   auto& consumer = pair->consumer;
@@ -82,13 +72,12 @@ int main(int argc, char** argv) {
   for (const auto& f : absl::StrSplit(select_from, ',', absl::SkipEmpty())) {
     auto it = std::find(files.begin(), files.end(), std::string(f));
     if (it == files.end()) {
-      std::cerr << kProgram << ": --select-from file " << f << " is not one of --corpus\n";
-      return scd::cli::kExitUsage;
+      return flags.UsageError(absl::StrCat("--select-from file ", f, " is not one of --corpus"));
     }
     select_sources.push_back(static_cast<int>(it - files.begin()));
   }
   auto passages = scd::LoadCalibrationPassages(files, *tokenizer, co, &sources);
-  if (!passages.ok()) return Fail(std::string(passages.status().message()));
+  if (!passages.ok()) return flags.Fail(passages.status());
   std::vector<std::vector<int32_t>> train, held;
   const size_t count = passages->size();
   scd::SplitHeldOut(std::move(passages).value(), sources, select_sources, o.holdout_passages,
@@ -99,15 +88,15 @@ int main(int argc, char** argv) {
             << held.size() << " held back for selection\n";
   auto artifact = scd::Calibrate(*producer, *consumer, train, held, o,
                                  [](const std::string& line) { std::cerr << "  " << line << "\n"; });
-  if (!artifact.ok()) return Fail(std::string(artifact.status().message()));
-  if (auto st = artifact->Save(out); !st.ok()) return Fail(std::string(st.message()));
+  if (!artifact.ok()) return flags.Fail(artifact.status());
+  if (auto st = artifact->Save(out); !st.ok()) return flags.Fail(st);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   artifact->report["seconds"] = seconds;
   artifact->report["command"] = scd::cli::QuotedCommandLine(argc, argv);
   const std::string report_path = out + ".json";
   if (auto st = scd::WriteFileAtomically(report_path, artifact->report.dump(2)); !st.ok()) {
-    return Fail(std::string(st.message()));
+    return flags.Fail(st);
   }
   std::cerr << kProgram << ": wrote " << out << " (patch layers";
   for (int l : artifact->PatchLayers()) std::cerr << " " << l;

@@ -7,9 +7,9 @@
 // "h2o" and "chunk" in the same JSON. --modes "" skips the codec modes.
 #include <iostream>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_split.h"
 #include "common/base/file_io.h"
@@ -25,11 +25,6 @@
 namespace {
 
 constexpr char kProgram[] = "scd-eval";
-
-int Fail(const std::string& message) {
-  std::cerr << kProgram << ": " << message << "\n";
-  return scd::cli::kExitFailure;
-}
 
 }  // namespace
 
@@ -76,26 +71,16 @@ int main(int argc, char** argv) {
   flags.AddFloat("sekv-candidates", &sk.sekv.candidate_factor, "SEKV: token zoom scores up to this x expansion-buffer tokens of routed spans");
   flags.AddFloat("sekv-tau", &sk.sekv.tau_override, "SEKV: gate threshold for every head (-1 = the router's)");
   flags.AddBool("sekv-ablate", &sekv_ablate, "SEKV: also run SEKV without zoom-in (sekv-nozoom), with whole-span zoom-in and no pins (sekv-span, SeKV as published) and with token zoom-in but no pins (sekv-nopin)");
-  if (auto st = flags.Parse(argc, argv); !st.ok()) {
-    std::cerr << kProgram << ": " << st.message() << "\n\n" << flags.Usage();
-    return scd::cli::kExitUsage;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
+  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   for (const auto& name : absl::StrSplit(modes, ',', absl::SkipEmpty())) {
     auto m = scd::ParseCodecMode(std::string(name));
-    if (!m.ok()) {
-      std::cerr << kProgram << ": " << m.status().message() << "\n";
-      return scd::cli::kExitUsage;
-    }
+    if (!m.ok()) return flags.UsageError(m.status());
     cfg.modes.push_back(*m);
   }
   cfg.babi_files = babi;
   cfg.text_file = text;
   auto pair = scd::LoadModelPair(producer_dir, consumer_dir);
-  if (!pair.ok()) return Fail(std::string(pair.status().message()));
+  if (!pair.ok()) return flags.Fail(pair.status());
   auto& consumer_model = pair->consumer_model;
   auto& tokenizer = pair->tokenizer;
   auto& producer = pair->producer;
@@ -103,11 +88,11 @@ int main(int argc, char** argv) {
   std::shared_ptr<const scd::ScdArtifact> artifact;
   if (!artifact_path.empty()) {
     auto a = scd::ScdArtifact::Load(artifact_path);
-    if (!a.ok()) return Fail(std::string(a.status().message()));
+    if (!a.ok()) return flags.Fail(a.status());
     artifact = std::make_shared<const scd::ScdArtifact>(std::move(a).value());
   }
   auto evaluator = scd::Evaluator::Create(*producer, *consumer, artifact, *tokenizer);
-  if (!evaluator.ok()) return Fail(std::string(evaluator.status().message()));
+  if (!evaluator.ok()) return flags.Fail(evaluator.status());
   auto progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
 
   nlohmann::json out = {{"modes", nlohmann::json::object()},
@@ -115,7 +100,7 @@ int main(int argc, char** argv) {
   std::vector<scd::ModeReport> all;
   if (!cfg.modes.empty()) {
     auto reports = (*evaluator)->Run(cfg, progress);
-    if (!reports.ok()) return Fail(std::string(reports.status().message()));
+    if (!reports.ok()) return flags.Fail(reports.status());
     for (const auto& r : *reports) out["modes"][r.label] = r.ToJson();
     all = *reports;
   }
@@ -124,14 +109,14 @@ int main(int argc, char** argv) {
     std::shared_ptr<const scd::sekv::ZoomRouter> router;
     if (!sekv_router.empty()) {
       auto a = scd::sekv::SekvArtifact::Load(sekv_router);
-      if (!a.ok()) return Fail(std::string(a.status().message()));
-      if (auto st = a->CheckModel(*consumer_model); !st.ok()) return Fail(std::string(st.message()));
+      if (!a.ok()) return flags.Fail(a.status());
+      if (auto st = a->CheckModel(*consumer_model); !st.ok()) return flags.Fail(st);
       router = std::make_shared<const scd::sekv::ZoomRouter>(a->router);
     }
     if (sekv_resolution == "span") {
       sk.sekv.resolution = scd::sekv::ZoomResolution::kSpan;
     } else if (sekv_resolution != "token") {
-      return Fail("--sekv-zoom must be token or span");
+      return flags.Fail("--sekv-zoom must be token or span");
     }
     sk.budget = sekv_budget;
     sk.sekv.store.energy = sekv_energy;
@@ -143,9 +128,9 @@ int main(int argc, char** argv) {
     sk.ablate = sekv_ablate;
     std::cerr << kProgram << ": SEKV at budget " << sekv_budget << "\n";
     auto sekv_eval = scd::sekv::SekvEvaluator::Create(*producer, *consumer, artifact, *tokenizer, router);
-    if (!sekv_eval.ok()) return Fail(std::string(sekv_eval.status().message()));
+    if (!sekv_eval.ok()) return flags.Fail(sekv_eval.status());
     auto sr = (*sekv_eval)->Run(sk, progress);
-    if (!sr.ok()) return Fail(std::string(sr.status().message()));
+    if (!sr.ok()) return flags.Fail(sr.status());
     const nlohmann::json sj = sr->ToJson();
     for (auto it = sj.begin(); it != sj.end(); ++it) out[it.key()] = it.value();
     if (!sekv_router.empty()) out["sekv"]["router"] = sekv_router;
@@ -160,7 +145,7 @@ int main(int argc, char** argv) {
   }
 
   if (ablate_patch) {
-    if (artifact == nullptr) return Fail("--ablate-patch needs --artifact");
+    if (artifact == nullptr) return flags.Fail("--ablate-patch needs --artifact");
     for (int k = 0; k <= static_cast<int>(artifact->patch_order.size()); ++k) {
       scd::EvalConfig ab = cfg;
       ab.modes = {scd::CodecMode::kScd};
@@ -169,7 +154,7 @@ int main(int argc, char** argv) {
                                                artifact->patch_order.begin() + k);
       std::cerr << kProgram << ": ablation, patch budget k=" << k << "\n";
       auto r = (*evaluator)->Run(ab, progress);
-      if (!r.ok()) return Fail(std::string(r.status().message()));
+      if (!r.ok()) return flags.Fail(r.status());
       scd::ModeReport row = r->front();
       row.label = "scd k=" + std::to_string(k);
       out["ablation_patch_budget"][std::to_string(k)] = row.ToJson();
@@ -177,11 +162,11 @@ int main(int argc, char** argv) {
     }
   }
   if (auto st = scd::WriteFileAtomically(json_out, out.dump(2)); !st.ok()) {
-    return Fail(std::string(st.message()));
+    return flags.Fail(st);
   }
   if (!report.empty()) {
     if (auto st = scd::WriteEvalTables(all, report, consumer_model->config.name); !st.ok()) {
-      return Fail(std::string(st.message()));
+      return flags.Fail(st);
     }
   }
   for (const auto& r : all) {

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,11 +26,6 @@
 namespace {
 
 constexpr char kProgram[] = "scd-generate";
-
-int Fail(const std::string& message) {
-  std::cerr << kProgram << ": " << message << "\n";
-  return scd::cli::kExitFailure;
-}
 
 std::string_view FinishName(scd::FinishReason reason) {
   switch (reason) {
@@ -66,46 +62,32 @@ int main(int argc, char** argv) {
   flags.AddUint64("seed", &sampling.seed, "sampling seed");
   flags.AddString("backend", &backend_name, "cpu or cuda");
 
-  auto usage_error = [&](absl::string_view message) {
-    std::cerr << kProgram << ": " << message << " (see --help)\n";
-    return scd::cli::kExitUsage;
-  };
-  if (argc == 1) {
-    std::cerr << flags.Usage();
-    return scd::cli::kExitUsage;
-  }
-  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return usage_error(s.message());
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
-  if (!flags.positional().empty()) {
-    return usage_error(absl::StrFormat("unexpected argument \"%s\"", flags.positional()[0]));
-  }
-  if (max_tokens < 1) return usage_error("--max-tokens must be >= 1");
-  if (absl::Status s = sampling.Validate(); !s.ok()) return usage_error(s.message());
+  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
+  if (max_tokens < 1) return flags.UsageError("--max-tokens must be >= 1");
+  if (absl::Status s = sampling.Validate(); !s.ok()) return flags.UsageError(s);
   absl::StatusOr<scd::BackendKind> kind = scd::ParseBackendKind(backend_name);
-  if (!kind.ok()) return usage_error(kind.status().message());
+  if (!kind.ok()) return flags.UsageError(kind.status());
 
   auto load_start = std::chrono::steady_clock::now();
   absl::StatusOr<std::shared_ptr<const scd::Model>> model = scd::LoadModel(model_dir);
-  if (!model.ok()) return Fail(absl::StrFormat("cannot load model: %s", model.status().ToString()));
+  if (!model.ok())
+    return flags.Fail(absl::StrFormat("cannot load model: %s", model.status().ToString()));
   const std::string tokenizer_path = model_dir + "/tokenizer.json";
   absl::StatusOr<std::unique_ptr<scd::Tokenizer>> tokenizer =
       scd::Tokenizer::FromFile(tokenizer_path);
   if (!tokenizer.ok()) {
-    return Fail(absl::StrFormat("cannot load tokenizer: %s", tokenizer.status().ToString()));
+    return flags.Fail(absl::StrFormat("cannot load tokenizer: %s", tokenizer.status().ToString()));
   }
   absl::StatusOr<std::unique_ptr<scd::Backend>> backend = scd::CreateBackend(*kind, *model);
-  if (!backend.ok()) return Fail(backend.status().ToString());
+  if (!backend.ok()) return flags.Fail(backend.status().ToString());
   const double load_ms = MillisecondsSince(load_start);
 
   const std::vector<int32_t> prompt_ids = (*tokenizer)->Encode(prompt);
-  if (prompt_ids.empty()) return Fail("the prompt encodes to no tokens");
+  if (prompt_ids.empty()) return flags.Fail("the prompt encodes to no tokens");
   const int context = (*model)->config.max_position_embeddings;
   if (static_cast<int>(prompt_ids.size()) > context) {
-    return Fail(absl::StrFormat("the prompt is %d tokens; the model's context holds %d",
-                                prompt_ids.size(), context));
+    return flags.Fail(absl::StrFormat("the prompt is %d tokens; the model's context holds %d",
+                                      prompt_ids.size(), context));
   }
 
   scd::StreamDecoder stream(**tokenizer);
@@ -127,7 +109,7 @@ int main(int argc, char** argv) {
   if (streamed) std::fputc('\n', stdout);
   std::fflush(stdout);
   if (!result.ok())
-    return Fail(absl::StrFormat("generation failed: %s", result.status().ToString()));
+    return flags.Fail(absl::StrFormat("generation failed: %s", result.status().ToString()));
 
   // The first sampled token comes from the prefill's logits and every later one from one
   // decode step; a sampled stop id is not returned, so on kStop every returned token was

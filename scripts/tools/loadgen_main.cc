@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,16 +41,6 @@ void OnSigint(int) {
     std::signal(SIGINT, SIG_DFL);
     std::raise(SIGINT);
   }
-}
-
-int Usage(const std::string& message, const scd::cli::FlagParser& flags) {
-  std::cerr << kProgram << ": " << message << "\n\n" << flags.Usage();
-  return scd::cli::kExitUsage;
-}
-
-int Fail(const std::string& message) {
-  std::cerr << kProgram << ": " << message << "\n";
-  return scd::cli::kExitFailure;
 }
 
 // OUT.json -> OUT_ttft.png (the default --png).
@@ -139,28 +130,20 @@ int main(int argc, char** argv) {
                  "window (s) for the first-vs-last p99 TTFT drift in the JSON");
   flags.AddBool("quiet", &quiet, "no progress line or banner (the summary still prints)");
 
-  if (absl::Status s = flags.Parse(argc, argv); !s.ok())
-    return Usage(std::string(s.message()), flags);
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
-  if (!flags.positional().empty()) {
-    return Usage(absl::StrCat("unexpected argument \"", flags.positional()[0], "\""), flags);
-  }
+  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   if (flags.Seen("chat") && completions) {
-    return Usage("--chat and --completions exclude each other", flags);
+    return flags.UsageError("--chat and --completions exclude each other");
   }
   if (prompts_path.empty() == (synthetic_tokens <= 0)) {
-    return Usage("give exactly one of --prompts FILE or --synthetic-prompt-tokens N", flags);
+    return flags.UsageError("give exactly one of --prompts FILE or --synthetic-prompt-tokens N");
   }
-  if (synthetic_count < 0) return Usage("--synthetic-prompts must be >= 0", flags);
-  if (slo_ttft_ms < 0 || slo_itl_ms < 0) return Usage("SLO bounds must be >= 0", flags);
-  if (!(drift_window > 0)) return Usage("--drift-window must be > 0", flags);
+  if (synthetic_count < 0) return flags.UsageError("--synthetic-prompts must be >= 0");
+  if (slo_ttft_ms < 0 || slo_itl_ms < 0) return flags.UsageError("SLO bounds must be >= 0");
+  if (!(drift_window > 0)) return flags.UsageError("--drift-window must be > 0");
 
   scd::loadgen::LoadOptions options;
   absl::StatusOr<scd::loadgen::Target> target = scd::loadgen::ParseUrl(url);
-  if (!target.ok()) return Usage(std::string(target.status().message()), flags);
+  if (!target.ok()) return flags.UsageError(target.status());
   options.client.target = *target;
   options.client.api_key = api_key;
   options.client.timeout_s = timeout;
@@ -169,7 +152,7 @@ int main(int argc, char** argv) {
   options.body.max_tokens = max_tokens;
   options.body.extra_body = nlohmann::json::parse(extra_body, nullptr, false);
   if (!options.body.extra_body.is_object()) {
-    return Usage("--extra-body is not a JSON object", flags);
+    return flags.UsageError("--extra-body is not a JSON object");
   }
   options.rate = rate;
   options.concurrency = concurrency;
@@ -183,7 +166,7 @@ int main(int argc, char** argv) {
   for (absl::string_view part : absl::StrSplit(rss_pids, ',', absl::SkipWhitespace())) {
     int pid = 0;
     if (!absl::SimpleAtoi(part, &pid) || pid <= 0) {
-      return Usage(absl::StrCat("--rss-pid: \"", part, "\" is not a process id"), flags);
+      return flags.UsageError(absl::StrCat("--rss-pid: \"", part, "\" is not a process id"));
     }
     options.rss_pids.push_back(pid);
   }
@@ -191,7 +174,7 @@ int main(int argc, char** argv) {
   options.progress_period_s = tty ? 0.5 : 5.0;
   options.stop = &g_stop;
   if (absl::Status s = scd::loadgen::ValidateLoadOptions(options); !s.ok()) {
-    return Usage(std::string(s.message()), flags);
+    return flags.UsageError(s);
   }
 
   std::string prompts_label;
@@ -209,9 +192,9 @@ int main(int argc, char** argv) {
     prompts = scd::loadgen::SyntheticPrompts(count, synthetic_tokens, seed);
     prompts_label = absl::StrCat("synthetic:", synthetic_tokens, " words");
   }
-  if (!prompts.ok()) return Fail(std::string(prompts.status().message()));
+  if (!prompts.ok()) return flags.Fail(prompts.status());
   if (absl::Status s = scd::loadgen::CheckPromptsForApi(*prompts, options.body.api); !s.ok()) {
-    return Usage(std::string(s.message()), flags);
+    return flags.UsageError(s);
   }
 
   if (!quiet) {
@@ -234,7 +217,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<scd::loadgen::RunResult> result =
       scd::loadgen::RunLoad(options, *prompts, on_progress);
   progress.End();
-  if (!result.ok()) return Fail(std::string(result.status().message()));
+  if (!result.ok()) return flags.Fail(result.status());
 
   scd::loadgen::ReportContext context;
   context.url = url;
@@ -279,7 +262,7 @@ int main(int argc, char** argv) {
     wrote("records", records_out, scd::loadgen::WriteRecordsJsonl(*result, records_out));
   }
   if (report["requests"]["ok"].get<int64_t>() == 0) {
-    return Fail("no request succeeded");
+    return flags.Fail("no request succeeded");
   }
   return exit_code;
 }

@@ -4,6 +4,7 @@
 // --text passages, plus bAbI stories rendered as text (--babi) for a bAbI specialist.
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/base/file_io.h"
@@ -20,11 +21,6 @@
 namespace {
 
 constexpr char kProgram[] = "scd-sekv-calibrate";
-
-int Fail(const std::string& message) {
-  std::cerr << kProgram << ": " << message << "\n";
-  return scd::cli::kExitFailure;
-}
 
 }  // namespace
 
@@ -51,33 +47,26 @@ int main(int argc, char** argv) {
   flags.AddInt("max-span", &run.base.segmenter.max_span, "maximum span length (0 = none)");
   flags.AddFloat("window-share", &run.shares.window_share, "share of the budget for the window");
   flags.AddFloat("expand-share", &run.shares.expand_share, "share of the budget for expansions");
-  if (auto st = flags.Parse(argc, argv); !st.ok()) {
-    std::cerr << kProgram << ": " << st.message() << "\n\n" << flags.Usage();
-    return scd::cli::kExitUsage;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
+  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   run.budget = budget;
   auto model = scd::LoadModel(model_dir);
-  if (!model.ok()) return Fail(std::string(model.status().message()));
+  if (!model.ok()) return flags.Fail(model.status());
   auto tokenizer = scd::Tokenizer::FromFile(model_dir + "/tokenizer.json");
-  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  if (!tokenizer.ok()) return flags.Fail(tokenizer.status());
   auto backend = scd::CreateBackend(scd::BackendKind::kCpu, *model);
-  if (!backend.ok()) return Fail(std::string(backend.status().message()));
+  if (!backend.ok()) return flags.Fail(backend.status());
   auto decoder = scd::sekv::SekvDecoder::Create(*model);
-  if (!decoder.ok()) return Fail(std::string(decoder.status().message()));
+  if (!decoder.ok()) return flags.Fail(decoder.status());
   run.context = (*model)->config.max_position_embeddings;
 
   scd::eval::CorpusOptions corpus;
   corpus.max_passages = passages;
   auto texts = scd::eval::ReadPassages(text, corpus);
-  if (!texts.ok()) return Fail(std::string(texts.status().message()));
+  if (!texts.ok()) return flags.Fail(texts.status());
   auto seqs = scd::sekv::PackPassages(**tokenizer, *texts, run.context, sequences);
   if (!babi.empty()) {
     auto stories = scd::eval::ReadBabiFiles(babi);
-    if (!stories.ok()) return Fail(std::string(stories.status().message()));
+    if (!stories.ok()) return flags.Fail(stories.status());
     std::vector<std::string> rendered;
     std::string last_story;
     for (const auto& ex : scd::eval::MakeBabiExamples(*stories)) {
@@ -95,11 +84,11 @@ int main(int argc, char** argv) {
   std::cerr << kProgram << ": teacher pass over " << seqs.size() << " sequences of " << run.context
             << " tokens\n";
   if (auto st = scd::sekv::CollectRouterSamples(**backend, **decoder, seqs, run, &set); !st.ok()) {
-    return Fail(std::string(st.message()));
+    return flags.Fail(st);
   }
   nlohmann::json report;
   auto router = scd::sekv::FitZoomRouter(set, co, &report);
-  if (!router.ok()) return Fail(std::string(router.status().message()));
+  if (!router.ok()) return flags.Fail(router.status());
   scd::sekv::SekvArtifact artifact;
   artifact.model_name = c.name;
   artifact.model_digest = (*model)->digest;
@@ -108,9 +97,9 @@ int main(int argc, char** argv) {
   report["sequences"] = seqs.size();
   report["budget"] = budget;
   artifact.report = report;
-  if (auto st = artifact.Save(out); !st.ok()) return Fail(std::string(st.message()));
+  if (auto st = artifact.Save(out); !st.ok()) return flags.Fail(st);
   if (auto st = scd::WriteFileAtomically(out + ".json", report.dump(2)); !st.ok()) {
-    return Fail(std::string(st.message()));
+    return flags.Fail(st);
   }
   for (const auto& h : report["heads"]) {
     std::cout << "layer " << h["layer"] << " head " << h["kv_head"] << ": samples " << h["samples"]

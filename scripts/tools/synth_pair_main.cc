@@ -7,6 +7,7 @@
 // writes DIR/base and DIR/specialist.
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -18,11 +19,6 @@
 namespace {
 
 constexpr char kProgram[] = "scd-synth-pair";
-
-int Fail(const std::string& message) {
-  std::cerr << kProgram << ": " << message << "\n";
-  return scd::cli::kExitFailure;
-}
 
 }  // namespace
 
@@ -43,16 +39,9 @@ int main(int argc, char** argv) {
   flags.AddFloat("init-std", &init_std, "standard deviation of the base weights");
   flags.AddFloat("noise", &noise, "standard deviation of the specialist's perturbation");
   flags.AddUint64("seed", &seed, "seed (the specialist uses seed + 1)");
-  if (absl::Status st = flags.Parse(argc, argv); !st.ok()) {
-    std::cerr << kProgram << ": " << st.message() << "\n" << flags.Usage();
-    return scd::cli::kExitUsage;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
+  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   absl::StatusOr<scd::ModelConfig> vocab = scd::ModelConfig::FromDirectory(vocab_from);
-  if (!vocab.ok()) return Fail(std::string(vocab.status().message()));
+  if (!vocab.ok()) return flags.Fail(vocab.status());
   scd::ModelConfig c;
   c.name = absl::StrCat("synthetic-d", hidden, "-l", layers);
   c.hidden_size = hidden;
@@ -65,24 +54,24 @@ int main(int argc, char** argv) {
   c.max_position_embeddings = context;
   c.bos_token_id = vocab->bos_token_id;
   c.eos_token_ids = vocab->eos_token_ids;
-  if (absl::Status st = c.Validate(); !st.ok()) return Fail(std::string(st.message()));
+  if (absl::Status st = c.Validate(); !st.ok()) return flags.Fail(st);
   std::cerr << kProgram << ": base " << c.name << " (" << hidden << "d, " << layers << " layers, "
             << heads << "/" << kv_heads << " heads), seed " << seed << "\n";
   std::shared_ptr<const scd::Model> base = scd::MakeSyntheticModel(c, seed, init_std);
-  if (base == nullptr) return Fail("cannot make the synthetic model");
+  if (base == nullptr) return flags.Fail("cannot make the synthetic model");
   std::shared_ptr<const scd::Model> specialist = scd::MakeNoisyVariant(*base, noise, seed + 1);
   namespace fs = std::filesystem;
   for (const auto& [name, model] : {std::pair{"base", base}, std::pair{"specialist", specialist}}) {
     const fs::path dir = fs::path(out) / name;
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (ec) return Fail(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+    if (ec) return flags.Fail(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
     if (absl::Status st = scd::SaveModel(model->config, model->weights, dir.string()); !st.ok()) {
-      return Fail(std::string(st.message()));
+      return flags.Fail(st);
     }
     fs::copy_file(fs::path(vocab_from) / "tokenizer.json", dir / "tokenizer.json",
                   fs::copy_options::overwrite_existing, ec);
-    if (ec) return Fail(absl::StrCat("cannot copy tokenizer.json: ", ec.message()));
+    if (ec) return flags.Fail(absl::StrCat("cannot copy tokenizer.json: ", ec.message()));
     std::cerr << kProgram << ": wrote " << dir.string() << " (digest " << model->digest.substr(0, 16) << ")\n";
   }
   return 0;

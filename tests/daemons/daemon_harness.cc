@@ -222,13 +222,9 @@ std::optional<double> MetricValue(const std::string& exposition, const std::stri
 }
 
 int RunCommand(const std::string& command, std::string* output) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output->append(buffer, n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const testing::CommandResult result = testing::RunCommand(command);
+  output->append(result.output);
+  return result.exit_code;
 }
 
 GrpcOutcome GrpcGenerate(const std::string& address, const scd::v1::GenerateRequest& request) {

@@ -98,7 +98,8 @@ bool WaitForReady(int port, int status, std::chrono::milliseconds timeout);
 // A metric sample's value from a Prometheus text exposition ("name{labels}" exactly as
 // rendered, or a bare name); nullopt when absent.
 std::optional<double> MetricValue(const std::string& exposition, const std::string& series);
-// Runs a shell command; its exit code and output.
+// Runs a shell command (testing::RunCommand); its exit code, and its output appended to
+// *output.
 int RunCommand(const std::string& command, std::string* output);
 
 // A gRPC Generate call to a prefill daemon: the status, the streamed text, every event, and

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "tests/test_support.h"  // RunCommand, CommandExists, ShellQuote
 
 namespace scd::testing {
 
@@ -73,17 +74,6 @@ absl::StatusOr<absl::Duration> ParseDurationText(const std::string& text);
 absl::StatusOr<int> PortOf(const std::string& address);
 // The host of "host:port".
 std::string HostOf(const std::string& address);
-
-// Runs `command` with /bin/sh, stdout and stderr captured together.
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;
-};
-CommandResult RunCommand(const std::string& command);
-bool CommandExists(const std::string& name);
-
-// Quotes `word` for /bin/sh.
-std::string ShellQuote(const std::string& word);
 
 }  // namespace scd::testing
 

@@ -18,21 +18,7 @@
 namespace scd::metrics {
 namespace {
 
-// Runs `command`, returning its exit status and appending its output to *output.
-int RunCommand(const std::string& command, std::string* output) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output->append(buffer, n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-bool HavePromtool() {
-  std::string ignored;
-  return RunCommand("command -v promtool", &ignored) == 0;
-}
+bool HavePromtool() { return testing::CommandExists("promtool"); }
 
 // A small registry with every type, labels and awkward label values.
 void Populate(Registry& registry) {
@@ -252,19 +238,19 @@ TEST_CASE("promtool check metrics accepts the exposition", "[cpu]") {
     std::ofstream out(path);
     out << registry.Render();
   }
-  std::string output;
-  const int rc = RunCommand("promtool check metrics < " + path, &output);
-  INFO("promtool output:\n" << output << "\ninput:\n" << registry.Render());
-  CHECK(rc == 0);
-  CHECK(output.empty());
+  const testing::CommandResult check =
+      testing::RunCommand("promtool check metrics < " + testing::ShellQuote(path));
+  INFO("promtool output:\n" << check.output << "\ninput:\n" << registry.Render());
+  CHECK(check.exit_code == 0);
+  CHECK(check.output.empty());
 
   // And it does reject a lint violation, so the check above is not vacuous.
   {
     std::ofstream out(path);
     out << "# HELP bad_requests Requests.\n# TYPE bad_requests counter\nbad_requests 1\n";
   }
-  output.clear();
-  CHECK(RunCommand("promtool check metrics < " + path, &output) != 0);
+  CHECK(testing::RunCommand("promtool check metrics < " + testing::ShellQuote(path)).exit_code !=
+        0);
 }
 
 }  // namespace

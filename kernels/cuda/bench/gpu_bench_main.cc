@@ -32,10 +32,11 @@
 //                 [--sekv-contexts 32768,131072] [--sekv-model-contexts 32768] [--skip-scd]
 //                 [--skip-sekv] [--skip-sekv-model] [--sekv-batch-context 4096]
 //                 [--sekv-batches 1,4,8] [--skip-sekv-batch] [--quick]
-// --quick (before the other flags, which then override it) runs every part at toy sizes (the
-// "tiny" model, 256-wide GEMMs, a 16 MiB copy): a check of the tool itself, whose figures
-// mean nothing. CI runs it over CPU stand-ins of the CUDA calls (scd-gpu-bench-host,
-// tests/CMakeLists.txt), so that the device run never meets a crash in the tool.
+// (`--help` says what each flag is.) --quick runs every part at toy sizes (the "tiny" model,
+// 256-wide GEMMs, a 16 MiB copy), except the sizes given on the command line: a check of the
+// tool itself, whose figures mean nothing. CI runs it over CPU stand-ins of the CUDA calls
+// (scd-gpu-bench-host, tests/CMakeLists.txt), so that the device run never meets a crash in the
+// tool.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,13 +45,17 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/bench/model_cost.h"
+#include "common/cli/flags.h"
 #include "common/model/config.h"
 #include "common/runtime/backend.h"
 #include "common/runtime/sampler.h"
@@ -116,74 +121,63 @@ void Check(const absl::Status& status, const std::string& what) {
   if (!status.ok()) Die(what + ": " + status.ToString());
 }
 
-std::vector<int> ParseInts(const std::string& text) {
-  std::vector<int> values;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    values.push_back(std::stoi(std::string(part)));
+// Parses the command line into *f; returns the exit code when the tool stops here (--help, a
+// bad command line).
+std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
+  std::string models = absl::StrJoin(f->models, ",");
+  cli::FlagParser flags("scd-gpu-bench", "--out DIR [flags]");
+  flags.AddString("out", &f->out, "folder for results.json and results.md");
+  flags.AddString("models", &models, "model shapes, comma-separated: mistral-7b, llama3-8b");
+  flags.AddIntList("prefill", &f->prefill, "prefill lengths (TTFT, TFLOP/s against the peak)");
+  flags.AddIntList("batches", &f->batches, "decode batch sizes (GB/s against the copy)");
+  flags.AddInt("context", &f->context, "tokens in the KV cache of each decoding sequence");
+  flags.AddInt("steps", &f->steps, "timed decode steps");
+  flags.AddInt("scd-tokens", &f->scd_tokens, "SCD rebuild length (against the prefill there)");
+  flags.AddIntList("sekv-contexts", &f->sekv_contexts, "SEKV attention step lengths (>= 1024)");
+  flags.AddIntList("sekv-model-contexts", &f->sekv_model_contexts,
+                   "SEKV whole-step lengths, first model only (>= 1024)");
+  flags.AddInt("sekv-batch-context", &f->sekv_batch_context,
+               "length of each concurrent SEKV request (>= 1024)");
+  flags.AddIntList("sekv-batches", &f->sekv_batches, "concurrent SEKV requests, last model only");
+  flags.AddBool("skip-scd", &f->skip_scd, "no SCD rebuild");
+  flags.AddBool("skip-sekv", &f->skip_sekv, "no SEKV attention step");
+  flags.AddBool("skip-sekv-model", &f->skip_sekv_model, "no SEKV whole step");
+  flags.AddBool("skip-sekv-batch", &f->skip_sekv_batch, "no concurrent SEKV requests");
+  flags.AddBool("quick", &f->quick,
+                "toy sizes for every size not given: a check of the tool, not figures");
+  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return exit;
+  f->models = absl::StrSplit(models, ',', absl::SkipEmpty());
+  if (f->quick) {
+    Flags q;
+    SetQuick(&q);
+    if (!flags.Seen("models")) f->models = q.models;
+    if (!flags.Seen("prefill")) f->prefill = q.prefill;
+    if (!flags.Seen("batches")) f->batches = q.batches;
+    if (!flags.Seen("context")) f->context = q.context;
+    if (!flags.Seen("steps")) f->steps = q.steps;
+    if (!flags.Seen("scd-tokens")) f->scd_tokens = q.scd_tokens;
+    if (!flags.Seen("sekv-contexts")) f->sekv_contexts = q.sekv_contexts;
+    if (!flags.Seen("sekv-model-contexts")) f->sekv_model_contexts = q.sekv_model_contexts;
+    if (!flags.Seen("sekv-batch-context")) f->sekv_batch_context = q.sekv_batch_context;
+    if (!flags.Seen("sekv-batches")) f->sekv_batches = q.sekv_batches;
   }
-  return values;
-}
-
-Flags ParseFlags(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) Die("missing value for " + arg);
-      return argv[++i];
-    };
-    if (arg == "--out") {
-      f.out = value();
-    } else if (arg == "--models") {
-      f.models.clear();
-      for (absl::string_view m : absl::StrSplit(value(), ',', absl::SkipEmpty())) {
-        f.models.emplace_back(m);
+  for (const std::string& m : f->models) {
+    if (m != "mistral-7b" && m != "llama3-8b" && m != "tiny") {
+      return flags.UsageError(absl::StrCat("--models: unknown model \"", m, "\""));
+    }
+  }
+  if (f->scd_tokens < 1) return flags.UsageError("--scd-tokens must be positive");
+  for (const std::vector<int>* list : {&f->sekv_contexts, &f->sekv_model_contexts}) {
+    for (int n : *list) {
+      if (n < 1024) {
+        return flags.UsageError(absl::StrCat("SEKV contexts must be at least 1024 (got ", n, ")"));
       }
-    } else if (arg == "--prefill") {
-      f.prefill = ParseInts(value());
-    } else if (arg == "--batches") {
-      f.batches = ParseInts(value());
-    } else if (arg == "--context") {
-      f.context = std::stoi(value());
-    } else if (arg == "--steps") {
-      f.steps = std::stoi(value());
-    } else if (arg == "--scd-tokens") {
-      f.scd_tokens = std::stoi(value());
-    } else if (arg == "--sekv-contexts") {
-      f.sekv_contexts = ParseInts(value());
-    } else if (arg == "--skip-scd") {
-      f.skip_scd = true;
-    } else if (arg == "--sekv-model-contexts") {
-      f.sekv_model_contexts = ParseInts(value());
-    } else if (arg == "--skip-sekv") {
-      f.skip_sekv = true;
-    } else if (arg == "--skip-sekv-model") {
-      f.skip_sekv_model = true;
-    } else if (arg == "--sekv-batch-context") {
-      f.sekv_batch_context = std::stoi(value());
-    } else if (arg == "--sekv-batches") {
-      f.sekv_batches = ParseInts(value());
-    } else if (arg == "--skip-sekv-batch") {
-      f.skip_sekv_batch = true;
-    } else if (arg == "--quick") {
-      SetQuick(&f);
-    } else {
-      Die("unknown flag " + arg + " (see the usage in kernels/cuda/bench/gpu_bench_main.cc)");
     }
   }
-  if (f.scd_tokens < 1) Die("--scd-tokens must be positive");
-  for (int n : f.sekv_contexts) {
-    if (n < 1024) {
-      Die("--sekv-contexts values must be at least 1024 (got " + std::to_string(n) + ")");
-    }
+  if (f->sekv_batch_context < 1024) {
+    return flags.UsageError("--sekv-batch-context must be at least 1024");
   }
-  if (f.sekv_batch_context < 1024) Die("--sekv-batch-context must be at least 1024");
-  for (int n : f.sekv_model_contexts) {
-    if (n < 1024) {
-      Die("--sekv-model-contexts values must be at least 1024 (got " + std::to_string(n) + ")");
-    }
-  }
-  return f;
+  return std::nullopt;
 }
 
 // Longest sequence any part runs on the backend (ConfigFor raises max_position_embeddings).
@@ -712,9 +706,9 @@ void PrintSummary(const nlohmann::json& r) {
 int Main(int argc, char** argv) {
   // Line-buffered even into a log file, so that a run cut short by a timeout keeps its steps.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  const Flags f = ParseFlags(argc, argv);
-  std::string command;
-  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  Flags f;
+  if (std::optional<int> exit = ParseFlags(argc, argv, &f)) return *exit;
+  const std::string command = cli::QuotedCommandLine(argc, argv);
   std::printf("command: %s\n", command.c_str());
   if (cuda::DeviceCount() == 0) Die("no CUDA device is present");
   auto device = cuda::CurrentDevice();

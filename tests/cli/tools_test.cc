@@ -1,0 +1,129 @@
+// Every command-line tool and benchmark in build/bin ends its command line the same way
+// (common/cli/flags.h): --help prints the usage to stdout and exits 0; an unknown flag, a
+// stray argument or an unparsable number prints "<program>: <message>" and the usage to
+// stderr and exits 2, before any work starts; a failure after parsing exits 1 with
+// "<program>: <message>". The daemons' own command line is tested in tests/config and
+// tests/daemons.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/test_support.h"
+
+namespace scd {
+namespace {
+
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+using testing::CommandResult;
+using testing::RunCommand;
+using testing::ShellQuote;
+
+struct Tool {
+  std::string binary;    // in SCD_BIN_DIR
+  std::string command;   // binary plus any subcommand
+  std::string program;   // the name its messages start with
+  std::string int_flag;  // a flag that takes an integer
+};
+
+std::vector<Tool> Tools() {
+  std::vector<Tool> tools = {
+      {"scd-generate", "", "scd-generate", "--max-tokens"},
+      {"scd-calibrate", "", "scd-calibrate", "--max-tokens"},
+      {"scd-eval", "", "scd-eval", "--max-examples"},
+      {"scd-ablate", "", "scd-ablate", "--step"},
+      {"scd-sekv-calibrate", "", "scd-sekv-calibrate", "--sequences"},
+      {"scd-loadgen", "", "scd-loadgen", "--requests"},
+      {"scd-synth-pair", "", "scd-synth-pair", "--layers"},
+      {"scd-e2e-bench", "", "scd-e2e-bench", "--contexts"},
+      {"scd-soak", "", "scd-soak", "--contexts"},
+      {"scd-sekv-bench", "", "scd-sekv-bench", "--steps"},
+      {"scd-bench", "runtime", "scd-bench runtime", "--tokens"},
+      {"scd-bench", "chunked-prefill", "scd-bench chunked-prefill", "--streams"},
+      {"scd-bench", "rebuild", "scd-bench rebuild", "--rows"},
+      {"scd-bench", "small-batch", "scd-bench small-batch", "--reps"},
+  };
+#ifdef SCD_HAVE_GPU_BENCH
+  tools.push_back({"scd-gpu-bench", "", "scd-gpu-bench", "--steps"});
+#endif
+  return tools;
+}
+
+std::string CommandOf(const Tool& tool) {
+  std::string c = ShellQuote(std::string(SCD_BIN_DIR) + "/" + tool.binary);
+  if (!tool.command.empty()) c += " " + tool.command;
+  return c;
+}
+
+// stdout alone and stderr alone of `command` (run twice), with its exit code.
+struct Streams {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+Streams Run(const std::string& command) {
+  const CommandResult out = RunCommand("{ " + command + " 2>/dev/null; }");
+  const CommandResult err = RunCommand("{ " + command + " 2>&1 >/dev/null; }");
+  CHECK(out.exit_code == err.exit_code);
+  return Streams{out.exit_code, out.output, err.output};
+}
+
+TEST_CASE("Every tool prints its usage for --help and exits 0", "[cpu]") {
+  for (const Tool& tool : Tools()) {
+    INFO(tool.program);
+    const Streams s = Run(CommandOf(tool) + " --help");
+    CHECK(s.exit_code == 0);
+    CHECK_THAT(s.out, StartsWith("usage: " + tool.program + " "));
+    CHECK_THAT(s.out, Contains(tool.int_flag + " "));
+    CHECK(s.err.empty());
+  }
+}
+
+TEST_CASE("Every tool refuses a bad command line with exit code 2 and its usage", "[cpu]") {
+  const std::vector<std::pair<std::string, std::string>> mistakes = {
+      {"--no-such-flag", "unknown flag --no-such-flag"},
+      {"stray", "unexpected argument \"stray\" (flags are spelled --name)"},
+      {"-x", "unknown option \"-x\" (flags are spelled --name)"},
+  };
+  for (const Tool& tool : Tools()) {
+    for (const auto& [args, message] : mistakes) {
+      INFO(tool.program << " " << args);
+      const Streams s = Run(CommandOf(tool) + " " + args);
+      CHECK(s.exit_code == 2);
+      CHECK(s.out.empty());
+      CHECK_THAT(s.err, StartsWith(tool.program + ": " + message + "\n\nusage: " + tool.program));
+    }
+    INFO(tool.program << " " << tool.int_flag << " 12x");
+    const Streams s = Run(CommandOf(tool) + " " + tool.int_flag + " 12x");
+    CHECK(s.exit_code == 2);
+    CHECK_THAT(s.err, StartsWith(tool.program + ": " + tool.int_flag +
+                                 ": \"12x\" is not an integer\n\nusage: "));
+  }
+}
+
+TEST_CASE("scd-bench names its benchmarks and refuses an unknown one", "[cpu]") {
+  const std::string bench = ShellQuote(std::string(SCD_BIN_DIR) + "/scd-bench");
+  const Streams none = Run(bench);
+  CHECK(none.exit_code == 2);
+  CHECK_THAT(none.err, StartsWith("usage: scd-bench <benchmark> [flags]\n"));
+  const Streams help = Run(bench + " --help");
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Contains("  small-batch "));
+  const Streams unknown = Run(bench + " warp-speed");
+  CHECK(unknown.exit_code == 2);
+  CHECK_THAT(unknown.err, StartsWith("scd-bench: unknown benchmark \"warp-speed\"\n"));
+}
+
+TEST_CASE("A tool that fails after parsing exits 1 with its name and the reason", "[cpu]") {
+  const std::string missing = testing::TempDir() + "/no-such-model";
+  const Streams s = Run(ShellQuote(std::string(SCD_BIN_DIR) + "/scd-generate") + " --model " +
+                        ShellQuote(missing) + " --prompt hello");
+  CHECK(s.exit_code == 1);
+  CHECK(s.out.empty());
+  CHECK_THAT(s.err, StartsWith("scd-generate: cannot load model: "));
+  CHECK_THAT(s.err, Contains(missing));
+  CHECK_THAT(s.err, !Contains("usage:"));
+}
+
+}  // namespace
+}  // namespace scd
