@@ -3,11 +3,14 @@
 // every (mode, bandwidth, warm/cold) cell, prints a progress line per cell, and writes JSON,
 // a Markdown table and a PNG of TTFT p50 against bandwidth.
 //   scd-e2e-bench --base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cli/flags.h"
 #include "common/e2e/e2e_bench.h"
@@ -51,7 +54,12 @@ int main(int argc, char** argv) {
   o.modes = absl::StrSplit(modes, ',', absl::SkipEmpty());
   o.bandwidths_gbps.clear();
   for (absl::string_view b : absl::StrSplit(bandwidths, ',', absl::SkipEmpty())) {
-    o.bandwidths_gbps.push_back(std::stod(std::string(b)));
+    double gbps = 0;
+    if (!absl::SimpleAtod(b, &gbps) || !(gbps > 0) || !std::isfinite(gbps)) {
+      return flags.UsageError(
+          absl::StrCat("--bandwidths takes Gbit/s values > 0, comma-separated, not \"", b, "\""));
+    }
+    o.bandwidths_gbps.push_back(gbps);
   }
   auto tokenizer = scd::Tokenizer::FromFile(o.base_model + "/tokenizer.json");
   if (!tokenizer.ok()) return flags.Fail(tokenizer.status());

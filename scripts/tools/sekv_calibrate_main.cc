@@ -68,12 +68,12 @@ int main(int argc, char** argv) {
     auto stories = scd::eval::ReadBabiFiles(babi);
     if (!stories.ok()) return flags.Fail(stories.status());
     std::vector<std::string> rendered;
-    std::string last_story;
+    int last_story = -1;
     for (const auto& ex : scd::eval::MakeBabiExamples(*stories)) {
       // Keep each story's longest prompt (its last question), answered.
-      if (!rendered.empty() && ex.story_id == std::stoi(last_story)) rendered.pop_back();
+      if (!rendered.empty() && ex.story_id == last_story) rendered.pop_back();
       rendered.push_back(ex.prompt + " " + ex.answer + ".");
-      last_story = std::to_string(ex.story_id);
+      last_story = ex.story_id;
     }
     auto more = scd::sekv::PackPassages(**tokenizer, rendered, run.context, babi_sequences);
     seqs.insert(seqs.end(), more.begin(), more.end());

@@ -114,6 +114,26 @@ TEST_CASE("scd-bench names its benchmarks and refuses an unknown one", "[cpu]") 
   CHECK_THAT(unknown.err, StartsWith("scd-bench: unknown benchmark \"warp-speed\"\n"));
 }
 
+TEST_CASE("A value checked after parsing is a usage error before any work", "[cpu]") {
+  const std::string e2e = ShellQuote(std::string(SCD_BIN_DIR) + "/scd-e2e-bench") +
+                          " --base b --specialist s --artifact a --babi q --out o";
+  for (const char* bad : {"abc", "0", "-1", "10,x", "nan"}) {
+    INFO(bad);
+    const Streams s = Run(e2e + " --bandwidths " + bad);
+    CHECK(s.exit_code == 2);
+    CHECK_THAT(s.err, StartsWith("scd-e2e-bench: --bandwidths takes Gbit/s values > 0"));
+  }
+  const std::string sekv_bench = ShellQuote(std::string(SCD_BIN_DIR) + "/scd-sekv-bench");
+  const Streams mixed = Run(sekv_bench + " --mixed 1:1,2");
+  CHECK(mixed.exit_code == 2);
+  CHECK_THAT(mixed.err, StartsWith("scd-sekv-bench: --mixed takes plain:SEKV pairs of counts "
+                                   ">= 1, not \"2\"\n\nusage: "));
+  const Streams alone = Run(sekv_bench + " --surprisal-model m");
+  CHECK(alone.exit_code == 2);
+  CHECK_THAT(alone.err, StartsWith("scd-sekv-bench: --surprisal-model and --surprisal-text go "
+                                   "together"));
+}
+
 TEST_CASE("A tool that fails after parsing exits 1 with its name and the reason", "[cpu]") {
   const std::string missing = testing::TempDir() + "/no-such-model";
   const Streams s = Run(ShellQuote(std::string(SCD_BIN_DIR) + "/scd-generate") + " --model " +
