@@ -125,7 +125,9 @@ struct SampleLayout {
 
 size_t Align(size_t x) { return (x + 255) / 256 * 256; }
 
+// The workspace's parts for a checked shape (SampleShape), CUB's size query included.
 absl::StatusOr<SampleLayout> Layout(int rows, int vocab) {
+  if (absl::Status s = launch_checks::SampleShape(rows, vocab); !s.ok()) return s;
   SampleLayout l;
   const size_t n = static_cast<size_t>(rows) * vocab;
   size_t at = 0;
@@ -156,7 +158,6 @@ absl::StatusOr<SampleLayout> Layout(int rows, int vocab) {
 }  // namespace
 
 absl::StatusOr<size_t> SampleRowsWorkspaceBytes(int rows, int vocab) {
-  if (absl::Status s = launch_checks::SampleShape(rows, vocab); !s.ok()) return s;
   absl::StatusOr<SampleLayout> layout = Layout(rows, vocab);
   if (!layout.ok()) return layout.status();
   return layout->total;
@@ -166,15 +167,13 @@ absl::Status SampleRows(const float* logits, const SampleParams* params, int row
                         int32_t* out, void* workspace, size_t workspace_bytes,
                         StreamHandle stream) {
   if (rows <= 0) return absl::OkStatus();
-  absl::StatusOr<size_t> need = SampleRowsWorkspaceBytes(rows, vocab);
-  if (!need.ok()) return need.status();
+  absl::StatusOr<SampleLayout> layout = Layout(rows, vocab);
+  if (!layout.ok()) return layout.status();
   if (absl::Status s = launch_checks::Workspace("SampleRows", static_cast<int64_t>(workspace_bytes),
-                                                static_cast<int64_t>(*need), "bytes");
+                                                static_cast<int64_t>(layout->total), "bytes");
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<SampleLayout> layout = Layout(rows, vocab);
-  if (!layout.ok()) return layout.status();
   unsigned char* ws = static_cast<unsigned char*>(workspace);
   float* keys = reinterpret_cast<float*>(ws + layout->keys);
   float* sorted_keys = reinterpret_cast<float*>(ws + layout->sorted_keys);
