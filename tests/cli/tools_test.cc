@@ -5,7 +5,10 @@
 // "<program>: <message>". The daemons' own command line is tested in tests/config and
 // tests/daemons.
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/test_support.h"
@@ -66,6 +69,17 @@ Streams Run(const std::string& command) {
   const CommandResult err = RunCommand("{ " + command + " 2>&1 >/dev/null; }");
   CHECK(out.exit_code == err.exit_code);
   return Streams{out.exit_code, out.output, err.output};
+}
+
+TEST_CASE("Every program in the bin folder but the daemons is checked here", "[cpu]") {
+  std::set<std::string> listed;
+  for (const Tool& tool : Tools()) listed.insert(tool.binary);
+  for (const auto& entry : std::filesystem::directory_iterator(SCD_BIN_DIR)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "scd-prefill" || name == "scd-decode") continue;  // tests/config, tests/daemons
+    INFO(name << " is in " << SCD_BIN_DIR << " but not in Tools()");
+    CHECK(listed.count(name) == 1);
+  }
 }
 
 TEST_CASE("Every tool prints its usage for --help and exits 0", "[cpu]") {
