@@ -40,8 +40,8 @@ class FlagParser {
   void AddUint64(std::string name, uint64_t* out, std::string help);
   void AddFloat(std::string name, float* out, std::string help);
   void AddBool(std::string name, bool* out, std::string help);
-  // "1,2,3" (no spaces, no empty items; "" is the empty list). A later occurrence replaces an
-  // earlier one, as for every other flag.
+  // "1,2,3": no empty items, spaces around a number allowed as for every integer flag; "" is
+  // the empty list. A later occurrence replaces an earlier one, as for every other flag.
   void AddIntList(std::string name, std::vector<int>* out, std::string help);
 
   // Parses argv[1..argc). On error nothing is guaranteed about the outputs.
@@ -66,7 +66,6 @@ class FlagParser {
   // Whether the flag appeared on the command line.
   bool Seen(std::string_view name) const;
 
-  const std::string& program() const { return program_; }
   std::string Usage() const;
 
  private:
