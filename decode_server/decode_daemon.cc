@@ -252,6 +252,13 @@ absl::Status DecodeDaemon::Start() {
                             .AddGauge("scd_decode_cuda_graphs_active",
                                       "1 while the CUDA backend replays decode steps as graphs.")
                             .value();
+  auto* graph_bytes =
+      metrics_
+          .AddGauge("scd_decode_cuda_graph_device_bytes",
+                    "Device memory the CUDA decode graphs held now take (what the device lost "
+                    "across each one's instantiation). It comes out of the memory the KV budget "
+                    "leaves free (1 - engine.kv_memory_fraction). 0 on the CPU backend.")
+          .value();
   auto* sekv_copies =
       metrics_
           .AddCounter("scd_decode_sekv_cpu_tier_copies_total",
@@ -395,8 +402,9 @@ absl::Status DecodeDaemon::Start() {
   // is what must show up.
   ticker_ = std::thread([this, active, queued, starting, prefill_chunks, prefill_tokens,
                          rebuild_chunks, rebuild_rows, registered, pending, payloads, graph_steps,
-                         graphs_active, sekv_copies, sekv_steps, sekv_step_rows, mixed_steps,
-                         kv_reserved, kv_waits, host_reserved, past_host_wait, set_scratch] {
+                         graphs_active, graph_bytes, sekv_copies, sekv_steps, sekv_step_rows,
+                         mixed_steps, kv_reserved, kv_waits, host_reserved, past_host_wait,
+                         set_scratch] {
     PayloadMailboxStats last;
     DecodeGraphStats last_graphs;
     long last_chunks = 0, last_tokens = 0, last_rebuilds = 0, last_rows = 0, last_copies = 0,
@@ -426,6 +434,7 @@ absl::Status DecodeDaemon::Start() {
       add(graph_steps, "capture", last_graphs.captures, graphs.captures);
       add(graph_steps, "eager", last_graphs.eager_steps, graphs.eager_steps);
       graphs_active->Set(graphs.active ? 1 : 0);
+      graph_bytes->Set(static_cast<double>(graphs.device_bytes));
       if (graphs.capture_failures > last_graphs.capture_failures) {
         daemon::LogWarning("cuda_graphs_disabled", {{"reason", graphs.last_failure}});
       }

@@ -76,6 +76,7 @@ struct DecodeGraphStats {
   std::string last_failure;  // why the last capture failed (graphs are off since)
   size_t last_nodes = 0;     // operations in the last graph recorded
   int cached = 0;            // graphs held now
+  size_t device_bytes = 0;   // device memory the graphs held now take (cuda::Graph::device_bytes)
   bool active = false;       // graphs on and not turned off by a failure
 };
 

@@ -125,6 +125,7 @@ class CudaBackend : public Backend {
   DecodeGraphStats decode_graph_stats() const override {
     DecodeGraphStats stats = graph_stats_;
     stats.cached = static_cast<int>(graphs_.size());
+    for (const CachedGraph& cached : graphs_) stats.device_bytes += cached.graph->device_bytes();
     stats.active = graph_options_.enabled && !graphs_broken_;
     return stats;
   }

@@ -273,10 +273,19 @@ absl::StatusOr<std::unique_ptr<Graph>> Graph::Capture(StreamHandle stream,
   size_t nodes = 0;
   cudaGraphExec_t exec = nullptr;
   absl::Status s = CudaStatus(cudaGraphGetNodes(graph, nullptr, &nodes), "cudaGraphGetNodes");
+  absl::StatusOr<DeviceMemoryInfo> before = MemoryInfo();
+  if (s.ok()) s = before.status();
   if (s.ok()) s = CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
   (void)cudaGraphDestroy(graph);  // the executable graph keeps what it needs
   if (!s.ok()) return s;
-  return std::unique_ptr<Graph>(new Graph(exec, nodes));
+  absl::StatusOr<DeviceMemoryInfo> after = MemoryInfo();
+  if (!after.ok()) {
+    (void)cudaGraphExecDestroy(exec);
+    return after.status();
+  }
+  const size_t taken =
+      before->free_bytes > after->free_bytes ? before->free_bytes - after->free_bytes : 0;
+  return std::unique_ptr<Graph>(new Graph(exec, nodes, taken));
 }
 
 Graph::~Graph() {

@@ -209,11 +209,19 @@ class Graph {
   absl::Status Launch(StreamHandle stream) const;
   // Operations recorded (kernels, copies, memsets).
   size_t nodes() const { return nodes_; }
+  // The device memory the executable graph holds until it is destroyed: the free memory
+  // cudaMemGetInfo reported before cudaGraphInstantiate less what it reported after (0 when
+  // it did not shrink). The reading is device-wide, so another thread's allocation at the same
+  // moment would be counted too, and the driver takes memory in pages, so a small graph may
+  // read 0 (room left in a page) or a whole page.
+  size_t device_bytes() const { return device_bytes_; }
 
  private:
-  Graph(void* exec, size_t nodes) : exec_(exec), nodes_(nodes) {}
+  Graph(void* exec, size_t nodes, size_t device_bytes)
+      : exec_(exec), nodes_(nodes), device_bytes_(device_bytes) {}
   void* exec_;  // cudaGraphExec_t
   size_t nodes_;
+  size_t device_bytes_;
 };
 
 // Wall time between two points of a stream, for the benchmarks.

@@ -146,6 +146,13 @@ TEST_CASE("A value checked after parsing is a usage error before any work", "[cp
   CHECK(alone.exit_code == 2);
   CHECK_THAT(alone.err, StartsWith("scd-sekv-bench: --surprisal-model and --surprisal-text go "
                                    "together"));
+#ifdef SCD_HAVE_GPU_BENCH
+  const Streams model = Run(ShellQuote(std::string(SCD_BIN_DIR) + "/scd-gpu-bench") +
+                            " --out o --models mistral-7b,gpt-5");
+  CHECK(model.exit_code == 2);
+  CHECK_THAT(model.err, StartsWith("scd-gpu-bench: --models: unknown model \"gpt-5\" "
+                                   "(mistral-7b, llama3-8b, or tiny)\n\nusage: "));
+#endif
 }
 
 TEST_CASE("A tool that fails after parsing exits 1 with its name and the reason", "[cpu]") {

@@ -143,6 +143,7 @@ TEST_CASE("CUDA graphed decode steps equal eager steps bitwise", "[cuda]") {
     CHECK(gs[0]->length() == es[0]->length());
     const DecodeGraphStats g = Stats(*graphed), e = Stats(*eager);
     CHECK(e.captures == 0);
+    CHECK(e.device_bytes == 0);
     CHECK(e.eager_steps == 12);
     CHECK_FALSE(e.active);
     // Steps 0-5 (longest length <= 256): batches 3, 3, 2, 1, 3, 3 record three graphs and
@@ -163,6 +164,7 @@ TEST_CASE("CUDA graphed decode steps equal eager steps bitwise", "[cuda]") {
     RequireOk(cuda::SetDecodeGraphs(*graphed, small));
     const DecodeGraphStats before = Stats(*graphed);
     CHECK(before.cached == 0);
+    CHECK(before.device_bytes == 0);  // dropped with the graphs
     for (int step = 0; step < 4; ++step) {
       const std::vector<int>& rows = pattern[step];
       std::vector<Sequence*> eb, gb;

@@ -9,6 +9,7 @@
 // too (tests/CMakeLists.txt), and the stand-ins must win.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <string>
 
 #include "common/model/weights.h"
@@ -245,7 +246,8 @@ struct SmallDevice {
     const DecodeEngineStats s = Run(std::move(backend), o, 2, prompt, 8, &ev, &in_use);
     CHECK(s.kv_budget_bytes == 0);  // fraction 0: no limit
     CHECK(s.completed == 2);
-    workspaces = in_use - empty - weights;
+    graphs = s.graphs.device_bytes;
+    workspaces = in_use - empty - weights - graphs;
   }
   ~SmallDevice() { cuda::stub::SetDeviceMemoryBytes(size_t{64} << 30); }
 
@@ -259,11 +261,11 @@ struct SmallDevice {
     return o;
   }
   // A backend on a device of the weights, the workspaces `spare` times over (an engine
-  // reserves them once, before it reads the free memory for its budget) and room for `caches`
-  // requests' caches.
+  // reserves them once, before it reads the free memory for its budget), the decode graphs of
+  // two requests' steps, and room for `caches` requests' caches.
   std::unique_ptr<Backend> MakeBackend(double caches, size_t spare = 1) {
     auto backend = CreateBackend(BackendKind::kCuda, model).value();
-    cuda::stub::SetDeviceMemoryBytes(empty + weights + spare * workspaces +
+    cuda::stub::SetDeviceMemoryBytes(empty + weights + spare * workspaces + graphs +
                                      static_cast<size_t>(caches * static_cast<double>(need)));
     return backend;
   }
@@ -271,6 +273,7 @@ struct SmallDevice {
   const int prompt, max_tokens;
   std::shared_ptr<const Model> model;
   size_t empty = 0, weights = 0, workspaces = 0;
+  size_t graphs = 0;  // the decode graphs the two requests' steps recorded
   size_t need = 0;  // a request's reservation: what its sequence takes from the device
 };
 
@@ -449,8 +452,11 @@ TEST_CASE(
     CHECK(s.max_batch_seen >= 2);
     CHECK(s.max_batch_seen <= 4);
     // Every request's cache and mirror freed, and the workspace as it was at start: no call
-    // grew it.
-    CHECK(DeviceBytesInUse() == with_weights + reserved);
+    // grew it. The decode graphs recorded meanwhile hold the rest, out of the memory the
+    // budget left free.
+    CHECK(s.graphs.captures > 0);
+    CHECK(s.graphs.device_bytes > 0);
+    CHECK(DeviceBytesInUse() == with_weights + reserved + s.graphs.device_bytes);
     CHECK(cuda::stub::PinnedBytesInUse() - pinned_before ==
           static_cast<size_t>(at_start.workspace_host_bytes));
   }
@@ -529,7 +535,86 @@ TEST_CASE(
   }
   CHECK(backend->Workspace().device == reserved.device);
   CHECK(backend->Workspace().pinned_host == reserved.pinned_host);
-  CHECK(DeviceBytesInUse() == in_use);
+  // What the device lost is the decode graphs', one per batch size.
+  CHECK(backend->decode_graph_stats().cached == 4);
+  CHECK(DeviceBytesInUse() == in_use + backend->decode_graph_stats().device_bytes);
+}
+
+}  // namespace scd
+
+namespace scd {
+
+TEST_CASE(
+    "The CUDA decode graphs' device memory is counted and given back, and a graph the device "
+    "has no room for leaves the step eager",
+    "[cpu]") {
+  SmallDevice d(/*prompt=*/12, /*max_tokens=*/4, /*sekv=*/false);
+  auto graphed = CreateBackend(BackendKind::kCuda, d.model).value();
+  auto eager = CreateBackend(BackendKind::kCuda, d.model).value();
+  cuda::DecodeGraphOptions off;
+  off.enabled = false;
+  REQUIRE(cuda::SetDecodeGraphs(*eager, off).ok());
+  std::vector<std::unique_ptr<Sequence>> gs, es;
+  for (int i = 0; i < 2; ++i) {
+    for (auto* pair : {&gs, &es}) {
+      Backend& backend = pair == &gs ? *graphed : *eager;
+      pair->push_back(backend.NewSequence(64).value());
+      PrefillResult r;
+      REQUIRE(backend.Prefill(*pair->back(), testing::SyntheticPrompt(20 + i, i), {}, &r).ok());
+    }
+  }
+  // A step of the first `batch` sequences on each backend; the logits must match bitwise.
+  auto step = [&](int batch) {
+    std::vector<Sequence*> gb, eb;
+    for (int i = 0; i < batch; ++i) {
+      gb.push_back(gs[i].get());
+      eb.push_back(es[i].get());
+    }
+    const std::vector<int32_t> tokens = {5, 6};
+    const std::vector<int32_t> batch_tokens(tokens.begin(), tokens.begin() + batch);
+    std::vector<float> gl, el;
+    REQUIRE(graphed->Decode(gb, batch_tokens, &gl).ok());
+    REQUIRE(eager->Decode(eb, batch_tokens, &el).ok());
+    REQUIRE(gl.size() == el.size());
+    CHECK(std::memcmp(gl.data(), el.data(), gl.size() * sizeof(float)) == 0);
+  };
+  // Eager steps first, so the workspaces have their size before anything is counted.
+  REQUIRE(cuda::SetDecodeGraphs(*graphed, off).ok());
+  step(2);
+  step(1);
+  REQUIRE(cuda::SetDecodeGraphs(*graphed, {}).ok());
+  const size_t before = DeviceBytesInUse();
+
+  // Two shapes, two graphs: the device lost exactly what they hold; replays take nothing more.
+  step(2);
+  step(1);
+  step(2);
+  DecodeGraphStats g = graphed->decode_graph_stats();
+  CHECK(g.captures == 2);
+  CHECK(g.replays == 1);
+  CHECK(g.cached == 2);
+  CHECK(g.device_bytes >= 2 * cuda::stub::kGraphNodeBytes);
+  CHECK(DeviceBytesInUse() - before == g.device_bytes);
+
+  // Dropping the graphs gives their memory back.
+  REQUIRE(cuda::SetDecodeGraphs(*graphed, {}).ok());
+  CHECK(graphed->decode_graph_stats().device_bytes == 0);
+  CHECK(DeviceBytesInUse() == before);
+
+  // A device with room for one node: the instantiation fails as cudaGraphInstantiate does,
+  // the step runs eagerly with the same result, and graphs stay off, saying why.
+  cuda::stub::SetDeviceMemoryBytes(before + cuda::stub::kGraphNodeBytes);
+  step(2);
+  step(2);
+  g = graphed->decode_graph_stats();
+  CHECK(g.capture_failures == 1);
+  CHECK_FALSE(g.active);
+  CHECK(g.cached == 0);
+  CHECK(g.device_bytes == 0);
+  INFO(g.last_failure);
+  CHECK(g.last_failure.find("cudaGraphInstantiate") != std::string::npos);
+  CHECK(g.last_failure.find("out of memory") != std::string::npos);
+  CHECK(DeviceBytesInUse() == before);
 }
 
 }  // namespace scd
@@ -619,7 +704,7 @@ TEST_CASE(
     CHECK(s.rebuild_chunks == 6 * 3);  // 16 + 16 + 8 rows
     CHECK(s.rebuild_device_bytes == at_start.rebuild_device_bytes);
     CHECK(s.rebuild_host_bytes == at_start.rebuild_host_bytes);
-    CHECK(DeviceBytesInUse() == with_weights + reserved);
+    CHECK(DeviceBytesInUse() == with_weights + reserved + s.graphs.device_bytes);
     CHECK(cuda::stub::PinnedBytesInUse() - pinned_before ==
           static_cast<size_t>(at_start.workspace_host_bytes + at_start.rebuild_host_bytes));
   }

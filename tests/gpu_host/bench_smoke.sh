@@ -26,6 +26,9 @@ for d in m["decode"]:  # graphed: one graph recorded in the warm-up, every timed
     g, e = d["modes"]["graphs"], d["modes"]["eager"]
     assert g["graph_captures"] == 1 and g["graph_replays"] >= 1 and g["graph_nodes"] > 0, d
     assert e["graph_captures"] == 0 and e["graph_replays"] == 0, d
+    # the stand-ins' graph holds 1024 bytes of device memory per node (stub_memory.h)
+    assert g["graph_device_bytes"] == g["graph_nodes"] * 1024 == d["graph_device_bytes"], d
+    assert e["graph_device_bytes"] == 0, d
     assert d["graph_speedup"] > 0 and d["eager_step_ms"] > 0, d
 assert "error" not in m["scd_rebuild"], m["scd_rebuild"]
 assert m["scd_rebuild"]["speedup"] > 0, m["scd_rebuild"]

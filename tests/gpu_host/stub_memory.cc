@@ -17,7 +17,9 @@
 //     the stream, as the CUDA runtime does them; *Sync copies use the legacy stream, which
 //     does not wait for the (non-blocking) streams.
 //   - graph capture (Graph): while a stream captures, what is queued there is recorded
-//     instead, and a replay queues the recording again. The capturing thread may not
+//     instead, and a replay queues the recording again. Instantiation takes kGraphNodeBytes
+//     of device memory per recorded operation (fails as cudaGraphInstantiate does when the
+//     device is full) until the graph is destroyed. The capturing thread may not
 //     synchronise, allocate, free or copy between pageable memory and the device (CUDA
 //     refuses these in thread-local capture mode): the stand-ins abort.
 //   - host registration (HostRegistration): the range counts as pinned memory until
@@ -128,6 +130,13 @@ bool TakeDeviceBytes(size_t bytes) {
   return true;
 }
 
+// Gives back what TakeDeviceBytes counted.
+void ReturnDeviceBytes(size_t bytes) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  Require(device_in_use >= Rounded(bytes), "device bytes returned that were never taken");
+  device_in_use -= Rounded(bytes);
+}
+
 void DeviceFree(void* p, size_t bytes) {
   RequireNotCapturing("cudaFree");
   CountHostWait();
@@ -135,8 +144,8 @@ void DeviceFree(void* p, size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(RegistryMutex());
     Require(Registry().erase(reinterpret_cast<uintptr_t>(p)) == 1, "free of a live allocation");
-    device_in_use -= Rounded(bytes);
   }
+  ReturnDeviceBytes(bytes);
   const auto [base, length] = Mapping(p, bytes);
   munmap(base, length);  // a later access of freed memory faults
 }
@@ -577,10 +586,20 @@ absl::StatusOr<std::unique_ptr<Graph>> Graph::Capture(StreamHandle stream,
   }
   if (!recorded.ok()) return recorded;
   const size_t nodes = work->size();
-  return std::unique_ptr<Graph>(new Graph(work.release(), nodes));
+  // The executable graph takes device memory, as cudaGraphInstantiate does, and fails when
+  // the device has none left.
+  const size_t bytes = nodes * stub::kGraphNodeBytes;
+  if (!stub::TakeDeviceBytes(bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cudaGraphInstantiate (", nodes, " nodes): cudaErrorMemoryAllocation: out of memory"));
+  }
+  return std::unique_ptr<Graph>(new Graph(work.release(), nodes, stub::Rounded(bytes)));
 }
 
-Graph::~Graph() { delete static_cast<std::vector<std::function<void()>>*>(exec_); }
+Graph::~Graph() {
+  delete static_cast<std::vector<std::function<void()>>*>(exec_);
+  stub::ReturnDeviceBytes(device_bytes_);
+}
 
 absl::Status Graph::Launch(StreamHandle stream) const {
   for (const auto& work : *static_cast<const std::vector<std::function<void()>>*>(exec_)) {

@@ -21,6 +21,10 @@ namespace scd::cuda::stub {
 // float, 0x7f7f as a BF16 and a huge int32, so a read of it shows downstream.
 constexpr int kPoison = 0x7f;
 
+// Device memory a stand-in executable graph (Graph) holds per recorded operation: a figure
+// of the stand-ins', not the driver's, so that graphs count against the device's memory.
+constexpr size_t kGraphNodeBytes = 1024;
+
 // Stops the test with "stand-in: precondition broken: <what>" unless `ok`.
 void Require(bool ok, const char* what);
 

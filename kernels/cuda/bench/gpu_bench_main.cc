@@ -123,6 +123,48 @@ void Check(const absl::Status& status, const std::string& what) {
 
 // Parses the command line into *f; returns the exit code when the tool stops here (--help, a
 // bad command line).
+// The shapes --models names: public HF configs, and "tiny" for --quick; nullopt for any other
+// name.
+std::optional<ModelConfig> ModelShape(const std::string& name) {
+  ModelConfig c;
+  c.name = name;
+  c.hidden_size = 4096;
+  c.num_layers = 32;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.intermediate_size = 14336;
+  c.rms_norm_eps = 1e-5f;
+  if (name == "mistral-7b") {  // Mistral-7B-v0.1: sliding window 4096
+    c.arch = Architecture::kMistral;
+    c.vocab_size = 32000;
+    c.max_position_embeddings = 32768;
+    c.sliding_window = 4096;
+    c.rope_theta = 10000.0f;
+  } else if (name == "tiny") {  // --quick: 8 layers, so that the SCD part has REUSE layers too
+    c.arch = Architecture::kLlama;
+    c.hidden_size = 256;
+    c.num_layers = 8;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 64;
+    c.intermediate_size = 512;
+    c.vocab_size = 512;
+    c.max_position_embeddings = 2048;
+    c.rope_theta = 10000.0f;
+  } else if (name == "llama3-8b") {
+    c.arch = Architecture::kLlama;
+    c.vocab_size = 128256;
+    c.max_position_embeddings = 8192;
+    c.rope_theta = 500000.0f;
+    c.bos_token_id = 128000;
+    c.eos_token_ids = {128001};
+  } else {
+    return std::nullopt;
+  }
+  return c;
+}
+
 std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
   std::string models = absl::StrJoin(f->models, ",");
   cli::FlagParser flags("scd-gpu-bench", "--out DIR [flags]");
@@ -162,8 +204,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
     if (!flags.Seen("sekv-batches")) f->sekv_batches = q.sekv_batches;
   }
   for (const std::string& m : f->models) {
-    if (m != "mistral-7b" && m != "llama3-8b" && m != "tiny") {
-      return flags.UsageError(absl::StrCat("--models: unknown model \"", m, "\""));
+    if (!ModelShape(m).has_value()) {
+      return flags.UsageError(
+          absl::StrCat("--models: unknown model \"", m, "\" (mistral-7b, llama3-8b, or tiny)"));
     }
   }
   if (f->scd_tokens < 1) return flags.UsageError("--scd-tokens must be positive");
@@ -180,55 +223,13 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
   return std::nullopt;
 }
 
-// Longest sequence any part runs on the backend (ConfigFor raises max_position_embeddings).
+// Longest sequence any part runs on the backend (the model's max_position_embeddings is raised
+// to it: Llama-3-8B's 8192, so that the 16K prefill runs; nothing else depends on it).
 int MaxTokens(const Flags& f) {
   int max_tokens = f.context + f.steps + 4;
   for (int t : f.prefill) max_tokens = std::max(max_tokens, t);
   if (!f.skip_scd) max_tokens = std::max(max_tokens, f.scd_tokens);
   return max_tokens;
-}
-
-// Public HF configs. Llama-3-8B's max_position_embeddings (8192) is raised so that the 16K
-// prefill runs; nothing else depends on it.
-ModelConfig ConfigFor(const std::string& name, int max_tokens) {
-  ModelConfig c;
-  c.name = name;
-  c.hidden_size = 4096;
-  c.num_layers = 32;
-  c.num_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
-  c.intermediate_size = 14336;
-  c.rms_norm_eps = 1e-5f;
-  if (name == "mistral-7b") {  // Mistral-7B-v0.1: sliding window 4096
-    c.arch = Architecture::kMistral;
-    c.vocab_size = 32000;
-    c.max_position_embeddings = 32768;
-    c.sliding_window = 4096;
-    c.rope_theta = 10000.0f;
-  } else if (name == "tiny") {  // --quick: 8 layers, so that the SCD part has REUSE layers too
-    c.arch = Architecture::kLlama;
-    c.hidden_size = 256;
-    c.num_layers = 8;
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 64;
-    c.intermediate_size = 512;
-    c.vocab_size = 512;
-    c.max_position_embeddings = 2048;
-    c.rope_theta = 10000.0f;
-  } else if (name == "llama3-8b") {
-    c.arch = Architecture::kLlama;
-    c.vocab_size = 128256;
-    c.max_position_embeddings = 8192;
-    c.rope_theta = 500000.0f;
-    c.bos_token_id = 128000;
-    c.eos_token_ids = {128001};
-  } else {
-    Die("unknown model " + name + " (mistral-7b, llama3-8b, or tiny for --quick)");
-  }
-  c.max_position_embeddings = std::max(c.max_position_embeddings, max_tokens);
-  return c;
 }
 
 // Best cuBLAS BF16 GEMM TFLOP/s over shapes typical of prefill (and one square).
@@ -422,12 +423,19 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
                                             {"graph_captures", stats.captures - before.captures},
                                             {"graph_replays", stats.replays - before.replays},
                                             {"graph_nodes", stats.last_nodes},
+                                            {"graph_device_bytes", stats.device_bytes},
                                             {"graph_failure", stats.last_failure}};
       std::printf(
           "  decode batch %3d (context %d, %s): %8.3f ms/step  %9.1f tok/s  %6.0f GB/s  "
           "%.2f of copy bandwidth\n",
           b, context, graphs ? "CUDA graphs" : "eager", step * 1e3, b / step, gbps,
           gbps / copy_gbps);
+      if (graphs && stats.cached > 0) {
+        std::printf(
+            "  decode batch %3d: %d CUDA graph(s) cached, %zu nodes in the last, %.2f MiB "
+            "of device memory\n",
+            b, stats.cached, stats.last_nodes, stats.device_bytes / 1048576.0);
+      }
       if (graphs && stats.capture_failures > 0) {
         std::printf("  decode batch %3d: CUDA graph capture failed, ran eagerly: %s\n", b,
                     stats.last_failure.c_str());
@@ -445,6 +453,7 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
                       {"eager_step_ms", modes["eager"]["step_ms"]},
                       {"eager_vs_copy", modes["eager"]["vs_copy"]},
                       {"graph_speedup", modes["eager"]["step_ms"].get<double>() / step_ms},
+                      {"graph_device_bytes", g["graph_device_bytes"]},
                       {"modes", modes}});
   }
   out["decode"] = decode;
@@ -468,18 +477,19 @@ std::string Markdown(const nlohmann::json& r) {
     }
   }
   md << "\nDecode steps as CUDA graphs (the backend's default); eager: the same steps launched "
-        "kernel by kernel.\n\n"
+        "kernel by kernel. Graph MiB: the device memory the batch's cached graphs take.\n\n"
      << "| model | decode batch | context | ms/step | tok/s | HBM GB/s | vs copy | eager ms/step "
-        "| eager vs copy | graphs speedup |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|\n";
+        "| eager vs copy | graphs speedup | graph MiB |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& m : r["models"]) {
     for (const auto& d : m["decode"]) {
-      md << absl::StrFormat("| %s | %d | %d | %.3f | %.1f | %.0f | %.2f | %.3f | %.2f | %.2fx |\n",
-                            m["model"].get<std::string>(), d["batch"].get<int>(),
-                            d["context"].get<int>(), d["step_ms"].get<double>(),
-                            d["tokens_per_s"].get<double>(), d["hbm_gbps"].get<double>(),
-                            d["vs_copy"].get<double>(), d["eager_step_ms"].get<double>(),
-                            d["eager_vs_copy"].get<double>(), d["graph_speedup"].get<double>());
+      md << absl::StrFormat(
+          "| %s | %d | %d | %.3f | %.1f | %.0f | %.2f | %.3f | %.2f | %.2fx | %.2f |\n",
+          m["model"].get<std::string>(), d["batch"].get<int>(), d["context"].get<int>(),
+          d["step_ms"].get<double>(), d["tokens_per_s"].get<double>(), d["hbm_gbps"].get<double>(),
+          d["vs_copy"].get<double>(), d["eager_step_ms"].get<double>(),
+          d["eager_vs_copy"].get<double>(), d["graph_speedup"].get<double>(),
+          d["graph_device_bytes"].get<double>() / 1048576.0);
     }
   }
   bool scd = false, sekv = false, sekv_model = false, sekv_batch = false;
@@ -731,7 +741,8 @@ int Main(int argc, char** argv) {
   r["models"] = nlohmann::json::array();
   int failures = 0;
   for (const std::string& name : f.models) {
-    const ModelConfig c = ConfigFor(name, MaxTokens(f));
+    ModelConfig c = *ModelShape(name);  // checked by ParseFlags
+    c.max_position_embeddings = std::max(c.max_position_embeddings, MaxTokens(f));
     double scd_prefill_ms = 0;
     r["models"].push_back(BenchModel(c, f, peak, copy, &scd_prefill_ms));
     nlohmann::json& entry = r["models"].back();
