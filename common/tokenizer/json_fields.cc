@@ -66,6 +66,19 @@ absl::StatusOr<std::string> GetType(const Json& obj, std::string_view path) {
   return GetString(obj, "type", path);
 }
 
+absl::Status ForEachInSequence(
+    const Json& sequence, std::string_view key, std::string_view path,
+    const std::function<absl::Status(const Json&, std::string_view)>& add) {
+  const Json* list = FindField(sequence, key);
+  const std::string list_path = JoinPath(path, key);
+  if (list == nullptr || !list->is_array()) return JsonError(list_path, "expected an array");
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string item_path = absl::StrCat(list_path, "[", i, "]");
+    if (absl::Status s = add((*list)[i], item_path); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> GetPattern(const Json& obj, std::string_view key, std::string_view path,
                                        bool* is_regex) {
   const std::string pattern_path = JoinPath(path, key);

@@ -6,6 +6,7 @@
 #define SCD_COMMON_TOKENIZER_JSON_FIELDS_H_
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -45,6 +46,13 @@ absl::StatusOr<int64_t> GetIntOr(const Json& obj, std::string_view key, int64_t 
 
 // The "type" string of a component object (normalizer, decoder, ...).
 absl::StatusOr<std::string> GetType(const Json& obj, std::string_view path);
+
+// A "Sequence" component: calls `add` on each element of its array `key` ("normalizers",
+// "decoders", ...) with the element's path, in order. An error when `key` is not an array, or
+// the first one `add` returns.
+absl::Status ForEachInSequence(
+    const Json& sequence, std::string_view key, std::string_view path,
+    const std::function<absl::Status(const Json&, std::string_view)>& add);
 
 // A string-or-regex pattern object {"String": s} or {"Regex": r}; sets *is_regex.
 absl::StatusOr<std::string> GetPattern(const Json& obj, std::string_view key, std::string_view path,

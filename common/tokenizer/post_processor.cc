@@ -35,13 +35,9 @@ absl::Status PostProcessor::Add(const Json& json, std::string_view path) {
   SCD_ASSIGN_OR_RETURN(const std::string type, GetType(json, path));
   std::vector<int32_t> prefix, suffix;
   if (type == "Sequence") {
-    const Json* list = FindField(json, "processors");
-    const std::string list_path = JoinPath(path, "processors");
-    if (list == nullptr || !list->is_array()) return JsonError(list_path, "expected an array");
-    for (size_t i = 0; i < list->size(); ++i) {
-      SCD_RETURN_IF_ERROR(Add((*list)[i], absl::StrCat(list_path, "[", i, "]")));
-    }
-    return absl::OkStatus();
+    return ForEachInSequence(
+        json, "processors", path,
+        [this](const Json& item, std::string_view item_path) { return Add(item, item_path); });
   }
   if (type == "ByteLevel") return absl::OkStatus();
   if (type == "RobertaProcessing" || type == "BertProcessing") {

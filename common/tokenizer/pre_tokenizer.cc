@@ -56,13 +56,9 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(const Json&
 absl::Status PreTokenizer::Add(const Json& json, std::string_view path) {
   SCD_ASSIGN_OR_RETURN(const std::string type, GetType(json, path));
   if (type == "Sequence") {
-    const Json* list = FindField(json, "pretokenizers");
-    const std::string list_path = JoinPath(path, "pretokenizers");
-    if (list == nullptr || !list->is_array()) return JsonError(list_path, "expected an array");
-    for (size_t i = 0; i < list->size(); ++i) {
-      SCD_RETURN_IF_ERROR(Add((*list)[i], absl::StrCat(list_path, "[", i, "]")));
-    }
-    return absl::OkStatus();
+    return ForEachInSequence(
+        json, "pretokenizers", path,
+        [this](const Json& item, std::string_view item_path) { return Add(item, item_path); });
   }
   Step step;
   if (type == "Split") {

@@ -27,7 +27,6 @@ constexpr int kBq = 16;  // queries per block
 constexpr int kBk = 32;  // keys per tile (one per lane in the softmax step)
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxHeadDim = launch_checks::kPrefillMaxHeadDim;
 
 // Shared memory (floats): q[kBq][hd], k[kBk][hd + 1] (padded: lanes read different keys),
 // v[kBk][hd], s[kBq][kBk], o[kBq][hd], m/l/alpha[kBq].

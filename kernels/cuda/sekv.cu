@@ -28,8 +28,7 @@ using internal::CeilDiv;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxGroup = kSekvMaxGroup;  // query heads per KV head
-constexpr int kMaxHeadDim = kSekvMaxHeadDim;
+constexpr int kMaxGroup = kSekvMaxGroup;                       // query heads per KV head
 constexpr int kMaxSegments = launch_checks::kSekvMaxSegments;  // segments per KV head
 constexpr float kEmptyLse = -1e30f;
 

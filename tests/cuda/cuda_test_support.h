@@ -119,6 +119,13 @@ struct Mismatch {
 Mismatch CompareClose(const std::vector<float>& got, const std::vector<float>& want, double atol,
                       double rtol);
 
+// The tolerances of a value a kernel stores as BF16: one BF16 ulp of the stored value at most
+// (relative: 2^-7 / m for a mantissa m in [1, 2)), with an absolute floor for values near 0.
+inline constexpr double kBf16StoreRtol = 1.0 / 128;
+inline constexpr double kBf16StoreAtol = 1e-5;
+// What the tests fill the slots a kernel must not write with: exact in BF16.
+inline constexpr float kSentinel = -7.0f;
+
 // CHECKs every element within atol + rtol * |want|; the message names `what`, the worst
 // element and the error statistics.
 void CheckClose(const std::vector<float>& got, const std::vector<float>& want, double atol,

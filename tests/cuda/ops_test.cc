@@ -22,14 +22,14 @@ namespace {
 using cuda::Bf16;
 using testing::CheckClose;
 using testing::DeviceArray;
+using testing::kBf16StoreRtol;
+using testing::kSentinel;
 using testing::RandomFloats;
 using testing::RequireOk;
 using testing::RequireSynced;
 using testing::Widen;
 
 constexpr double kF32Rtol = 1e-5, kF32Atol = 1e-6;
-// One BF16 step relative to the value: 2^-7 / m for a mantissa m in [1, 2), so at most 2^-7.
-constexpr double kBf16Ulp = 1.0 / 128;
 
 }  // namespace
 
@@ -156,7 +156,7 @@ TEST_CASE("CUDA RopeStoreKv writes RoPE(K) and V into the right cache slots", "[
   const std::vector<int32_t> positions = {0, 7, 1, 8, 49, 33};
   const std::vector<float> in = RandomFloats(static_cast<size_t>(rows) * 2 * kv_dim, 8);
   const size_t cache_elems = static_cast<size_t>(layers) * capacity * kv_dim;
-  const testing::TestKvCaches caches(2, cache_elems, int64_t{capacity} * kv_dim, -7.0f);
+  const testing::TestKvCaches caches(2, cache_elems, int64_t{capacity} * kv_dim, kSentinel);
   DeviceArray<float> in_dev(in), inv_dev(inv_freq);
   DeviceArray<int32_t> seq_dev(row_seq), pos_dev(positions);
   RequireOk(cuda::RopeStoreKv(in_dev.get(), in_dev.get() + kv_dim, 2 * kv_dim, rows, seq_dev.get(),
@@ -164,7 +164,7 @@ TEST_CASE("CUDA RopeStoreKv writes RoPE(K) and V into the right cache slots", "[
                               inv_dev.get(), nullptr));
   RequireSynced();
 
-  const std::vector<float> sentinel(cache_elems, -7.0f);  // exact in BF16
+  const std::vector<float> sentinel(cache_elems, kSentinel);
   std::vector<std::vector<float>> want_k(2, sentinel), want_v(2, sentinel);
   for (int r = 0; r < rows; ++r) {
     std::vector<float> k(in.begin() + r * 2 * kv_dim, in.begin() + r * 2 * kv_dim + kv_dim);
@@ -177,7 +177,7 @@ TEST_CASE("CUDA RopeStoreKv writes RoPE(K) and V into the right cache slots", "[
   }
   for (int s = 0; s < 2; ++s) {
     INFO("sequence " << s);
-    CheckClose(Widen(caches.K(s)), want_k[s], 0, kBf16Ulp, "K cache");
+    CheckClose(Widen(caches.K(s)), want_k[s], 0, kBf16StoreRtol, "K cache");
     CheckClose(Widen(caches.V(s)), want_v[s], 0, 0, "V cache");
   }
 }

@@ -55,9 +55,9 @@ using testing::RequireSynced;
 using testing::Slice;
 using testing::Widen;
 
-constexpr double kBf16Store = 1.0 / 128;  // one BF16 ulp of the stored value, at most
-constexpr double kStoreAtol = 1e-5;
-constexpr float kSentinel = -7.0f;  // exact in BF16
+using testing::kBf16StoreAtol;
+using testing::kBf16StoreRtol;
+using testing::kSentinel;
 
 // HF's RoPE frequencies for theta = 10000 (the ModelConfig default), no scaling.
 std::vector<float> HfInvFreq(int head_dim) {
@@ -330,8 +330,8 @@ TEST_CASE("CUDA ReuseDecodeStoreKv matches LinearCode::Decode + cpu::ApplyRope i
     RequireSynced();
     for (int s = 0; s < 2; ++s) {
       INFO("sequence " << s);
-      CheckCache(caches.K(s), want_k[s], written[s], {}, kStoreAtol, kBf16Store, "K cache");
-      CheckCache(caches.V(s), want_v[s], written[s], {}, kStoreAtol, kBf16Store, "V cache");
+      CheckCache(caches.K(s), want_k[s], written[s], {}, kBf16StoreAtol, kBf16StoreRtol, "K cache");
+      CheckCache(caches.V(s), want_v[s], written[s], {}, kBf16StoreAtol, kBf16StoreRtol, "V cache");
     }
   }
 }
@@ -734,14 +734,14 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
     for (int l = 0; l < layers; ++l) {
       const bool patch = l == 1 && layer1 == Part::kPatch;
       INFO("layer " << l << (patch ? " (PATCH)" : " (REUSE)"));
-      const double atol = patch ? 1e-4 : kStoreAtol;
+      const double atol = patch ? 1e-4 : kBf16StoreAtol;
       const size_t at = l * per_layer;
       CheckCache(Slice(got_k, at, per_layer), Slice(want.k, at, per_layer),
                  Slice(want.written, at, per_layer), Slice(want.slack_k, at, per_layer), atol,
-                 kBf16Store, "K cache");
+                 kBf16StoreRtol, "K cache");
       CheckCache(Slice(got_v, at, per_layer), Slice(want.v, at, per_layer),
                  Slice(want.written, at, per_layer), Slice(want.slack_v, at, per_layer), atol,
-                 kBf16Store, "V cache");
+                 kBf16StoreRtol, "V cache");
     }
   };
 

@@ -41,9 +41,9 @@ using testing::RequireSynced;
 using testing::Slice;
 using testing::Widen;
 
-constexpr double kBf16Store = 1.0 / 128;  // one BF16 ulp of the stored value, at most
-constexpr double kStoreAtol = 1e-5;
-constexpr float kSentinel = -7.0f;  // exact in BF16
+using testing::kBf16StoreAtol;
+using testing::kBf16StoreRtol;
+using testing::kSentinel;
 
 // ---- SekvZoom ----
 
@@ -318,7 +318,7 @@ void CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
       wk = testing::RoundedBf16(wk);
       wv = testing::RoundedBf16(wv);
     }
-    const double atol = bf16 ? kStoreAtol : 1e-5, rtol = bf16 ? kBf16Store : 1e-4;
+    const double atol = bf16 ? kBf16StoreAtol : 1e-5, rtol = bf16 ? kBf16StoreRtol : 1e-4;
     CheckClose(Slice(got_k, from, n), wk, atol, rtol, "SekvZoom K rows");
     CheckClose(Slice(got_v, from, n), wv, atol, rtol, "SekvZoom V rows");
     CheckClose(Slice(got_k, from + n, per_head - n), Slice(want_k, n, per_head - n), 0, 0,

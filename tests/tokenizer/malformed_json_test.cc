@@ -4,6 +4,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "common/tokenizer/tokenizer.h"
@@ -197,6 +199,22 @@ TEST_CASE("wrong field types and dangling references are named", "[cpu]") {
     json t = base;
     t["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"kind", "ByteLevel"}}}}};
     ExpectInvalid(t, "pre_tokenizer.pretokenizers[0].type");
+  }
+  // A Sequence of each component kind: its list must be an array, and an element's error names
+  // its place, inside a nested Sequence too.
+  const std::pair<std::string, std::string> sequences[] = {{"normalizer", "normalizers"},
+                                                           {"pre_tokenizer", "pretokenizers"},
+                                                           {"decoder", "decoders"},
+                                                           {"post_processor", "processors"}};
+  for (const auto& [component, list] : sequences) {
+    INFO(component);
+    json t = base;
+    t[component] = {{"type", "Sequence"}, {list, "none"}};
+    ExpectInvalid(t, component + "." + list + ": expected an array");
+    const json bad = {{"kind", "x"}};
+    const json inner = {{"type", "Sequence"}, {list, json::array({bad})}};
+    t[component] = {{"type", "Sequence"}, {list, json::array({inner})}};
+    ExpectInvalid(t, component + "." + list + "[0]." + list + "[0].type");
   }
   {
     json t = base;
