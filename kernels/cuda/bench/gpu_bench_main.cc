@@ -121,8 +121,6 @@ void Check(const absl::Status& status, const std::string& what) {
   if (!status.ok()) Die(what + ": " + status.ToString());
 }
 
-// Parses the command line into *f; returns the exit code when the tool stops here (--help, a
-// bad command line).
 // The shapes --models names: public HF configs, and "tiny" for --quick; nullopt for any other
 // name.
 std::optional<ModelConfig> ModelShape(const std::string& name) {
@@ -165,6 +163,8 @@ std::optional<ModelConfig> ModelShape(const std::string& name) {
   return c;
 }
 
+// Parses the command line into *f; returns the exit code when the tool stops here (--help, a
+// bad command line).
 std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
   std::string models = absl::StrJoin(f->models, ",");
   cli::FlagParser flags("scd-gpu-bench", "--out DIR [flags]");
