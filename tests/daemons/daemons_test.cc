@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "proto/scd.grpc.pb.h"
@@ -195,6 +196,21 @@ TEST_CASE("Daemon pair serves the bundled pair end to end", "[daemons]") {
       CHECK(rc == 0);
     } else {
       WARN("promtool is not installed (Debian package prometheus); skipping the lint");
+    }
+  }
+  {  // Every series family either daemon exports is named in docs/CONFIG.md.
+    const std::string docs = ReadFileOrFail(SourceFile("docs/CONFIG.md"));
+    for (const int daemon_port : {port, decode.http_port}) {
+      std::istringstream lines(HttpGet(daemon_port, "/metrics").body);
+      int families = 0;
+      for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("# HELP ", 0) != 0) continue;
+        const std::string name = line.substr(7, line.find(' ', 7) - 7);
+        ++families;
+        INFO("port " << daemon_port << ": " << name);
+        CHECK(docs.find("`" + name) != std::string::npos);
+      }
+      CHECK(families >= 15);
     }
   }
   // SIGTERM: both drain and exit 0.
