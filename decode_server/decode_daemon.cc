@@ -141,6 +141,7 @@ absl::Status DecodeDaemon::Start() {
   backend_options.cuda_graph_max_batch = c.cuda_graph_max_batch;
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                        CreateBackend(kind, model, backend_options));
+  const std::string device = backend->device_description();
   CodecOptions codec_options;
   codec_options.gpu_rebuild = c.gpu_rebuild;
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<ConsumerCodec> codec,
@@ -321,6 +322,14 @@ absl::Status DecodeDaemon::Start() {
                     "Host memory the admitted SEKV requests reserve now (sekv.max_host_bytes): "
                     "a bound on the build's peak, then what the hierarchy holds.")
           .value();
+  // What serves, as an info series: value 1, the facts in its labels.
+  metrics_
+      .AddGaugeFamily("scd_decode_backend_info", "The backend serving and its device (value 1).",
+                      {"backend", "device"})
+      .value()
+      ->WithLabels({c.backend, device})
+      .value()
+      ->Set(1);
   auto* scratch =
       metrics_
           .AddGaugeFamily(
@@ -482,6 +491,8 @@ absl::Status DecodeDaemon::Start() {
   });
   daemon::LogInfo("decode_started",
                   {{"model", c.model_name},
+                   {"backend", c.backend},
+                   {"device", device},
                    {"instance_id", c.instance_id},
                    {"rpc_address", rpc_address_},
                    {"data_plane", data_plane_address_},

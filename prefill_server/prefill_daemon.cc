@@ -104,6 +104,15 @@ absl::Status PrefillDaemon::Start() {
   openai_ = std::make_unique<OpenAiFrontend>(http_.get(), pipeline_.get(), names, c.limits);
   SCD_RETURN_IF_ERROR(http_->Start());
 
+  // What runs the base model, as an info series: value 1, the facts in its labels.
+  metrics_
+      .AddGaugeFamily("scd_prefill_backend_info",
+                      "The backend running the base model and its device (value 1).",
+                      {"backend", "device"})
+      .value()
+      ->WithLabels({c.backend, producer_->device_description()})
+      .value()
+      ->Set(1);
   // Gauges that describe state rather than events, refreshed once a second.
   auto* instances = metrics_.AddGaugeFamily("scd_decode_instances",
                                             "Live, unquarantined decode daemons per specialist.",
@@ -123,6 +132,8 @@ absl::Status PrefillDaemon::Start() {
     }
   });
   daemon::LogInfo("prefill_started", {{"base_model", c.base_model_path},
+                                      {"backend", c.backend},
+                                      {"device", producer_->device_description()},
                                       {"http_port", http_->port()},
                                       {"grpc_address", grpc_.address},
                                       {"specialists", names}});

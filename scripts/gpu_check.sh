@@ -136,6 +136,12 @@ grep -E "vs_gemm_peak=|vs_copy=|scd_rebuild_speedup=|_vs_full=|_vs_one_by_one=|_
   "$OUT/bench.log" \
   | tee -a "$SUMMARY"
 note "scd-gpu-bench exit code $BENCH_RC (results: results.json, results.md)"
+# A benchmark that stopped says why on its last "scd-gpu-bench: " line: no usable device (no
+# driver, a driver older than the build's CUDA runtime, none visible), a bad flag, an error.
+if [[ $BENCH_RC -ne 0 && $BENCH_RC -ne 124 ]]; then
+  WHY=$(grep "^scd-gpu-bench: " "$OUT/bench.log" | tail -1)
+  note "${WHY:-$(tail -1 "$OUT/bench.log")}"
+fi
 
 # compute-sanitizer (memcheck, then racecheck) over the kernel-level parity tests, whose shapes
 # are small; last, so that it never costs the figures above their time. Errors fail the check;

@@ -130,6 +130,9 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual std::string_view name() const = 0;
+  // What it runs on, for logs: "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)", "host CPU (16
+  // hardware threads)".
+  virtual std::string device_description() const = 0;
   virtual const Model& model() const = 0;
 
   // A new, empty sequence that holds up to `capacity` positions

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -77,6 +78,9 @@ class CpuBackend : public Backend {
   }
 
   std::string_view name() const override { return "cpu"; }
+  std::string device_description() const override {
+    return absl::StrCat("host CPU (", std::thread::hardware_concurrency(), " hardware threads)");
+  }
   const Model& model() const override { return *model_; }
 
   absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(int capacity) override {

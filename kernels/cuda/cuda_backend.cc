@@ -107,6 +107,7 @@ class CudaBackend : public Backend {
   int device() const { return device_; }
 
   std::string_view name() const override { return "cuda"; }
+  std::string device_description() const override { return cuda::DeviceDescription(device_); }
   const Model& model() const override { return *model_; }
   size_t decode_bytes_streamed() const { return weights_->DecodeBytesStreamed(); }
 
@@ -888,6 +889,8 @@ absl::Status CheckConfig(const ModelConfig& c) {
 
 int CudaDeviceCount() { return cuda::DeviceCount(); }
 
+absl::Status CudaDeviceStatus() { return cuda::DeviceStatus(); }
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(std::shared_ptr<const Model> model,
                                                            const BackendOptions& options) {
   if (model == nullptr) return absl::InvalidArgumentError("CreateCudaBackend: null model");
@@ -895,9 +898,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(std::shared_ptr<const
     return absl::InvalidArgumentError("model weights do not match its config (layer count)");
   }
   SCD_RETURN_IF_ERROR(CheckConfig(model->config));
-  if (CudaDeviceCount() == 0) {
-    return absl::UnavailableError("no CUDA device is present (or no driver is loaded)");
-  }
+  SCD_RETURN_IF_ERROR(CudaDeviceStatus());
   const Model* host = model.get();
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                        CudaBackend::Create(std::move(model), [host](cuda::StreamHandle) {
@@ -915,9 +916,7 @@ namespace cuda {
 absl::StatusOr<std::unique_ptr<Backend>> CreateSyntheticCudaBackend(const ModelConfig& config,
                                                                     uint64_t seed, float init_std) {
   SCD_RETURN_IF_ERROR(CheckConfig(config));
-  if (CudaDeviceCount() == 0) {
-    return absl::UnavailableError("no CUDA device is present (or no driver is loaded)");
-  }
+  SCD_RETURN_IF_ERROR(CudaDeviceStatus());
   auto model = std::make_shared<Model>();
   model->config = config;
   return CudaBackend::Create(std::move(model), [&](StreamHandle stream) {

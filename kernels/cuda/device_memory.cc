@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,21 @@ int DeviceCount() {
   }
   return count;
 }
+
+DeviceReading ReadDevice() {
+  DeviceReading r;
+  if (const cudaError_t err = cudaGetDeviceCount(&r.device_count); err != cudaSuccess) {
+    r.device_count = 0;
+    r.count_error = absl::StrCat(cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  }
+  if (cudaDriverGetVersion(&r.driver_version) != cudaSuccess) r.driver_version = 0;
+  if (cudaRuntimeGetVersion(&r.runtime_version) != cudaSuccess) r.runtime_version = CUDART_VERSION;
+  (void)cudaGetLastError();  // as DeviceCount: leave no sticky error behind
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) r.visible_devices = visible;
+  return r;
+}
+
+absl::Status DeviceStatus() { return Explain(ReadDevice()); }
 
 std::string DeviceDescription(int device) {
   cudaDeviceProp prop{};

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/cuda/device_probe.h"
 
 namespace scd::cuda {
 
@@ -25,6 +26,13 @@ using StreamHandle = void*;  // a cudaStream_t; nullptr is the legacy default st
 
 // Number of usable devices; 0 when no driver or device is present (never fails).
 int DeviceCount();
+
+// What the runtime and the driver say now (device_probe.h): the device count, or why there is
+// none. Never fails; any CUDA error it meets is cleared.
+DeviceReading ReadDevice();
+
+// OK when a device is usable, else UNAVAILABLE with the reason (Explain(ReadDevice())).
+absl::Status DeviceStatus();
 
 // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" for `device`, for logs and benchmark reports.
 std::string DeviceDescription(int device);

@@ -15,13 +15,15 @@
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/ops.h"
 
-// Ends the current test case with a WARN when this machine has no CUDA device. Catch2 v2 has
-// no SKIP, so the warning is the visible record; scripts/gpu_check.sh runs these on a GPU.
+// Ends the current test case with a WARN when this machine has no usable CUDA device, saying
+// why (CudaDeviceStatus). Catch2 v2 has no SKIP, so the warning is the visible record;
+// scripts/gpu_check.sh runs these on a GPU and counts the "no CUDA device: skipping" lines.
 #define SCD_SKIP_WITHOUT_CUDA()                                                             \
   do {                                                                                      \
-    if (::scd::CudaDeviceCount() == 0) {                                                    \
+    if (const absl::Status scd_device = ::scd::CudaDeviceStatus(); !scd_device.ok()) {      \
       WARN("no CUDA device: skipping '" << ::Catch::getResultCapture().getCurrentTestName() \
-                                        << "' (run scripts/gpu_check.sh on a GPU host)");   \
+                                        << "' (" << scd_device.message()                    \
+                                        << "; run scripts/gpu_check.sh on a GPU host)");    \
       return;                                                                               \
     }                                                                                       \
   } while (0)

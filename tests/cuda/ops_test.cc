@@ -33,11 +33,21 @@ constexpr double kF32Rtol = 1e-5, kF32Atol = 1e-6;
 
 }  // namespace
 
-TEST_CASE("CUDA device count never fails", "[cuda]") {
-  // Runs everywhere: without a driver the count is 0, never a crash.
+TEST_CASE("CUDA device count never fails, and a missing device comes with its reason", "[cuda]") {
+  // Runs everywhere: without a driver the count is 0, never a crash, and the status says why
+  // (on CI's machines: no driver is loaded) with the CUDA runtime's version.
   const int count = CudaDeviceCount();
   CHECK(count >= 0);
-  if (count == 0) WARN("no CUDA device: the remaining [cuda] tests skip (see gpu_check.sh)");
+  const absl::Status status = CudaDeviceStatus();
+  CHECK(status.ok() == (count > 0));
+  if (count == 0) {
+    CHECK(status.code() == absl::StatusCode::kUnavailable);
+    CHECK_THAT(std::string(status.message()),
+               Catch::StartsWith("no usable CUDA device: ") && Catch::Contains("CUDA 1"));
+    WARN("no CUDA device: the remaining [cuda] tests skip (" << status.message()
+                                                             << "; see gpu_check.sh)");
+  }
+  CHECK(CudaDeviceCount() == count);  // the probe left no sticky error behind
 }
 
 TEST_CASE("F32 <-> BF16 conversion is bit-exact with the host rounding", "[cuda]") {

@@ -49,6 +49,59 @@ TEST_CASE("test_cuda_host runs the CUDA backend over the CPU stand-ins", "[cpu]"
   CHECK(cuda::IsCudaBackend(**backend));
 }
 
+TEST_CASE("Without a usable CUDA device the backend says why: no driver, an old driver, none seen",
+          "[cpu]") {
+  using cuda::DeviceReading;
+  struct Case {
+    DeviceReading reading;
+    std::string message;
+  };
+  const std::string prefix = "no usable CUDA device: ";
+  const std::vector<Case> cases = {
+      {{0, "cudaErrorInsufficientDriver: CUDA driver version is insufficient", 0, 13000, {}},
+       prefix + "no NVIDIA driver is loaded (libcuda.so.1 not found); this build needs one "
+                "that supports CUDA 13.0"},
+      {{0, "cudaErrorInsufficientDriver: CUDA driver version is insufficient", 12040, 13000, {}},
+       prefix + "the NVIDIA driver supports CUDA 12.4, older than the CUDA 13.0 runtime this "
+                "build links: update the driver"},
+      {{0, "cudaErrorNoDevice: no CUDA-capable device is detected", 13000, 13000, "7"},
+       prefix + "cudaGetDeviceCount: cudaErrorNoDevice: no CUDA-capable device is detected "
+                "(driver CUDA 13.0); CUDA_VISIBLE_DEVICES=\"7\""},
+      {{0, "", 13020, 13000, ""},
+       prefix + "the driver (CUDA 13.2) sees no device; CUDA_VISIBLE_DEVICES=\"\""},
+  };
+  ModelConfig c;
+  c.hidden_size = 32;
+  c.num_layers = 1;
+  c.num_heads = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 16;
+  c.intermediate_size = 48;
+  c.vocab_size = 40;
+  c.max_position_embeddings = 16;
+  for (const Case& k : cases) {
+    INFO(k.message);
+    cuda::stub::SetDeviceReading(k.reading);
+    CHECK(CudaDeviceCount() == 0);
+    CHECK_FALSE(BackendAvailable(BackendKind::kCuda));
+    const absl::Status status = CudaDeviceStatus();
+    CHECK(status.code() == absl::StatusCode::kUnavailable);
+    CHECK(status.message() == k.message);
+    // Every way to a CUDA backend stops there, with the same words.
+    auto backend = CreateBackend(BackendKind::kCuda, MakeSyntheticModel(c, 1));
+    CHECK(backend.status() == status);
+    CHECK(cuda::CreateSyntheticCudaBackend(c, 1, 0.02f).status() == status);
+  }
+  // A device the count reports despite an error is no device either; one with none is usable.
+  cuda::stub::SetDeviceReading({1, "cudaErrorUnknown: unknown error", 13000, 13000, {}});
+  CHECK(CudaDeviceCount() == 0);
+  CHECK_FALSE(CudaDeviceStatus().ok());
+  cuda::stub::SetDeviceReading({1, "", 13000, 13000, {}});
+  CHECK(CudaDeviceStatus().ok());
+  CHECK(CudaDeviceCount() == 1);
+  CHECK(CreateBackend(BackendKind::kCuda, MakeSyntheticModel(c, 1)).ok());
+}
+
 TEST_CASE("A SEKV request on a device that refuses registration reads a pinned copy, and says why",
           "[cpu]") {
   // The stand-in device refuses cudaHostRegister for this case.

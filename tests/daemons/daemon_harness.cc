@@ -75,6 +75,20 @@ nlohmann::json DecodeConfig(const std::string& control_plane) {
   return c;
 }
 
+namespace {
+
+// Both daemons' start events say which backend serves and on what: the configured backend
+// ("cpu" unless set) and its device, never empty.
+void CheckBackendLogged(const nlohmann::json& started, const nlohmann::json& config) {
+  INFO(started.dump());
+  CHECK(started.value("backend", "") == config.value("backend", "cpu"));
+  const std::string device = started.value("device", "");
+  CHECK_FALSE(device.empty());
+  if (config.value("backend", "cpu") == "cpu") CHECK(device.rfind("host CPU (", 0) == 0);
+}
+
+}  // namespace
+
 PrefillHandle StartPrefill(const std::string& dir, const nlohmann::json& config,
                            const std::string& tag, const std::string& netns) {
   const std::string path = dir + "/" + tag + ".json";
@@ -86,6 +100,7 @@ PrefillHandle StartPrefill(const std::string& dir, const nlohmann::json& config,
   REQUIRE(started.ok());
   h.http_port = (*started)["http_port"].get<int>();
   h.grpc_address = (*started)["grpc_address"].get<std::string>();
+  CheckBackendLogged(*started, config);
   return h;
 }
 
@@ -100,6 +115,7 @@ DecodeHandle StartDecode(const std::string& dir, const nlohmann::json& config,
   REQUIRE(started.ok());
   h.http_port = (*started)["http_port"].get<int>();
   h.instance_id = (*started)["instance_id"].get<std::string>();
+  CheckBackendLogged(*started, config);
   return h;
 }
 

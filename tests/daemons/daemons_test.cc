@@ -179,6 +179,12 @@ TEST_CASE("Daemon pair serves the bundled pair end to end", "[daemons]") {
   }
   {  // /metrics on both daemons passes promtool and carries the issue's series.
     const std::string metrics = HttpGet(port, "/metrics").body;
+    // Each daemon's info series names its backend and device.
+    CHECK(metrics.find("scd_prefill_backend_info{backend=\"cpu\",device=\"host CPU (") !=
+          std::string::npos);
+    CHECK(HttpGet(decode.http_port, "/metrics")
+              .body.find("scd_decode_backend_info{backend=\"cpu\",device=\"host CPU (") !=
+          std::string::npos);
     for (const char* name : {"scd_time_to_first_token_seconds_bucket", "scd_inter_token_latency_seconds_bucket",
                              "scd_transfer_seconds_bucket", "scd_payload_bytes_bucket", "scd_requests_total",
                              "scd_request_errors_total", "scd_patch_layer_uses_total"}) {

@@ -28,4 +28,8 @@ grep -q "cuBLAS 13 from:" "$summary" || fail "no cuBLAS step"
 if grep -q "do not load" "$summary"; then fail "the binaries do not load"; fi
 grep -q "test cases" "$out/check/test_cuda.log" || fail "test_cuda did not run"
 grep -q "^command: .*scd-gpu-bench" "$out/check/bench.log" || fail "scd-gpu-bench did not start"
+# Without a device, the summary says why there is none, in the benchmark's words.
+if grep -q "skipped: no usable CUDA device" "$summary"; then
+  grep -q "^   scd-gpu-bench: no usable CUDA device: " "$summary" || fail "no reason for the skips"
+fi
 echo "bundle_check: the bundle unpacks, matches, loads and runs"

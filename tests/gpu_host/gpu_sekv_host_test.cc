@@ -34,6 +34,7 @@ class ShapeOnlyBackend : public Backend {
  public:
   explicit ShapeOnlyBackend(const ModelConfig& c) { model_.config = c; }
   std::string_view name() const override { return "shape-only"; }
+  std::string device_description() const override { return "none"; }
   const Model& model() const override { return model_; }
   absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(int) override { return Unused(); }
   size_t SequenceBytes(int) const override { return 0; }  // it makes no sequence

@@ -28,7 +28,9 @@
 //   - device memory is finite (SetDeviceMemoryBytes; 64 GiB until set): an allocation past
 //     it fails with RESOURCE_EXHAUSTED, as cudaMalloc does, and MemoryInfo reports what is
 //     left.
-// DeviceCount() is 1, so the [cuda] tests run their bodies instead of skipping.
+//   - the device: ReadDevice reports one, with driver and runtime CUDA 13.0, so the [cuda]
+//     tests run their bodies instead of skipping; SetDeviceReading stands for a machine
+//     without a usable device (DeviceCount and DeviceStatus follow it).
 #include "tests/gpu_host/stub_memory.h"
 
 #include <sys/mman.h>
@@ -45,6 +47,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -298,7 +301,23 @@ using stub::IsDevice;
 using stub::Require;
 using stub::RequireDeviceBytes;
 
-int DeviceCount() { return 1; }
+namespace stub {
+namespace {
+// What the stand-in runtime and driver report: one device, CUDA 13.0 on both sides, until set.
+DeviceReading& Reading() {
+  static DeviceReading reading{1, "", 13000, 13000, std::nullopt};
+  return reading;
+}
+}  // namespace
+
+void SetDeviceReading(const DeviceReading& reading) { Reading() = reading; }
+}  // namespace stub
+
+DeviceReading ReadDevice() { return stub::Reading(); }
+
+absl::Status DeviceStatus() { return Explain(ReadDevice()); }
+
+int DeviceCount() { return stub::Reading().count_error.empty() ? stub::Reading().device_count : 0; }
 
 namespace stub {
 void SetDeviceMemoryBytes(size_t total) {

@@ -48,6 +48,10 @@ void SetHostRegisterSupported(bool on);
 // registration, as a driver refuses a range it cannot pin.
 void SetHostRegisterRefused(bool on);
 
+// What ReadDevice reports (one device, runtime and driver CUDA 13.0, until set): DeviceCount,
+// DeviceStatus and so CreateCudaBackend follow it, as on a machine without a usable device.
+void SetDeviceReading(const DeviceReading& reading);
+
 // The device's memory in bytes (64 GiB until set; at least the bytes in use): MemoryInfo's
 // total, and the most that live allocations (each rounded to 256 bytes) may hold before
 // DeviceBuffer::Allocate fails with RESOURCE_EXHAUSTED.

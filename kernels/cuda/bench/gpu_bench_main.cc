@@ -720,7 +720,9 @@ int Main(int argc, char** argv) {
   if (std::optional<int> exit = ParseFlags(argc, argv, &f)) return *exit;
   const std::string command = cli::QuotedCommandLine(argc, argv);
   std::printf("command: %s\n", command.c_str());
-  if (cuda::DeviceCount() == 0) Die("no CUDA device is present");
+  if (const absl::Status usable = cuda::DeviceStatus(); !usable.ok()) {
+    Die(std::string(usable.message()));
+  }
   auto device = cuda::CurrentDevice();
   Check(device.status(), "device");
   const std::string description = cuda::DeviceDescription(*device);
