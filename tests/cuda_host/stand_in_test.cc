@@ -28,11 +28,10 @@
 #include "tests/serving/engine_fixture.h"
 
 namespace scd {
+namespace {
 
-TEST_CASE("test_cuda_host runs the CUDA backend over the CPU stand-ins", "[cpu]") {
-  CHECK(CudaDeviceCount() == 1);
-  CHECK(cuda::DeviceDescription(0).find("CPU stand-in") != std::string::npos);
-  CHECK(BackendAvailable(BackendKind::kCuda));
+// A one-layer model small enough to build in every case.
+ModelConfig OneLayerConfig() {
   ModelConfig c;
   c.hidden_size = 32;
   c.num_layers = 1;
@@ -42,6 +41,16 @@ TEST_CASE("test_cuda_host runs the CUDA backend over the CPU stand-ins", "[cpu]"
   c.intermediate_size = 48;
   c.vocab_size = 40;
   c.max_position_embeddings = 16;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("test_cuda_host runs the CUDA backend over the CPU stand-ins", "[cpu]") {
+  CHECK(CudaDeviceCount() == 1);
+  CHECK(cuda::DeviceDescription(0).find("CPU stand-in") != std::string::npos);
+  CHECK(BackendAvailable(BackendKind::kCuda));
+  const ModelConfig c = OneLayerConfig();
   auto backend = CreateBackend(BackendKind::kCuda, MakeSyntheticModel(c, 1));
   INFO(backend.status());
   REQUIRE(backend.ok());
@@ -70,15 +79,7 @@ TEST_CASE("Without a usable CUDA device the backend says why: no driver, an old 
       {{0, "", 13020, 13000, ""},
        prefix + "the driver (CUDA 13.2) sees no device; CUDA_VISIBLE_DEVICES=\"\""},
   };
-  ModelConfig c;
-  c.hidden_size = 32;
-  c.num_layers = 1;
-  c.num_heads = 2;
-  c.num_kv_heads = 1;
-  c.head_dim = 16;
-  c.intermediate_size = 48;
-  c.vocab_size = 40;
-  c.max_position_embeddings = 16;
+  const ModelConfig c = OneLayerConfig();
   for (const Case& k : cases) {
     INFO(k.message);
     cuda::stub::SetDeviceReading(k.reading);

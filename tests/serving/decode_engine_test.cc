@@ -295,8 +295,8 @@ TEST_CASE(
   CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
   CHECK(refused.message().find("whole KV budget") != std::string_view::npos);
 
-  StartBlocker(f, c, c.For(1));
-  CHECK(f.engine->stats().kv_reserved_bytes == bytes(308));
+  // The six requests and their expected tokens first, so that they are submitted while the
+  // blocker runs however slow this machine is.
   std::map<uint64_t, std::vector<int32_t>> want;
   std::vector<DecodeJob> jobs;
   for (uint64_t id = 2; id <= 7; ++id) {
@@ -310,17 +310,28 @@ TEST_CASE(
     job.stop_ids = {-1};
     jobs.push_back(std::move(job));
   }
+  StartBlocker(f, c, c.For(1));
+  CHECK(f.engine->stats().kv_reserved_bytes == bytes(308));
   for (DecodeJob& job : jobs) {  // all at once: each waits for the one before it
     const uint64_t id = job.request_id;
     REQUIRE(f.engine->Submit(std::move(job), c.For(id)).ok());
   }
+  // Until requests 2-7 have ended, by their ids: on a loaded machine the blocker can end
+  // first, and the count of final events can pass 6 between two looks.
+  const auto ended = [&] {
+    std::lock_guard<std::mutex> lock(c.mu);
+    for (uint64_t id = 2; id <= 7; ++id) {
+      if (c.final_events.count(id) == 0) return false;
+    }
+    return true;
+  };
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60 * testing::kSanitizerWaitFactor);
   int64_t most_reserved = 0;
   for (;;) {
     most_reserved = std::max(most_reserved, f.engine->stats().kv_reserved_bytes);
-    {
-      std::lock_guard<std::mutex> lock(c.mu);
-      if (c.final_events.size() == 6) break;  // requests 2-7, beside the blocker
-    }
+    if (ended()) break;
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   f.engine->Cancel(1);
