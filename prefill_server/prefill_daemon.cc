@@ -35,6 +35,7 @@ absl::Status PrefillDaemon::Start() {
   SCD_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(c.base_model_path + "/tokenizer.json"));
   SCD_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(c.backend));
   SCD_ASSIGN_OR_RETURN(producer_, CreateBackend(kind, base_));
+  const std::string device = producer_->device_description();
   for (const SpecialistConfig& sc : c.specialists) {
     if (specialists_.count(sc.name)) {
       return absl::InvalidArgumentError(absl::StrCat("specialist '", sc.name, "' is listed twice"));
@@ -110,7 +111,7 @@ absl::Status PrefillDaemon::Start() {
                       "The backend running the base model and its device (value 1).",
                       {"backend", "device"})
       .value()
-      ->WithLabels({c.backend, producer_->device_description()})
+      ->WithLabels({c.backend, device})
       .value()
       ->Set(1);
   // Gauges that describe state rather than events, refreshed once a second.
@@ -133,7 +134,7 @@ absl::Status PrefillDaemon::Start() {
   });
   daemon::LogInfo("prefill_started", {{"base_model", c.base_model_path},
                                       {"backend", c.backend},
-                                      {"device", producer_->device_description()},
+                                      {"device", device},
                                       {"http_port", http_->port()},
                                       {"grpc_address", grpc_.address},
                                       {"specialists", names}});

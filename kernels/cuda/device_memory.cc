@@ -18,15 +18,6 @@ cudaStream_t AsStream(StreamHandle s) { return static_cast<cudaStream_t>(s); }
 
 }  // namespace
 
-int DeviceCount() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky "no driver" error for later calls
-    return 0;
-  }
-  return count;
-}
-
 DeviceReading ReadDevice() {
   DeviceReading r;
   if (const cudaError_t err = cudaGetDeviceCount(&r.device_count); err != cudaSuccess) {
@@ -35,12 +26,10 @@ DeviceReading ReadDevice() {
   }
   if (cudaDriverGetVersion(&r.driver_version) != cudaSuccess) r.driver_version = 0;
   if (cudaRuntimeGetVersion(&r.runtime_version) != cudaSuccess) r.runtime_version = CUDART_VERSION;
-  (void)cudaGetLastError();  // as DeviceCount: leave no sticky error behind
+  (void)cudaGetLastError();  // clear a sticky "no driver" error for later calls
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) r.visible_devices = visible;
   return r;
 }
-
-absl::Status DeviceStatus() { return Explain(ReadDevice()); }
 
 std::string DeviceDescription(int device) {
   cudaDeviceProp prop{};

@@ -24,15 +24,18 @@ namespace scd::cuda {
 
 using StreamHandle = void*;  // a cudaStream_t; nullptr is the legacy default stream
 
-// Number of usable devices; 0 when no driver or device is present (never fails).
-int DeviceCount();
-
 // What the runtime and the driver say now (device_probe.h): the device count, or why there is
 // none. Never fails; any CUDA error it meets is cleared.
 DeviceReading ReadDevice();
 
-// OK when a device is usable, else UNAVAILABLE with the reason (Explain(ReadDevice())).
-absl::Status DeviceStatus();
+// Number of usable devices; 0 when no driver or device is present (never fails).
+inline int DeviceCount() {
+  const DeviceReading r = ReadDevice();
+  return r.count_error.empty() ? r.device_count : 0;
+}
+
+// OK when a device is usable, else UNAVAILABLE with the reason.
+inline absl::Status DeviceStatus() { return Explain(ReadDevice()); }
 
 // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" for `device`, for logs and benchmark reports.
 std::string DeviceDescription(int device);

@@ -315,10 +315,6 @@ void SetDeviceReading(const DeviceReading& reading) { Reading() = reading; }
 
 DeviceReading ReadDevice() { return stub::Reading(); }
 
-absl::Status DeviceStatus() { return Explain(ReadDevice()); }
-
-int DeviceCount() { return stub::Reading().count_error.empty() ? stub::Reading().device_count : 0; }
-
 namespace stub {
 void SetDeviceMemoryBytes(size_t total) {
   std::lock_guard<std::mutex> lock(RegistryMutex());
