@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole test suite through ctest, building first (incrementally; configuring first
 # when build/ has never been configured). Extra arguments go to ctest, e.g. `-R test_model`
-# or `-j2`. The tests read fixtures from ../shared (see ../shared/README.md).
-# Environment: BUILD_DIR (default build), JOBS (default nproc).
+# or `-V`. The tests read fixtures from ../shared (see ../shared/README.md).
+# Environment: BUILD_DIR (default build), JOBS (build jobs, default nproc), CTEST_JOBS (default
+# 2: only the GPU emulator's single-threaded suites run beside each other; every other test
+# runs alone, RUN_SERIAL in tests/CMakeLists.txt).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -21,4 +23,4 @@ fi
 printf '==> building %s/\n' "${BUILD_DIR}"
 run cmake --build "${BUILD_DIR}" -j"${JOBS}"
 printf '==> testing\n'
-run ctest --test-dir "${BUILD_DIR}" --output-on-failure "$@"
+run ctest --test-dir "${BUILD_DIR}" --output-on-failure -j"${CTEST_JOBS:-2}" "$@"
