@@ -18,7 +18,9 @@ trap 'rm -f "$current"' EXIT
 ninja -C "$build" -t targets all 2>/dev/null | sed 's/: [a-zA-Z_]*$//' > "$current" || true
 
 python3 - "$log" "$top" "$current" <<'PY'
-import collections, re, sys
+import collections, re, signal, sys
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly
 
 path, top = sys.argv[1], int(sys.argv[2])
 current = set(open(sys.argv[3]).read().split("\n")) - {""}

@@ -40,7 +40,8 @@ for obj in "${objects[@]}"; do
   cmd="$(sed -E "s| -MD -MT [^ ]+ -MF [^ ]+| |; s| -o [^ ]+$| -o $scratch/$cu.o|" <<< "$cmd")"
   [[ "$cmd" == *"-o $scratch/"* ]] || die "unexpected compile command for $obj: $cmd"
   echo "### $cu" >> "$out/ptxas.log"
-  (cd "$build" && eval "$cmd --resource-usage") >> "$out/ptxas.log" 2>&1 ||
+  # noglob: the command's `code=[compute_80,sm_80]` must reach nvcc as written.
+  (cd "$build" && set -f && eval "$cmd --resource-usage") >> "$out/ptxas.log" 2>&1 ||
     die "nvcc failed on $cu: see $out/ptxas.log"
 done
 
