@@ -116,6 +116,9 @@ __global__ void __launch_bounds__(kThreads)
       }
       s_s[r * kBk + lane] = p;
       const float sum = internal::WarpSum(p);
+      // Every lane has read m_s[r] and l_s[r] before lane 0 overwrites them: the shuffles above
+      // do not order shared-memory accesses (compute-sanitizer's racecheck flags it otherwise).
+      __syncwarp();
       if (lane == 0) {
         l_s[r] = l_s[r] * alpha + sum;
         m_s[r] = m_new;
@@ -171,6 +174,10 @@ absl::Status PrefillAttention(const float* q, int64_t q_stride, const Bf16* k, c
   const absl::StatusOr<bool> tensor_cores =
       launch_checks::PrefillTensorCores(k, v, num_heads, num_kv_heads, head_dim, impl);
   if (!tensor_cores.ok()) return tensor_cores.status();
+  if (*tensor_cores && impl == AttentionImpl::kTensorCoreMma) {
+    return internal::PrefillAttentionMma(q, q_stride, k, v, out, out_stride, tokens, start,
+                                         num_heads, num_kv_heads, head_dim, window, stream);
+  }
   if (*tensor_cores) {
     return internal::PrefillAttentionTensorCore(q, q_stride, k, v, out, out_stride, tokens, start,
                                                 num_heads, num_kv_heads, head_dim, window, stream);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/ops.h"
 
 namespace scd::cuda {
 namespace {
@@ -41,6 +42,14 @@ CublasGemm::~CublasGemm() {
 
 absl::Status CublasGemm::Linear(const Bf16* x, const Bf16* w, float* y, int m, int n, int k,
                                 float beta) {
+  if (m <= 0 || n <= 0) return absl::OkStatus();
+  if (LinearSmallBatchSupports(x, w, m, k))
+    return LinearSmallBatch(x, w, y, m, n, k, beta, stream_);
+  return LinearCublas(x, w, y, m, n, k, beta);
+}
+
+absl::Status CublasGemm::LinearCublas(const Bf16* x, const Bf16* w, float* y, int m, int n, int k,
+                                      float beta) {
   if (m <= 0 || n <= 0) return absl::OkStatus();
   const float alpha = 1.0f;
   return CublasStatus(cublasGemmEx(AsHandle(handle_), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w,

@@ -27,8 +27,13 @@ class CublasGemm {
 
   // y[m, n] = x[m, k] · w[n, k]ᵀ + beta · y, all row-major and dense. beta = 1 fuses the
   // residual add (y is the residual stream). Twin: cpu::Linear (on BF16-rounded x and w).
+  // Decode-sized m (up to kSmallBatchMaxRows, ops.h) runs LinearSmallBatch, a weight stream on
+  // the same stream, instead of cuBLAS; LinearCublas always calls cuBLAS (the benchmark's
+  // comparison).
   absl::Status Linear(const Bf16* x, const Bf16* w, float* y, int m, int n, int k,
                       float beta = 0.0f);
+  absl::Status LinearCublas(const Bf16* x, const Bf16* w, float* y, int m, int n, int k,
+                            float beta = 0.0f);
 
   // y[m, n] = x[m, k] · w[k, n] + beta · y in F32 (cublasSgemm, pure F32 math, no TF32): the
   // consumer side's small products (SCD PATCH aligner). Row-major and dense; w is NOT

@@ -48,13 +48,15 @@ inline bool PrefillSupports(AttentionImpl impl, int head_dim) {
     case AttentionImpl::kGeneric:
       return head_dim > 0 && head_dim <= kPrefillMaxHeadDim;
     case AttentionImpl::kTensorCore:
+    case AttentionImpl::kTensorCoreMma:
       return TensorCoreHeadDim(head_dim);
   }
   return false;
 }
 
-// Checks a PrefillAttention call; true when it takes the tensor-core path: asked for, or kAuto
-// with head_dim 64 or 128 and K/V 16-byte aligned (which that path needs).
+// Checks a PrefillAttention call; true when it takes a tensor-core path: asked for (kTensorCore
+// or kTensorCoreMma), or kAuto with head_dim 64 or 128 and K/V 16-byte aligned (which that path
+// needs).
 inline absl::StatusOr<bool> PrefillTensorCores(const void* k, const void* v, int num_heads,
                                                int num_kv_heads, int head_dim,
                                                AttentionImpl impl) {
@@ -69,8 +71,9 @@ inline absl::StatusOr<bool> PrefillTensorCores(const void* k, const void* v, int
   }
   const bool aligned =
       reinterpret_cast<uintptr_t>(k) % 16 == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0;
-  const bool tensor_cores = impl == AttentionImpl::kTensorCore ||
-                            (impl == AttentionImpl::kAuto && TensorCoreHeadDim(head_dim) && aligned);
+  const bool tensor_cores =
+      impl == AttentionImpl::kTensorCore || impl == AttentionImpl::kTensorCoreMma ||
+      (impl == AttentionImpl::kAuto && TensorCoreHeadDim(head_dim) && aligned);
   if (tensor_cores && !aligned) {
     return absl::InvalidArgumentError(
         "PrefillAttention: tensor-core path needs 16-byte aligned K/V");

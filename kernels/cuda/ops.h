@@ -61,6 +61,22 @@ absl::Status FillRandomBf16(Bf16* x, int64_t count, uint64_t seed, float stddev,
                             StreamHandle stream);
 absl::Status FillF32(float* x, int64_t count, float value, StreamHandle stream);
 
+// ---- small-batch linear (gemv.cu) ----
+
+// Most rows LinearSmallBatch takes: up to here a decode step's projections are weight reads, and
+// one warp per weight row streaming it once (16-byte loads) beats cuBLAS's GEMM tiles.
+inline constexpr int kSmallBatchMaxRows = 8;
+
+// True when LinearSmallBatch can run this call: 1 <= m <= kSmallBatchMaxRows, k a multiple of 8
+// and x, w 16-byte aligned (each weight row is read as 16-byte vectors).
+bool LinearSmallBatchSupports(const Bf16* x, const Bf16* w, int m, int k);
+
+// y[m, n] = x[m, k] · w[n, k]ᵀ + beta · y, row-major, F32 accumulation (y is not read when beta
+// is 0): CublasGemm::Linear's path for decode-sized m. One warp per output column n reads
+// weight row n once for all m rows. Twin: cpu::Linear (on the BF16 x and w).
+absl::Status LinearSmallBatch(const Bf16* x, const Bf16* w, float* y, int m, int n, int k,
+                              float beta, StreamHandle stream);
+
 // ---- RMSNorm and RoPE (norm_rope.cu) ----
 
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * gain, F32 accumulation; y and/or y_bf16
@@ -107,6 +123,9 @@ enum class AttentionImpl {
   kAuto,        // tensor cores when head_dim is 64 or 128, else kGeneric
   kGeneric,     // F32 CUDA cores, any head_dim <= 256
   kTensorCore,  // BF16 WMMA (sm_80+), head_dim 64 or 128 only
+  // BF16 mma.sync with register-resident fragments (FlashAttention-2's layout; sm_80+), head_dim
+  // 64 or 128 only. Not yet run on a GPU, so kAuto does not pick it (attention_prefill_mma.cu).
+  kTensorCoreMma,
 };
 
 // Causal GQA attention for `tokens` queries at positions [start, start + tokens) over one

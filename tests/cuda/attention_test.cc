@@ -81,17 +81,24 @@ TEST_CASE("CUDA generic prefill attention matches cpu::CausalAttention", "[cuda]
   }
 }
 
+// Both tensor-core kernels: WMMA through shared memory (kTensorCore, kAuto's choice) and
+// mma.sync with register-resident fragments (kTensorCoreMma).
 TEST_CASE("CUDA tensor-core prefill attention matches cpu::CausalAttention", "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();
-  REQUIRE(cuda::AttentionImplSupports(cuda::AttentionImpl::kTensorCore, 64));
-  REQUIRE(cuda::AttentionImplSupports(cuda::AttentionImpl::kTensorCore, 128));
-  CHECK_FALSE(cuda::AttentionImplSupports(cuda::AttentionImpl::kTensorCore, 96));
-  for (const PrefillCase& c : {PrefillCase{200, 0, 8, 2, 128, 0},     // GQA, ragged last tile
-                               PrefillCase{64, 0, 4, 4, 64, 0},       // one exact tile
-                               PrefillCase{77, 150, 4, 1, 64, 0},     // continuing a cache
-                               PrefillCase{300, 20, 4, 2, 128, 100},  // sliding window
-                               PrefillCase{5, 0, 2, 1, 128, 3}}) {    // tiny, window < tile
-    CheckPrefill(c, cuda::AttentionImpl::kTensorCore, 1e-2, 2e-2);
+  for (const cuda::AttentionImpl impl :
+       {cuda::AttentionImpl::kTensorCore, cuda::AttentionImpl::kTensorCoreMma}) {
+    INFO((impl == cuda::AttentionImpl::kTensorCore ? "WMMA" : "mma.sync"));
+    REQUIRE(cuda::AttentionImplSupports(impl, 64));
+    REQUIRE(cuda::AttentionImplSupports(impl, 128));
+    CHECK_FALSE(cuda::AttentionImplSupports(impl, 96));
+    for (const PrefillCase& c : {PrefillCase{200, 0, 4, 2, 128, 0},     // GQA, ragged last tile
+                                 PrefillCase{64, 0, 4, 4, 64, 0},       // one exact tile
+                                 PrefillCase{77, 150, 4, 1, 64, 0},     // continuing a cache
+                                 PrefillCase{300, 20, 2, 1, 128, 100},  // sliding window
+                                 PrefillCase{130, 0, 2, 1, 64, 40},     // window < tile
+                                 PrefillCase{5, 0, 2, 1, 128, 3}}) {    // tiny, window < tile
+      CheckPrefill(c, impl, 1e-2, 2e-2);
+    }
   }
 }
 
@@ -105,7 +112,7 @@ TEST_CASE("CUDA split-K decode attention matches cpu::CausalAttention", "[cuda]"
   for (const DecodeCase& c :
        {DecodeCase{8, 4, 8, 0, {1, 16, 300}},        // stories260K shape
         DecodeCase{32, 8, 128, 0, {1, 300, 1000}},   // Llama-3 heads, empty splits
-        DecodeCase{32, 8, 128, 0, {5000}},           // one long sequence: many splits
+        DecodeCase{8, 2, 128, 0, {5000}},            // one long sequence: many splits
         DecodeCase{8, 2, 64, 100, {50, 777, 1024}},  // sliding window
         DecodeCase{4, 4, 96, 0, {129, 2}}}) {        // MHA, head_dim 96
     const int batch = static_cast<int>(c.lengths.size());

@@ -48,6 +48,11 @@ TEST_CASE("The launch checks accept each kernel limit and refuse one past it", "
   CHECK(Refused(lc::PrefillTensorCores(kv, kv, 8, 4, 96, AttentionImpl::kTensorCore).status()));
   CHECK(Refused(
       lc::PrefillTensorCores(kv, misaligned, 8, 4, 64, AttentionImpl::kTensorCore).status()));
+  // The mma.sync kernel only when asked for, with the same limits.
+  CHECK(lc::PrefillTensorCores(kv, kv, 8, 4, 128, AttentionImpl::kTensorCoreMma).value());
+  CHECK(Refused(lc::PrefillTensorCores(kv, kv, 8, 4, 96, AttentionImpl::kTensorCoreMma).status()));
+  CHECK(Refused(
+      lc::PrefillTensorCores(misaligned, kv, 8, 4, 64, AttentionImpl::kTensorCoreMma).status()));
   CHECK(Refused(lc::PrefillTensorCores(kv, kv, 6, 4, 64, AttentionImpl::kAuto).status()));
   CHECK(Refused(lc::PrefillTensorCores(kv, kv, 8, 0, 64, AttentionImpl::kAuto).status()));
 

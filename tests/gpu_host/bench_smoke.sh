@@ -18,6 +18,12 @@ python3 - "$out/results.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["gemm"]["peak_tflops"] > 0 and r["copy"]["gbps"] > 0, "ceilings"
+# Decode-sized projections at m = 1, 4, 8 (toy weights), and prefill attention alone.
+assert [x["m"] for x in r["small_batch"]] == [1, 4, 8], r["small_batch"]
+for x in r["small_batch"]:
+    assert x["us"] > 0 and x["cublas_us"] > 0 and x["speedup"] > 0, x
+(a,) = r["prefill_attention"]
+assert a["tokens"] == 128 and a["wmma_ms"] > 0 and a["mma_ms"] > 0 and a["mma_speedup"] > 0, a
 (m,) = r["models"]
 assert m["model"] == "tiny", m["model"]
 assert [p["tokens"] for p in m["prefill"]] == [64, 128], m["prefill"]
@@ -52,7 +58,7 @@ for x in b:
     assert x["speedup"] > 0 and x["two_steps_ms"] > 0 and x["mixed_ms"] > 0, x
     assert x["mixed_speedup"] > 0, x
 PY
-for table in "not figures" "SCD rebuild" "SEKV decode step" "SEKV whole decode step" \
+for table in "not figures" "Decode-sized projections" "Prefill attention alone" "SCD rebuild" "SEKV decode step" "SEKV whole decode step" \
   "Concurrent SEKV requests"; do
   grep -q "$table" "$out/results.md" || { echo "bench_smoke: no '$table' table" >&2; exit 1; }
 done
