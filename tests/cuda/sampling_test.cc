@@ -45,7 +45,8 @@ TEST_CASE("CUDA SampleRows matches SampleWithDraw token for token", "[cuda]") {
   // both, with logits of spread 3 (peaked) and duplicated values (ties).
   for (int vocab : {512, 5000, 32000}) {
     INFO("vocab " << vocab);
-    const int rows = 48;
+    // Two rows a setting at the real vocabulary (the emulator's race check sorts each row).
+    const int rows = vocab > 5000 ? 16 : 48;
     std::mt19937_64 gen(vocab);
     std::normal_distribution<float> normal(0.0f, 3.0f);
     std::uniform_real_distribution<double> unit(0.0, 1.0);
