@@ -256,27 +256,22 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  // The quad's partial sums make the row's normaliser.
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  if (valid0) {
-    const float inv = 1.0f / l0;
-    float* dst = out + static_cast<int64_t>(t0 + row0) * out_stride + h * HD + 2 * t;
+  // The quad's partial sums make each row's normaliser; rows g (C elements 0, 1) and g + 8
+  // (elements 2, 3) are written.
+  const float l[2] = {l0, l1};
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float norm = l[half];
+    norm += __shfl_xor_sync(0xffffffffu, norm, 1);
+    norm += __shfl_xor_sync(0xffffffffu, norm, 2);
+    const int row = row0 + 8 * half;
+    if (row >= rows) continue;
+    const float inv = 1.0f / norm;
+    float* dst = out + static_cast<int64_t>(t0 + row) * out_stride + h * HD + 2 * t;
 #pragma unroll
     for (int nt = 0; nt < kDimTiles; ++nt) {
-      dst[8 * nt] = o[nt][0] * inv;
-      dst[8 * nt + 1] = o[nt][1] * inv;
-    }
-  }
-  if (valid1) {
-    const float inv = 1.0f / l1;
-    float* dst = out + static_cast<int64_t>(t0 + row1) * out_stride + h * HD + 2 * t;
-#pragma unroll
-    for (int nt = 0; nt < kDimTiles; ++nt) {
-      dst[8 * nt] = o[nt][2] * inv;
-      dst[8 * nt + 1] = o[nt][3] * inv;
+      dst[8 * nt] = o[nt][2 * half] * inv;
+      dst[8 * nt + 1] = o[nt][2 * half + 1] * inv;
     }
   }
 }
@@ -299,15 +294,10 @@ absl::Status PrefillAttentionMma(const float* q, int64_t q_stride, const Bf16* k
                                  float* out, int64_t out_stride, int tokens, int start,
                                  int num_heads, int num_kv_heads, int head_dim, int window,
                                  StreamHandle stream) {
-  if (head_dim == 64) {
-    return Launch<64>(q, q_stride, k, v, out, out_stride, tokens, start, num_heads, num_kv_heads,
-                      window, stream);
-  }
-  if (head_dim == 128) {
-    return Launch<128>(q, q_stride, k, v, out, out_stride, tokens, start, num_heads, num_kv_heads,
-                       window, stream);
-  }
-  return absl::InvalidArgumentError("mma.sync attention supports head_dim 64 and 128");
+  return WithTensorCoreHeadDim(head_dim, "mma.sync attention", [&](auto hd) {
+    return Launch<decltype(hd)::value>(q, q_stride, k, v, out, out_stride, tokens, start, num_heads,
+                                       num_kv_heads, window, stream);
+  });
 }
 
 }  // namespace scd::cuda::internal

@@ -200,15 +200,10 @@ absl::Status PrefillAttentionTensorCore(const float* q, int64_t q_stride, const 
                                         const Bf16* v, float* out, int64_t out_stride, int tokens,
                                         int start, int num_heads, int num_kv_heads, int head_dim,
                                         int window, StreamHandle stream) {
-  if (head_dim == 64) {
-    return Launch<64>(q, q_stride, k, v, out, out_stride, tokens, start, num_heads, num_kv_heads,
-                      window, stream);
-  }
-  if (head_dim == 128) {
-    return Launch<128>(q, q_stride, k, v, out, out_stride, tokens, start, num_heads, num_kv_heads,
-                       window, stream);
-  }
-  return absl::InvalidArgumentError("tensor-core attention supports head_dim 64 and 128");
+  return WithTensorCoreHeadDim(head_dim, "tensor-core attention", [&](auto hd) {
+    return Launch<decltype(hd)::value>(q, q_stride, k, v, out, out_stride, tokens, start, num_heads,
+                                       num_kv_heads, window, stream);
+  });
 }
 
 }  // namespace scd::cuda::internal

@@ -5,11 +5,22 @@
 #define SCD_KERNELS_CUDA_ATTENTION_PREFILL_TC_H_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/ops.h"
 
 namespace scd::cuda::internal {
+
+// launch(std::integral_constant<int, HD>{}) for the head sizes the tensor-core kernels are
+// built for, 64 and 128 (launch_checks::TensorCoreHeadDim); an error for any other.
+template <typename Launch>
+absl::Status WithTensorCoreHeadDim(int head_dim, const char* kernel, Launch&& launch) {
+  if (head_dim == 64) return launch(std::integral_constant<int, 64>{});
+  if (head_dim == 128) return launch(std::integral_constant<int, 128>{});
+  return absl::InvalidArgumentError(absl::StrCat(kernel, " supports head_dim 64 and 128"));
+}
 
 // head_dim 64 or 128 (launch_checks::TensorCoreHeadDim).
 absl::Status PrefillAttentionTensorCore(const float* q, int64_t q_stride, const Bf16* k,

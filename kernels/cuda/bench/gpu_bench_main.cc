@@ -232,15 +232,49 @@ int MaxTokens(const Flags& f) {
   return max_tokens;
 }
 
+// Milliseconds of one call of `op`, the best of 5 timings (after one warm-up) of `calls`
+// back-to-back calls, so that short kernels are timed without the launch gaps in between.
+template <typename Op>
+float BestMsPerCall(cuda::StreamTimer& timer, cuda::StreamHandle h, int calls, Op op) {
+  float best_ms = 1e30f;
+  for (int rep = 0; rep < 6; ++rep) {
+    Check(timer.Start(h), "timer");
+    for (int i = 0; i < calls; ++i) op(i);
+    auto ms = timer.StopMs(h);
+    Check(ms.status(), "timer");
+    if (rep > 0) best_ms = std::min(best_ms, *ms / calls);
+  }
+  return best_ms;
+}
+
+// A stream with its event timer and, where asked, a cuBLAS handle on it: each part's set-up.
+struct Rig {
+  std::unique_ptr<cuda::Stream> stream;
+  std::unique_ptr<cuda::StreamTimer> timer;
+  std::unique_ptr<cuda::CublasGemm> gemm;
+  cuda::StreamHandle handle() const { return stream->handle(); }
+};
+
+Rig MakeRig(bool with_gemm) {
+  Rig rig;
+  auto stream = cuda::Stream::Create();
+  Check(stream.status(), "stream");
+  rig.stream = std::move(*stream);
+  auto timer = cuda::StreamTimer::Create();
+  Check(timer.status(), "timer");
+  rig.timer = std::move(*timer);
+  if (with_gemm) {
+    auto gemm = cuda::CublasGemm::Create(rig.handle());
+    Check(gemm.status(), "cublas");
+    rig.gemm = std::move(*gemm);
+  }
+  return rig;
+}
+
 // Best cuBLAS BF16 GEMM TFLOP/s over shapes typical of prefill (and one square).
 nlohmann::json MeasureGemmPeak(bool quick) {
   std::printf("[gemm] cuBLAS BF16 GEMM (F32 accumulate and output), best of 5 after warm-up\n");
-  auto stream = cuda::Stream::Create();
-  Check(stream.status(), "stream");
-  auto gemm = cuda::CublasGemm::Create((*stream)->handle());
-  Check(gemm.status(), "cublas");
-  auto timer = cuda::StreamTimer::Create();
-  Check(timer.status(), "timer");
+  const Rig rig = MakeRig(/*with_gemm=*/true);
   struct Shape {
     int m, n, k;
   };
@@ -258,19 +292,14 @@ nlohmann::json MeasureGemmPeak(bool quick) {
     Check(x.status(), "alloc");
     Check(w.status(), "alloc");
     Check(y.status(), "alloc");
-    const cuda::StreamHandle h = (*stream)->handle();
+    const cuda::StreamHandle h = rig.handle();
     Check(cuda::FillRandomBf16(x->as<cuda::Bf16>(), int64_t{s.m} * s.k, 1, 1.0f, h), "fill");
     Check(cuda::FillRandomBf16(w->as<cuda::Bf16>(), int64_t{s.n} * s.k, 2, 0.02f, h), "fill");
-    float best_ms = 1e30f;
-    for (int rep = 0; rep < 6; ++rep) {
-      Check((*timer)->Start(h), "timer");
+    const float best_ms = BestMsPerCall(*rig.timer, h, 1, [&](int) {
       Check(
-          (*gemm)->Linear(x->as<cuda::Bf16>(), w->as<cuda::Bf16>(), y->as<float>(), s.m, s.n, s.k),
+          rig.gemm->Linear(x->as<cuda::Bf16>(), w->as<cuda::Bf16>(), y->as<float>(), s.m, s.n, s.k),
           "gemm");
-      auto ms = (*timer)->StopMs(h);
-      Check(ms.status(), "timer");
-      if (rep > 0) best_ms = std::min(best_ms, *ms);
-    }
+    });
     const double tflops = 2.0 * s.m * s.n * s.k / (best_ms * 1e-3) / 1e12;
     best = std::max(best, tflops);
     std::printf("  M=%-6d N=%-6d K=%-6d %8.3f ms  %7.1f TFLOP/s\n", s.m, s.n, s.k, best_ms, tflops);
@@ -283,42 +312,19 @@ nlohmann::json MeasureCopy(bool quick) {
   const size_t bytes = quick ? size_t{16} << 20 : size_t{2} << 30;
   std::printf("[copy] device-to-device cudaMemcpy of %.1f GiB, best of 5 after warm-up\n",
               bytes / 1073741824.0);
-  auto stream = cuda::Stream::Create();
-  Check(stream.status(), "stream");
+  const Rig rig = MakeRig(/*with_gemm=*/false);
   auto a = cuda::DeviceBuffer::Allocate(bytes, "copy src");
   auto b = cuda::DeviceBuffer::Allocate(bytes, "copy dst");
   Check(a.status(), "alloc");
   Check(b.status(), "alloc");
-  auto timer = cuda::StreamTimer::Create();
-  Check(timer.status(), "timer");
-  const cuda::StreamHandle h = (*stream)->handle();
+  const cuda::StreamHandle h = rig.handle();
   Check(cuda::SetDeviceBytes(a->data(), 1, bytes, h), "memset");
-  float best_ms = 1e30f;
-  for (int rep = 0; rep < 6; ++rep) {
-    Check((*timer)->Start(h), "timer");
+  const float best_ms = BestMsPerCall(*rig.timer, h, 1, [&](int) {
     Check(cuda::CopyOnDevice(b->data(), a->data(), bytes, h), "copy");
-    auto ms = (*timer)->StopMs(h);
-    Check(ms.status(), "timer");
-    if (rep > 0) best_ms = std::min(best_ms, *ms);
-  }
+  });
   const double gbps = 2.0 * bytes / (best_ms * 1e-3) / 1e9;
   std::printf("  %.3f ms  %.0f GB/s (read + write)\n", best_ms, gbps);
   return {{"bytes", bytes}, {"ms", best_ms}, {"gbps", gbps}};
-}
-
-// Milliseconds of one call of `op`, the best of 5 timings (after one warm-up) of `calls`
-// back-to-back calls, so that short kernels are timed without the launch gaps in between.
-template <typename Op>
-float BestMsPerCall(cuda::StreamTimer& timer, cuda::StreamHandle h, int calls, Op op) {
-  float best_ms = 1e30f;
-  for (int rep = 0; rep < 6; ++rep) {
-    Check(timer.Start(h), "timer");
-    for (int i = 0; i < calls; ++i) op(i);
-    auto ms = timer.StopMs(h);
-    Check(ms.status(), "timer");
-    if (rep > 0) best_ms = std::min(best_ms, *ms / calls);
-  }
-  return best_ms;
 }
 
 // Decode-sized projections (m rows against a 7-8B model's weight shapes): the backend's Linear
@@ -327,13 +333,8 @@ float BestMsPerCall(cuda::StreamTimer& timer, cuda::StreamHandle h, int calls, O
 // finds its weights in L2 (50 MB on an H100/H200).
 nlohmann::json MeasureSmallBatch(bool quick, double copy_gbps) {
   std::printf("[small batch] Linear (LinearSmallBatch) against cuBLAS, m rows, best of 5\n");
-  auto stream = cuda::Stream::Create();
-  Check(stream.status(), "stream");
-  auto gemm = cuda::CublasGemm::Create((*stream)->handle());
-  Check(gemm.status(), "cublas");
-  auto timer = cuda::StreamTimer::Create();
-  Check(timer.status(), "timer");
-  const cuda::StreamHandle h = (*stream)->handle();
+  const Rig rig = MakeRig(/*with_gemm=*/true);
+  const cuda::StreamHandle h = rig.handle();
   struct Shape {
     const char* name;
     int n, k;
@@ -364,12 +365,12 @@ nlohmann::json MeasureSmallBatch(bool quick, double copy_gbps) {
       return w->as<cuda::Bf16>() + static_cast<size_t>(i % copies) * s.n * s.k;
     };
     for (int m : rows) {
-      const float ours = BestMsPerCall(**timer, h, 2 * copies, [&](int i) {
-        Check((*gemm)->Linear(x->as<cuda::Bf16>(), weights(i), y->as<float>(), m, s.n, s.k),
+      const float ours = BestMsPerCall(*rig.timer, h, 2 * copies, [&](int i) {
+        Check(rig.gemm->Linear(x->as<cuda::Bf16>(), weights(i), y->as<float>(), m, s.n, s.k),
               "linear");
       });
-      const float cublas = BestMsPerCall(**timer, h, 2 * copies, [&](int i) {
-        Check((*gemm)->LinearCublas(x->as<cuda::Bf16>(), weights(i), y->as<float>(), m, s.n, s.k),
+      const float cublas = BestMsPerCall(*rig.timer, h, 2 * copies, [&](int i) {
+        Check(rig.gemm->LinearCublas(x->as<cuda::Bf16>(), weights(i), y->as<float>(), m, s.n, s.k),
               "cublas");
       });
       const double gbps = w_bytes / (ours * 1e-3) / 1e9;
@@ -401,11 +402,8 @@ nlohmann::json MeasureSmallBatch(bool quick, double copy_gbps) {
 // TFLOP/s counts the causal half of Q·Kᵀ and P·V (4 · T²/2 · head_dim · heads).
 nlohmann::json MeasurePrefillAttention(bool quick, double gemm_peak) {
   std::printf("[attention] prefill attention alone, WMMA (kAuto) and mma.sync, best of 5\n");
-  auto stream = cuda::Stream::Create();
-  Check(stream.status(), "stream");
-  auto timer = cuda::StreamTimer::Create();
-  Check(timer.status(), "timer");
-  const cuda::StreamHandle h = (*stream)->handle();
+  const Rig rig = MakeRig(/*with_gemm=*/false);
+  const cuda::StreamHandle h = rig.handle();
   const int heads = quick ? 4 : 32, kv_heads = quick ? 2 : 8, hd = 128;
   nlohmann::json out = nlohmann::json::array();
   for (int t : quick ? std::vector<int>{128} : std::vector<int>{4096, 16384}) {
@@ -419,7 +417,7 @@ nlohmann::json MeasurePrefillAttention(bool quick, double gemm_peak) {
     Check(cuda::FillRandomBf16(kv->as<cuda::Bf16>(), 2 * kv_count, 5, 1.0f, h), "fill");
     Check(cuda::FillF32(q->as<float>(), int64_t{t} * heads * hd, 0.05f, h), "fill");
     auto time = [&](cuda::AttentionImpl impl) {
-      return BestMsPerCall(**timer, h, 1, [&](int) {
+      return BestMsPerCall(*rig.timer, h, 1, [&](int) {
         Check(cuda::PrefillAttention(q->as<float>(), heads * hd, kv->as<cuda::Bf16>(),
                                      kv->as<cuda::Bf16>() + kv_count, o->as<float>(), heads * hd, t,
                                      0, heads, kv_heads, hd, 0, impl, h),
