@@ -790,8 +790,8 @@ class CudaBackend : public Backend {
         if (attention.decode) {
           SCD_RETURN_IF_ERROR(cuda::DecodeAttention(
               qkv, qkv_dim, table, l, attention.lengths, plain, attention.max_length, c.num_heads,
-              c.num_kv_heads, c.head_dim, c.sliding_window, att, qd, decode_ws_.as<float>(),
-              static_cast<int64_t>(decode_ws_.size() / sizeof(float)), s));
+              c.num_kv_heads, c.head_dim, c.sliding_window, cuda::DecodeImpl::kAuto, att, qd,
+              decode_ws_.as<float>(), static_cast<int64_t>(decode_ws_.size() / sizeof(float)), s));
         } else {
           const int64_t layer_offset = l * attention.layer_stride;
           SCD_RETURN_IF_ERROR(cuda::PrefillAttention(

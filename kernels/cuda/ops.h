@@ -144,6 +144,16 @@ absl::Status PrefillAttention(const float* q, int64_t q_stride, const Bf16* k, c
 // True when `impl` can run head_dim (kAuto always can, for head_dim <= 256).
 bool AttentionImplSupports(AttentionImpl impl, int head_dim);
 
+// Which kernel DecodeAttention runs. Both take the same split plan and workspace.
+enum class DecodeImpl {
+  kAuto,     // kVectorized where it supports the shape, else kGeneric
+  kGeneric,  // any shape split_plan::CheckDecodeShape accepts: a warp per key, 2-byte loads
+  // 16-byte K/V loads, several keys per warp and several V rows per block at once: head_dim
+  // 8, 16, 32, 64, 128 or 256, a GQA group of 1, 2, 4 or 8, group * head_dim <= 1024
+  // (launch_checks::DecodeVectorizedSupports).
+  kVectorized,
+};
+
 // One query per sequence (decode): row b of q attends to the cache of sequence b in `cache`
 // at layer `layer`, positions [max(0, lengths[b] - window), lengths[b]) (lengths include the
 // token being decoded, whose K/V must already be stored). Split-K: the keys are cut into
@@ -155,9 +165,9 @@ bool AttentionImplSupports(AttentionImpl impl, int head_dim);
 // Twin: cpu::CausalAttention with tokens = 1, start = lengths[b] - 1.
 absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cache, int layer,
                              const int32_t* lengths, int batch, int max_length, int num_heads,
-                             int num_kv_heads, int head_dim, int window, float* out,
-                             int64_t out_stride, float* workspace, int64_t workspace_floats,
-                             StreamHandle stream);
+                             int num_kv_heads, int head_dim, int window, DecodeImpl impl,
+                             float* out, int64_t out_stride, float* workspace,
+                             int64_t workspace_floats, StreamHandle stream);
 
 // Floats of `workspace` DecodeAttention needs for this shape. Size it with the max_length of
 // the call: the split plan is not monotonic in max_length, so a workspace sized for a longer

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/split_plan.h"
 #include "tests/cuda/cuda_test_support.h"
@@ -107,6 +108,7 @@ TEST_CASE("CUDA split-K decode attention matches cpu::CausalAttention", "[cuda]"
   struct DecodeCase {
     int heads, kv_heads, head_dim, window;
     std::vector<int> lengths;
+    bool unaligned = false;  // the caches start 2 bytes past a 16-byte boundary
   };
   const int layers = 2, layer = 1;
   for (const DecodeCase& c :
@@ -114,14 +116,19 @@ TEST_CASE("CUDA split-K decode attention matches cpu::CausalAttention", "[cuda]"
         DecodeCase{32, 8, 128, 0, {1, 300, 1000}},   // Llama-3 heads, empty splits
         DecodeCase{8, 2, 128, 0, {5000}},            // one long sequence: many splits
         DecodeCase{8, 2, 64, 100, {50, 777, 1024}},  // sliding window
-        DecodeCase{4, 4, 96, 0, {129, 2}}}) {        // MHA, head_dim 96
+        DecodeCase{4, 4, 96, 0, {129, 2}},           // MHA, head_dim 96 (generic only)
+        DecodeCase{16, 2, 128, 0, {700, 33}},        // group 8: the vectorized kernel's largest
+        DecodeCase{2, 2, 256, 0, {300, 65}},         // head_dim 256: a warp per row
+        DecodeCase{32, 2, 32, 0, {200}},             // group 16 (generic only)
+        DecodeCase{8, 4, 64, 0, {400, 3}, true}}) {  // unaligned caches
     const int batch = static_cast<int>(c.lengths.size());
     INFO("heads " << c.heads << "/" << c.kv_heads << " head_dim " << c.head_dim << " window "
-                  << c.window << " batch " << batch);
+                  << c.window << " batch " << batch << (c.unaligned ? " unaligned" : ""));
     const int q_dim = c.heads * c.head_dim, kv_dim = c.kv_heads * c.head_dim;
     int max_length = 0;
     for (int len : c.lengths) max_length = std::max(max_length, len);
     const int capacity = max_length + 7;
+    const int lead = c.unaligned ? 1 : 0;
     const std::vector<float> q =
         testing::RandomFloats(static_cast<size_t>(batch) * q_dim, 31, 2.0f);
 
@@ -129,14 +136,14 @@ TEST_CASE("CUDA split-K decode attention matches cpu::CausalAttention", "[cuda]"
     std::vector<Bf16*> k_ptrs, v_ptrs;
     std::vector<float> want(static_cast<size_t>(batch) * q_dim);
     for (int b = 0; b < batch; ++b) {
-      const size_t elems = static_cast<size_t>(layers) * capacity * kv_dim;
+      const size_t elems = static_cast<size_t>(layers) * capacity * kv_dim + lead;
       const std::vector<float> k = testing::RoundedBf16(testing::RandomFloats(elems, 40 + b, 2));
       const std::vector<float> v = testing::RoundedBf16(testing::RandomFloats(elems, 50 + b));
       k_caches.emplace_back(testing::ToBf16(k));
       v_caches.emplace_back(testing::ToBf16(v));
-      k_ptrs.push_back(k_caches.back().get());
-      v_ptrs.push_back(v_caches.back().get());
-      const size_t layer_at = static_cast<size_t>(layer) * capacity * kv_dim;
+      k_ptrs.push_back(k_caches.back().get() + lead);
+      v_ptrs.push_back(v_caches.back().get() + lead);
+      const size_t layer_at = static_cast<size_t>(layer) * capacity * kv_dim + lead;
       std::vector<float> scratch(cpu::AttentionScratchFloats(1, c.lengths[b] - 1, c.heads));
       cpu::CausalAttention(q.data() + b * q_dim, k.data() + layer_at, v.data() + layer_at,
                            want.data() + b * q_dim, 1, c.lengths[b] - 1, c.heads, c.kv_heads,
@@ -149,19 +156,35 @@ TEST_CASE("CUDA split-K decode attention matches cpu::CausalAttention", "[cuda]"
     table.k = k_dev.get();
     table.v = v_dev.get();
     table.layer_stride = strides.get();
-    // Planned for the batch's own longest row, and for a far longer one (the CUDA backend
-    // plans for a length bucket, split_plan::DecodeLengthBucket): rows spread their keys over
-    // the splits either way.
-    for (const int planned : {max_length, 4 * cuda::split_plan::DecodeLengthBucket(max_length)}) {
-      INFO("planned for max_length " << planned);
-      const int64_t ws_floats =
-          cuda::DecodeAttentionWorkspaceFloats(batch, planned, c.heads, c.kv_heads, c.head_dim);
-      DeviceArray<float> ws(ws_floats), q_dev(q), out_dev(want.size());
-      testing::RequireOk(cuda::DecodeAttention(
-          q_dev.get(), q_dim, table, layer, lengths.get(), batch, planned, c.heads, c.kv_heads,
-          c.head_dim, c.window, out_dev.get(), q_dim, ws.get(), ws_floats, nullptr));
-      testing::RequireSynced();
-      testing::CheckClose(out_dev.ToHost(), want, 2e-5, 1e-4, "DecodeAttention");
+    const bool vectorized =
+        cuda::launch_checks::DecodeVectorizedSupports(c.heads / c.kv_heads, c.head_dim);
+    // Both kernels (kAuto's choice between them is launch_checks_test's, and the backend's
+    // tests run kAuto).
+    for (const cuda::DecodeImpl impl :
+         {cuda::DecodeImpl::kGeneric, cuda::DecodeImpl::kVectorized}) {
+      INFO("impl " << static_cast<int>(impl));
+      if (impl == cuda::DecodeImpl::kVectorized && !vectorized) {
+        // Refused before anything is launched, not run on a shape it cannot take.
+        CHECK(cuda::DecodeAttention(nullptr, 0, table, layer, nullptr, batch, max_length, c.heads,
+                                    c.kv_heads, c.head_dim, c.window, impl, nullptr, 0, nullptr,
+                                    1 << 30, nullptr)
+                  .code() == absl::StatusCode::kInvalidArgument);
+        continue;
+      }
+      // Planned for the batch's own longest row, and for a far longer one (the CUDA backend
+      // plans for a length bucket, split_plan::DecodeLengthBucket): rows spread their keys
+      // over the splits either way.
+      for (const int planned : {max_length, 4 * cuda::split_plan::DecodeLengthBucket(max_length)}) {
+        INFO("planned for max_length " << planned);
+        const int64_t ws_floats =
+            cuda::DecodeAttentionWorkspaceFloats(batch, planned, c.heads, c.kv_heads, c.head_dim);
+        DeviceArray<float> ws(ws_floats), q_dev(q), out_dev(want.size());
+        testing::RequireOk(cuda::DecodeAttention(
+            q_dev.get(), q_dim, table, layer, lengths.get(), batch, planned, c.heads, c.kv_heads,
+            c.head_dim, c.window, impl, out_dev.get(), q_dim, ws.get(), ws_floats, nullptr));
+        testing::RequireSynced();
+        testing::CheckClose(out_dev.ToHost(), want, 2e-5, 1e-4, "DecodeAttention");
+      }
     }
   }
 }
@@ -176,11 +199,11 @@ TEST_CASE("CUDA attention launchers reject bad shapes", "[cuda]") {
                                cuda::AttentionImpl::kTensorCore, nullptr)
             .code() == absl::StatusCode::kInvalidArgument);
   CHECK(cuda::DecodeAttention(nullptr, 0, cuda::KvCacheTable{}, 0, nullptr, 2, 100, 8, 2, 64, 0,
-                              nullptr, 0, nullptr, 0, nullptr)
+                              cuda::DecodeImpl::kAuto, nullptr, 0, nullptr, 0, nullptr)
             .code() == absl::StatusCode::kInvalidArgument);
   // 512 query heads on one KV head: the scores of even a 32-key chunk pass 48 KB.
   CHECK(cuda::DecodeAttention(nullptr, 0, cuda::KvCacheTable{}, 0, nullptr, 1, 100, 512, 1, 8, 0,
-                              nullptr, 0, nullptr, 1 << 20, nullptr)
+                              cuda::DecodeImpl::kAuto, nullptr, 0, nullptr, 1 << 20, nullptr)
             .code() == absl::StatusCode::kInvalidArgument);
 }
 

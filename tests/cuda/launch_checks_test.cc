@@ -56,6 +56,22 @@ TEST_CASE("The launch checks accept each kernel limit and refuse one past it", "
   CHECK(Refused(lc::PrefillTensorCores(kv, kv, 6, 4, 64, AttentionImpl::kAuto).status()));
   CHECK(Refused(lc::PrefillTensorCores(kv, kv, 8, 0, 64, AttentionImpl::kAuto).status()));
 
+  // The vectorized decode kernel: head_dim / 8 lanes a power of two up to 32, groups 1, 2, 4
+  // and 8, group * head_dim within the 8 warps' shared sums; kAuto falls back to the generic
+  // kernel elsewhere, kVectorized is refused there.
+  using cuda::DecodeImpl;
+  for (const int hd : {8, 16, 32, 64, 128}) CHECK(lc::DecodeVectorizedSupports(8, hd));
+  CHECK(lc::DecodeVectorizedSupports(4, 256));
+  CHECK_FALSE(lc::DecodeVectorizedSupports(8, 256));  // 2048 > kDecodeVectorizedMaxGroupDims
+  for (const int hd : {0, 4, 24, 48, 96, 512}) CHECK_FALSE(lc::DecodeVectorizedSupports(1, hd));
+  for (const int group : {1, 2, 4, 8}) CHECK(lc::DecodeVectorizedSupports(group, 64));
+  for (const int group : {3, 6, 16}) CHECK_FALSE(lc::DecodeVectorizedSupports(group, 64));
+  CHECK(lc::DecodeVectorized(32, 8, 128, DecodeImpl::kAuto).value());
+  CHECK(lc::DecodeVectorized(32, 8, 128, DecodeImpl::kVectorized).value());
+  CHECK_FALSE(lc::DecodeVectorized(32, 8, 128, DecodeImpl::kGeneric).value());
+  CHECK_FALSE(lc::DecodeVectorized(4, 4, 96, DecodeImpl::kAuto).value());
+  CHECK(Refused(lc::DecodeVectorized(4, 4, 96, DecodeImpl::kVectorized).status()));
+
   CHECK(lc::SekvShape("x", cuda::kSekvMaxGroup, 1, cuda::kSekvMaxHeadDim).ok());
   CHECK(Refused(lc::SekvShape("x", cuda::kSekvMaxGroup + 1, 1, 64)));
   CHECK(Refused(lc::SekvShape("x", 8, 1, cuda::kSekvMaxHeadDim + 1)));
@@ -148,7 +164,8 @@ TEST_CASE("Every checked launcher refuses a bad call with the shared check's sta
 
   const std::vector<std::pair<std::string, std::pair<absl::Status, absl::Status>>> calls = {
       {"PrefillAttention, 6 query heads over 4 KV heads",
-       {cuda::PrefillAttention(f, 0, kv, kv, f, 0, 4, 0, 6, 4, 64, 0, AttentionImpl::kAuto, nullptr),
+       {cuda::PrefillAttention(f, 0, kv, kv, f, 0, 4, 0, 6, 4, 64, 0, AttentionImpl::kAuto,
+                               nullptr),
         lc::PrefillTensorCores(kv, kv, 6, 4, 64, AttentionImpl::kAuto).status()}},
       {"PrefillAttention, tensor cores at head_dim 96",
        {cuda::PrefillAttention(f, 0, kv, kv, f, 0, 4, 0, 4, 4, 96, 0, AttentionImpl::kTensorCore,
@@ -159,9 +176,13 @@ TEST_CASE("Every checked launcher refuses a bad call with the shared check's sta
                                AttentionImpl::kTensorCore, nullptr),
         lc::PrefillTensorCores(misaligned, kv, 4, 4, 64, AttentionImpl::kTensorCore).status()}},
       {"DecodeAttention, a short workspace",
-       {cuda::DecodeAttention(f, 0, table, 0, nullptr, 2, 100, 8, 2, 64, 0, f, 0, f,
-                              decode_need - 1, nullptr),
+       {cuda::DecodeAttention(f, 0, table, 0, nullptr, 2, 100, 8, 2, 64, 0, cuda::DecodeImpl::kAuto,
+                              f, 0, f, decode_need - 1, nullptr),
         lc::Workspace("DecodeAttention", decode_need - 1, decode_need, "floats")}},
+      {"DecodeAttention, the vectorized kernel at head_dim 96",
+       {cuda::DecodeAttention(f, 0, table, 0, nullptr, 2, 100, 8, 2, 96, 0,
+                              cuda::DecodeImpl::kVectorized, f, 0, f, 1 << 20, nullptr),
+        lc::DecodeVectorized(8, 2, 96, cuda::DecodeImpl::kVectorized).status()}},
       {"ApplyRope, an odd head_dim",
        {cuda::ApplyRope(f, 1, 4, 63, 252, nullptr, f, nullptr), lc::RopeHeadDim(63)}},
       {"RopeStoreKv, head_dim past the RoPE table",
@@ -180,8 +201,8 @@ TEST_CASE("Every checked launcher refuses a bad call with the shared check's sta
        {cuda::SekvAttention(f, nullptr, 1, 17, 1, 64, 100, f, f, f, INT64_MAX, nullptr),
         lc::SekvShape("SekvAttention", 17, 1, 64)}},
       {"SekvAttention, one segment too many",
-       {cuda::SekvAttention(f, nullptr, lc::kSekvMaxSegments + 1, 8, 2, 64, 100, f, f, f,
-                            INT64_MAX, nullptr),
+       {cuda::SekvAttention(f, nullptr, lc::kSekvMaxSegments + 1, 8, 2, 64, 100, f, f, f, INT64_MAX,
+                            nullptr),
         lc::SekvSegments(lc::kSekvMaxSegments + 1, 100)}},
       {"SekvAttention, a short workspace",
        {cuda::SekvAttention(f, nullptr, 2, 8, 2, 64, 100, f, f, f, sekv_need - 1, nullptr),
@@ -191,12 +212,11 @@ TEST_CASE("Every checked launcher refuses a bad call with the shared check's sta
                             nullptr, nullptr, f, 3, 8, 2, 64, f, nullptr),
         lc::RouteDim(cuda::kMaxRouteDim + 1)}},
       {"SekvRouteGate, head_dim past kSekvMaxHeadDim",
-       {cuda::SekvRouteGate(f, f, f, 16, kv, cuda::KvType::kBf16, 64, f, nullptr, nullptr, f, 3,
-                            8, 2, cuda::kSekvMaxHeadDim + 2, f, nullptr),
+       {cuda::SekvRouteGate(f, f, f, 16, kv, cuda::KvType::kBf16, 64, f, nullptr, nullptr, f, 3, 8,
+                            2, cuda::kSekvMaxHeadDim + 2, f, nullptr),
         lc::SekvShape("SekvRouteGate", 8, 2, cuda::kSekvMaxHeadDim + 2)}},
       {"SpanRebuildRows, head_dim 0",
-       {cuda::SpanRebuildRows(nullptr, 3, 0, nullptr),
-        lc::PositiveHeadDim("SpanRebuildRows", 0)}},
+       {cuda::SpanRebuildRows(nullptr, 3, 0, nullptr), lc::PositiveHeadDim("SpanRebuildRows", 0)}},
       {"MergeAttention, head_dim 0",
        {cuda::MergeAttention(f, f, f, f, 8, 0, f, nullptr),
         lc::PositiveHeadDim("MergeAttention", 0)}},

@@ -24,6 +24,10 @@ for x in r["small_batch"]:
     assert x["us"] > 0 and x["cublas_us"] > 0 and x["speedup"] > 0, x
 (a,) = r["prefill_attention"]
 assert a["tokens"] == 128 and a["wmma_ms"] > 0 and a["mma_ms"] > 0 and a["mma_speedup"] > 0, a
+# Decode attention alone, both split kernels.
+assert [(x["batch"], x["context"]) for x in r["decode_attention"]] == [(1, 256), (2, 130)], r
+for x in r["decode_attention"]:
+    assert x["us"] > 0 and x["generic_us"] > 0 and x["speedup"] > 0 and x["vs_copy"] > 0, x
 (m,) = r["models"]
 assert m["model"] == "tiny", m["model"]
 assert [p["tokens"] for p in m["prefill"]] == [64, 128], m["prefill"]
@@ -58,14 +62,15 @@ for x in b:
     assert x["speedup"] > 0 and x["two_steps_ms"] > 0 and x["mixed_ms"] > 0, x
     assert x["mixed_speedup"] > 0, x
 PY
-for table in "not figures" "Decode-sized projections" "Prefill attention alone" "SCD rebuild" "SEKV decode step" "SEKV whole decode step" \
+for table in "not figures" "Decode-sized projections" "Prefill attention alone" \
+  "Decode attention alone" "SCD rebuild" "SEKV decode step" "SEKV whole decode step" \
   "Concurrent SEKV requests"; do
   grep -q "$table" "$out/results.md" || { echo "bench_smoke: no '$table' table" >&2; exit 1; }
 done
 # (--quick has no 4K prefill, so no prefill_4k_vs_gemm_peak line.)
 for key in decode_b1_vs_copy= scd_rebuild_speedup= sekv_vs_full= sekv_whole_step_vs_full= \
   sekv_model_vs_full= batched_vs_one_by_one= mixed_vs_two_steps= small_batch_vs_cublas= \
-  mma_vs_wmma=; do
+  mma_vs_wmma= vectorized_vs_generic=; do
   grep -q "$key" "$out/bench.log" || { echo "bench_smoke: no '$key' line" >&2; exit 1; }
 done
 echo "bench_smoke: scd-gpu-bench --quick finished every part"

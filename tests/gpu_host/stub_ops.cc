@@ -384,11 +384,16 @@ int64_t DecodeAttentionWorkspaceFloats(int batch, int max_length, int num_heads,
 
 absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cache, int layer,
                              const int32_t* lengths, int batch, int max_length, int num_heads,
-                             int num_kv_heads, int head_dim, int window, float* out,
-                             int64_t out_stride, float* workspace, int64_t workspace_floats,
-                             StreamHandle stream) {
+                             int num_kv_heads, int head_dim, int window, DecodeImpl impl,
+                             float* out, int64_t out_stride, float* workspace,
+                             int64_t workspace_floats, StreamHandle stream) {
   if (batch <= 0) return absl::OkStatus();
   if (absl::Status s = split_plan::CheckDecodeShape(batch, num_heads, num_kv_heads, head_dim);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          launch_checks::DecodeVectorized(num_heads, num_kv_heads, head_dim, impl).status();
       !s.ok()) {
     return s;
   }

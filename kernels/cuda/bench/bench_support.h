@@ -1,5 +1,6 @@
-// What the parts of scd-gpu-bench share: host timing, medians, N(0, σ²) host arrays and
-// one-off uploads. CUDA-free, like every header in kernels/cuda.
+// What the parts of scd-gpu-bench share: host timing, medians, N(0, σ²) host arrays, one-off
+// uploads, and for the parts that time single calls a stream with its event timer (Rig) and
+// the best-of-5 timing loop. CUDA-free, like every header in kernels/cuda.
 #ifndef SCD_KERNELS_CUDA_BENCH_BENCH_SUPPORT_H_
 #define SCD_KERNELS_CUDA_BENCH_BENCH_SUPPORT_H_
 
@@ -7,6 +8,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -14,6 +17,7 @@
 #include "common/base/random.h"
 #include "common/base/status_macros.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/gemm.h"
 
 namespace scd::cuda_bench {
 
@@ -44,6 +48,39 @@ absl::StatusOr<cuda::DeviceBuffer> Upload(const std::vector<T>& host, absl::stri
                        cuda::DeviceBuffer::Allocate(host.size() * sizeof(T), what));
   SCD_RETURN_IF_ERROR(cuda::CopyToDeviceSync(b.data(), host.data(), host.size() * sizeof(T)));
   return b;
+}
+
+// A stream with its event timer and, where asked, a cuBLAS handle on it: a part's set-up.
+struct Rig {
+  std::unique_ptr<cuda::Stream> stream;
+  std::unique_ptr<cuda::StreamTimer> timer;
+  std::unique_ptr<cuda::CublasGemm> gemm;
+  cuda::StreamHandle handle() const { return stream->handle(); }
+};
+
+inline absl::StatusOr<Rig> MakeRig(bool with_gemm) {
+  Rig rig;
+  SCD_ASSIGN_OR_RETURN(rig.stream, cuda::Stream::Create());
+  SCD_ASSIGN_OR_RETURN(rig.timer, cuda::StreamTimer::Create());
+  if (with_gemm) {
+    SCD_ASSIGN_OR_RETURN(rig.gemm, cuda::CublasGemm::Create(rig.handle()));
+  }
+  return rig;
+}
+
+// Milliseconds of one call of `op` (absl::Status op(int call)), the best of 5 timings (after
+// one warm-up) of `calls` back-to-back calls, so that short kernels are timed without the
+// launch gaps in between.
+template <typename Op>
+absl::StatusOr<float> BestMsPerCall(const Rig& rig, int calls, Op op) {
+  float best_ms = 1e30f;
+  for (int rep = 0; rep < 6; ++rep) {
+    SCD_RETURN_IF_ERROR(rig.timer->Start(rig.handle()));
+    for (int i = 0; i < calls; ++i) SCD_RETURN_IF_ERROR(op(i));
+    SCD_ASSIGN_OR_RETURN(const float ms, rig.timer->StopMs(rig.handle()));
+    if (rep > 0) best_ms = std::min(best_ms, ms / calls);
+  }
+  return best_ms;
 }
 
 }  // namespace scd::cuda_bench

@@ -11,6 +11,8 @@
 //     the token ids back to the host) is reported as tokens/s and as achieved HBM GB/s
 //     (weights streamed once per step + the KV cache read) over that ceiling, with the
 //     backend's CUDA graphs (its default) and without them (eager launches), side by side;
+//   - kernels alone (kernel_bench.h): the small-batch Linear against cuBLAS, the two prefill
+//     attention kernels, the two decode attention kernels, each pair on the same operands;
 //   - SCD rebuild (scd_rebuild_bench.h): ScdGpuRebuilder's time from host codes to a filled
 //     KV cache for --scd-tokens positions, against the consumer's own prefill TTFT at that
 //     length, measured here (target: at least 5x faster);
@@ -60,6 +62,7 @@
 #include "common/runtime/backend.h"
 #include "common/runtime/sampler.h"
 #include "kernels/cuda/bench/bench_support.h"
+#include "kernels/cuda/bench/kernel_bench.h"
 #include "kernels/cuda/bench/scd_rebuild_bench.h"
 #include "kernels/cuda/bench/sekv_model_bench.h"
 #include "kernels/cuda/bench/sekv_step_bench.h"
@@ -232,49 +235,25 @@ int MaxTokens(const Flags& f) {
   return max_tokens;
 }
 
-// Milliseconds of one call of `op`, the best of 5 timings (after one warm-up) of `calls`
-// back-to-back calls, so that short kernels are timed without the launch gaps in between.
-template <typename Op>
-float BestMsPerCall(cuda::StreamTimer& timer, cuda::StreamHandle h, int calls, Op op) {
-  float best_ms = 1e30f;
-  for (int rep = 0; rep < 6; ++rep) {
-    Check(timer.Start(h), "timer");
-    for (int i = 0; i < calls; ++i) op(i);
-    auto ms = timer.StopMs(h);
-    Check(ms.status(), "timer");
-    if (rep > 0) best_ms = std::min(best_ms, *ms / calls);
-  }
-  return best_ms;
+// A part's stream, timer and cuBLAS handle (bench_support.h); exits on failure.
+cuda_bench::Rig NewRig(bool with_gemm) {
+  absl::StatusOr<cuda_bench::Rig> rig = cuda_bench::MakeRig(with_gemm);
+  Check(rig.status(), "stream");
+  return std::move(*rig);
 }
 
-// A stream with its event timer and, where asked, a cuBLAS handle on it: each part's set-up.
-struct Rig {
-  std::unique_ptr<cuda::Stream> stream;
-  std::unique_ptr<cuda::StreamTimer> timer;
-  std::unique_ptr<cuda::CublasGemm> gemm;
-  cuda::StreamHandle handle() const { return stream->handle(); }
-};
-
-Rig MakeRig(bool with_gemm) {
-  Rig rig;
-  auto stream = cuda::Stream::Create();
-  Check(stream.status(), "stream");
-  rig.stream = std::move(*stream);
-  auto timer = cuda::StreamTimer::Create();
-  Check(timer.status(), "timer");
-  rig.timer = std::move(*timer);
-  if (with_gemm) {
-    auto gemm = cuda::CublasGemm::Create(rig.handle());
-    Check(gemm.status(), "cublas");
-    rig.gemm = std::move(*gemm);
-  }
-  return rig;
+// BestMsPerCall (bench_support.h); exits on failure.
+template <typename Op>
+float BestMs(const cuda_bench::Rig& rig, int calls, Op op) {
+  absl::StatusOr<float> ms = cuda_bench::BestMsPerCall(rig, calls, op);
+  Check(ms.status(), "timed call");
+  return *ms;
 }
 
 // Best cuBLAS BF16 GEMM TFLOP/s over shapes typical of prefill (and one square).
 nlohmann::json MeasureGemmPeak(bool quick) {
   std::printf("[gemm] cuBLAS BF16 GEMM (F32 accumulate and output), best of 5 after warm-up\n");
-  const Rig rig = MakeRig(/*with_gemm=*/true);
+  const cuda_bench::Rig rig = NewRig(/*with_gemm=*/true);
   struct Shape {
     int m, n, k;
   };
@@ -295,10 +274,9 @@ nlohmann::json MeasureGemmPeak(bool quick) {
     const cuda::StreamHandle h = rig.handle();
     Check(cuda::FillRandomBf16(x->as<cuda::Bf16>(), int64_t{s.m} * s.k, 1, 1.0f, h), "fill");
     Check(cuda::FillRandomBf16(w->as<cuda::Bf16>(), int64_t{s.n} * s.k, 2, 0.02f, h), "fill");
-    const float best_ms = BestMsPerCall(*rig.timer, h, 1, [&](int) {
-      Check(
-          rig.gemm->Linear(x->as<cuda::Bf16>(), w->as<cuda::Bf16>(), y->as<float>(), s.m, s.n, s.k),
-          "gemm");
+    const float best_ms = BestMs(rig, 1, [&](int) {
+      return rig.gemm->Linear(x->as<cuda::Bf16>(), w->as<cuda::Bf16>(), y->as<float>(), s.m, s.n,
+                              s.k);
     });
     const double tflops = 2.0 * s.m * s.n * s.k / (best_ms * 1e-3) / 1e12;
     best = std::max(best, tflops);
@@ -312,138 +290,18 @@ nlohmann::json MeasureCopy(bool quick) {
   const size_t bytes = quick ? size_t{16} << 20 : size_t{2} << 30;
   std::printf("[copy] device-to-device cudaMemcpy of %.1f GiB, best of 5 after warm-up\n",
               bytes / 1073741824.0);
-  const Rig rig = MakeRig(/*with_gemm=*/false);
+  const cuda_bench::Rig rig = NewRig(/*with_gemm=*/false);
   auto a = cuda::DeviceBuffer::Allocate(bytes, "copy src");
   auto b = cuda::DeviceBuffer::Allocate(bytes, "copy dst");
   Check(a.status(), "alloc");
   Check(b.status(), "alloc");
   const cuda::StreamHandle h = rig.handle();
   Check(cuda::SetDeviceBytes(a->data(), 1, bytes, h), "memset");
-  const float best_ms = BestMsPerCall(*rig.timer, h, 1, [&](int) {
-    Check(cuda::CopyOnDevice(b->data(), a->data(), bytes, h), "copy");
-  });
+  const float best_ms =
+      BestMs(rig, 1, [&](int) { return cuda::CopyOnDevice(b->data(), a->data(), bytes, h); });
   const double gbps = 2.0 * bytes / (best_ms * 1e-3) / 1e9;
   std::printf("  %.3f ms  %.0f GB/s (read + write)\n", best_ms, gbps);
   return {{"bytes", bytes}, {"ms", best_ms}, {"gbps", gbps}};
-}
-
-// Decode-sized projections (m rows against a 7-8B model's weight shapes): the backend's Linear
-// (LinearSmallBatch for m <= kSmallBatchMaxRows) against cuBLAS on the same operands, as weight
-// bytes streamed per second against the copy. Several weight copies are cycled so that no call
-// finds its weights in L2 (50 MB on an H100/H200).
-nlohmann::json MeasureSmallBatch(bool quick, double copy_gbps) {
-  std::printf("[small batch] Linear (LinearSmallBatch) against cuBLAS, m rows, best of 5\n");
-  const Rig rig = MakeRig(/*with_gemm=*/true);
-  const cuda::StreamHandle h = rig.handle();
-  struct Shape {
-    const char* name;
-    int n, k;
-  };
-  const std::vector<Shape> shapes = quick ? std::vector<Shape>{{"toy", 96, 256}}
-                                          : std::vector<Shape>{{"qkv", 6144, 4096},
-                                                               {"o", 4096, 4096},
-                                                               {"gate_up", 28672, 4096},
-                                                               {"down", 4096, 14336}};
-  const std::vector<int> rows = {1, 4, cuda::kSmallBatchMaxRows};
-  nlohmann::json out = nlohmann::json::array();
-  for (const Shape& s : shapes) {
-    const size_t w_bytes = size_t{2} * s.n * s.k;
-    const int copies =
-        quick ? 1 : static_cast<int>(std::max<size_t>(2, (size_t{400} << 20) / w_bytes));
-    auto w = cuda::DeviceBuffer::Allocate(w_bytes * copies, "small batch w");
-    auto x = cuda::DeviceBuffer::Allocate(size_t{2} * cuda::kSmallBatchMaxRows * s.k, "x");
-    auto y = cuda::DeviceBuffer::Allocate(size_t{4} * cuda::kSmallBatchMaxRows * s.n, "y");
-    Check(w.status(), "alloc");
-    Check(x.status(), "alloc");
-    Check(y.status(), "alloc");
-    Check(cuda::FillRandomBf16(w->as<cuda::Bf16>(), int64_t{s.n} * s.k * copies, 3, 0.02f, h),
-          "fill");
-    Check(cuda::FillRandomBf16(x->as<cuda::Bf16>(), int64_t{cuda::kSmallBatchMaxRows} * s.k, 4,
-                               1.0f, h),
-          "fill");
-    auto weights = [&](int i) {
-      return w->as<cuda::Bf16>() + static_cast<size_t>(i % copies) * s.n * s.k;
-    };
-    for (int m : rows) {
-      const float ours = BestMsPerCall(*rig.timer, h, 2 * copies, [&](int i) {
-        Check(rig.gemm->Linear(x->as<cuda::Bf16>(), weights(i), y->as<float>(), m, s.n, s.k),
-              "linear");
-      });
-      const float cublas = BestMsPerCall(*rig.timer, h, 2 * copies, [&](int i) {
-        Check(rig.gemm->LinearCublas(x->as<cuda::Bf16>(), weights(i), y->as<float>(), m, s.n, s.k),
-              "cublas");
-      });
-      const double gbps = w_bytes / (ours * 1e-3) / 1e9;
-      const double cublas_gbps = w_bytes / (cublas * 1e-3) / 1e9;
-      std::printf(
-          "  %-8s n %-6d k %-6d m %d: %7.1f us %6.0f GB/s (%.2f of copy); cuBLAS %7.1f us "
-          "%6.0f GB/s (%.2f); small_batch_vs_cublas=%.2f\n",
-          s.name, s.n, s.k, m, ours * 1e3, gbps, gbps / copy_gbps, cublas * 1e3, cublas_gbps,
-          cublas_gbps / copy_gbps, cublas / ours);
-      out.push_back({{"shape", s.name},
-                     {"n", s.n},
-                     {"k", s.k},
-                     {"m", m},
-                     {"us", ours * 1e3},
-                     {"gbps", gbps},
-                     {"vs_copy", gbps / copy_gbps},
-                     {"cublas_us", cublas * 1e3},
-                     {"cublas_gbps", cublas_gbps},
-                     {"cublas_vs_copy", cublas_gbps / copy_gbps},
-                     {"speedup", cublas / ours}});
-    }
-  }
-  return out;
-}
-
-// Prefill attention alone at the 7-8B shapes (32 query heads over 8 KV heads of 128, causal,
-// no window), both tensor-core kernels: kAuto's WMMA kernel and the mma.sync one
-// (kTensorCoreMma, attention_prefill_mma.cu), whose speed decides whether kAuto switches to it.
-// TFLOP/s counts the causal half of Q·Kᵀ and P·V (4 · T²/2 · head_dim · heads).
-nlohmann::json MeasurePrefillAttention(bool quick, double gemm_peak) {
-  std::printf("[attention] prefill attention alone, WMMA (kAuto) and mma.sync, best of 5\n");
-  const Rig rig = MakeRig(/*with_gemm=*/false);
-  const cuda::StreamHandle h = rig.handle();
-  const int heads = quick ? 4 : 32, kv_heads = quick ? 2 : 8, hd = 128;
-  nlohmann::json out = nlohmann::json::array();
-  for (int t : quick ? std::vector<int>{128} : std::vector<int>{4096, 16384}) {
-    auto q = cuda::DeviceBuffer::Allocate(size_t{4} * t * heads * hd, "attention q");
-    auto kv = cuda::DeviceBuffer::Allocate(size_t{2} * 2 * t * kv_heads * hd, "attention kv");
-    auto o = cuda::DeviceBuffer::Allocate(size_t{4} * t * heads * hd, "attention out");
-    Check(q.status(), "alloc");
-    Check(kv.status(), "alloc");
-    Check(o.status(), "alloc");
-    const int64_t kv_count = int64_t{t} * kv_heads * hd;
-    Check(cuda::FillRandomBf16(kv->as<cuda::Bf16>(), 2 * kv_count, 5, 1.0f, h), "fill");
-    Check(cuda::FillF32(q->as<float>(), int64_t{t} * heads * hd, 0.05f, h), "fill");
-    auto time = [&](cuda::AttentionImpl impl) {
-      return BestMsPerCall(*rig.timer, h, 1, [&](int) {
-        Check(cuda::PrefillAttention(q->as<float>(), heads * hd, kv->as<cuda::Bf16>(),
-                                     kv->as<cuda::Bf16>() + kv_count, o->as<float>(), heads * hd, t,
-                                     0, heads, kv_heads, hd, 0, impl, h),
-              "attention");
-      });
-    };
-    const float wmma = time(cuda::AttentionImpl::kAuto);
-    const float mma = time(cuda::AttentionImpl::kTensorCoreMma);
-    const double flops = 4.0 * t * (t / 2.0) * hd * heads;
-    const double wmma_tflops = flops / (wmma * 1e-3) / 1e12,
-                 mma_tflops = flops / (mma * 1e-3) / 1e12;
-    std::printf(
-        "  tokens %6d: WMMA %9.3f ms %7.1f TFLOP/s (%.3f of GEMM peak); mma.sync %9.3f ms "
-        "%7.1f TFLOP/s (%.3f); mma_vs_wmma=%.2f\n",
-        t, wmma, wmma_tflops, wmma_tflops / gemm_peak, mma, mma_tflops, mma_tflops / gemm_peak,
-        wmma / mma);
-    out.push_back({{"tokens", t},
-                   {"wmma_ms", wmma},
-                   {"wmma_tflops", wmma_tflops},
-                   {"wmma_vs_gemm_peak", wmma_tflops / gemm_peak},
-                   {"mma_ms", mma},
-                   {"mma_tflops", mma_tflops},
-                   {"mma_vs_gemm_peak", mma_tflops / gemm_peak},
-                   {"mma_speedup", wmma / mma}});
-  }
-  return out;
 }
 
 std::vector<int32_t> Tokens(int count, int vocab, int salt) {
@@ -608,35 +466,7 @@ std::string Markdown(const nlohmann::json& r) {
      << absl::StrFormat("cuBLAS BF16 GEMM peak: %.1f TFLOP/s; device-to-device copy: %.0f GB/s\n\n",
                         r["gemm"]["peak_tflops"].get<double>(), r["copy"]["gbps"].get<double>());
   if (r.contains("quick")) md << "**--quick: toy sizes, a check of the tool; not figures.**\n\n";
-  if (r.contains("small_batch")) {
-    md << "Decode-sized projections: the backend's Linear (LinearSmallBatch up to "
-       << cuda::kSmallBatchMaxRows
-       << " rows) against cuBLAS on the same operands, weight bytes streamed per second.\n\n"
-       << "| weights | n | k | m | us | GB/s | vs copy | cuBLAS us | cuBLAS vs copy | speed-up |\n"
-       << "|---|---|---|---|---|---|---|---|---|---|\n";
-    for (const auto& x : r["small_batch"]) {
-      md << absl::StrFormat("| %s | %d | %d | %d | %.1f | %.0f | %.2f | %.1f | %.2f | %.2fx |\n",
-                            x["shape"].get<std::string>(), x["n"].get<int>(), x["k"].get<int>(),
-                            x["m"].get<int>(), x["us"].get<double>(), x["gbps"].get<double>(),
-                            x["vs_copy"].get<double>(), x["cublas_us"].get<double>(),
-                            x["cublas_vs_copy"].get<double>(), x["speedup"].get<double>());
-    }
-    md << "\n";
-  }
-  if (r.contains("prefill_attention")) {
-    md << "Prefill attention alone (causal, 32 query / 8 KV heads of 128; TFLOP/s of the causal "
-          "half): kAuto's WMMA kernel and the mma.sync kernel (kTensorCoreMma).\n\n"
-       << "| tokens | WMMA ms | WMMA TFLOP/s | vs GEMM peak | mma.sync ms | mma.sync TFLOP/s | "
-          "vs GEMM peak | mma.sync speed-up |\n|---|---|---|---|---|---|---|---|\n";
-    for (const auto& x : r["prefill_attention"]) {
-      md << absl::StrFormat("| %d | %.3f | %.1f | %.3f | %.3f | %.1f | %.3f | %.2fx |\n",
-                            x["tokens"].get<int>(), x["wmma_ms"].get<double>(),
-                            x["wmma_tflops"].get<double>(), x["wmma_vs_gemm_peak"].get<double>(),
-                            x["mma_ms"].get<double>(), x["mma_tflops"].get<double>(),
-                            x["mma_vs_gemm_peak"].get<double>(), x["mma_speedup"].get<double>());
-    }
-    md << "\n";
-  }
+  md << cuda_bench::KernelMarkdown(r);
   md << "| model | prefill tokens | TTFT (ms) | TFLOP/s | vs GEMM peak |\n|---|---|---|---|---|\n";
   for (const auto& m : r["models"]) {
     for (const auto& p : m["prefill"]) {
@@ -909,8 +739,14 @@ int Main(int argc, char** argv) {
   r["copy"] = MeasureCopy(f.quick);
   if (f.quick) r["quick"] = "toy sizes: a check of the tool, not figures";
   const double peak = r["gemm"]["peak_tflops"], copy = r["copy"]["gbps"];
-  r["small_batch"] = MeasureSmallBatch(f.quick, copy);
-  r["prefill_attention"] = MeasurePrefillAttention(f.quick, peak);
+  // The kernels alone against their alternatives (kernel_bench.h): which ones the backend takes.
+  auto kernel_part = [&](const char* key, const absl::StatusOr<nlohmann::json>& x) {
+    Check(x.status(), key);
+    r[key] = *x;
+  };
+  kernel_part("small_batch", cuda_bench::MeasureSmallBatch(f.quick, copy));
+  kernel_part("prefill_attention", cuda_bench::MeasurePrefillAttention(f.quick, peak));
+  kernel_part("decode_attention", cuda_bench::MeasureDecodeAttention(f.quick, copy));
   r["models"] = nlohmann::json::array();
   int failures = 0;
   for (const std::string& name : f.models) {

@@ -229,11 +229,11 @@ absl::StatusOr<double> FullKvStep(const ModelConfig& c, const SekvShape& sh, Sek
   table.layer_stride = b.table_stride.as<const int64_t>();
   const auto t0 = Clock::now();
   for (int l = 0; l < c.num_layers; ++l) {
-    SCD_RETURN_IF_ERROR(
-        cuda::DecodeAttention(b.q.as<float>() + int64_t{l} * H * hd, int64_t{H} * hd, table,
-                              l % b.layers, b.length.as<int32_t>(), 1, sh.context, H,
-                              c.num_kv_heads, hd, /*window=*/0, b.out.as<float>(), int64_t{H} * hd,
-                              b.full_workspace.as<float>(), b.full_workspace_floats, h));
+    SCD_RETURN_IF_ERROR(cuda::DecodeAttention(
+        b.q.as<float>() + int64_t{l} * H * hd, int64_t{H} * hd, table, l % b.layers,
+        b.length.as<int32_t>(), 1, sh.context, H, c.num_kv_heads, hd, /*window=*/0,
+        cuda::DecodeImpl::kAuto, b.out.as<float>(), int64_t{H} * hd, b.full_workspace.as<float>(),
+        b.full_workspace_floats, h));
   }
   SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(h));
   return Seconds(t0, Clock::now()) * 1e3;
