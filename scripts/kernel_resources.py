@@ -68,7 +68,9 @@ for e, full in zip(entries, names):
     e["kernel"] = short_name(full)
 
 # Launch block sizes from the sources: `Name<<<grid, block, ...>>>` and `Name<T><<<...>>>`,
-# with `constexpr int kX = N` (possibly several on one line) resolved in the same file.
+# with `constexpr int kX = N` (possibly several on one line) resolved in the same file or in
+# the folder's device headers (*.cuh, e.g. attention_split.cuh's kVecThreads), a namespace
+# qualifier (`internal::kX`) dropped.
 def split_top(s):
     parts, depth, cur = [], 0, ""
     for ch in s:
@@ -83,16 +85,26 @@ def split_top(s):
     parts.append(cur.strip())
     return parts
 
-launch, bounds = {}, {}
-for path in glob.glob(os.path.join(src_dir, "*.cu")):
-    text = open(path).read()
-    consts = {}
+def constants(text):
+    found = {}
     for decl in re.findall(r"constexpr int ([^;]+);", text):
         for part in decl.split(","):
             m = re.match(r"\s*(\w+)\s*=\s*(\w+)\s*$", part)
             if m:
-                consts[m.group(1)] = m.group(2)
+                found[m.group(1)] = m.group(2)
+    return found
+
+header_consts = {}
+for path in sorted(glob.glob(os.path.join(src_dir, "*.cuh"))):
+    header_consts.update(constants(open(path).read()))
+
+launch, bounds = {}, {}
+for path in glob.glob(os.path.join(src_dir, "*.cu")):
+    text = open(path).read()
+    consts = dict(header_consts)
+    consts.update(constants(text))
     def value(expr):
+        expr = expr.split("::")[-1]
         seen = 0
         while expr in consts and seen < 8:
             expr, seen = consts[expr], seen + 1

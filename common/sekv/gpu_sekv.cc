@@ -796,10 +796,10 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
 absl::Status GpuSekv::Impl::ResidentLse(int l, int t, int rows, const float* q, bool pins,
                                         StreamHandle s) {
   SCD_RETURN_IF_ERROR(UploadResident(l, t, rows, layers_[l].base_lc.as<float>(), nullptr, pins, s));
-  return cuda::SekvAttention(q, DeviceTable(l, t), kResidentSegments, shape_.num_heads,
-                             shape_.num_kv_heads, shape_.head_dim, ResidentRows(l, rows), nullptr,
-                             lse_.as<float>(), workspace_.as<float>(),
-                             static_cast<int64_t>(workspace_.size() / sizeof(float)), s);
+  return cuda::SekvAttention(
+      q, DeviceTable(l, t), kResidentSegments, shape_.num_heads, shape_.num_kv_heads,
+      shape_.head_dim, ResidentRows(l, rows), cuda::DecodeImpl::kAuto, nullptr, lse_.as<float>(),
+      workspace_.as<float>(), static_cast<int64_t>(workspace_.size() / sizeof(float)), s);
 }
 
 absl::Status GpuSekv::Impl::Gate(int l, int rows, const float* q, StreamHandle s) {
@@ -817,17 +817,17 @@ absl::Status GpuSekv::Impl::ResidentSoftmax(int l, int rows, const float* q, flo
   SCD_RETURN_IF_ERROR(UploadResident(l, 2, rows, step_lc_.as<float>(), step_skip_.as<uint8_t>(),
                                      /*pins=*/true, s));
   return cuda::SekvAttention(q, DeviceTable(l, 2), kResidentSegments, shape_.num_heads,
-                             shape_.num_kv_heads, shape_.head_dim, ResidentRows(l, rows), out,
-                             lse_.as<float>(), workspace_.as<float>(),
+                             shape_.num_kv_heads, shape_.head_dim, ResidentRows(l, rows),
+                             cuda::DecodeImpl::kAuto, out, lse_.as<float>(), workspace_.as<float>(),
                              static_cast<int64_t>(workspace_.size() / sizeof(float)), s);
 }
 
 absl::Status GpuSekv::Impl::MergeExpansion(int l, const float* q, float* out, StreamHandle s) {
   const int heads = shape_.num_heads, hd = shape_.head_dim;
-  SCD_RETURN_IF_ERROR(
-      cuda::SekvAttention(q, DeviceTable(l, 3), kResidentSegments, heads, shape_.num_kv_heads, hd,
-                          budget_, out_e_.as<float>(), lse_e_.as<float>(), workspace_.as<float>(),
-                          static_cast<int64_t>(workspace_.size() / sizeof(float)), s));
+  SCD_RETURN_IF_ERROR(cuda::SekvAttention(
+      q, DeviceTable(l, 3), kResidentSegments, heads, shape_.num_kv_heads, hd, budget_,
+      cuda::DecodeImpl::kAuto, out_e_.as<float>(), lse_e_.as<float>(), workspace_.as<float>(),
+      static_cast<int64_t>(workspace_.size() / sizeof(float)), s));
   return cuda::MergeAttention(out, lse_.as<float>(), out_e_.as<float>(), lse_e_.as<float>(), heads,
                               hd, out, s);
 }

@@ -81,28 +81,29 @@ inline absl::StatusOr<bool> PrefillTensorCores(const void* k, const void* v, int
   return tensor_cores;
 }
 
-// ---- DecodeAttention ----
-inline constexpr int kDecodeVectorizedMaxGroupDims = 1024;  // group * head_dim: 8 warps' sums
+// ---- DecodeAttention and SekvAttention: the vectorized split kernels (attention_split.cuh) ----
+inline constexpr int kVectorizedMaxGroupDims = 1024;  // group * head_dim: 8 warps' sums
 
-// The vectorized decode kernel: a row of head_dim is head_dim / 8 lanes of 16-byte vectors, a
-// power of two up to a warp, and the group is a template argument.
-inline bool DecodeVectorizedSupports(int group, int head_dim) {
+// A row of head_dim is head_dim / 8 lanes of 8 dims, a power of two up to a warp, and the
+// group is a template argument (1, 2, 4 or 8).
+inline bool VectorizedAttentionSupports(int group, int head_dim) {
   const int lanes = head_dim / 8;
   const bool lanes_ok =
       head_dim > 0 && head_dim % 8 == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0;
   const bool group_ok = group == 1 || group == 2 || group == 4 || group == 8;
-  return lanes_ok && group_ok && group * head_dim <= kDecodeVectorizedMaxGroupDims;
+  return lanes_ok && group_ok && group * head_dim <= kVectorizedMaxGroupDims;
 }
 
-// Checks a DecodeAttention call's kernel choice (after split_plan::CheckDecodeShape); true
-// when it runs the vectorized kernel: asked for, or kAuto on a shape that kernel supports.
-inline absl::StatusOr<bool> DecodeVectorized(int num_heads, int num_kv_heads, int head_dim,
-                                             DecodeImpl impl) {
-  const bool supported = DecodeVectorizedSupports(num_heads / num_kv_heads, head_dim);
+// Checks a DecodeAttention or SekvAttention call's kernel choice (`what` names it, after its
+// shape checks); true when it runs the vectorized kernel: asked for, or kAuto on a shape that
+// kernel supports.
+inline absl::StatusOr<bool> TakesVectorized(const char* what, int num_heads, int num_kv_heads,
+                                            int head_dim, DecodeImpl impl) {
+  const bool supported = VectorizedAttentionSupports(num_heads / num_kv_heads, head_dim);
   if (impl == DecodeImpl::kVectorized && !supported) {
     return absl::InvalidArgumentError(
-        absl::StrCat("DecodeAttention: the vectorized kernel does not take group ",
-                     num_heads / num_kv_heads, " x head_dim ", head_dim));
+        absl::StrCat(what, ": the vectorized kernel does not take group ", num_heads / num_kv_heads,
+                     " x head_dim ", head_dim));
   }
   return impl != DecodeImpl::kGeneric && supported;
 }

@@ -150,7 +150,7 @@ enum class DecodeImpl {
   kGeneric,  // any shape split_plan::CheckDecodeShape accepts: a warp per key, 2-byte loads
   // 16-byte K/V loads, several keys per warp and several V rows per block at once: head_dim
   // 8, 16, 32, 64, 128 or 256, a GQA group of 1, 2, 4 or 8, group * head_dim <= 1024
-  // (launch_checks::DecodeVectorizedSupports).
+  // (launch_checks::VectorizedAttentionSupports).
   kVectorized,
 };
 

@@ -131,6 +131,9 @@ struct AttentionSegment {
   int32_t pad = 0;
 };
 
+// The log-sum-exp SekvAttention gives a query head without entries.
+inline constexpr float kSekvEmptyLse = -1e30f;
+
 // One softmax per query head h over the entries of its KV head g = h / (num_heads /
 // num_kv_heads): `segments` is a device array [num_kv_heads][num_segments] (unused slots have
 // rows = 0). With s_i = <q_h, k_i> / sqrt(head_dim) + log_count_i over the rows not skipped:
@@ -140,10 +143,12 @@ struct AttentionSegment {
 // are split into chunks over blocks and merged exactly (as DecodeAttention); `max_rows` (host)
 // bounds the total rows of any KV head and sizes the split. q rows are head_dim floats apart.
 // Twin: sekv::ScoreBlock + AccumulateScored + FinishAttention / LogSumExp.
+// `impl` picks the split kernel as DecodeAttention's does (ops.h; kAuto: the vectorized one
+// where it supports the shape).
 absl::Status SekvAttention(const float* q, const AttentionSegment* segments, int num_segments,
-                           int num_heads, int num_kv_heads, int head_dim, int max_rows, float* out,
-                           float* lse, float* workspace, int64_t workspace_floats,
-                           StreamHandle stream);
+                           int num_heads, int num_kv_heads, int head_dim, int max_rows,
+                           DecodeImpl impl, float* out, float* lse, float* workspace,
+                           int64_t workspace_floats, StreamHandle stream);
 
 // Floats of `workspace` SekvAttention needs for this shape.
 int64_t SekvAttentionWorkspaceFloats(int num_heads, int head_dim, int max_rows);

@@ -1,11 +1,5 @@
-// SEKV decode-step kernels (see scd_sekv_ops.h).
-//   SekvAttention: the mixed-resolution softmax. A KV head's entries are the concatenation of
-//   its segments (anchors, span summaries, pinned tokens, rebuilt tokens, window), of mixed
-//   element type. The concatenation is cut into chunks of at most kChunk entries; the block
-//   (KV head g, chunk) scores its entries for all query heads of g's group (K read once per
-//   group), keeps the partial softmax state per head (max m, Σ e^{s-m}, Σ e^{s-m} v), and a
-//   combine kernel merges the chunks exactly, as DecodeAttention does (flash-decoding).
-//   Skipped rows score -inf and so weigh exactly 0, as in the twin, which leaves them out.
+// SEKV decode-step kernels (see scd_sekv_ops.h); the mixed-resolution softmax itself,
+// SekvAttention, is sekv_attention.cu.
 //   SekvRouteGate: one block per (KV head, span tile). It forms q_route = P_kᵀ (P_q q) for the
 //   group's query heads in shared memory (the twin's order of summation), then one warp per
 //   span computes <q_route, k̄> and <q, k̄> for each head and the gate's maximum.
@@ -15,191 +9,21 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention_split.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/scd_sekv_ops.h"
-#include "kernels/cuda/split_plan.h"
 
 namespace scd::cuda {
 namespace {
 
 using internal::AsStream;
 using internal::CeilDiv;
+using internal::LoadAs;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxGroup = kSekvMaxGroup;                       // query heads per KV head
-constexpr int kMaxSegments = launch_checks::kSekvMaxSegments;  // segments per KV head
-constexpr float kEmptyLse = -1e30f;
-
-// Rows per block and blocks per KV head (split_plan.h; 64 splits fill the GPU at 8 heads).
-int ChunkFor(int max_rows) { return split_plan::SekvChunk(max_rows); }
-int SplitsFor(int max_rows) { return split_plan::SekvSplits(max_rows); }
-
-__device__ __forceinline__ float LoadAs(const void* p, KvType type, int64_t i) {
-  return type == KvType::kBf16 ? internal::LoadBf16(static_cast<const Bf16*>(p) + i)
-                               : static_cast<const float*>(p)[i];
-}
-
-__global__ void __launch_bounds__(kThreads)
-    SekvAttentionSplitKernel(const float* __restrict__ q, const AttentionSegment* __restrict__ segs,
-                             int num_segments, int num_heads, int num_kv_heads, int hd, float scale,
-                             int chunk, int splits, bool want_out, float* __restrict__ ws_o,
-                             float* __restrict__ ws_m, float* __restrict__ ws_l) {
-  extern __shared__ float smem[];
-  __shared__ AttentionSegment seg_s[kMaxSegments];
-  __shared__ int off_s[kMaxSegments + 1];
-  const int group = num_heads / num_kv_heads;
-  float* q_s = smem;               // [group][hd]
-  float* s_s = smem + group * hd;  // [group][chunk]
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int split = blockIdx.x, g = blockIdx.y;
-  if (tid == 0) {
-    int total = 0;
-    for (int i = 0; i < num_segments; ++i) {
-      seg_s[i] = segs[static_cast<int64_t>(g) * num_segments + i];
-      off_s[i] = total;
-      total += max(seg_s[i].rows, 0);
-    }
-    off_s[num_segments] = total;
-  }
-  for (int idx = tid; idx < group * hd; idx += kThreads) {
-    q_s[idx] = q[static_cast<int64_t>(g) * group * hd + idx];
-  }
-  __syncthreads();
-  const int begin = split * chunk;
-  const int end = min(off_s[num_segments], begin + chunk);
-  const int n = end - begin;
-  auto slot = [&](int i) { return static_cast<int64_t>(g * group + i) * splits + split; };
-  if (n <= 0) {
-    for (int i = tid; i < group; i += kThreads) {
-      ws_m[slot(i)] = -INFINITY;
-      ws_l[slot(i)] = 0.0f;
-    }
-    if (want_out) {
-      for (int idx = tid; idx < group * hd; idx += kThreads) {
-        ws_o[slot(idx / hd) * hd + idx % hd] = 0.0f;
-      }
-    }
-    return;
-  }
-
-  // Scores: one warp per entry, lanes across head_dim, every head of the group at once.
-  for (int sgi = 0; sgi < num_segments; ++sgi) {
-    const int lo = max(begin, off_s[sgi]), hi = min(end, off_s[sgi + 1]);
-    if (lo >= hi) continue;
-    const AttentionSegment sg = seg_s[sgi];
-    for (int e = lo + warp; e < hi; e += kWarps) {
-      const int row = e - off_s[sgi];
-      const int j = e - begin;
-      if (sg.skip != nullptr && sg.skip[row] != 0) {
-        if (lane == 0) {
-          for (int i = 0; i < group; ++i) s_s[i * chunk + j] = -INFINITY;
-        }
-        continue;
-      }
-      float acc[kMaxGroup];
-#pragma unroll
-      for (int i = 0; i < kMaxGroup; ++i) acc[i] = 0.0f;
-      const int64_t base = static_cast<int64_t>(row) * sg.stride;
-      for (int d = lane; d < hd; d += 32) {
-        const float kd = LoadAs(sg.k, sg.type, base + d);
-#pragma unroll
-        for (int i = 0; i < kMaxGroup; ++i) {
-          if (i < group) acc[i] += q_s[i * hd + d] * kd;
-        }
-      }
-      const float lc = sg.log_count != nullptr ? sg.log_count[row] : 0.0f;
-#pragma unroll
-      for (int i = 0; i < kMaxGroup; ++i) {
-        if (i < group) {
-          const float s = internal::WarpSum(acc[i]);
-          if (lane == 0) s_s[i * chunk + j] = s * scale + lc;
-        }
-      }
-    }
-  }
-  __syncthreads();
-
-  // Per-head max and sum over the chunk; scores become e^{s - m} (0 for skipped rows).
-  for (int i = warp; i < group; i += kWarps) {
-    float* row = s_s + i * chunk;
-    float mx = -INFINITY;
-    for (int j = lane; j < n; j += 32) mx = fmaxf(mx, row[j]);
-    mx = internal::WarpMax(mx);
-    float sum = 0.0f;
-    for (int j = lane; j < n; j += 32) {
-      const float p = mx == -INFINITY ? 0.0f : expf(row[j] - mx);
-      row[j] = p;
-      sum += p;
-    }
-    sum = internal::WarpSum(sum);
-    if (lane == 0) {
-      ws_m[slot(i)] = sum > 0.0f ? mx : -INFINITY;
-      ws_l[slot(i)] = sum;
-    }
-  }
-  if (!want_out) return;
-  __syncthreads();
-
-  // Unnormalised output: threads across head_dim (coalesced V rows), the group in registers.
-  for (int d = tid; d < hd; d += kThreads) {
-    float acc[kMaxGroup];
-#pragma unroll
-    for (int i = 0; i < kMaxGroup; ++i) acc[i] = 0.0f;
-    for (int sgi = 0; sgi < num_segments; ++sgi) {
-      const int lo = max(begin, off_s[sgi]), hi = min(end, off_s[sgi + 1]);
-      if (lo >= hi) continue;
-      const AttentionSegment sg = seg_s[sgi];
-      for (int e = lo; e < hi; ++e) {
-        const int row = e - off_s[sgi];
-        const int j = e - begin;
-        if (sg.skip != nullptr && sg.skip[row] != 0) continue;
-        const float vd = LoadAs(sg.v, sg.type, static_cast<int64_t>(row) * sg.stride + d);
-#pragma unroll
-        for (int i = 0; i < kMaxGroup; ++i) {
-          if (i < group) acc[i] += s_s[i * chunk + j] * vd;
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kMaxGroup; ++i) {
-      if (i < group) ws_o[slot(i) * hd + d] = acc[i];
-    }
-  }
-}
-
-__global__ void SekvAttentionCombineKernel(const float* __restrict__ ws_o,
-                                           const float* __restrict__ ws_m,
-                                           const float* __restrict__ ws_l, int splits, int hd,
-                                           float* __restrict__ out, float* __restrict__ lse) {
-  const int h = blockIdx.x;
-  const int64_t base = static_cast<int64_t>(h) * splits;
-  float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, ws_m[base + s]);
-  float total = 0.0f;
-  if (mx != -INFINITY) {
-    for (int s = 0; s < splits; ++s) {
-      const float m = ws_m[base + s];
-      if (m != -INFINITY) total += ws_l[base + s] * expf(m - mx);
-    }
-  }
-  if (lse != nullptr && threadIdx.x == 0) {
-    lse[h] = total > 0.0f ? mx + logf(total) : kEmptyLse;
-  }
-  if (out == nullptr) return;
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float acc = 0.0f;
-    if (total > 0.0f) {
-      for (int s = 0; s < splits; ++s) {
-        const float m = ws_m[base + s];
-        if (m != -INFINITY) acc += ws_o[(base + s) * hd + d] * expf(m - mx);
-      }
-    }
-    out[static_cast<int64_t>(h) * hd + d] = acc * inv;
-  }
-}
+constexpr int kMaxGroup = kSekvMaxGroup;  // query heads per KV head
 
 constexpr int kSpansPerBlock = 64;
 
@@ -282,7 +106,7 @@ __global__ void MergeAttentionKernel(const float* out_a, const float* __restrict
   const int h = blockIdx.x;
   const float la = lse_a[h], lb = lse_b[h];
   const float m = fmaxf(la, lb);
-  const bool empty = m <= 0.5f * kEmptyLse;
+  const bool empty = m <= 0.5f * kSekvEmptyLse;
   const float wa = empty ? 0.0f : expf(la - m), wb = empty ? 0.0f : expf(lb - m);
   const float inv = empty ? 0.0f : 1.0f / (wa + wb);
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -558,44 +382,6 @@ __global__ void __launch_bounds__(kZoomThreads)
 }
 
 }  // namespace
-
-int64_t SekvAttentionWorkspaceFloats(int num_heads, int head_dim, int max_rows) {
-  if (num_heads <= 0) return 0;
-  return static_cast<int64_t>(num_heads) * SplitsFor(max_rows) * (head_dim + 2);
-}
-
-absl::Status SekvAttention(const float* q, const AttentionSegment* segments, int num_segments,
-                           int num_heads, int num_kv_heads, int head_dim, int max_rows, float* out,
-                           float* lse, float* workspace, int64_t workspace_floats,
-                           StreamHandle stream) {
-  if (num_heads <= 0 || (out == nullptr && lse == nullptr)) return absl::OkStatus();
-  if (absl::Status s = launch_checks::SekvShape("SekvAttention", num_heads, num_kv_heads, head_dim);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = launch_checks::SekvSegments(num_segments, max_rows); !s.ok()) return s;
-  const int64_t need = SekvAttentionWorkspaceFloats(num_heads, head_dim, max_rows);
-  if (absl::Status s = launch_checks::Workspace("SekvAttention", workspace_floats, need, "floats");
-      !s.ok()) {
-    return s;
-  }
-  const int chunk = ChunkFor(max_rows), splits = SplitsFor(max_rows);
-  const int group = num_heads / num_kv_heads;
-  const int64_t slots = static_cast<int64_t>(num_heads) * splits;
-  float* ws_o = workspace;
-  float* ws_m = ws_o + slots * head_dim;
-  float* ws_l = ws_m + slots;
-  const size_t smem = sizeof(float) * static_cast<size_t>(group) * (head_dim + chunk);
-  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
-  const dim3 grid(splits, num_kv_heads);
-  SekvAttentionSplitKernel<<<grid, kThreads, smem, AsStream(stream)>>>(
-      q, segments, num_segments, num_heads, num_kv_heads, head_dim, scale, chunk, splits,
-      out != nullptr, ws_o, ws_m, ws_l);
-  if (absl::Status s = LaunchStatus("SekvAttentionSplitKernel"); !s.ok()) return s;
-  SekvAttentionCombineKernel<<<num_heads, 128, 0, AsStream(stream)>>>(ws_o, ws_m, ws_l, splits,
-                                                                      head_dim, out, lse);
-  return LaunchStatus("SekvAttentionCombineKernel");
-}
 
 absl::Status SekvRouteGate(const float* q, const float* p_q, const float* p_k, int route_dim,
                            const void* summary_k, KvType summary_type, int64_t summary_stride,

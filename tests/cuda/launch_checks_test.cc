@@ -60,17 +60,18 @@ TEST_CASE("The launch checks accept each kernel limit and refuse one past it", "
   // and 8, group * head_dim within the 8 warps' shared sums; kAuto falls back to the generic
   // kernel elsewhere, kVectorized is refused there.
   using cuda::DecodeImpl;
-  for (const int hd : {8, 16, 32, 64, 128}) CHECK(lc::DecodeVectorizedSupports(8, hd));
-  CHECK(lc::DecodeVectorizedSupports(4, 256));
-  CHECK_FALSE(lc::DecodeVectorizedSupports(8, 256));  // 2048 > kDecodeVectorizedMaxGroupDims
-  for (const int hd : {0, 4, 24, 48, 96, 512}) CHECK_FALSE(lc::DecodeVectorizedSupports(1, hd));
-  for (const int group : {1, 2, 4, 8}) CHECK(lc::DecodeVectorizedSupports(group, 64));
-  for (const int group : {3, 6, 16}) CHECK_FALSE(lc::DecodeVectorizedSupports(group, 64));
-  CHECK(lc::DecodeVectorized(32, 8, 128, DecodeImpl::kAuto).value());
-  CHECK(lc::DecodeVectorized(32, 8, 128, DecodeImpl::kVectorized).value());
-  CHECK_FALSE(lc::DecodeVectorized(32, 8, 128, DecodeImpl::kGeneric).value());
-  CHECK_FALSE(lc::DecodeVectorized(4, 4, 96, DecodeImpl::kAuto).value());
-  CHECK(Refused(lc::DecodeVectorized(4, 4, 96, DecodeImpl::kVectorized).status()));
+  for (const int hd : {8, 16, 32, 64, 128}) CHECK(lc::VectorizedAttentionSupports(8, hd));
+  CHECK(lc::VectorizedAttentionSupports(4, 256));
+  CHECK_FALSE(lc::VectorizedAttentionSupports(8, 256));  // 2048 > kVectorizedMaxGroupDims
+  for (const int hd : {0, 4, 24, 48, 96, 512}) CHECK_FALSE(lc::VectorizedAttentionSupports(1, hd));
+  for (const int group : {1, 2, 4, 8}) CHECK(lc::VectorizedAttentionSupports(group, 64));
+  for (const int group : {3, 6, 16}) CHECK_FALSE(lc::VectorizedAttentionSupports(group, 64));
+  CHECK(lc::TakesVectorized("DecodeAttention", 32, 8, 128, DecodeImpl::kAuto).value());
+  CHECK(lc::TakesVectorized("DecodeAttention", 32, 8, 128, DecodeImpl::kVectorized).value());
+  CHECK_FALSE(lc::TakesVectorized("DecodeAttention", 32, 8, 128, DecodeImpl::kGeneric).value());
+  CHECK_FALSE(lc::TakesVectorized("DecodeAttention", 4, 4, 96, DecodeImpl::kAuto).value());
+  CHECK(
+      Refused(lc::TakesVectorized("DecodeAttention", 4, 4, 96, DecodeImpl::kVectorized).status()));
 
   CHECK(lc::SekvShape("x", cuda::kSekvMaxGroup, 1, cuda::kSekvMaxHeadDim).ok());
   CHECK(Refused(lc::SekvShape("x", cuda::kSekvMaxGroup + 1, 1, 64)));
@@ -182,7 +183,7 @@ TEST_CASE("Every checked launcher refuses a bad call with the shared check's sta
       {"DecodeAttention, the vectorized kernel at head_dim 96",
        {cuda::DecodeAttention(f, 0, table, 0, nullptr, 2, 100, 8, 2, 96, 0,
                               cuda::DecodeImpl::kVectorized, f, 0, f, 1 << 20, nullptr),
-        lc::DecodeVectorized(8, 2, 96, cuda::DecodeImpl::kVectorized).status()}},
+        lc::TakesVectorized("DecodeAttention", 8, 2, 96, cuda::DecodeImpl::kVectorized).status()}},
       {"ApplyRope, an odd head_dim",
        {cuda::ApplyRope(f, 1, 4, 63, 252, nullptr, f, nullptr), lc::RopeHeadDim(63)}},
       {"RopeStoreKv, head_dim past the RoPE table",
@@ -198,14 +199,24 @@ TEST_CASE("Every checked launcher refuses a bad call with the shared check's sta
         lc::Workspace("SampleRows", static_cast<int64_t>(*sample_need) - 1,
                       static_cast<int64_t>(*sample_need), "bytes")}},
       {"SekvAttention, 17 query heads on one KV head",
-       {cuda::SekvAttention(f, nullptr, 1, 17, 1, 64, 100, f, f, f, INT64_MAX, nullptr),
+       {cuda::SekvAttention(f, nullptr, 1, 17, 1, 64, 100, cuda::DecodeImpl::kAuto, f, f, f,
+                            INT64_MAX, nullptr),
         lc::SekvShape("SekvAttention", 17, 1, 64)}},
       {"SekvAttention, one segment too many",
-       {cuda::SekvAttention(f, nullptr, lc::kSekvMaxSegments + 1, 8, 2, 64, 100, f, f, f, INT64_MAX,
-                            nullptr),
+       {cuda::SekvAttention(f, nullptr, lc::kSekvMaxSegments + 1, 8, 2, 64, 100,
+                            cuda::DecodeImpl::kAuto, f, f, f, INT64_MAX, nullptr),
         lc::SekvSegments(lc::kSekvMaxSegments + 1, 100)}},
       {"SekvAttention, a short workspace",
-       {cuda::SekvAttention(f, nullptr, 2, 8, 2, 64, 100, f, f, f, sekv_need - 1, nullptr),
+       {cuda::SekvAttention(f, nullptr, 2, 8, 2, 64, 100, cuda::DecodeImpl::kAuto, f, f, f,
+                            sekv_need - 1, nullptr),
+        lc::Workspace("SekvAttention", sekv_need - 1, sekv_need, "floats")}},
+      {"SekvAttention, the vectorized kernel at group 16",
+       {cuda::SekvAttention(f, nullptr, 2, 16, 1, 64, 100, cuda::DecodeImpl::kVectorized, f, f, f,
+                            INT64_MAX, nullptr),
+        lc::TakesVectorized("SekvAttention", 16, 1, 64, cuda::DecodeImpl::kVectorized).status()}},
+      {"SekvAttention, a short workspace (generic)",
+       {cuda::SekvAttention(f, nullptr, 2, 8, 2, 64, 100, cuda::DecodeImpl::kGeneric, f, f, f,
+                            sekv_need - 1, nullptr),
         lc::Workspace("SekvAttention", sekv_need - 1, sekv_need, "floats")}},
       {"SekvRouteGate, route_dim past kMaxRouteDim",
        {cuda::SekvRouteGate(f, f, f, cuda::kMaxRouteDim + 1, kv, cuda::KvType::kBf16, 64, f,

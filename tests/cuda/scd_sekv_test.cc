@@ -39,6 +39,7 @@
 #include "common/sekv/zoom_router.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/scd_rebuilder.h"
 #include "kernels/cuda/scd_sekv_ops.h"
 #include "tests/cuda/cuda_test_support.h"
@@ -150,11 +151,13 @@ struct SegmentSpec {
                  // layout, stride kv_dim); false: [num_kv_heads][rows][head_dim] (stride head_dim)
   bool summary;  // with log_count and a skip mask
   std::array<int, kKvHeads> rows;
+  bool unaligned = false;  // K and V start one element past a 16-byte boundary
 };
 
-// Runs SekvAttention on `specs` with both outputs, with lse alone and with out alone, and
-// compares each with the blockwise twin. `all_skipped` (>= 0) marks every summary row of that
-// KV head skipped; its other segments must be empty, so its query heads have no entry.
+// Runs SekvAttention on `specs` with both outputs, with lse alone and with out alone, through
+// each split kernel (generic and vectorized), and compares each with the blockwise twin.
+// `all_skipped` (>= 0) marks every summary row of that KV head skipped; its other segments must be
+// empty, so its query heads have no entry.
 void CheckSekvAttention(const std::vector<SegmentSpec>& specs, int all_skipped, uint64_t seed) {
   const int hd = kHeadDim, kv_dim = kKvHeads * hd, group = kHeads / kKvHeads;
   const int ns = static_cast<int>(specs.size());
@@ -185,7 +188,8 @@ void CheckSekvAttention(const std::vector<SegmentSpec>& specs, int all_skipped, 
     const int rows_max = std::max(sp.rows[0], sp.rows[1]);
     if (rows_max == 0) continue;  // an unused slot: rows 0, null pointers
     const bool bf16 = sp.type == cuda::KvType::kBf16;
-    const size_t elems = static_cast<size_t>(rows_max) * kv_dim;  // either layout
+    const size_t lead = sp.unaligned ? 1 : 0;
+    const size_t elems = static_cast<size_t>(rows_max) * kv_dim + lead;  // either layout
     host_k[s] = RandomFloats(elems, seed++, 2.0f);
     host_v[s] = RandomFloats(elems, seed++);
     if (bf16) {  // the twin reads the values the kernel reads
@@ -194,7 +198,7 @@ void CheckSekvAttention(const std::vector<SegmentSpec>& specs, int all_skipped, 
     }
     std::array<size_t, kKvHeads> offset, row0;
     for (int g = 0; g < kKvHeads; ++g) {
-      offset[g] = static_cast<size_t>(g) * (sp.shared ? hd : rows_max * hd);
+      offset[g] = lead + static_cast<size_t>(g) * (sp.shared ? hd : rows_max * hd);
       row0[g] = static_cast<size_t>(g) * rows_max;
     }
     const auto k_at = upload(host_k[s], bf16, offset), v_at = upload(host_v[s], bf16, offset);
@@ -251,30 +255,34 @@ void CheckSekvAttention(const std::vector<SegmentSpec>& specs, int all_skipped, 
 
   DeviceArray<float> q_dev(q);
   DeviceArray<cuda::AttentionSegment> seg_dev(segments);
+  REQUIRE(cuda::launch_checks::VectorizedAttentionSupports(group, hd));
   const int64_t ws_floats = cuda::SekvAttentionWorkspaceFloats(kHeads, hd, max_rows);
   REQUIRE(ws_floats >= 0);
   DeviceArray<float> ws(static_cast<size_t>(std::max<int64_t>(ws_floats, 1)));
-  // Outputs start as garbage, so "zeros when no entry" must be written.
-  const std::vector<float> garbage_out(want_out.size(), 123.0f), garbage_lse(kHeads, 123.0f);
-  DeviceArray<float> out_dev(garbage_out), lse_dev(garbage_lse);
-  DeviceArray<float> lse_only_dev(garbage_lse), out_only_dev(garbage_out);
-  const std::pair<float*, float*> calls[] = {{out_dev.get(), lse_dev.get()},
-                                             {nullptr, lse_only_dev.get()},  // routing: no V
-                                             {out_only_dev.get(), nullptr}};
-  for (const auto& [out_ptr, lse_ptr] : calls) {
-    RequireOk(cuda::SekvAttention(q_dev.get(), seg_dev.get(), ns, kHeads, kKvHeads, hd, max_rows,
-                                  out_ptr, lse_ptr, ws.get(), ws_floats, nullptr));
-    RequireSynced();
-  }
-  const std::vector<float> out = out_dev.ToHost();
-  CheckClose(out, want_out, 1e-5, 1e-4, "SekvAttention out");
-  CheckLse(lse_dev.ToHost(), want_lse, "SekvAttention lse");
-  CheckLse(lse_only_dev.ToHost(), want_lse, "SekvAttention lse without out");
-  CheckClose(out_only_dev.ToHost(), want_out, 1e-5, 1e-4, "SekvAttention out without lse");
-  if (all_skipped >= 0) {
-    const size_t n = static_cast<size_t>(group) * hd;
-    CheckClose(Slice(out, all_skipped * n, n), std::vector<float>(n, 0.0f), 0, 0,
-               "out of the query heads without entries");
+  for (const cuda::DecodeImpl impl : {cuda::DecodeImpl::kGeneric, cuda::DecodeImpl::kVectorized}) {
+    INFO("impl " << (impl == cuda::DecodeImpl::kGeneric ? "generic" : "vectorized"));
+    // Outputs start as garbage, so "zeros when no entry" must be written.
+    const std::vector<float> garbage_out(want_out.size(), 123.0f), garbage_lse(kHeads, 123.0f);
+    DeviceArray<float> out_dev(garbage_out), lse_dev(garbage_lse);
+    DeviceArray<float> lse_only_dev(garbage_lse), out_only_dev(garbage_out);
+    const std::pair<float*, float*> calls[] = {{out_dev.get(), lse_dev.get()},
+                                               {nullptr, lse_only_dev.get()},  // routing: no V
+                                               {out_only_dev.get(), nullptr}};
+    for (const auto& [out_ptr, lse_ptr] : calls) {
+      RequireOk(cuda::SekvAttention(q_dev.get(), seg_dev.get(), ns, kHeads, kKvHeads, hd, max_rows,
+                                    impl, out_ptr, lse_ptr, ws.get(), ws_floats, nullptr));
+      RequireSynced();
+    }
+    const std::vector<float> out = out_dev.ToHost();
+    CheckClose(out, want_out, 1e-5, 1e-4, "SekvAttention out");
+    CheckLse(lse_dev.ToHost(), want_lse, "SekvAttention lse");
+    CheckLse(lse_only_dev.ToHost(), want_lse, "SekvAttention lse without out");
+    CheckClose(out_only_dev.ToHost(), want_out, 1e-5, 1e-4, "SekvAttention out without lse");
+    if (all_skipped >= 0) {
+      const size_t n = static_cast<size_t>(group) * hd;
+      CheckClose(Slice(out, all_skipped * n, n), std::vector<float>(n, 0.0f), 0, 0,
+                 "out of the query heads without entries");
+    }
   }
 }
 
@@ -450,11 +458,18 @@ TEST_CASE("CUDA SekvAttention matches one blockwise softmax over mixed segments"
   }
   {
     INFO("long segments: split over many chunks and merged");
-    CheckSekvAttention({{KvType::kBf16, true, false, {5000, 1200}},
+    CheckSekvAttention({{KvType::kBf16, true, false, {2500, 1200}},
                         {KvType::kF32, true, true, {64, 64}},
                         {KvType::kF32, false, false, {3, 0}},
-                        {KvType::kF32, true, false, {0, 4100}}},
+                        {KvType::kF32, true, false, {0, 2100}}},
                        -1, 420);
+  }
+  {
+    INFO("unaligned K/V (the vectorized kernel's element-wise loads), BF16 and F32");
+    CheckSekvAttention({{KvType::kBf16, true, false, {70, 33}, true},
+                        {KvType::kF32, true, true, {20, 41}, true},
+                        {KvType::kF32, false, false, {9, 100}, true}},
+                       -1, 460);
   }
 }
 

@@ -69,11 +69,15 @@ int64_t SekvAttentionWorkspaceFloats(int num_heads, int head_dim, int max_rows) 
 }
 
 absl::Status SekvAttention(const float* q, const AttentionSegment* segs, int nseg, int H, int G,
-                           int hd, int max_rows, float* out, float* lse, float* ws,
+                           int hd, int max_rows, DecodeImpl impl, float* out, float* lse, float* ws,
                            int64_t ws_floats, StreamHandle stream) {
   if (H <= 0 || (out == nullptr && lse == nullptr)) return absl::OkStatus();
   if (absl::Status s = launch_checks::SekvShape("SekvAttention", H, G, hd); !s.ok()) return s;
   if (absl::Status s = launch_checks::SekvSegments(nseg, max_rows); !s.ok()) return s;
+  if (absl::Status s = launch_checks::TakesVectorized("SekvAttention", H, G, hd, impl).status();
+      !s.ok()) {
+    return s;
+  }
   const int64_t need = SekvAttentionWorkspaceFloats(H, hd, max_rows);
   if (absl::Status s = launch_checks::Workspace("SekvAttention", ws_floats, need, "floats");
       !s.ok()) {

@@ -393,7 +393,8 @@ absl::Status DecodeAttention(const float* q, int64_t q_stride, KvCacheTable cach
     return s;
   }
   if (absl::Status s =
-          launch_checks::DecodeVectorized(num_heads, num_kv_heads, head_dim, impl).status();
+          launch_checks::TakesVectorized("DecodeAttention", num_heads, num_kv_heads, head_dim, impl)
+              .status();
       !s.ok()) {
     return s;
   }

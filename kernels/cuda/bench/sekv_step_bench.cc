@@ -254,9 +254,9 @@ absl::StatusOr<double> SekvStep(const ModelConfig& c, const SekvShape& sh, SekvB
     const auto* seg_resident = b.seg_resident.as<cuda::AttentionSegment>() + int64_t{li} * G * 3;
     const auto* seg_all = b.seg_all.as<cuda::AttentionSegment>() + int64_t{li} * G * 4;
     const int64_t meta = int64_t{li} * G * sh.spans;
-    SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, seg_resident, 3, H, G, hd, sh.max_rows, nullptr,
-                                            b.lse.as<float>(), b.workspace.as<float>(),
-                                            b.workspace_floats, h));
+    SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, seg_resident, 3, H, G, hd, sh.max_rows,
+                                            cuda::DecodeImpl::kAuto, nullptr, b.lse.as<float>(),
+                                            b.workspace.as<float>(), b.workspace_floats, h));
     SCD_RETURN_IF_ERROR(cuda::SekvRouteGate(
         q, b.p_q.as<float>() + l * route, b.p_k.as<float>() + l * route, kSekvRouteDim,
         // The summary rows sit after the anchors of the layer's BF16 tier.
@@ -302,9 +302,9 @@ absl::StatusOr<double> SekvStep(const ModelConfig& c, const SekvShape& sh, SekvB
           cuda::CopyToDevice(b.jobs.data(), jobs, sizeof(cuda::RebuildJob) * count, h));
       SCD_RETURN_IF_ERROR(cuda::SpanRebuildRows(b.jobs.as<cuda::RebuildJob>(), count, hd, h));
     }
-    SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, seg_all, 4, H, G, hd, sh.max_rows, b.out.as<float>(),
-                                            nullptr, b.workspace.as<float>(), b.workspace_floats,
-                                            h));
+    SCD_RETURN_IF_ERROR(cuda::SekvAttention(q, seg_all, 4, H, G, hd, sh.max_rows,
+                                            cuda::DecodeImpl::kAuto, b.out.as<float>(), nullptr,
+                                            b.workspace.as<float>(), b.workspace_floats, h));
   }
   SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(h));
   return Seconds(t0, Clock::now()) * 1e3;

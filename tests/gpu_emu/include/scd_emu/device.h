@@ -11,8 +11,8 @@
 //     reaches a barrier (__syncthreads, __syncwarp, a warp shuffle, a WMMA operation) and the
 //     barrier opens when every live thread it names has arrived. One thread runs far ahead
 //     of the others between barriers, so a missing barrier shows as a wrong result; a barrier
-//     some threads never reach, a shuffle naming an exited or missing lane, or an unaligned
-//     WMMA pointer stops the test with a message;
+//     some threads never reach, a shuffle naming an exited or missing lane, an unaligned
+//     WMMA pointer or 16-byte (uint4) load or store stops the test with a message;
 //   - `__shared__` variables are per-block (blocks run one after another on a host thread).
 //     Dynamic shared memory is poisoned at every block start, as real shared memory holds
 //     garbage; static `__shared__` variables are not (they keep the previous block's values);
@@ -39,10 +39,40 @@
 struct uint3 {
   unsigned x, y, z;
 };
-struct uint4 {
-  unsigned x, y, z, w;
+namespace scd_emu {
+[[noreturn]] void Fail(const char* what);
+// A GPU faults ("misaligned address") on a 16-byte load or store at an address that is not
+// 16-byte aligned, where the CPU would go on silently.
+inline void CheckVectorAccess(const void* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) Fail("misaligned 16-byte (uint4) access");
+}
+}  // namespace scd_emu
+
+// CUDA's uint4 is 16-byte aligned, and kernels read and write 16-byte vectors through it
+// (`*reinterpret_cast<const uint4*>(p)`): copying one checks the address it is read from and
+// the one it is written to, so a kernel that would fault on a GPU stops the test here.
+// (Zero-initialised members keep its default constructor constexpr, so that a static
+// `__shared__` (thread_local) array of it needs no initialisation guard, which TSan would see
+// every emulated thread touch.)
+struct alignas(16) uint4 {
+  unsigned x = 0, y = 0, z = 0, w = 0;
+  constexpr uint4() = default;
+  constexpr uint4(unsigned x_, unsigned y_, unsigned z_, unsigned w_)
+      : x(x_), y(y_), z(z_), w(w_) {}
+  uint4(const uint4& o) : x(o.x), y(o.y), z(o.z), w(o.w) { scd_emu::CheckVectorAccess(&o); }
+  uint4& operator=(const uint4& o) {
+    scd_emu::CheckVectorAccess(&o);
+    scd_emu::CheckVectorAccess(this);
+    x = o.x;
+    y = o.y;
+    z = o.z;
+    w = o.w;
+    return *this;
+  }
 };
-inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+  return uint4(x, y, z, w);
+}
 struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
