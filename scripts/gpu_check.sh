@@ -11,7 +11,8 @@
 #      CUDA backend parity) and fails if any of them skipped although a device is present,
 #   4. runs scd-gpu-bench (cuBLAS GEMM peak, copy bandwidth, kernels alone against their
 #      alternatives: small-batch Linear vs cuBLAS, the two prefill and the two decode attention
-#      kernels; prefill TFLOP/s at 1K/4K/16K,
+#      kernels, the SEKV zoom-in with its bases on the device and pinned; prefill TFLOP/s at
+#      1K/4K/16K,
 #      decode tok/s at batch 1/32, SCD rebuild vs prefill at 4K, SEKV vs full-KV decode step at
 #      32K/128K, on Mistral-7B and Llama-3-8B shapes, random device weights),
 #   5. runs compute-sanitizer memcheck and racecheck over the kernel-level parity tests,
@@ -134,7 +135,7 @@ step "bench: $BENCH_BIN --out $OUT ${BENCH_ARGS:-} (log: bench.log)"
 # shellcheck disable=SC2086
 timeout 200 "$BENCH_BIN" --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
 BENCH_RC=$?
-grep -E "vs_gemm_peak=|vs_copy=|scd_rebuild_speedup=|_vs_full=|_vs_one_by_one=|_vs_two_steps=|small_batch_vs_cublas=|mma_vs_wmma=|vectorized_vs_generic=" \
+grep -E "vs_gemm_peak=|vs_copy=|scd_rebuild_speedup=|_vs_full=|_vs_one_by_one=|_vs_two_steps=|small_batch_vs_cublas=|mma_vs_wmma=|vectorized_vs_generic=|zoom_pinned_vs_device=" \
   "$OUT/bench.log" \
   | tee -a "$SUMMARY"
 note "scd-gpu-bench exit code $BENCH_RC (results: results.json, results.md)"

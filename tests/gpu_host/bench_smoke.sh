@@ -28,6 +28,10 @@ assert a["tokens"] == 128 and a["wmma_ms"] > 0 and a["mma_ms"] > 0 and a["mma_sp
 assert [(x["batch"], x["context"]) for x in r["decode_attention"]] == [(1, 256), (2, 130)], r
 for x in r["decode_attention"]:
     assert x["us"] > 0 and x["generic_us"] > 0 and x["speedup"] > 0 and x["vs_copy"] > 0, x
+# The SEKV zoom-in alone, bases on the device and pinned (--quick: 1024 positions).
+z = r["sekv_zoom"]
+assert z["context"] == 1024 and z["spans_per_kv_head"] == 108, z
+assert z["device_us"] > 0 and z["pinned_us"] > 0 and z["pinned_vs_device"] > 0, z
 (m,) = r["models"]
 assert m["model"] == "tiny", m["model"]
 assert [p["tokens"] for p in m["prefill"]] == [64, 128], m["prefill"]
@@ -63,14 +67,14 @@ for x in b:
     assert x["mixed_speedup"] > 0, x
 PY
 for table in "not figures" "Decode-sized projections" "Prefill attention alone" \
-  "Decode attention alone" "SCD rebuild" "SEKV decode step" "SEKV whole decode step" \
+  "Decode attention alone" "SEKV zoom-in alone" "SCD rebuild" "SEKV decode step" "SEKV whole decode step" \
   "Concurrent SEKV requests"; do
   grep -q "$table" "$out/results.md" || { echo "bench_smoke: no '$table' table" >&2; exit 1; }
 done
 # (--quick has no 4K prefill, so no prefill_4k_vs_gemm_peak line.)
 for key in decode_b1_vs_copy= scd_rebuild_speedup= sekv_vs_full= sekv_whole_step_vs_full= \
   sekv_model_vs_full= batched_vs_one_by_one= mixed_vs_two_steps= small_batch_vs_cublas= \
-  mma_vs_wmma= vectorized_vs_generic=; do
+  mma_vs_wmma= vectorized_vs_generic= zoom_pinned_vs_device=; do
   grep -q "$key" "$out/bench.log" || { echo "bench_smoke: no '$key' line" >&2; exit 1; }
 done
 echo "bench_smoke: scd-gpu-bench --quick finished every part"

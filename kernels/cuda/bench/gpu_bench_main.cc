@@ -747,6 +747,9 @@ int Main(int argc, char** argv) {
   kernel_part("small_batch", cuda_bench::MeasureSmallBatch(f.quick, copy));
   kernel_part("prefill_attention", cuda_bench::MeasurePrefillAttention(f.quick, peak));
   kernel_part("decode_attention", cuda_bench::MeasureDecodeAttention(f.quick, copy));
+  if (!f.skip_sekv_model && !f.sekv_model_contexts.empty()) {
+    kernel_part("sekv_zoom", cuda_bench::MeasureSekvZoom(f.quick, f.sekv_model_contexts.front()));
+  }
   r["models"] = nlohmann::json::array();
   int failures = 0;
   for (const std::string& name : f.models) {

@@ -2,6 +2,7 @@
 #include "kernels/cuda/bench/kernel_bench.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/scd_sekv_ops.h"
 
 namespace scd::cuda_bench {
 namespace {
@@ -213,6 +215,101 @@ absl::StatusOr<nlohmann::json> MeasureDecodeAttention(bool quick, double copy_gb
   return out;
 }
 
+// The zoom-in of one layer alone (SekvZoom, one block per KV head), on the shape the SEKV
+// benchmarks use at 32K positions (sekv_step_bench.cc: spans of 8 after 15% anchors, bases of
+// rank 16, 64 rows kept of 16 candidate spans a KV head), with the CPU tier's bases in device
+// memory and in pinned host memory (read over the bus, as the daemon reads its registered
+// tier). 512 basis slots a KV head, span s on slot s % 512, so that the table has the tier's
+// size without its memory.
+absl::StatusOr<nlohmann::json> MeasureSekvZoom(bool quick, int context) {
+  std::printf("[sekv zoom] SekvZoom alone at %d positions, bases on the device and pinned\n",
+              context);
+  SCD_ASSIGN_OR_RETURN(const Rig rig, MakeRig(/*with_gemm=*/false));
+  const cuda::StreamHandle h = rig.handle();
+  const int heads = quick ? 4 : 32, kv_heads = quick ? 2 : 8, hd = quick ? 64 : 128;
+  const int span = 8, rank = 16, slots = quick ? 16 : 512, layers = 32;
+  const int ns = static_cast<int>(context * 0.85) / span;
+  cuda::ZoomParams zoom;
+  zoom.budget = quick ? 16 : 64;
+  zoom.candidate_budget = 2 * zoom.budget;
+  zoom.by_token = 1;
+  const int64_t spans = int64_t{kv_heads} * ns;
+  const size_t slot_floats = size_t{2} * (span * rank + rank * hd);  // K and V: U_rΣ_r, V_rᵀ
+  const size_t pool_floats = slot_floats * slots * kv_heads;
+
+  std::vector<float> alpha(spans);
+  for (int64_t i = 0; i < spans; ++i) alpha[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
+  SCD_ASSIGN_OR_RETURN(auto q, Upload(Normal(static_cast<size_t>(heads) * hd, 31, 1.0f), "zoom q"));
+  SCD_ASSIGN_OR_RETURN(auto lse, Upload(std::vector<float>(heads, 8.0f), "zoom lse"));
+  SCD_ASSIGN_OR_RETURN(auto alpha_dev, Upload(alpha, "zoom alpha"));
+  SCD_ASSIGN_OR_RETURN(auto tau, Upload(std::vector<float>(kv_heads, 0.0f), "zoom tau"));
+  SCD_ASSIGN_OR_RETURN(auto remaining, Upload(std::vector<int32_t>(spans, span), "remaining"));
+  SCD_ASSIGN_OR_RETURN(auto base_lc,
+                       Upload(std::vector<float>(spans, std::log(float(span))), "base_lc"));
+  SCD_ASSIGN_OR_RETURN(auto step_lc, cuda::DeviceBuffer::Allocate(sizeof(float) * spans, "lc"));
+  SCD_ASSIGN_OR_RETURN(auto step_skip, cuda::DeviceBuffer::Allocate(spans, "skip"));
+  SCD_ASSIGN_OR_RETURN(auto stats, Upload(std::vector<int64_t>(4 * kv_heads, 0), "stats"));
+  const size_t out_bytes = sizeof(cuda::Bf16) * kv_heads * zoom.budget * hd;
+  SCD_ASSIGN_OR_RETURN(auto out_k, cuda::DeviceBuffer::Allocate(out_bytes, "zoom out k"));
+  SCD_ASSIGN_OR_RETURN(auto out_v, cuda::DeviceBuffer::Allocate(out_bytes, "zoom out v"));
+  SCD_ASSIGN_OR_RETURN(auto expansion,
+                       Upload(std::vector<cuda::AttentionSegment>(kv_heads), "expansion"));
+  const int64_t ws_bytes = cuda::SekvZoomWorkspaceBytes(kv_heads, zoom.candidate_budget);
+  SCD_ASSIGN_OR_RETURN(auto ws, cuda::DeviceBuffer::Allocate(ws_bytes, "zoom workspace"));
+
+  const std::vector<float> pool_host = Normal(pool_floats, 32, 0.25f);
+  SCD_ASSIGN_OR_RETURN(auto pool_dev, Upload(pool_host, "zoom bases"));
+  cuda::PinnedBuffer pool_pinned;
+  SCD_RETURN_IF_ERROR(pool_pinned.Reserve(sizeof(float) * pool_floats));
+  std::copy(pool_host.begin(), pool_host.end(), pool_pinned.as<float>());
+  // The basis table over `pool`: span s of KV head g on slot s % slots of g.
+  auto table = [&](const float* pool) {
+    std::vector<cuda::SpanBasisRef> refs(spans);
+    for (int64_t i = 0; i < spans; ++i) {
+      const int g = static_cast<int>(i / ns), s = static_cast<int>(i % ns);
+      const float* at = pool + (static_cast<size_t>(g) * slots + s % slots) * slot_floats;
+      cuda::SpanBasisRef& r = refs[i];
+      r.us_k = at;
+      r.vt_k = at + span * rank;
+      r.us_v = r.vt_k + rank * hd;
+      r.vt_v = r.us_v + span * rank;
+      r.length = span;
+      r.rank_k = r.rank_v = rank;
+    }
+    return Upload(refs, "zoom basis table");
+  };
+  SCD_ASSIGN_OR_RETURN(auto table_dev, table(pool_dev.as<float>()));
+  SCD_ASSIGN_OR_RETURN(auto table_pinned, table(pool_pinned.as<float>()));
+  auto time = [&](const cuda::DeviceBuffer& refs) {
+    return BestMsPerCall(rig, quick ? 2 : layers, [&](int) {
+      return cuda::SekvZoom(q.as<float>(), lse.as<float>(), alpha_dev.as<float>(), tau.as<float>(),
+                            remaining.as<int32_t>(), base_lc.as<float>(),
+                            refs.as<cuda::SpanBasisRef>(), /*pinned=*/nullptr, ns, heads, kv_heads,
+                            hd, zoom, out_k.data(), out_v.data(), cuda::KvType::kBf16,
+                            expansion.as<cuda::AttentionSegment>(), /*expansion_stride=*/1,
+                            step_lc.as<float>(), step_skip.as<uint8_t>(), stats.as<int64_t>(),
+                            ws.data(), ws_bytes, h);
+    });
+  };
+  SCD_ASSIGN_OR_RETURN(const float device_ms, time(table_dev));
+  SCD_ASSIGN_OR_RETURN(const float pinned_ms, time(table_pinned));
+  std::printf(
+      "  %d spans a KV head, %d KV heads, %d of %d candidate rows kept: bases on the device "
+      "%8.1f us a layer (%.2f ms for %d layers); pinned %8.1f us (%.2f ms); "
+      "zoom_pinned_vs_device=%.2f\n",
+      ns, kv_heads, zoom.budget, zoom.candidate_budget, device_ms * 1e3, device_ms * layers, layers,
+      pinned_ms * 1e3, pinned_ms * layers, pinned_ms / device_ms);
+  return nlohmann::json{{"context", context},
+                        {"spans_per_kv_head", ns},
+                        {"kv_heads", kv_heads},
+                        {"budget", zoom.budget},
+                        {"candidate_budget", zoom.candidate_budget},
+                        {"device_us", device_ms * 1e3},
+                        {"pinned_us", pinned_ms * 1e3},
+                        {"layers", layers},
+                        {"pinned_vs_device", pinned_ms / device_ms}};
+}
+
 std::string KernelMarkdown(const nlohmann::json& r) {
   std::ostringstream md;
   if (r.contains("small_batch")) {
@@ -243,6 +340,18 @@ std::string KernelMarkdown(const nlohmann::json& r) {
                             x["mma_vs_gemm_peak"].get<double>(), x["mma_speedup"].get<double>());
     }
     md << "\n";
+  }
+  if (r.contains("sekv_zoom")) {
+    const auto& x = r["sekv_zoom"];
+    md << absl::StrFormat(
+        "SEKV zoom-in alone (`SekvZoom`, one layer, %d spans a KV head, %d KV heads, %d of %d "
+        "candidate rows kept): %.1f us with the bases on the device, %.1f us pinned on the host "
+        "(%.2fx); %d layers: %.2f / %.2f ms a step.\n\n",
+        x["spans_per_kv_head"].get<int>(), x["kv_heads"].get<int>(), x["budget"].get<int>(),
+        x["candidate_budget"].get<int>(), x["device_us"].get<double>(),
+        x["pinned_us"].get<double>(), x["pinned_vs_device"].get<double>(), x["layers"].get<int>(),
+        x["device_us"].get<double>() * x["layers"].get<int>() / 1e3,
+        x["pinned_us"].get<double>() * x["layers"].get<int>() / 1e3);
   }
   if (r.contains("decode_attention")) {
     md << "Decode attention alone (one query per sequence, 32 query / 8 KV heads of 128; GB/s "

@@ -5,7 +5,9 @@
 //   - prefill attention: kAuto's WMMA kernel against the mma.sync one (kTensorCoreMma), as
 //     TFLOP/s of the causal half against the GEMM peak;
 //   - decode attention: the vectorized split kernel (DecodeImpl::kVectorized, kAuto's choice at
-//     these shapes) against the generic one, as K/V bytes read per second against the copy.
+//     these shapes) against the generic one, as K/V bytes read per second against the copy;
+//   - the SEKV zoom-in (SekvZoom) of one layer, with the CPU tier's bases on the device and in
+//     pinned host memory: where a whole SEKV step's time goes (RESULTS.md, issue 7).
 // Each prints a line per shape with its "<x>_vs_<y>=" ratio, which scripts/gpu_check.sh greps
 // into its summary, and returns the figures for results.json; KernelMarkdown renders them.
 #ifndef SCD_KERNELS_CUDA_BENCH_KERNEL_BENCH_H_
@@ -21,9 +23,10 @@ namespace scd::cuda_bench {
 absl::StatusOr<nlohmann::json> MeasureSmallBatch(bool quick, double copy_gbps);
 absl::StatusOr<nlohmann::json> MeasurePrefillAttention(bool quick, double gemm_peak);
 absl::StatusOr<nlohmann::json> MeasureDecodeAttention(bool quick, double copy_gbps);
+absl::StatusOr<nlohmann::json> MeasureSekvZoom(bool quick, int context);
 
-// The Markdown tables of whichever of "small_batch", "prefill_attention" and
-// "decode_attention" `results` holds.
+// The Markdown tables of whichever of "small_batch", "prefill_attention", "decode_attention"
+// and "sekv_zoom" `results` holds.
 std::string KernelMarkdown(const nlohmann::json& results);
 
 }  // namespace scd::cuda_bench
