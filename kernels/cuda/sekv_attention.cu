@@ -212,32 +212,40 @@ __global__ void __launch_bounds__(kVecThreads)
     }
   };
 
+  // body(sg, first, hi, base, aligned) for every pass over the rows of every segment in this
+  // chunk: segment sg, its first entry `first`, its entries in the chunk before `hi`.
+  auto each_pass = [&](auto&& body) {
+    for (int sgi = 0; sgi < num_segments; ++sgi) {
+      const int lo = max(begin, off_s[sgi]), hi = min(end, off_s[sgi + 1]);
+      if (lo >= hi) continue;
+      const AttentionSegment sg = seg_s[sgi];
+      const bool aligned = SegmentAligned(sg);
+      for (int base = lo + lanes.warp_first; base < hi; base += stride) {
+        body(sg, off_s[sgi], hi, base, aligned);
+      }
+    }
+  };
+
   float qr[kGroup][8];
   LoadVecQueries<kGroup>(q + static_cast<int64_t>(g) * kGroup * hd, hd, lanes, qr);
-  for (int sgi = 0; sgi < num_segments; ++sgi) {
-    const int lo = max(begin, off_s[sgi]), hi = min(end, off_s[sgi + 1]);
-    if (lo >= hi) continue;
-    const AttentionSegment sg = seg_s[sgi];
-    const bool aligned = SegmentAligned(sg);
-    for (int base = lo + lanes.warp_first; base < hi; base += stride) {
-      float kf[kVecUnroll][8];
-      bool live[kVecUnroll];
-      load_pass(sg, sg.k, off_s[sgi], hi, base, aligned, kf, live);
+  each_pass([&](const AttentionSegment& sg, int first, int hi, int base, bool aligned) {
+    float kf[kVecUnroll][8];
+    bool live[kVecUnroll];
+    load_pass(sg, sg.k, first, hi, base, aligned, kf, live);
 #pragma unroll
-      for (int u = 0; u < kVecUnroll; ++u) {
-        float s[kGroup];
-        VecRowDots<kGroup>(qr, kf[u], lanes.lanes_per_row, s);
-        const int e = entry_at(base, u), row = e - off_s[sgi];
-        if (lanes.part == 0 && e < hi) {
-          const float lc = sg.log_count != nullptr && live[u] ? sg.log_count[row] : 0.0f;
+    for (int u = 0; u < kVecUnroll; ++u) {
+      float s[kGroup];
+      VecRowDots<kGroup>(qr, kf[u], lanes.lanes_per_row, s);
+      const int e = entry_at(base, u), row = e - first;
+      if (lanes.part == 0 && e < hi) {
+        const float lc = sg.log_count != nullptr && live[u] ? sg.log_count[row] : 0.0f;
 #pragma unroll
-          for (int h = 0; h < kGroup; ++h) {
-            s_s[h * chunk + e - begin] = live[u] ? s[h] * scale + lc : -INFINITY;
-          }
+        for (int h = 0; h < kGroup; ++h) {
+          s_s[h * chunk + e - begin] = live[u] ? s[h] * scale + lc : -INFINITY;
         }
       }
     }
-  }
+  });
   __syncthreads();
   ChunkSoftmax(s_s, chunk, n, kGroup, slot0, splits, ws_m, ws_l);
   if (!want_out) return;
@@ -248,28 +256,22 @@ __global__ void __launch_bounds__(kVecThreads)
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[h][i] = 0.0f;
   }
-  for (int sgi = 0; sgi < num_segments; ++sgi) {
-    const int lo = max(begin, off_s[sgi]), hi = min(end, off_s[sgi + 1]);
-    if (lo >= hi) continue;
-    const AttentionSegment sg = seg_s[sgi];
-    const bool aligned = SegmentAligned(sg);
-    for (int base = lo + lanes.warp_first; base < hi; base += stride) {
-      float vf[kVecUnroll][8];
-      bool live[kVecUnroll];
-      load_pass(sg, sg.v, off_s[sgi], hi, base, aligned, vf, live);
+  each_pass([&](const AttentionSegment& sg, int first, int hi, int base, bool aligned) {
+    float vf[kVecUnroll][8];
+    bool live[kVecUnroll];
+    load_pass(sg, sg.v, first, hi, base, aligned, vf, live);
 #pragma unroll
-      for (int u = 0; u < kVecUnroll; ++u) {
-        if (!live[u]) continue;  // skipped rows' V is never read (it may be anything)
-        const int j = entry_at(base, u) - begin;
+    for (int u = 0; u < kVecUnroll; ++u) {
+      if (!live[u]) continue;  // skipped rows' V is never read (it may be anything)
+      const int j = entry_at(base, u) - begin;
 #pragma unroll
-        for (int h = 0; h < kGroup; ++h) {
-          const float p = s_s[h * chunk + j];
+      for (int h = 0; h < kGroup; ++h) {
+        const float p = s_s[h * chunk + j];
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[h][i] += p * vf[u][i];
-        }
+        for (int i = 0; i < 8; ++i) acc[h][i] += p * vf[u][i];
       }
     }
-  }
+  });
   StoreVecOutput<kGroup>(acc, lanes, hd, smem, ws_o, slot0, splits);
 }
 

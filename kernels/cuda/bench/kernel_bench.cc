@@ -244,8 +244,9 @@ absl::StatusOr<nlohmann::json> MeasureSekvZoom(bool quick, int context) {
   SCD_ASSIGN_OR_RETURN(auto alpha_dev, Upload(alpha, "zoom alpha"));
   SCD_ASSIGN_OR_RETURN(auto tau, Upload(std::vector<float>(kv_heads, 0.0f), "zoom tau"));
   SCD_ASSIGN_OR_RETURN(auto remaining, Upload(std::vector<int32_t>(spans, span), "remaining"));
-  SCD_ASSIGN_OR_RETURN(auto base_lc,
-                       Upload(std::vector<float>(spans, std::log(float(span))), "base_lc"));
+  SCD_ASSIGN_OR_RETURN(
+      auto base_lc,
+      Upload(std::vector<float>(spans, std::log(static_cast<float>(span))), "base_lc"));
   SCD_ASSIGN_OR_RETURN(auto step_lc, cuda::DeviceBuffer::Allocate(sizeof(float) * spans, "lc"));
   SCD_ASSIGN_OR_RETURN(auto step_skip, cuda::DeviceBuffer::Allocate(spans, "skip"));
   SCD_ASSIGN_OR_RETURN(auto stats, Upload(std::vector<int64_t>(4 * kv_heads, 0), "stats"));
