@@ -5,10 +5,11 @@
 #define SCD_KERNELS_CUDA_ATTENTION_PREFILL_TC_H_
 
 #include <cstdint>
-#include <type_traits>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/ops.h"
 
 namespace scd::cuda::internal {
@@ -17,9 +18,8 @@ namespace scd::cuda::internal {
 // built for, 64 and 128 (launch_checks::TensorCoreHeadDim); an error for any other.
 template <typename Launch>
 absl::Status WithTensorCoreHeadDim(int head_dim, const char* kernel, Launch&& launch) {
-  if (head_dim == 64) return launch(std::integral_constant<int, 64>{});
-  if (head_dim == 128) return launch(std::integral_constant<int, 128>{});
-  return absl::InvalidArgumentError(absl::StrCat(kernel, " supports head_dim 64 and 128"));
+  const std::string unsupported = absl::StrCat(kernel, " supports head_dim 64 and 128");
+  return launch_checks::WithIntConstant<64, 128>(head_dim, unsupported.c_str(), launch);
 }
 
 // head_dim 64 or 128 (launch_checks::TensorCoreHeadDim).

@@ -18,9 +18,11 @@
 #define SCD_KERNELS_CUDA_ATTENTION_VEC_CUH_
 
 #include <cstdint>
-#include <type_traits>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/scd_sekv_ops.h"
 
 namespace scd::cuda::internal {
@@ -205,11 +207,8 @@ __device__ __forceinline__ void StoreVecOutput(float (&acc)[kGroup][8], const Ve
 // for (1, 2, 4 and 8).
 template <typename Launch>
 absl::Status WithVecGroup(int group, const char* kernel, Launch&& launch) {
-  if (group == 1) return launch(std::integral_constant<int, 1>{});
-  if (group == 2) return launch(std::integral_constant<int, 2>{});
-  if (group == 4) return launch(std::integral_constant<int, 4>{});
-  if (group == 8) return launch(std::integral_constant<int, 8>{});
-  return absl::InvalidArgumentError(absl::StrCat(kernel, " supports groups 1, 2, 4 and 8"));
+  const std::string unsupported = absl::StrCat(kernel, " supports groups 1, 2, 4 and 8");
+  return launch_checks::WithIntConstant<1, 2, 4, 8>(group, unsupported.c_str(), launch);
 }
 
 // Dynamic shared memory of a vectorized block: the scores of `chunk` rows, or the warps'

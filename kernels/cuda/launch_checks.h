@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,6 +25,19 @@ inline absl::Status Workspace(const char* what, int64_t have, int64_t need, cons
   if (have >= need) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat(what, ": workspace holds ", have, " ", units, ", needs ", need));
+}
+
+// launch(std::integral_constant<int, v>{}) for the v of kFirst, kRest... equal to `value`: a
+// runtime shape to the kernel template instance built for it (head_dim 64 or 128, GQA group 1, 2, 4
+// or 8); INVALID_ARGUMENT `unsupported` when none is.
+template <int kFirst, int... kRest, typename Launch>
+absl::Status WithIntConstant(int value, const char* unsupported, Launch&& launch) {
+  if (value == kFirst) return launch(std::integral_constant<int, kFirst>{});
+  if constexpr (sizeof...(kRest) > 0) {
+    return WithIntConstant<kRest...>(value, unsupported, launch);
+  } else {
+    return absl::InvalidArgumentError(unsupported);
+  }
 }
 
 // ---- RoPE (RopeStoreKv, ApplyRope, the REUSE decode): tables of head_dim / 2 angles ----

@@ -73,6 +73,21 @@ TEST_CASE("The launch checks accept each kernel limit and refuse one past it", "
   CHECK(
       Refused(lc::TakesVectorized("DecodeAttention", 4, 4, 96, DecodeImpl::kVectorized).status()));
 
+  // A runtime shape to the template instance built for it, or the caller's refusal.
+  auto instance = [](int value) {
+    int got = 0;
+    const absl::Status s = lc::WithIntConstant<1, 2, 4, 8>(value, "no instance", [&](auto c) {
+      got = decltype(c)::value;
+      return absl::OkStatus();
+    });
+    return s.ok() ? got : (s.message() == "no instance" && Refused(s) ? -1 : -2);
+  };
+  for (const int v : {1, 2, 4, 8}) CHECK(instance(v) == v);
+  for (const int v : {0, 3, 16}) CHECK(instance(v) == -1);
+  CHECK(lc::WithIntConstant<64>(64, "x", [](auto) {
+          return absl::InternalError("launch");
+        }).message() == "launch");  // the launch's own status comes back
+
   CHECK(lc::SekvShape("x", cuda::kSekvMaxGroup, 1, cuda::kSekvMaxHeadDim).ok());
   CHECK(Refused(lc::SekvShape("x", cuda::kSekvMaxGroup + 1, 1, 64)));
   CHECK(Refused(lc::SekvShape("x", 8, 1, cuda::kSekvMaxHeadDim + 1)));
