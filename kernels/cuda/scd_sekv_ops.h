@@ -239,7 +239,9 @@ struct ZoomParams {
 };
 
 // The zoom-in of one layer, one block per KV head g (SekvCache::Select and the fetch, with
-// nothing read back):
+// nothing read back). Each candidate span's bases are read in one pass into shared memory (an
+// array too large for it is read in place), so bases in host memory cost a few bus round
+// trips a span:
 //   1. candidate spans: those with alpha[g, s] > tau[g] and remaining[g, s] > 0, walked in
 //      order of descending alpha (ties: lower s), each taken while its remaining tokens fit
 //      candidate_budget (SelectSpans);

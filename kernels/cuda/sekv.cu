@@ -7,6 +7,7 @@
 //   order.
 #include <algorithm>
 #include <cmath>
+#include <cub/cub.cuh>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention_split.cuh"
@@ -137,33 +138,100 @@ __global__ void SummaryEditKernel(const int32_t* __restrict__ remaining,
 }
 
 // ---- SekvZoom: one block per KV head ----
+//
+// The CPU tier the bases live in is host memory the device reads over the bus, where one read
+// takes microseconds. So the kernel never walks host memory a value at a time: each candidate
+// span's arrays are copied into shared memory in one pass (StageArrays: every thread issues
+// kStageInFlight loads before it stores any), once for the token scores (K) and once for the
+// rebuild (K and V together), and everything else reads shared or device memory.
 
 constexpr int kZoomThreads = 256;
+constexpr int kZoomWarps = kZoomThreads / 32;
 constexpr int kZoomMaxRank = kMaxBasisRank;
-// `n` floats at src (host or device memory) copied into buf[offset, offset + n) of shared
-// memory by the whole block when they fit kZoomStage, else src itself. Block-uniform; the
-// leading barrier lets the block finish with what buf held before.
-constexpr int kZoomStage = 8192;  // floats: a rank-32 basis of head_dim 128 and 64 rows
-__device__ const float* Stage(const float* src, int64_t n, float* buf, int64_t offset) {
+// Shared staging: a rank-32 basis of head_dim 128 and 64 rows, or K and V of a rank-16 span.
+constexpr int kZoomStage = 8192;  // floats
+// Loads each thread has in flight while staging: 4096 floats (16 KB) a block a round trip.
+constexpr int kStageInFlight = 16;
+
+// Copies the arrays src[k] (n[k] floats each, host or device memory) into `buf` (kZoomStage
+// floats of shared memory), in order, each one that still fits; at[k] is the copy, or src[k]
+// itself for one that does not fit. Every thread calls it with the same arguments; the leading
+// barrier lets the block finish with what buf held, the trailing one publishes the copies.
+template <int kArrays>
+__device__ void StageArrays(const float* const (&src)[kArrays], const int64_t (&n)[kArrays],
+                            float* buf, const float* (&at)[kArrays]) {
+  int64_t off[kArrays];
+  int64_t used = 0;
+#pragma unroll
+  for (int k = 0; k < kArrays; ++k) {
+    const bool fits = used + n[k] <= kZoomStage;
+    off[k] = fits ? used : -1;
+    at[k] = fits ? buf + used : src[k];
+    if (fits) used += n[k];
+  }
   __syncthreads();
-  if (offset + n > kZoomStage) return src;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) buf[offset + i] = src[i];
+  for (int64_t first = threadIdx.x; first < used; first += kZoomThreads * kStageInFlight) {
+    float v[kStageInFlight];
+#pragma unroll
+    for (int u = 0; u < kStageInFlight; ++u) {
+      const int64_t i = first + static_cast<int64_t>(u) * kZoomThreads;
+      v[u] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kArrays; ++k) {
+        if (off[k] >= 0 && i >= off[k] && i < off[k] + n[k]) v[u] = src[k][i - off[k]];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kStageInFlight; ++u) {
+      const int64_t i = first + static_cast<int64_t>(u) * kZoomThreads;
+      if (i < used) buf[i] = v[u];
+    }
+  }
   __syncthreads();
-  return buf + offset;
 }
 
-// The largest of every thread's v (blockDim.x == kZoomThreads); every thread gets it.
+// The largest of every thread's v (blockDim.x == kZoomThreads); every thread gets it. Two
+// barriers: the warps' maxima by shuffles, then each thread reads the kZoomWarps of them.
 __device__ unsigned long long BlockMaxU64(unsigned long long v, unsigned long long* red) {
-  const int tid = threadIdx.x;
-  red[tid] = v;
-  __syncthreads();
-  for (int stride = kZoomThreads / 2; stride > 0; stride >>= 1) {
-    if (tid < stride && red[tid + stride] > red[tid]) red[tid] = red[tid + stride];
-    __syncthreads();
+  for (int lanes = 16; lanes > 0; lanes >>= 1) {
+    const unsigned long long other = __shfl_xor_sync(0xffffffffu, v, lanes);
+    if (other > v) v = other;
   }
-  const unsigned long long result = red[0];
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
   __syncthreads();
-  return result;
+  v = red[0];
+  for (int w = 1; w < kZoomWarps; ++w) v = red[w] > v ? red[w] : v;
+  __syncthreads();
+  return v;
+}
+
+__device__ __forceinline__ int WarpSumInt(int v) {
+  for (int lanes = 16; lanes > 0; lanes >>= 1) v += __shfl_xor_sync(0xffffffffu, v, lanes);
+  return v;
+}
+
+using ZoomScan = cub::BlockScan<int, kZoomThreads>;
+
+// out[c] = Σ_{c' < c} in[c'] for c < n, and the same into also[c] where also is not null; the
+// total is returned to every thread. Each c belongs to one thread, so in may be also.
+__device__ int BlockExclusiveScan(const int* in, int n, int* out, int* also,
+                                  ZoomScan::TempStorage& scan, int* carry) {
+  int running = 0;
+  for (int first = 0; first < n; first += kZoomThreads) {
+    const int c = first + static_cast<int>(threadIdx.x);
+    const int x = c < n ? in[c] : 0;
+    int inclusive = 0;
+    ZoomScan(scan).InclusiveSum(x, inclusive);
+    if (c < n) {
+      out[c] = running + inclusive - x;
+      if (also != nullptr) also[c] = running + inclusive - x;
+    }
+    if (threadIdx.x == kZoomThreads - 1) *carry = inclusive;
+    __syncthreads();
+    running += *carry;
+    __syncthreads();  // scan and carry are reused
+  }
+  return running;
 }
 
 // The walk order of candidate spans: descending alpha, then ascending index, as one key (alpha
@@ -183,18 +251,19 @@ __global__ void __launch_bounds__(kZoomThreads)
                    int expansion_stride, float* __restrict__ step_lc,
                    uint8_t* __restrict__ step_skip, int64_t* __restrict__ stats,
                    int32_t* __restrict__ workspace, int64_t workspace_per_head) {
-  __shared__ unsigned long long red[kZoomThreads];
+  __shared__ unsigned long long red_s[kZoomWarps];
   __shared__ float y_s[kMaxGroup * kZoomMaxRank];
   __shared__ float stage_s[kZoomStage];
-  __shared__ int n_tok_s;
-  const int tid = threadIdx.x, g = blockIdx.x;
+  __shared__ ZoomScan::TempStorage scan_s;
+  __shared__ int carry_s;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = blockIdx.x;
   // The head's scratch (SekvZoomPad entries per array): candidates and tokens.
   const int pad = static_cast<int>(workspace_per_head / kSekvZoomArrays);
   int32_t* ws = workspace + g * workspace_per_head;
-  int* cand_s = ws;                                     // candidate spans, the walk's order
-  int* start_s = cand_s + pad;                          // first token slot of each candidate
-  int* kept_s = start_s + pad;                          // tokens kept per candidate
-  float* w_s = reinterpret_cast<float*>(kept_s + pad);  // token weight
+  int* cand_s = ws;             // candidate spans, the walk's order
+  int* start_s = cand_s + pad;  // first token slot of each candidate; later its kept rows' end
+  int* kept_s = start_s + pad;  // tokens of each candidate, then slot cursors, then kept rows
+  float* w_s = reinterpret_cast<float*>(kept_s + pad);  // token weight; later the kept rows
   int* tc_s = reinterpret_cast<int*>(w_s + pad);        // token's candidate
   int* to_s = tc_s + pad;                               // token's offset in its span
   int* perm_s = to_s + pad;                             // tokens, heaviest first when sorted
@@ -205,30 +274,39 @@ __global__ void __launch_bounds__(kZoomThreads)
   const float t = tau[g];
   const int cb = p.candidate_budget;
   auto eligible = [&](int s) { return al[s] > t && al[s] >= 0.0f && rem[s] > 0; };
+  auto unpinned = [&](const SpanBasisRef& ref, int i) {
+    return pinned == nullptr || ref.pinned < 0 || !pinned[ref.pinned + i];
+  };
 
   // 1. Candidate spans (SelectSpans): the walk ends once the budget left is below the shortest
-  // eligible span, since then nothing else fits.
-  unsigned long long key = 0;
-  for (int s = tid; s < ns; s += kZoomThreads) {
-    if (eligible(s)) {
-      const unsigned long long k = 0xffffffffull - static_cast<unsigned>(rem[s]);
-      if (k > key) key = k;
-    }
-  }
-  key = BlockMaxU64(key, red);
-  const long long shortest = key == 0 ? -1 : static_cast<long long>(0xffffffffull - key);
-  int nc = 0, used = 0;
-  unsigned long long prev = ~0ull;
-  while (shortest >= 0 && cb - used >= shortest && nc < pad) {
+  // eligible span, since then nothing else fits. Each thread keeps the largest key of its own
+  // spans below the last one taken, and only the thread whose key was taken looks again (keys
+  // are distinct), so a step of the walk is one block-wide maximum.
+  auto largest_below = [&](unsigned long long below) {
     unsigned long long best = 0;
     for (int s = tid; s < ns; s += kZoomThreads) {
       if (!eligible(s)) continue;
       const unsigned long long k = SpanKey(al[s], s);
-      if (k < prev && k > best) best = k;
+      if (k < below && k > best) best = k;
     }
-    best = BlockMaxU64(best, red);
+    return best;
+  };
+  unsigned long long short_key = 0, mine = 0;
+  for (int s = tid; s < ns; s += kZoomThreads) {
+    if (!eligible(s)) continue;
+    const unsigned long long k = 0xffffffffull - static_cast<unsigned>(rem[s]);
+    if (k > short_key) short_key = k;
+    const unsigned long long key = SpanKey(al[s], s);
+    if (key > mine) mine = key;
+  }
+  short_key = BlockMaxU64(short_key, red_s);
+  const long long shortest =
+      short_key == 0 ? -1 : static_cast<long long>(0xffffffffull - short_key);
+  int nc = 0, used = 0;
+  while (shortest >= 0 && cb - used >= shortest && nc < pad) {
+    const unsigned long long best = BlockMaxU64(mine, red_s);
     if (best == 0) break;
-    prev = best;
+    if (mine == best) mine = largest_below(best);
     const int s = static_cast<int>(0xffffffffull - (best & 0xffffffffull));
     if (used + rem[s] <= cb) {
       used += rem[s];
@@ -236,49 +314,61 @@ __global__ void __launch_bounds__(kZoomThreads)
       ++nc;
     }
   }
-  for (int c = tid; c < nc; c += kZoomThreads) kept_s[c] = 0;
-  if (tid == 0) n_tok_s = 0;
   __syncthreads();
 
-  // 2. The candidates' tokens not pinned, candidate by candidate (each one's slots contiguous).
-  for (int c = 0; c < nc; ++c) {
+  // 2. The candidates' tokens not pinned, each candidate's slots contiguous: counted a warp a
+  // candidate, their offsets by a block-wide scan, then listed (in any order within a
+  // candidate: step 3 sorts them by a total order).
+  for (int c = warp; c < nc; c += kZoomWarps) {
     const SpanBasisRef ref = bases[row0 + cand_s[c]];
-    if (tid == 0) start_s[c] = n_tok_s;
-    __syncthreads();
-    for (int i = tid; i < ref.length; i += kZoomThreads) {
-      if (pinned != nullptr && ref.pinned >= 0 && pinned[ref.pinned + i]) continue;
-      const int slot = atomicAdd(&n_tok_s, 1);
+    int count = 0;
+    for (int i = lane; i < ref.length; i += 32) count += unpinned(ref, i) ? 1 : 0;
+    count = WarpSumInt(count);
+    if (lane == 0) kept_s[c] = count;
+  }
+  __syncthreads();
+  const int n_tok = min(BlockExclusiveScan(kept_s, nc, start_s, kept_s, scan_s, &carry_s), pad);
+  for (int c = warp; c < nc; c += kZoomWarps) {
+    const SpanBasisRef ref = bases[row0 + cand_s[c]];
+    for (int i = lane; i < ref.length; i += 32) {
+      if (!unpinned(ref, i)) continue;
+      const int slot = atomicAdd(&kept_s[c], 1);
       if (slot < pad) {
         tc_s[slot] = c;
         to_s[slot] = i;
         w_s[slot] = 0.0f;
       }
     }
-    __syncthreads();
   }
-  const int n_tok = min(n_tok_s, pad);
+  __syncthreads();
+  for (int c = tid; c < nc; c += kZoomThreads) kept_s[c] = 0;
   if (p.by_token) {
-    // Weights in the low-rank coordinates: y_h = V_rᵀ q_h, then <q_h, k_t> = us_t · y_h.
+    // Weights in the low-rank coordinates: y_h = V_rᵀ q_h, then <q_h, k_t> = us_t · y_h; the
+    // candidate's key basis staged first, one pass over the bus.
     for (int c = 0; c < nc; ++c) {
+      const int begin = min(start_s[c], n_tok);
+      const int end = c + 1 < nc ? min(start_s[c + 1], n_tok) : n_tok;
+      if (begin == end) continue;
       const SpanBasisRef ref = bases[row0 + cand_s[c]];
       const int r = min(ref.rank_k, kZoomMaxRank);
-      const int end = c + 1 < nc ? min(start_s[c + 1], n_tok) : n_tok;
-      // The basis in shared memory first (the CPU tier is host memory, read once, coalesced).
-      const float* vt = Stage(ref.vt_k, static_cast<int64_t>(ref.rank_k) * hd, stage_s, 0);
-      const int64_t used = vt == stage_s ? static_cast<int64_t>(ref.rank_k) * hd : 0;
-      const float* us =
-          Stage(ref.us_k, static_cast<int64_t>(ref.length) * ref.rank_k, stage_s, used);
-      for (int idx = tid; idx < group * r; idx += kZoomThreads) {
-        const int h = idx / r, j = idx % r;
-        const float* v = vt + static_cast<int64_t>(j) * hd;
+      const float* at[2];
+      StageArrays<2>(
+          {ref.vt_k, ref.us_k},
+          {static_cast<int64_t>(ref.rank_k) * hd, static_cast<int64_t>(ref.length) * ref.rank_k},
+          stage_s, at);
+      // A warp a (head, rank) pair, its lanes across head_dim.
+      for (int idx = warp; idx < group * r; idx += kZoomWarps) {
+        const int h = idx / r, j = idx - h * r;
+        const float* v = at[0] + static_cast<int64_t>(j) * hd;
         const float* qh = q + static_cast<int64_t>(g * group + h) * hd;
         float z = 0.0f;
-        for (int col = 0; col < hd; ++col) z += v[col] * qh[col];
-        y_s[h * r + j] = z;
+        for (int col = lane; col < hd; col += 32) z += v[col] * qh[col];
+        z = internal::WarpSum(z);
+        if (lane == 0) y_s[h * r + j] = z;
       }
       __syncthreads();
-      for (int slot = start_s[c] + tid; slot < end; slot += kZoomThreads) {
-        const float* u = us + static_cast<int64_t>(to_s[slot]) * ref.rank_k;
+      for (int slot = begin + tid; slot < end; slot += kZoomThreads) {
+        const float* u = at[1] + static_cast<int64_t>(to_s[slot]) * ref.rank_k;
         double w = 0.0;
         for (int h = 0; h < group; ++h) {
           float dot = 0.0f;
@@ -287,7 +377,7 @@ __global__ void __launch_bounds__(kZoomThreads)
         }
         w_s[slot] = static_cast<float>(w);
       }
-      __syncthreads();
+      // The next StageArrays' leading barrier orders these reads before y_s is rewritten.
     }
   }
 
@@ -295,6 +385,7 @@ __global__ void __launch_bounds__(kZoomThreads)
   // first with ties to the lower span, then offset; by span, the walk's order.
   int size = 1;
   while (size < n_tok) size <<= 1;
+  __syncthreads();
   for (int i = tid; i < size; i += kZoomThreads) perm_s[i] = i;
   __syncthreads();
   auto before = [&](int a, int b) {
@@ -324,34 +415,51 @@ __global__ void __launch_bounds__(kZoomThreads)
       __syncthreads();
     }
   }
+  // The kept rows grouped by candidate: rows_s[start_s[c] − kept_s[c], start_s[c]) are the
+  // places (in the weight order) of candidate c's kept rows. The weights are done with, so
+  // rows_s is their array, and start_s (done with since the scores) is the cursor.
   const int kept = min(n_tok, p.budget);
   for (int i = tid; i < kept; i += kZoomThreads) atomicAdd(&kept_s[tc_s[perm_s[i]]], 1);
   __syncthreads();
+  BlockExclusiveScan(kept_s, nc, start_s, nullptr, scan_s, &carry_s);
+  int* rows_s = reinterpret_cast<int*>(w_s);
+  for (int i = tid; i < kept; i += kZoomThreads) {
+    rows_s[atomicAdd(&start_s[tc_s[perm_s[i]]], 1)] = i;
+  }
+  __syncthreads();
 
-  // 4. The kept rows, span by span (ReconstructRow's order of summation): K then V, each
-  // basis staged in shared memory, then every kept row of the span.
+  // 4. The kept rows, span by span (ReconstructRow's order of summation): the span's K and V
+  // bases staged together in one pass, then its kept rows of both.
+  int spans = 0;
   for (int c = 0; c < nc; ++c) {
-    if (kept_s[c] == 0) continue;
+    const int n_c = kept_s[c];
+    if (n_c == 0) continue;
+    ++spans;
+    const int first = start_s[c] - n_c;
     const SpanBasisRef ref = bases[row0 + cand_s[c]];
-    for (int part = 0; part < 2; ++part) {
+    const float* at[4];
+    StageArrays<4>({ref.vt_k, ref.vt_v, ref.us_k, ref.us_v},
+                   {static_cast<int64_t>(ref.rank_k) * hd, static_cast<int64_t>(ref.rank_v) * hd,
+                    static_cast<int64_t>(ref.length) * ref.rank_k,
+                    static_cast<int64_t>(ref.length) * ref.rank_v},
+                   stage_s, at);
+    const int per_part = n_c * hd;
+    for (int idx = tid; idx < 2 * per_part; idx += kZoomThreads) {
+      const int part = idx < per_part ? 0 : 1;
+      const int rest = idx - part * per_part;
+      const int k = rest / hd, col = rest - k * hd;
+      const int pos = rows_s[first + k];
       const int r = part == 0 ? ref.rank_k : ref.rank_v;
-      const float* vt =
-          Stage(part == 0 ? ref.vt_k : ref.vt_v, static_cast<int64_t>(r) * hd, stage_s, 0);
-      const float* us = part == 0 ? ref.us_k : ref.us_v;
+      const float* vt = part == 0 ? at[0] : at[1];
+      const float* u = (part == 0 ? at[2] : at[3]) + static_cast<int64_t>(to_s[perm_s[pos]]) * r;
+      float acc = 0.0f;
+      for (int j = 0; j < r; ++j) acc += u[j] * vt[static_cast<int64_t>(j) * hd + col];
+      const int64_t out_at = (static_cast<int64_t>(g) * p.budget + pos) * hd + col;
       void* dst = part == 0 ? out_k : out_v;
-      for (int idx = tid; idx < kept * hd; idx += kZoomThreads) {
-        const int pos = idx / hd, col = idx % hd;
-        const int slot = perm_s[pos];
-        if (tc_s[slot] != c) continue;
-        const float* u = us + static_cast<int64_t>(to_s[slot]) * r;
-        float acc = 0.0f;
-        for (int j = 0; j < r; ++j) acc += u[j] * vt[static_cast<int64_t>(j) * hd + col];
-        const int64_t at = (static_cast<int64_t>(g) * p.budget + pos) * hd + col;
-        if (out_type == KvType::kBf16) {
-          static_cast<Bf16*>(dst)[at] = internal::ToBf16(acc);
-        } else {
-          static_cast<float*>(dst)[at] = acc;
-        }
+      if (out_type == KvType::kBf16) {
+        static_cast<Bf16*>(dst)[out_at] = internal::ToBf16(acc);
+      } else {
+        static_cast<float*>(dst)[out_at] = acc;
       }
     }
   }
@@ -370,8 +478,6 @@ __global__ void __launch_bounds__(kZoomThreads)
     if (left > 0) step_lc[row0 + s] = logf(static_cast<float>(left));
   }
   if (tid == 0) {
-    int spans = 0;
-    for (int c = 0; c < nc; ++c) spans += kept_s[c] > 0;
     expansion[static_cast<int64_t>(g) * expansion_stride].rows = kept;
     int64_t* st = stats + static_cast<int64_t>(g) * 4;
     st[0] += 1;

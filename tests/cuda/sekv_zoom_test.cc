@@ -50,10 +50,20 @@ using testing::kSentinel;
 constexpr int kZoomKvHeads = 2, kZoomGroup = 2, kZoomHeadDim = 32;
 constexpr int kZoomHeads = kZoomKvHeads * kZoomGroup;
 
-// One layer for SekvZoom: a SpanStore of 40 spans of 1 to 14 tokens (r_max 8, so ranks vary
-// from 1 to 8), pinned tokens scattered over the spans (span 5 of KV head 0 wholly pinned;
-// every seventh span without flags), and the zoom-in's other inputs.
+// The size of a layer for SekvZoom.
+struct ZoomShape {
+  int spans = 40;
+  int max_length = 14;  // span lengths drawn from 1 to max_length
+  int r_max = 8;        // rank cap of the bases (a span's rank is at most its length)
+  int head_dim = kZoomHeadDim;
+};
+
+// One layer for SekvZoom: a SpanStore of `shape.spans` spans (by default 40 spans of 1 to 14
+// tokens, r_max 8, so ranks vary from 1 to 8), pinned tokens scattered over the spans (span 5
+// of KV head 0 wholly pinned; every seventh span without flags), and the zoom-in's other
+// inputs.
 struct ZoomLayer {
+  int head_dim = 0;
   sekv::SpanStore store;
   std::vector<int> span_at;        // [num_spans]: first token of the span in `pins`' rows
   std::vector<uint8_t> pins;       // [num_kv_heads][Σ lengths] pinned flags
@@ -62,9 +72,9 @@ struct ZoomLayer {
   std::vector<float> alpha, base_lc, q, lse;
 };
 
-ZoomLayer MakeZoomLayer(uint64_t seed) {
-  const int spans = 40, kv_dim = kZoomKvHeads * kZoomHeadDim, window = 8;
-  const std::vector<int32_t> lengths = testing::RandomInts(spans, seed++, 14);
+ZoomLayer MakeZoomLayer(uint64_t seed, const ZoomShape& shape = {}) {
+  const int spans = shape.spans, hd = shape.head_dim, kv_dim = kZoomKvHeads * hd, window = 8;
+  const std::vector<int32_t> lengths = testing::RandomInts(spans, seed++, shape.max_length);
   sekv::Segmentation seg;
   seg.anchors = {0};
   int t = 1;
@@ -79,10 +89,11 @@ ZoomLayer MakeZoomLayer(uint64_t seed) {
   std::vector<float> surprisal = RandomFloats(seg.num_tokens, seed++);
   for (float& x : surprisal) x += 1.5f;
   sekv::SpanStoreOptions options;
-  options.r_max = 8;
+  options.r_max = shape.r_max;
   ZoomLayer layer;
-  layer.store = sekv::SpanStore::Build(k.data(), v.data(), surprisal, seg, kZoomKvHeads,
-                                       kZoomHeadDim, options);
+  layer.head_dim = hd;
+  layer.store =
+      sekv::SpanStore::Build(k.data(), v.data(), surprisal, seg, kZoomKvHeads, hd, options);
   const int in_spans = t - 1;  // tokens of all spans
   const std::vector<int32_t> draw =
       testing::RandomInts(static_cast<size_t>(kZoomKvHeads) * in_spans, seed++, 6);
@@ -114,7 +125,7 @@ ZoomLayer MakeZoomLayer(uint64_t seed) {
   std::sort(sorted.begin(), sorted.end());
   REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());  // distinct
   layer.base_lc = RandomFloats(total, seed++, 2.0f);
-  layer.q = RandomFloats(static_cast<size_t>(kZoomHeads) * kZoomHeadDim, seed++, 2.0f);
+  layer.q = RandomFloats(static_cast<size_t>(kZoomHeads) * hd, seed++, 2.0f);
   layer.lse = RandomFloats(kZoomHeads, seed++);
   for (float& x : layer.lse) x += 3.0f;
   return layer;
@@ -135,11 +146,21 @@ struct ZoomCase {
 constexpr int kZoomExpansionStride = 3;            // segments per KV head in the expansion table
 constexpr int64_t kZoomStats0[4] = {3, 5, 7, 11};  // stats before the call (added to)
 
+// What a case made the zoom-in do, over both KV heads (from the twins): the most candidate
+// spans, scored tokens and kept rows of a head, and the highest key rank among the candidates.
+struct ZoomReach {
+  int candidates = 0;
+  long scored = 0;
+  int rows = 0;
+  int rank = 0;
+};
+
 // Runs SekvZoom on `layer` and compares it with the twins composed as SekvCache::Select does.
-void CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
+ZoomReach CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
   INFO(c.name);
+  ZoomReach reach;
   const sekv::SpanStore& st = layer.store;
-  const int ns = st.num_spans(), hd = kZoomHeadDim, group = kZoomGroup;
+  const int ns = st.num_spans(), hd = layer.head_dim, group = kZoomGroup;
   const size_t total = static_cast<size_t>(kZoomKvHeads) * ns;
   const bool bf16 = c.out_type == cuda::KvType::kBf16;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -166,6 +187,8 @@ void CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
       const int64_t at = layer.pin_at[row0 + s];
       return c.with_pins && at >= 0 ? layer.pins.data() + at : nullptr;
     };
+    reach.candidates = std::max(reach.candidates, static_cast<int>(candidates.size()));
+    for (int s : candidates) reach.rank = std::max(reach.rank, st.key_basis(s, g).rank);
     std::vector<sekv::TokenRef>& rows = want_rows[g];
     long scored = 0;
     if (c.by_token) {
@@ -211,6 +234,8 @@ void CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
     for (int i = 0; i < 4; ++i) want_stats[4 * g + i] = kZoomStats0[i] + add[i];
     scored_all += scored;
     kept_all += static_cast<long>(rows.size());
+    reach.scored = std::max(reach.scored, scored);
+    reach.rows = std::max(reach.rows, static_cast<int>(rows.size()));
   }
   if (c.expect_rows) {
     CHECK(kept_all > 0);
@@ -342,6 +367,7 @@ void CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
     INFO("stats[" << i << "] (KV head " << i / 4 << ", field " << i % 4 << ")");
     CHECK(got_stats[i] == want_stats[i]);
   }
+  return reach;
 }
 
 }  // namespace
@@ -368,6 +394,53 @@ TEST_CASE("CUDA SekvZoom matches SelectSpans, ScoreSpanTokens, KeepHeaviest and 
        false},
   };
   for (const ZoomCase& c : cases) CheckSekvZoom(layer, c);
+}
+
+// SekvZoom copies each candidate's bases into shared memory (8192 floats) before it reads them,
+// each array that still fits, and reads the others where they lie. Spans of up to 80 tokens
+// of rank up to 64 at head_dim 128 fill that space with one basis (64 x 128) and leave the
+// rest to be read in place; the scores' and the rebuild's copies then take some arrays and
+// not others. Many short spans give more candidates and tokens than a block has threads, so
+// the block-wide scans and lists run over several rounds.
+TEST_CASE("CUDA SekvZoom with bases past its shared staging and more candidates than threads",
+          "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  using cuda::KvType;
+  ZoomShape large;
+  large.spans = 6;
+  large.max_length = 80;
+  large.r_max = 64;
+  large.head_dim = 128;
+  const ZoomLayer large_layer = MakeZoomLayer(2000, large);
+  const ZoomCase large_cases[] = {
+      {"large bases: kToken, F32 rows, pinned bases", true, 40, 3.0f, KvType::kF32, 0.1f, 0.1f,
+       true, true, true},
+      {"large bases: kSpan, BF16 rows, device bases", false, 150, 1.0f, KvType::kBf16, 0.1f, 0.1f,
+       false, true, true},
+  };
+  for (const ZoomCase& c : large_cases) {
+    const ZoomReach reach = CheckSekvZoom(large_layer, c);
+    CHECK(reach.rank == 64);  // a candidate's key basis fills the staging space alone
+  }
+
+  ZoomShape many;
+  many.spans = 700;
+  many.max_length = 3;
+  many.r_max = 2;
+  many.head_dim = 8;
+  const ZoomLayer many_layer = MakeZoomLayer(3000, many);
+  const ZoomCase many_cases[] = {
+      {"many spans: kToken, 40 of 900 candidate tokens", true, 40, 22.5f, KvType::kF32, 0.05f,
+       0.05f, true, true, true},
+      {"many spans: kSpan, 700 tokens", false, 700, 1.0f, KvType::kF32, 0.05f, 0.05f, false, false,
+       true},
+  };
+  const ZoomReach by_token = CheckSekvZoom(many_layer, many_cases[0]);
+  CHECK(by_token.candidates > 256);  // the block's 256 threads: several rounds of each scan
+  CHECK(by_token.scored > 256);
+  const ZoomReach by_span = CheckSekvZoom(many_layer, many_cases[1]);
+  CHECK(by_span.candidates > 256);
+  CHECK(by_span.rows > 256);
 }
 
 TEST_CASE("CUDA SekvZoom refuses a candidate budget over kMaxZoomCandidates or a short workspace",
