@@ -234,6 +234,34 @@ __device__ int BlockExclusiveScan(const int* in, int n, int* out, int* also,
   return running;
 }
 
+// A thread's kZoomTop largest span keys (below some bound), in descending order; 0 marks an
+// empty place. Fixed indices only, so it stays in registers.
+constexpr int kZoomTop = 4;
+struct TopKeys {
+  unsigned long long key[kZoomTop];
+  bool more;  // the last look filled every place: keys below the last may remain
+  __device__ void Clear() {
+#pragma unroll
+    for (int i = 0; i < kZoomTop; ++i) key[i] = 0;
+    more = false;
+  }
+  // Keeps the kZoomTop largest of what it holds and k: k goes down the list, each place
+  // keeping the larger of the two and passing the smaller on.
+  __device__ void Offer(unsigned long long k) {
+#pragma unroll
+    for (int i = 0; i < kZoomTop; ++i) {
+      const unsigned long long held = key[i];
+      key[i] = k > held ? k : held;
+      k = k > held ? held : k;
+    }
+  }
+  __device__ void Pop() {
+#pragma unroll
+    for (int i = 0; i + 1 < kZoomTop; ++i) key[i] = key[i + 1];
+    key[kZoomTop - 1] = 0;
+  }
+};
+
 // The walk order of candidate spans: descending alpha, then ascending index, as one key (alpha
 // is a gate value in [0, 1], whose bits order as the floats do); 0 is "none".
 __device__ __forceinline__ unsigned long long SpanKey(float a, int s) {
@@ -279,34 +307,39 @@ __global__ void __launch_bounds__(kZoomThreads)
   };
 
   // 1. Candidate spans (SelectSpans): the walk ends once the budget left is below the shortest
-  // eligible span, since then nothing else fits. Each thread keeps the largest key of its own
-  // spans below the last one taken, and only the thread whose key was taken looks again (keys
-  // are distinct), so a step of the walk is one block-wide maximum.
-  auto largest_below = [&](unsigned long long below) {
-    unsigned long long best = 0;
-    for (int s = tid; s < ns; s += kZoomThreads) {
-      if (!eligible(s)) continue;
-      const unsigned long long k = SpanKey(al[s], s);
-      if (k < below && k > best) best = k;
-    }
-    return best;
-  };
-  unsigned long long short_key = 0, mine = 0;
+  // eligible span, since then nothing else fits. Each thread keeps the kZoomTop largest keys of
+  // its own spans below the last one taken, and only the thread whose key was taken moves on to
+  // its next (keys are distinct), looking through its spans again only once it has taken all
+  // kZoomTop; so a step of the walk is one block-wide maximum.
+  TopKeys mine;
+  mine.Clear();
+  unsigned long long short_key = 0;
   for (int s = tid; s < ns; s += kZoomThreads) {
     if (!eligible(s)) continue;
     const unsigned long long k = 0xffffffffull - static_cast<unsigned>(rem[s]);
     if (k > short_key) short_key = k;
-    const unsigned long long key = SpanKey(al[s], s);
-    if (key > mine) mine = key;
+    mine.Offer(SpanKey(al[s], s));
   }
+  mine.more = mine.key[kZoomTop - 1] != 0;
   short_key = BlockMaxU64(short_key, red_s);
   const long long shortest =
       short_key == 0 ? -1 : static_cast<long long>(0xffffffffull - short_key);
   int nc = 0, used = 0;
   while (shortest >= 0 && cb - used >= shortest && nc < pad) {
-    const unsigned long long best = BlockMaxU64(mine, red_s);
+    const unsigned long long best = BlockMaxU64(mine.key[0], red_s);
     if (best == 0) break;
-    if (mine == best) mine = largest_below(best);
+    if (mine.key[0] == best) {
+      mine.Pop();
+      if (mine.key[0] == 0 && mine.more) {  // look again, below the key just taken
+        mine.Clear();
+        for (int s2 = tid; s2 < ns; s2 += kZoomThreads) {
+          if (!eligible(s2)) continue;
+          const unsigned long long k = SpanKey(al[s2], s2);
+          if (k < best) mine.Offer(k);
+        }
+        mine.more = mine.key[kZoomTop - 1] != 0;
+      }
+    }
     const int s = static_cast<int>(0xffffffffull - (best & 0xffffffffull));
     if (used + rem[s] <= cb) {
       used += rem[s];

@@ -147,9 +147,12 @@ constexpr int kZoomExpansionStride = 3;            // segments per KV head in th
 constexpr int64_t kZoomStats0[4] = {3, 5, 7, 11};  // stats before the call (added to)
 
 // What a case made the zoom-in do, over both KV heads (from the twins): the most candidate
-// spans, scored tokens and kept rows of a head, and the highest key rank among the candidates.
+// spans, scored tokens and kept rows of a head, the most candidates of a head that one of
+// SekvZoom's 256 threads walks (spans equal mod 256), and the highest key rank among the
+// candidates.
 struct ZoomReach {
   int candidates = 0;
+  int one_thread = 0;
   long scored = 0;
   int rows = 0;
   int rank = 0;
@@ -188,7 +191,11 @@ ZoomReach CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
       return c.with_pins && at >= 0 ? layer.pins.data() + at : nullptr;
     };
     reach.candidates = std::max(reach.candidates, static_cast<int>(candidates.size()));
-    for (int s : candidates) reach.rank = std::max(reach.rank, st.key_basis(s, g).rank);
+    std::vector<int> per_thread(256, 0);
+    for (int s : candidates) {
+      reach.rank = std::max(reach.rank, st.key_basis(s, g).rank);
+      reach.one_thread = std::max(reach.one_thread, ++per_thread[s % 256]);
+    }
     std::vector<sekv::TokenRef>& rows = want_rows[g];
     long scored = 0;
     if (c.by_token) {
@@ -401,7 +408,8 @@ TEST_CASE("CUDA SekvZoom matches SelectSpans, ScoreSpanTokens, KeepHeaviest and 
 // of rank up to 64 at head_dim 128 fill that space with one basis (64 x 128) and leave the
 // rest to be read in place; the scores' and the rebuild's copies then take some arrays and
 // not others. Many short spans give more candidates and tokens than a block has threads, so
-// the block-wide scans and lists run over several rounds.
+// the block-wide scans and lists run over several rounds, and one thread's spans lead the
+// walk, so that it takes more than the 4 keys it holds.
 TEST_CASE("CUDA SekvZoom with bases past its shared staging and more candidates than threads",
           "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();
@@ -424,23 +432,32 @@ TEST_CASE("CUDA SekvZoom with bases past its shared staging and more candidates 
   }
 
   ZoomShape many;
-  many.spans = 700;
+  many.spans = 1800;
   many.max_length = 3;
   many.r_max = 2;
   many.head_dim = 8;
-  const ZoomLayer many_layer = MakeZoomLayer(3000, many);
+  ZoomLayer many_layer = MakeZoomLayer(3000, many);
+  // The spans of one thread (0, 256, ..., 1792) first in the walk: it holds its 4 largest keys,
+  // so taking more than 4 makes it look through its spans again.
+  for (size_t gs = 0; gs < many_layer.alpha.size(); ++gs) {
+    const int s = static_cast<int>(gs % many.spans);
+    float& a = many_layer.alpha[gs];
+    a = s % 256 == 0 ? 0.95f + 0.001f * static_cast<float>(s / 256) : 0.9f * a;
+  }
   const ZoomCase many_cases[] = {
       {"many spans: kToken, 40 of 900 candidate tokens", true, 40, 22.5f, KvType::kF32, 0.05f,
        0.05f, true, true, true},
-      {"many spans: kSpan, 700 tokens", false, 700, 1.0f, KvType::kF32, 0.05f, 0.05f, false, false,
-       true},
+      {"many spans: kSpan, 1000 tokens", false, 1000, 1.0f, KvType::kF32, 0.05f, 0.05f, false,
+       false, true},
   };
   const ZoomReach by_token = CheckSekvZoom(many_layer, many_cases[0]);
   CHECK(by_token.candidates > 256);  // the block's 256 threads: several rounds of each scan
+  CHECK(by_token.one_thread > 4);
   CHECK(by_token.scored > 256);
   const ZoomReach by_span = CheckSekvZoom(many_layer, many_cases[1]);
   CHECK(by_span.candidates > 256);
   CHECK(by_span.rows > 256);
+  CHECK(by_span.one_thread > 4);
 }
 
 TEST_CASE("CUDA SekvZoom refuses a candidate budget over kMaxZoomCandidates or a short workspace",
