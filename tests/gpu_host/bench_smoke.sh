@@ -74,7 +74,7 @@ done
 # (--quick has no 4K prefill, so no prefill_4k_vs_gemm_peak line.)
 for key in decode_b1_vs_copy= scd_rebuild_speedup= sekv_vs_full= sekv_whole_step_vs_full= \
   sekv_model_vs_full= batched_vs_one_by_one= mixed_vs_two_steps= small_batch_vs_cublas= \
-  mma_vs_wmma= vectorized_vs_generic= zoom_pinned_vs_device=; do
+  mma_vs_wmma= vectorized_vs_generic= zoom_pinned_vs_device= zoom_bus_vs_copy=; do
   grep -q "$key" "$out/bench.log" || { echo "bench_smoke: no '$key' line" >&2; exit 1; }
 done
 echo "bench_smoke: scd-gpu-bench --quick finished every part"

@@ -294,12 +294,42 @@ absl::StatusOr<nlohmann::json> MeasureSekvZoom(bool quick, int context) {
   };
   SCD_ASSIGN_OR_RETURN(const float device_ms, time(table_dev));
   SCD_ASSIGN_OR_RETURN(const float pinned_ms, time(table_pinned));
+  // The bases one call reads, from its counts (each call is the same zoom-in): per KV head,
+  // every candidate's key basis for the scores (its tokens all scored: no pins here), then
+  // both bases of every span with a kept row.
+  const std::vector<int64_t> zeros(4 * kv_heads, 0);
+  SCD_RETURN_IF_ERROR(
+      cuda::CopyToDeviceSync(stats.data(), zeros.data(), sizeof(int64_t) * 4 * kv_heads));
+  SCD_RETURN_IF_ERROR(time(table_pinned).status());
+  std::vector<int64_t> counts(4 * kv_heads);
+  SCD_RETURN_IF_ERROR(
+      cuda::CopyToHostSync(counts.data(), stats.data(), sizeof(int64_t) * counts.size()));
+  const double basis_bytes = sizeof(float) * (double{span} * rank + double{rank} * hd);
+  double bus_bytes = 0;
+  for (int g = 0; g < kv_heads; ++g) {
+    const double calls = static_cast<double>(counts[4 * g]);  // one routing round a call
+    if (calls <= 0) return absl::InternalError("SekvZoom benchmark: no zoom-in counted");
+    const double candidates = static_cast<double>(counts[4 * g + 3]) / span / calls;
+    const double expanded = static_cast<double>(counts[4 * g + 1]) / calls;
+    bus_bytes += (candidates + 2 * expanded) * basis_bytes;
+  }
+  // The bus's own rate in the same run: the whole pinned pool copied to the device.
+  const size_t pool_bytes = sizeof(float) * pool_floats;
+  SCD_ASSIGN_OR_RETURN(const float copy_ms, BestMsPerCall(rig, quick ? 1 : 4, [&](int) {
+                         return cuda::CopyToDevice(pool_dev.data(), pool_pinned.data(), pool_bytes,
+                                                   h);
+                       }));
+  const double zoom_gbps = bus_bytes / (pinned_ms * 1e-3) / 1e9;
+  const double copy_gbps = static_cast<double>(pool_bytes) / (copy_ms * 1e-3) / 1e9;
   std::printf(
       "  %d spans a KV head, %d KV heads, %d of %d candidate rows kept: bases on the device "
       "%8.1f us a layer (%.2f ms for %d layers); pinned %8.1f us (%.2f ms); "
-      "zoom_pinned_vs_device=%.2f\n",
+      "zoom_pinned_vs_device=%.2f\n"
+      "  bases read over the bus: %.0f KB a layer, %.2f GB/s; pinned copy to the device "
+      "%.2f GB/s; zoom_bus_vs_copy=%.3f\n",
       ns, kv_heads, zoom.budget, zoom.candidate_budget, device_ms * 1e3, device_ms * layers, layers,
-      pinned_ms * 1e3, pinned_ms * layers, pinned_ms / device_ms);
+      pinned_ms * 1e3, pinned_ms * layers, pinned_ms / device_ms, bus_bytes / 1e3, zoom_gbps,
+      copy_gbps, zoom_gbps / copy_gbps);
   return nlohmann::json{{"context", context},
                         {"spans_per_kv_head", ns},
                         {"kv_heads", kv_heads},
@@ -308,7 +338,11 @@ absl::StatusOr<nlohmann::json> MeasureSekvZoom(bool quick, int context) {
                         {"device_us", device_ms * 1e3},
                         {"pinned_us", pinned_ms * 1e3},
                         {"layers", layers},
-                        {"pinned_vs_device", pinned_ms / device_ms}};
+                        {"pinned_vs_device", pinned_ms / device_ms},
+                        {"bus_bytes", bus_bytes},
+                        {"bus_gbps", zoom_gbps},
+                        {"pinned_copy_gbps", copy_gbps},
+                        {"bus_vs_copy", zoom_gbps / copy_gbps}};
 }
 
 std::string KernelMarkdown(const nlohmann::json& r) {
@@ -347,12 +381,15 @@ std::string KernelMarkdown(const nlohmann::json& r) {
     md << absl::StrFormat(
         "SEKV zoom-in alone (`SekvZoom`, one layer, %d spans a KV head, %d KV heads, %d of %d "
         "candidate rows kept): %.1f us with the bases on the device, %.1f us pinned on the host "
-        "(%.2fx); %d layers: %.2f / %.2f ms a step.\n\n",
+        "(%.2fx); %d layers: %.2f / %.2f ms a step. Pinned, it reads %.0f KB of bases a layer "
+        "over the bus at %.2f GB/s, %.3f of a pinned copy's %.2f GB/s in the same run.\n\n",
         x["spans_per_kv_head"].get<int>(), x["kv_heads"].get<int>(), x["budget"].get<int>(),
         x["candidate_budget"].get<int>(), x["device_us"].get<double>(),
         x["pinned_us"].get<double>(), x["pinned_vs_device"].get<double>(), x["layers"].get<int>(),
         x["device_us"].get<double>() * x["layers"].get<int>() / 1e3,
-        x["pinned_us"].get<double>() * x["layers"].get<int>() / 1e3);
+        x["pinned_us"].get<double>() * x["layers"].get<int>() / 1e3,
+        x["bus_bytes"].get<double>() / 1e3, x["bus_gbps"].get<double>(),
+        x["bus_vs_copy"].get<double>(), x["pinned_copy_gbps"].get<double>());
   }
   if (r.contains("decode_attention")) {
     md << "Decode attention alone (one query per sequence, 32 query / 8 KV heads of 128; GB/s "
