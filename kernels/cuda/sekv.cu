@@ -313,6 +313,15 @@ __global__ void __launch_bounds__(kZoomThreads)
   // kZoomTop; so a step of the walk is one block-wide maximum.
   TopKeys mine;
   mine.Clear();
+  auto look_below = [&](unsigned long long below) {  // a look through the thread's spans again
+    mine.Clear();
+    for (int s = tid; s < ns; s += kZoomThreads) {
+      if (!eligible(s)) continue;
+      const unsigned long long k = SpanKey(al[s], s);
+      if (k < below) mine.Offer(k);
+    }
+    mine.more = mine.key[kZoomTop - 1] != 0;
+  };
   unsigned long long short_key = 0;
   for (int s = tid; s < ns; s += kZoomThreads) {
     if (!eligible(s)) continue;
@@ -330,15 +339,7 @@ __global__ void __launch_bounds__(kZoomThreads)
     if (best == 0) break;
     if (mine.key[0] == best) {
       mine.Pop();
-      if (mine.key[0] == 0 && mine.more) {  // look again, below the key just taken
-        mine.Clear();
-        for (int s2 = tid; s2 < ns; s2 += kZoomThreads) {
-          if (!eligible(s2)) continue;
-          const unsigned long long k = SpanKey(al[s2], s2);
-          if (k < best) mine.Offer(k);
-        }
-        mine.more = mine.key[kZoomTop - 1] != 0;
-      }
+      if (mine.key[0] == 0 && mine.more) look_below(best);
     }
     const int s = static_cast<int>(0xffffffffull - (best & 0xffffffffull));
     if (used + rem[s] <= cb) {

@@ -294,13 +294,9 @@ absl::StatusOr<nlohmann::json> MeasureSekvZoom(bool quick, int context) {
   };
   SCD_ASSIGN_OR_RETURN(const float device_ms, time(table_dev));
   SCD_ASSIGN_OR_RETURN(const float pinned_ms, time(table_pinned));
-  // The bases one call reads, from its counts (each call is the same zoom-in): per KV head,
-  // every candidate's key basis for the scores (its tokens all scored: no pins here), then
-  // both bases of every span with a kept row.
-  const std::vector<int64_t> zeros(4 * kv_heads, 0);
-  SCD_RETURN_IF_ERROR(
-      cuda::CopyToDeviceSync(stats.data(), zeros.data(), sizeof(int64_t) * 4 * kv_heads));
-  SCD_RETURN_IF_ERROR(time(table_pinned).status());
+  // The bases one call reads, from the counts every call above added (each call is the same
+  // zoom-in): per KV head, every candidate's key basis for the scores (its tokens all scored:
+  // no pins here), then both bases of every span with a kept row.
   std::vector<int64_t> counts(4 * kv_heads);
   SCD_RETURN_IF_ERROR(
       cuda::CopyToHostSync(counts.data(), stats.data(), sizeof(int64_t) * counts.size()));
