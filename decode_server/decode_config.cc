@@ -27,6 +27,13 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   config::ConfigReader graphs = r.Child("cuda_graphs");
   c.cuda_graphs = graphs.Bool("enabled", true);
   c.cuda_graph_max_batch = static_cast<int>(graphs.Int("max_batch", 64, 1, 4096));
+  config::ConfigReader kernels = r.Child("cuda_kernels");
+  c.cuda_kernels.prefill_attention =
+      kernels.Enum("prefill_attention", "auto", kCudaPrefillAttentionNames);
+  c.cuda_kernels.decode_attention =
+      kernels.Enum("decode_attention", "auto", kCudaDecodeAttentionNames);
+  c.cuda_kernels.small_batch_max_rows = static_cast<int>(
+      kernels.Int("small_batch_max_rows", kCudaSmallBatchRowsLimit, 0, kCudaSmallBatchRowsLimit));
   c.instance_id = r.String("instance_id", "");
 
   config::ConfigReader grpc = r.Child("grpc");

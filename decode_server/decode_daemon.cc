@@ -139,6 +139,7 @@ absl::Status DecodeDaemon::Start() {
   BackendOptions backend_options;
   backend_options.cuda_graphs = c.cuda_graphs;
   backend_options.cuda_graph_max_batch = c.cuda_graph_max_batch;
+  backend_options.cuda_kernels = c.cuda_kernels;
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                        CreateBackend(kind, model, backend_options));
   const std::string device = backend->device_description();

@@ -26,6 +26,7 @@
 #include "common/rpc/control_plane_client.h"
 #include "common/rpc/credentials.h"
 #include "common/rpc/grpc_server.h"
+#include "common/runtime/backend.h"
 #include "common/scd/artifact.h"
 #include "common/serving/decode_engine.h"
 #include "common/tokenizer/tokenizer.h"
@@ -47,6 +48,7 @@ struct DecodeDaemonConfig {
   bool gpu_rebuild = true;  // cuda backend: scd payloads rebuilt on the GPU (gpu_rebuild.h)
   bool cuda_graphs = true;  // cuda backend: decode steps replayed as CUDA graphs
   int cuda_graph_max_batch = 64;  // ... for batches up to this size
+  CudaKernelOptions cuda_kernels;  // cuda backend: the kernels where it has a choice
   std::string instance_id;    // empty: "<model>-<pid>-<random>"
 
   // gRPC Decode service.

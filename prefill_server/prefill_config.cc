@@ -19,6 +19,13 @@ absl::StatusOr<PrefillDaemonConfig> PrefillConfigFromJson(const nlohmann::json& 
   c.base_model_path = path(r, "base_model");
   if (c.base_model_path.empty()) r.AddError("base_model", "is required (the base model's HF checkpoint directory)");
   c.backend = r.Enum("backend", "cpu", std::array<std::string_view, 2>{"cpu", "cuda"});
+  config::ConfigReader kernels = r.Child("cuda_kernels");
+  c.cuda_kernels.prefill_attention =
+      kernels.Enum("prefill_attention", "auto", kCudaPrefillAttentionNames);
+  c.cuda_kernels.decode_attention =
+      kernels.Enum("decode_attention", "auto", kCudaDecodeAttentionNames);
+  c.cuda_kernels.small_batch_max_rows = static_cast<int>(
+      kernels.Int("small_batch_max_rows", kCudaSmallBatchRowsLimit, 0, kCudaSmallBatchRowsLimit));
 
   config::ConfigReader http = r.Child("http");
   c.http_host = http.String("host", c.http_host);

@@ -34,7 +34,9 @@ absl::Status PrefillDaemon::Start() {
   SCD_ASSIGN_OR_RETURN(base_, LoadModel(c.base_model_path));
   SCD_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(c.base_model_path + "/tokenizer.json"));
   SCD_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(c.backend));
-  SCD_ASSIGN_OR_RETURN(producer_, CreateBackend(kind, base_));
+  BackendOptions backend_options;
+  backend_options.cuda_kernels = c.cuda_kernels;
+  SCD_ASSIGN_OR_RETURN(producer_, CreateBackend(kind, base_, backend_options));
   const std::string device = producer_->device_description();
   for (const SpecialistConfig& sc : c.specialists) {
     if (specialists_.count(sc.name)) {

@@ -41,6 +41,7 @@ namespace scd {
 struct PrefillDaemonConfig {
   std::string base_model_path;
   std::string backend = "cpu";
+  CudaKernelOptions cuda_kernels;  // cuda backend: the kernels where it has a choice
 
   std::string http_host = "127.0.0.1";
   int http_port = 8000;  // 0: any free port

@@ -12,8 +12,8 @@
 #   4. runs scd-gpu-bench (cuBLAS GEMM peak, copy bandwidth, kernels alone against their
 #      alternatives: small-batch Linear vs cuBLAS, the two prefill and the two decode attention
 #      kernels, the SEKV zoom-in with its bases on the device and pinned; prefill TFLOP/s at
-#      1K/4K/16K,
-#      decode tok/s at batch 1/32, SCD rebuild vs prefill at 4K, SEKV vs full-KV decode step at
+#      1K/4K/16K with each tensor-core attention kernel, decode tok/s at batch 1/32 (at batch 1
+#      also with cuBLAS projections), SCD rebuild vs prefill at 4K, SEKV vs full-KV decode step at
 #      32K/128K, on Mistral-7B and Llama-3-8B shapes, random device weights),
 #   5. runs compute-sanitizer memcheck and racecheck over the kernel-level parity tests,
 # and writes every log plus results.json / results.md / summary.txt into OUTDIR.
@@ -133,7 +133,7 @@ note "test_cuda exit code $TEST_RC"
 
 step "bench: $BENCH_BIN --out $OUT ${BENCH_ARGS:-} (log: bench.log)"
 # shellcheck disable=SC2086
-timeout 200 "$BENCH_BIN" --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+timeout 280 "$BENCH_BIN" --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
 BENCH_RC=$?
 grep -E "vs_gemm_peak=|vs_copy=|scd_rebuild_speedup=|_vs_full=|_vs_one_by_one=|_vs_two_steps=|small_batch_vs_cublas=|mma_vs_wmma=|vectorized_vs_generic=|zoom_pinned_vs_device=|zoom_bus_vs_copy=" \
   "$OUT/bench.log" \

@@ -9,6 +9,7 @@
 #ifndef SCD_COMMON_RUNTIME_BACKEND_H_
 #define SCD_COMMON_RUNTIME_BACKEND_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -218,12 +219,31 @@ void SampleHostRows(const float* logits, int vocab, absl::Span<const SampleDraw>
 // True when this build and this machine can run `kind`.
 bool BackendAvailable(BackendKind kind);
 
+// The CUDA backend's kernels where it has a choice, by name (kernels/cuda/synthetic_backend.h,
+// cuda::KernelChoices): entry i of each list is value i of cuda::AttentionImpl and
+// cuda::DecodeImpl. "auto" is the backend's own choice.
+inline constexpr std::array<std::string_view, 4> kCudaPrefillAttentionNames = {"auto", "generic",
+                                                                               "wmma", "mma"};
+inline constexpr std::array<std::string_view, 3> kCudaDecodeAttentionNames = {"auto", "generic",
+                                                                              "vectorized"};
+inline constexpr int kCudaSmallBatchRowsLimit = 8;  // cuda::kSmallBatchMaxRows
+
+struct CudaKernelOptions {
+  std::string prefill_attention = "auto";  // kCudaPrefillAttentionNames
+  // The decode step's attention, and the GPU SEKV path's (kCudaDecodeAttentionNames).
+  std::string decode_attention = "auto";
+  // Projections of at most this many rows (decode batches) as a weight stream (gemv.cu)
+  // instead of cuBLAS; 0: cuBLAS always. 0 to kCudaSmallBatchRowsLimit.
+  int small_batch_max_rows = kCudaSmallBatchRowsLimit;
+};
+
 // Settings only some backends read; the others ignore them.
 struct BackendOptions {
   // CUDA: decode steps of batches up to cuda_graph_max_batch recorded once per shape as CUDA
   // graphs and replayed (kernels/cuda/synthetic_backend.h, DecodeGraphOptions).
   bool cuda_graphs = true;
   int cuda_graph_max_batch = 64;
+  CudaKernelOptions cuda_kernels;
 };
 
 // Creates a backend of `kind` for `model`. kCuda fails with UNAVAILABLE when the build has no

@@ -307,6 +307,7 @@ class GpuSekv::Impl : public RowAttention {
   std::vector<uint8_t> append_pending_, unsettled_;
   StreamHandle last_stream_ = nullptr;
   CpuTierAccess cpu_tier_access_ = CpuTierAccess::kNone;  // set by Init
+  cuda::DecodeImpl decode_impl_ = cuda::DecodeImpl::kAuto;  // the backend's (Init)
 };
 
 absl::Status GpuSekv::Impl::UploadRows(DeviceBuffer* dst, const float* src, size_t elements,
@@ -331,6 +332,8 @@ absl::Status GpuSekv::Impl::Init() {
   budget_ = cache_.zooms(0) ? o.expand_budget : 0;
   pins_ = o.pin_tokens;
   route_dim_ = router.route_dim();
+  SCD_ASSIGN_OR_RETURN(const cuda::KernelChoices kernels, cuda::KernelChoicesOf(backend_));
+  decode_impl_ = kernels.decode_attention;  // the split attention the backend's decode runs
   const size_t gs = static_cast<size_t>(groups) * num_spans_;
   const StreamHandle s = nullptr;  // one-off uploads, waited for below
   layers_.resize(shape_.num_layers);
@@ -796,10 +799,10 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
 absl::Status GpuSekv::Impl::ResidentLse(int l, int t, int rows, const float* q, bool pins,
                                         StreamHandle s) {
   SCD_RETURN_IF_ERROR(UploadResident(l, t, rows, layers_[l].base_lc.as<float>(), nullptr, pins, s));
-  return cuda::SekvAttention(
-      q, DeviceTable(l, t), kResidentSegments, shape_.num_heads, shape_.num_kv_heads,
-      shape_.head_dim, ResidentRows(l, rows), cuda::DecodeImpl::kAuto, nullptr, lse_.as<float>(),
-      workspace_.as<float>(), static_cast<int64_t>(workspace_.size() / sizeof(float)), s);
+  return cuda::SekvAttention(q, DeviceTable(l, t), kResidentSegments, shape_.num_heads,
+                             shape_.num_kv_heads, shape_.head_dim, ResidentRows(l, rows),
+                             decode_impl_, nullptr, lse_.as<float>(), workspace_.as<float>(),
+                             static_cast<int64_t>(workspace_.size() / sizeof(float)), s);
 }
 
 absl::Status GpuSekv::Impl::Gate(int l, int rows, const float* q, StreamHandle s) {
@@ -818,7 +821,7 @@ absl::Status GpuSekv::Impl::ResidentSoftmax(int l, int rows, const float* q, flo
                                      /*pins=*/true, s));
   return cuda::SekvAttention(q, DeviceTable(l, 2), kResidentSegments, shape_.num_heads,
                              shape_.num_kv_heads, shape_.head_dim, ResidentRows(l, rows),
-                             cuda::DecodeImpl::kAuto, out, lse_.as<float>(), workspace_.as<float>(),
+                             decode_impl_, out, lse_.as<float>(), workspace_.as<float>(),
                              static_cast<int64_t>(workspace_.size() / sizeof(float)), s);
 }
 
@@ -826,7 +829,7 @@ absl::Status GpuSekv::Impl::MergeExpansion(int l, const float* q, float* out, St
   const int heads = shape_.num_heads, hd = shape_.head_dim;
   SCD_RETURN_IF_ERROR(cuda::SekvAttention(
       q, DeviceTable(l, 3), kResidentSegments, heads, shape_.num_kv_heads, hd, budget_,
-      cuda::DecodeImpl::kAuto, out_e_.as<float>(), lse_e_.as<float>(), workspace_.as<float>(),
+      decode_impl_, out_e_.as<float>(), lse_e_.as<float>(), workspace_.as<float>(),
       static_cast<int64_t>(workspace_.size() / sizeof(float)), s));
   return cuda::MergeAttention(out, lse_.as<float>(), out_e_.as<float>(), lse_e_.as<float>(), heads,
                               hd, out, s);

@@ -28,6 +28,7 @@
 #include "common/runtime/input_checks.h"
 #include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/split_plan.h"
 #include "kernels/cuda/synthetic_backend.h"
@@ -122,6 +123,28 @@ class CudaBackend : public Backend {
     graphs_broken_ = false;
     return absl::OkStatus();
   }
+
+  absl::Status SetKernelChoices(const cuda::KernelChoices& choices) {
+    const ModelConfig& c = model_->config;
+    if (!cuda::launch_checks::PrefillSupports(choices.prefill_attention, c.head_dim)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prefill attention '",
+          std::string(kCudaPrefillAttentionNames[static_cast<int>(choices.prefill_attention)]),
+          "' cannot run head_dim ", c.head_dim, " (the tensor-core kernels take 64 or 128)"));
+    }
+    if (choices.decode_attention == cuda::DecodeImpl::kVectorized &&
+        !cuda::launch_checks::VectorizedAttentionSupports(c.num_heads / c.num_kv_heads,
+                                                          c.head_dim)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "decode attention 'vectorized' cannot run a GQA group of ", c.num_heads / c.num_kv_heads,
+          " with head_dim ", c.head_dim, " (it takes groups 1, 2, 4, 8 and head_dim 8 * 2^i)"));
+    }
+    SCD_RETURN_IF_ERROR(gemm_->set_small_batch_max_rows(choices.small_batch_max_rows));
+    kernels_ = choices;
+    graphs_.clear();  // recorded with the old kernels
+    return absl::OkStatus();
+  }
+  const cuda::KernelChoices& kernel_choices() const { return kernels_; }
 
   DecodeGraphStats decode_graph_stats() const override {
     DecodeGraphStats stats = graph_stats_;
@@ -790,14 +813,14 @@ class CudaBackend : public Backend {
         if (attention.decode) {
           SCD_RETURN_IF_ERROR(cuda::DecodeAttention(
               qkv, qkv_dim, table, l, attention.lengths, plain, attention.max_length, c.num_heads,
-              c.num_kv_heads, c.head_dim, c.sliding_window, cuda::DecodeImpl::kAuto, att, qd,
+              c.num_kv_heads, c.head_dim, c.sliding_window, kernels_.decode_attention, att, qd,
               decode_ws_.as<float>(), static_cast<int64_t>(decode_ws_.size() / sizeof(float)), s));
         } else {
           const int64_t layer_offset = l * attention.layer_stride;
           SCD_RETURN_IF_ERROR(cuda::PrefillAttention(
               qkv, qkv_dim, attention.k0 + layer_offset, attention.v0 + layer_offset, att, qd, rows,
               attention.start, c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window,
-              cuda::AttentionImpl::kAuto, s));
+              kernels_.prefill_attention, s));
         }
       }
       if (plain < rows) {
@@ -865,6 +888,7 @@ class CudaBackend : public Backend {
     std::unique_ptr<cuda::Graph> graph;
     uint64_t last_use = 0;
   };
+  cuda::KernelChoices kernels_;
   cuda::DecodeGraphOptions graph_options_;
   std::vector<CachedGraph> graphs_;
   uint64_t graph_clock_ = 0;
@@ -883,6 +907,38 @@ absl::Status CheckConfig(const ModelConfig& c) {
         "; needs an even head_dim <= 256, grouped heads and group * head_dim <= 4096)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status NotCuda(const Backend& backend) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
+}
+
+// The kernel choices `options` names (BackendOptions; the names' order is the enums').
+static_assert(static_cast<int>(cuda::AttentionImpl::kTensorCoreMma) == 3 &&
+              static_cast<int>(cuda::DecodeImpl::kVectorized) == 2 &&
+              cuda::kSmallBatchMaxRows == kCudaSmallBatchRowsLimit);
+absl::StatusOr<cuda::KernelChoices> KernelChoicesFrom(const CudaKernelOptions& options) {
+  auto index = [](std::string_view what, absl::Span<const std::string_view> names,
+                  const std::string& name) -> absl::StatusOr<int> {
+    std::string expected;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == name) return static_cast<int>(i);
+      expected += (i == 0 ? "" : ", ") + std::string(names[i]);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown ", std::string(what), " '", name, "' (expected ", expected, ")"));
+  };
+  cuda::KernelChoices choices;
+  SCD_ASSIGN_OR_RETURN(
+      const int prefill,
+      index("prefill attention kernel", kCudaPrefillAttentionNames, options.prefill_attention));
+  SCD_ASSIGN_OR_RETURN(const int decode, index("decode attention kernel", kCudaDecodeAttentionNames,
+                                               options.decode_attention));
+  choices.prefill_attention = static_cast<cuda::AttentionImpl>(prefill);
+  choices.decode_attention = static_cast<cuda::DecodeImpl>(decode);
+  choices.small_batch_max_rows = options.small_batch_max_rows;
+  return choices;
 }
 
 }  // namespace
@@ -908,6 +964,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(std::shared_ptr<const
   graphs.enabled = options.cuda_graphs;
   graphs.max_batch = options.cuda_graph_max_batch;
   SCD_RETURN_IF_ERROR(cuda::SetDecodeGraphs(*backend, graphs));
+  SCD_ASSIGN_OR_RETURN(const cuda::KernelChoices kernels, KernelChoicesFrom(options.cuda_kernels));
+  SCD_RETURN_IF_ERROR(cuda::SetKernelChoices(*backend, kernels));
   return backend;
 }
 
@@ -930,38 +988,38 @@ bool IsCudaBackend(const Backend& backend) {
 
 absl::StatusOr<SequenceCache> CudaSequenceCache(Backend& backend, Sequence& seq) {
   auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
-  if (cuda_backend == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
-  }
+  if (cuda_backend == nullptr) return NotCuda(backend);
   return cuda_backend->CacheOf(seq);
 }
 
 absl::StatusOr<int> CudaBackendDevice(const Backend& backend) {
   const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
-  if (cuda_backend == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
-  }
+  if (cuda_backend == nullptr) return NotCuda(backend);
   return cuda_backend->device();
 }
 
 absl::Status CudaCommitPositions(Backend& backend, Sequence& seq, int tokens) {
   auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
-  if (cuda_backend == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
-  }
+  if (cuda_backend == nullptr) return NotCuda(backend);
   return cuda_backend->CommitPositions(seq, tokens);
 }
 
 absl::Status SetDecodeGraphs(Backend& backend, const DecodeGraphOptions& options) {
   auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
-  if (cuda_backend == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
-  }
+  if (cuda_backend == nullptr) return NotCuda(backend);
   return cuda_backend->SetDecodeGraphs(options);
+}
+
+absl::Status SetKernelChoices(Backend& backend, const KernelChoices& choices) {
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) return NotCuda(backend);
+  return cuda_backend->SetKernelChoices(choices);
+}
+
+absl::StatusOr<KernelChoices> KernelChoicesOf(const Backend& backend) {
+  const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) return NotCuda(backend);
+  return cuda_backend->kernel_choices();
 }
 
 size_t CudaDecodeBytesStreamed(const Backend& backend) {

@@ -43,7 +43,7 @@ CublasGemm::~CublasGemm() {
 absl::Status CublasGemm::Linear(const Bf16* x, const Bf16* w, float* y, int m, int n, int k,
                                 float beta) {
   if (m <= 0 || n <= 0) return absl::OkStatus();
-  if (LinearSmallBatchSupports(x, w, m, k))
+  if (m <= small_batch_max_rows_ && LinearSmallBatchSupports(x, w, m, k))
     return LinearSmallBatch(x, w, y, m, n, k, beta, stream_);
   return LinearCublas(x, w, y, m, n, k, beta);
 }

@@ -12,8 +12,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/ops.h"
 
 namespace scd::cuda {
 
@@ -27,9 +29,9 @@ class CublasGemm {
 
   // y[m, n] = x[m, k] · w[n, k]ᵀ + beta · y, all row-major and dense. beta = 1 fuses the
   // residual add (y is the residual stream). Twin: cpu::Linear (on BF16-rounded x and w).
-  // Decode-sized m (up to kSmallBatchMaxRows, ops.h) runs LinearSmallBatch, a weight stream on
-  // the same stream, instead of cuBLAS; LinearCublas always calls cuBLAS (the benchmark's
-  // comparison).
+  // Decode-sized m (up to small_batch_max_rows(), kSmallBatchMaxRows of ops.h unless set lower)
+  // runs LinearSmallBatch, a weight stream on the same stream, instead of cuBLAS; LinearCublas
+  // always calls cuBLAS (the benchmark's comparison).
   absl::Status Linear(const Bf16* x, const Bf16* w, float* y, int m, int n, int k,
                       float beta = 0.0f);
   absl::Status LinearCublas(const Bf16* x, const Bf16* w, float* y, int m, int n, int k,
@@ -41,6 +43,17 @@ class CublasGemm {
   absl::Status MatMulF32(const float* x, const float* w, float* y, int m, int n, int k,
                          float beta = 0.0f);
 
+  // The largest m Linear gives LinearSmallBatch, 0 to kSmallBatchMaxRows (0: cuBLAS always).
+  absl::Status set_small_batch_max_rows(int rows) {
+    if (rows < 0 || rows > kSmallBatchMaxRows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("small_batch_max_rows must be 0 to ", kSmallBatchMaxRows, ", got ", rows));
+    }
+    small_batch_max_rows_ = rows;
+    return absl::OkStatus();
+  }
+  int small_batch_max_rows() const { return small_batch_max_rows_; }
+
   StreamHandle stream() const { return stream_; }
   // Device bytes of the workspace it gave cuBLAS (kWorkspaceBytes; 0 over the stand-ins).
   size_t workspace_bytes() const { return workspace_.size(); }
@@ -51,6 +64,7 @@ class CublasGemm {
   void* handle_;  // cublasHandle_t
   StreamHandle stream_;
   DeviceBuffer workspace_;  // cublasSetWorkspace; freed after ~CublasGemm destroys the handle
+  int small_batch_max_rows_ = kSmallBatchMaxRows;
 };
 
 }  // namespace scd::cuda

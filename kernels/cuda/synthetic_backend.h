@@ -55,6 +55,29 @@ struct DecodeGraphOptions {
 // not CUDA or the options are out of range. Backend::decode_graph_stats() reports the use.
 absl::Status SetDecodeGraphs(Backend& backend, const DecodeGraphOptions& options);
 
+// The kernels a CUDA backend runs where it has a choice. The defaults are kAuto's; the
+// benchmark sets others to time them side by side in one run, and an operator can pin one
+// (BackendOptions' cuda_* kernel keys, by the names of kCudaPrefillAttentionNames and
+// kCudaDecodeAttentionNames, which follow these enums' order) until a device run has settled
+// kAuto's choice.
+struct KernelChoices {
+  AttentionImpl prefill_attention = AttentionImpl::kAuto;  // Prefill's attention
+  // The decode step's attention, and GpuSekv's split attention over the same backend.
+  DecodeImpl decode_attention = DecodeImpl::kAuto;
+  // Projections of m <= this many rows run LinearSmallBatch (gemv.cu) where it can; larger m,
+  // and every m when 0, run cuBLAS. At most kSmallBatchMaxRows.
+  int small_batch_max_rows = kSmallBatchMaxRows;
+};
+
+// Sets `backend`'s kernel choices and drops its cached decode graphs (they hold the old
+// kernels). Fails, changing nothing, when `backend` is not CUDA or a kernel asked for by name
+// cannot run its model's shape (the tensor-core prefill kernels need head_dim 64 or 128; the
+// vectorized decode kernel a GQA group of 1, 2, 4 or 8 and head_dim 8 * 2^i up to 256).
+absl::Status SetKernelChoices(Backend& backend, const KernelChoices& choices);
+
+// `backend`'s kernel choices; fails when it is not CUDA.
+absl::StatusOr<KernelChoices> KernelChoicesOf(const Backend& backend);
+
 // Bytes of device weights one decode step streams (for a backend made by either factory);
 // 0 when `backend` is not a CUDA backend.
 size_t CudaDecodeBytesStreamed(const Backend& backend);

@@ -29,6 +29,7 @@
 #include "common/model/weights.h"
 #include "common/runtime/generate.h"
 #include "common/runtime/sampler.h"
+#include "kernels/cuda/synthetic_backend.h"
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/test_support.h"
 
@@ -275,6 +276,132 @@ TEST_CASE("CUDA backend matches the CPU backend on synthetic models", "[cuda]") 
     }
     CHECK(gpu_seqs[0]->length() == cpu_seqs[0]->length());
   }
+}
+
+TEST_CASE("CUDA backend gives the CPU backend's logits with every kernel choice", "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  // Mistral's window (16) is shorter than the prompt, so every attention kernel masks too.
+  const ModelConfig config = testing::ParityConfig(Architecture::kMistral);
+  auto model = MakeSyntheticModel(config, 13, 0.1f);
+  auto cpu = Make(BackendKind::kCpu, model);
+  const std::vector<int32_t> ids = SomeTokens(40, config.vocab_size, 6);
+  PrefillOptions all;
+  all.all_logits = true;
+  auto cseq = NewSeq(*cpu, 64);
+  PrefillResult cr;
+  testing::RequireOk(cpu->Prefill(*cseq, ids, all, &cr));
+  std::vector<std::vector<float>> cpu_steps(3);
+  Sequence* cs = cseq.get();
+  for (int step = 0; step < 3; ++step) {
+    testing::RequireOk(cpu->Decode(absl::MakeConstSpan(&cs, 1), {7 + step}, &cpu_steps[step]));
+  }
+  // Every name of each list at least once, by BackendOptions as a daemon's config gives them.
+  struct Choice {
+    const char* prefill;
+    const char* decode;
+    int rows;
+    cuda::AttentionImpl want_prefill;
+    cuda::DecodeImpl want_decode;
+  };
+  for (const Choice& choice :
+       {Choice{"auto", "auto", 8, cuda::AttentionImpl::kAuto, cuda::DecodeImpl::kAuto},
+        Choice{"generic", "generic", 0, cuda::AttentionImpl::kGeneric, cuda::DecodeImpl::kGeneric},
+        Choice{"wmma", "vectorized", 1, cuda::AttentionImpl::kTensorCore,
+               cuda::DecodeImpl::kVectorized},
+        Choice{"mma", "generic", 0, cuda::AttentionImpl::kTensorCoreMma,
+               cuda::DecodeImpl::kGeneric}}) {
+    INFO("prefill " << choice.prefill << ", decode " << choice.decode << ", small batch rows "
+                    << choice.rows);
+    BackendOptions options;
+    options.cuda_kernels.prefill_attention = choice.prefill;
+    options.cuda_kernels.decode_attention = choice.decode;
+    options.cuda_kernels.small_batch_max_rows = choice.rows;
+    auto made = CreateBackend(BackendKind::kCuda, model, options);
+    INFO(made.status());
+    REQUIRE(made.ok());
+    Backend& gpu = **made;
+    const absl::StatusOr<cuda::KernelChoices> got = cuda::KernelChoicesOf(gpu);
+    REQUIRE(got.ok());
+    CHECK(got->prefill_attention == choice.want_prefill);
+    CHECK(got->decode_attention == choice.want_decode);
+    CHECK(got->small_batch_max_rows == choice.rows);
+    auto gseq = NewSeq(gpu, 64);
+    PrefillResult gr;
+    testing::RequireOk(gpu.Prefill(*gseq, ids, all, &gr));
+    CheckParity(gr.logits, cr.logits, "prefill logits");
+    Sequence* gs = gseq.get();
+    for (int step = 0; step < 3; ++step) {  // graphed steps, as the backend runs them
+      std::vector<float> logits;
+      testing::RequireOk(gpu.Decode(absl::MakeConstSpan(&gs, 1), {7 + step}, &logits));
+      CheckParity(logits, cpu_steps[step], "decode step " + std::to_string(step));
+    }
+    // New choices drop the graphs recorded with the old kernels.
+    CHECK(gpu.decode_graph_stats().cached > 0);
+    cuda::KernelChoices other = *got;
+    other.decode_attention = cuda::DecodeImpl::kAuto;
+    testing::RequireOk(cuda::SetKernelChoices(gpu, other));
+    CHECK(gpu.decode_graph_stats().cached == 0);
+  }
+}
+
+TEST_CASE("CUDA backend refuses kernel choices its model cannot run", "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  // Head_dim 48 takes neither tensor-core prefill kernel nor the vectorized decode kernel
+  // (head_dim 8 * 2^i); a GQA group of 3 is not the vectorized kernel's either.
+  ModelConfig config = testing::ParityConfig(Architecture::kLlama);
+  config.num_heads = 6;
+  config.head_dim = 48;
+  auto model = MakeSyntheticModel(config, 5, 0.1f);
+  auto refused = [&](CudaKernelOptions kernels, const std::string& why) {
+    BackendOptions options;
+    options.cuda_kernels = kernels;
+    auto made = CreateBackend(BackendKind::kCuda, model, options);
+    INFO(made.status());
+    CHECK(made.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(made.status().message()).find(why) != std::string::npos);
+  };
+  CudaKernelOptions k;
+  k.prefill_attention = "mma";
+  refused(k, "prefill attention 'mma' cannot run head_dim 48");
+  k.prefill_attention = "wmma";
+  refused(k, "prefill attention 'wmma' cannot run head_dim 48");
+  k.prefill_attention = "flash";
+  refused(k, "unknown prefill attention kernel 'flash' (expected auto, generic, wmma, mma)");
+  k = {};
+  k.decode_attention = "vectorized";
+  refused(k, "decode attention 'vectorized' cannot run a GQA group of 3 with head_dim 48");
+  k.decode_attention = "paged";
+  refused(k, "unknown decode attention kernel 'paged' (expected auto, generic, vectorized)");
+  k = {};
+  k.small_batch_max_rows = cuda::kSmallBatchMaxRows + 1;
+  refused(k, "small_batch_max_rows must be 0 to 8, got 9");
+
+  // A refused change leaves the backend's choices as they were, and it still runs.
+  auto gpu = Make(BackendKind::kCuda, model);
+  cuda::KernelChoices generic;
+  generic.prefill_attention = cuda::AttentionImpl::kGeneric;
+  generic.small_batch_max_rows = 2;
+  testing::RequireOk(cuda::SetKernelChoices(*gpu, generic));
+  cuda::KernelChoices bad = generic;
+  bad.prefill_attention = cuda::AttentionImpl::kTensorCoreMma;
+  CHECK(cuda::SetKernelChoices(*gpu, bad).code() == absl::StatusCode::kInvalidArgument);
+  bad = generic;
+  bad.small_batch_max_rows = -1;
+  CHECK(cuda::SetKernelChoices(*gpu, bad).code() == absl::StatusCode::kInvalidArgument);
+  const absl::StatusOr<cuda::KernelChoices> kept = cuda::KernelChoicesOf(*gpu);
+  REQUIRE(kept.ok());
+  CHECK(kept->prefill_attention == cuda::AttentionImpl::kGeneric);
+  CHECK(kept->small_batch_max_rows == 2);
+  auto seq = NewSeq(*gpu, 32);
+  PrefillResult r;
+  testing::RequireOk(
+      gpu->Prefill(*seq, SomeTokens(20, config.vocab_size, 1), PrefillOptions{}, &r));
+  CHECK(r.logits.size() == static_cast<size_t>(config.vocab_size));
+
+  // Not a CUDA backend.
+  auto cpu = Make(BackendKind::kCpu, model);
+  CHECK(cuda::SetKernelChoices(*cpu, generic).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(cuda::KernelChoicesOf(*cpu).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("CUDA decode with the KV cache equals a full CUDA prefill", "[cuda]") {

@@ -7,6 +7,7 @@
 
 #include "common/http/http_server.h"
 #include "decode_server/decode_config.h"
+#include "prefill_server/prefill_config.h"
 #include "tests/deploy/deploy_model.h"
 
 namespace scd::testing {
@@ -187,6 +188,53 @@ TEST_CASE("decode config: cuda_graphs is on by default, with a batch limit", "[c
   absl::StatusOr<DecodeDaemonConfig> typo = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(!typo.ok());
   CHECK(typo.status().message().find("enable") != std::string_view::npos);
+}
+
+TEST_CASE("decode and prefill configs: cuda_kernels names the kernels, auto by default", "[cpu]") {
+  // The same keys in both daemons' configs, into BackendOptions::cuda_kernels.
+  auto read = [](bool decode, const nlohmann::json& kernels) -> absl::StatusOr<CudaKernelOptions> {
+    nlohmann::json json =
+        decode ? MinimalDecodeConfig()
+               : nlohmann::json{{"base_model", "/srv/scd/base"},
+                                {"specialists", {{{"name", "m"}, {"artifact", "/srv/scd/m.scd"}}}}};
+    json["backend"] = "cuda";
+    if (!kernels.is_null()) json["cuda_kernels"] = kernels;
+    if (decode) {
+      absl::StatusOr<DecodeDaemonConfig> c = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
+      if (!c.ok()) return c.status();
+      return c->cuda_kernels;
+    }
+    absl::StatusOr<PrefillDaemonConfig> c = PrefillConfigFromJson(json, "/etc/scd/prefill.yaml");
+    if (!c.ok()) return c.status();
+    return c->cuda_kernels;
+  };
+  for (const bool decode : {true, false}) {
+    INFO((decode ? "decode" : "prefill") << " config");
+    absl::StatusOr<CudaKernelOptions> defaults = read(decode, nullptr);
+    INFO(defaults.status());
+    REQUIRE(defaults.ok());
+    CHECK(defaults->prefill_attention == "auto");
+    CHECK(defaults->decode_attention == "auto");
+    CHECK(defaults->small_batch_max_rows == kCudaSmallBatchRowsLimit);
+    absl::StatusOr<CudaKernelOptions> set = read(decode, {{"prefill_attention", "mma"},
+                                                          {"decode_attention", "generic"},
+                                                          {"small_batch_max_rows", 0}});
+    REQUIRE(set.ok());
+    CHECK(set->prefill_attention == "mma");
+    CHECK(set->decode_attention == "generic");
+    CHECK(set->small_batch_max_rows == 0);
+    for (const auto& [bad, key] :
+         {std::pair<nlohmann::json, std::string>{{{"prefill_attention", "flash"}},
+                                                 "prefill_attention"},
+          {{{"decode_attention", "paged"}}, "decode_attention"},
+          {{{"small_batch_max_rows", 9}}, "small_batch_max_rows"},
+          {{{"prefil_attention", "mma"}}, "prefil_attention"}}) {  // misspelt: an error
+      absl::StatusOr<CudaKernelOptions> refused = read(decode, bad);
+      INFO(bad.dump());
+      REQUIRE(!refused.ok());
+      CHECK(refused.status().message().find(key) != std::string_view::npos);
+    }
+  }
 }
 
 TEST_CASE(

@@ -14,9 +14,12 @@ mkdir -p "$out"
   echo "bench_smoke: scd-gpu-bench --quick failed" >&2
   exit 1
 }
-python3 - "$out/results.json" <<'PY'
+python3 - "$out/results.json" "$(basename "$bench")" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
+# Over the emulator the kernels are the real ones; over the stand-ins every kernel is its CPU
+# twin, so two kernels' results are identical there.
+real_kernels = sys.argv[2].endswith("-emu")
 assert r["gemm"]["peak_tflops"] > 0 and r["copy"]["gbps"] > 0, "ceilings"
 # Decode-sized projections at m = 1, 4, 8 (toy weights), and prefill attention alone.
 assert [x["m"] for x in r["small_batch"]] == [1, 4, 8], r["small_batch"]
@@ -35,6 +38,12 @@ assert z["device_us"] > 0 and z["pinned_us"] > 0 and z["pinned_vs_device"] > 0, 
 (m,) = r["models"]
 assert m["model"] == "tiny", m["model"]
 assert [p["tokens"] for p in m["prefill"]] == [64, 128], m["prefill"]
+for p in m["prefill"]:  # again with the mma.sync attention, its logits against kAuto's
+    x = p["mma"]
+    assert "error" not in x and x["ttft_ms"] > 0 and x["speedup"] > 0, p
+    assert 0 <= x["logits"]["relative_diff"] < 0.05 and x["logits"]["same_greedy_token"], p
+    # the mma.sync kernel rounds differently from WMMA: the choice reached the kernels
+    assert (x["logits"]["relative_diff"] > 0) == real_kernels, p
 assert [d["batch"] for d in m["decode"]] == [1, 2], m["decode"]
 for d in m["decode"]:  # graphed: one graph recorded in the warm-up, every timed step replayed
     g, e = d["modes"]["graphs"], d["modes"]["eager"]
@@ -44,6 +53,9 @@ for d in m["decode"]:  # graphed: one graph recorded in the warm-up, every timed
     assert g["graph_device_bytes"] == g["graph_nodes"] * 1024 == d["graph_device_bytes"], d
     assert e["graph_device_bytes"] == 0, d
     assert d["graph_speedup"] > 0 and d["eager_step_ms"] > 0, d
+    # batches up to 8 again with cuBLAS projections instead of the weight stream
+    c = d["modes"]["graphs_cublas"]
+    assert c["step_ms"] == d["cublas_step_ms"] > 0 and d["small_batch_speedup"] > 0, d
 assert "error" not in m["scd_rebuild"], m["scd_rebuild"]
 assert m["scd_rebuild"]["speedup"] > 0, m["scd_rebuild"]
 (s,) = m["sekv"]
@@ -74,7 +86,8 @@ done
 # (--quick has no 4K prefill, so no prefill_4k_vs_gemm_peak line.)
 for key in decode_b1_vs_copy= scd_rebuild_speedup= sekv_vs_full= sekv_whole_step_vs_full= \
   sekv_model_vs_full= batched_vs_one_by_one= mixed_vs_two_steps= small_batch_vs_cublas= \
-  mma_vs_wmma= vectorized_vs_generic= zoom_pinned_vs_device= zoom_bus_vs_copy=; do
+  mma_vs_wmma= vectorized_vs_generic= zoom_pinned_vs_device= zoom_bus_vs_copy= \
+  prefill_mma_vs_wmma=; do
   grep -q "$key" "$out/bench.log" || { echo "bench_smoke: no '$key' line" >&2; exit 1; }
 done
 echo "bench_smoke: scd-gpu-bench --quick finished every part"

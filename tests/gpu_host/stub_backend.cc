@@ -14,4 +14,6 @@ bool IsCudaBackend(const Backend&) { return true; }
 
 absl::StatusOr<int> CudaBackendDevice(const Backend&) { return 0; }
 
+absl::StatusOr<KernelChoices> KernelChoicesOf(const Backend&) { return KernelChoices{}; }
+
 }  // namespace scd::cuda

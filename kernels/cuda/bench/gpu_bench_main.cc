@@ -41,6 +41,7 @@
 // tool.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -313,8 +314,9 @@ std::vector<int32_t> Tokens(int count, int vocab, int salt) {
 }
 
 // Time to first token of a `tokens`-token prompt: one untimed run (it grows the workspaces),
-// then the timed one.
-double PrefillSeconds(Backend& backend, const ModelConfig& c, int tokens) {
+// then the timed one. Its last-position logits into *logits when given.
+double PrefillSeconds(Backend& backend, const ModelConfig& c, int tokens,
+                      std::vector<float>* logits = nullptr) {
   const std::vector<int32_t> ids = Tokens(tokens, c.vocab_size, tokens);
   double best = 1e30;
   for (int rep = 0; rep < 2; ++rep) {
@@ -325,8 +327,50 @@ double PrefillSeconds(Backend& backend, const ModelConfig& c, int tokens) {
     Check(backend.Prefill(**seq, ids, PrefillOptions{}, &r), "prefill");
     const double s = Seconds(t0, Clock::now());
     if (rep > 0) best = std::min(best, s);
+    if (logits != nullptr) *logits = std::move(r.logits);
   }
   return best;
+}
+
+// How far logits `b` are from `a`: the largest difference over the largest |a|, and whether
+// both pick the same greedy token.
+nlohmann::json CompareLogits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.empty() || a.size() != b.size()) return {{"error", "logits of different sizes"}};
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+  }
+  const bool same = std::max_element(a.begin(), a.end()) - a.begin() ==
+                    std::max_element(b.begin(), b.end()) - b.begin();
+  return {{"max_abs_diff", diff},
+          {"relative_diff", scale > 0 ? diff / scale : diff},
+          {"same_greedy_token", same}};
+}
+
+// The same prefill with the mma.sync attention kernel (kTensorCoreMma), which kAuto does not
+// take until a device run has shown its parity and speed: its TTFT against the kAuto run's
+// (`auto_seconds`) and its logits against `auto_logits`, so that one run says whether it
+// brings prefill to the target. Restores the backend's kernel choices.
+nlohmann::json PrefillWithMma(Backend& backend, const ModelConfig& c, int tokens,
+                              double auto_seconds, const std::vector<float>& auto_logits,
+                              double gemm_peak) {
+  const absl::StatusOr<cuda::KernelChoices> before = cuda::KernelChoicesOf(backend);
+  Check(before.status(), "kernel choices");
+  cuda::KernelChoices mma = *before;
+  mma.prefill_attention = cuda::AttentionImpl::kTensorCoreMma;
+  if (absl::Status s = cuda::SetKernelChoices(backend, mma); !s.ok()) {
+    return {{"error", std::string(s.message())}};
+  }
+  std::vector<float> logits;
+  const double seconds = PrefillSeconds(backend, c, tokens, &logits);
+  Check(cuda::SetKernelChoices(backend, *before), "kernel choices restored");
+  const double tflops = bench::PrefillFlops(c, 0, tokens, /*logits_rows=*/1) / seconds / 1e12;
+  return {{"ttft_ms", seconds * 1e3},
+          {"tflops", tflops},
+          {"vs_gemm_peak", tflops / gemm_peak},
+          {"speedup", auto_seconds / seconds},
+          {"logits", CompareLogits(auto_logits, logits)}};
 }
 
 // Prefill and decode on the synthetic backend. Also sets *scd_prefill_ms to the TTFT at
@@ -349,7 +393,8 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
   nlohmann::json prefill = nlohmann::json::array();
   *scd_prefill_ms = 0;
   for (int t : f.prefill) {
-    const double best = PrefillSeconds(backend, c, t);
+    std::vector<float> logits;
+    const double best = PrefillSeconds(backend, c, t, &logits);
     if (t == f.scd_tokens) *scd_prefill_ms = best * 1e3;
     const double flops = bench::PrefillFlops(c, 0, t, /*logits_rows=*/1);
     const double tflops = flops / best / 1e12;
@@ -357,11 +402,25 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
         "  prefill %6d tokens: TTFT %9.2f ms  %7.1f TFLOP/s  %.2f of GEMM peak "
         "(attention %.0f%% of FLOPs)\n",
         t, best * 1e3, tflops, tflops / gemm_peak, 100.0 * bench::AttentionFlops(c, 0, t) / flops);
+    const nlohmann::json mma = PrefillWithMma(backend, c, t, best, logits, gemm_peak);
+    if (mma.contains("error")) {
+      std::printf("  prefill %6d tokens, mma.sync attention: %s\n", t,
+                  mma["error"].get<std::string>().c_str());
+    } else {
+      std::printf(
+          "  prefill %6d tokens, mma.sync attention: TTFT %9.2f ms  %7.1f TFLOP/s  %.2f of GEMM "
+          "peak (%.2fx; logits differ by %.2g of their largest, same greedy token: %s)\n",
+          t, mma["ttft_ms"].get<double>(), mma["tflops"].get<double>(),
+          mma["vs_gemm_peak"].get<double>(), mma["speedup"].get<double>(),
+          mma["logits"].value("relative_diff", -1.0),
+          mma["logits"].value("same_greedy_token", false) ? "yes" : "no");
+    }
     prefill.push_back({{"tokens", t},
                        {"ttft_ms", best * 1e3},
                        {"tflops", tflops},
                        {"vs_gemm_peak", tflops / gemm_peak},
-                       {"flops", flops}});
+                       {"flops", flops},
+                       {"mma", mma}});
   }
   out["prefill"] = prefill;
   if (!f.skip_scd && *scd_prefill_ms == 0) {
@@ -373,13 +432,18 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
   // Decode: B sequences prefilled with `context` tokens, then `steps` timed batched steps,
   // kernel by kernel (graphs off) and then as CUDA graphs (the backend's default), on the
   // same sequences: the graphed figures are the backend's, the eager ones show what the
-  // graphs save. Each mode's two warm-up steps record its graph.
+  // graphs save. Each mode's two warm-up steps record its graph. Where the batch is small
+  // enough for the weight-stream projections (LinearSmallBatch), a third mode runs the graphed
+  // steps with cuBLAS projections instead, as the first device run did.
+  const absl::StatusOr<cuda::KernelChoices> kernels = cuda::KernelChoicesOf(backend);
+  Check(kernels.status(), "kernel choices");
   nlohmann::json decode = nlohmann::json::array();
   for (int b : f.batches) {
+    const bool cublas_mode = b <= kernels->small_batch_max_rows;
     std::vector<std::unique_ptr<Sequence>> seqs;
     std::vector<Sequence*> batch;
     for (int i = 0; i < b; ++i) {
-      auto seq = backend.NewSequence(f.context + 2 * (f.steps + 2) + 4);
+      auto seq = backend.NewSequence(f.context + 3 * (f.steps + 2) + 4);
       Check(seq.status(), "sequence");
       PrefillResult r;
       Check(backend.Prefill(**seq, Tokens(f.context, c.vocab_size, i), PrefillOptions{}, &r),
@@ -388,11 +452,17 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
       seqs.push_back(std::move(seq).value());
     }
     nlohmann::json modes = nlohmann::json::object();
-    for (const bool graphs : {false, true}) {
+    for (const char* mode : {"eager", "graphs", "graphs_cublas"}) {
+      const bool graphs = mode != std::string_view("eager");
+      const bool cublas = mode == std::string_view("graphs_cublas");
+      if (cublas && !cublas_mode) continue;
       cuda::DecodeGraphOptions options;
       options.enabled = graphs;
       options.max_batch = std::max(b, options.max_batch);
       Check(cuda::SetDecodeGraphs(backend, options), "decode graph options");
+      cuda::KernelChoices choices = *kernels;
+      if (cublas) choices.small_batch_max_rows = 0;
+      Check(cuda::SetKernelChoices(backend, choices), "kernel choices");
       // A serving step: greedy sampling on the device, only the B token ids come back (the
       // full [B][vocab] logits copy of Decode would be timed otherwise), each fed to the next.
       std::vector<int32_t> tokens(b, 1), next;
@@ -414,21 +484,24 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
           static_cast<double>(b) * avg_ctx * c.num_layers * 2.0 * c.kv_dim() * 2.0;
       const double gbps = (weight_bytes + kv_bytes) / step / 1e9;
       const DecodeGraphStats stats = backend.decode_graph_stats();
-      modes[graphs ? "graphs" : "eager"] = {{"step_ms", step * 1e3},
-                                            {"hbm_gbps", gbps},
-                                            {"kv_gb_per_step", kv_bytes / 1e9},
-                                            {"vs_copy", gbps / copy_gbps},
-                                            {"graph_captures", stats.captures - before.captures},
-                                            {"graph_replays", stats.replays - before.replays},
-                                            {"graph_nodes", stats.last_nodes},
-                                            {"graph_device_bytes", stats.device_bytes},
-                                            {"graph_failure", stats.last_failure}};
+      modes[mode] = {{"step_ms", step * 1e3},
+                     {"hbm_gbps", gbps},
+                     {"kv_gb_per_step", kv_bytes / 1e9},
+                     {"vs_copy", gbps / copy_gbps},
+                     {"graph_captures", stats.captures - before.captures},
+                     {"graph_replays", stats.replays - before.replays},
+                     {"graph_nodes", stats.last_nodes},
+                     {"graph_device_bytes", stats.device_bytes},
+                     {"graph_failure", stats.last_failure}};
       std::printf(
           "  decode batch %3d (context %d, %s): %8.3f ms/step  %9.1f tok/s  %6.0f GB/s  "
           "%.2f of copy bandwidth\n",
-          b, context, graphs ? "CUDA graphs" : "eager", step * 1e3, b / step, gbps,
-          gbps / copy_gbps);
-      if (graphs && stats.cached > 0) {
+          b, context,
+          cublas   ? "CUDA graphs, cuBLAS projections"
+          : graphs ? "CUDA graphs"
+                   : "eager",
+          step * 1e3, b / step, gbps, gbps / copy_gbps);
+      if (graphs && !cublas && stats.cached > 0) {
         std::printf(
             "  decode batch %3d: %d CUDA graph(s) cached, %zu nodes in the last, %.2f MiB "
             "of device memory\n",
@@ -439,20 +512,28 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
                     stats.last_failure.c_str());
       }
     }
+    Check(cuda::SetKernelChoices(backend, *kernels), "kernel choices restored");
     const nlohmann::json& g = modes["graphs"];
     const double step_ms = g["step_ms"].get<double>();
-    decode.push_back({{"batch", b},
-                      {"context", f.context},
-                      {"step_ms", step_ms},
-                      {"tokens_per_s", b / (step_ms / 1e3)},
-                      {"hbm_gbps", g["hbm_gbps"]},
-                      {"kv_gb_per_step", g["kv_gb_per_step"]},
-                      {"vs_copy", g["vs_copy"]},
-                      {"eager_step_ms", modes["eager"]["step_ms"]},
-                      {"eager_vs_copy", modes["eager"]["vs_copy"]},
-                      {"graph_speedup", modes["eager"]["step_ms"].get<double>() / step_ms},
-                      {"graph_device_bytes", g["graph_device_bytes"]},
-                      {"modes", modes}});
+    nlohmann::json row = {{"batch", b},
+                          {"context", f.context},
+                          {"step_ms", step_ms},
+                          {"tokens_per_s", b / (step_ms / 1e3)},
+                          {"hbm_gbps", g["hbm_gbps"]},
+                          {"kv_gb_per_step", g["kv_gb_per_step"]},
+                          {"vs_copy", g["vs_copy"]},
+                          {"eager_step_ms", modes["eager"]["step_ms"]},
+                          {"eager_vs_copy", modes["eager"]["vs_copy"]},
+                          {"graph_speedup", modes["eager"]["step_ms"].get<double>() / step_ms},
+                          {"graph_device_bytes", g["graph_device_bytes"]},
+                          {"modes", modes}};
+    if (cublas_mode) {
+      const nlohmann::json& x = modes["graphs_cublas"];
+      row["cublas_step_ms"] = x["step_ms"];
+      row["cublas_vs_copy"] = x["vs_copy"];
+      row["small_batch_speedup"] = x["step_ms"].get<double>() / step_ms;
+    }
+    decode.push_back(row);
   }
   out["decode"] = decode;
   return out;
@@ -467,28 +548,54 @@ std::string Markdown(const nlohmann::json& r) {
                         r["gemm"]["peak_tflops"].get<double>(), r["copy"]["gbps"].get<double>());
   if (r.contains("quick")) md << "**--quick: toy sizes, a check of the tool; not figures.**\n\n";
   md << cuda_bench::KernelMarkdown(r);
-  md << "| model | prefill tokens | TTFT (ms) | TFLOP/s | vs GEMM peak |\n|---|---|---|---|---|\n";
+  md << "Prefill with kAuto's attention kernel (WMMA), and again with the mma.sync kernel "
+        "(`kTensorCoreMma`, not yet kAuto's choice): its TTFT, and its last-position logits "
+        "against the WMMA run's (the largest difference over the largest logit; whether both "
+        "pick the same greedy token).\n\n"
+     << "| model | prefill tokens | TTFT (ms) | TFLOP/s | vs GEMM peak | mma.sync TTFT (ms) | "
+        "mma.sync vs GEMM peak | mma.sync speed-up | logits diff | same token |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& m : r["models"]) {
     for (const auto& p : m["prefill"]) {
-      md << absl::StrFormat("| %s | %d | %.1f | %.1f | %.2f |\n", m["model"].get<std::string>(),
+      md << absl::StrFormat("| %s | %d | %.1f | %.1f | %.2f | ", m["model"].get<std::string>(),
                             p["tokens"].get<int>(), p["ttft_ms"].get<double>(),
                             p["tflops"].get<double>(), p["vs_gemm_peak"].get<double>());
+      const nlohmann::json& x = p["mma"];
+      if (x.contains("error")) {
+        md << "error: " << x["error"].get<std::string>() << " | | | | |\n";
+      } else {
+        md << absl::StrFormat("%.1f | %.2f | %.2fx | %.2g | %s |\n", x["ttft_ms"].get<double>(),
+                              x["vs_gemm_peak"].get<double>(), x["speedup"].get<double>(),
+                              x["logits"].value("relative_diff", -1.0),
+                              x["logits"].value("same_greedy_token", false) ? "yes" : "no");
+      }
     }
   }
   md << "\nDecode steps as CUDA graphs (the backend's default); eager: the same steps launched "
-        "kernel by kernel. Graph MiB: the device memory the batch's cached graphs take.\n\n"
+        "kernel by kernel. Graph MiB: the device memory the batch's cached graphs take. "
+        "cuBLAS: the graphed steps with cuBLAS projections instead of the weight stream "
+        "(`LinearSmallBatch`), for batches it takes; weight-stream speed-up: cuBLAS ms/step over "
+        "the default's.\n\n"
      << "| model | decode batch | context | ms/step | tok/s | HBM GB/s | vs copy | eager ms/step "
-        "| eager vs copy | graphs speedup | graph MiB |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "| eager vs copy | graphs speedup | graph MiB | cuBLAS ms/step | cuBLAS vs copy | "
+        "weight-stream speed-up |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& m : r["models"]) {
     for (const auto& d : m["decode"]) {
       md << absl::StrFormat(
-          "| %s | %d | %d | %.3f | %.1f | %.0f | %.2f | %.3f | %.2f | %.2fx | %.2f |\n",
+          "| %s | %d | %d | %.3f | %.1f | %.0f | %.2f | %.3f | %.2f | %.2fx | %.2f |",
           m["model"].get<std::string>(), d["batch"].get<int>(), d["context"].get<int>(),
           d["step_ms"].get<double>(), d["tokens_per_s"].get<double>(), d["hbm_gbps"].get<double>(),
           d["vs_copy"].get<double>(), d["eager_step_ms"].get<double>(),
           d["eager_vs_copy"].get<double>(), d["graph_speedup"].get<double>(),
           d["graph_device_bytes"].get<double>() / 1048576.0);
+      if (d.contains("cublas_step_ms")) {
+        md << absl::StrFormat(" %.3f | %.2f | %.2fx |\n", d["cublas_step_ms"].get<double>(),
+                              d["cublas_vs_copy"].get<double>(),
+                              d["small_batch_speedup"].get<double>());
+      } else {
+        md << " - | - | - |\n";
+      }
     }
   }
   bool scd = false, sekv = false, sekv_model = false, sekv_batch = false;
@@ -645,13 +752,43 @@ void PrintSummary(const nlohmann::json& r) {
     const char* name = m["model"].get_ref<const std::string&>().c_str();
     for (const auto& p : m["prefill"]) {
       if (p["tokens"] == 4096) {
-        std::printf("%s prefill_4k_vs_gemm_peak=%.3f\n", name, p["vs_gemm_peak"].get<double>());
+        std::printf("%s prefill_4k_vs_gemm_peak=%.3f (WMMA attention)\n", name,
+                    p["vs_gemm_peak"].get<double>());
+      }
+    }
+    // The mma.sync prefill at 4K, or at the longest prompt measured when there is no 4K.
+    const nlohmann::json* mma_row = nullptr;
+    for (const auto& p : m["prefill"]) {
+      const bool at_4k = mma_row != nullptr && (*mma_row)["tokens"] == 4096;
+      if (mma_row == nullptr || p["tokens"] == 4096 ||
+          (!at_4k && p["tokens"].get<int>() > (*mma_row)["tokens"].get<int>())) {
+        mma_row = &p;
+      }
+    }
+    if (mma_row != nullptr) {
+      const nlohmann::json& x = (*mma_row)["mma"];
+      const int tokens = (*mma_row)["tokens"].get<int>();
+      if (x.contains("error")) {
+        std::printf("%s prefill_mma_vs_wmma=error at %d tokens (%s)\n", name, tokens,
+                    x["error"].get<std::string>().c_str());
+      } else {
+        std::printf(
+            "%s prefill_mma_vs_wmma=%.2f at %d tokens (mma.sync attention: %.3f of GEMM peak; "
+            "logits differ by %.2g of their largest, same greedy token: %s)\n",
+            name, x["speedup"].get<double>(), tokens, x["vs_gemm_peak"].get<double>(),
+            x["logits"].value("relative_diff", -1.0),
+            x["logits"].value("same_greedy_token", false) ? "yes" : "no");
       }
     }
     for (const auto& d : m["decode"]) {
-      std::printf("%s decode_b%d_vs_copy=%.3f (eager %.3f; CUDA graphs %.2fx faster)\n", name,
+      std::printf("%s decode_b%d_vs_copy=%.3f (eager %.3f; CUDA graphs %.2fx faster", name,
                   d["batch"].get<int>(), d["vs_copy"].get<double>(),
                   d["eager_vs_copy"].get<double>(), d["graph_speedup"].get<double>());
+      if (d.contains("cublas_vs_copy")) {
+        std::printf("; cuBLAS projections %.3f, the weight stream %.2fx faster",
+                    d["cublas_vs_copy"].get<double>(), d["small_batch_speedup"].get<double>());
+      }
+      std::printf(")\n");
     }
     if (m.contains("scd_rebuild")) {
       const auto& x = m["scd_rebuild"];
