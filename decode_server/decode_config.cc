@@ -6,6 +6,7 @@
 
 #include "common/config/config_paths.h"
 #include "common/config/config_reader.h"
+#include "common/config/cuda_kernel_keys.h"
 
 namespace scd {
 
@@ -28,12 +29,7 @@ absl::StatusOr<DecodeDaemonConfig> DecodeConfigFromJson(const nlohmann::json& js
   c.cuda_graphs = graphs.Bool("enabled", true);
   c.cuda_graph_max_batch = static_cast<int>(graphs.Int("max_batch", 64, 1, 4096));
   config::ConfigReader kernels = r.Child("cuda_kernels");
-  c.cuda_kernels.prefill_attention =
-      kernels.Enum("prefill_attention", "auto", kCudaPrefillAttentionNames);
-  c.cuda_kernels.decode_attention =
-      kernels.Enum("decode_attention", "auto", kCudaDecodeAttentionNames);
-  c.cuda_kernels.small_batch_max_rows = static_cast<int>(
-      kernels.Int("small_batch_max_rows", kCudaSmallBatchRowsLimit, 0, kCudaSmallBatchRowsLimit));
+  c.cuda_kernels = config::ReadCudaKernelOptions(kernels);
   c.instance_id = r.String("instance_id", "");
 
   config::ConfigReader grpc = r.Child("grpc");

@@ -4,8 +4,9 @@
 #include <array>
 #include <string_view>
 
-#include "common/config/config_reader.h"
 #include "common/config/config_paths.h"
+#include "common/config/config_reader.h"
+#include "common/config/cuda_kernel_keys.h"
 
 namespace scd {
 
@@ -20,12 +21,7 @@ absl::StatusOr<PrefillDaemonConfig> PrefillConfigFromJson(const nlohmann::json& 
   if (c.base_model_path.empty()) r.AddError("base_model", "is required (the base model's HF checkpoint directory)");
   c.backend = r.Enum("backend", "cpu", std::array<std::string_view, 2>{"cpu", "cuda"});
   config::ConfigReader kernels = r.Child("cuda_kernels");
-  c.cuda_kernels.prefill_attention =
-      kernels.Enum("prefill_attention", "auto", kCudaPrefillAttentionNames);
-  c.cuda_kernels.decode_attention =
-      kernels.Enum("decode_attention", "auto", kCudaDecodeAttentionNames);
-  c.cuda_kernels.small_batch_max_rows = static_cast<int>(
-      kernels.Int("small_batch_max_rows", kCudaSmallBatchRowsLimit, 0, kCudaSmallBatchRowsLimit));
+  c.cuda_kernels = config::ReadCudaKernelOptions(kernels);
 
   config::ConfigReader http = r.Child("http");
   c.http_host = http.String("host", c.http_host);
