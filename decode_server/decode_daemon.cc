@@ -143,6 +143,7 @@ absl::Status DecodeDaemon::Start() {
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                        CreateBackend(kind, model, backend_options));
   const std::string device = backend->device_description();
+  const std::string kernels = backend->kernel_description();
   CodecOptions codec_options;
   codec_options.gpu_rebuild = c.gpu_rebuild;
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<ConsumerCodec> codec,
@@ -494,6 +495,7 @@ absl::Status DecodeDaemon::Start() {
                   {{"model", c.model_name},
                    {"backend", c.backend},
                    {"device", device},
+                   {"kernels", kernels},
                    {"instance_id", c.instance_id},
                    {"rpc_address", rpc_address_},
                    {"data_plane", data_plane_address_},

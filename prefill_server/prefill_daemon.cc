@@ -137,6 +137,7 @@ absl::Status PrefillDaemon::Start() {
   daemon::LogInfo("prefill_started", {{"base_model", c.base_model_path},
                                       {"backend", c.backend},
                                       {"device", device},
+                                      {"kernels", producer_->kernel_description()},
                                       {"http_port", http_->port()},
                                       {"grpc_address", grpc_.address},
                                       {"specialists", names}});

@@ -134,6 +134,10 @@ class Backend {
   // What it runs on, for logs: "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)", "host CPU (16
   // hardware threads)".
   virtual std::string device_description() const = 0;
+  // The kernels it runs where it has a choice, for logs ("prefill attention wmma (auto), decode
+  // attention vectorized (auto), projections of up to 8 rows as a weight stream, larger ones
+  // cuBLAS"); empty where it has none.
+  virtual std::string kernel_description() const { return ""; }
   virtual const Model& model() const = 0;
 
   // A new, empty sequence that holds up to `capacity` positions

@@ -20,6 +20,7 @@ class KvCaptureBackend : public Backend {
 
   std::string_view name() const override { return inner_.name(); }
   std::string device_description() const override { return inner_.device_description(); }
+  std::string kernel_description() const override { return inner_.kernel_description(); }
   const Model& model() const override { return inner_.model(); }
   absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(int capacity) override {
     return inner_.NewSequence(capacity);

@@ -146,6 +146,28 @@ class CudaBackend : public Backend {
   }
   const cuda::KernelChoices& kernel_choices() const { return kernels_; }
 
+  // kAuto resolved as the launchers resolve it for this model (the cache's K/V are 16-byte
+  // aligned, as the null pointers here are).
+  std::string kernel_description() const override {
+    const ModelConfig& c = model_->config;
+    const absl::StatusOr<bool> tensor_cores = cuda::launch_checks::PrefillTensorCores(
+        nullptr, nullptr, c.num_heads, c.num_kv_heads, c.head_dim, kernels_.prefill_attention);
+    const absl::StatusOr<bool> vectorized = cuda::launch_checks::TakesVectorized(
+        "DecodeAttention", c.num_heads, c.num_kv_heads, c.head_dim, kernels_.decode_attention);
+    const bool mma = kernels_.prefill_attention == cuda::AttentionImpl::kTensorCoreMma;
+    const char* prefill = tensor_cores.value_or(false) ? (mma ? "mma" : "wmma") : "generic";
+    const char* decode = vectorized.value_or(false) ? "vectorized" : "generic";
+    auto automatic = [](bool is_auto) { return is_auto ? " (auto)" : ""; };
+    const int rows = kernels_.small_batch_max_rows;
+    return absl::StrCat(
+        "prefill attention ", prefill,
+        automatic(kernels_.prefill_attention == cuda::AttentionImpl::kAuto), ", decode attention ",
+        decode, automatic(kernels_.decode_attention == cuda::DecodeImpl::kAuto), ", ",
+        rows == 0 ? std::string("projections cuBLAS")
+                  : absl::StrCat("projections of up to ", rows, rows == 1 ? " row" : " rows",
+                                 " as a weight stream, larger ones cuBLAS"));
+  }
+
   DecodeGraphStats decode_graph_stats() const override {
     DecodeGraphStats stats = graph_stats_;
     stats.cached = static_cast<int>(graphs_.size());

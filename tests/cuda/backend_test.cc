@@ -302,14 +302,20 @@ TEST_CASE("CUDA backend gives the CPU backend's logits with every kernel choice"
     int rows;
     cuda::AttentionImpl want_prefill;
     cuda::DecodeImpl want_decode;
+    const char* description;  // Backend::kernel_description, kAuto resolved
   };
+  const std::string stream = " as a weight stream, larger ones cuBLAS";
   for (const Choice& choice :
-       {Choice{"auto", "auto", 8, cuda::AttentionImpl::kAuto, cuda::DecodeImpl::kAuto},
-        Choice{"generic", "generic", 0, cuda::AttentionImpl::kGeneric, cuda::DecodeImpl::kGeneric},
+       {Choice{"auto", "auto", 8, cuda::AttentionImpl::kAuto, cuda::DecodeImpl::kAuto,
+               "prefill attention wmma (auto), decode attention vectorized (auto), projections "
+               "of up to 8 rows"},
+        Choice{"generic", "generic", 0, cuda::AttentionImpl::kGeneric, cuda::DecodeImpl::kGeneric,
+               "prefill attention generic, decode attention generic, projections cuBLAS"},
         Choice{"wmma", "vectorized", 1, cuda::AttentionImpl::kTensorCore,
-               cuda::DecodeImpl::kVectorized},
-        Choice{"mma", "generic", 0, cuda::AttentionImpl::kTensorCoreMma,
-               cuda::DecodeImpl::kGeneric}}) {
+               cuda::DecodeImpl::kVectorized,
+               "prefill attention wmma, decode attention vectorized, projections of up to 1 row"},
+        Choice{"mma", "generic", 0, cuda::AttentionImpl::kTensorCoreMma, cuda::DecodeImpl::kGeneric,
+               "prefill attention mma, decode attention generic, projections cuBLAS"}}) {
     INFO("prefill " << choice.prefill << ", decode " << choice.decode << ", small batch rows "
                     << choice.rows);
     BackendOptions options;
@@ -325,6 +331,8 @@ TEST_CASE("CUDA backend gives the CPU backend's logits with every kernel choice"
     CHECK(got->prefill_attention == choice.want_prefill);
     CHECK(got->decode_attention == choice.want_decode);
     CHECK(got->small_batch_max_rows == choice.rows);
+    CHECK(gpu.kernel_description() ==
+          std::string(choice.description) + (choice.rows > 0 ? stream : ""));
     auto gseq = NewSeq(gpu, 64);
     PrefillResult gr;
     testing::RequireOk(gpu.Prefill(*gseq, ids, all, &gr));
@@ -378,6 +386,9 @@ TEST_CASE("CUDA backend refuses kernel choices its model cannot run", "[cuda]") 
 
   // A refused change leaves the backend's choices as they were, and it still runs.
   auto gpu = Make(BackendKind::kCuda, model);
+  CHECK(gpu->kernel_description() ==
+        "prefill attention generic (auto), decode attention generic (auto), projections of up "
+        "to 8 rows as a weight stream, larger ones cuBLAS");
   cuda::KernelChoices generic;
   generic.prefill_attention = cuda::AttentionImpl::kGeneric;
   generic.small_batch_max_rows = 2;

@@ -315,21 +315,28 @@ std::vector<int32_t> Tokens(int count, int vocab, int salt) {
 
 // Time to first token of a `tokens`-token prompt: one untimed run (it grows the workspaces),
 // then the timed one. Its last-position logits into *logits when given.
-double PrefillSeconds(Backend& backend, const ModelConfig& c, int tokens,
-                      std::vector<float>* logits = nullptr) {
+absl::StatusOr<double> TryPrefillSeconds(Backend& backend, const ModelConfig& c, int tokens,
+                                         std::vector<float>* logits = nullptr) {
   const std::vector<int32_t> ids = Tokens(tokens, c.vocab_size, tokens);
   double best = 1e30;
   for (int rep = 0; rep < 2; ++rep) {
     auto seq = backend.NewSequence(tokens);
-    Check(seq.status(), "sequence");
+    if (!seq.ok()) return seq.status();
     PrefillResult r;
     const auto t0 = Clock::now();
-    Check(backend.Prefill(**seq, ids, PrefillOptions{}, &r), "prefill");
+    if (absl::Status s = backend.Prefill(**seq, ids, PrefillOptions{}, &r); !s.ok()) return s;
     const double s = Seconds(t0, Clock::now());
     if (rep > 0) best = std::min(best, s);
     if (logits != nullptr) *logits = std::move(r.logits);
   }
   return best;
+}
+
+double PrefillSeconds(Backend& backend, const ModelConfig& c, int tokens,
+                      std::vector<float>* logits = nullptr) {
+  const absl::StatusOr<double> seconds = TryPrefillSeconds(backend, c, tokens, logits);
+  Check(seconds.status(), "prefill");
+  return *seconds;
 }
 
 // How far logits `b` are from `a`: the largest difference over the largest |a|, and whether
@@ -362,9 +369,12 @@ nlohmann::json PrefillWithMma(Backend& backend, const ModelConfig& c, int tokens
   if (absl::Status s = cuda::SetKernelChoices(backend, mma); !s.ok()) {
     return {{"error", std::string(s.message())}};
   }
+  // A kernel no device has run may fail: that is a figure too, and the run goes on.
   std::vector<float> logits;
-  const double seconds = PrefillSeconds(backend, c, tokens, &logits);
+  const absl::StatusOr<double> timed = TryPrefillSeconds(backend, c, tokens, &logits);
   Check(cuda::SetKernelChoices(backend, *before), "kernel choices restored");
+  if (!timed.ok()) return {{"error", "prefill: " + timed.status().ToString()}};
+  const double seconds = *timed;
   const double tflops = bench::PrefillFlops(c, 0, tokens, /*logits_rows=*/1) / seconds / 1e12;
   return {{"ttft_ms", seconds * 1e3},
           {"tflops", tflops},
@@ -388,7 +398,9 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
   Check(made.status(), "backend for " + name);
   Backend& backend = **made;
   const double weight_bytes = static_cast<double>(cuda::CudaDecodeBytesStreamed(backend));
-  nlohmann::json out = {{"model", name}, {"weight_gb", weight_bytes / 1e9}};
+  const std::string described = backend.kernel_description();
+  std::printf("[%s] kernels: %s\n", name.c_str(), described.c_str());
+  nlohmann::json out = {{"model", name}, {"weight_gb", weight_bytes / 1e9}, {"kernels", described}};
 
   nlohmann::json prefill = nlohmann::json::array();
   *scd_prefill_ms = 0;
@@ -546,6 +558,10 @@ std::string Markdown(const nlohmann::json& r) {
      << "Command: `" << r["command"].get<std::string>() << "`  \n"
      << absl::StrFormat("cuBLAS BF16 GEMM peak: %.1f TFLOP/s; device-to-device copy: %.0f GB/s\n\n",
                         r["gemm"]["peak_tflops"].get<double>(), r["copy"]["gbps"].get<double>());
+  for (const auto& m : r["models"]) {
+    md << "Kernels (" << m["model"].get<std::string>() << "): " << m.value("kernels", "") << "  \n";
+  }
+  md << "\n";
   if (r.contains("quick")) md << "**--quick: toy sizes, a check of the tool; not figures.**\n\n";
   md << cuda_bench::KernelMarkdown(r);
   md << "Prefill with kAuto's attention kernel (WMMA), and again with the mma.sync kernel "
