@@ -135,7 +135,7 @@ step "bench: $BENCH_BIN --out $OUT ${BENCH_ARGS:-} (log: bench.log)"
 # shellcheck disable=SC2086
 timeout 280 "$BENCH_BIN" --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
 BENCH_RC=$?
-grep -E "vs_gemm_peak=|vs_copy=|scd_rebuild_speedup=|_vs_full=|_vs_one_by_one=|_vs_two_steps=|small_batch_vs_cublas=|mma_vs_wmma=|vectorized_vs_generic=|zoom_pinned_vs_device=|zoom_bus_vs_copy=" \
+grep -E "\] kernels: |vs_gemm_peak=|vs_copy=|scd_rebuild_speedup=|_vs_full=|_vs_one_by_one=|_vs_two_steps=|small_batch_vs_cublas=|mma_vs_wmma=|vectorized_vs_generic=|zoom_pinned_vs_device=|zoom_bus_vs_copy=" \
   "$OUT/bench.log" \
   | tee -a "$SUMMARY"
 note "scd-gpu-bench exit code $BENCH_RC (results: results.json, results.md)"
