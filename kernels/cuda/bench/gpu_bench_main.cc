@@ -41,6 +41,7 @@
 // tool.
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -355,6 +356,13 @@ nlohmann::json CompareLogits(const std::vector<float>& a, const std::vector<floa
           {"same_greedy_token", same}};
 }
 
+// CompareLogits' result as the log and the summary say it.
+std::string LogitsAgreement(const nlohmann::json& logits) {
+  return absl::StrFormat("logits differ by %.2g of their largest, same greedy token: %s",
+                         logits.value("relative_diff", -1.0),
+                         logits.value("same_greedy_token", false) ? "yes" : "no");
+}
+
 // The same prefill with the mma.sync attention kernel (kTensorCoreMma), which kAuto does not
 // take until a device run has shown its parity and speed: its TTFT against the kAuto run's
 // (`auto_seconds`) and its logits against `auto_logits`, so that one run says whether it
@@ -421,11 +429,10 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
     } else {
       std::printf(
           "  prefill %6d tokens, mma.sync attention: TTFT %9.2f ms  %7.1f TFLOP/s  %.2f of GEMM "
-          "peak (%.2fx; logits differ by %.2g of their largest, same greedy token: %s)\n",
+          "peak (%.2fx; %s)\n",
           t, mma["ttft_ms"].get<double>(), mma["tflops"].get<double>(),
           mma["vs_gemm_peak"].get<double>(), mma["speedup"].get<double>(),
-          mma["logits"].value("relative_diff", -1.0),
-          mma["logits"].value("same_greedy_token", false) ? "yes" : "no");
+          LogitsAgreement(mma["logits"]).c_str());
     }
     prefill.push_back({{"tokens", t},
                        {"ttft_ms", best * 1e3},
@@ -472,9 +479,11 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
       options.enabled = graphs;
       options.max_batch = std::max(b, options.max_batch);
       Check(cuda::SetDecodeGraphs(backend, options), "decode graph options");
-      cuda::KernelChoices choices = *kernels;
-      if (cublas) choices.small_batch_max_rows = 0;
-      Check(cuda::SetKernelChoices(backend, choices), "kernel choices");
+      if (cublas) {
+        cuda::KernelChoices choices = *kernels;
+        choices.small_batch_max_rows = 0;
+        Check(cuda::SetKernelChoices(backend, choices), "kernel choices");
+      }
       // A serving step: greedy sampling on the device, only the B token ids come back (the
       // full [B][vocab] logits copy of Decode would be timed otherwise), each fed to the next.
       std::vector<int32_t> tokens(b, 1), next;
@@ -524,7 +533,7 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
                     stats.last_failure.c_str());
       }
     }
-    Check(cuda::SetKernelChoices(backend, *kernels), "kernel choices restored");
+    if (cublas_mode) Check(cuda::SetKernelChoices(backend, *kernels), "kernel choices restored");
     const nlohmann::json& g = modes["graphs"];
     const double step_ms = g["step_ms"].get<double>();
     nlohmann::json row = {{"batch", b},
@@ -773,15 +782,14 @@ void PrintSummary(const nlohmann::json& r) {
       }
     }
     // The mma.sync prefill at 4K, or at the longest prompt measured when there is no 4K.
-    const nlohmann::json* mma_row = nullptr;
-    for (const auto& p : m["prefill"]) {
-      const bool at_4k = mma_row != nullptr && (*mma_row)["tokens"] == 4096;
-      if (mma_row == nullptr || p["tokens"] == 4096 ||
-          (!at_4k && p["tokens"].get<int>() > (*mma_row)["tokens"].get<int>())) {
-        mma_row = &p;
-      }
-    }
-    if (mma_row != nullptr) {
+    const nlohmann::json& rows = m["prefill"];
+    auto rank = [](const nlohmann::json& p) {
+      const int tokens = p["tokens"].get<int>();
+      return tokens == 4096 ? INT_MAX : tokens;
+    };
+    const auto mma_row = std::max_element(
+        rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+    if (mma_row != rows.end()) {
       const nlohmann::json& x = (*mma_row)["mma"];
       const int tokens = (*mma_row)["tokens"].get<int>();
       if (x.contains("error")) {
@@ -789,11 +797,10 @@ void PrintSummary(const nlohmann::json& r) {
                     x["error"].get<std::string>().c_str());
       } else {
         std::printf(
-            "%s prefill_mma_vs_wmma=%.2f at %d tokens (mma.sync attention: %.3f of GEMM peak; "
-            "logits differ by %.2g of their largest, same greedy token: %s)\n",
+            "%s prefill_mma_vs_wmma=%.2f at %d tokens (mma.sync attention: %.3f of GEMM "
+            "peak; %s)\n",
             name, x["speedup"].get<double>(), tokens, x["vs_gemm_peak"].get<double>(),
-            x["logits"].value("relative_diff", -1.0),
-            x["logits"].value("same_greedy_token", false) ? "yes" : "no");
+            LogitsAgreement(x["logits"]).c_str());
       }
     }
     for (const auto& d : m["decode"]) {
