@@ -14,7 +14,8 @@
 #      kernels, the SEKV zoom-in with its bases on the device and pinned; prefill TFLOP/s at
 #      1K/4K/16K with each tensor-core attention kernel, decode tok/s at batch 1/32 (at batch 1
 #      also with cuBLAS projections), SCD rebuild vs prefill at 4K, SEKV vs full-KV decode step at
-#      32K/128K, on Mistral-7B and Llama-3-8B shapes, random device weights),
+#      32K/128K, on Mistral-7B and Llama-3-8B shapes, random device weights; and where the 4K
+#      prefill's and a batch-1 decode step's device time goes, operation class by class),
 #   5. runs compute-sanitizer memcheck and racecheck over the kernel-level parity tests,
 # and writes every log plus results.json / results.md / summary.txt into OUTDIR.
 # Environment: JOBS (default 16), SCD_GPU_BUILD_DIR (default <repo>/build-gpu), SCD_GPU_BUNDLE
@@ -135,7 +136,7 @@ step "bench: $BENCH_BIN --out $OUT ${BENCH_ARGS:-} (log: bench.log)"
 # shellcheck disable=SC2086
 timeout 280 "$BENCH_BIN" --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
 BENCH_RC=$?
-grep -E "\] kernels: |vs_gemm_peak=|vs_copy=|scd_rebuild_speedup=|_vs_full=|_vs_one_by_one=|_vs_two_steps=|small_batch_vs_cublas=|mma_vs_wmma=|vectorized_vs_generic=|zoom_pinned_vs_device=|zoom_bus_vs_copy=" \
+grep -E "\] kernels: |vs_gemm_peak=|vs_copy=|scd_rebuild_speedup=|_vs_full=|_vs_one_by_one=|_vs_two_steps=|small_batch_vs_cublas=|mma_vs_wmma=|vectorized_vs_generic=|zoom_pinned_vs_device=|zoom_bus_vs_copy=|_time_by_op=" \
   "$OUT/bench.log" \
   | tee -a "$SUMMARY"
 note "scd-gpu-bench exit code $BENCH_RC (results: results.json, results.md)"

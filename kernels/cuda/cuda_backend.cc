@@ -29,6 +29,7 @@
 #include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/launch_checks.h"
+#include "kernels/cuda/op_profile.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/split_plan.h"
 #include "kernels/cuda/synthetic_backend.h"
@@ -145,6 +146,7 @@ class CudaBackend : public Backend {
     return absl::OkStatus();
   }
   const cuda::KernelChoices& kernel_choices() const { return kernels_; }
+  cuda::OpClock& op_clock() { return clock_; }
 
   // kAuto resolved as the launchers resolve it for this model (the cache's K/V are 16-byte
   // aligned, as the null pointers here are).
@@ -331,12 +333,8 @@ class CudaBackend : public Backend {
                                 Dev<int32_t>(row_seq_at), table, attention, options.layer_states));
 
     const cuda::StreamHandle s = stream();
-    SCD_RETURN_IF_ERROR(cuda::RmsNorm(x_.as<float>() + static_cast<size_t>(first) * d,
-                                      weights_->final_norm(), nullptr, xn_bf16_.as<Bf16>(),
-                                      rows_out, d, c.rms_norm_eps, s));
     float* logits = logits_.as<float>();
-    SCD_RETURN_IF_ERROR(
-        gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(), logits, rows_out, vocab, d));
+    SCD_RETURN_IF_ERROR(Logits(x_.as<float>() + static_cast<size_t>(first) * d, rows_out, logits));
     const int32_t* ids_dev = Dev<int32_t>(ids_at);
     if (options.surprisal) {
       if (seq->has_last_logits_) {
@@ -503,7 +501,7 @@ class CudaBackend : public Backend {
       return absl::OkStatus();
     }
     SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
-    const int d = c.hidden_size, vocab = c.vocab_size;
+    const int vocab = c.vocab_size;
     StepMeta meta;
     const size_t ids_at = meta.Add(ids.data(), rows);
     const size_t pos_at = meta.Add(positions.data(), rows);
@@ -548,14 +546,11 @@ class CudaBackend : public Backend {
     auto forward = [&]() -> absl::Status {
       SCD_RETURN_IF_ERROR(Forward(rows, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at),
                                   Dev<int32_t>(row_seq_at), table, attention, false));
-      SCD_RETURN_IF_ERROR(cuda::RmsNorm(x_.as<float>(), weights_->final_norm(), nullptr,
-                                        xn_bf16_.as<Bf16>(), rows, d, c.rms_norm_eps, s));
-      SCD_RETURN_IF_ERROR(gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(),
-                                        logits_.as<float>(), rows, vocab, d));
+      SCD_RETURN_IF_ERROR(Logits(x_.as<float>(), rows, logits_.as<float>()));
       if (b == 0) return absl::OkStatus();
       return cuda::ScatterRows(logits_.as<float>(), vocab, Dev<float* const>(dst_at), b, vocab, s);
     };
-    if (e > 0) {
+    if (e > 0 || clock_.on()) {  // a profiled step runs eagerly, an op at a time
       if (b > 0) ++graph_stats_.eager_steps;
       SCD_RETURN_IF_ERROR(forward());
     } else {
@@ -804,72 +799,123 @@ class CudaBackend : public Backend {
     float* qkv = qkv_.as<float>();
     float* att = att_.as<float>();
     const float* inv_freq = inv_freq_.as<float>();
-    SCD_RETURN_IF_ERROR(cuda::Embed(weights_->embed(), ids, x, rows, d, s));
+    using cuda::OpClass;
+    SCD_RETURN_IF_ERROR(clock_.Begin(s));
+    SCD_RETURN_IF_ERROR(
+        clock_.Mark(OpClass::kEmbed, cuda::Embed(weights_->embed(), ids, x, rows, d, s), s));
     for (int l = 0; l < c.num_layers; ++l) {
       const cuda::DeviceLayer& w = weights_->layer(l);
       float* h_in = hooks ? xn_.as<float>() : nullptr;
-      SCD_RETURN_IF_ERROR(
-          cuda::RmsNorm(x, w.attn_norm.as<float>(), h_in, xn_bf16, rows, d, c.rms_norm_eps, s));
-      SCD_RETURN_IF_ERROR(gemm_->Linear(xn_bf16, w.w_qkv.as<Bf16>(), qkv, rows, qkv_dim, d));
+      SCD_RETURN_IF_ERROR(clock_.Mark(
+          OpClass::kNorm,
+          cuda::RmsNorm(x, w.attn_norm.as<float>(), h_in, xn_bf16, rows, d, c.rms_norm_eps, s), s));
+      SCD_RETURN_IF_ERROR(clock_.Mark(
+          OpClass::kQkv, gemm_->Linear(xn_bf16, w.w_qkv.as<Bf16>(), qkv, rows, qkv_dim, d), s));
       if (!w.b_qkv.empty()) {
-        SCD_RETURN_IF_ERROR(cuda::AddBias(qkv, w.b_qkv.as<float>(), rows, qkv_dim, qkv_dim, s));
+        SCD_RETURN_IF_ERROR(clock_.Mark(
+            OpClass::kQkv, cuda::AddBias(qkv, w.b_qkv.as<float>(), rows, qkv_dim, qkv_dim, s), s));
       }
       if (hooks) {
         // Layer l's hooks: [rows][d] H_in, then [rows][2 kv_dim] pre-RoPE K | V.
         float* dst = hooks_.as<float>() + static_cast<size_t>(l) * rows * HookWidth();
-        SCD_RETURN_IF_ERROR(
-            cuda::CopyOnDevice(dst, h_in, sizeof(float) * static_cast<size_t>(rows) * d, s));
-        SCD_RETURN_IF_ERROR(cuda::CopyRowsOnDevice(
-            dst + static_cast<size_t>(rows) * d, sizeof(float) * 2 * kvd, qkv + qd,
-            sizeof(float) * qkv_dim, sizeof(float) * 2 * kvd, rows, s));
+        SCD_RETURN_IF_ERROR(clock_.Mark(
+            OpClass::kElementwise,
+            cuda::CopyOnDevice(dst, h_in, sizeof(float) * static_cast<size_t>(rows) * d, s), s));
+        SCD_RETURN_IF_ERROR(clock_.Mark(
+            OpClass::kElementwise,
+            cuda::CopyRowsOnDevice(dst + static_cast<size_t>(rows) * d, sizeof(float) * 2 * kvd,
+                                   qkv + qd, sizeof(float) * qkv_dim, sizeof(float) * 2 * kvd, rows,
+                                   s),
+            s));
       }
-      SCD_RETURN_IF_ERROR(
-          cuda::ApplyRope(qkv, rows, c.num_heads, c.head_dim, qkv_dim, positions, inv_freq, s));
+      SCD_RETURN_IF_ERROR(clock_.Mark(
+          OpClass::kRopeKv,
+          cuda::ApplyRope(qkv, rows, c.num_heads, c.head_dim, qkv_dim, positions, inv_freq, s), s));
       // Rows [0, plain) attend through the table (or the prefill's sequence), the rest
       // through their external attention.
       const int plain = rows - static_cast<int>(attention.external.size());
       if (plain > 0) {
-        SCD_RETURN_IF_ERROR(cuda::RopeStoreKv(qkv + qd, qkv + qd + kvd, qkv_dim, plain, row_seq,
-                                              positions, table, l, c.num_kv_heads, c.head_dim,
-                                              inv_freq, s));
+        SCD_RETURN_IF_ERROR(clock_.Mark(
+            OpClass::kRopeKv,
+            cuda::RopeStoreKv(qkv + qd, qkv + qd + kvd, qkv_dim, plain, row_seq, positions, table,
+                              l, c.num_kv_heads, c.head_dim, inv_freq, s),
+            s));
         if (attention.decode) {
-          SCD_RETURN_IF_ERROR(cuda::DecodeAttention(
-              qkv, qkv_dim, table, l, attention.lengths, plain, attention.max_length, c.num_heads,
-              c.num_kv_heads, c.head_dim, c.sliding_window, kernels_.decode_attention, att, qd,
-              decode_ws_.as<float>(), static_cast<int64_t>(decode_ws_.size() / sizeof(float)), s));
+          SCD_RETURN_IF_ERROR(clock_.Mark(
+              OpClass::kAttention,
+              cuda::DecodeAttention(qkv, qkv_dim, table, l, attention.lengths, plain,
+                                    attention.max_length, c.num_heads, c.num_kv_heads, c.head_dim,
+                                    c.sliding_window, kernels_.decode_attention, att, qd,
+                                    decode_ws_.as<float>(),
+                                    static_cast<int64_t>(decode_ws_.size() / sizeof(float)), s),
+              s));
         } else {
           const int64_t layer_offset = l * attention.layer_stride;
-          SCD_RETURN_IF_ERROR(cuda::PrefillAttention(
-              qkv, qkv_dim, attention.k0 + layer_offset, attention.v0 + layer_offset, att, qd, rows,
-              attention.start, c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window,
-              kernels_.prefill_attention, s));
+          SCD_RETURN_IF_ERROR(clock_.Mark(
+              OpClass::kAttention,
+              cuda::PrefillAttention(qkv, qkv_dim, attention.k0 + layer_offset,
+                                     attention.v0 + layer_offset, att, qd, rows, attention.start,
+                                     c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window,
+                                     kernels_.prefill_attention, s),
+              s));
         }
       }
       if (plain < rows) {
         float* external_rows = qkv + static_cast<size_t>(plain) * qkv_dim;
-        SCD_RETURN_IF_ERROR(cuda::ApplyRope(external_rows + qd, rows - plain, c.num_kv_heads,
-                                            c.head_dim, qkv_dim, positions + plain, inv_freq, s));
+        SCD_RETURN_IF_ERROR(
+            clock_.Mark(OpClass::kRopeKv,
+                        cuda::ApplyRope(external_rows + qd, rows - plain, c.num_kv_heads,
+                                        c.head_dim, qkv_dim, positions + plain, inv_freq, s),
+                        s));
         for (int r = plain; r < rows; ++r) {
           const float* row = qkv + static_cast<size_t>(r) * qkv_dim;
-          SCD_RETURN_IF_ERROR(attention.external[r - plain]->Attend(
-              l, row, row + qd, row + qd + kvd, att + static_cast<size_t>(r) * qd, s));
+          SCD_RETURN_IF_ERROR(clock_.Mark(
+              OpClass::kAttention,
+              attention.external[r - plain]->Attend(l, row, row + qd, row + qd + kvd,
+                                                    att + static_cast<size_t>(r) * qd, s),
+              s));
         }
       }
-      SCD_RETURN_IF_ERROR(
-          cuda::F32ToBf16(att, att_bf16_.as<Bf16>(), static_cast<int64_t>(rows) * qd, s));
-      SCD_RETURN_IF_ERROR(
-          gemm_->Linear(att_bf16_.as<Bf16>(), w.w_o.as<Bf16>(), x, rows, d, qd, /*beta=*/1.0f));
-      SCD_RETURN_IF_ERROR(
-          cuda::RmsNorm(x, w.ffn_norm.as<float>(), nullptr, xn_bf16, rows, d, c.rms_norm_eps, s));
+      SCD_RETURN_IF_ERROR(clock_.Mark(
+          OpClass::kElementwise,
+          cuda::F32ToBf16(att, att_bf16_.as<Bf16>(), static_cast<int64_t>(rows) * qd, s), s));
+      SCD_RETURN_IF_ERROR(clock_.Mark(
+          OpClass::kOutProj,
+          gemm_->Linear(att_bf16_.as<Bf16>(), w.w_o.as<Bf16>(), x, rows, d, qd, /*beta=*/1.0f), s));
+      SCD_RETURN_IF_ERROR(clock_.Mark(
+          OpClass::kNorm,
+          cuda::RmsNorm(x, w.ffn_norm.as<float>(), nullptr, xn_bf16, rows, d, c.rms_norm_eps, s),
+          s));
       float* gate_up = gate_up_.as<float>();
-      SCD_RETURN_IF_ERROR(
-          gemm_->Linear(xn_bf16, w.w_gate_up.as<Bf16>(), gate_up, rows, 2 * ffn, d));
-      SCD_RETURN_IF_ERROR(cuda::SwiGlu(gate_up, gate_up + ffn, 2 * ffn, nullptr,
-                                       act_bf16_.as<Bf16>(), rows, ffn, s));
-      SCD_RETURN_IF_ERROR(
-          gemm_->Linear(act_bf16_.as<Bf16>(), w.w_down.as<Bf16>(), x, rows, d, ffn, /*beta=*/1.0f));
+      SCD_RETURN_IF_ERROR(clock_.Mark(
+          OpClass::kGateUp,
+          gemm_->Linear(xn_bf16, w.w_gate_up.as<Bf16>(), gate_up, rows, 2 * ffn, d), s));
+      SCD_RETURN_IF_ERROR(clock_.Mark(OpClass::kElementwise,
+                                      cuda::SwiGlu(gate_up, gate_up + ffn, 2 * ffn, nullptr,
+                                                   act_bf16_.as<Bf16>(), rows, ffn, s),
+                                      s));
+      SCD_RETURN_IF_ERROR(clock_.Mark(
+          OpClass::kDown,
+          gemm_->Linear(act_bf16_.as<Bf16>(), w.w_down.as<Bf16>(), x, rows, d, ffn, /*beta=*/1.0f),
+          s));
     }
     return absl::OkStatus();
+  }
+
+  // The final RMSNorm of `rows` rows of the residual stream from `x`, and the LM head into
+  // `logits` (the end of a profiled pass).
+  absl::Status Logits(const float* x, int rows, float* logits) {
+    const ModelConfig& c = model_->config;
+    const cuda::StreamHandle s = stream();
+    SCD_RETURN_IF_ERROR(
+        clock_.Mark(cuda::OpClass::kLogits,
+                    cuda::RmsNorm(x, weights_->final_norm(), nullptr, xn_bf16_.as<Bf16>(), rows,
+                                  c.hidden_size, c.rms_norm_eps, s),
+                    s));
+    return clock_.Mark(cuda::OpClass::kLogits,
+                       gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(), logits, rows,
+                                     c.vocab_size, c.hidden_size),
+                       s);
   }
 
   void UnpackHooks(const std::vector<float>& hooks, int t, std::vector<LayerStates>* out) const {
@@ -911,6 +957,7 @@ class CudaBackend : public Backend {
     uint64_t last_use = 0;
   };
   cuda::KernelChoices kernels_;
+  cuda::OpClock clock_;  // SetOpProfiling
   cuda::DecodeGraphOptions graph_options_;
   std::vector<CachedGraph> graphs_;
   uint64_t graph_clock_ = 0;
@@ -1042,6 +1089,19 @@ absl::StatusOr<KernelChoices> KernelChoicesOf(const Backend& backend) {
   const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
   if (cuda_backend == nullptr) return NotCuda(backend);
   return cuda_backend->kernel_choices();
+}
+
+absl::Status SetOpProfiling(Backend& backend, bool on) {
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) return NotCuda(backend);
+  cuda_backend->op_clock().Enable(on);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<OpProfile> TakeOpProfile(Backend& backend) {
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) return NotCuda(backend);
+  return cuda_backend->op_clock().Take();
 }
 
 size_t CudaDecodeBytesStreamed(const Backend& backend) {

@@ -78,6 +78,44 @@ absl::Status SetKernelChoices(Backend& backend, const KernelChoices& choices);
 // `backend`'s kernel choices; fails when it is not CUDA.
 absl::StatusOr<KernelChoices> KernelChoicesOf(const Backend& backend);
 
+// Where a CUDA backend's device time goes (OpClock, op_profile.h): with profiling on, every
+// operation of a forward pass, from the embedding through the logits, is followed by a CUDA
+// event on the backend's stream, and the time between consecutive events goes to the class of
+// the operation just finished. What runs after the logits (sampling, copies back, surprisal)
+// is not counted. Decode steps run eagerly while it is on (a graph replays as one launch); the
+// events cost the stream a little time, so a profiled pass is slower than an unprofiled one.
+enum class OpClass : int {
+  kEmbed,        // token embedding
+  kNorm,         // the layers' RMSNorms (with the BF16 copy for the next GEMM)
+  kQkv,          // the fused Q/K/V projection (and its bias)
+  kRopeKv,       // RoPE on Q and K, and K/V into the cache
+  kAttention,    // prefill or decode attention, or a row's external attention (GpuSekv)
+  kElementwise,  // the attention output to BF16, SwiGLU, and the hooks' copies
+  kOutProj,      // the attention output projection (and the residual)
+  kGateUp,       // the fused gate/up projection
+  kDown,         // the down projection (and the residual)
+  kLogits,       // the final RMSNorm and the LM head
+};
+inline constexpr int kOpClasses = 10;
+inline constexpr const char* kOpClassNames[kOpClasses] = {
+    "embed",       "norm",   "qkv",     "rope_kv", "attention",
+    "elementwise", "o_proj", "gate_up", "down",    "logits"};
+
+struct OpProfile {
+  double ms[kOpClasses] = {};    // device time of each class, summed over the passes
+  int64_t ops[kOpClasses] = {};  // operations timed in each class
+  int64_t passes = 0;            // forward passes (a prefill, a decode step)
+  double pass_ms = 0;            // Σ over the passes of the first event to the last
+};
+
+// Turns profiling on or off (dropping what was gathered and not taken). Fails when `backend`
+// is not CUDA.
+absl::Status SetOpProfiling(Backend& backend, bool on);
+
+// What profiling gathered since it was turned on or last taken (waiting for the stream), and
+// starts again from zero. Fails when `backend` is not CUDA.
+absl::StatusOr<OpProfile> TakeOpProfile(Backend& backend);
+
 // Bytes of device weights one decode step streams (for a backend made by either factory);
 // 0 when `backend` is not a CUDA backend.
 size_t CudaDecodeBytesStreamed(const Backend& backend);

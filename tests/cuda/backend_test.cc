@@ -415,6 +415,102 @@ TEST_CASE("CUDA backend refuses kernel choices its model cannot run", "[cuda]") 
   CHECK(cuda::KernelChoicesOf(*cpu).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("CUDA backend times every operation of a pass when profiling is on", "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  const ModelConfig config = testing::ParityConfig(Architecture::kLlama);
+  auto model = MakeSyntheticModel(config, 21, 0.1f);
+  auto gpu = Make(BackendKind::kCuda, model);
+  const std::vector<int32_t> ids = SomeTokens(24, config.vocab_size, 2);
+  const int64_t L = config.num_layers;
+  // Σ of the classes against the pass: both are differences of the same events.
+  auto check_sum = [](const cuda::OpProfile& p) {
+    double sum = 0;
+    for (int k = 0; k < cuda::kOpClasses; ++k) {
+      INFO(cuda::kOpClassNames[k]);
+      CHECK(p.ms[k] >= 0.0);
+      sum += p.ms[k];
+    }
+    CHECK(sum == Approx(p.pass_ms).epsilon(1e-4).margin(1e-3));
+  };
+  auto ops = [](const cuda::OpProfile& p, cuda::OpClass c) { return p.ops[static_cast<int>(c)]; };
+
+  // Unprofiled first: the prefill and three graphed steps.
+  PrefillOptions hooks;
+  hooks.layer_states = true;
+  auto plain = NewSeq(*gpu, 64);
+  PrefillResult plain_prefill;
+  testing::RequireOk(gpu->Prefill(*plain, ids, hooks, &plain_prefill));
+  std::vector<std::vector<float>> plain_steps(3);
+  Sequence* ps = plain.get();
+  for (int step = 0; step < 3; ++step) {
+    testing::RequireOk(gpu->Decode(absl::MakeConstSpan(&ps, 1), {9 + step}, &plain_steps[step]));
+  }
+  const DecodeGraphStats graphed = gpu->decode_graph_stats();
+  REQUIRE(graphed.captures > 0);
+  const absl::StatusOr<cuda::OpProfile> nothing = cuda::TakeOpProfile(*gpu);
+  REQUIRE(nothing.ok());
+  CHECK(nothing->passes == 0);
+
+  // Profiled: the same results, every operation in its class.
+  testing::RequireOk(cuda::SetOpProfiling(*gpu, true));
+  auto timed = NewSeq(*gpu, 64);
+  PrefillResult timed_prefill;
+  testing::RequireOk(gpu->Prefill(*timed, ids, hooks, &timed_prefill));
+  CHECK(timed_prefill.logits == plain_prefill.logits);
+  absl::StatusOr<cuda::OpProfile> p = cuda::TakeOpProfile(*gpu);
+  REQUIRE(p.ok());
+  CHECK(p->passes == 1);
+  CHECK(ops(*p, cuda::OpClass::kEmbed) == 1);
+  CHECK(ops(*p, cuda::OpClass::kNorm) == 2 * L);
+  CHECK(ops(*p, cuda::OpClass::kQkv) == L);
+  CHECK(ops(*p, cuda::OpClass::kRopeKv) == 2 * L);
+  CHECK(ops(*p, cuda::OpClass::kAttention) == L);
+  CHECK(ops(*p, cuda::OpClass::kElementwise) == 4 * L);  // with the hooks' two copies
+  CHECK(ops(*p, cuda::OpClass::kOutProj) == L);
+  CHECK(ops(*p, cuda::OpClass::kGateUp) == L);
+  CHECK(ops(*p, cuda::OpClass::kDown) == L);
+  CHECK(ops(*p, cuda::OpClass::kLogits) == 2);
+  CHECK(p->pass_ms > 0.0);
+  check_sum(*p);
+
+  // Profiled decode steps run eagerly, with the graphed steps' logits.
+  Sequence* ts = timed.get();
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> logits;
+    testing::RequireOk(gpu->Decode(absl::MakeConstSpan(&ts, 1), {9 + step}, &logits));
+    CHECK(logits == plain_steps[step]);
+  }
+  const DecodeGraphStats eager = gpu->decode_graph_stats();
+  CHECK(eager.captures == graphed.captures);
+  CHECK(eager.replays == graphed.replays);
+  CHECK(eager.eager_steps == graphed.eager_steps + 3);
+  p = cuda::TakeOpProfile(*gpu);
+  REQUIRE(p.ok());
+  CHECK(p->passes == 3);
+  CHECK(ops(*p, cuda::OpClass::kEmbed) == 3);
+  CHECK(ops(*p, cuda::OpClass::kAttention) == 3 * L);
+  CHECK(ops(*p, cuda::OpClass::kElementwise) == 3 * 2 * L);
+  CHECK(ops(*p, cuda::OpClass::kLogits) == 3 * 2);
+  check_sum(*p);
+  p = cuda::TakeOpProfile(*gpu);  // taken: nothing left
+  REQUIRE(p.ok());
+  CHECK(p->passes == 0);
+  CHECK(p->pass_ms == 0.0);
+
+  // Off again: nothing gathered, and the steps replay graphs.
+  testing::RequireOk(cuda::SetOpProfiling(*gpu, false));
+  std::vector<float> logits;
+  testing::RequireOk(gpu->Decode(absl::MakeConstSpan(&ts, 1), {20}, &logits));
+  CHECK(gpu->decode_graph_stats().eager_steps == eager.eager_steps);
+  p = cuda::TakeOpProfile(*gpu);
+  REQUIRE(p.ok());
+  CHECK(p->passes == 0);
+
+  auto cpu = Make(BackendKind::kCpu, model);
+  CHECK(cuda::SetOpProfiling(*cpu, true).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(cuda::TakeOpProfile(*cpu).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("CUDA decode with the KV cache equals a full CUDA prefill", "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();
   const ModelConfig config = testing::ParityConfig(Architecture::kMistral);  // window 16 < length

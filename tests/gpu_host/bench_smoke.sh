@@ -56,6 +56,25 @@ for d in m["decode"]:  # graphed: one graph recorded in the warm-up, every timed
     # batches up to 8 again with cuBLAS projections instead of the weight stream
     c = d["modes"]["graphs_cublas"]
     assert c["step_ms"] == d["cublas_step_ms"] > 0 and d["small_batch_speedup"] > 0, d
+# Where the time goes: the longest prefill (no 4K here) and batch-1 decode, every operation of
+# the tiny model's 8 layers in its class, the shares adding up to the pass.
+o = m["op_profile"]
+assert "error" not in o, o
+assert o["prefill"]["tokens"] == 128 and o["decode"]["steps"] == 2, o
+layers = 8
+want_ops = {"embed": 1, "norm": 2 * layers, "qkv": layers, "rope_kv": 2 * layers,
+            "attention": layers, "elementwise": 2 * layers, "o_proj": layers,
+            "gate_up": layers, "down": layers, "logits": 2}
+rated = {"qkv", "attention", "o_proj", "gate_up", "down", "logits"}
+for part, rate in (("prefill", "vs_gemm_peak"), ("decode", "vs_copy")):
+    x = o[part]
+    assert x["pass_ms"] > 0 and x["profiled_ms"] > 0, x
+    assert x["unprofiled_ms" if part == "prefill" else "unprofiled_eager_ms"] > 0, x
+    assert [k["class"] for k in x["classes"]] == list(want_ops), x
+    for k in x["classes"]:
+        assert k["ops"] == want_ops[k["class"]] and k["ms"] >= 0, (part, k)
+        assert (rate in k) == (k["class"] in rated and k["ms"] > 0), (part, k)
+    assert abs(sum(k["share"] for k in x["classes"]) - 1) < 1e-3, x
 assert "error" not in m["scd_rebuild"], m["scd_rebuild"]
 assert m["scd_rebuild"]["speedup"] > 0, m["scd_rebuild"]
 (s,) = m["sekv"]
@@ -80,14 +99,14 @@ for x in b:
 PY
 for table in "not figures" "Decode-sized projections" "Prefill attention alone" \
   "Decode attention alone" "SEKV zoom-in alone" "SCD rebuild" "SEKV decode step" "SEKV whole decode step" \
-  "Concurrent SEKV requests"; do
+  "Concurrent SEKV requests" "Where the device time goes"; do
   grep -q "$table" "$out/results.md" || { echo "bench_smoke: no '$table' table" >&2; exit 1; }
 done
 # (--quick has no 4K prefill, so no prefill_4k_vs_gemm_peak line.)
 for key in decode_b1_vs_copy= scd_rebuild_speedup= sekv_vs_full= sekv_whole_step_vs_full= \
   sekv_model_vs_full= batched_vs_one_by_one= mixed_vs_two_steps= small_batch_vs_cublas= \
   mma_vs_wmma= vectorized_vs_generic= zoom_pinned_vs_device= zoom_bus_vs_copy= \
-  prefill_mma_vs_wmma=; do
+  prefill_mma_vs_wmma= prefill_128_time_by_op= decode_b1_time_by_op=; do
   grep -q "$key" "$out/bench.log" || { echo "bench_smoke: no '$key' line" >&2; exit 1; }
 done
 echo "bench_smoke: scd-gpu-bench --quick finished every part"

@@ -13,6 +13,9 @@
 //     backend's CUDA graphs (its default) and without them (eager launches), side by side;
 //   - kernels alone (kernel_bench.h): the small-batch Linear against cuBLAS, the two prefill
 //     attention kernels, the two decode attention kernels, each pair on the same operands;
+//   - where the time goes (op_profile_bench.h): the backend's per-operation profile of the
+//     summary's prefill (4K) and of batch-1 decode steps, each class's share of the pass and
+//     its rate against the GEMM peak or the copy;
 //   - SCD rebuild (scd_rebuild_bench.h): ScdGpuRebuilder's time from host codes to a filled
 //     KV cache for --scd-tokens positions, against the consumer's own prefill TTFT at that
 //     length, measured here (target: at least 5x faster);
@@ -41,7 +44,6 @@
 // tool.
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -65,6 +67,7 @@
 #include "common/runtime/sampler.h"
 #include "kernels/cuda/bench/bench_support.h"
 #include "kernels/cuda/bench/kernel_bench.h"
+#include "kernels/cuda/bench/op_profile_bench.h"
 #include "kernels/cuda/bench/scd_rebuild_bench.h"
 #include "kernels/cuda/bench/sekv_model_bench.h"
 #include "kernels/cuda/bench/sekv_step_bench.h"
@@ -391,6 +394,13 @@ nlohmann::json PrefillWithMma(Backend& backend, const ModelConfig& c, int tokens
           {"logits", CompareLogits(auto_logits, logits)}};
 }
 
+// The prefill length the summary and the profile report: 4096 tokens when measured, else the
+// longest prompt; 0 when there is none.
+int SummaryPrefillTokens(const std::vector<int>& prefill) {
+  if (std::find(prefill.begin(), prefill.end(), 4096) != prefill.end()) return 4096;
+  return prefill.empty() ? 0 : *std::max_element(prefill.begin(), prefill.end());
+}
+
 // Prefill and decode on the synthetic backend. Also sets *scd_prefill_ms to the TTFT at
 // f.scd_tokens (from the prefill table when it ran that length, else measured here), the
 // baseline of the SCD rebuild.
@@ -557,6 +567,16 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
     decode.push_back(row);
   }
   out["decode"] = decode;
+
+  // Where the time goes (op_profile_bench.h): the prefill the summary reports and batch-1
+  // decode, operation by operation. A failure is kept as the part's figure.
+  if (const int tokens = SummaryPrefillTokens(f.prefill); tokens > 0) {
+    absl::StatusOr<nlohmann::json> profile =
+        cuda_bench::MeasureOpProfile(backend, c, tokens, f.context, f.steps, gemm_peak, copy_gbps);
+    if (!profile.ok()) std::printf("  profile FAILED: %s\n", profile.status().ToString().c_str());
+    out["op_profile"] =
+        profile.ok() ? *profile : nlohmann::json{{"error", profile.status().ToString()}};
+  }
   return out;
 }
 
@@ -621,6 +641,12 @@ std::string Markdown(const nlohmann::json& r) {
       } else {
         md << " - | - | - |\n";
       }
+    }
+  }
+  md << "\n";
+  for (const auto& m : r["models"]) {
+    if (m.contains("op_profile")) {
+      md << cuda_bench::OpProfileMarkdown(m["model"].get<std::string>(), m["op_profile"]);
     }
   }
   bool scd = false, sekv = false, sekv_model = false, sekv_batch = false;
@@ -783,12 +809,12 @@ void PrintSummary(const nlohmann::json& r) {
     }
     // The mma.sync prefill at 4K, or at the longest prompt measured when there is no 4K.
     const nlohmann::json& rows = m["prefill"];
-    auto rank = [](const nlohmann::json& p) {
-      const int tokens = p["tokens"].get<int>();
-      return tokens == 4096 ? INT_MAX : tokens;
-    };
-    const auto mma_row = std::max_element(
-        rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+    std::vector<int> lengths;
+    for (const auto& p : rows) lengths.push_back(p["tokens"].get<int>());
+    const int summary_tokens = SummaryPrefillTokens(lengths);
+    const auto mma_row = std::find_if(rows.begin(), rows.end(), [&](const auto& p) {
+      return p["tokens"].template get<int>() == summary_tokens;
+    });
     if (mma_row != rows.end()) {
       const nlohmann::json& x = (*mma_row)["mma"];
       const int tokens = (*mma_row)["tokens"].get<int>();
@@ -812,6 +838,9 @@ void PrintSummary(const nlohmann::json& r) {
                     d["cublas_vs_copy"].get<double>(), d["small_batch_speedup"].get<double>());
       }
       std::printf(")\n");
+    }
+    if (m.contains("op_profile")) {
+      std::printf("%s", cuda_bench::OpProfileSummary(name, m["op_profile"]).c_str());
     }
     if (m.contains("scd_rebuild")) {
       const auto& x = m["scd_rebuild"];
@@ -918,6 +947,7 @@ int Main(int argc, char** argv) {
     double scd_prefill_ms = 0;
     r["models"].push_back(BenchModel(c, f, peak, copy, &scd_prefill_ms));
     nlohmann::json& entry = r["models"].back();
+    if (entry.contains("op_profile") && entry["op_profile"].contains("error")) ++failures;
     save();
     // The SCD and SEKV parts report an error in the results instead of exiting, so that the
     // figures above are kept; the exit code still says that something failed.
