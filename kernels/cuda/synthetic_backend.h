@@ -81,9 +81,12 @@ absl::StatusOr<KernelChoices> KernelChoicesOf(const Backend& backend);
 // Where a CUDA backend's device time goes (OpClock, op_profile.h): with profiling on, every
 // operation of a forward pass, from the embedding through the logits, is followed by a CUDA
 // event on the backend's stream, and the time between consecutive events goes to the class of
-// the operation just finished. What runs after the logits (sampling, copies back, surprisal)
-// is not counted. Decode steps run eagerly while it is on (a graph replays as one launch); the
-// events cost the stream a little time, so a profiled pass is slower than an unprofiled one.
+// the operation just finished. That is time on the device's clock, so where the device waited
+// for the host to queue an operation (launches, host work such as GpuSekv's host zoom), the
+// wait counts in that operation's class. What runs after the logits (sampling, copies back,
+// surprisal) is not counted. Decode steps run eagerly while it is on (a graph replays as one
+// launch); the events cost the stream a little time, so a profiled pass is slower than an
+// unprofiled one.
 enum class OpClass : int {
   kEmbed,        // token embedding
   kNorm,         // the layers' RMSNorms (with the BF16 copy for the next GEMM)

@@ -90,6 +90,11 @@ assert h["expanded_rows_per_head"] == w["expanded_rows_per_head"], w
 assert w["cpu_tier_access"] == "registered" and h["cpu_tier_access"] == "none", w
 assert w["setup_s"]["register"] >= 0 and w["setup_s"]["gpu_tier"] > 0, w
 assert w["setup_s"]["gpu_tier_with_copy"] > 0 and h["setup_s"]["gpu_tier_with_copy"] == 0, w
+# 3 profiled steps of each path: attention and the rest of each step's device time.
+for prof in (w["full_profile"], w["profile"], h["profile"]):
+    assert prof["steps"] == 3 and prof["attention_ms"] > 0 and prof["other_ms"] > 0, w
+    assert abs(prof["attention_ms"] + prof["other_ms"] - prof["pass_ms"]) < 1e-6, prof
+assert w["attention_ratio"] > 0, w
 # Concurrent SEKV requests (the last model): batched, then beside plain ones in mixed steps.
 b = m["sekv_batch"]
 assert [x["batch"] for x in b] == [1, 2], b
@@ -99,14 +104,16 @@ for x in b:
 PY
 for table in "not figures" "Decode-sized projections" "Prefill attention alone" \
   "Decode attention alone" "SEKV zoom-in alone" "SCD rebuild" "SEKV decode step" "SEKV whole decode step" \
-  "Concurrent SEKV requests" "Where the device time goes"; do
+  "Concurrent SEKV requests" "Where the device time goes" \
+  "The same steps, where the device time goes"; do
   grep -q "$table" "$out/results.md" || { echo "bench_smoke: no '$table' table" >&2; exit 1; }
 done
 # (--quick has no 4K prefill, so no prefill_4k_vs_gemm_peak line.)
 for key in decode_b1_vs_copy= scd_rebuild_speedup= sekv_vs_full= sekv_whole_step_vs_full= \
   sekv_model_vs_full= batched_vs_one_by_one= mixed_vs_two_steps= small_batch_vs_cublas= \
   mma_vs_wmma= vectorized_vs_generic= zoom_pinned_vs_device= zoom_bus_vs_copy= \
-  prefill_mma_vs_wmma= prefill_128_time_by_op= decode_b1_time_by_op=; do
+  prefill_mma_vs_wmma= prefill_128_time_by_op= decode_b1_time_by_op= \
+  sekv_model_attention_vs_full=; do
   grep -q "$key" "$out/bench.log" || { echo "bench_smoke: no '$key' line" >&2; exit 1; }
 done
 echo "bench_smoke: scd-gpu-bench --quick finished every part"

@@ -228,8 +228,9 @@ std::string OpProfileMarkdown(const std::string& model, const nlohmann::json& pr
   const nlohmann::json& d = profile["decode"];
   md << absl::StrFormat(
       "Where the device time goes (%s; `cuda::SetOpProfiling`): a prefill of %d tokens and "
-      "batch-1 decode steps after %d tokens (eager), each operation class's device time and "
-      "share of the pass (embedding to logits). Rates: the class's FLOPs (model_cost.h) a second "
+      "batch-1 decode steps after %d tokens (eager), each operation class's time on the device's "
+      "clock (with any wait for the host to queue it) and share of the pass (embedding to "
+      "logits). Rates: the class's FLOPs (model_cost.h) a second "
       "against the GEMM peak (prefill); the bytes it must read (weights; K/V for attention) a "
       "second against the copy (decode). The pass: %.2f ms profiled on the device, %.2f ms "
       "(host) unprofiled, %.2f ms (host) profiled; a step: %.3f ms on the device, %.3f ms "

@@ -29,6 +29,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/parallel_for.h"
 #include "common/base/random.h"
 #include "common/runtime/backend.h"
@@ -44,6 +45,7 @@ namespace {
 
 constexpr int kWarmups = 2;
 constexpr int kSteps = 10;
+constexpr int kProfiledSteps = 3;  // after the timed ones, with the backend's op profile on
 constexpr double kBudget = 0.4;  // SekvServingOptions' default
 constexpr int kExpandRows = 64;  // per layer, KV head and step (sekv_step_bench.h's figure)
 constexpr uint64_t kSeed = 0x5e4b;
@@ -63,6 +65,32 @@ absl::StatusOr<double> TimeSteps(const std::function<absl::Status(int)>& step,
     if (i >= kWarmups) ms.push_back(Seconds(a, Clock::now()) * 1e3);
   }
   return Median(ms);
+}
+
+// kProfiledSteps more steps, step(first) onwards, with `backend`'s op profile on (eager steps;
+// cuda::SetOpProfiling): per step, the device time of the attention class (for a GpuSekv
+// step the whole of each layer's SEKV attention: gate, zoom-in, resident softmax, merge, and
+// any wait for the host within it) and of everything else from the embedding to the logits.
+absl::StatusOr<nlohmann::json> ProfileSteps(Backend& backend,
+                                            const std::function<absl::Status(int)>& step,
+                                            int first) {
+  SCD_RETURN_IF_ERROR(cuda::SetOpProfiling(backend, true));
+  absl::Status ran = absl::OkStatus();
+  for (int i = 0; i < kProfiledSteps && ran.ok(); ++i) ran = step(first + i);
+  const absl::StatusOr<cuda::OpProfile> p = cuda::TakeOpProfile(backend);
+  SCD_RETURN_IF_ERROR(cuda::SetOpProfiling(backend, false));
+  SCD_RETURN_IF_ERROR(ran);
+  SCD_RETURN_IF_ERROR(p.status());
+  if (p->passes != kProfiledSteps) {
+    return absl::InternalError(
+        absl::StrCat("profiled steps: ", p->passes, " passes for ", kProfiledSteps, " steps"));
+  }
+  const double attention = p->ms[static_cast<int>(cuda::OpClass::kAttention)] / kProfiledSteps;
+  const double pass = p->pass_ms / kProfiledSteps;
+  return nlohmann::json{{"steps", kProfiledSteps},
+                        {"attention_ms", attention},
+                        {"other_ms", pass - attention},
+                        {"pass_ms", pass}};
 }
 
 // `context` positions of N(0, 1) post-RoPE K/V in every layer, and surprisal -2 log U.
@@ -106,7 +134,7 @@ sekv::SekvOptions BenchOptions(const sekv::BudgetPlan& plan) {
 absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, int context) {
   ModelConfig c = config;
   c.sliding_window = 0;
-  const int total = context + kWarmups + kSteps + 1;
+  const int total = context + kWarmups + kSteps + kProfiledSteps + 1;
   c.max_position_embeddings = std::max(c.max_position_embeddings, total);
   const int layers = c.num_layers;
   const size_t kvd = c.kv_dim();
@@ -144,6 +172,8 @@ absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, i
     return backend->Decode(seqs, {&token, 1}, &logits);
   };
   SCD_ASSIGN_OR_RETURN(const double full_ms, TimeSteps(full_step, [] {}));
+  SCD_ASSIGN_OR_RETURN(nlohmann::json full_profile,
+                       ProfileSteps(*backend, full_step, kWarmups + kSteps));
 
   // One SEKV run: its step time, statistics, bytes and set-up times.
   auto run = [&](sekv::GpuZoom zoom) -> absl::StatusOr<nlohmann::json> {
@@ -202,6 +232,8 @@ absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, i
     SCD_ASSIGN_OR_RETURN(const double ms, TimeSteps(sekv_step, sekv_warm));
     const sekv::ZoomStats z1 = sc->zoom_stats();
     const sekv::FetchStats f1 = sc->fetch_stats();
+    SCD_ASSIGN_OR_RETURN(nlohmann::json profile,
+                         ProfileSteps(*backend, sekv_step, kWarmups + kSteps));
     const sekv::MemoryBreakdown m = gpu->Memory();
     const sekv::SpanStore& st = sc->store(0);
     const double rounds = static_cast<double>(kSteps) * layers * c.num_kv_heads;
@@ -214,6 +246,7 @@ absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, i
           {"gpu_tier", Seconds(t2m, t3)},
           {"gpu_tier_with_copy", copy_s}}},
         {"cpu_tier_access", access},
+        {"profile", profile},
         {"expanded_rows_per_head", (z1.expanded_tokens - z0.expanded_tokens) / rounds},
         {"fetch_hit_rate",
          requests > 0 ? static_cast<double>(f1.hits - f0.hits) / static_cast<double>(requests) : 0},
@@ -240,12 +273,22 @@ absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, i
   x["host_zoom"] = host;
   x["host_zoom_ms"] = host_ms;
   x["device_zoom_speedup"] = host_ms / sekv_ms;
+  x["full_profile"] = full_profile;
+  // Attention alone, from the profiled steps: full KV's over SEKV's (the device zoom).
+  x["attention_ratio"] = full_profile["attention_ms"].get<double>() /
+                         std::max(device["profile"]["attention_ms"].get<double>(), 1e-9);
   std::printf(
       "  sekv model context %d: full KV %.3f ms, SEKV %.3f ms per step (full/SEKV %.2f; host "
       "zoom %.3f ms, device zoom %.2fx faster); %.1f rows expanded per layer and KV head; GPU "
       "tier %.2f of full KV\n",
       context, full_ms, sekv_ms, full_ms / sekv_ms, host_ms, host_ms / sekv_ms,
       x["expanded_rows_per_head"].get<double>(), x["tier_fraction"].get<double>());
+  std::printf(
+      "  sekv model context %d, profiled steps (eager), attention / the rest a step: full KV "
+      "%.3f / %.3f ms, SEKV %.3f / %.3f ms, SEKV with the host zoom %.3f / %.3f ms\n",
+      context, full_profile["attention_ms"].get<double>(), full_profile["other_ms"].get<double>(),
+      device["profile"]["attention_ms"].get<double>(), device["profile"]["other_ms"].get<double>(),
+      host["profile"]["attention_ms"].get<double>(), host["profile"]["other_ms"].get<double>());
   return x;
 }
 

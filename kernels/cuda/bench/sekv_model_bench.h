@@ -24,8 +24,10 @@ namespace scd::cuda_bench {
 // budget 0.4) and times decode steps of each (2 warm-ups, median of 10). Returns full_ms,
 // sekv_ms (the device zoom), ratio = full_ms / sekv_ms, the set-up times, the zoom-in and
 // fetch statistics and the device tier's bytes (GpuSekv::Memory); host_zoom (the same figures
-// with GpuZoom::kHost), host_zoom_ms and device_zoom_speedup = host_zoom_ms / sekv_ms. Prints
-// progress lines.
+// with GpuZoom::kHost), host_zoom_ms and device_zoom_speedup = host_zoom_ms / sekv_ms. Then 3
+// more steps of each with the backend's op profile on (eager): "profile" (SEKV; host_zoom's
+// own too) and "full_profile" hold each step's attention and other device time, and
+// attention_ratio = full KV's attention / SEKV's. Prints progress lines.
 absl::StatusOr<nlohmann::json> MeasureSekvModelStep(const ModelConfig& config, int context);
 
 // Concurrent SEKV requests as the decode engine steps them: for each of `batches`, that many
