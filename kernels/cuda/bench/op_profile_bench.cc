@@ -190,8 +190,9 @@ std::string Shares(const nlohmann::json& part, const char* vs, const char* ceili
     }
     absl::StrAppend(&s, named == 0 ? "" : ", ", x["class"].get<std::string>(),
                     absl::StrFormat(" %.2f", share));
-    if (x.contains(vs))
+    if (x.contains(vs)) {
       absl::StrAppend(&s, absl::StrFormat(" at %.2f of %s", x[vs].get<double>(), ceiling));
+    }
     ++named;
   }
   absl::StrAppend(&s, absl::StrFormat(", rest %.2f", rest));
@@ -259,7 +260,8 @@ std::string OpProfileMarkdown(const std::string& model, const nlohmann::json& pr
 
 std::string OpProfileSummary(const std::string& model, const nlohmann::json& profile) {
   if (profile.contains("error")) {
-    return absl::StrCat(model, " time_by_op=error (", profile["error"].get<std::string>(), ")\n");
+    return absl::StrCat(model, " prefill_time_by_op=error (", profile["error"].get<std::string>(),
+                        ")\n");
   }
   const nlohmann::json& p = profile["prefill"];
   const nlohmann::json& d = profile["decode"];
