@@ -234,6 +234,10 @@ class GpuSekv::Impl : public RowAttention {
     return mapping_ != nullptr ? mapping_->error() : absl::OkStatus();
   }
   Backend& backend() { return backend_; }
+  // The backend's op profile (cuda::MarkOp): `op`'s interval goes to class `c`.
+  absl::Status Mark(cuda::OpClass c, absl::Status op) {
+    return cuda::MarkOp(backend_, c, std::move(op));
+  }
 
  private:
   // Row data of the tier: `elements` K/V elements (F32 host values, converted for BF16) into
@@ -722,8 +726,9 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   // 3-4. Gate, selection, the step's summary counts.
   const bool zoom = cache_.zooms(l);
   int num_edits = 0;
+  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kAttention, absl::OkStatus()));  // as the device path
   if (zoom) {
-    SCD_RETURN_IF_ERROR(Gate(l, rows, q, s));
+    SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvGate, Gate(l, rows, q, s)));
     SCD_RETURN_IF_ERROR(cuda::CopyToHost(lse_host, lse_.data(), sizeof(float) * heads, s));
     SCD_RETURN_IF_ERROR(cuda::CopyToHost(alpha_host, alpha_.data(), sizeof(float) * gs, s));
     SCD_RETURN_IF_ERROR(wait_and_append());
@@ -746,12 +751,13 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   } else {
     SCD_RETURN_IF_ERROR(wait_and_append());
   }
-  SCD_RETURN_IF_ERROR(cuda::SekvSummaryStep(d.base_lc.as<float>(), d.remaining.as<int32_t>(),
-                                            edits_.as<int32_t>(), num_edits, gs,
-                                            step_lc_.as<float>(), step_skip_.as<uint8_t>(), s));
+  SCD_RETURN_IF_ERROR(Mark(
+      cuda::OpClass::kSekvZoom,
+      cuda::SekvSummaryStep(d.base_lc.as<float>(), d.remaining.as<int32_t>(), edits_.as<int32_t>(),
+                            num_edits, gs, step_lc_.as<float>(), step_skip_.as<uint8_t>(), s)));
 
   // 5. The resident part of the softmax, while the host waits for the rebuilt rows.
-  SCD_RETURN_IF_ERROR(ResidentSoftmax(l, rows, q, out, s));
+  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvResident, ResidentSoftmax(l, rows, q, out, s)));
   if (!zoom) return absl::OkStatus();
 
   // 6. The expanded rows join the same softmax.
@@ -843,22 +849,28 @@ absl::Status GpuSekv::Impl::ZoomOnDevice(int l, int rows, const float* q, float*
   const int hd = shape_.head_dim, heads = shape_.num_heads;
   const int groups = shape_.num_kv_heads, ns = st.num_spans();
   const bool zoom = cache_.zooms(l);
+  // The window's new row (and at the layer's first step its pins) so far: plain attention.
+  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kAttention, absl::OkStatus()));
   if (zoom) {
-    SCD_RETURN_IF_ERROR(Gate(l, rows, q, s));  // then the zoom-in itself
-    SCD_RETURN_IF_ERROR(cuda::SekvZoom(
-        q, lse_.as<float>(), alpha_.as<float>(), d.tau.as<float>(), d.remaining.as<int32_t>(),
-        d.base_lc.as<float>(), d.bases.as<cuda::SpanBasisRef>(),
-        pins_ > 0 ? d.pinned_flags.as<uint8_t>() : nullptr, ns, heads, groups, hd, zoom_params_,
-        d.expanded_k.data(), d.expanded_v.data(), type_, DeviceTable(l, 3), kResidentSegments,
-        step_lc_.as<float>(), step_skip_.as<uint8_t>(), zoom_counts_.as<int64_t>(), zoom_ws_.data(),
-        static_cast<int64_t>(zoom_ws_.size()), s));
+    SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvGate, Gate(l, rows, q, s)));
+    SCD_RETURN_IF_ERROR(Mark(
+        cuda::OpClass::kSekvZoom,
+        cuda::SekvZoom(
+            q, lse_.as<float>(), alpha_.as<float>(), d.tau.as<float>(), d.remaining.as<int32_t>(),
+            d.base_lc.as<float>(), d.bases.as<cuda::SpanBasisRef>(),
+            pins_ > 0 ? d.pinned_flags.as<uint8_t>() : nullptr, ns, heads, groups, hd, zoom_params_,
+            d.expanded_k.data(), d.expanded_v.data(), type_, DeviceTable(l, 3), kResidentSegments,
+            step_lc_.as<float>(), step_skip_.as<uint8_t>(), zoom_counts_.as<int64_t>(),
+            zoom_ws_.data(), static_cast<int64_t>(zoom_ws_.size()), s)));
   } else {
-    SCD_RETURN_IF_ERROR(cuda::SekvSummaryStep(d.base_lc.as<float>(), d.remaining.as<int32_t>(),
-                                              edits_.as<int32_t>(), 0, groups * ns,
-                                              step_lc_.as<float>(), step_skip_.as<uint8_t>(), s));
+    SCD_RETURN_IF_ERROR(
+        Mark(cuda::OpClass::kSekvZoom,
+             cuda::SekvSummaryStep(d.base_lc.as<float>(), d.remaining.as<int32_t>(),
+                                   edits_.as<int32_t>(), 0, groups * ns, step_lc_.as<float>(),
+                                   step_skip_.as<uint8_t>(), s)));
   }
   // The resident part of the softmax, then the expanded rows merged into it.
-  SCD_RETURN_IF_ERROR(ResidentSoftmax(l, rows, q, out, s));
+  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvResident, ResidentSoftmax(l, rows, q, out, s)));
   if (!zoom) return absl::OkStatus();
   SCD_RETURN_IF_ERROR(MergeExpansion(l, q, out, s));
   if (l != last_zoom_layer_) return absl::OkStatus();

@@ -98,11 +98,17 @@ enum class OpClass : int {
   kGateUp,       // the fused gate/up projection
   kDown,         // the down projection (and the residual)
   kLogits,       // the final RMSNorm and the LM head
+  // The parts of a GpuSekv row's attention, which GpuSekv marks itself (MarkOp); the rest of
+  // it (the window's new row, the first step's pins, the expanded rows' softmax and merge)
+  // stays in kAttention.
+  kSekvGate,      // the resident log-sum-exp and the routing gate
+  kSekvZoom,      // the zoom-in (SekvZoom; with the host zoom, the host's selection) and counts
+  kSekvResident,  // the resident part of the softmax
 };
-inline constexpr int kOpClasses = 10;
+inline constexpr int kOpClasses = 13;
 inline constexpr const char* kOpClassNames[kOpClasses] = {
-    "embed",       "norm",   "qkv",     "rope_kv", "attention",
-    "elementwise", "o_proj", "gate_up", "down",    "logits"};
+    "embed",   "norm", "qkv",    "rope_kv",   "attention", "elementwise",  "o_proj",
+    "gate_up", "down", "logits", "sekv_gate", "sekv_zoom", "sekv_resident"};
 
 struct OpProfile {
   double ms[kOpClasses] = {};    // device time of each class, summed over the passes
@@ -118,6 +124,12 @@ absl::Status SetOpProfiling(Backend& backend, bool on);
 // What profiling gathered since it was turned on or last taken (waiting for the stream), and
 // starts again from zero. Fails when `backend` is not CUDA.
 absl::StatusOr<OpProfile> TakeOpProfile(Backend& backend);
+
+// For code that queues work on a CUDA backend's stream within its pass (GpuSekv's row
+// attention): `op` is what queuing an operation of class `c` returned. With profiling on and
+// `op` OK, the operation's interval goes to `c`. Returns `op` when it failed, else the event's
+// status; `op` when `backend` is not CUDA.
+absl::Status MarkOp(Backend& backend, OpClass c, absl::Status op);
 
 // Bytes of device weights one decode step streams (for a backend made by either factory);
 // 0 when `backend` is not a CUDA backend.

@@ -470,6 +470,10 @@ TEST_CASE("CUDA backend times every operation of a pass when profiling is on", "
   CHECK(ops(*p, cuda::OpClass::kGateUp) == L);
   CHECK(ops(*p, cuda::OpClass::kDown) == L);
   CHECK(ops(*p, cuda::OpClass::kLogits) == 2);
+  for (const cuda::OpClass sekv :
+       {cuda::OpClass::kSekvGate, cuda::OpClass::kSekvZoom, cuda::OpClass::kSekvResident}) {
+    CHECK(ops(*p, sekv) == 0);  // GpuSekv's own
+  }
   CHECK(p->pass_ms > 0.0);
   check_sum(*p);
 

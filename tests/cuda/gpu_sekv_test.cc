@@ -240,7 +240,20 @@ TEST_CASE("GPU SEKV decode of stories260K follows the CPU SEKV decode and the fu
       const int position = t + static_cast<int>(i);
       std::vector<float> want, got;
       testing::RequireOk((*decoder)->Step(next[i], position, **host, &want));
+      // Profiled (cuda::SetOpProfiling): GpuSekv marks its parts of each layer's attention.
+      testing::RequireOk(cuda::SetOpProfiling(*gpu_backend, true));
       testing::RequireOk((*gpu)->Step(next[i], position, &got));
+      const absl::StatusOr<cuda::OpProfile> p = cuda::TakeOpProfile(*gpu_backend);
+      testing::RequireOk(cuda::SetOpProfiling(*gpu_backend, false));
+      REQUIRE(p.ok());
+      const int64_t layers = model->config.num_layers;
+      auto ops = [&](cuda::OpClass c) { return p->ops[static_cast<int>(c)]; };
+      CHECK(p->passes == 1);
+      CHECK(ops(cuda::OpClass::kSekvGate) == (o.zoom ? layers : 0));
+      CHECK(ops(cuda::OpClass::kSekvZoom) == layers);  // the zoom-in, or the counts alone
+      CHECK(ops(cuda::OpClass::kSekvResident) == layers);
+      CHECK(ops(cuda::OpClass::kAttention) == 2 * layers);  // before the gate; the merge
+      CHECK(ops(cuda::OpClass::kQkv) == layers);
       testing::CheckLogits(Centred(got), Centred(want), kLogitMaxAbs, kLogitMeanAbs,
                            "GPU SEKV vs CPU SEKV, step " + std::to_string(i));
       if (against_full) {

@@ -64,7 +64,8 @@ assert o["prefill"]["tokens"] == 128 and o["decode"]["steps"] == 2, o
 layers = 8
 want_ops = {"embed": 1, "norm": 2 * layers, "qkv": layers, "rope_kv": 2 * layers,
             "attention": layers, "elementwise": 2 * layers, "o_proj": layers,
-            "gate_up": layers, "down": layers, "logits": 2}
+            "gate_up": layers, "down": layers, "logits": 2,
+            "sekv_gate": 0, "sekv_zoom": 0, "sekv_resident": 0}  # the last three: GpuSekv's
 rated = {"qkv", "attention", "o_proj", "gate_up", "down", "logits"}
 for part, rate in (("prefill", "vs_gemm_peak"), ("decode", "vs_copy")):
     x = o[part]
@@ -94,6 +95,14 @@ assert w["setup_s"]["gpu_tier_with_copy"] > 0 and h["setup_s"]["gpu_tier_with_co
 for prof in (w["full_profile"], w["profile"], h["profile"]):
     assert prof["steps"] == 3 and prof["attention_ms"] > 0 and prof["other_ms"] > 0, w
     assert abs(prof["attention_ms"] + prof["other_ms"] - prof["pass_ms"]) < 1e-6, prof
+# SEKV's attention in its parts (GpuSekv marks them); full KV has none.
+for prof in (w["profile"], h["profile"]):
+    assert prof["sekv_gate_ms"] > 0 and prof["sekv_zoom_ms"] > 0, prof
+    assert prof["sekv_resident_ms"] > 0, prof
+    parts = prof["sekv_gate_ms"] + prof["sekv_zoom_ms"] + prof["sekv_resident_ms"]
+    assert parts < prof["attention_ms"], prof
+f = w["full_profile"]
+assert f["sekv_gate_ms"] == f["sekv_zoom_ms"] == f["sekv_resident_ms"] == 0, f
 assert w["attention_ratio"] > 0, w
 # Concurrent SEKV requests (the last model): batched, then beside plain ones in mixed steps.
 b = m["sekv_batch"]

@@ -224,19 +224,25 @@ std::string ResultsMarkdown(const nlohmann::json& r) {
        << "softmax, merge, and any wait for the host within it); the rest: everything else from "
        << "the embedding to the logits.\n\n"
        << "| model | context | full KV attention (ms) | SEKV attention (ms) | full/SEKV attention "
-       << "| SEKV host zoom attention (ms) | full KV rest (ms) | SEKV rest (ms) |\n"
-       << "|---|---|---|---|---|---|---|---|\n";
+       << "| SEKV gate / zoom-in / resident softmax (ms) | SEKV host zoom attention (ms) | host "
+       << "zoom: gate / zoom-in / resident softmax (ms) | full KV rest (ms) | SEKV rest (ms) |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& m : r["models"]) {
       for (const auto& x : m.value("sekv_model", nlohmann::json::array())) {
         if (x.contains("error")) continue;
         const nlohmann::json &full = x["full_profile"], &dev = x["profile"],
                              &host = x["host_zoom"]["profile"];
-        md << absl::StrFormat("| %s | %d | %.3f | %.3f | %.2fx | %.3f | %.3f | %.3f |\n",
+        auto parts = [](const nlohmann::json& y) {
+          return absl::StrFormat("%.3f / %.3f / %.3f", y["sekv_gate_ms"].get<double>(),
+                                 y["sekv_zoom_ms"].get<double>(),
+                                 y["sekv_resident_ms"].get<double>());
+        };
+        md << absl::StrFormat("| %s | %d | %.3f | %.3f | %.2fx | %s | %.3f | %s | %.3f | %.3f |\n",
                               m["model"].get<std::string>(), x["context"].get<int>(),
                               full["attention_ms"].get<double>(), dev["attention_ms"].get<double>(),
-                              x["attention_ratio"].get<double>(),
-                              host["attention_ms"].get<double>(), full["other_ms"].get<double>(),
-                              dev["other_ms"].get<double>());
+                              x["attention_ratio"].get<double>(), parts(dev),
+                              host["attention_ms"].get<double>(), parts(host),
+                              full["other_ms"].get<double>(), dev["other_ms"].get<double>());
       }
     }
   }
@@ -343,11 +349,13 @@ void PrintSummary(const nlohmann::json& r) {
             x["device_zoom_speedup"].get<double>(), x["tier_fraction"].get<double>());
         std::printf(
             "%s context %d sekv_model_attention_vs_full=%.2f (profiled steps: attention %.3f ms "
-            "full KV vs %.3f ms SEKV, %.3f ms SEKV with the host zoom; the rest %.3f vs %.3f "
-            "ms)\n",
+            "full KV vs %.3f ms SEKV, of which gate %.3f, zoom-in %.3f, resident softmax %.3f; "
+            "%.3f ms SEKV with the host zoom; the rest %.3f vs %.3f ms)\n",
             name, x["context"].get<int>(), x["attention_ratio"].get<double>(),
             x["full_profile"]["attention_ms"].get<double>(),
-            x["profile"]["attention_ms"].get<double>(),
+            x["profile"]["attention_ms"].get<double>(), x["profile"]["sekv_gate_ms"].get<double>(),
+            x["profile"]["sekv_zoom_ms"].get<double>(),
+            x["profile"]["sekv_resident_ms"].get<double>(),
             x["host_zoom"]["profile"]["attention_ms"].get<double>(),
             x["full_profile"]["other_ms"].get<double>(), x["profile"]["other_ms"].get<double>());
       }

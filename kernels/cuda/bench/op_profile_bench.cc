@@ -244,6 +244,7 @@ std::string OpProfileMarkdown(const std::string& model, const nlohmann::json& pr
   for (int k = 0; k < kOpClasses; ++k) {
     const nlohmann::json& a = p["classes"][k];
     const nlohmann::json& b = d["classes"][k];
+    if (a["ops"].get<int64_t>() == 0 && b["ops"].get<int64_t>() == 0) continue;  // GpuSekv's
     auto rate = [](const nlohmann::json& x, const char* key, const char* vs, const char* fmt) {
       return x.contains(key) ? absl::StrFormat(fmt, x[key].get<double>(), x[vs].get<double>())
                              : std::string("- | -");

@@ -68,9 +68,10 @@ absl::StatusOr<double> TimeSteps(const std::function<absl::Status(int)>& step,
 }
 
 // kProfiledSteps more steps, step(first) onwards, with `backend`'s op profile on (eager steps;
-// cuda::SetOpProfiling): per step, the device time of the attention class (for a GpuSekv
-// step the whole of each layer's SEKV attention: gate, zoom-in, resident softmax, merge, and
-// any wait for the host within it) and of everything else from the embedding to the logits.
+// cuda::SetOpProfiling): per step, the device time of attention (for a GpuSekv step the whole
+// of each layer's SEKV attention, and its parts: gate, zoom-in, resident softmax; the rest of
+// it, the window's row and the merge, and any wait for the host within it) and of everything
+// else from the embedding to the logits.
 absl::StatusOr<nlohmann::json> ProfileSteps(Backend& backend,
                                             const std::function<absl::Status(int)>& step,
                                             int first) {
@@ -85,12 +86,15 @@ absl::StatusOr<nlohmann::json> ProfileSteps(Backend& backend,
     return absl::InternalError(
         absl::StrCat("profiled steps: ", p->passes, " passes for ", kProfiledSteps, " steps"));
   }
-  const double attention = p->ms[static_cast<int>(cuda::OpClass::kAttention)] / kProfiledSteps;
+  auto ms = [&](cuda::OpClass c) { return p->ms[static_cast<int>(c)] / kProfiledSteps; };
+  const double gate = ms(cuda::OpClass::kSekvGate), zoom = ms(cuda::OpClass::kSekvZoom),
+               resident = ms(cuda::OpClass::kSekvResident);
+  const double attention = ms(cuda::OpClass::kAttention) + gate + zoom + resident;
   const double pass = p->pass_ms / kProfiledSteps;
-  return nlohmann::json{{"steps", kProfiledSteps},
-                        {"attention_ms", attention},
-                        {"other_ms", pass - attention},
-                        {"pass_ms", pass}};
+  return nlohmann::json{
+      {"steps", kProfiledSteps}, {"attention_ms", attention},    {"sekv_gate_ms", gate},
+      {"sekv_zoom_ms", zoom},    {"sekv_resident_ms", resident}, {"other_ms", pass - attention},
+      {"pass_ms", pass}};
 }
 
 // `context` positions of N(0, 1) post-RoPE K/V in every layer, and surprisal -2 log U.
