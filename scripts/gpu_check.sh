@@ -7,8 +7,11 @@
 #      lacks them; it checks the bundle's source sums against this tree and flags a stale one),
 #      or configures a CUDA build (Release, Ninja, -DSCD_CUDA=ON: sm_80 and sm_90, never
 #      native) in build-gpu/ and builds only what it runs (test_cuda, scd-gpu-bench),
-#   3. runs every [cuda] Catch2 test (kernel-vs-CPU-twin parity, golden stories260K, CPU-vs-
-#      CUDA backend parity) and fails if any of them skipped although a device is present,
+#   3. runs the parity cases of the kernels no device has run yet one process each (first
+#      contact: a fault that kills a CUDA context costs one verdict), then every [cuda] Catch2
+#      test (kernel-vs-CPU-twin parity, golden stories260K, CPU-vs-CUDA backend parity) but the
+#      first-contact cases that failed, and fails if any of them skipped although a device is
+#      present,
 #   4. runs scd-gpu-bench (cuBLAS GEMM peak, copy bandwidth, kernels alone against their
 #      alternatives: small-batch Linear vs cuBLAS, the two prefill and the two decode attention
 #      kernels, the SEKV zoom-in with its bases on the device and pinned; prefill TFLOP/s at
@@ -121,9 +124,61 @@ else
   BENCH_BIN=$BUILD/bin/scd-gpu-bench
 fi
 
-step "test: $TEST_BIN '[cuda]' --durations yes (log: test_cuda.log)"
-timeout 180 "$TEST_BIN" '[cuda]' --durations yes > "$OUT/test_cuda.log" 2>&1
+# First contact: the parity cases of the kernels no device has run yet, each in a process of
+# its own and before everything else. A fault that kills its process's CUDA context (an illegal
+# address or instruction) then costs that case's verdict only, not every case and figure after
+# it. A case that fails is left out of the full run below; where the benchmark can do without
+# its kernel, the benchmark leaves it out too (the mma.sync prefill: --skip-mma; the device
+# zoom-in: the SEKV parts that run it). Patterns end in "*" where a name holds a comma, which
+# Catch2 would read as "or"; a pattern that matches no case fails (--warn NoTests).
+FIRST_CONTACT=(
+  "mma.sync prefill attention|CUDA tensor-core prefill attention matches cpu::CausalAttention"
+  "vectorized decode attention|CUDA split-K decode attention matches cpu::CausalAttention"
+  "vectorized SEKV attention|CUDA SekvAttention matches one blockwise softmax over mixed segments"
+  "SEKV zoom-in|CUDA SekvZoom matches SelectSpans*"
+  "SEKV zoom-in|CUDA SekvZoom with bases past its shared staging and more candidates than threads"
+  "weight-stream projections|CUDA LinearSmallBatch matches cpu::Linear for every m it takes"
+)
+# Adds each flag to BENCH_ARGS once.
+bench_without() {
+  local flag
+  for flag in "$@"; do
+    [[ " ${BENCH_ARGS:-} " == *" $flag "* ]] || BENCH_ARGS="${BENCH_ARGS:-} $flag"
+  done
+}
+step "first contact: the kernels no device has run, a process each (log: first_contact.log)"
+: > "$OUT/first_contact.log"
+FIRST_RC=0
+TEST_SPEC="[cuda]"
+for entry in "${FIRST_CONTACT[@]}"; do
+  kernel=${entry%%|*}
+  name=${entry#*|}
+  echo "== $name" >> "$OUT/first_contact.log"
+  timeout 60 "$TEST_BIN" "$name" --warn NoTests > "$OUT/first_contact.case" 2>&1
+  rc=$?
+  cat "$OUT/first_contact.case" >> "$OUT/first_contact.log"
+  if [[ $rc -eq 0 ]] && grep -q "no CUDA device: skipping" "$OUT/first_contact.case"; then
+    note "skipped: $kernel (no usable CUDA device)"
+    continue
+  elif [[ $rc -eq 0 ]]; then
+    note "ok: $kernel ($name)"
+    continue
+  fi
+  note "FAILED (exit $rc): $kernel ($name); left out of the full run"
+  FIRST_RC=$rc
+  TEST_SPEC="$TEST_SPEC~\"$name\""
+  case $kernel in
+    "mma.sync prefill attention") bench_without --skip-mma ;;
+    "SEKV zoom-in") bench_without --skip-sekv-model --skip-sekv-batch ;;
+    *) note "  the benchmark still runs it: kAuto takes it (pin another with cuda_kernels.*)" ;;
+  esac
+done
+rm -f "$OUT/first_contact.case"
+
+step "test: $TEST_BIN '$TEST_SPEC' --durations yes (log: test_cuda.log)"
+timeout 180 "$TEST_BIN" "$TEST_SPEC" --durations yes > "$OUT/test_cuda.log" 2>&1
 TEST_RC=$?
+if [[ $TEST_RC -eq 0 && $FIRST_RC -ne 0 ]]; then TEST_RC=$FIRST_RC; fi
 tail -4 "$OUT/test_cuda.log" | tee -a "$SUMMARY"
 SKIPPED=$(grep -c "no CUDA device: skipping" "$OUT/test_cuda.log" || true)
 if [[ $TEST_RC -eq 0 && $SKIPPED -gt 0 ]]; then

@@ -125,4 +125,27 @@ for key in decode_b1_vs_copy= scd_rebuild_speedup= sekv_vs_full= sekv_whole_step
   sekv_model_attention_vs_full=; do
   grep -q "$key" "$out/bench.log" || { echo "bench_smoke: no '$key' line" >&2; exit 1; }
 done
+# --skip-mma (gpu_check.sh's first contact passes it when the mma.sync kernel failed its
+# parity case): no mma.sync call at all, and the prefills say so. Over the stand-ins only, with
+# the later parts skipped: a few seconds.
+if [[ $(basename "$bench") != *-emu ]]; then
+  "$bench" --quick --out "$out/skip_mma" --skip-mma --skip-scd --skip-sekv --skip-sekv-model \
+    --skip-sekv-batch > "$out/skip_mma.log" 2>&1 || {
+    tail -20 "$out/skip_mma.log"
+    echo "bench_smoke: scd-gpu-bench --quick --skip-mma failed" >&2
+    exit 1
+  }
+  python3 - "$out/skip_mma/results.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert "prefill_attention" not in r, "mma.sync timed alone despite --skip-mma"
+(m,) = r["models"]
+for p in m["prefill"]:
+    assert p["mma"] == {"error": "skipped (--skip-mma)"} and p["ttft_ms"] > 0, p
+PY
+  if grep -q " mma_vs_wmma=" "$out/skip_mma.log"; then
+    echo "bench_smoke: --skip-mma still timed the mma.sync kernel" >&2
+    exit 1
+  fi
+fi
 echo "bench_smoke: scd-gpu-bench --quick finished every part"

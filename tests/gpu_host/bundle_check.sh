@@ -27,6 +27,12 @@ grep -q "bundle sources match this tree" "$summary" || fail "sources do not matc
 grep -q "cuBLAS 13 from:" "$summary" || fail "no cuBLAS step"
 if grep -q "do not load" "$summary"; then fail "the binaries do not load"; fi
 grep -q "test cases" "$out/check/test_cuda.log" || fail "test_cuda did not run"
+# First contact ran each of its cases in its own process; without a device each skips.
+cases=$(grep -c "^== " "$out/check/first_contact.log" || true)
+[[ $cases -ge 5 ]] || fail "first contact ran $cases cases"
+[[ $(grep -c "^   \(ok\|skipped\): " "$summary") -eq $cases ]] || fail "a first-contact case failed"
+[[ $(grep -c "test cases" "$out/check/first_contact.log") -eq $cases ]] ||
+  fail "a first-contact case matched no test (a renamed case?)"
 grep -q "^command: .*scd-gpu-bench" "$out/check/bench.log" || fail "scd-gpu-bench did not start"
 # Without a device, the summary says why there is none, in the benchmark's words.
 if grep -q "skipped: no usable CUDA device" "$summary"; then
