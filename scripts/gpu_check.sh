@@ -154,7 +154,7 @@ for entry in "${FIRST_CONTACT[@]}"; do
   kernel=${entry%%|*}
   name=${entry#*|}
   echo "== $name" >> "$OUT/first_contact.log"
-  timeout 60 "$TEST_BIN" "$name" --warn NoTests > "$OUT/first_contact.case" 2>&1
+  timeout 30 "$TEST_BIN" "$name" --warn NoTests > "$OUT/first_contact.case" 2>&1
   rc=$?
   cat "$OUT/first_contact.case" >> "$OUT/first_contact.log"
   if [[ $rc -eq 0 ]] && grep -q "no CUDA device: skipping" "$OUT/first_contact.case"; then
