@@ -24,7 +24,8 @@
 # Environment: JOBS (default 16), SCD_GPU_BUILD_DIR (default <repo>/build-gpu), SCD_GPU_BUNDLE
 # (default <repo>/.gpu_bundle/scd-gpu-bundle.tar.gz; build from source when it is absent),
 # BENCH_ARGS (extra scd-gpu-bench flags, e.g. "--prefill 1024,4096"), SANITIZE_SECONDS
-# (limit of each compute-sanitizer run, default 75).
+# (limit of each compute-sanitizer run, default 75), SCD_GPU_TEST_BIN (a test binary to run in
+# place of test_cuda: for checking this script's handling of failures, bundle_check.sh).
 # Through the device tool, which returns at most 8 files from $OUT (docs/GPU.md):
 #   bash scripts/gpu_check.sh /tmp/gpu; rc=$?; tar -C /tmp -czf $OUT/gpu.tgz gpu; exit $rc
 set -uo pipefail
@@ -146,6 +147,10 @@ bench_without() {
     [[ " ${BENCH_ARGS:-} " == *" $flag "* ]] || BENCH_ARGS="${BENCH_ARGS:-} $flag"
   done
 }
+if [[ -n "${SCD_GPU_TEST_BIN:-}" ]]; then
+  TEST_BIN=$SCD_GPU_TEST_BIN
+  note "test binary: $TEST_BIN (SCD_GPU_TEST_BIN)"
+fi
 step "first contact: the kernels no device has run, a process each (log: first_contact.log)"
 : > "$OUT/first_contact.log"
 FIRST_RC=0

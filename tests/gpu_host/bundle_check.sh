@@ -38,4 +38,38 @@ grep -q "^command: .*scd-gpu-bench" "$out/check/bench.log" || fail "scd-gpu-benc
 if grep -q "skipped: no usable CUDA device" "$summary"; then
   grep -q "^   scd-gpu-bench: no usable CUDA device: " "$summary" || fail "no reason for the skips"
 fi
+# A device where the mma.sync kernel and the zoom-in fail first contact, played by a stand-in
+# test binary: the summary names them, the full run leaves them (and the backend case that runs
+# every kernel choice) out, the benchmark is told to skip what it can, and the check fails.
+fake=$out/fake_test_cuda.sh
+cat > "$fake" <<'SH'
+#!/usr/bin/env bash
+echo "fake test_cuda: $*"
+case "$1" in
+  "CUDA tensor-core prefill attention"* | "CUDA SekvZoom"*) exit 1 ;;
+esac
+echo "test cases: 1 | 1 passed"
+SH
+chmod +x "$fake"
+set +e
+SCD_GPU_TEST_BIN=$fake SCD_GPU_BUNDLE=$out/bundle/scd-gpu-bundle.tar.gz \
+  SCD_GPU_BUILD_DIR=$out/check-build "$root/scripts/gpu_check.sh" "$out/failing" \
+  > "$out/failing.log" 2>&1
+rc=$?
+set -e
+failing=$out/failing/summary.txt
+[[ $rc -ne 0 ]] || fail "a failed first contact did not fail the check"
+[[ $(grep -c "FAILED (exit 1): mma.sync prefill attention" "$failing") -eq 1 ]] ||
+  fail "the mma.sync kernel's failure is not in the summary"
+[[ $(grep -c "FAILED (exit 1): SEKV zoom-in" "$failing") -eq 2 ]] ||
+  fail "the zoom-in's two failures are not in the summary"
+[[ $(grep -c "^   ok: " "$failing") -eq $((cases - 3)) ]] || fail "the passing cases are not ok"
+full=$(grep "^fake test_cuda: \[cuda\]" "$out/failing/test_cuda.log")
+for left_out in '~"CUDA tensor-core prefill attention matches cpu::CausalAttention"' \
+  "~\"CUDA backend gives the CPU backend's logits with every kernel choice\"" \
+  '~"CUDA SekvZoom matches SelectSpans*"' '~"CUDA SekvZoom with bases past its shared staging'; do
+  [[ $full == *"$left_out"* ]] || fail "the full run does not leave out $left_out: $full"
+done
+grep -q "^command: .*scd-gpu-bench.* --skip-mma --skip-sekv-model --skip-sekv-batch$" \
+  "$out/failing/bench.log" || fail "the benchmark was not told to skip the failed kernels"
 echo "bundle_check: the bundle unpacks, matches, loads and runs"
