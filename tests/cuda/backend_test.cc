@@ -74,6 +74,27 @@ std::unique_ptr<Sequence> NewSeq(Backend& backend, int capacity) {
   return std::move(seq).value();
 }
 
+// A prefill of `ids` on a new sequence of `backend`, then `steps` batch-1 decode steps feeding
+// first_token, first_token + 1, ...: the prefill's result and each step's logits.
+struct PrefillAndSteps {
+  std::unique_ptr<Sequence> seq;
+  PrefillResult prefill;
+  std::vector<std::vector<float>> steps;
+};
+PrefillAndSteps RunPrefillAndSteps(Backend& backend, const std::vector<int32_t>& ids,
+                                   const PrefillOptions& options, int first_token, int steps) {
+  PrefillAndSteps r;
+  r.seq = NewSeq(backend, 64);
+  testing::RequireOk(backend.Prefill(*r.seq, ids, options, &r.prefill));
+  r.steps.resize(steps);
+  Sequence* seq = r.seq.get();
+  for (int step = 0; step < steps; ++step) {
+    testing::RequireOk(
+        backend.Decode(absl::MakeConstSpan(&seq, 1), {first_token + step}, &r.steps[step]));
+  }
+  return r;
+}
+
 struct GoldenFiles {
   nlohmann::json json;
   std::unique_ptr<SafetensorsFile> tensors;
@@ -287,14 +308,9 @@ TEST_CASE("CUDA backend gives the CPU backend's logits with every kernel choice"
   const std::vector<int32_t> ids = SomeTokens(40, config.vocab_size, 6);
   PrefillOptions all;
   all.all_logits = true;
-  auto cseq = NewSeq(*cpu, 64);
-  PrefillResult cr;
-  testing::RequireOk(cpu->Prefill(*cseq, ids, all, &cr));
-  std::vector<std::vector<float>> cpu_steps(3);
-  Sequence* cs = cseq.get();
-  for (int step = 0; step < 3; ++step) {
-    testing::RequireOk(cpu->Decode(absl::MakeConstSpan(&cs, 1), {7 + step}, &cpu_steps[step]));
-  }
+  const PrefillAndSteps want = RunPrefillAndSteps(*cpu, ids, all, 7, 3);
+  const PrefillResult& cr = want.prefill;
+  const std::vector<std::vector<float>>& cpu_steps = want.steps;
   // Every name of each list at least once, by BackendOptions as a daemon's config gives them.
   struct Choice {
     const char* prefill;
@@ -437,14 +453,9 @@ TEST_CASE("CUDA backend times every operation of a pass when profiling is on", "
   // Unprofiled first: the prefill and three graphed steps.
   PrefillOptions hooks;
   hooks.layer_states = true;
-  auto plain = NewSeq(*gpu, 64);
-  PrefillResult plain_prefill;
-  testing::RequireOk(gpu->Prefill(*plain, ids, hooks, &plain_prefill));
-  std::vector<std::vector<float>> plain_steps(3);
-  Sequence* ps = plain.get();
-  for (int step = 0; step < 3; ++step) {
-    testing::RequireOk(gpu->Decode(absl::MakeConstSpan(&ps, 1), {9 + step}, &plain_steps[step]));
-  }
+  const PrefillAndSteps plain = RunPrefillAndSteps(*gpu, ids, hooks, 9, 3);
+  const PrefillResult& plain_prefill = plain.prefill;
+  const std::vector<std::vector<float>>& plain_steps = plain.steps;
   const DecodeGraphStats graphed = gpu->decode_graph_stats();
   REQUIRE(graphed.captures > 0);
   const absl::StatusOr<cuda::OpProfile> nothing = cuda::TakeOpProfile(*gpu);

@@ -218,8 +218,15 @@ std::string ResultsMarkdown(const nlohmann::json& r) {
             x["setup_s"].value("gpu_tier_with_copy", 0.0));
       }
     }
-    md << "\nThe same steps, where the device time goes: 3 more steps of each with the backend's "
-       << "op profile on (`cuda::SetOpProfiling`; eager, so slower than the steps above). "
+    int profiled = 0;
+    for (const auto& m : r["models"]) {
+      for (const auto& x : m.value("sekv_model", nlohmann::json::array())) {
+        if (x.contains("profile")) profiled = x["profile"]["steps"].get<int>();
+      }
+    }
+    md << "\nThe same steps, where the device time goes: " << profiled
+       << " more steps of each with the backend's op profile on (`cuda::SetOpProfiling`; eager, so "
+          "slower than the steps above). "
        << "Attention: each layer's attention, for SEKV all of it (gate, zoom-in, resident "
        << "softmax, merge, and any wait for the host within it); the rest: everything else from "
        << "the embedding to the logits.\n\n"
