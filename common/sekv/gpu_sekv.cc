@@ -12,6 +12,7 @@
 
 #if SCD_HAVE_CUDA
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/op_profile.h"
 #include "kernels/cuda/scd_sekv_ops.h"
 #include "kernels/cuda/synthetic_backend.h"
 #endif
@@ -234,9 +235,9 @@ class GpuSekv::Impl : public RowAttention {
     return mapping_ != nullptr ? mapping_->error() : absl::OkStatus();
   }
   Backend& backend() { return backend_; }
-  // The backend's op profile (cuda::MarkOp): `op`'s interval goes to class `c`.
-  absl::Status Mark(cuda::OpClass c, absl::Status op) {
-    return cuda::MarkOp(backend_, c, std::move(op));
+  // The backend's op profile (cuda::OpClockOf): `op`'s interval goes to class `c`.
+  absl::Status Mark(cuda::OpClass c, absl::Status op, StreamHandle s) {
+    return clock_->Mark(c, std::move(op), s);
   }
 
  private:
@@ -312,6 +313,7 @@ class GpuSekv::Impl : public RowAttention {
   StreamHandle last_stream_ = nullptr;
   CpuTierAccess cpu_tier_access_ = CpuTierAccess::kNone;  // set by Init
   cuda::DecodeImpl decode_impl_ = cuda::DecodeImpl::kAuto;  // the backend's (Init)
+  cuda::OpClock* clock_ = nullptr;                          // the backend's op profile (Init)
 };
 
 absl::Status GpuSekv::Impl::UploadRows(DeviceBuffer* dst, const float* src, size_t elements,
@@ -338,6 +340,7 @@ absl::Status GpuSekv::Impl::Init() {
   route_dim_ = router.route_dim();
   SCD_ASSIGN_OR_RETURN(const cuda::KernelChoices kernels, cuda::KernelChoicesOf(backend_));
   decode_impl_ = kernels.decode_attention;  // the split attention the backend's decode runs
+  SCD_ASSIGN_OR_RETURN(clock_, cuda::OpClockOf(backend_));
   const size_t gs = static_cast<size_t>(groups) * num_spans_;
   const StreamHandle s = nullptr;  // one-off uploads, waited for below
   layers_.resize(shape_.num_layers);
@@ -726,9 +729,9 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   // 3-4. Gate, selection, the step's summary counts.
   const bool zoom = cache_.zooms(l);
   int num_edits = 0;
-  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kAttention, absl::OkStatus()));  // as the device path
+  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kAttention, absl::OkStatus(), s));  // as the device path
   if (zoom) {
-    SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvGate, Gate(l, rows, q, s)));
+    SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvGate, Gate(l, rows, q, s), s));
     SCD_RETURN_IF_ERROR(cuda::CopyToHost(lse_host, lse_.data(), sizeof(float) * heads, s));
     SCD_RETURN_IF_ERROR(cuda::CopyToHost(alpha_host, alpha_.data(), sizeof(float) * gs, s));
     SCD_RETURN_IF_ERROR(wait_and_append());
@@ -754,10 +757,11 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   SCD_RETURN_IF_ERROR(Mark(
       cuda::OpClass::kSekvZoom,
       cuda::SekvSummaryStep(d.base_lc.as<float>(), d.remaining.as<int32_t>(), edits_.as<int32_t>(),
-                            num_edits, gs, step_lc_.as<float>(), step_skip_.as<uint8_t>(), s)));
+                            num_edits, gs, step_lc_.as<float>(), step_skip_.as<uint8_t>(), s),
+      s));
 
   // 5. The resident part of the softmax, while the host waits for the rebuilt rows.
-  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvResident, ResidentSoftmax(l, rows, q, out, s)));
+  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvResident, ResidentSoftmax(l, rows, q, out, s), s));
   if (!zoom) return absl::OkStatus();
 
   // 6. The expanded rows join the same softmax.
@@ -850,9 +854,9 @@ absl::Status GpuSekv::Impl::ZoomOnDevice(int l, int rows, const float* q, float*
   const int groups = shape_.num_kv_heads, ns = st.num_spans();
   const bool zoom = cache_.zooms(l);
   // The window's new row (and at the layer's first step its pins) so far: plain attention.
-  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kAttention, absl::OkStatus()));
+  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kAttention, absl::OkStatus(), s));
   if (zoom) {
-    SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvGate, Gate(l, rows, q, s)));
+    SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvGate, Gate(l, rows, q, s), s));
     SCD_RETURN_IF_ERROR(Mark(
         cuda::OpClass::kSekvZoom,
         cuda::SekvZoom(
@@ -861,16 +865,18 @@ absl::Status GpuSekv::Impl::ZoomOnDevice(int l, int rows, const float* q, float*
             pins_ > 0 ? d.pinned_flags.as<uint8_t>() : nullptr, ns, heads, groups, hd, zoom_params_,
             d.expanded_k.data(), d.expanded_v.data(), type_, DeviceTable(l, 3), kResidentSegments,
             step_lc_.as<float>(), step_skip_.as<uint8_t>(), zoom_counts_.as<int64_t>(),
-            zoom_ws_.data(), static_cast<int64_t>(zoom_ws_.size()), s)));
+            zoom_ws_.data(), static_cast<int64_t>(zoom_ws_.size()), s),
+        s));
   } else {
     SCD_RETURN_IF_ERROR(
         Mark(cuda::OpClass::kSekvZoom,
              cuda::SekvSummaryStep(d.base_lc.as<float>(), d.remaining.as<int32_t>(),
                                    edits_.as<int32_t>(), 0, groups * ns, step_lc_.as<float>(),
-                                   step_skip_.as<uint8_t>(), s)));
+                                   step_skip_.as<uint8_t>(), s),
+             s));
   }
   // The resident part of the softmax, then the expanded rows merged into it.
-  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvResident, ResidentSoftmax(l, rows, q, out, s)));
+  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvResident, ResidentSoftmax(l, rows, q, out, s), s));
   if (!zoom) return absl::OkStatus();
   SCD_RETURN_IF_ERROR(MergeExpansion(l, q, out, s));
   if (l != last_zoom_layer_) return absl::OkStatus();

@@ -147,7 +147,6 @@ class CudaBackend : public Backend {
   }
   const cuda::KernelChoices& kernel_choices() const { return kernels_; }
   cuda::OpClock& op_clock() { return clock_; }
-  cuda::StreamHandle stream_handle() const { return stream(); }
 
   // kAuto resolved as the launchers resolve it for this model (the cache's K/V are 16-byte
   // aligned, as the null pointers here are).
@@ -1105,10 +1104,10 @@ absl::StatusOr<OpProfile> TakeOpProfile(Backend& backend) {
   return cuda_backend->op_clock().Take();
 }
 
-absl::Status MarkOp(Backend& backend, OpClass c, absl::Status op) {
+absl::StatusOr<OpClock*> OpClockOf(Backend& backend) {
   auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
-  if (cuda_backend == nullptr || !cuda_backend->op_clock().on()) return op;
-  return cuda_backend->op_clock().Mark(c, std::move(op), cuda_backend->stream_handle());
+  if (cuda_backend == nullptr) return NotCuda(backend);
+  return &cuda_backend->op_clock();
 }
 
 size_t CudaDecodeBytesStreamed(const Backend& backend) {

@@ -18,7 +18,7 @@ absl::Status OpClock::Record(int tag, StreamHandle stream) {
   if (used_ == events_.size()) {
     SCD_ASSIGN_OR_RETURN(std::unique_ptr<Event> event, Event::Create());
     events_.push_back(std::move(event));
-    tags_.push_back(tag);
+    tags_.emplace_back();
   }
   tags_[used_] = tag;
   SCD_RETURN_IF_ERROR(events_[used_]->Record(stream));

@@ -98,7 +98,7 @@ enum class OpClass : int {
   kGateUp,       // the fused gate/up projection
   kDown,         // the down projection (and the residual)
   kLogits,       // the final RMSNorm and the LM head
-  // The parts of a GpuSekv row's attention, which GpuSekv marks itself (MarkOp); the rest of
+  // The parts of a GpuSekv row's attention, which GpuSekv marks itself (OpClockOf); the rest of
   // it (the window's new row, the first step's pins, the expanded rows' softmax and merge)
   // stays in kAttention.
   kSekvGate,      // the resident log-sum-exp and the routing gate
@@ -125,11 +125,12 @@ absl::Status SetOpProfiling(Backend& backend, bool on);
 // starts again from zero. Fails when `backend` is not CUDA.
 absl::StatusOr<OpProfile> TakeOpProfile(Backend& backend);
 
-// For code that queues work on a CUDA backend's stream within its pass (GpuSekv's row
-// attention): `op` is what queuing an operation of class `c` returned. With profiling on and
-// `op` OK, the operation's interval goes to `c`. Returns `op` when it failed, else the event's
-// status; `op` when `backend` is not CUDA.
-absl::Status MarkOp(Backend& backend, OpClass c, absl::Status op);
+// The clock behind SetOpProfiling (op_profile.h), for code that queues work on the backend's
+// stream within its pass (GpuSekv's row attention) and marks its own operations there
+// (OpClock::Mark): taken once, it costs one branch a mark while profiling is off. Fails when
+// `backend` is not CUDA.
+class OpClock;
+absl::StatusOr<OpClock*> OpClockOf(Backend& backend);
 
 // Bytes of device weights one decode step streams (for a backend made by either factory);
 // 0 when `backend` is not a CUDA backend.
