@@ -85,7 +85,7 @@ const char* CpuTierAccessName(CpuTierAccess a);  // "none", "pageable", ...
 // go before the cache.
 class CpuTierMapping {
  public:
-  struct Layers;  // the registrations of each layer (gpu_sekv.cc)
+  struct Layers;  // the registrations of each layer (gpu_sekv_impl.h)
   explicit CpuTierMapping(const SekvCache& cache);
   ~CpuTierMapping();
   CpuTierMapping(const CpuTierMapping&) = delete;

@@ -1,13 +1,8 @@
 // CudaBackend: the Backend interface on one CUDA device, mirroring CpuBackend
 // (common/runtime/cpu_backend.cc) step for step; only where tensors live and their precision
-// differ. Per layer, for the rows of a step:
-//   xn = RMSNorm(x)                  -> BF16 (and F32 for the H_in hook)
-//   qkv = xn · [Wq; Wk; Wv]ᵀ (+ b)   one cuBLAS GEMM, F32 out; hooks copy H_in, K, V here
-//   RoPE(q) in place; RoPE(k) and v stored into the sequence's BF16 KV cache
-//   att = attention(q, cache)        prefill: flash-style tiles; decode: split-K per sequence
-//   x += att · Woᵀ                   GEMM with beta = 1 (residual fused)
-//   x += SwiGLU(RMSNorm(x) · [Wgate; Wup]ᵀ) · Wdownᵀ
-// then the final RMSNorm, the LM head, surprisal (device NLL) and one copy of the logits back.
+// differ. The layers of a step run in cuda::LayerPass (layer_pass.h), then surprisal (device
+// NLL) and one copy of the logits back; decode steps are recorded and replayed as CUDA graphs
+// (cuda::DecodeGraphCache, decode_graph_cache.h).
 //
 // Precision (documented contract, see tests/cuda/backend_test.cc for the tolerances): weights
 // and the KV cache are BF16, GEMM inputs are rounded to BF16, every accumulation and the
@@ -26,9 +21,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/runtime/input_checks.h"
+#include "kernels/cuda/decode_graph_cache.h"
 #include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/launch_checks.h"
+#include "kernels/cuda/kernel_choices.h"
+#include "kernels/cuda/layer_pass.h"
 #include "kernels/cuda/op_profile.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/split_plan.h"
@@ -71,22 +68,6 @@ class StepMeta {
   std::vector<unsigned char> bytes_;
 };
 
-// How the attention of a step reads the cache.
-struct AttentionStep {
-  bool decode = false;
-  // Prefill: one sequence, queries at positions [start, start + rows).
-  const Bf16* k0 = nullptr;
-  const Bf16* v0 = nullptr;
-  int64_t layer_stride = 0;
-  int start = 0;
-  // Decode: row b is sequence b of the table, attending to lengths[b] positions.
-  const int32_t* lengths = nullptr;
-  int max_length = 0;
-  // Decode: the last external.size() rows belong to no sequence of the table; row
-  // rows - external.size() + i takes external[i]'s attention, with K rotated in place.
-  absl::Span<RowAttention* const> external;
-};
-
 class CudaBackend : public Backend {
  public:
   static absl::StatusOr<std::unique_ptr<Backend>> Create(
@@ -103,6 +84,9 @@ class CudaBackend : public Backend {
                          DeviceBuffer::Allocate(inv_freq.size() * sizeof(float), "inv_freq"));
     SCD_RETURN_IF_ERROR(cuda::CopyToDeviceSync(b->inv_freq_.data(), inv_freq.data(),
                                                inv_freq.size() * sizeof(float)));
+    b->pass_ = std::make_unique<cuda::LayerPass>(b->model_->config, *b->weights_, *b->gemm_,
+                                                 b->inv_freq_.as<float>(), b->clock_, b->stream());
+    b->pass_->set_kernels(b->kernels_);
     return std::unique_ptr<Backend>(std::move(b));
   }
 
@@ -114,69 +98,25 @@ class CudaBackend : public Backend {
   size_t decode_bytes_streamed() const { return weights_->DecodeBytesStreamed(); }
 
   absl::Status SetDecodeGraphs(const cuda::DecodeGraphOptions& options) {
-    if (options.max_batch < 0 || options.max_graphs < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("decode graphs: max_batch ", options.max_batch,
-                                                     " must be >= 0 and max_graphs ",
-                                                     options.max_graphs, " >= 1"));
-    }
-    graph_options_ = options;
-    graphs_.clear();
-    graphs_broken_ = false;
-    return absl::OkStatus();
+    return graphs_.Configure(options);
   }
 
   absl::Status SetKernelChoices(const cuda::KernelChoices& choices) {
-    const ModelConfig& c = model_->config;
-    if (!cuda::launch_checks::PrefillSupports(choices.prefill_attention, c.head_dim)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prefill attention '",
-          std::string(kCudaPrefillAttentionNames[static_cast<int>(choices.prefill_attention)]),
-          "' cannot run head_dim ", c.head_dim, " (the tensor-core kernels take 64 or 128)"));
-    }
-    if (choices.decode_attention == cuda::DecodeImpl::kVectorized &&
-        !cuda::launch_checks::VectorizedAttentionSupports(c.num_heads / c.num_kv_heads,
-                                                          c.head_dim)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "decode attention 'vectorized' cannot run a GQA group of ", c.num_heads / c.num_kv_heads,
-          " with head_dim ", c.head_dim, " (it takes groups 1, 2, 4, 8 and head_dim 8 * 2^i)"));
-    }
+    SCD_RETURN_IF_ERROR(cuda::CheckKernelChoices(model_->config, choices));
     SCD_RETURN_IF_ERROR(gemm_->set_small_batch_max_rows(choices.small_batch_max_rows));
     kernels_ = choices;
-    graphs_.clear();  // recorded with the old kernels
+    pass_->set_kernels(choices);
+    graphs_.Clear();  // recorded with the old kernels
     return absl::OkStatus();
   }
   const cuda::KernelChoices& kernel_choices() const { return kernels_; }
   cuda::OpClock& op_clock() { return clock_; }
 
-  // kAuto resolved as the launchers resolve it for this model (the cache's K/V are 16-byte
-  // aligned, as the null pointers here are).
   std::string kernel_description() const override {
-    const ModelConfig& c = model_->config;
-    const absl::StatusOr<bool> tensor_cores = cuda::launch_checks::PrefillTensorCores(
-        nullptr, nullptr, c.num_heads, c.num_kv_heads, c.head_dim, kernels_.prefill_attention);
-    const absl::StatusOr<bool> vectorized = cuda::launch_checks::TakesVectorized(
-        "DecodeAttention", c.num_heads, c.num_kv_heads, c.head_dim, kernels_.decode_attention);
-    const bool mma = kernels_.prefill_attention == cuda::AttentionImpl::kTensorCoreMma;
-    const char* prefill = tensor_cores.value_or(false) ? (mma ? "mma" : "wmma") : "generic";
-    const char* decode = vectorized.value_or(false) ? "vectorized" : "generic";
-    auto automatic = [](bool is_auto) { return is_auto ? " (auto)" : ""; };
-    const int rows = kernels_.small_batch_max_rows;
-    return absl::StrCat(
-        "prefill attention ", prefill,
-        automatic(kernels_.prefill_attention == cuda::AttentionImpl::kAuto), ", decode attention ",
-        decode, automatic(kernels_.decode_attention == cuda::DecodeImpl::kAuto), ", ",
-        rows == 0 ? std::string("projections cuBLAS")
-                  : absl::StrCat("projections of up to ", rows, rows == 1 ? " row" : " rows",
-                                 " as a weight stream, larger ones cuBLAS"));
+    return cuda::DescribeKernelChoices(model_->config, kernels_);
   }
 
-  DecodeGraphStats decode_graph_stats() const override {
-    DecodeGraphStats stats = graph_stats_;
-    stats.cached = static_cast<int>(graphs_.size());
-    for (const CachedGraph& cached : graphs_) stats.device_bytes += cached.graph->device_bytes();
-    stats.active = graph_options_.enabled && !graphs_broken_;
-    return stats;
-  }
+  DecodeGraphStats decode_graph_stats() const override { return graphs_.stats(); }
 
   absl::StatusOr<cuda::SequenceCache> CacheOf(Sequence& seq_base) const {
     SCD_ASSIGN_OR_RETURN(CudaSequence * seq, Own(&seq_base));
@@ -237,9 +177,9 @@ class CudaBackend : public Backend {
     const int prefill = shape.prefill_tokens, decode = shape.decode_rows;
     SCD_RETURN_IF_ERROR(cuda::SetDevice(device_));
     // The activations of a step's rows, and a prefill's hooks.
-    SCD_RETURN_IF_ERROR(ReserveRows(std::max(prefill, decode), /*hooks=*/false));
+    SCD_RETURN_IF_ERROR(pass_->Reserve(std::max(prefill, decode), /*hooks=*/false));
     if (prefill > 0 && shape.prefill_layer_states) {
-      SCD_RETURN_IF_ERROR(ReserveRows(prefill, /*hooks=*/true));
+      SCD_RETURN_IF_ERROR(pass_->Reserve(prefill, /*hooks=*/true));
     }
     // Logits on the device: a decode step's rows, a prefill's last row (all with surprisal).
     const size_t prefill_logit_rows = prefill == 0 ? 0 : shape.prefill_surprisal ? prefill : 1;
@@ -279,9 +219,9 @@ class CudaBackend : public Backend {
 
   WorkspaceBytes Workspace() const override {
     WorkspaceBytes w;
+    w.device = pass_->DeviceBytes();
     for (const DeviceBuffer* buffer :
-         {&meta_dev_, &x_, &xn_, &xn_bf16_, &qkv_, &att_, &att_bf16_, &gate_up_, &act_bf16_,
-          &logits_, &nll_, &hooks_, &decode_ws_, &append_stage_, &sample_ws_}) {
+         {&meta_dev_, &logits_, &nll_, &decode_ws_, &append_stage_, &sample_ws_}) {
       w.device += buffer->size();
     }
     w.pinned_host = meta_pinned_.size() + pinned_.size();
@@ -320,21 +260,23 @@ class CudaBackend : public Backend {
     SCD_RETURN_IF_ERROR(Upload(meta));
     table = Relocate(table);
 
-    SCD_RETURN_IF_ERROR(ReserveRows(t, options.layer_states));
+    SCD_RETURN_IF_ERROR(pass_->Reserve(t, options.layer_states));
     SCD_RETURN_IF_ERROR(logits_.Reserve(sizeof(float) * rows_out * vocab, "logits"));
     SCD_RETURN_IF_ERROR(nll_.Reserve(sizeof(float) * t, "surprisal"));
 
-    AttentionStep attention;
+    cuda::AttentionStep attention;
     attention.k0 = seq->k_.as<Bf16>();
     attention.v0 = seq->v_.as<Bf16>();
     attention.layer_stride = static_cast<int64_t>(seq->capacity_) * c.kv_dim();
     attention.start = seq->length_;
-    SCD_RETURN_IF_ERROR(Forward(t, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at),
-                                Dev<int32_t>(row_seq_at), table, attention, options.layer_states));
+    SCD_RETURN_IF_ERROR(pass_->Forward(t, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at),
+                                       Dev<int32_t>(row_seq_at), table, attention,
+                                       options.layer_states));
 
     const cuda::StreamHandle s = stream();
     float* logits = logits_.as<float>();
-    SCD_RETURN_IF_ERROR(Logits(x_.as<float>() + static_cast<size_t>(first) * d, rows_out, logits));
+    SCD_RETURN_IF_ERROR(
+        pass_->Logits(pass_->x() + static_cast<size_t>(first) * d, rows_out, logits));
     const int32_t* ids_dev = Dev<int32_t>(ids_at);
     if (options.surprisal) {
       if (seq->has_last_logits_) {
@@ -361,9 +303,9 @@ class CudaBackend : public Backend {
         cuda::CopyToHost(pinned_.as<unsigned char>() + logits_bytes, nll_.data(), nll_bytes, s));
     std::vector<float> hooks;
     if (options.layer_states) {
-      hooks.resize(static_cast<size_t>(c.num_layers) * t * HookWidth());
+      hooks.resize(static_cast<size_t>(c.num_layers) * t * pass_->HookWidth());
       SCD_RETURN_IF_ERROR(
-          cuda::CopyToHost(hooks.data(), hooks_.data(), hooks.size() * sizeof(float), s));
+          cuda::CopyToHost(hooks.data(), pass_->hooks().data(), hooks.size() * sizeof(float), s));
     }
     SCD_RETURN_IF_ERROR(stream_->Synchronize());
 
@@ -376,7 +318,7 @@ class CudaBackend : public Backend {
       result->surprisal.assign(nll, nll + t);
     }
     result->layers.clear();
-    if (options.layer_states) UnpackHooks(hooks, t, &result->layers);
+    if (options.layer_states) pass_->UnpackHooks(hooks, t, &result->layers);
     seq->length_ += t;
     seq->has_last_logits_ = true;
     return absl::OkStatus();
@@ -461,7 +403,7 @@ class CudaBackend : public Backend {
   // One decode step of `seqs` and, after their rows, `external`'s. The sequences' rows: with
   // `next`, sampled on the device with `draws` into *next, else their logits into *logits.
   // External rows' logits go to *external_logits. A step of the sequences alone is recorded
-  // and replayed as a CUDA graph (RunDecodeForward); one with external rows runs eagerly, as
+  // and replayed as a CUDA graph (graphs_); one with external rows runs eagerly, as
   // their attention waits on the host.
   absl::Status DecodeStep(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
                           absl::Span<const SampleDraw> draws, std::vector<float>* logits,
@@ -526,7 +468,7 @@ class CudaBackend : public Backend {
     SCD_RETURN_IF_ERROR(Upload(meta));
     table = Relocate(table);
 
-    SCD_RETURN_IF_ERROR(ReserveRows(rows, /*hooks=*/false));
+    SCD_RETURN_IF_ERROR(pass_->Reserve(rows, /*hooks=*/false));
     SCD_RETURN_IF_ERROR(logits_.Reserve(sizeof(float) * rows * vocab, "logits"));
     // Planned for the length bucket, graphed or not, so both run the same kernels alike.
     const int planned_length = cuda::split_plan::DecodeLengthBucket(std::max(max_length, 1));
@@ -535,23 +477,25 @@ class CudaBackend : public Backend {
           decode_ws_.Reserve(DecodeWorkspaceBytes(b, planned_length), "decode workspace"));
     }
 
-    AttentionStep attention;
+    cuda::AttentionStep attention;
     attention.decode = true;
     attention.lengths = Dev<int32_t>(len_at);
     attention.max_length = planned_length;
+    attention.workspace = decode_ws_.as<float>();
+    attention.workspace_floats = static_cast<int64_t>(decode_ws_.size() / sizeof(float));
     attention.external = external.attention;
     const cuda::StreamHandle s = stream();
     // Everything up to the logits (the sequences' in their buffers): what a graph records. It
     // reads the step's ids, positions, lengths and table from the metadata uploaded above.
     auto forward = [&]() -> absl::Status {
-      SCD_RETURN_IF_ERROR(Forward(rows, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at),
-                                  Dev<int32_t>(row_seq_at), table, attention, false));
-      SCD_RETURN_IF_ERROR(Logits(x_.as<float>(), rows, logits_.as<float>()));
+      SCD_RETURN_IF_ERROR(pass_->Forward(rows, Dev<int32_t>(ids_at), Dev<int32_t>(pos_at),
+                                         Dev<int32_t>(row_seq_at), table, attention, false));
+      SCD_RETURN_IF_ERROR(pass_->Logits(pass_->x(), rows, logits_.as<float>()));
       if (b == 0) return absl::OkStatus();
       return cuda::ScatterRows(logits_.as<float>(), vocab, Dev<float* const>(dst_at), b, vocab, s);
     };
     if (e > 0 || clock_.on()) {  // a profiled step runs eagerly, an op at a time
-      if (b > 0) ++graph_stats_.eager_steps;
+      if (b > 0) graphs_.CountEager();
       SCD_RETURN_IF_ERROR(forward());
     } else {
       // A graph replays the pointers and sizes it recorded: the key holds every one of them.
@@ -565,7 +509,7 @@ class CudaBackend : public Backend {
                                           reinterpret_cast<uintptr_t>(table.k),
                                           reinterpret_cast<uintptr_t>(table.v),
                                           reinterpret_cast<uintptr_t>(table.layer_stride)};
-      SCD_RETURN_IF_ERROR(RunDecodeForward(b, key, forward));
+      SCD_RETURN_IF_ERROR(graphs_.Run(b, GraphBuffers(), key, s, forward));
     }
     // What comes back, in one pinned buffer and after one wait: the sequences' sampled ids or
     // logits, then the external rows' logits.
@@ -658,66 +602,17 @@ class CudaBackend : public Backend {
   }
 
   // The buffers every decode graph records, with their sizes: activations, logits, the
-  // attention workspace and the step metadata. When one moves (it grew), no cached graph can
-  // be replayed again.
+  // attention workspace and the step metadata (DecodeGraphCache drops its graphs when one
+  // moves).
   std::vector<uintptr_t> GraphBuffers() const {
     std::vector<uintptr_t> a;
-    for (const DeviceBuffer* buffer : {&x_, &xn_bf16_, &qkv_, &att_, &att_bf16_, &gate_up_,
-                                       &act_bf16_, &logits_, &decode_ws_, &meta_dev_}) {
+    pass_->AppendGraphBuffers(&a);
+    for (const DeviceBuffer* buffer : {&logits_, &decode_ws_, &meta_dev_}) {
       a.push_back(reinterpret_cast<uintptr_t>(buffer->data()));
       a.push_back(buffer->size());
     }
     return a;
   }
-
-  // Runs `forward` (a decode step's work on the stream, through the logits) as a CUDA graph
-  // when graphs are on and the batch is small enough: the graph recorded for `key` (the
-  // step's shape and metadata layout) is replayed, or recorded now. A recording that fails
-  // (CUDA refuses the capture) runs the step eagerly; when that succeeds the fault was the
-  // capture's, so graphs stay off from then on (DecodeGraphStats::capture_failures).
-  absl::Status RunDecodeForward(int batch, const std::vector<uintptr_t>& key,
-                                const std::function<absl::Status()>& forward) {
-    if (!graph_options_.enabled || graphs_broken_ || batch > graph_options_.max_batch) {
-      ++graph_stats_.eager_steps;
-      return forward();
-    }
-    std::vector<uintptr_t> full_key = GraphBuffers();
-    if (graphs_.empty() || graphs_.front().buffers != full_key) graphs_.clear();
-    full_key.insert(full_key.end(), key.begin(), key.end());
-    for (CachedGraph& cached : graphs_) {
-      if (cached.key == full_key) {
-        cached.last_use = ++graph_clock_;
-        ++graph_stats_.replays;
-        return cached.graph->Launch(stream());
-      }
-    }
-    absl::StatusOr<std::unique_ptr<cuda::Graph>> graph = cuda::Graph::Capture(stream(), forward);
-    if (!graph.ok()) {
-      ++graph_stats_.eager_steps;
-      SCD_RETURN_IF_ERROR(forward());  // the step's own error, if it has one
-      ++graph_stats_.capture_failures;
-      graph_stats_.last_failure = std::string(graph.status().message());
-      graphs_broken_ = true;
-      graphs_.clear();
-      return absl::OkStatus();
-    }
-    if (static_cast<int>(graphs_.size()) >= graph_options_.max_graphs) {
-      graphs_.erase(std::min_element(
-          graphs_.begin(), graphs_.end(),
-          [](const CachedGraph& a, const CachedGraph& b) { return a.last_use < b.last_use; }));
-      ++graph_stats_.evictions;
-    }
-    ++graph_stats_.captures;
-    graph_stats_.last_nodes = (*graph)->nodes();
-    CachedGraph cached;
-    cached.buffers = GraphBuffers();
-    cached.key = std::move(full_key);
-    cached.graph = std::move(graph).value();
-    cached.last_use = ++graph_clock_;
-    graphs_.push_back(std::move(cached));
-    return graphs_.back().graph->Launch(stream());
-  }
-  int HookWidth() const { return model_->config.hidden_size + 2 * model_->config.kv_dim(); }
 
   absl::StatusOr<CudaSequence*> Own(Sequence* seq) const {
     auto* cuda_seq = dynamic_cast<CudaSequence*>(seq);
@@ -765,177 +660,6 @@ class CudaBackend : public Backend {
     return cuda::CopyToDevice(meta_dev_.data(), meta_pinned_.data(), bytes, stream());
   }
 
-  // Grows the activation buffers to `rows` rows (the stream is idle between calls).
-  absl::Status ReserveRows(int rows, bool hooks) {
-    const ModelConfig& c = model_->config;
-    const size_t r = rows, d = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size;
-    const size_t qkv = qd + 2 * c.kv_dim();
-    SCD_RETURN_IF_ERROR(x_.Reserve(sizeof(float) * r * d, "x"));
-    SCD_RETURN_IF_ERROR(xn_bf16_.Reserve(sizeof(Bf16) * r * d, "xn"));
-    SCD_RETURN_IF_ERROR(qkv_.Reserve(sizeof(float) * r * qkv, "qkv"));
-    SCD_RETURN_IF_ERROR(att_.Reserve(sizeof(float) * r * qd, "attention"));
-    SCD_RETURN_IF_ERROR(att_bf16_.Reserve(sizeof(Bf16) * r * qd, "attention bf16"));
-    SCD_RETURN_IF_ERROR(gate_up_.Reserve(sizeof(float) * r * 2 * ffn, "gate_up"));
-    SCD_RETURN_IF_ERROR(act_bf16_.Reserve(sizeof(Bf16) * r * ffn, "swiglu"));
-    if (hooks) {
-      SCD_RETURN_IF_ERROR(xn_.Reserve(sizeof(float) * r * d, "h_in"));
-      SCD_RETURN_IF_ERROR(hooks_.Reserve(
-          sizeof(float) * c.num_layers * r * static_cast<size_t>(HookWidth()), "hooks"));
-    }
-    return absl::OkStatus();
-  }
-
-  // Runs every layer on `rows` rows (ids on the device) and leaves the residual stream in x_.
-  // Writes each row's K/V into its sequence's cache (lengths are committed by the caller).
-  absl::Status Forward(int rows, const int32_t* ids, const int32_t* positions,
-                       const int32_t* row_seq, const cuda::KvCacheTable& table,
-                       const AttentionStep& attention, bool hooks) {
-    const ModelConfig& c = model_->config;
-    const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
-    const int qkv_dim = qd + 2 * kvd;
-    const cuda::StreamHandle s = stream();
-    float* x = x_.as<float>();
-    Bf16* xn_bf16 = xn_bf16_.as<Bf16>();
-    float* qkv = qkv_.as<float>();
-    float* att = att_.as<float>();
-    const float* inv_freq = inv_freq_.as<float>();
-    using cuda::OpClass;
-    SCD_RETURN_IF_ERROR(clock_.Begin(s));
-    SCD_RETURN_IF_ERROR(
-        clock_.Mark(OpClass::kEmbed, cuda::Embed(weights_->embed(), ids, x, rows, d, s), s));
-    for (int l = 0; l < c.num_layers; ++l) {
-      const cuda::DeviceLayer& w = weights_->layer(l);
-      float* h_in = hooks ? xn_.as<float>() : nullptr;
-      SCD_RETURN_IF_ERROR(clock_.Mark(
-          OpClass::kNorm,
-          cuda::RmsNorm(x, w.attn_norm.as<float>(), h_in, xn_bf16, rows, d, c.rms_norm_eps, s), s));
-      SCD_RETURN_IF_ERROR(clock_.Mark(
-          OpClass::kQkv, gemm_->Linear(xn_bf16, w.w_qkv.as<Bf16>(), qkv, rows, qkv_dim, d), s));
-      if (!w.b_qkv.empty()) {
-        SCD_RETURN_IF_ERROR(clock_.Mark(
-            OpClass::kQkv, cuda::AddBias(qkv, w.b_qkv.as<float>(), rows, qkv_dim, qkv_dim, s), s));
-      }
-      if (hooks) {
-        // Layer l's hooks: [rows][d] H_in, then [rows][2 kv_dim] pre-RoPE K | V.
-        float* dst = hooks_.as<float>() + static_cast<size_t>(l) * rows * HookWidth();
-        SCD_RETURN_IF_ERROR(clock_.Mark(
-            OpClass::kElementwise,
-            cuda::CopyOnDevice(dst, h_in, sizeof(float) * static_cast<size_t>(rows) * d, s), s));
-        SCD_RETURN_IF_ERROR(clock_.Mark(
-            OpClass::kElementwise,
-            cuda::CopyRowsOnDevice(dst + static_cast<size_t>(rows) * d, sizeof(float) * 2 * kvd,
-                                   qkv + qd, sizeof(float) * qkv_dim, sizeof(float) * 2 * kvd, rows,
-                                   s),
-            s));
-      }
-      SCD_RETURN_IF_ERROR(clock_.Mark(
-          OpClass::kRopeKv,
-          cuda::ApplyRope(qkv, rows, c.num_heads, c.head_dim, qkv_dim, positions, inv_freq, s), s));
-      // Rows [0, plain) attend through the table (or the prefill's sequence), the rest
-      // through their external attention.
-      const int plain = rows - static_cast<int>(attention.external.size());
-      if (plain > 0) {
-        SCD_RETURN_IF_ERROR(clock_.Mark(
-            OpClass::kRopeKv,
-            cuda::RopeStoreKv(qkv + qd, qkv + qd + kvd, qkv_dim, plain, row_seq, positions, table,
-                              l, c.num_kv_heads, c.head_dim, inv_freq, s),
-            s));
-        if (attention.decode) {
-          SCD_RETURN_IF_ERROR(clock_.Mark(
-              OpClass::kAttention,
-              cuda::DecodeAttention(qkv, qkv_dim, table, l, attention.lengths, plain,
-                                    attention.max_length, c.num_heads, c.num_kv_heads, c.head_dim,
-                                    c.sliding_window, kernels_.decode_attention, att, qd,
-                                    decode_ws_.as<float>(),
-                                    static_cast<int64_t>(decode_ws_.size() / sizeof(float)), s),
-              s));
-        } else {
-          const int64_t layer_offset = l * attention.layer_stride;
-          SCD_RETURN_IF_ERROR(clock_.Mark(
-              OpClass::kAttention,
-              cuda::PrefillAttention(qkv, qkv_dim, attention.k0 + layer_offset,
-                                     attention.v0 + layer_offset, att, qd, rows, attention.start,
-                                     c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window,
-                                     kernels_.prefill_attention, s),
-              s));
-        }
-      }
-      if (plain < rows) {
-        float* external_rows = qkv + static_cast<size_t>(plain) * qkv_dim;
-        SCD_RETURN_IF_ERROR(
-            clock_.Mark(OpClass::kRopeKv,
-                        cuda::ApplyRope(external_rows + qd, rows - plain, c.num_kv_heads,
-                                        c.head_dim, qkv_dim, positions + plain, inv_freq, s),
-                        s));
-        for (int r = plain; r < rows; ++r) {
-          const float* row = qkv + static_cast<size_t>(r) * qkv_dim;
-          SCD_RETURN_IF_ERROR(clock_.Mark(
-              OpClass::kAttention,
-              attention.external[r - plain]->Attend(l, row, row + qd, row + qd + kvd,
-                                                    att + static_cast<size_t>(r) * qd, s),
-              s));
-        }
-      }
-      SCD_RETURN_IF_ERROR(clock_.Mark(
-          OpClass::kElementwise,
-          cuda::F32ToBf16(att, att_bf16_.as<Bf16>(), static_cast<int64_t>(rows) * qd, s), s));
-      SCD_RETURN_IF_ERROR(clock_.Mark(
-          OpClass::kOutProj,
-          gemm_->Linear(att_bf16_.as<Bf16>(), w.w_o.as<Bf16>(), x, rows, d, qd, /*beta=*/1.0f), s));
-      SCD_RETURN_IF_ERROR(clock_.Mark(
-          OpClass::kNorm,
-          cuda::RmsNorm(x, w.ffn_norm.as<float>(), nullptr, xn_bf16, rows, d, c.rms_norm_eps, s),
-          s));
-      float* gate_up = gate_up_.as<float>();
-      SCD_RETURN_IF_ERROR(clock_.Mark(
-          OpClass::kGateUp,
-          gemm_->Linear(xn_bf16, w.w_gate_up.as<Bf16>(), gate_up, rows, 2 * ffn, d), s));
-      SCD_RETURN_IF_ERROR(clock_.Mark(OpClass::kElementwise,
-                                      cuda::SwiGlu(gate_up, gate_up + ffn, 2 * ffn, nullptr,
-                                                   act_bf16_.as<Bf16>(), rows, ffn, s),
-                                      s));
-      SCD_RETURN_IF_ERROR(clock_.Mark(
-          OpClass::kDown,
-          gemm_->Linear(act_bf16_.as<Bf16>(), w.w_down.as<Bf16>(), x, rows, d, ffn, /*beta=*/1.0f),
-          s));
-    }
-    return absl::OkStatus();
-  }
-
-  // The final RMSNorm of `rows` rows of the residual stream from `x`, and the LM head into
-  // `logits` (the end of a profiled pass).
-  absl::Status Logits(const float* x, int rows, float* logits) {
-    const ModelConfig& c = model_->config;
-    const cuda::StreamHandle s = stream();
-    SCD_RETURN_IF_ERROR(
-        clock_.Mark(cuda::OpClass::kLogits,
-                    cuda::RmsNorm(x, weights_->final_norm(), nullptr, xn_bf16_.as<Bf16>(), rows,
-                                  c.hidden_size, c.rms_norm_eps, s),
-                    s));
-    return clock_.Mark(cuda::OpClass::kLogits,
-                       gemm_->Linear(xn_bf16_.as<Bf16>(), weights_->lm_head(), logits, rows,
-                                     c.vocab_size, c.hidden_size),
-                       s);
-  }
-
-  void UnpackHooks(const std::vector<float>& hooks, int t, std::vector<LayerStates>* out) const {
-    const ModelConfig& c = model_->config;
-    const size_t d = c.hidden_size, kvd = c.kv_dim();
-    out->resize(c.num_layers);
-    for (int l = 0; l < c.num_layers; ++l) {
-      const float* base = hooks.data() + static_cast<size_t>(l) * t * HookWidth();
-      LayerStates& states = (*out)[l];
-      states.h_in.assign(base, base + t * d);
-      states.k_pre_rope.resize(t * kvd);
-      states.v.resize(t * kvd);
-      const float* kv = base + t * d;
-      for (int r = 0; r < t; ++r) {
-        std::memcpy(states.k_pre_rope.data() + r * kvd, kv + r * 2 * kvd, kvd * sizeof(float));
-        std::memcpy(states.v.data() + r * kvd, kv + r * 2 * kvd + kvd, kvd * sizeof(float));
-      }
-    }
-  }
-
   std::shared_ptr<const Model> model_;
   int device_ = 0;
   std::unique_ptr<cuda::Stream> stream_;
@@ -945,24 +669,13 @@ class CudaBackend : public Backend {
   // Step metadata (ids, positions, cache table) and activations, grown on demand.
   cuda::PinnedBuffer meta_pinned_;
   DeviceBuffer meta_dev_;
-  DeviceBuffer x_, xn_, xn_bf16_, qkv_, att_, att_bf16_, gate_up_, act_bf16_;
-  DeviceBuffer logits_, nll_, hooks_, decode_ws_, append_stage_;
+  std::unique_ptr<cuda::LayerPass> pass_;
+  DeviceBuffer logits_, nll_, decode_ws_, append_stage_;
   DeviceBuffer sample_ws_;     // SampleRows workspace, then the sampled ids
   cuda::PinnedBuffer pinned_;  // results back to the host, AppendKv uploads
-  // Decode-step graphs (RunDecodeForward), least recently used evicted first.
-  struct CachedGraph {
-    std::vector<uintptr_t> buffers;  // GraphBuffers() when recorded
-    std::vector<uintptr_t> key;      // buffers, then the step's key
-    std::unique_ptr<cuda::Graph> graph;
-    uint64_t last_use = 0;
-  };
   cuda::KernelChoices kernels_;
   cuda::OpClock clock_;  // SetOpProfiling
-  cuda::DecodeGraphOptions graph_options_;
-  std::vector<CachedGraph> graphs_;
-  uint64_t graph_clock_ = 0;
-  bool graphs_broken_ = false;
-  DecodeGraphStats graph_stats_;
+  cuda::DecodeGraphCache graphs_;
 };
 
 absl::Status CheckConfig(const ModelConfig& c) {
@@ -981,33 +694,6 @@ absl::Status CheckConfig(const ModelConfig& c) {
 absl::Status NotCuda(const Backend& backend) {
   return absl::InvalidArgumentError(
       absl::StrCat("backend '", std::string(backend.name()), "' is not CUDA"));
-}
-
-// The kernel choices `options` names (BackendOptions; the names' order is the enums').
-static_assert(static_cast<int>(cuda::AttentionImpl::kTensorCoreMma) == 3 &&
-              static_cast<int>(cuda::DecodeImpl::kVectorized) == 2 &&
-              cuda::kSmallBatchMaxRows == kCudaSmallBatchRowsLimit);
-absl::StatusOr<cuda::KernelChoices> KernelChoicesFrom(const CudaKernelOptions& options) {
-  auto index = [](std::string_view what, absl::Span<const std::string_view> names,
-                  const std::string& name) -> absl::StatusOr<int> {
-    std::string expected;
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (names[i] == name) return static_cast<int>(i);
-      expected += (i == 0 ? "" : ", ") + std::string(names[i]);
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown ", std::string(what), " '", name, "' (expected ", expected, ")"));
-  };
-  cuda::KernelChoices choices;
-  SCD_ASSIGN_OR_RETURN(
-      const int prefill,
-      index("prefill attention kernel", kCudaPrefillAttentionNames, options.prefill_attention));
-  SCD_ASSIGN_OR_RETURN(const int decode, index("decode attention kernel", kCudaDecodeAttentionNames,
-                                               options.decode_attention));
-  choices.prefill_attention = static_cast<cuda::AttentionImpl>(prefill);
-  choices.decode_attention = static_cast<cuda::DecodeImpl>(decode);
-  choices.small_batch_max_rows = options.small_batch_max_rows;
-  return choices;
 }
 
 }  // namespace
@@ -1033,7 +719,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(std::shared_ptr<const
   graphs.enabled = options.cuda_graphs;
   graphs.max_batch = options.cuda_graph_max_batch;
   SCD_RETURN_IF_ERROR(cuda::SetDecodeGraphs(*backend, graphs));
-  SCD_ASSIGN_OR_RETURN(const cuda::KernelChoices kernels, KernelChoicesFrom(options.cuda_kernels));
+  SCD_ASSIGN_OR_RETURN(const cuda::KernelChoices kernels,
+                       cuda::KernelChoicesFrom(options.cuda_kernels));
   SCD_RETURN_IF_ERROR(cuda::SetKernelChoices(*backend, kernels));
   return backend;
 }

@@ -1,4 +1,4 @@
-// test_cuda_host: the CUDA backend's host code (kernels/cuda/cuda_backend.cc and
+// test_cuda_host: the CUDA backend's host code (kernels/cuda/cuda_backend.cc, its parts and
 // device_weights.cc, unmodified, with the backend factory built as in a CUDA build) over the
 // CPU stand-ins of every CUDA call it makes (tests/gpu_host/stub_memory.cc, stub_ops.cc,
 // stub_launchers.cc), so CI runs tests/cuda's whole-backend cases (backend_test.cc,

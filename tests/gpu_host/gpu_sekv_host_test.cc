@@ -1,4 +1,4 @@
-// sekv::GpuSekv's host side (common/sekv/gpu_sekv.cc compiled with SCD_HAVE_CUDA=1) over the
+// sekv::GpuSekv's host side (common/sekv/gpu_sekv*.cc compiled with SCD_HAVE_CUDA=1) over the
 // CPU stand-ins of tests/gpu_host/stub_*.cc: one layer's attention, step after step, equals
 // SekvCache::Attend on an identical cache, for every zoom-in setting, with pins, with the
 // device window growing past its first allocation, and at 5000 tokens (714 spans, several
