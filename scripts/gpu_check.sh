@@ -216,7 +216,7 @@ fi
 # a run cut short by its time limit is reported as incomplete.
 SAN_RC=0
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-SAN_TESTS="[#attention_test],[#ops_test],[#scd_sekv_test],[#sampling_test]"
+SAN_TESTS="[#attention_test],[#ops_test],[#scd_codec_test],[#sekv_kernels_test],[#sampling_test]"
 for tool in memcheck racecheck; do
   if [[ -z "$SANITIZER" ]]; then
     note "compute-sanitizer not found: $tool skipped"

@@ -1,7 +1,8 @@
 // CUDA kernels of SCD's consumer side and of the SEKV decode step (issue 7), one host-callable
 // launcher per CPU twin, with the conventions of ops.h: CUDA-free header, device memory as
 // plain pointers, row-major layouts, F32 arithmetic, launchers return the launch status and
-// never synchronise. tests/cuda/scd_sekv_test.cc compares each launcher with its twin.
+// never synchronise. tests/cuda/scd_codec_test.cc, sekv_kernels_test.cc and sekv_zoom_test.cc
+// compare each launcher with its twin.
 //
 //   SCD REUSE   ReuseDecodeStoreKv  codes → k = z_k D_k + μ_k, v = z_v D_v + μ_v, RoPE on k,
 //                                   BF16 store into the KV cache, in one kernel

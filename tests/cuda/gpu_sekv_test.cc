@@ -3,7 +3,7 @@
 // the CPU path.
 //   - One layer's attention, GpuSekv::Attend against SekvCache::Attend on an identical cache
 //     and identical F32 inputs: the device computes what the host computes, in another order,
-//     so 1e-4 relative + 1e-5 absolute (SekvAttention's bound in scd_sekv_test). The gate's α
+//     so 1e-4 relative + 1e-5 absolute (SekvAttention's bound in sekv_kernels_test). The gate's α
 //     and the resident log-sum-exp come from the device, so a selection could differ where an
 //     α lies within float rounding of τ; the random-router cases run few steps, and the long
 //     runs use selections that cannot flip (summaries only; every token expanded).

@@ -34,6 +34,17 @@ cases=$(grep -c "^== " "$out/check/first_contact.log" || true)
 [[ $(grep -c "test cases" "$out/check/first_contact.log") -eq $cases ]] ||
   fail "a first-contact case matched no test (a renamed case?)"
 grep -q "^command: .*scd-gpu-bench" "$out/check/bench.log" || fail "scd-gpu-bench did not start"
+# compute-sanitizer's filter (gpu_check.sh's SAN_TESTS) names test files by their Catch2 file
+# tags: each must hold cases, or a renamed or split file would leave the device's memcheck and
+# racecheck with less to run, silently. (Catch2 exits with the count it listed.)
+san=$(sed -n 's/^SAN_TESTS="\(.*\)"$/\1/p' "$root/scripts/gpu_check.sh")
+[[ -n $san ]] || fail "no SAN_TESTS line in gpu_check.sh"
+IFS=, read -ra san_tags <<<"$san"
+for tag in "${san_tags[@]}"; do
+  listed=$("$build/tests/test_cuda" -# "$tag" --list-test-names-only || true)
+  [[ $(grep -c "^CUDA " <<<"$listed" || true) -ge 1 ]] ||
+    fail "compute-sanitizer's filter $tag matches no test case"
+done
 # Without a device, the summary says why there is none, in the benchmark's words.
 if grep -q "skipped: no usable CUDA device" "$summary"; then
   grep -q "^   scd-gpu-bench: no usable CUDA device: " "$summary" || fail "no reason for the skips"

@@ -265,7 +265,7 @@ TEST_CASE("GpuSekv's host orchestration reproduces SekvCache::Attend", "[cpu]") 
       Compare(backend, shape, prefix, seg, o, nullptr, 4);
     }
     // These two run in both tiers: no selection can flip on BF16 rounding here (gates and
-    // pins are checked in F32 above; the BF16 gate is scd_sekv_test's).
+    // pins are checked in F32 above; the BF16 gate is sekv_kernels_test's).
     SECTION("summaries only, 300 steps: the window grows " + std::to_string(t)) {
       SekvOptions o = base;
       o.zoom = false;
