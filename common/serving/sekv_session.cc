@@ -203,6 +203,7 @@ absl::StatusOr<std::unique_ptr<SekvSession>> SekvSession::Build(
   s->positions_to_come_ = positions_to_come;
   s->start_times_ = prompt.times;
   s->start_times_.build_ms = MsSince(phase);
+  if (options.after_build) options.after_build();
   return s;
 }
 

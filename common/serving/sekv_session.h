@@ -101,6 +101,9 @@ struct SekvServingOptions {
   // Optional, called on the thread that builds a request's hierarchy (Build), before it
   // starts: tests hold a build with it to see the engine keep decoding meanwhile.
   std::function<void()> before_build;
+  // Optional, called on the same thread once the hierarchy is built, before the engine can
+  // take it: tests hold builds with it so that they end together.
+  std::function<void()> after_build;
   // Optional, called on the decode engine's releasing thread before it frees a finished
   // request's hierarchy: tests hold a release with it, as they hold a build.
   std::function<void()> before_release;

@@ -140,15 +140,22 @@ TEST_CASE("SEKV engine serves batched requests within the GPU budget", "[cpu]") 
 TEST_CASE("SEKV requests decode together in one step, each with the tokens it gets alone",
           "[cpu]") {
   SekvFixture f;
-  // The four builds are held until all four have begun, so the requests start decoding
-  // together.
-  Gate gate;
-  std::atomic<int> builds{0};
+  // The four builds are held until all four have begun, and again until all four are done
+  // (their prompts differ in length, and a loaded machine may run one far behind the others),
+  // so that they end together; the steps are paced (23 of them take 230 ms or more), so each
+  // request is still decoding when the last of them is taken up, however the threads run.
+  Gate begun, built;
+  std::atomic<int> builds{0}, done{0};
   DecodeEngineOptions o = SekvFixture::Options(0.4);
   o.sekv.before_build = [&] {
-    if (builds.fetch_add(1) == 3) gate.Open();
-    gate.Hold();
+    if (builds.fetch_add(1) == 3) begun.Open();
+    begun.Hold();
   };
+  o.sekv.after_build = [&] {
+    if (done.fetch_add(1) == 3) built.Open();
+    built.Hold();
+  };
+  o.min_step_interval = absl::Milliseconds(10);
   auto engine = f.ProducerFixture::Engine(o);
   DecodeEventCollector ev;
   const int kTokens = 24;
@@ -156,6 +163,7 @@ TEST_CASE("SEKV requests decode together in one step, each with the tokens it ge
     REQUIRE(engine->Submit(Job(id, 50 + 15 * static_cast<int>(id), kTokens), ev.For(id)).ok());
   }
   ev.WaitFor(4);
+  CHECK(done.load() == 4);  // each build held at its end (SekvServingOptions::after_build)
   const DecodeEngineStats s = engine->stats();
   CHECK(s.sekv_max_step_rows == 4);
   // Each request's first token comes from its last prompt token's step (SekvSession::Activate),
