@@ -86,7 +86,6 @@ class CudaBackend : public Backend {
                                                inv_freq.size() * sizeof(float)));
     b->pass_ = std::make_unique<cuda::LayerPass>(b->model_->config, *b->weights_, *b->gemm_,
                                                  b->inv_freq_.as<float>(), b->clock_, b->stream());
-    b->pass_->set_kernels(b->kernels_);
     return std::unique_ptr<Backend>(std::move(b));
   }
 
@@ -104,16 +103,15 @@ class CudaBackend : public Backend {
   absl::Status SetKernelChoices(const cuda::KernelChoices& choices) {
     SCD_RETURN_IF_ERROR(cuda::CheckKernelChoices(model_->config, choices));
     SCD_RETURN_IF_ERROR(gemm_->set_small_batch_max_rows(choices.small_batch_max_rows));
-    kernels_ = choices;
     pass_->set_kernels(choices);
     graphs_.Clear();  // recorded with the old kernels
     return absl::OkStatus();
   }
-  const cuda::KernelChoices& kernel_choices() const { return kernels_; }
+  const cuda::KernelChoices& kernel_choices() const { return pass_->kernels(); }
   cuda::OpClock& op_clock() { return clock_; }
 
   std::string kernel_description() const override {
-    return cuda::DescribeKernelChoices(model_->config, kernels_);
+    return cuda::DescribeKernelChoices(model_->config, pass_->kernels());
   }
 
   DecodeGraphStats decode_graph_stats() const override { return graphs_.stats(); }
@@ -673,7 +671,6 @@ class CudaBackend : public Backend {
   DeviceBuffer logits_, nll_, decode_ws_, append_stage_;
   DeviceBuffer sample_ws_;     // SampleRows workspace, then the sampled ids
   cuda::PinnedBuffer pinned_;  // results back to the host, AppendKv uploads
-  cuda::KernelChoices kernels_;
   cuda::OpClock clock_;  // SetOpProfiling
   cuda::DecodeGraphCache graphs_;
 };

@@ -60,8 +60,10 @@ class LayerPass {
         clock_(&clock),
         stream_(stream) {}
 
-  // The attention kernels Forward launches (SetKernelChoices has checked them).
+  // The kernel choices the backend runs (SetKernelChoices has checked them); Forward launches
+  // the attention kernels they name. kAuto's until set.
   void set_kernels(const KernelChoices& kernels) { kernels_ = kernels; }
+  const KernelChoices& kernels() const { return kernels_; }
 
   // Grows the activation buffers to `rows` rows, and with `hooks` the H_in hook and the
   // hooks' copies of every layer (the stream is idle between calls).
