@@ -28,85 +28,58 @@
 #include "common/rpc/grpc_server.h"
 #include "common/runtime/backend.h"
 #include "common/scd/artifact.h"
+#include "common/scd/codec.h"
 #include "common/serving/decode_engine.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/transport/transport.h"
+#include "decode_server/decode_metrics.h"
 #include "decode_server/decode_service.h"
 #include "decode_server/payload_mailbox.h"
 
 namespace scd {
 
-// Every key of the decode daemon's config file (configs/decode-*.yaml); defaults in
-// decode_config.cc and docs.
+// The decode daemon's config (configs/decode-*.yaml, read by decode_config.h). Each component
+// the daemon builds takes its own option struct, embedded here as the prefill daemon's config
+// embeds its own; a key's default is the member's initial value in that struct, and its range
+// is checked where decode_config.cc reads it (docs/CONFIG.md lists both).
 struct DecodeDaemonConfig {
   // The specialist.
-  std::string model_name;     // as clients name it
-  std::string model_path;     // HF checkpoint directory
-  std::string artifact_path;  // calibration artifact (.scd.safetensors); empty: baselines only
-  std::string producer_path;  // base checkpoint, only read for its digest when no artifact
+  std::string model_name;     // model.name, as clients name it
+  std::string model_path;     // model.path: HF checkpoint directory
+  std::string artifact_path;  // model.artifact (.scd.safetensors); empty: baselines only
+  std::string producer_path;  // model.producer_path: base checkpoint, read for its digest
   std::string backend = "cpu";
-  bool gpu_rebuild = true;  // cuda backend: scd payloads rebuilt on the GPU (gpu_rebuild.h)
-  bool cuda_graphs = true;  // cuda backend: decode steps replayed as CUDA graphs
-  int cuda_graph_max_batch = 64;  // ... for batches up to this size
-  CudaKernelOptions cuda_kernels;  // cuda backend: the kernels where it has a choice
-  std::string instance_id;    // empty: "<model>-<pid>-<random>"
+  BackendOptions backend_options;  // cuda_graphs.*, cuda_kernels.*
+  CodecOptions codec;              // gpu_rebuild
+  std::string instance_id;         // empty: "<model>-<pid>-<random>"
 
-  // gRPC Decode service.
-  std::string rpc_listen = "127.0.0.1:0";
+  // gRPC Decode service: grpc.listen and grpc.keepalive_* (which the reader also sets on the
+  // control-plane channel); the credentials are made from rpc_tls at start.
+  rpc::GrpcServerOptions grpc;
   std::string rpc_advertise;  // what the prefill daemon dials; empty: the bound listen address
   rpc::TlsPaths rpc_tls;
-  // HTTP/2 keepalive on the Decode service and on the control-plane channel.
-  absl::Duration grpc_keepalive_time = absl::Seconds(10);
-  absl::Duration grpc_keepalive_timeout = absl::Seconds(10);
+  DecodeServiceOptions service;  // engine.max_tokens, engine.default_deadline, payload_wait
 
   // Data plane.
-  std::string data_plane_transport = "tcp";  // tcp | ucx
+  std::string data_plane_transport = "tcp";       // tcp | ucx
   std::string data_plane_listen = "127.0.0.1:0";  // host:port (scheme added)
   std::string data_plane_advertise;  // host:port the prefill daemon dials; empty: the bound one
-  std::string ucx_transports;
-  size_t mailbox_max_bytes = size_t{1} << 30;
-  absl::Duration mailbox_ttl = absl::Seconds(60);
-  absl::Duration data_plane_peer_timeout = absl::Seconds(30);  // a silent sender is gone
+  transport::TransportOptions transport;  // ucx_transports, peer_timeout (= stall_timeout)
+  PayloadMailboxOptions mailbox;          // max_pending_bytes, pending_ttl
 
   // Health and metrics over HTTP; port -1 turns it off.
   std::string http_host = "127.0.0.1";
   int http_port = -1;
 
-  // Control plane.
-  std::string control_plane;  // the prefill daemon's "host:port"
-  std::string cluster_token;
-  rpc::ChannelOptions control_plane_channel;
+  // Control plane: target (control_plane.address), channel, cluster_token; the instance is
+  // filled at start.
+  rpc::ControlPlaneClientOptions control_plane;
   absl::Duration register_wait = absl::Seconds(30);
 
-  // Engine and limits.
-  int max_batch = 16;
-  int max_queue = 256;
-  absl::Duration min_step_interval = absl::ZeroDuration();
-  int prefill_chunk = 2048;  // prompt tokens prefilled between decode steps (0: whole prompts)
-  int rebuild_chunk = 8192;  // payload rows rebuilt between decode steps (0: whole payloads)
-  int max_tokens = 4096;
-  // Device memory for the admitted requests' KV caches (DecodeEngineOptions): 0 takes
-  // kv_memory_fraction of the device's free memory at start (on the CPU backend, of the host's
-  // available memory less the SEKV host budget).
-  int64_t kv_budget_bytes = 0;
-  double kv_memory_fraction = 0.9;
-  absl::Duration default_deadline = absl::Minutes(5);
-  absl::Duration payload_wait = absl::Seconds(5);
+  // Engine and limits: engine.* and, in engine.sekv, sekv.* (common/serving/sekv_session.h).
+  DecodeEngineOptions engine;
+  std::string sekv_router;  // calibrated router (.sekv.safetensors); empty: share threshold
   absl::Duration drain_timeout = absl::Seconds(30);
-
-  // SEKV (issue 6, common/serving/sekv_session.h): off by default. When on, every request is
-  // served through a SEKV cache whose GPU tier is `sekv_budget` of its full KV cache.
-  bool sekv_enabled = false;
-  double sekv_budget = 0.4;
-  // Host memory for SEKV prompts and hierarchies; 0: sekv_host_memory_fraction of the host's
-  // available memory at start (0 too: no limit).
-  int64_t sekv_max_host_bytes = 0;
-  double sekv_host_memory_fraction = 0.5;
-  int sekv_min_prompt_tokens = 0;   // shorter prompts take the plain path; 0: every prompt
-  std::string sekv_router;  // calibrated router (.sekv.safetensors); empty: share-threshold gate
-  bool sekv_gpu = true;     // on the CUDA backend, decode SEKV requests on the GPU (gpu_sekv.h)
-  bool sekv_gpu_f32 = false;  // the GPU tier's rows in F32 (sekv.gpu_tier: f32) instead of BF16
-  bool sekv_gpu_host_zoom = false;  // the GPU path's zoom-in on the host (sekv.gpu_zoom: host)
 };
 
 class DecodeDaemon {
@@ -125,15 +98,34 @@ class DecodeDaemon {
   bool registered() const { return control_ != nullptr && control_->registered(); }
 
  private:
+  // What LoadPair gives StartEngine.
+  struct LoadedPair {
+    std::shared_ptr<const Model> model;
+    std::shared_ptr<const ScdArtifact> artifact;  // null: baselines only
+    std::string producer_digest;
+  };
+
   explicit DecodeDaemon(DecodeDaemonConfig config) : config_(std::move(config)) {}
+  // The start-up steps, in order (see the file comment).
   absl::Status Start();
+  absl::StatusOr<LoadedPair> LoadPair();
+  absl::Status StartEngine(const LoadedPair& pair);
+  absl::Status StartDataPlane();
+  absl::Status StartDecodeService();
+  absl::Status StartHttp();
+  absl::Status Register(absl::Status* register_error);
+  void StartTicker();
+  void LogStarted(const absl::Status& register_error);
 
   DecodeDaemonConfig config_;
   std::string pair_digest_hex_;
   std::string rpc_address_;
   std::string data_plane_address_;
+  std::string device_;   // the backend's device_description()
+  std::string kernels_;  // and its kernel_description()
 
   metrics::Registry metrics_;
+  std::unique_ptr<DecodeMetrics> state_metrics_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<DecodeEngine> engine_;
   std::unique_ptr<transport::Transport> transport_;

@@ -8,7 +8,9 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/daemon/event_log.h"
+#include "common/http/request_fields.h"
 #include "common/rpc/status_translation.h"
 #include "common/scd/wire_format.h"
 
@@ -101,11 +103,7 @@ absl::Status DecodeService::Validate(const scd::v1::DecodeRequest& r) const {
     return absl::NotFoundError(absl::StrCat("this decode daemon serves '", options_.model_name,
                                             "', not '", r.model(), "'"));
   }
-  if (r.max_tokens() < 1 || r.max_tokens() > options_.max_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be in [1, ",
-                                                   options_.max_tokens, "], got ",
-                                                   r.max_tokens()));
-  }
+  SCD_RETURN_IF_ERROR(http::CheckMaxTokens("max_tokens", r.max_tokens(), options_.max_tokens));
   if (r.suffix_token_ids_size() == 0) {
     return absl::InvalidArgumentError("suffix_token_ids must hold at least one token");
   }

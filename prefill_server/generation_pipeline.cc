@@ -132,12 +132,8 @@ absl::StatusOr<PreparedRequest> GenerationPipeline::Prepare(GenerationRequest re
         "This model's maximum context length is ", context, " tokens; the prompt has ", t,
         " tokens (at least one more is needed to generate)."));
   }
-  int max_tokens = request.sampling.max_tokens > 0 ? request.sampling.max_tokens
-                                                   : options_.default_max_tokens;
-  if (max_tokens > options_.max_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be at most ", options_.max_tokens));
-  }
-  p.max_tokens = std::min(max_tokens, context - t);
+  // The API edge resolved the budget within limits.max_tokens (request_fields.h).
+  p.max_tokens = std::min(request.sampling.max_tokens, context - t);
   for (const std::string& s : request.sampling.stop) p.stop.push_back(s);
   if (registry_->LiveInstanceCount(request.model) == 0) {
     return absl::UnavailableError(absl::StrCat("no decode daemon is registered for model '",

@@ -50,7 +50,9 @@ struct GenerationRequest {
   bool chat = false;
   std::string prompt;                       // !chat
   std::vector<chat::ChatMessage> messages;  // chat
-  http::SamplingParams sampling;            // max_tokens 0 = the server default
+  // In range, max_tokens resolved (the request's, or limits.default_max_tokens): the API edge
+  // checked it (common/http/request_fields.h).
+  http::SamplingParams sampling;
   absl::Time arrived = absl::Now();
 };
 
@@ -88,8 +90,6 @@ struct GenerationOutcome {
 };
 
 struct GenerationPipelineOptions {
-  int default_max_tokens = 256;
-  int max_tokens = 4096;
   absl::Duration request_timeout = absl::Minutes(5);
   int producer_max_queue = 64;   // requests waiting for the base model; more get 429
   size_t inline_max_bytes = 0;   // payloads up to this size ride in the RPC, not the data plane

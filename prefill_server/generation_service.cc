@@ -7,6 +7,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/http/openai_error.h"
+#include "common/http/request_fields.h"
 #include "common/rpc/status_translation.h"
 
 namespace scd {
@@ -65,10 +68,11 @@ absl::Status GenerationService::Authorize(grpc::ServerContext* context,
   return absl::OkStatus();
 }
 
+// The request's fields through request_fields.h's checks, as the HTTP API checks them.
 absl::StatusOr<GenerationRequest> GenerationService::Translate(const scd::v1::GenerateRequest& r) const {
   GenerationRequest g;
-  if (r.model().empty()) return absl::InvalidArgumentError("model is required");
-  if (r.model().size() > limits_.max_model_name_bytes) return absl::InvalidArgumentError("model name is too long");
+  if (r.model().empty()) return http::FieldError("model", "a model name is required");
+  SCD_RETURN_IF_ERROR(http::CheckModelName(r.model(), limits_));
   g.model = r.model();
   const bool has_prompt = !r.prompt().empty();
   if (has_prompt == (r.messages_size() > 0)) {
@@ -78,47 +82,36 @@ absl::StatusOr<GenerationRequest> GenerationService::Translate(const scd::v1::Ge
   if (has_prompt) {
     g.prompt = r.prompt();
   } else {
-    if (static_cast<size_t>(r.messages_size()) > limits_.max_messages) {
-      return absl::InvalidArgumentError(absl::StrCat("at most ", limits_.max_messages, " messages"));
-    }
+    SCD_RETURN_IF_ERROR(http::CheckMessageCount(static_cast<size_t>(r.messages_size()), limits_));
     g.chat = true;
     for (int i = 0; i < r.messages_size(); ++i) {
-      const auto& m = r.messages(i);
-      std::string role = m.role() == "developer" ? "system" : m.role();
-      if (!chat::IsKnownRole(role)) {
-        return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role '", m.role(),
-                                                       "' is not system, user or assistant"));
-      }
-      bytes += m.content().size();
-      g.messages.push_back({role, m.content()});
+      std::string role = r.messages(i).role();
+      SCD_RETURN_IF_ERROR(http::CheckRole(absl::StrCat("messages[", i, "].role"), &role));
+      bytes += r.messages(i).content().size();
+      g.messages.push_back({role, r.messages(i).content()});
     }
   }
   if (bytes > limits_.max_prompt_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("the prompt exceeds ", limits_.max_prompt_bytes, " bytes"));
   }
-  if (r.max_tokens() < 0 || r.max_tokens() > limits_.max_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be in [0, ", limits_.max_tokens, "]"));
-  }
-  g.sampling.max_tokens = r.max_tokens();
+  // proto3: an unset max_tokens reads 0, "none given".
+  const std::optional<int64_t> max_tokens =
+      r.max_tokens() != 0 ? std::optional<int64_t>(r.max_tokens()) : std::nullopt;
+  SCD_RETURN_IF_ERROR(
+      http::ResolveMaxTokens("max_tokens", max_tokens, limits_, &g.sampling.max_tokens));
   const auto& s = r.sampling();
-  g.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
-  if (!(g.sampling.temperature >= 0 && g.sampling.temperature <= 2)) {
-    return absl::InvalidArgumentError("sampling.temperature must be in [0, 2]");
+  if (s.has_temperature()) {
+    SCD_RETURN_IF_ERROR(http::CheckTemperature(s.temperature()));
+    g.sampling.temperature = s.temperature();
   }
-  g.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
-  if (!(g.sampling.top_p > 0 && g.sampling.top_p <= 1)) return absl::InvalidArgumentError("sampling.top_p must be in (0, 1]");
-  g.sampling.top_k = s.has_top_k() ? s.top_k() : 0;
-  if (g.sampling.top_k < 0) return absl::InvalidArgumentError("sampling.top_k must be >= 0");
+  if (s.has_top_p()) {
+    SCD_RETURN_IF_ERROR(http::CheckTopP(s.top_p()));
+    g.sampling.top_p = s.top_p();
+  }
+  if (s.has_top_k()) SCD_RETURN_IF_ERROR(http::CheckTopK(s.top_k(), &g.sampling.top_k));
   if (s.has_seed()) g.sampling.seed = static_cast<int64_t>(s.seed());
-  if (static_cast<size_t>(r.stop_size()) > limits_.max_stop_sequences) {
-    return absl::InvalidArgumentError(absl::StrCat("at most ", limits_.max_stop_sequences, " stop strings"));
-  }
-  for (const std::string& stop : r.stop()) {
-    if (stop.empty() || stop.size() > limits_.max_stop_bytes) {
-      return absl::InvalidArgumentError("stop strings must be non-empty and short");
-    }
-    g.sampling.stop.push_back(stop);
-  }
+  g.sampling.stop.assign(r.stop().begin(), r.stop().end());
+  SCD_RETURN_IF_ERROR(http::CheckStop(g.sampling.stop, /*as_list=*/true, limits_));
   return g;
 }
 

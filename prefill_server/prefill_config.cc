@@ -1,97 +1,127 @@
-// See prefill_config.h.
+// See prefill_config.h. Each Read* below fills one part of PrefillDaemonConfig; the default of
+// every key is the member's initial value (config::ReadInt and friends, option_keys.h), the
+// range is written here once.
 #include "prefill_server/prefill_config.h"
 
 #include <array>
 #include <string_view>
 
-#include "common/config/config_paths.h"
-#include "common/config/config_reader.h"
 #include "common/config/cuda_kernel_keys.h"
+#include "common/config/option_keys.h"
+#include "common/transport/bandwidth_limiter.h"
 
 namespace scd {
+namespace {
+
+using config::ConfigReader;
+
+void ReadHttp(ConfigReader& r, PrefillDaemonConfig* c) {
+  ConfigReader http = r.Child("http");
+  config::ReadString(http, "host", &c->http_host);
+  config::ReadInt(http, "port", &c->http_port, 0, 65535);
+  config::ReadInt(http, "threads", &c->http_threads, 2, 4096);
+  config::ReadString(http, "api_key", &c->api_key);
+
+  ConfigReader limits = r.Child("limits");
+  http::RequestLimits& l = c->limits;
+  config::ReadInt(limits, "max_body_bytes", &l.max_body_bytes, 1024, int64_t{1} << 30);
+  config::ReadInt(limits, "max_tokens", &l.max_tokens, 1, 1 << 20);
+  config::ReadInt(limits, "default_max_tokens", &l.default_max_tokens, 1, 1 << 20);
+  if (l.default_max_tokens > l.max_tokens) {
+    limits.AddError("default_max_tokens", "must not exceed limits.max_tokens");
+  }
+  config::ReadInt(limits, "max_prompt_bytes", &l.max_prompt_bytes, 1, int64_t{1} << 30);
+  config::ReadInt(limits, "max_messages", &l.max_messages, 1, 1 << 20);
+  config::ReadDuration(limits, "request_timeout", &c->pipeline.request_timeout, 0.001, 86400);
+  config::ReadInt(limits, "prefill_queue", &c->pipeline.producer_max_queue, 0, 1 << 20);
+}
+
+void ReadGrpc(ConfigReader& r, const config::PathKeys& path, PrefillDaemonConfig* c) {
+  ConfigReader grpc = r.Child("grpc");
+  config::ReadString(grpc, "listen", &c->grpc_listen);
+  ConfigReader tls = grpc.Child("tls");
+  config::ReadTlsPaths(tls, path, &c->grpc_tls);
+  config::ReadDuration(grpc, "keepalive_time", &c->grpc_keepalive_time, 1, 86400);
+  config::ReadDuration(grpc, "keepalive_timeout", &c->grpc_keepalive_timeout, 0.1, 3600);
+
+  ConfigReader cp = r.Child("control_plane");
+  config::ReadString(cp, "cluster_token", &c->cluster_token);
+  config::ReadDuration(cp, "heartbeat_interval", &c->heartbeat_interval, 0.01, 3600);
+  config::ReadDuration(cp, "lease", &c->lease, 0.02, 36000);
+  if (c->lease <= c->heartbeat_interval) {
+    cp.AddError("lease", "must exceed control_plane.heartbeat_interval");
+  }
+}
+
+void ReadDataPlane(ConfigReader& r, const config::PathKeys& path, PrefillDaemonConfig* c) {
+  ConfigReader dp = r.Child("data_plane");
+  c->data_plane_transport =
+      dp.Enum("transport", c->data_plane_transport, std::array<std::string_view, 2>{"tcp", "ucx"});
+  config::ReadDouble(dp, "bandwidth_gbps", &c->bandwidth_gbps, 0, transport::kMaxBandwidthGbps);
+  config::ReadString(dp, "ucx_transports", &c->ucx_transports);
+  config::ReadInt(dp, "inline_max_bytes", &c->pipeline.inline_max_bytes, 0, 32 << 20);
+  config::ReadDuration(dp, "peer_timeout", &c->data_plane_peer_timeout, 1, 3600);
+  ConfigReader dtls = dp.Child("decode_tls");
+  config::ReadTlsPaths(dtls, path, &c->pipeline.decode_channel.tls);
+
+  ConfigReader pc = r.Child("prefix_cache");
+  config::ReadBool(pc, "enabled", &c->pipeline.prefix_cache);
+  config::ReadInt(pc, "max_bytes", &c->prefix_cache_bytes, 0, int64_t{1} << 40);
+  config::ReadInt(pc, "block_tokens", &c->prefix_block_tokens, 0, 1 << 16);
+  config::ReadInt(pc, "max_consumer_suffix", &c->pipeline.max_consumer_suffix, 1, 1 << 20);
+}
+
+void ReadSpecialists(ConfigReader& r, const config::PathKeys& path, PrefillDaemonConfig* c) {
+  for (ConfigReader& s : r.ObjectList("specialists")) {
+    SpecialistConfig sc;
+    sc.name = s.RequiredString("name");
+    sc.artifact_path = path(s, "artifact");
+    sc.consumer_path = path(s, "consumer_path");
+    sc.mode = s.Enum("mode", sc.mode,
+                     std::array<std::string_view, 7>{"oracle", "raw", "quant8", "quant4",
+                                                     "recompute", "scd-reuse", "scd"});
+    sc.chat_template =
+        s.Enum("chat_template", sc.chat_template,
+               std::array<std::string_view, 4>{"chatml", "llama2", "llama3", "plain"});
+    config::ReadInt(s, "max_retries", &sc.max_retries, 0, 16);
+    c->specialists.push_back(std::move(sc));
+  }
+  if (!r.Has("specialists")) r.AddError("specialists", "must list at least one specialist");
+}
+
+// Reads every key into *c; the errors are the reader's (Finish).
+void ReadPrefillConfig(ConfigReader& r, const std::string& config_path, PrefillDaemonConfig* c) {
+  const config::PathKeys path(config_path);
+  c->base_model_path = path(r, "base_model");
+  r.Require("base_model", "the base model's HF checkpoint directory");
+  c->backend = r.Enum("backend", c->backend, std::array<std::string_view, 2>{"cpu", "cuda"});
+  ConfigReader kernels = r.Child("cuda_kernels");
+  c->cuda_kernels = config::ReadCudaKernelOptions(kernels);
+  ReadHttp(r, c);
+  ReadGrpc(r, path, c);
+  ReadDataPlane(r, path, c);
+  config::ReadDuration(r, "drain_timeout", &c->drain_timeout, 0, 3600);
+  ReadSpecialists(r, path, c);
+}
+
+}  // namespace
 
 absl::StatusOr<PrefillDaemonConfig> PrefillConfigFromJson(const nlohmann::json& json,
                                                           const std::string& config_path) {
-  config::ConfigReader r(json);
+  ConfigReader r(json);
   PrefillDaemonConfig c;
-  auto path = [&](config::ConfigReader& reader, std::string_view key) {
-    return config::ResolveConfigPath(config_path, reader.String(key, ""));
-  };
-  c.base_model_path = path(r, "base_model");
-  if (c.base_model_path.empty()) r.AddError("base_model", "is required (the base model's HF checkpoint directory)");
-  c.backend = r.Enum("backend", "cpu", std::array<std::string_view, 2>{"cpu", "cuda"});
-  config::ConfigReader kernels = r.Child("cuda_kernels");
-  c.cuda_kernels = config::ReadCudaKernelOptions(kernels);
-
-  config::ConfigReader http = r.Child("http");
-  c.http_host = http.String("host", c.http_host);
-  c.http_port = static_cast<int>(http.Int("port", c.http_port, 0, 65535));
-  c.http_threads = static_cast<int>(http.Int("threads", c.http_threads, 2, 4096));
-  c.api_key = http.String("api_key", "");
-
-  config::ConfigReader limits = r.Child("limits");
-  c.limits.max_body_bytes = static_cast<size_t>(limits.Int("max_body_bytes", 1 << 20, 1024, int64_t{1} << 30));
-  c.limits.max_tokens = static_cast<int>(limits.Int("max_tokens", 4096, 1, 1 << 20));
-  c.limits.default_max_tokens = static_cast<int>(limits.Int("default_max_tokens", 256, 1, 1 << 20));
-  if (c.limits.default_max_tokens > c.limits.max_tokens) {
-    limits.AddError("default_max_tokens", "must not exceed limits.max_tokens");
-  }
-  c.limits.max_prompt_bytes = static_cast<size_t>(limits.Int("max_prompt_bytes", 256 << 10, 1, int64_t{1} << 30));
-  c.limits.max_messages = static_cast<size_t>(limits.Int("max_messages", 256, 1, 1 << 20));
-  c.pipeline.request_timeout = absl::Seconds(limits.DurationSeconds("request_timeout", 300, 0.001, 86400));
-  c.pipeline.producer_max_queue = static_cast<int>(limits.Int("prefill_queue", 64, 0, 1 << 20));
-
-  config::ConfigReader grpc = r.Child("grpc");
-  c.grpc_listen = grpc.String("listen", c.grpc_listen);
-  config::ConfigReader tls = grpc.Child("tls");
-  c.grpc_tls.cert = config::ResolveConfigPath(config_path, tls.String("cert", ""));
-  c.grpc_tls.key = config::ResolveConfigPath(config_path, tls.String("key", ""));
-  c.grpc_tls.ca_cert = config::ResolveConfigPath(config_path, tls.String("ca", ""));
-  c.grpc_keepalive_time = absl::Seconds(grpc.DurationSeconds("keepalive_time", 10, 1, 86400));
-  c.grpc_keepalive_timeout =
-      absl::Seconds(grpc.DurationSeconds("keepalive_timeout", 10, 0.1, 3600));
-
-  config::ConfigReader cp = r.Child("control_plane");
-  c.cluster_token = cp.String("cluster_token", "");
-  c.heartbeat_interval = absl::Seconds(cp.DurationSeconds("heartbeat_interval", 1, 0.01, 3600));
-  c.lease = absl::Seconds(cp.DurationSeconds("lease", 5, 0.02, 36000));
-  if (c.lease <= c.heartbeat_interval) cp.AddError("lease", "must exceed control_plane.heartbeat_interval");
-
-  config::ConfigReader dp = r.Child("data_plane");
-  c.data_plane_transport = dp.Enum("transport", "tcp", std::array<std::string_view, 2>{"tcp", "ucx"});
-  c.bandwidth_gbps = dp.Double("bandwidth_gbps", 0, 0, 1e6);
-  c.ucx_transports = dp.String("ucx_transports", "");
-  c.pipeline.inline_max_bytes = static_cast<size_t>(dp.Int("inline_max_bytes", 0, 0, 32 << 20));
-  c.data_plane_peer_timeout = absl::Seconds(dp.DurationSeconds("peer_timeout", 30, 1, 3600));
-  config::ConfigReader dtls = dp.Child("decode_tls");
-  c.pipeline.decode_channel.tls.cert = config::ResolveConfigPath(config_path, dtls.String("cert", ""));
-  c.pipeline.decode_channel.tls.key = config::ResolveConfigPath(config_path, dtls.String("key", ""));
-  c.pipeline.decode_channel.tls.ca_cert = config::ResolveConfigPath(config_path, dtls.String("ca", ""));
-
-  config::ConfigReader pc = r.Child("prefix_cache");
-  c.pipeline.prefix_cache = pc.Bool("enabled", true);
-  c.prefix_cache_bytes = static_cast<size_t>(pc.Int("max_bytes", int64_t{256} << 20, 0, int64_t{1} << 40));
-  c.prefix_block_tokens = static_cast<int>(pc.Int("block_tokens", 16, 0, 1 << 16));
-  c.pipeline.max_consumer_suffix = static_cast<int>(pc.Int("max_consumer_suffix", 128, 1, 1 << 20));
-
-  c.drain_timeout = absl::Seconds(r.DurationSeconds("drain_timeout", 30, 0, 3600));
-
-  for (config::ConfigReader& s : r.ObjectList("specialists")) {
-    SpecialistConfig sc;
-    sc.name = s.RequiredString("name");
-    sc.artifact_path = config::ResolveConfigPath(config_path, s.String("artifact", ""));
-    sc.consumer_path = config::ResolveConfigPath(config_path, s.String("consumer_path", ""));
-    sc.mode = s.Enum("mode", "scd",
-                     std::array<std::string_view, 7>{"oracle", "raw", "quant8", "quant4",
-                                                     "recompute", "scd-reuse", "scd"});
-    sc.chat_template = s.Enum("chat_template", "plain",
-                              std::array<std::string_view, 4>{"chatml", "llama2", "llama3", "plain"});
-    sc.max_retries = static_cast<int>(s.Int("max_retries", 1, 0, 16));
-    c.specialists.push_back(std::move(sc));
-  }
-  if (!r.Has("specialists")) r.AddError("specialists", "must list at least one specialist");
+  ReadPrefillConfig(r, config_path, &c);
   if (absl::Status st = r.Finish(); !st.ok()) return st;
   return c;
+}
+
+std::vector<config::ConfigKey> PrefillConfigKeys() {
+  // One specialist, so that the keys of specialists[] are read too.
+  const nlohmann::json probe = {{"specialists", nlohmann::json::array({nlohmann::json::object()})}};
+  ConfigReader r(probe);
+  PrefillDaemonConfig c;
+  ReadPrefillConfig(r, "", &c);
+  return r.keys();
 }
 
 }  // namespace scd

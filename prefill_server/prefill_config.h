@@ -7,8 +7,10 @@
 #define SCD_PREFILL_SERVER_PREFILL_CONFIG_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/config/config_reader.h"
 #include "nlohmann/json.hpp"
 #include "prefill_server/prefill_daemon.h"
 
@@ -16,6 +18,11 @@ namespace scd {
 
 absl::StatusOr<PrefillDaemonConfig> PrefillConfigFromJson(const nlohmann::json& config,
                                                           const std::string& config_path);
+
+// Every key the reader knows, with its default and range: what a read of a config with one
+// empty specialist declares (config::ConfigKey; specialists[0].* stands for specialists[].*).
+// docs/CONFIG.md's scd-prefill table is checked against it.
+std::vector<config::ConfigKey> PrefillConfigKeys();
 
 }  // namespace scd
 

@@ -67,8 +67,6 @@ absl::Status PrefillDaemon::Start() {
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Transport> transport,
                        transport::CreateTransport(c.data_plane_transport, to));
   GenerationPipelineOptions po = c.pipeline;
-  po.max_tokens = c.limits.max_tokens;
-  po.default_max_tokens = c.limits.default_max_tokens;
   po.payload_block_tokens = c.prefix_block_tokens;
   po.decode_channel.keepalive_time = c.grpc_keepalive_time;
   po.decode_channel.keepalive_timeout = c.grpc_keepalive_timeout;

@@ -36,8 +36,10 @@
 
 namespace scd {
 
-// Every key of the prefill daemon's config file (configs/prefill.yaml); defaults are the
-// documented ones (prefill_config.cc).
+// Every key of the prefill daemon's config file (configs/prefill.yaml), read by
+// prefill_config.h. A key's default is the initial value of its member here or in the option
+// struct embedded for its component (limits, pipeline); its range is checked where
+// prefill_config.cc reads it (docs/CONFIG.md lists both).
 struct PrefillDaemonConfig {
   std::string base_model_path;
   std::string backend = "cpu";

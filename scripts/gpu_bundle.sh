@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_bundle.sh [BUILD_DIR]: packs the GPU check's prebuilt binaries for a machine that has a GPU
-# but not our build dependencies (the lent H200 runs an image with nvcc, CMake and cuBLAS but no
-# gRPC, absl, OpenBLAS or Catch2, and nothing can be installed there).
+# but not our build dependencies (for example an image with nvcc, CMake and cuBLAS but no
+# gRPC, absl, OpenBLAS or Catch2, where nothing can be installed).
 #
 # It builds test_cuda and scd-gpu-bench in BUILD_DIR (default build-cuda, configured with
 # -DSCD_CUDA=ON if it is not yet), then writes .gpu_bundle/scd-gpu-bundle.tar.gz holding

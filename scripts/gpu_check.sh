@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_check.sh OUTDIR: the one-shot GPU check of issue 7, sized for a short device run
+# gpu_check.sh OUTDIR: the one-shot GPU check, sized for a short device run
 # (< 8 minutes on an H200 with 16 cores). It
 #   1. records the device (nvidia-smi),
 #   2. either takes the prebuilt binaries of .gpu_bundle/scd-gpu-bundle.tar.gz (made by

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and tests under the sanitizers (STYLE.md: sanitizer builds must pass the test suite):
+# Builds and tests under the sanitizers (docs/STYLE.md: sanitizer builds must pass the test suite):
 #   asan  build-asan/, -DSANITIZE=address,undefined: the full ctest suite, integration tests
 #         (real daemons on loopback) included. Leaks and every UBSan report fail the run.
 #   tsan  build-tsan/, -DSANITIZE=thread: the full ctest suite, integration tests included

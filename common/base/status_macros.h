@@ -1,5 +1,5 @@
 // Status propagation macros for absl::Status / absl::StatusOr, the project's one error scheme
-// (see STYLE.md, "Errors"). They keep early returns to one line without hiding control flow.
+// (see docs/STYLE.md, "Errors"). They keep early returns to one line without hiding control flow.
 #ifndef SCD_COMMON_BASE_STATUS_MACROS_H_
 #define SCD_COMMON_BASE_STATUS_MACROS_H_
 

@@ -27,11 +27,18 @@ const json* EmptyObject() {
   return kEmpty;
 }
 
+// "[min, max]", ">= min", "<= max" or "" for an unbounded integer.
+std::string IntRange(int64_t min, int64_t max) {
+  if (min == ConfigReader::kIntMin && max == ConfigReader::kIntMax) return "";
+  if (max == ConfigReader::kIntMax) return absl::StrCat(">= ", min);
+  if (min == ConfigReader::kIntMin) return absl::StrCat("<= ", max);
+  return absl::StrCat("[", min, ", ", max, "]");
+}
+
 std::string IntExpectation(int64_t min, int64_t max) {
-  if (min == ConfigReader::kIntMin && max == ConfigReader::kIntMax) return "an integer";
-  if (max == ConfigReader::kIntMax) return absl::StrCat("an integer >= ", min);
-  if (min == ConfigReader::kIntMin) return absl::StrCat("an integer <= ", max);
-  return absl::StrCat("an integer in [", min, ", ", max, "]");
+  const std::string range = IntRange(min, max);
+  if (range.empty()) return "an integer";
+  return absl::StrCat("an integer ", range[0] == '[' ? "in " : "", range);
 }
 
 std::string RangeSuffix(double min, double max, std::string_view unit) {
@@ -41,6 +48,12 @@ std::string RangeSuffix(double min, double max, std::string_view unit) {
   if (has_min) return absl::StrCat(" >= ", min, Sv(unit));
   if (has_max) return absl::StrCat(" <= ", max, Sv(unit));
   return "";
+}
+
+std::string EnumRange(absl::Span<const std::string_view> allowed) {
+  std::vector<std::string> quoted;
+  for (std::string_view option : allowed) quoted.push_back(absl::StrCat("\"", Sv(option), "\""));
+  return absl::StrCat("one of ", absl::StrJoin(quoted, ", "));
 }
 
 std::string FoldKey(std::string_view key) {
@@ -151,11 +164,34 @@ void ConfigReader::TypeError(std::string_view key, std::string_view expected, co
               absl::StrCat("expected ", Sv(expected), ", got ", ConfigValueText(got)));
 }
 
+void ConfigReader::Declare(std::string_view key, std::string_view type, json default_value,
+                           std::string range, bool required) {
+  std::string path = KeyPath(key);
+  if (!sink_->declared.insert(path).second) return;
+  sink_->keys.push_back(ConfigKey{std::move(path), std::string(type), std::move(default_value),
+                                  required, std::move(range)});
+}
+
+void ConfigReader::Require(std::string_view key, std::string_view why) {
+  const std::string path = KeyPath(key);
+  for (ConfigKey& k : sink_->keys) {
+    if (k.path != path) continue;
+    k.required = true;
+    k.default_value = nullptr;
+  }
+  const auto it = object_->find(std::string(key));
+  if (it == object_->end() || it->is_null() ||
+      (it->is_string() && it->get_ref<const std::string&>().empty())) {
+    RecordError(path, absl::StrCat("is required (", Sv(why), ")"));
+  }
+}
+
 void ConfigReader::AddError(std::string_view key, std::string_view message) {
   RecordError(KeyPath(key), message);
 }
 
 std::string ConfigReader::String(std::string_view key, std::string_view default_value) {
+  Declare(key, "string", std::string(default_value), "");
   const json* v = Lookup(key);
   if (v == nullptr) return std::string(default_value);
   if (v->is_string()) return v->get<std::string>();
@@ -164,6 +200,7 @@ std::string ConfigReader::String(std::string_view key, std::string_view default_
 }
 
 int64_t ConfigReader::Int(std::string_view key, int64_t default_value, int64_t min, int64_t max) {
+  Declare(key, "integer", default_value, IntRange(min, max));
   const json* v = Lookup(key);
   if (v == nullptr) return default_value;
   if (v->is_number_integer() &&
@@ -176,6 +213,8 @@ int64_t ConfigReader::Int(std::string_view key, int64_t default_value, int64_t m
 }
 
 double ConfigReader::Double(std::string_view key, double default_value, double min, double max) {
+  std::string range = RangeSuffix(min, max, "");
+  Declare(key, "number", default_value, range.empty() ? "" : range.substr(range[1] == 'i' ? 4 : 1));
   const json* v = Lookup(key);
   if (v == nullptr) return default_value;
   if (v->is_number()) {
@@ -187,6 +226,7 @@ double ConfigReader::Double(std::string_view key, double default_value, double m
 }
 
 bool ConfigReader::Bool(std::string_view key, bool default_value) {
+  Declare(key, "bool", default_value, "");
   const json* v = Lookup(key);
   if (v == nullptr) return default_value;
   if (v->is_boolean()) return v->get<bool>();
@@ -196,6 +236,7 @@ bool ConfigReader::Bool(std::string_view key, bool default_value) {
 
 std::vector<std::string> ConfigReader::StringList(std::string_view key,
                                                   std::vector<std::string> default_value) {
+  Declare(key, "string list", default_value, "");
   const json* v = Lookup(key);
   if (v == nullptr) return default_value;
   if (!v->is_array()) {
@@ -219,6 +260,7 @@ std::vector<std::string> ConfigReader::StringList(std::string_view key,
 
 std::string ConfigReader::Enum(std::string_view key, std::string_view default_value,
                                absl::Span<const std::string_view> allowed) {
+  Declare(key, "enum", std::string(default_value), EnumRange(allowed));
   const json* v = Lookup(key);
   if (v == nullptr) return std::string(default_value);
   if (v->is_string()) {
@@ -227,14 +269,15 @@ std::string ConfigReader::Enum(std::string_view key, std::string_view default_va
       if (s == option) return s;
     }
   }
-  std::vector<std::string> quoted;
-  for (std::string_view option : allowed) quoted.push_back(absl::StrCat("\"", Sv(option), "\""));
-  TypeError(key, absl::StrCat("one of ", absl::StrJoin(quoted, ", ")), *v);
+  TypeError(key, EnumRange(allowed), *v);
   return std::string(default_value);
 }
 
 double ConfigReader::DurationSeconds(std::string_view key, double default_seconds,
                                      double min_seconds, double max_seconds) {
+  const std::string range = RangeSuffix(min_seconds, max_seconds, " seconds");
+  Declare(key, "duration", default_seconds,
+          range.empty() ? "" : range.substr(range[1] == 'i' ? 4 : 1));
   const json* v = Lookup(key);
   if (v == nullptr) return default_seconds;
   double seconds = 0;
@@ -254,6 +297,7 @@ double ConfigReader::DurationSeconds(std::string_view key, double default_second
 }
 
 std::string ConfigReader::RequiredString(std::string_view key) {
+  Declare(key, "string", nullptr, "", /*required=*/true);
   if (Lookup(key) == nullptr) {
     RecordError(KeyPath(key), "required, but missing");
     return "";
@@ -262,6 +306,7 @@ std::string ConfigReader::RequiredString(std::string_view key) {
 }
 
 int64_t ConfigReader::RequiredInt(std::string_view key, int64_t min, int64_t max) {
+  Declare(key, "integer", nullptr, IntRange(min, max), /*required=*/true);
   if (Lookup(key) == nullptr) {
     RecordError(KeyPath(key), "required, but missing");
     return 0;
@@ -270,6 +315,9 @@ int64_t ConfigReader::RequiredInt(std::string_view key, int64_t min, int64_t max
 }
 
 double ConfigReader::RequiredDouble(std::string_view key, double min, double max) {
+  const std::string range = RangeSuffix(min, max, "");
+  Declare(key, "number", nullptr, range.empty() ? "" : range.substr(range[1] == 'i' ? 4 : 1),
+          /*required=*/true);
   if (Lookup(key) == nullptr) {
     RecordError(KeyPath(key), "required, but missing");
     return 0;
@@ -292,6 +340,7 @@ ConfigReader ConfigReader::Child(std::string_view key) {
 
 std::vector<ConfigReader> ConfigReader::ObjectList(std::string_view key) {
   std::vector<ConfigReader> out;
+  Declare(key, "mapping list", nullptr, "");
   const json* v = Lookup(key);
   if (v == nullptr) return out;
   if (!v->is_array()) {

@@ -1,5 +1,5 @@
 // ConfigReader: typed, validated reads from a loaded config (a json object), so that every
-// daemon reports config mistakes the same way. STYLE.md's rule (after NIXL): an invalid value
+// daemon reports config mistakes the same way. docs/STYLE.md's rule (after NIXL): an invalid value
 // is an error, a missing one falls back to its documented default. Every error names the full
 // key path:
 //   config key 'http.port': expected an integer in [0, 65535], got "abc"
@@ -13,6 +13,11 @@
 //
 // A reader is a small handle (copyable); it points into the json it was made from, which must
 // outlive it and every reader derived from it.
+//
+// Every typed read also declares its key: its path, its type, its default and its range
+// (keys()). The code that reads a daemon's config is therefore its schema: each default and
+// range is written once, at the read, and docs/CONFIG.md is checked against what a read of an
+// empty config declares (tests/config/config_docs_test.cc).
 #ifndef SCD_COMMON_CONFIG_CONFIG_READER_H_
 #define SCD_COMMON_CONFIG_CONFIG_READER_H_
 
@@ -30,6 +35,16 @@
 #include "nlohmann/json.hpp"
 
 namespace scd::config {
+
+// What the first read of one key declared.
+struct ConfigKey {
+  std::string path;             // "http.port", "specialists[0].name"
+  std::string type;             // "string", "integer", "number", "bool", "string list",
+                                // "enum", "duration", "mapping list"
+  nlohmann::json default_value;  // null where the key is required or has none (a list)
+  bool required = false;
+  std::string range;  // "[0, 65535]", "one of \"cpu\", \"cuda\"", ... ; "" when any value
+};
 
 class ConfigReader {
  public:
@@ -82,8 +97,17 @@ class ConfigReader {
   // The keys present at this level, e.g. to read a mapping keyed by name through Child().
   std::vector<std::string> Keys() const;
 
+  // A key read with a default (String, ...) that must nonetheless be given: records
+  // "config key '<path>.<key>': is required (<why>)" when it is missing, null or "", and
+  // declares it required in keys(). Call it after the read.
+  void Require(std::string_view key, std::string_view why);
+
   // Records "config key '<path>.<key>': <message>", for checks that span several values.
   void AddError(std::string_view key, std::string_view message);
+
+  // Every key read so far by this reader and the readers that share its sink, in the order of
+  // their first read (see ConfigKey).
+  const std::vector<ConfigKey>& keys() const { return sink_->keys; }
 
   // "" for the top level, "http", "models[1]", ...
   const std::string& path() const { return path_; }
@@ -105,6 +129,8 @@ class ConfigReader {
   struct Sink {
     std::vector<std::string> errors;
     std::map<std::string, Level> levels;  // by path; node addresses are stable
+    std::vector<ConfigKey> keys;
+    std::set<std::string, std::less<>> declared;  // the paths in `keys`
   };
 
   ConfigReader(std::shared_ptr<Sink> sink, const nlohmann::json* object, std::string path);
@@ -114,6 +140,9 @@ class ConfigReader {
   // Records "config key '<path>': expected <expected>, got <value>".
   void TypeError(std::string_view key, std::string_view expected, const nlohmann::json& got);
   void RecordError(std::string_view key_path, std::string_view message);
+  // Adds `key` to keys() unless an earlier read declared it.
+  void Declare(std::string_view key, std::string_view type, nlohmann::json default_value,
+               std::string range, bool required = false);
 
   std::shared_ptr<Sink> sink_;
   const nlohmann::json* object_;

@@ -1,5 +1,5 @@
 // Daemon command line and overrides (see daemon_config.h). Arguments are parsed by hand, as in
-// common/cli/flags.h, because override names are config paths, not a fixed set of flags.
+// common/tools/cli/flags.h, because override names are config paths, not a fixed set of flags.
 #include "common/config/daemon_config.h"
 
 #include <utility>

@@ -3,7 +3,7 @@
 // question line reads `N Question?<sep>answer<sep>supporting-line-numbers` with <sep> a '|'
 // (this repo's copies of task 1) or a tab (the original format, kept by task 2's copies).
 //
-// Prompts follow the specialist's training format (issue 3): the story so far — statements
+// Prompts follow the specialist's training format: the story so far — statements
 // without their numbers, earlier questions of the same story with their answers as
 // `Q: <question> A: <answer>.` — joined by single spaces, then `Q: <question> A:`. The answer
 // is the greedy continuation up to '.'. Because an answered question is its prompt plus

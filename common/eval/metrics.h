@@ -1,4 +1,4 @@
-// Quality metrics for the offline evaluation (issue 3):
+// Quality metrics for the offline evaluation:
 //   - question answering: SQuAD-style answer normalisation (Rajpurkar et al., 2016, the
 //     official evaluate-v2.0 script: lowercase, drop ASCII punctuation, drop the articles
 //     a/an/the, collapse whitespace), exact match, and token F1 (bag-of-tokens precision and

@@ -1,4 +1,4 @@
-// Plain-text evaluation corpora and the half-split perplexity protocol of issue 3.
+// Plain-text evaluation corpora and the half-split perplexity protocol.
 //
 // Two file layouts:
 //   - kBlankLineSeparated (TinyStories files in ../shared/data): a passage is a run of

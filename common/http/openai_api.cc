@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/http/openai_error.h"
+#include "common/http/request_fields.h"
 #include "nlohmann/json.hpp"
 
 namespace scd::http {
@@ -50,11 +51,7 @@ absl::Status ReadModel(const json& body, const RequestLimits& limits, std::strin
   if (v == nullptr) return FieldError("model", "a model name is required");
   if (!v->is_string()) return FieldError("model", "must be a string");
   *model = v->get<std::string>();
-  if (model->empty()) return FieldError("model", "must not be empty");
-  if (model->size() > limits.max_model_name_bytes) {
-    return FieldError("model", absl::StrCat("longer than ", limits.max_model_name_bytes, " bytes"));
-  }
-  return absl::OkStatus();
+  return CheckModelName(*model, limits);
 }
 
 // An integer field (integral floats such as 5.0 are accepted) in [min, max].
@@ -87,18 +84,14 @@ absl::Status ReadInt(const json& body, const char* key, int64_t min, int64_t max
   return absl::OkStatus();
 }
 
-// A number field in [min, max] (or (min, max] when min_exclusive).
-absl::Status ReadNumber(const json& body, const char* key, double min, double max,
-                        bool min_exclusive, float* out) {
+// A number field, range-checked by `check` (request_fields.h).
+absl::Status ReadNumber(const json& body, const char* key, absl::Status (*check)(double),
+                        float* out) {
   const json* v = Find(body, key);
   if (v == nullptr) return absl::OkStatus();
   if (!v->is_number()) return FieldError(key, "must be a number");
   const double value = v->get<double>();
-  const bool low = min_exclusive ? !(value > min) : !(value >= min);
-  if (low || !(value <= max)) {
-    return FieldError(key, absl::StrCat("must be ", min_exclusive ? "greater than " : "at least ",
-                                        min, " and at most ", max, ", got ", value));
-  }
+  if (absl::Status s = check(value); !s.ok()) return s;
   *out = static_cast<float>(value);
   return absl::OkStatus();
 }
@@ -124,20 +117,14 @@ absl::Status ReadStop(const json& body, const RequestLimits& limits,
     return FieldError("stop", "must be a string or an array of strings");
   }
   if (items.size() > limits.max_stop_sequences) {
-    return FieldError("stop", absl::StrCat("at most ", limits.max_stop_sequences,
-                                           " stop sequences are allowed, got ", items.size()));
+    return CheckStop(std::vector<std::string>(items.size()), v->is_array(), limits);
   }
   for (size_t i = 0; i < items.size(); ++i) {
     const std::string param = v->is_array() ? absl::StrCat("stop[", i, "]") : "stop";
     if (!items[i]->is_string()) return FieldError(param, "must be a string");
-    std::string s = items[i]->get<std::string>();
-    if (s.empty()) return FieldError(param, "must not be empty");
-    if (s.size() > limits.max_stop_bytes) {
-      return FieldError(param, absl::StrCat("longer than ", limits.max_stop_bytes, " bytes"));
-    }
-    stop->push_back(std::move(s));
+    stop->push_back(items[i]->get<std::string>());
   }
-  return absl::OkStatus();
+  return CheckStop(*stop, v->is_array(), limits);
 }
 
 // Rejects fields we cannot honour unless they hold their default value.
@@ -194,22 +181,24 @@ absl::Status ReadCommon(const json& body, const RequestLimits& limits, const cha
                         SamplingParams* sampling, bool* stream, bool* include_usage) {
   if (absl::Status s = RejectUnsupported(body); !s.ok()) return s;
   std::optional<int64_t> max_tokens;
-  if (absl::Status s = ReadInt(body, max_tokens_key, 1, limits.max_tokens, &max_tokens); !s.ok()) {
-    return s;
-  }
-  sampling->max_tokens = static_cast<int>(
-      max_tokens.value_or(std::min<int64_t>(limits.default_max_tokens, limits.max_tokens)));
-  if (absl::Status s = ReadNumber(body, "temperature", 0, 2, false, &sampling->temperature);
+  // ReadInt checks the JSON type alone; the ranges are the shared checks'.
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  if (absl::Status s = ReadInt(body, max_tokens_key, kMin, kMax, &max_tokens); !s.ok()) return s;
+  if (absl::Status s = ResolveMaxTokens(max_tokens_key, max_tokens, limits, &sampling->max_tokens);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = ReadNumber(body, "top_p", 0, 1, true, &sampling->top_p); !s.ok()) return s;
+  if (absl::Status s = ReadNumber(body, "temperature", CheckTemperature, &sampling->temperature);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReadNumber(body, "top_p", CheckTopP, &sampling->top_p); !s.ok()) return s;
   std::optional<int64_t> top_k;
-  if (absl::Status s = ReadInt(body, "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k);
-      !s.ok()) {
-    return s;
+  if (absl::Status s = ReadInt(body, "top_k", kMin, kMax, &top_k); !s.ok()) return s;
+  if (top_k.has_value()) {
+    if (absl::Status s = CheckTopK(*top_k, &sampling->top_k); !s.ok()) return s;
   }
-  sampling->top_k = top_k.has_value() && *top_k > 0 ? static_cast<int>(*top_k) : 0;
   if (absl::Status s = ReadInt(body, "seed", std::numeric_limits<int64_t>::min(),
                                std::numeric_limits<int64_t>::max(), &sampling->seed);
       !s.ok()) {
@@ -277,11 +266,7 @@ absl::Status ReadMessages(const json& body, const RequestLimits& limits,
   const json* v = Find(body, "messages");
   if (v == nullptr) return FieldError("messages", "a messages array is required");
   if (!v->is_array()) return FieldError("messages", "must be an array");
-  if (v->empty()) return FieldError("messages", "must contain at least one message");
-  if (v->size() > limits.max_messages) {
-    return FieldError("messages", absl::StrCat("at most ", limits.max_messages,
-                                               " messages are allowed, got ", v->size()));
-  }
+  if (absl::Status s = CheckMessageCount(v->size(), limits); !s.ok()) return s;
   size_t total_bytes = 0;
   for (size_t i = 0; i < v->size(); ++i) {
     const json& m = (*v)[i];
@@ -292,11 +277,7 @@ absl::Status ReadMessages(const json& body, const RequestLimits& limits,
       return FieldError(param + ".role", "must be a string");
     chat::ChatMessage message;
     message.role = role->get<std::string>();
-    if (message.role == "developer") message.role = "system";
-    if (!chat::IsKnownRole(message.role)) {
-      return FieldError(param + ".role", absl::StrCat("unsupported role '", message.role,
-                                                      "' (expected system, user or assistant)"));
-    }
+    if (absl::Status s = CheckRole(param + ".role", &message.role); !s.ok()) return s;
     const json* content = Find(m, "content");
     if (content == nullptr) return FieldError(param + ".content", "is required");
     if (absl::Status s = ReadContent(*content, param + ".content", &message.content); !s.ok()) {

@@ -1,7 +1,8 @@
 // OpenAI request bodies -> our own request structs, validated and bounded. The prefill daemon
 // never sees JSON: it gets a CompletionRequest or ChatCompletionRequest whose every field is in
 // range, or an InvalidArgument status naming the field (FieldError, openai_error.h), which the
-// HTTP layer answers with 400 and an OpenAI error body.
+// HTTP layer answers with 400 and an OpenAI error body. This file reads the JSON types; the
+// ranges are request_fields.h's checks, which the gRPC Generation service shares.
 //
 // Accepted (https://platform.openai.com/docs/api-reference):
 //   /v1/completions       model, prompt (a string or an array of one string), max_tokens,
@@ -27,30 +28,9 @@
 
 #include "absl/status/statusor.h"
 #include "common/chat/chat_template.h"
+#include "common/http/request_fields.h"
 
 namespace scd::http {
-
-// Bounds on what a request may ask for; the daemons fill them from their config.
-struct RequestLimits {
-  size_t max_body_bytes = 1 << 20;      // whole JSON body; larger is 413
-  int max_tokens = 4096;                // ceiling on max_tokens / max_completion_tokens
-  int default_max_tokens = 256;         // when the request names none
-  size_t max_prompt_bytes = 256 << 10;  // prompt, or all message contents together
-  size_t max_messages = 256;
-  size_t max_stop_sequences = 4;  // OpenAI's own limit
-  size_t max_stop_bytes = 256;    // per stop string
-  size_t max_model_name_bytes = 256;
-};
-
-// Decoding controls shared by both endpoints, in range.
-struct SamplingParams {
-  int max_tokens = 0;        // in [1, RequestLimits::max_tokens]
-  float temperature = 1.0f;  // [0, 2]; 0 is greedy
-  float top_p = 1.0f;        // (0, 1]
-  int top_k = 0;             // 0 = off (the request's -1 or 0); otherwise >= 1
-  std::optional<int64_t> seed;
-  std::vector<std::string> stop;  // non-empty strings
-};
 
 struct CompletionRequest {
   std::string model;

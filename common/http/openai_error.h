@@ -1,5 +1,5 @@
 // The one place absl::Status becomes an HTTP status code and an OpenAI-style error body
-// (STYLE.md: errors are translated at the edges only). Everything below the HTTP layer returns
+// (docs/STYLE.md: errors are translated at the edges only). Everything below the HTTP layer returns
 // plain absl::Status; code that knows more than the code can attach it as status payloads:
 //   - the request field at fault ("max_tokens", "messages[2].role") -> the body's "param";
 //   - a machine-readable error code ("model_not_found", "invalid_api_key") -> "code";

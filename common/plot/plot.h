@@ -1,6 +1,6 @@
 // Plot: a small raster chart (scatter, line and bar series on one pair of axes) rendered to a
 // Canvas and written as PNG. It draws what the evaluation reports need — quality against
-// payload (the Pareto front of issue 3), latency distributions — with a title, axis labels,
+// payload (the codec modes' Pareto front), latency distributions — with a title, axis labels,
 // ticks with numeric labels, a light grid and a legend, in the bitmap font.
 //
 // Layout: margins are sized from the tick labels and titles; the data area maps the axis

@@ -1,6 +1,6 @@
 // ControlPlaneService: the scd.v1.ControlPlane gRPC service on the prefill daemon, a thin
 // edge over DecodeRegistry. It converts messages to registry calls and absl::Status to
-// grpc::Status (the only place the control plane does, STYLE.md "Errors"); refusals travel as
+// grpc::Status (the only place the control plane does, docs/STYLE.md "Errors"); refusals travel as
 // gRPC errors whose message is the registry's reason.
 #ifndef SCD_COMMON_RPC_CONTROL_PLANE_SERVICE_H_
 #define SCD_COMMON_RPC_CONTROL_PLANE_SERVICE_H_

@@ -1,6 +1,6 @@
 // TLS for every gRPC endpoint (control plane, Decode, Generation), from PEM paths in the
 // daemons' configs. TLS turns on when any path is given and stays off (insecure credentials)
-// when none is (issue 5: "gRPC TLS turns on when the config gives certificate paths"). A
+// when none is. A
 // partial or unreadable configuration is an error naming the key and the file, found at
 // start-up rather than as a vague handshake failure on the first call.
 //

@@ -1,4 +1,4 @@
-// Backend factory: the one place that knows which backends this build has (STYLE.md: `#if`
+// Backend factory: the one place that knows which backends this build has (docs/STYLE.md: `#if`
 // only in the backend factory and in CMake). Also the Backend interface's default methods.
 #include "common/runtime/backend.h"
 
@@ -6,7 +6,7 @@
 #include "common/base/status_macros.h"
 #include "common/runtime/cpu_backend.h"
 #if SCD_HAVE_CUDA
-#include "common/runtime/cuda_backend.h"
+#include "common/runtime/cuda/cuda_backend.h"
 #endif
 
 namespace scd {

@@ -66,7 +66,7 @@ class Sequence {
 };
 
 // How a backend has run its decode steps: recorded once and replayed (CUDA graphs, see
-// kernels/cuda/synthetic_backend.h), or launched op by op. All zero for backends without
+// common/runtime/cuda/decode_graph_cache.h), or launched op by op. All zero for backends without
 // graphs. Counters run from the backend's creation.
 struct DecodeGraphStats {
   int64_t captures = 0;     // graphs recorded
@@ -223,7 +223,7 @@ void SampleHostRows(const float* logits, int vocab, absl::Span<const SampleDraw>
 // True when this build and this machine can run `kind`.
 bool BackendAvailable(BackendKind kind);
 
-// The CUDA backend's kernels where it has a choice, by name (kernels/cuda/synthetic_backend.h,
+// The CUDA backend's kernels where it has a choice, by name (common/runtime/cuda/kernel_choices.h,
 // cuda::KernelChoices): entry i of each list is value i of cuda::AttentionImpl and
 // cuda::DecodeImpl. "auto" is the backend's own choice.
 inline constexpr std::array<std::string_view, 4> kCudaPrefillAttentionNames = {"auto", "generic",
@@ -244,7 +244,7 @@ struct CudaKernelOptions {
 // Settings only some backends read; the others ignore them.
 struct BackendOptions {
   // CUDA: decode steps of batches up to cuda_graph_max_batch recorded once per shape as CUDA
-  // graphs and replayed (kernels/cuda/synthetic_backend.h, DecodeGraphOptions).
+  // graphs and replayed (common/runtime/cuda/decode_graph_cache.h, DecodeGraphOptions).
   bool cuda_graphs = true;
   int cuda_graph_max_batch = 64;
   CudaKernelOptions cuda_kernels;

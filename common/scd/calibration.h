@@ -1,4 +1,4 @@
-// Calibration: fits an ScdArtifact for one producer/consumer pair, offline (METHOD.md; SCD
+// Calibration: fits an ScdArtifact for one producer/consumer pair, offline (docs/METHOD.md; SCD
 // §3.2–3.4). Both models prefill the same token sequences; then
 //   1. REUSE: per layer, reduced-rank regression from producer to consumer pre-RoPE keys and
 //      values (separate ranks r_K, r_V), from streamed second moments;

@@ -1,5 +1,5 @@
 // The codec: one interface for SCD and every baseline, so that all comparisons run through
-// the same pipeline (issue "SCD"; METHOD.md).
+// the same pipeline (docs/METHOD.md).
 //   ProducerCodec::Encode  — producer prefill states → Payload (then SerializePayload)
 //   ConsumerCodec::Rebuild — Payload → the consumer's KV cache in a backend Sequence
 // Modes (CodecMode): oracle (ids only; the consumer prefills), raw (F16 pre-RoPE K/V), quant8

@@ -1,5 +1,5 @@
-// Offline evaluation of every codec mode through one pipeline, in one run (issue "SCD",
-// "Evaluation tool"): for each bAbI question the producer prefills the prompt once, each mode
+// Offline evaluation of every codec mode through one pipeline, in one run (scd-eval): for each
+// bAbI question the producer prefills the prompt once, each mode
 // encodes, serialises, parses and rebuilds the consumer's cache, the consumer prefills the
 // last prompt token itself and answers greedily. Reported per mode:
 //   - quality: exact match and token F1 on bAbI; perplexity, next-token KL and top-1 agreement

@@ -12,8 +12,8 @@
 #include "common/scd/quantize.h"
 
 #if SCD_HAVE_CUDA
+#include "common/runtime/cuda/backend_access.h"
 #include "kernels/cuda/scd_rebuilder.h"
-#include "kernels/cuda/synthetic_backend.h"
 #endif
 
 namespace scd {

@@ -1,5 +1,5 @@
-// GpuRebuild: ConsumerCodec's rebuild of scd and scd-reuse payloads on a CUDA backend
-// (issue 7). The payload's codes go to the GPU as they are; the REUSE decoders, the PATCH
+// GpuRebuild: ConsumerCodec's rebuild of scd and scd-reuse payloads on a CUDA backend.
+// The payload's codes go to the GPU as they are; the REUSE decoders, the PATCH
 // aligners and the consumer's own [W_K; W_V] run there and write straight into the backend
 // sequence's KV cache (kernels/cuda/scd_rebuilder.h), instead of decoding K/V on the host and
 // uploading F32 K/V through AppendKv (about 100x the bytes of the codes).

@@ -1,4 +1,4 @@
-// PatchAligner: SCD's PATCH map (METHOD.md, "PATCH"; SCD §3.3). The producer sends the
+// PatchAligner: SCD's PATCH map (docs/METHOD.md, "PATCH"; SCD §3.3). The producer sends the
 // rank-r_H code z = (H_P − μ_P) E_H of its normalised attention input; the consumer maps it
 // into its own H_in space with a small MLP plus a linear skip,
 //   Ĥ_C = f(z) = z A + c + W₂ silu(W₁ z + b₁) + b₂,

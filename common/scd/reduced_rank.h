@@ -1,4 +1,4 @@
-// LinearCode and its closed-form fit: SCD's REUSE map (METHOD.md, "REUSE"; SCD §3.2).
+// LinearCode and its closed-form fit: SCD's REUSE map (docs/METHOD.md, "REUSE"; SCD §3.2).
 // A producer state x ∈ R^p is sent as the rank-r code z = (x − μ_P) E and the consumer reads
 // ŷ = z D + μ_C ∈ R^q. E and D solve the reduced-rank regression
 //   min ‖(X_P − μ_P) E D + μ_C − X_C‖²  s.t. rank(ED) ≤ r

@@ -4,7 +4,17 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+
 namespace scd::sekv {
+
+absl::Status CheckBudget(double fraction) {
+  if (!(fraction >= kMinBudget && fraction <= kMaxBudget)) {
+    return absl::InvalidArgumentError(absl::StrCat("sekv budget must be in [", kMinBudget, ", ",
+                                                   kMaxBudget, "], got ", fraction));
+  }
+  return absl::OkStatus();
+}
 
 namespace {
 

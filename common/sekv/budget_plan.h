@@ -24,12 +24,23 @@
 #ifndef SCD_COMMON_SEKV_BUDGET_PLAN_H_
 #define SCD_COMMON_SEKV_BUDGET_PLAN_H_
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/sekv/chunk_cache.h"
 #include "common/sekv/h2o_cache.h"
 #include "common/sekv/sekv_cache.h"
 
 namespace scd::sekv {
+
+// The GPU budget F, in one place: its default (the decode daemon's `sekv.budget`, the
+// evaluation's and the calibration's) and its range, which the daemon's config reader, the
+// decode engine and the evaluation all check through CheckBudget.
+inline constexpr double kDefaultBudget = 0.4;
+inline constexpr double kMinBudget = 0.01;
+inline constexpr double kMaxBudget = 1.0;
+
+// OK when `fraction` is in [kMinBudget, kMaxBudget]; otherwise InvalidArgument.
+absl::Status CheckBudget(double fraction);
 
 struct BudgetShares {
   float window_share = 0.2f;

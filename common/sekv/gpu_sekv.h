@@ -1,4 +1,4 @@
-// GpuSekv: the SEKV decode step on a CUDA backend (issue 7). The model runs on the GPU
+// GpuSekv: the SEKV decode step on a CUDA backend. The model runs on the GPU
 // (Backend::DecodeMixed, this object the rows' RowAttention) and each layer's attention goes
 // through the SEKV hierarchy with its GPU tier on the device:
 //   - device: anchors, span summaries with their per-head log counts, the recent window
@@ -43,7 +43,7 @@
 // host converts what it uploads (round to nearest even, as the device does); the token's K/V
 // join the window through F32ToBf16. Scores, softmax and gate are F32 either way. With
 // GpuTier::kF32 the rows are F32, as in the host cache, so the two agree to float rounding
-// (tests/cuda checks the layer attention against SekvCache::Attend in both tiers, and
+// (tests/gpu/parity checks the layer attention against SekvCache::Attend in both tiers, and
 // whole-model logits).
 //
 // CUDA-free header. In a build without CUDA, Applies() is false and Create is UNIMPLEMENTED.

@@ -14,11 +14,13 @@
 
 #include "absl/status/status.h"
 #include "common/base/status_macros.h"
+#include "common/runtime/cuda/backend_access.h"
+#include "common/runtime/cuda/kernel_choices.h"
+#include "common/runtime/cuda/op_profiling.h"
 #include "common/sekv/gpu_sekv.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/op_profile.h"
 #include "kernels/cuda/scd_sekv_ops.h"
-#include "kernels/cuda/synthetic_backend.h"
 
 namespace scd::sekv {
 namespace gpu_sekv_internal {

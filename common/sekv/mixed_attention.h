@@ -1,5 +1,5 @@
 // Mixed-resolution attention (SeKV "zoom-in": one softmax over anchors, unexpanded span
-// summaries, expanded spans' rebuilt tokens and the recent window; METHOD.md "SEKV").
+// summaries, expanded spans' rebuilt tokens and the recent window; docs/METHOD.md "SEKV").
 //
 // For one query head q [d] and entries (k_i, v_i, c_i) from several blocks:
 //   s_i = <q, k_i> / sqrt(d) + log c_i,   out = Σ_i softmax(s)_i v_i,

@@ -1,4 +1,4 @@
-// SekvCache: the decode-side semantic KV hierarchy (SeKV, Abaskohi et al. 2026; METHOD.md
+// SekvCache: the decode-side semantic KV hierarchy (SeKV, Abaskohi et al. 2026; docs/METHOD.md
 // "SEKV"). Built from a prompt's post-RoPE K/V and surprisal:
 //   1. SurprisalSegmenter cuts the prompt into anchors, spans and the recent window (one
 //      segmentation shared by every layer and head);

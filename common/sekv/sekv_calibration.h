@@ -1,5 +1,5 @@
 // Router calibration (SeKV "zoom-in": the routing projections and thresholds are fitted
-// offline on the consumer with the full KV cache as teacher; METHOD.md "SEKV" allows a
+// offline on the consumer with the full KV cache as teacher; docs/METHOD.md "SEKV" allows a
 // logistic-regression fit on teacher attention-mass labels as the first version).
 //
 // Samples: the consumer decodes calibration text teacher-forced through a SekvCache in
@@ -81,7 +81,7 @@ absl::StatusOr<ZoomRouter> FitZoomRouter(const RouterSampleSet& samples,
                                          nlohmann::json* report = nullptr);
 
 struct CalibrationRun {
-  double budget = 0.4;  // plan the segmentation as the evaluation will at this budget
+  double budget = kDefaultBudget;  // plan the segmentation as the evaluation will at this budget
   int context = 512;    // tokens per calibration sequence
   int prefix = 384;     // prompt part (compressed); the rest is decoded teacher-forced
   int max_sequences = 48;

@@ -238,10 +238,7 @@ absl::StatusOr<SekvEvalReport> SekvEvaluator::Run(
   auto say = [&](const std::string& s) {
     if (progress) progress(s);
   };
-  if (!(cfg.budget > 0 && cfg.budget <= 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sekv budget ", cfg.budget, " must be in (0, 1]"));
-  }
+  SCD_RETURN_IF_ERROR(CheckBudget(cfg.budget));
   SCD_ASSIGN_OR_RETURN(auto dec, SekvDecoder::Create(Unowned(consumer_.model())));
   const CacheShape shape = dec->shape();
   const int vocab = consumer_.model().config.vocab_size;

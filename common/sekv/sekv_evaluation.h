@@ -1,4 +1,4 @@
-// Offline SEKV evaluation (issue 6, "Evaluation"): SEKV and its two baselines against the full
+// Offline SEKV evaluation (scd-eval --sekv-budget): SEKV and its two baselines against the full
 // KV cache, all at the same GPU budget and in the same run, through one decode loop
 // (SekvDecoder over a KvCache):
 //   - text: packed `context`-token samples of a corpus. The prompt's first
@@ -36,7 +36,7 @@
 namespace scd::sekv {
 
 struct SekvEvalConfig {
-  double budget = 0.4;  // GPU-tier bytes as a fraction of the full KV cache
+  double budget = kDefaultBudget;  // GPU-tier bytes as a fraction of the full KV cache
   std::string text_file;
   int text_samples = 40;
   int context = 512;

@@ -1,5 +1,5 @@
 // SpanStore: one layer's SEKV cache at two resolutions (SeKV "two resolutions per span";
-// METHOD.md "SEKV"). Keys are stored after RoPE, exactly as a KV cache holds them, so a
+// docs/METHOD.md "SEKV"). Keys are stored after RoPE, exactly as a KV cache holds them, so a
 // summary or a rebuilt token is scored like any cached key.
 //
 // GPU tier (resident; read by every decode step):

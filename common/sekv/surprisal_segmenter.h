@@ -1,6 +1,6 @@
 // SurprisalSegmenter: cuts a prompt into anchors, spans and a full-resolution window from its
 // per-token surprisal s_t = -log p(x_t | x_<t) (SeKV, Abaskohi et al. 2026, "Segmentation";
-// METHOD.md "SEKV"). The surprisal comes free with the producer's prefill (the SCD payload
+// docs/METHOD.md "SEKV"). The surprisal comes free with the producer's prefill (the SCD payload
 // carries it) or, in oracle mode, from the decode daemon's own prefill.
 //
 // Rules, over positions [0, T):

@@ -1,6 +1,6 @@
 // Token-resolution zoom-in: scoring a span's tokens in the CPU tier's low-rank coordinates.
 //
-// SeKV (METHOD.md "SEKV") expands a routed span whole. With short prompts and a buffer of a
+// SeKV (docs/METHOD.md "SEKV") expands a routed span whole. With short prompts and a buffer of a
 // few dozen tokens per (layer, KV head) a whole span is a coarse unit: most of its tokens
 // draw no attention, yet each takes a buffer slot. The CPU tier already holds every span's
 // keys as K_S ≈ (U_rΣ_r) V_rᵀ, so the exact score of each token is cheap there:

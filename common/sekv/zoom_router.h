@@ -1,4 +1,4 @@
-// ZoomRouter: decides which spans to expand at each decode step (SeKV "zoom-in"; METHOD.md
+// ZoomRouter: decides which spans to expand at each decode step (SeKV "zoom-in"; docs/METHOD.md
 // "SEKV"). Per layer l and KV head g, for a query q of a head in g's group and span S:
 //   z_S = <P_q q, P_k k̄_S> + w_size · log|S| + w_share · (ŝ_S − LSE) + b,   α_S = σ(z_S)
 // where P_q, P_k [r, head_dim] are the routing projections, ŝ_S = <q, k̄_S>/√d + log|S| is

@@ -163,9 +163,7 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
                         absl::StrCat(key, ": the host's available memory: ", st.message()));
   };
   if (options.sekv.enabled) {
-    if (!(options.sekv.budget > 0 && options.sekv.budget <= 1)) {
-      return absl::InvalidArgumentError("sekv budget must be in (0, 1]");
-    }
+    SCD_RETURN_IF_ERROR(sekv::CheckBudget(options.sekv.budget));
     if (options.sekv.min_prompt_tokens < 0) {
       return absl::InvalidArgumentError("sekv min_prompt_tokens must be >= 0");
     }

@@ -1,5 +1,5 @@
-// SekvSession: one decode request served through the SEKV hierarchy (issue 6, "plugs into the
-// decode daemon"; common/sekv/sekv_cache.h) instead of the backend's flat KV cache.
+// SekvSession: one decode request served through the SEKV hierarchy
+// (common/sekv/sekv_cache.h) instead of the backend's flat KV cache.
 //
 // Start():
 //   1. the payload's K/V is rebuilt by the consumer codec exactly as on the plain path, but
@@ -64,7 +64,8 @@ struct SekvStartTimes {
 
 struct SekvServingOptions {
   bool enabled = false;
-  double budget = 0.4;  // GPU-tier bytes as a fraction of the request's full KV cache
+  // GPU-tier bytes as a fraction of the request's full KV cache (range: sekv::CheckBudget).
+  double budget = sekv::kDefaultBudget;
   std::shared_ptr<const sekv::ZoomRouter> router;  // null: the default share-threshold gate
   sekv::SekvOptions cache;                         // segmenter, CPU tier, zoom-in
   sekv::BudgetShares shares;

@@ -1,7 +1,7 @@
 // Typed, non-throwing access to tokenizer.json fields. Every accessor returns
 // InvalidArgumentError naming the JSON path (e.g. "model.merges[3]") on a wrong type, so a
 // malformed file is reported precisely instead of crashing in nlohmann::json's exceptions. A
-// missing or null optional field takes its documented default (STYLE.md, "Errors").
+// missing or null optional field takes its documented default (docs/STYLE.md, "Errors").
 #ifndef SCD_COMMON_TOKENIZER_JSON_FIELDS_H_
 #define SCD_COMMON_TOKENIZER_JSON_FIELDS_H_
 

@@ -8,12 +8,18 @@
 
 namespace scd::transport {
 
+absl::Status CheckBandwidthGbps(double gbps) {
+  if (!(gbps >= 0 && gbps <= kMaxBandwidthGbps)) {
+    return absl::InvalidArgumentError(absl::StrCat("bandwidth_gbps must be in [0, ",
+                                                   kMaxBandwidthGbps, "] (0 = unlimited), got ",
+                                                   gbps));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<BandwidthLimiter>> BandwidthLimiter::Create(double gbps,
                                                                            size_t burst_bytes) {
-  if (!std::isfinite(gbps) || gbps < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bandwidth_gbps must be a finite value >= 0 (0 = unlimited), got ", gbps));
-  }
+  if (absl::Status st = CheckBandwidthGbps(gbps); !st.ok()) return st;
   if (burst_bytes == 0) burst_bytes = kChunkBytes;
   return std::unique_ptr<BandwidthLimiter>(
       new BandwidthLimiter(gbps * 1e9 / 8, static_cast<double>(burst_bytes)));

@@ -18,14 +18,22 @@
 
 namespace scd::transport {
 
+// A link's emulated bandwidth in Gbit/s (the `data_plane.bandwidth_gbps` key,
+// TransportOptions::bandwidth_gbps): 0 means unlimited. Its range, in one place: the config
+// reader and CheckBandwidthGbps both use it.
+inline constexpr double kMaxBandwidthGbps = 1e6;
+
+// OK when `gbps` is in [0, kMaxBandwidthGbps]; otherwise INVALID_ARGUMENT.
+absl::Status CheckBandwidthGbps(double gbps);
+
 class BandwidthLimiter {
  public:
   // How many bytes a sender should hand to Acquire at a time: small enough that pacing is
   // smooth, large enough that the per-chunk overhead stays negligible.
   static constexpr size_t kChunkBytes = 256 << 10;
 
-  // gbps = 0 means unlimited; negative or non-finite is INVALID_ARGUMENT. burst_bytes = 0
-  // picks kChunkBytes.
+  // gbps = 0 means unlimited; outside CheckBandwidthGbps's range is INVALID_ARGUMENT.
+  // burst_bytes = 0 picks kChunkBytes.
   static absl::StatusOr<std::unique_ptr<BandwidthLimiter>> Create(double gbps,
                                                                   size_t burst_bytes = 0);
 

@@ -2,20 +2,15 @@
 // implementation; callers pick one by name ("tcp" or "ucx") from their config.
 #include "common/transport/transport.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
+#include "common/transport/bandwidth_limiter.h"
 #include "common/transport/tcp/tcp_transport.h"
 #include "common/transport/ucx/ucx_transport.h"
 
 namespace scd::transport {
 
 absl::Status ValidateOptions(const TransportOptions& options) {
-  if (!std::isfinite(options.bandwidth_gbps) || options.bandwidth_gbps < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bandwidth_gbps must be a finite value >= 0 (0 = unlimited), got ",
-                     options.bandwidth_gbps));
-  }
+  if (absl::Status st = CheckBandwidthGbps(options.bandwidth_gbps); !st.ok()) return st;
   if (options.max_message_bytes == 0) {
     return absl::InvalidArgumentError("max_message_bytes must be > 0");
   }

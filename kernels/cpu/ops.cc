@@ -62,10 +62,9 @@ void Linear(const float* x, const float* w, const float* bias, float* y, int m, 
   // decode batch): OpenBLAS's sgemm packs its operands first and costs several GEMVs' time at
   // these row counts, and a GEMV per row reads W once per row, so SmallBatchLinear reads W
   // once for them all (small_batch_linear.h). `scd-bench small-batch` times the three on the
-  // Llama-3-8B layer's matrices (docs/RESULTS.md, issue 7, "SEKV requests decode in one
-  // batched step"): SmallBatchLinear is the fastest from 2 to 16 rows, level with sgemm at
-  // 32, behind it at 64. Matrices too small for threads to pay take a GEMV per row up to
-  // kGemvMaxRows rows, as a batch of one does, bit for bit.
+  // Llama-3-8B layer's matrices (docs/RESULTS.md, "Runtime"): SmallBatchLinear is the fastest
+  // from 2 to 16 rows, level with sgemm at 32, behind it at 64. Matrices too small for threads
+  // to pay take a GEMV per row up to kGemvMaxRows rows, as a batch of one does, bit for bit.
   constexpr int kSmallBatchMaxRows = 16;
   constexpr long kSmallBatchMinWeights = 1 << 18;
   constexpr int kGemvMaxRows = 4;

@@ -3,13 +3,12 @@
 //
 // A decode step is bound by reading the weights. OpenBLAS's sgemv reads W once for one row,
 // near the memory's bandwidth; its sgemm, at a few rows, first packs panels of W and costs
-// several GEMVs' time (scd-sekv-bench, docs/RESULTS.md issue 7, "SEKV requests decode in one
-// batched step"), and one GEMV per row reads W once per row. Here each thread streams its
-// share of W's rows in slices of about 1 MB; each slice meets every block of up to
-// kSmallBatchBlock input rows while it stays in cache, a few W rows at a time in registers
-// against each block (FMA accumulators per (W row, input row), summed at the row's end). Row
-// r's result depends only on x[r] and W, in one fixed order of sums: never on the other rows,
-// their number or the thread count.
+// several GEMVs' time (scd-bench small-batch, docs/RESULTS.md, "Runtime"), and one GEMV per
+// row reads W once per row. Here each thread streams its share of W's rows in slices of about
+// 1 MB; each slice meets every block of up to kSmallBatchBlock input rows while it stays in
+// cache, a few W rows at a time in registers against each block (FMA accumulators per (W row,
+// input row), summed at the row's end). Row r's result depends only on x[r] and W, in one fixed
+// order of sums: never on the other rows, their number or the thread count.
 #ifndef SCD_KERNELS_CPU_SMALL_BATCH_LINEAR_H_
 #define SCD_KERNELS_CPU_SMALL_BATCH_LINEAR_H_
 

@@ -12,7 +12,7 @@
 // thread per output dim walking the chunk's V rows in turn) takes any shape; the vectorized one
 // (16-byte loads, many K and V rows in flight a block) is what a long context needs, since the
 // step reads the whole cache: the generic kernel read a 32K cache at 0.05 of the H200's copy
-// bandwidth (docs/RESULTS.md, issue 7).
+// bandwidth (docs/RESULTS.md, "GPU").
 #include <algorithm>
 #include <cmath>
 

@@ -21,7 +21,7 @@
 // Blocks are issued heaviest first (the last query tiles see the most keys under the causal
 // mask), so that the short ones fill the tail.
 // Numerics differ from the twin by the BF16 rounding of Q and P (the normaliser l sums P before
-// rounding): ~1e-2 relative, see tests/cuda/attention_test.cc.
+// rounding): ~1e-2 relative, see tests/gpu/parity/attention_test.cc.
 #include <cmath>
 #include <cstdint>
 

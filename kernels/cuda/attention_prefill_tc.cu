@@ -8,7 +8,8 @@
 //   O = alpha * O + P V   (WMMA; O lives in F32 shared memory, so the per-row rescale is
 //                          done on plain floats and never depends on fragment layouts)
 // Numerics differ from the twin by the BF16 rounding of Q and P (the normaliser l sums the
-// rounded P, so the weights stay normalised): ~1e-2 relative, see tests/cuda/attention_test.cc.
+// rounded P, so the weights stay normalised): ~1e-2 relative, see
+// tests/gpu/parity/attention_test.cc.
 #include <mma.h>
 
 #include <cmath>

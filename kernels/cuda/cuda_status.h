@@ -1,4 +1,4 @@
-// The one place where CUDA runtime and cuBLAS error codes become absl::Status (STYLE.md,
+// The one place where CUDA runtime and cuBLAS error codes become absl::Status (docs/STYLE.md,
 // "Errors": translate at the edges only). Internal to kernels/cuda: it includes CUDA headers,
 // so only sources in this folder include it; the public headers here stay CUDA-free.
 //

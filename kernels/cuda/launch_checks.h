@@ -2,7 +2,7 @@
 // kernels' shape limits and the sizes of the workspaces handed to them. A call that fails one
 // is refused with INVALID_ARGUMENT and the message below. Host code only, CUDA-free, like
 // split_plan.h, so that the launchers (kernels/cuda/*.cu) and their CPU stand-ins
-// (tests/gpu_host/) refuse exactly the same calls with the same words: a caller the stand-ins
+// (tests/gpu/standin/) refuse exactly the same calls with the same words: a caller the stand-ins
 // accept in CI is one the device accepts too.
 #ifndef SCD_KERNELS_CUDA_LAUNCH_CHECKS_H_
 #define SCD_KERNELS_CUDA_LAUNCH_CHECKS_H_

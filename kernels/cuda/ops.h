@@ -1,5 +1,5 @@
 // CUDA kernels of the forward pass: one host-callable launcher per kernels/cpu op (the CPU
-// twin is named in each comment and tests/cuda compares the two). CUDA-free header: device
+// twin is named in each comment and tests/gpu/parity compares the two). CUDA-free header: device
 // memory is passed as plain pointers, the stream as an opaque StreamHandle, and every launcher
 // returns the launch status (it does not synchronise). Layouts are row-major, as in kernels/cpu.
 //
@@ -92,7 +92,7 @@ absl::Status ApplyRope(float* x, int tokens, int num_heads, int head_dim, int64_
 
 // One sequence's cache, host-side view: positions [0, length) are filled. Writers outside the
 // backend (the SCD GPU rebuild) store positions [length, length + T) and then commit them
-// (synthetic_backend.h).
+// (common/runtime/cuda/backend_access.h).
 struct SequenceCache {
   Bf16* k = nullptr;
   Bf16* v = nullptr;

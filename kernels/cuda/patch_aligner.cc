@@ -1,6 +1,6 @@
 // The PATCH aligner's forward pass on the device (scd_sekv_ops.h): host code that queues
 // three cuBLAS F32 GEMMs and the elementwise kernels of scd_codec.cu. CUDA-free, so that the
-// host tests (tests/gpu_host/, test_cuda_host) run this very code over CPU stand-ins of
+// host tests (tests/gpu/standin/, test_cuda_host) run this very code over CPU stand-ins of
 // those launchers.
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/scd_sekv_ops.h"

@@ -1,4 +1,4 @@
-// ScdGpuRebuilder: SCD's consumer-side rebuild on the GPU (issue 7): a payload's per-layer
+// ScdGpuRebuilder: SCD's consumer-side rebuild on the GPU: a payload's per-layer
 // codes go from host memory to the consumer's KV cache without a host-side decode.
 //   REUSE layer: ReuseDecodeStoreKv (low-rank decode + RoPE + BF16 store, one kernel);
 //   PATCH layer: PatchAlignerForward → BF16 → the consumer's [W_K; W_V] as one cuBLAS GEMM
@@ -8,7 +8,7 @@
 // event the compute stream waits on, so layer l + 1 crosses PCIe while layer l is decoded.
 //
 // The spec is plain host arrays (no dependency on common/scd, which sits above the backends);
-// tests/cuda and scd-gpu-bench build it from an ScdArtifact or at random. CUDA-free header.
+// tests/gpu/parity and scd-gpu-bench build it from an ScdArtifact or at random. CUDA-free header.
 #ifndef SCD_KERNELS_CUDA_SCD_REBUILDER_H_
 #define SCD_KERNELS_CUDA_SCD_REBUILDER_H_
 

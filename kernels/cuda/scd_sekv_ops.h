@@ -1,7 +1,7 @@
-// CUDA kernels of SCD's consumer side and of the SEKV decode step (issue 7), one host-callable
+// CUDA kernels of SCD's consumer side and of the SEKV decode step, one host-callable
 // launcher per CPU twin, with the conventions of ops.h: CUDA-free header, device memory as
 // plain pointers, row-major layouts, F32 arithmetic, launchers return the launch status and
-// never synchronise. tests/cuda/scd_codec_test.cc, sekv_kernels_test.cc and sekv_zoom_test.cc
+// never synchronise. tests/gpu/parity/scd_codec_test.cc, sekv_kernels_test.cc and sekv_zoom_test.cc
 // compare each launcher with its twin.
 //
 //   SCD REUSE   ReuseDecodeStoreKv  codes → k = z_k D_k + μ_k, v = z_v D_v + μ_v, RoPE on k,

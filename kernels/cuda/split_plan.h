@@ -1,7 +1,7 @@
 // How the split-K attention launchers cut their keys into chunks, one block per chunk: decode
 // attention (attention_decode.cu) and SEKV's mixed-resolution attention (sekv.cu), with
 // DecodeAttention's shape limits and workspace size. Host code only, CUDA-free, so that the
-// CPU stand-ins of the launchers (tests/gpu_host/) check callers against the same plan and
+// CPU stand-ins of the launchers (tests/gpu/standin/) check callers against the same plan and
 // limits the kernels use: a workspace sized for it, and every row inside splits * chunk.
 #ifndef SCD_KERNELS_CUDA_SPLIT_PLAN_H_
 #define SCD_KERNELS_CUDA_SPLIT_PLAN_H_

@@ -1,11 +1,11 @@
 // scd-bench: benchmark programs. `scd-bench runtime` measures the CPU runtime against the
-// host's sgemm and memcpy ceilings (common/bench/runtime_bench.h) and ends with the line
+// host's sgemm and memcpy ceilings (common/tools/bench/runtime_bench.h) and ends with the line
 // `prefill_vs_sgemm=<r> decode_vs_memcpy=<r>`. `scd-bench chunked-prefill` measures what a long
 // prompt's arrival costs the running streams at each engine.prefill_chunk, or with --payload
-// a long payload's at each engine.rebuild_chunk (common/bench/chunked_prefill_bench.h).
+// a long payload's at each engine.rebuild_chunk (common/tools/bench/chunked_prefill_bench.h).
 // `scd-bench rebuild` measures the codec's host rebuild whole against in blocks of rows
-// (common/bench/rebuild_bench.h). `scd-bench small-batch` times a decode batch's few-row
-// GEMMs three ways (common/bench/small_batch_bench.h). Progress goes to stderr, the report to
+// (common/tools/bench/rebuild_bench.h). `scd-bench small-batch` times a decode batch's few-row
+// GEMMs three ways (common/tools/bench/small_batch_bench.h). Progress goes to stderr, the report to
 // stdout.
 #include <cstdio>
 #include <fstream>
@@ -15,11 +15,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "common/bench/chunked_prefill_bench.h"
-#include "common/bench/rebuild_bench.h"
-#include "common/bench/runtime_bench.h"
-#include "common/bench/small_batch_bench.h"
-#include "common/cli/flags.h"
+#include "common/tools/bench/chunked_prefill_bench.h"
+#include "common/tools/bench/rebuild_bench.h"
+#include "common/tools/bench/runtime_bench.h"
+#include "common/tools/bench/small_batch_bench.h"
+#include "common/tools/cli/flags.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// scd-e2e-bench: the end-to-end evidence of issue 5 (see common/e2e/e2e_bench.h). Starts one
+// scd-e2e-bench: the end-to-end benchmark (see common/tools/e2e/e2e_bench.h). Starts one
 // prefill daemon and N decode daemons from build/bin, runs the shared-prefix workload for
 // every (mode, bandwidth, warm/cold) cell, prints a progress line per cell, and writes JSON,
 // a Markdown table and a PNG of TTFT p50 against bandwidth.
@@ -12,9 +12,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/cli/flags.h"
-#include "common/e2e/e2e_bench.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tools/cli/flags.h"
+#include "common/tools/e2e/e2e_bench.h"
 
 namespace {
 constexpr char kProgram[] = "scd-e2e-bench";

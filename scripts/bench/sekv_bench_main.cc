@@ -1,5 +1,5 @@
 // scd-sekv-bench: SEKV at scale on the Llama-3-8B shape (32 layers, d 4096, 32 heads / 8 KV
-// heads, head_dim 128, FFN 14336) with random weights and random K/V (issue 6, "At scale"):
+// heads, head_dim 128, FFN 14336) with random weights and random K/V:
 //   1. memory: GPU-tier bytes against a full KV cache at each --mem-lengths, summed over all 32
 //      layers from the real data structures (SpanStore vectors and the SpanFetcher buffer).
 //      Layers are built one at a time and freed (a 128K fp32 full cache is 34 GB); the CPU
@@ -41,7 +41,6 @@
 #include "absl/strings/str_split.h"
 #include "common/base/huge_pages.h"
 #include "common/base/random.h"
-#include "common/cli/flags.h"
 #include "common/eval/text_corpus.h"
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
@@ -51,6 +50,7 @@
 #include "common/sekv/sekv_cache.h"
 #include "common/sekv/sekv_decoder.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tools/cli/flags.h"
 
 namespace {
 
@@ -167,7 +167,7 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  float budget = 0.4f;
+  float budget = static_cast<float>(sekv::kDefaultBudget);
   std::vector<int> mem_lengths = {32768, 131072}, time_lengths = {8192, 32768};
   std::string surprisal_model, surprisal_text;
   int time_layers = 2, vocab = 32000, steps = 8, batch_length = 4096;

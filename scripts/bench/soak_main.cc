@@ -1,4 +1,4 @@
-// scd-soak: the soak run of issue 8 (see common/e2e/soak.h). Starts one prefill daemon and N
+// scd-soak: the soak run (see common/tools/e2e/soak.h). Starts one prefill daemon and N
 // decode daemons from build/bin, measures the saturation rate, then runs Poisson load at a
 // fraction of it for --duration seconds on the bAbI shared-prefix workload, and checks: zero
 // failed requests, every daemon's RSS flat after the warm-up, p99 TTFT drift between the first
@@ -12,11 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/file_io.h"
-#include "common/cli/flags.h"
-#include "common/e2e/shared_prefix_workload.h"
-#include "common/e2e/soak.h"
-#include "common/loadgen/report.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tools/cli/flags.h"
+#include "common/tools/e2e/shared_prefix_workload.h"
+#include "common/tools/e2e/soak.h"
+#include "common/tools/loadgen/report.h"
 
 namespace {
 constexpr char kProgram[] = "scd-soak";

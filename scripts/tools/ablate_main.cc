@@ -1,4 +1,4 @@
-// scd-ablate: the rank ablation of the SCD issue — r_K against r_V at a fixed total code
+// scd-ablate: the SCD rank ablation — r_K against r_V at a fixed total code
 // width (fixed bytes per token), REUSE only, for one pair. Calibration statistics are collected
 // once; each split refits REUSE in closed form and is evaluated through the full codec path
 // (scd-reuse mode) by the same Evaluator scd-eval uses. Writes JSON, Markdown, CSV and PNG.
@@ -10,7 +10,6 @@
 
 #include "absl/strings/str_split.h"
 #include "common/base/file_io.h"
-#include "common/cli/flags.h"
 #include "common/model/weights.h"
 #include "common/plot/plot.h"
 #include "common/plot/table.h"
@@ -19,6 +18,7 @@
 #include "common/scd/evaluation.h"
 #include "common/scd/model_pair.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tools/cli/flags.h"
 
 namespace {
 

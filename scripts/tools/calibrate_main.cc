@@ -10,13 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/file_io.h"
-#include "common/cli/flags.h"
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
 #include "common/scd/calibration.h"
 #include "common/scd/calibration_corpus.h"
 #include "common/scd/model_pair.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tools/cli/flags.h"
 
 namespace {
 

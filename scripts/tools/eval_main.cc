@@ -13,7 +13,6 @@
 
 #include "absl/strings/str_split.h"
 #include "common/base/file_io.h"
-#include "common/cli/flags.h"
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
 #include "common/scd/evaluation.h"
@@ -21,6 +20,7 @@
 #include "common/sekv/sekv_artifact.h"
 #include "common/sekv/sekv_evaluation.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tools/cli/flags.h"
 
 namespace {
 

@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "common/cli/flags.h"
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
 #include "common/runtime/generate.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tools/cli/flags.h"
 
 namespace {
 

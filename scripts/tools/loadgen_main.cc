@@ -1,9 +1,9 @@
-// scd-loadgen: load-tests an OpenAI-compatible server (issue 5) and runs the soak of issue 8.
+// scd-loadgen: load-tests an OpenAI-compatible server; scd-soak drives it too.
 // Drives streaming requests at a Poisson rate (--rate) or a fixed concurrency (--concurrency)
 // for --requests N and/or --duration SECONDS, with prompts from a file or synthetic ones;
 // prints a live progress line on stderr and a summary on stdout; writes the results JSON
-// (--json; schema in common/loadgen/report.h), a TTFT-distribution PNG, optionally per-request
-// JSONL records and a time-series PNG. All logic lives in common/loadgen/.
+// (--json; schema in common/tools/loadgen/report.h), a TTFT-distribution PNG, optionally
+// per-request JSONL records and a time-series PNG. All logic lives in common/tools/loadgen/.
 //
 // Exit status: 0 when the run completed and at least one request succeeded; 1 when none did
 // or an output could not be written; 2 for a bad command line. Ctrl-C stops issuing, lets the
@@ -23,11 +23,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/file_io.h"
-#include "common/cli/flags.h"
-#include "common/loadgen/report.h"
-#include "common/loadgen/runner.h"
-#include "common/loadgen/stream_client.h"
-#include "common/loadgen/workload.h"
+#include "common/tools/cli/flags.h"
+#include "common/tools/loadgen/report.h"
+#include "common/tools/loadgen/runner.h"
+#include "common/tools/loadgen/stream_client.h"
+#include "common/tools/loadgen/workload.h"
 #include "nlohmann/json.hpp"
 
 namespace {

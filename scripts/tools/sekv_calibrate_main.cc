@@ -8,7 +8,6 @@
 #include <string>
 
 #include "common/base/file_io.h"
-#include "common/cli/flags.h"
 #include "common/eval/babi.h"
 #include "common/eval/text_corpus.h"
 #include "common/model/weights.h"
@@ -17,6 +16,7 @@
 #include "common/sekv/sekv_artifact.h"
 #include "common/sekv/sekv_calibration.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tools/cli/flags.h"
 
 namespace {
 
@@ -26,7 +26,7 @@ constexpr char kProgram[] = "scd-sekv-calibrate";
 
 int main(int argc, char** argv) {
   std::string model_dir, text, babi, out;
-  float budget = 0.4f;
+  float budget = static_cast<float>(scd::sekv::kDefaultBudget);
   int sequences = 48, babi_sequences = 24, passages = 1500;
   scd::sekv::CalibrationRun run;
   scd::sekv::CalibrationOptions co;

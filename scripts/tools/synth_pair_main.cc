@@ -1,8 +1,8 @@
 // scd-synth-pair: writes a synthetic producer/consumer pair of a chosen shape as two HF
-// checkpoint directories, for timing runs at shapes we have no fine-tuned pair for (issue 5:
-// "a synthetic pair of a larger shape ... random weights; the specialist is the base plus
-// seeded noise"). The vocabulary, special tokens and tokenizer.json come from a real model
-// directory, so the daemons and tools read the pair like any other.
+// checkpoint directories, for timing runs at shapes we have no fine-tuned pair for (random
+// weights; the specialist is the base plus seeded noise). The vocabulary, special tokens and
+// tokenizer.json come from a real model directory, so the daemons and tools read the pair like
+// any other.
 //   scd-synth-pair --out DIR [--hidden 1024 --layers 8 --heads 16 --kv-heads 4 ...]
 // writes DIR/base and DIR/specialist.
 #include <filesystem>
@@ -11,10 +11,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/cli/flags.h"
 #include "common/model/checkpoint.h"
 #include "common/model/config.h"
 #include "common/model/weights.h"
+#include "common/tools/cli/flags.h"
 
 namespace {
 

@@ -1,9 +1,9 @@
-// FlagParser (common/cli/flags.h): what each spelling of a flag parses to, that every bad
+// FlagParser (common/tools/cli/flags.h): what each spelling of a flag parses to, that every bad
 // command line is an error naming the argument (never a silent default), and the three ways a
 // tool's command line ends (ParseOrExit, UsageError, Fail) with their exit codes and output.
 // QuotedCommandLine is checked against the shell itself: what it prints, sh reads back as the
 // same words.
-#include "common/cli/flags.h"
+#include "common/tools/cli/flags.h"
 
 #include <catch2/catch.hpp>
 #include <cstdint>

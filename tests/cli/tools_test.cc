@@ -1,5 +1,5 @@
 // Every command-line tool and benchmark in build/bin ends its command line the same way
-// (common/cli/flags.h): --help prints the usage to stdout and exits 0; an unknown flag, a
+// (common/tools/cli/flags.h): --help prints the usage to stdout and exits 0; an unknown flag, a
 // stray argument or an unparsable number prints "<program>: <message>" and the usage to
 // stderr and exits 2, before any work starts; a failure after parsing exits 1 with
 // "<program>: <message>". The daemons' own command line is tested in tests/config and

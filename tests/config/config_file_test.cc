@@ -1,6 +1,6 @@
 // Config files: format by extension, strict JSON (positions, duplicate keys, depth), loading
 // from disk, the same config in JSON and YAML parsing to equal values, and a no-crash sweep over
-// truncated, mutated and random inputs (a preview of the fuzzing issue).
+// truncated, mutated and random inputs (tests/fuzz fuzzes the same parser).
 #include "common/config/config_file.h"
 
 #include <random>

@@ -222,5 +222,33 @@ TEST_CASE("ConfigReader: top level, Raw, Has, Keys and AddError", "[cpu]") {
   CHECK(Message(reader.Finish()) == "config key 'min': must not exceed 'max'");
 }
 
+TEST_CASE("ConfigReader declares each key read: type, default, range, required", "[cpu]") {
+  const json config = Yaml("http: {port: 80}\nname: ''\n");
+  ConfigReader reader(config);
+  ConfigReader http = reader.Child("http");
+  http.Int("port", 8000, 0, 65535);
+  http.Int("port", 1);  // a second read declares nothing
+  reader.Double("fraction", 0.5, 0, 1);
+  reader.DurationSeconds("wait", 30, 1);
+  reader.Enum("mode", "a", std::vector<std::string_view>{"a", "b"});
+  reader.String("name", "");
+  reader.Require("name", "the model's name");
+  const std::vector<ConfigKey>& keys = reader.keys();
+  REQUIRE(keys.size() == 5);
+  CHECK(keys[0].path == "http.port");
+  CHECK(keys[0].type == "integer");
+  CHECK(keys[0].default_value == 8000);
+  CHECK(keys[0].range == "[0, 65535]");
+  CHECK(keys[1].path == "fraction");
+  CHECK(keys[1].range == "[0, 1]");
+  CHECK(keys[2].type == "duration");
+  CHECK(keys[2].range == ">= 1 seconds");
+  CHECK(keys[3].range == "one of \"a\", \"b\"");
+  CHECK(keys[4].path == "name");
+  CHECK(keys[4].required);
+  CHECK(keys[4].default_value.is_null());
+  CHECK(Message(reader.Finish()) == "config key 'name': is required (the model's name)");
+}
+
 }  // namespace
 }  // namespace scd::config

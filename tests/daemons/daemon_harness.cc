@@ -15,7 +15,7 @@ namespace scd::testing {
 std::string BinaryPath(const std::string& name) { return std::string(SCD_BIN_DIR) + "/" + name; }
 std::string ModelDir(const std::string& name) { return SharedPath("models/" + name); }
 std::string ArtifactPath() {
-  return std::string(SCD_SOURCE_DIR) + "/docs/results/stories260K-babi-qa.scd.safetensors";
+  return std::string(SCD_SOURCE_DIR) + "/configs/calibration/stories260K-babi-qa.scd.safetensors";
 }
 
 std::unique_ptr<DaemonProcess> Spawn(const std::string& binary, std::vector<std::string> args,

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/cluster/daemon_process.h"
+#include "common/tools/cluster/daemon_process.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "proto/scd.grpc.pb.h"
@@ -26,7 +26,7 @@ std::string BinaryPath(const std::string& name);  // build/bin/<name>
 std::string ModelDir(const std::string& name);    // ../shared/models/<name>
 std::string ArtifactPath();                       // the bundled pair's calibration artifact
 
-// One daemon process; stderr (its JSON log) goes to a file (common/cluster, shared with the
+// One daemon process; stderr (its JSON log) goes to a file (common/tools/cluster, shared with the
 // benchmark drivers).
 using DaemonProcess = cluster::DaemonProcess;
 

@@ -1,4 +1,4 @@
-// The daemon pair end to end (issue 4): real scd-prefill and scd-decode processes on loopback,
+// The daemon pair end to end: real scd-prefill and scd-decode processes on loopback,
 // driven over HTTP/SSE and gRPC. What is served must equal the offline codec path; bad input
 // gets a 4xx/INVALID_ARGUMENT with a message; /metrics passes promtool; SIGTERM drains.
 #include <grpcpp/grpcpp.h>
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -160,6 +161,42 @@ TEST_CASE("Daemon pair serves the bundled pair end to end", "[daemons]") {
     bad.set_model("nope");
     CHECK(GrpcGenerate(prefill.grpc_address, bad).status.error_code() == grpc::StatusCode::NOT_FOUND);
   }
+  {  // The same bad field is refused in the same words through HTTP and gRPC.
+    struct Case {
+      json field;                                          // the HTTP body's field
+      std::function<void(scd::v1::GenerateRequest*)> set;  // the same in gRPC
+    };
+    const std::vector<Case> cases = {
+        {{{"max_tokens", -3}}, [](auto* r) { r->set_max_tokens(-3); }},
+        {{{"max_tokens", 100000}}, [](auto* r) { r->set_max_tokens(100000); }},
+        {{{"temperature", 3}}, [](auto* r) { r->mutable_sampling()->set_temperature(3); }},
+        {{{"top_p", 0}}, [](auto* r) { r->mutable_sampling()->set_top_p(0); }},
+        {{{"top_k", -2}}, [](auto* r) { r->mutable_sampling()->set_top_k(-2); }},
+        {{{"stop", {"a", "b", "c", "d", "e"}}},
+         [](auto* r) {
+           for (const char* s : {"a", "b", "c", "d", "e"}) r->add_stop(s);
+         }},
+        {{{"stop", {"a", ""}}},
+         [](auto* r) {
+           r->add_stop("a");
+           r->add_stop("");
+         }},
+    };
+    for (const Case& c : cases) {
+      json body = {{"model", "stories260K-babi-qa"}, {"prompt", "Where is Mary?"}};
+      body.update(c.field);
+      HttpResult http = HttpPost(port, "/v1/completions", body.dump());
+      scd::v1::GenerateRequest req;
+      req.set_model("stories260K-babi-qa");
+      req.set_prompt("Where is Mary?");
+      c.set(&req);
+      GrpcOutcome g = GrpcGenerate(prefill.grpc_address, req);
+      INFO(body.dump() << " -> " << http.body);
+      CHECK(http.status == 400);
+      CHECK(g.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+      CHECK(g.status.error_message() == ErrorMessage(http.body));
+    }
+  }
   {  // Shared prefix: a second question about the same story reuses the cached codes.
     scd::v1::GenerateRequest a;
     a.set_model("stories260K-babi-qa");
@@ -177,7 +214,7 @@ TEST_CASE("Daemon pair serves the bundled pair end to end", "[daemons]") {
     const std::string metrics = HttpGet(port, "/metrics").body;
     CHECK(MetricValue(metrics, "scd_prefix_cache_hits_total{model=\"stories260K-babi-qa\"}").value_or(0) >= 1);
   }
-  {  // /metrics on both daemons passes promtool and carries the issue's series.
+  {  // /metrics on both daemons passes promtool and carries the documented series.
     const std::string metrics = HttpGet(port, "/metrics").body;
     // Each daemon's info series names its backend and device.
     CHECK(metrics.find("scd_prefill_backend_info{backend=\"cpu\",device=\"host CPU (") !=

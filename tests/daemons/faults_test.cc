@@ -1,4 +1,4 @@
-// Faults and bad configuration around the daemon pair (issue 4, "Faults and bad input"): a
+// Faults and bad configuration around the daemon pair: a
 // decode daemon killed mid-request or before one, a client that disconnects mid-stream,
 // SIGTERM with a stream in flight, invalid config values, and pairs that must be refused.
 #include <signal.h>

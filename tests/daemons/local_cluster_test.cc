@@ -1,7 +1,7 @@
-// common/cluster/local_cluster: the launcher scd-soak and scd-e2e-bench start their clusters
+// common/tools/cluster/local_cluster: the launcher scd-soak and scd-e2e-bench start their clusters
 // with. It must report "ready" only once the prefill daemon counts every decode daemon, and
 // fail early, with the daemon's log, when a decode daemon exits instead of registering.
-#include "common/cluster/local_cluster.h"
+#include "common/tools/cluster/local_cluster.h"
 
 #include <catch2/catch.hpp>
 

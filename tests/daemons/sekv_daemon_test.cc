@@ -1,9 +1,11 @@
-// SEKV in the decode daemon (issue 6): a scd-decode with `sekv.enabled` serves requests that
+// SEKV in the decode daemon: a scd-decode with `sekv.enabled` serves requests that
 // arrive through the real prefill daemon and SCD payloads, decodes them through a SEKV cache
 // at the configured budget, and reports the cache's GPU-tier bytes in /metrics. A bad sekv
-// key is refused at start-up with the key's name.
+// key is refused at start-up with the key's name; SEKV without a calibrated router is logged
+// as running below its measured quality.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -16,7 +18,7 @@ namespace {
 using nlohmann::json;
 
 std::string SekvRouterPath() {
-  return std::string(SCD_SOURCE_DIR) + "/docs/results/stories260K-babi-qa.sekv.safetensors";
+  return std::string(SCD_SOURCE_DIR) + "/configs/calibration/stories260K-babi-qa.sekv.safetensors";
 }
 
 }  // namespace
@@ -127,6 +129,37 @@ TEST_CASE("A bad sekv key stops the decode daemon with the key's name", "[daemon
   std::string log;
   CHECK(RunToExit("scd-decode", dir, dc, "sekv-bad", &log) == std::optional<int>(2));
   CHECK(log.find("sekv.budget") != std::string::npos);
+}
+
+// The start-up log's config_below_measured_quality lines ("" when there is none).
+std::string QualityWarning(const std::string& log) {
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("config_below_measured_quality") != std::string::npos) return line;
+  }
+  return "";
+}
+
+TEST_CASE("SEKV without a calibrated router says so at start-up", "[daemons]") {
+  const std::string dir = TempDir();
+  json dc = DecodeConfig("127.0.0.1:1");
+  // A missing artifact stops start-up once the config's checks have run.
+  dc["model"]["artifact"] = dir + "/missing.scd.safetensors";
+  dc["sekv"] = {{"enabled", true}};
+  std::string log;
+  CHECK(RunToExit("scd-decode", dir, dc, "sekv-no-router", &log) == std::optional<int>(1));
+  const std::string line = QualityWarning(log);
+  INFO(log);
+  REQUIRE(!line.empty());
+  const json warning = json::parse(line);
+  CHECK(warning["level"] == "warning");
+  CHECK(warning["key"] == "sekv.router");
+  CHECK(warning["consequence"].get<std::string>().find("times the calibrated router") !=
+        std::string::npos);
+
+  dc["sekv"]["router"] = SekvRouterPath();
+  CHECK(RunToExit("scd-decode", dir, dc, "sekv-router", &log) == std::optional<int>(1));
+  CHECK(QualityWarning(log).empty());
 }
 
 }  // namespace scd::testing

@@ -1,4 +1,4 @@
-// deploy/compose.yaml (issue 5): one prefill daemon and two replicas of a decode daemon. The
+// deploy/compose.yaml: one prefill daemon and two replicas of a decode daemon. The
 // file is read with the daemons' own YAML loader (it stays within that subset); each
 // service's image ENTRYPOINT plus its `command` is read by the daemon's parser and readers
 // with the config the service mounts, so flags, keys, ports, advertised addresses, the shared
@@ -178,14 +178,14 @@ TEST_CASE("compose wires two decode replicas to the prefill daemon", "[cpu]") {
     ++replicas[d.model_name];
     CHECK(configs.insert(s.launch.config_file).second);
     // What the prefill daemon dials is this service, on the ports it listens on.
-    CHECK(d.rpc_advertise == s.name + ":" + std::to_string(PortOf(d.rpc_listen).value()));
+    CHECK(d.rpc_advertise == s.name + ":" + std::to_string(PortOf(d.grpc.address).value()));
     CHECK(d.data_plane_advertise ==
           s.name + ":" + std::to_string(PortOf(d.data_plane_listen).value()));
     CHECK(advertised.insert(d.rpc_advertise).second);
     CHECK(advertised.insert(d.data_plane_advertise).second);
     // The control plane is the prefill service's gRPC port, with the same token.
-    CHECK(d.control_plane == prefill->name + ":" + std::to_string(PortOf(p.grpc_listen).value()));
-    CHECK(d.cluster_token == p.cluster_token);
+    CHECK(d.control_plane.target == prefill->name + ":" + std::to_string(PortOf(p.grpc_listen).value()));
+    CHECK(d.control_plane.cluster_token == p.cluster_token);
     CHECK(s.spec.at("depends_on").at(prefill->name).at("condition") == "service_healthy");
   }
   for (const SpecialistConfig& specialist : p.specialists) {

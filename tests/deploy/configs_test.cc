@@ -1,4 +1,4 @@
-// deploy/configs and the container health probe (issue 5). The configs are read by the
+// deploy/configs and the container health probe. The configs are read by the
 // daemons' own readers, which only read strings: the /srv/scd paths they name need not exist
 // here. The probe (deploy/docker/scd-healthcheck) runs against a real HTTP server.
 #include <catch2/catch.hpp>
@@ -49,7 +49,7 @@ TEST_CASE("deploy configs load with the daemons' readers and fit together", "[cp
     INFO("decode-" << instance << ".yaml");
     const Launch decode = ReadConfigOrFail("scd-decode", "decode-" + instance + ".yaml");
     const DecodeDaemonConfig& d = *decode.decode;
-    CHECK(d.cluster_token.empty());
+    CHECK(d.control_plane.cluster_token.empty());
     CHECK(specialists.count(d.model_name) == 1);
     ++replicas[d.model_name];
     for (const SpecialistConfig& s : prefill.prefill->specialists) {
@@ -61,13 +61,13 @@ TEST_CASE("deploy configs load with the daemons' readers and fit together", "[cp
     }
     // Listening on every interface, so each address the prefill daemon dials is advertised,
     // on the port that listens (0.0.0.0 itself cannot be dialled).
-    CHECK(HostOf(d.rpc_listen) == "0.0.0.0");
+    CHECK(HostOf(d.grpc.address) == "0.0.0.0");
     CHECK(HostOf(d.data_plane_listen) == "0.0.0.0");
     CHECK(d.http_host == "0.0.0.0");
     CHECK(d.http_port > 0);
     REQUIRE(!d.rpc_advertise.empty());
     REQUIRE(!d.data_plane_advertise.empty());
-    CHECK(PortOf(d.rpc_advertise).value() == PortOf(d.rpc_listen).value());
+    CHECK(PortOf(d.rpc_advertise).value() == PortOf(d.grpc.address).value());
     CHECK(PortOf(d.data_plane_advertise).value() == PortOf(d.data_plane_listen).value());
     CHECK(HostOf(d.rpc_advertise) == HostOf(d.data_plane_advertise));
     CHECK(HostOf(d.rpc_advertise) != "0.0.0.0");
@@ -76,7 +76,7 @@ TEST_CASE("deploy configs load with the daemons' readers and fit together", "[cp
     CHECK(!d.instance_id.empty());
     CHECK(ids.insert(d.instance_id).second);
     // The control plane is the prefill daemon's gRPC port.
-    CHECK(PortOf(d.control_plane).value() == PortOf(prefill.prefill->grpc_listen).value());
+    CHECK(PortOf(d.control_plane.target).value() == PortOf(prefill.prefill->grpc_listen).value());
     CHECK(d.data_plane_transport == prefill.prefill->data_plane_transport);
     // Distinct ports everywhere: every daemon fits on one host too.
     for (const int port : decode.ports()) {
@@ -142,18 +142,18 @@ TEST_CASE("decode config: gpu_rebuild and sekv.gpu are on by default and read as
   absl::StatusOr<DecodeDaemonConfig> on = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   INFO(on.status());
   REQUIRE(on.ok());
-  CHECK(on->gpu_rebuild);
-  CHECK(on->sekv_gpu);
-  CHECK(!on->sekv_gpu_f32);
-  CHECK(!on->sekv_gpu_host_zoom);
+  CHECK(on->codec.gpu_rebuild);
+  CHECK(on->engine.sekv.gpu);
+  CHECK(on->engine.sekv.gpu_tier == sekv::GpuTier::kBf16);
+  CHECK(on->engine.sekv.gpu_zoom == sekv::GpuZoom::kDevice);
   json["gpu_rebuild"] = false;
   json["sekv"] = {{"gpu", false}, {"gpu_tier", "f32"}, {"gpu_zoom", "host"}};
   absl::StatusOr<DecodeDaemonConfig> off = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(off.ok());
-  CHECK(!off->gpu_rebuild);
-  CHECK(!off->sekv_gpu);
-  CHECK(off->sekv_gpu_f32);
-  CHECK(off->sekv_gpu_host_zoom);
+  CHECK(!off->codec.gpu_rebuild);
+  CHECK(!off->engine.sekv.gpu);
+  CHECK(off->engine.sekv.gpu_tier == sekv::GpuTier::kF32);
+  CHECK(off->engine.sekv.gpu_zoom == sekv::GpuZoom::kHost);
   json["sekv"] = {{"gpu_tier", "fp8"}};
   absl::StatusOr<DecodeDaemonConfig> fp8 = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(!fp8.ok());
@@ -173,13 +173,13 @@ TEST_CASE("decode config: cuda_graphs is on by default, with a batch limit", "[c
   json["backend"] = "cuda";
   absl::StatusOr<DecodeDaemonConfig> defaults = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(defaults.ok());
-  CHECK(defaults->cuda_graphs);
-  CHECK(defaults->cuda_graph_max_batch == 64);
+  CHECK(defaults->backend_options.cuda_graphs);
+  CHECK(defaults->backend_options.cuda_graph_max_batch == 64);
   json["cuda_graphs"] = {{"enabled", false}, {"max_batch", 8}};
   absl::StatusOr<DecodeDaemonConfig> set = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(set.ok());
-  CHECK(!set->cuda_graphs);
-  CHECK(set->cuda_graph_max_batch == 8);
+  CHECK(!set->backend_options.cuda_graphs);
+  CHECK(set->backend_options.cuda_graph_max_batch == 8);
   json["cuda_graphs"] = {{"max_batch", 0}};
   absl::StatusOr<DecodeDaemonConfig> zero = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(!zero.ok());
@@ -202,7 +202,7 @@ TEST_CASE("decode and prefill configs: cuda_kernels names the kernels, auto by d
     if (decode) {
       absl::StatusOr<DecodeDaemonConfig> c = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
       if (!c.ok()) return c.status();
-      return c->cuda_kernels;
+      return c->backend_options.cuda_kernels;
     }
     absl::StatusOr<PrefillDaemonConfig> c = PrefillConfigFromJson(json, "/etc/scd/prefill.yaml");
     if (!c.ok()) return c.status();
@@ -244,14 +244,14 @@ TEST_CASE(
   nlohmann::json json = MinimalDecodeConfig();
   absl::StatusOr<DecodeDaemonConfig> defaults = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(defaults.ok());
-  CHECK(defaults->prefill_chunk == 2048);
-  CHECK(defaults->rebuild_chunk == 8192);
+  CHECK(defaults->engine.prefill_chunk == 2048);
+  CHECK(defaults->engine.rebuild_chunk == 8192);
   for (const std::string key : {"prefill_chunk", "rebuild_chunk"}) {
     INFO(key);
     json["engine"] = {{key, 0}};
     absl::StatusOr<DecodeDaemonConfig> off = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
     REQUIRE(off.ok());
-    CHECK((key == "prefill_chunk" ? off->prefill_chunk : off->rebuild_chunk) == 0);
+    CHECK((key == "prefill_chunk" ? off->engine.prefill_chunk : off->engine.rebuild_chunk) == 0);
     json["engine"] = {{key, -1}};
     absl::StatusOr<DecodeDaemonConfig> negative =
         DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
@@ -268,20 +268,21 @@ TEST_CASE(
   nlohmann::json json = MinimalDecodeConfig();
   absl::StatusOr<DecodeDaemonConfig> defaults = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(defaults.ok());
-  CHECK(defaults->kv_budget_bytes == 0);
-  CHECK(defaults->kv_memory_fraction == 0.9);
-  CHECK(defaults->sekv_max_host_bytes == 0);
-  CHECK(defaults->sekv_host_memory_fraction == 0.5);
+  CHECK(defaults->engine.kv_budget_bytes == 0);
+  CHECK(defaults->engine.kv_memory_fraction == 0.9);
+  CHECK(defaults->engine.sekv.max_host_bytes == 0);
+  CHECK(defaults->engine.sekv.host_memory_fraction == 0.5);
   json["engine"] = {{"kv_budget_bytes", int64_t{80} << 30}, {"kv_memory_fraction", 0.5}};
   absl::StatusOr<DecodeDaemonConfig> set = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(set.ok());
-  CHECK(set->kv_budget_bytes == int64_t{80} << 30);
-  CHECK(set->kv_memory_fraction == 0.5);
+  CHECK(set->engine.kv_budget_bytes == int64_t{80} << 30);
+  CHECK(set->engine.kv_memory_fraction == 0.5);
   json["sekv"] = {{"max_host_bytes", int64_t{64} << 30}};
-  CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->sekv_max_host_bytes == int64_t{64}
-                                                                                       << 30);
+  CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->engine.sekv.max_host_bytes ==
+        int64_t{64} << 30);
   json["sekv"] = {{"host_memory_fraction", 0.25}};
-  CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->sekv_host_memory_fraction == 0.25);
+  CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->engine.sekv.host_memory_fraction ==
+        0.25);
   for (double bad : {-0.1, 1.5}) {
     json["sekv"] = {{"host_memory_fraction", bad}};
     absl::StatusOr<DecodeDaemonConfig> refused = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
@@ -304,9 +305,9 @@ TEST_CASE(
 TEST_CASE("decode config: sekv.min_prompt_tokens is 0 (every prompt) by default; negative refused",
           "[cpu]") {
   nlohmann::json json = MinimalDecodeConfig();
-  CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->sekv_min_prompt_tokens == 0);
+  CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->engine.sekv.min_prompt_tokens == 0);
   json["sekv"] = {{"enabled", true}, {"min_prompt_tokens", 2048}};
-  CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->sekv_min_prompt_tokens == 2048);
+  CHECK(DecodeConfigFromJson(json, "/etc/scd/decode.yaml")->engine.sekv.min_prompt_tokens == 2048);
   json["sekv"] = {{"min_prompt_tokens", -1}};
   absl::StatusOr<DecodeDaemonConfig> refused = DecodeConfigFromJson(json, "/etc/scd/decode.yaml");
   REQUIRE(!refused.ok());

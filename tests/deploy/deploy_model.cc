@@ -98,7 +98,7 @@ absl::Duration Launch::drain_timeout() const {
 }
 
 std::string Launch::cluster_token() const {
-  return prefill ? prefill->cluster_token : decode->cluster_token;
+  return prefill ? prefill->cluster_token : decode->control_plane.cluster_token;
 }
 
 int Launch::http_port() const { return prefill ? prefill->http_port : decode->http_port; }
@@ -111,7 +111,7 @@ std::set<int> Launch::ports() const {
   if (prefill) {
     add(prefill->grpc_listen);
   } else {
-    add(decode->rpc_listen);
+    add(decode->grpc.address);
     add(decode->data_plane_listen);
   }
   if (http_port() >= 0) out.insert(http_port());
@@ -133,7 +133,7 @@ std::vector<std::string> Launch::read_paths() const {
     if (!decode->artifact_path.empty()) out.push_back(decode->artifact_path);
     if (!decode->producer_path.empty()) out.push_back(decode->producer_path);
     AddTls(decode->rpc_tls, &out);
-    AddTls(decode->control_plane_channel.tls, &out);
+    AddTls(decode->control_plane.channel.tls, &out);
   }
   return out;
 }

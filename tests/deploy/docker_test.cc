@@ -1,4 +1,4 @@
-// deploy/docker (issue 5). No Docker engine runs here, so the Dockerfiles are checked for
+// deploy/docker. No Docker engine runs here, so the Dockerfiles are checked for
 // what makes them right by construction: bookworm stages, the build dependencies of
 // scripts/setup.sh, every source folder CMake needs, a runtime stage that installs the
 // packages owning the binaries' shared libraries (ldd + dpkg-query when present), a non-root

@@ -1,4 +1,4 @@
-// deploy/systemd (issue 5): each unit starts a binary the build makes, with flags and config
+// deploy/systemd: each unit starts a binary the build makes, with flags and config
 // keys the daemons accept (read by their own parser and readers, secrets replaced by
 // placeholders), hardened, stopped after a drain and restarted on failure. systemd-analyze
 // checks the syntax when it is installed.

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/e2e/soak.h"
+#include "common/tools/e2e/soak.h"
 
 namespace scd::e2e {
 namespace {

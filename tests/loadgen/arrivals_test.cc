@@ -1,6 +1,6 @@
 // Open-loop machinery: the Poisson schedule's statistics under a fixed seed, and the elastic
 // thread pool that keeps a blocked request from delaying later arrivals.
-#include "common/loadgen/arrivals.h"
+#include "common/tools/loadgen/arrivals.h"
 
 #include <atomic>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "catch2/catch.hpp"
-#include "common/loadgen/elastic_thread_pool.h"
+#include "common/tools/loadgen/elastic_thread_pool.h"
 
 namespace scd::loadgen {
 namespace {

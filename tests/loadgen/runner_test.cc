@@ -3,7 +3,7 @@
 // first-token delay, every failure mode lands in its own outcome exactly once, open-loop
 // arrivals are not held back by slow requests, --duration and the stop flag end issuing, and
 // the results JSON, records and PNGs have what report.h documents.
-#include "common/loadgen/runner.h"
+#include "common/tools/loadgen/runner.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -19,9 +19,9 @@
 
 #include "catch2/catch.hpp"
 #include "common/base/file_io.h"
-#include "common/loadgen/arrivals.h"
-#include "common/loadgen/report.h"
 #include "common/plot/png_io.h"
+#include "common/tools/loadgen/arrivals.h"
+#include "common/tools/loadgen/report.h"
 #include "tests/loadgen/fake_llm_server.h"
 #include "tests/test_support.h"
 

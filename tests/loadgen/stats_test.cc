@@ -1,12 +1,12 @@
 // Statistics of a load run on hand-built records: percentile interpolation, TTFT/ITL/TPOT/e2e
 // summaries, throughput, goodput under an SLO, the per-interval time series and the
 // first-vs-last-window drift.
-#include "common/loadgen/stats.h"
+#include "common/tools/loadgen/stats.h"
 
 #include <vector>
 
 #include "catch2/catch.hpp"
-#include "common/loadgen/request_record.h"
+#include "common/tools/loadgen/request_record.h"
 
 namespace scd::loadgen {
 namespace {

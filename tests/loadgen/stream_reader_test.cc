@@ -7,7 +7,7 @@
 #include "catch2/catch.hpp"
 #include "common/http/openai_response.h"
 #include "common/http/sse.h"
-#include "common/loadgen/stream_client.h"
+#include "common/tools/loadgen/stream_client.h"
 
 namespace scd::loadgen {
 namespace {

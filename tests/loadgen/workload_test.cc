@@ -1,11 +1,11 @@
 // Workload inputs: prompt files (JSONL with prompt / messages / shared-prefix groups, plain
 // text), their error messages with line numbers, synthetic prompts, request bodies and --url.
-#include "common/loadgen/workload.h"
+#include "common/tools/loadgen/workload.h"
 
 #include <string>
 
 #include "catch2/catch.hpp"
-#include "common/loadgen/stream_client.h"
+#include "common/tools/loadgen/stream_client.h"
 #include "nlohmann/json.hpp"
 
 namespace scd::loadgen {

@@ -1,5 +1,5 @@
 // Link faults between the prefill daemon and its decode daemons, each daemon in its own
-// network namespace (netns_lab.h), issue 8:
+// network namespace (netns_lab.h):
 //   * the link pulled mid-transfer (a rate-limited link keeps the payload on the wire): the
 //     request completes on the other replica within its deadline;
 //   * the link pulled mid-stream: the stream ends with a clear error within seconds, the

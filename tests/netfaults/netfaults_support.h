@@ -1,4 +1,4 @@
-// Shared pieces of the network and process fault tests (issue 8): daemon configs for the
+// Shared pieces of the network and process fault tests: daemon configs for the
 // NetnsLab topology, request bodies, how a client-side outcome is classified, bounded
 // waiting, and access to a decode daemon's HTTP port inside its namespace.
 //

@@ -1,5 +1,5 @@
 // NetnsLab: a small network built from Linux network namespaces on this machine, for fault
-// tests that pull links and degrade them (issue 8). One namespace holds the prefill daemon;
+// tests that pull links and degrade them. One namespace holds the prefill daemon;
 // each decode daemon gets its own, joined to the prefill namespace by a veth pair:
 //
 //     prefill ns  vd<i> 10.77.<i>.1/24  <== veth ==>  eth0 10.77.<i>.2/24  decode ns <i>

@@ -1,4 +1,4 @@
-// Process faults around daemons in their own network namespaces (netns_lab.h), issue 8:
+// Process faults around daemons in their own network namespaces (netns_lab.h):
 //   * kill -9 of the prefill daemon: the decode daemons notice, drop the dead peer's state
 //     (a stream it was reading, a payload whose RPC will never come), and register with the
 //     restarted prefill daemon by themselves;

@@ -1,6 +1,6 @@
 // Golden tests of the CPU backend against ../shared/golden/stories260K.{json,safetensors},
 // produced by an independent reference implementation of the HF Llama forward pass.
-// Tolerances are the issue's: 1e-4 max abs on logits, per-layer H_in/K/V and surprisal;
+// Tolerances: 1e-4 max abs on logits, per-layer H_in/K/V and surprisal;
 // greedy continuations identical.
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -1,5 +1,5 @@
 // VerifyPayloadChecksums: damage in transit is DATA_LOSS (a decode daemon refuses an inline
-// payload that way, so the prefill daemon can try another replica, issue 8), while structural
+// payload that way, so the prefill daemon can try another replica), while structural
 // problems are left to ParsePayload.
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// Shared inputs of the SEKV tests (tests/sekv, tests/cuda/gpu_sekv_test.cc): seeded normal
+// Shared inputs of the SEKV tests (tests/sekv, tests/gpu/parity/gpu_sekv_test.cc): seeded normal
 // vectors and fixed-size segmentations.
 #ifndef SCD_TESTS_SEKV_SEKV_TEST_SUPPORT_H_
 #define SCD_TESTS_SEKV_SEKV_TEST_SUPPORT_H_

@@ -1,9 +1,9 @@
-// scd-bench chunked-prefill's logic (common/bench/chunked_prefill_bench.h) on the plain and the
-// SEKV path, and with a payload: every chunk size gives the long prompt the same first token,
+// scd-bench chunked-prefill's logic (common/tools/bench/chunked_prefill_bench.h) on the plain and
+// the SEKV path, and with a payload: every chunk size gives the long prompt the same first token,
 // the engine prefills (or rebuilds) it in as many pieces as the chunk size says, and the
 // report's table and summary line carry each run. Timings are only reported, never asserted (this
 // machine is noisy).
-#include "common/bench/chunked_prefill_bench.h"
+#include "common/tools/bench/chunked_prefill_bench.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
-// scd-bench rebuild's logic (common/bench/rebuild_bench.h): every mode at every block size
+// scd-bench rebuild's logic (common/tools/bench/rebuild_bench.h): every mode at every block size
 // rebuilds the whole payload, cut as the codec says (recompute whole; KIVI keys at their
 // group), and the report's table and summary line carry each run. Timings are only reported,
 // never asserted (this machine is noisy).
-#include "common/bench/rebuild_bench.h"
+#include "common/tools/bench/rebuild_bench.h"
 
 #include <catch2/catch.hpp>
 

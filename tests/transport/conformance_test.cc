@@ -1,4 +1,4 @@
-// The transport conformance test (STYLE.md: every transport passes one shared test). Each
+// The transport conformance test (docs/STYLE.md: every transport passes one shared test). Each
 // check is written once against the Transport interface and instantiated for TCP ([tcp]) and
 // UCX ([ucx]): byte-exact round trips up to 64 MB, 16 concurrent senders, a sender that dies
 // mid-message (closed locally, and a child process killed with SIGKILL), a receiver that dies

@@ -1,4 +1,4 @@
-// TCP-only behaviour behind the fault handling of issue 8: the listener reports a sender whose
+// TCP-only behaviour behind the daemons' fault handling: the listener reports a sender whose
 // connection ended (after its last message was queued), so a decode daemon can drop what a
 // dead prefill daemon left; and peer_timeout is validated. The link faults themselves (pulled
 // veth, blackholed path) are exercised in tests/netfaults.

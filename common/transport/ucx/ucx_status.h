@@ -1,4 +1,4 @@
-// The one place where UCX status codes (ucs_status_t) become absl::Status (STYLE.md,
+// The one place where UCX status codes (ucs_status_t) become absl::Status (docs/STYLE.md,
 // "Errors": translate at the edges only, one file per foreign scheme).
 #ifndef SCD_COMMON_TRANSPORT_UCX_UCX_STATUS_H_
 #define SCD_COMMON_TRANSPORT_UCX_UCX_STATUS_H_

@@ -1,0 +1,461 @@
+// Runtime benchmark: builds (or loads) the model, then measures sgemm → prefill and
+// memcpy → decode, each pair back to back. See runtime_bench.h for the definitions.
+#include "common/tools/bench/runtime_bench.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "common/model/weights.h"
+#include "common/runtime/backend.h"
+#include "common/tools/bench/model_cost.h"
+#include "kernels/cpu/small_batch_linear.h"
+#include "nlohmann/json.hpp"
+
+// OpenBLAS extensions; declared here because the generic cblas.h does not always carry them.
+extern "C" {
+int openblas_get_num_threads(void);
+char* openblas_get_config(void);
+}
+
+namespace scd::bench {
+namespace {
+
+constexpr int kDecodeWarmupSteps = 2;
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::vector<int32_t> RandomTokens(int count, int vocab, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int32_t> dist(3, std::max(3, vocab - 1));  // skip specials
+  std::vector<int32_t> tokens(count);
+  for (int32_t& t : tokens) t = dist(rng);
+  return tokens;
+}
+
+absl::Status ValidateOptions(const RuntimeBenchOptions& o) {
+  if (o.prefill_tokens < 1) return absl::InvalidArgumentError("--tokens must be >= 1");
+  if (o.prefill_reps < 1) return absl::InvalidArgumentError("--reps must be >= 1");
+  if (o.decode_context < 1) return absl::InvalidArgumentError("--decode-context must be >= 1");
+  if (o.decode_steps < 1) return absl::InvalidArgumentError("--decode-steps must be >= 1");
+  for (int b : o.decode_batches) {
+    if (b < 1 || b > 256) return absl::InvalidArgumentError("--decode-batches must be in [1, 256]");
+  }
+  if (o.memcpy_bytes < (size_t{1} << 20)) {
+    return absl::InvalidArgumentError("--memcpy-mib must be >= 1");
+  }
+  if (o.memcpy_reps < 1 || o.sgemm_reps < 1) {
+    return absl::InvalidArgumentError("repetition counts must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+absl::StatusOr<ModelConfig> BenchShapeConfig(std::string_view shape) {
+  ModelConfig c;
+  c.arch = Architecture::kLlama;
+  c.name = std::string(shape);
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 10000.0f;
+  c.tie_word_embeddings = true;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  if (shape == "stories110M") {
+    c.hidden_size = 768;
+    c.num_layers = 12;
+    c.num_heads = 12;
+    c.num_kv_heads = 12;
+    c.head_dim = 64;
+    c.intermediate_size = 2048;
+    c.vocab_size = 32000;
+    c.max_position_embeddings = 1024;
+  } else if (shape == "stories260K") {
+    c.hidden_size = 64;
+    c.num_layers = 5;
+    c.num_heads = 8;
+    c.num_kv_heads = 4;
+    c.head_dim = 8;
+    c.intermediate_size = 172;
+    c.vocab_size = 512;
+    c.max_position_embeddings = 512;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unknown shape \"%s\" (choices: stories110M, stories260K)", shape));
+  }
+  return c;
+}
+
+absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& options) {
+  SCD_RETURN_IF_ERROR(ValidateOptions(options));
+  auto progress = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  RuntimeBenchReport r;
+  r.options = options;
+  r.options.progress = nullptr;
+
+  const int T = options.prefill_tokens;
+  const int decode_capacity = options.decode_context + kDecodeWarmupSteps + options.decode_steps;
+  auto check_fits = [&](const ModelConfig& c) -> absl::Status {
+    if (T > c.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat("--tokens ", T, " exceeds the model's ",
+                                                     c.max_position_embeddings, " positions"));
+    }
+    if (decode_capacity > c.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--decode-context + --decode-steps + ", kDecodeWarmupSteps, " warm-up steps = ",
+          decode_capacity, " exceeds the model's ", c.max_position_embeddings, " positions"));
+    }
+    return absl::OkStatus();
+  };
+
+  std::shared_ptr<const Model> model;
+  if (!options.model_dir.empty()) {
+    progress(absl::StrCat("loading ", options.model_dir));
+    SCD_ASSIGN_OR_RETURN(model, LoadModel(options.model_dir));
+    SCD_RETURN_IF_ERROR(check_fits(model->config));
+    r.model_name = model->config.name;
+  } else {
+    SCD_ASSIGN_OR_RETURN(ModelConfig config, BenchShapeConfig(options.shape));
+    SCD_RETURN_IF_ERROR(check_fits(config));
+    progress(
+        absl::StrCat("building synthetic ", options.shape, " model (seed ", options.seed, ")"));
+    model = MakeSyntheticModel(config, options.seed);
+    r.model_name = absl::StrCat(options.shape, " (synthetic, seed ", options.seed, ")");
+  }
+  const ModelConfig& cfg = model->config;
+  r.config = cfg;
+  r.parameters = static_cast<int64_t>(model->weights.ParameterCount());
+  r.decode_bytes = model->weights.DecodeBytesStreamed();
+  r.hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
+  r.blas_threads = openblas_get_num_threads();
+  r.blas_config = openblas_get_config();
+
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(BackendKind::kCpu, model));
+  std::mt19937_64 rng(options.seed ^ 0x9e3779b97f4a7c15ull);
+
+  // Compute ceiling: the GEMM shapes of this model's prefill, plus a large square one.
+  const int d = cfg.hidden_size;
+  std::vector<std::array<int, 3>> shapes = {{T, cfg.q_dim(), d},
+                                            {T, cfg.kv_dim(), d},
+                                            {T, d, cfg.q_dim()},
+                                            {T, cfg.intermediate_size, d},
+                                            {T, d, cfg.intermediate_size},
+                                            {T, cfg.vocab_size, d},
+                                            {2048, 2048, 2048}};
+  std::sort(shapes.begin(), shapes.end());
+  shapes.erase(std::unique(shapes.begin(), shapes.end()), shapes.end());
+  // Measured before and after the prefill runs, keeping each shape's best, so that a burst of
+  // load from neighbours during one pass cannot lower the ceiling (and flatter the ratio).
+  auto sgemm_pass = [&](const char* when) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto& [m, n, k] = shapes[i];
+      progress(absl::StrFormat("sgemm %dx%dx%d (%s)", m, n, k, when));
+      SgemmMeasurement measured = MeasureSgemm(m, n, k, options.sgemm_reps, options.seed);
+      if (r.sgemm.size() <= i) {
+        r.sgemm.push_back(measured);
+      } else if (measured.gflops > r.sgemm[i].gflops) {
+        r.sgemm[i] = measured;
+      }
+      r.sgemm_peak_gflops = std::max(r.sgemm_peak_gflops, r.sgemm[i].gflops);
+    }
+  };
+  sgemm_pass("before prefill");
+
+  // Prefill: a fresh sequence per run; only the Prefill call is timed.
+  r.prefill_tokens = T;
+  r.prefill_logit_rows = options.all_logits ? T : 1;
+  r.prefill_layer_flops = 2.0 * T * cfg.num_layers * static_cast<double>(LayerMatmulParams(cfg));
+  r.prefill_output_flops =
+      2.0 * r.prefill_logit_rows * static_cast<double>(OutputMatmulParams(cfg));
+  r.prefill_attention_flops = AttentionFlops(cfg, 0, T);
+  r.prefill_flops = PrefillFlops(cfg, 0, T, r.prefill_logit_rows);
+  const std::vector<int32_t> prompt = RandomTokens(T, cfg.vocab_size, rng);
+  PrefillOptions prefill_options;
+  prefill_options.all_logits = options.all_logits;
+  r.prefill_best_seconds = 1e30;
+  for (int run = 0; run <= options.prefill_reps; ++run) {
+    progress(run == 0
+                 ? absl::StrFormat("prefill %d tokens (warm-up)", T)
+                 : absl::StrFormat("prefill %d tokens (run %d/%d)", T, run, options.prefill_reps));
+    SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, backend->NewSequence(T));
+    PrefillResult result;
+    auto start = std::chrono::steady_clock::now();
+    SCD_RETURN_IF_ERROR(backend->Prefill(*seq, prompt, prefill_options, &result));
+    double seconds = Seconds(start);
+    if (run == 0) continue;
+    r.prefill_seconds.push_back(seconds);
+    r.prefill_best_seconds = std::min(r.prefill_best_seconds, seconds);
+  }
+  sgemm_pass("after prefill");
+  r.prefill_gflops = r.prefill_flops / r.prefill_best_seconds / 1e9;
+  r.prefill_vs_sgemm = r.prefill_gflops / r.sgemm_peak_gflops;
+
+  // Memory ceiling: one thread and every hardware thread, before and after the decode steps;
+  // the fastest copy counts (see the sgemm passes for why twice).
+  std::vector<int> thread_counts = {1};
+  if (r.hardware_threads > 1) thread_counts.push_back(r.hardware_threads);
+  auto memcpy_pass = [&](const char* when) -> absl::Status {
+    for (size_t i = 0; i < thread_counts.size(); ++i) {
+      const int threads = thread_counts[i];
+      progress(absl::StrFormat("memcpy %.0f MiB, %d thread%s (%s)",
+                               options.memcpy_bytes / 1048576.0, threads, threads > 1 ? "s" : "",
+                               when));
+      MemcpyMeasurement m = MeasureMemcpy(options.memcpy_bytes, threads, options.memcpy_reps);
+      if (m.gbps == 0) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "cannot allocate 2 x ", options.memcpy_bytes, " bytes for the memcpy measurement"));
+      }
+      if (r.memcpy.size() <= i) {
+        r.memcpy.push_back(m);
+      } else if (m.gbps > r.memcpy[i].gbps) {
+        r.memcpy[i] = m;
+      }
+      r.memcpy_gbps = std::max(r.memcpy_gbps, r.memcpy[i].gbps);
+    }
+    return absl::OkStatus();
+  };
+  SCD_RETURN_IF_ERROR(memcpy_pass("before decode"));
+
+  // Decode: prefill a context, then single-token steps; warm-up steps are not timed.
+  progress(absl::StrFormat("decode: %d-token context, %d steps", options.decode_context,
+                           options.decode_steps));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, backend->NewSequence(decode_capacity));
+  {
+    PrefillResult unused;
+    SCD_RETURN_IF_ERROR(backend->Prefill(*seq,
+                                         RandomTokens(options.decode_context, cfg.vocab_size, rng),
+                                         PrefillOptions{}, &unused));
+  }
+  const std::vector<int32_t> steps =
+      RandomTokens(kDecodeWarmupSteps + options.decode_steps, cfg.vocab_size, rng);
+  std::vector<float> logits;
+  Sequence* seqs[] = {seq.get()};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    auto start = std::chrono::steady_clock::now();
+    SCD_RETURN_IF_ERROR(backend->Decode(seqs, absl::MakeConstSpan(&steps[i], 1), &logits));
+    double seconds = Seconds(start);
+    if (i >= kDecodeWarmupSteps) r.decode_step_seconds.push_back(seconds);
+  }
+  r.decode_median_seconds = Median(r.decode_step_seconds);
+  r.decode_best_seconds =
+      *std::min_element(r.decode_step_seconds.begin(), r.decode_step_seconds.end());
+  SCD_RETURN_IF_ERROR(memcpy_pass("after decode"));
+  r.decode_gbps = static_cast<double>(r.decode_bytes) / r.decode_median_seconds / 1e9;
+  r.decode_vs_memcpy = r.decode_gbps / r.memcpy_gbps;
+
+  // Batched decode: the sequences of a batch step together, one token each, twice as many
+  // steps as above (SmallBatchLinear on, then off).
+  const int batched_capacity =
+      options.decode_context + 2 * (kDecodeWarmupSteps + options.decode_steps);
+  for (int batch : options.decode_batches) {
+    progress(
+        absl::StrFormat("decode: %d sequences at once, %d steps", batch, options.decode_steps));
+    std::vector<std::unique_ptr<Sequence>> owned;
+    std::vector<Sequence*> batch_seqs;
+    for (int b = 0; b < batch; ++b) {
+      SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> s, backend->NewSequence(batched_capacity));
+      PrefillResult unused;
+      SCD_RETURN_IF_ERROR(
+          backend->Prefill(*s, RandomTokens(options.decode_context, cfg.vocab_size, rng),
+                           PrefillOptions{}, &unused));
+      batch_seqs.push_back(s.get());
+      owned.push_back(std::move(s));
+    }
+    // The median step time of the batch, with SmallBatchLinear on or off.
+    auto steps_with = [&](bool small_batch) -> absl::StatusOr<double> {
+      cpu::SetSmallBatchLinearEnabled(small_batch);
+      std::vector<double> step_seconds;
+      absl::Status st;
+      for (int i = 0; st.ok() && i < kDecodeWarmupSteps + options.decode_steps; ++i) {
+        const std::vector<int32_t> tokens = RandomTokens(batch, cfg.vocab_size, rng);
+        auto start = std::chrono::steady_clock::now();
+        st = backend->Decode(batch_seqs, tokens, &logits);
+        if (i >= kDecodeWarmupSteps) step_seconds.push_back(Seconds(start));
+      }
+      cpu::SetSmallBatchLinearEnabled(true);  // back to the default, whatever happened
+      SCD_RETURN_IF_ERROR(st);
+      return Median(step_seconds);
+    };
+    RuntimeBenchReport::BatchedDecode d;
+    d.batch = batch;
+    SCD_ASSIGN_OR_RETURN(d.median_seconds, steps_with(true));
+    SCD_ASSIGN_OR_RETURN(d.openblas_median_seconds, steps_with(false));
+    d.tokens_per_second = batch / d.median_seconds;
+    d.openblas_tokens_per_second = batch / d.openblas_median_seconds;
+    d.vs_batch_1 = d.tokens_per_second * r.decode_median_seconds;
+    r.batched_decode.push_back(d);
+  }
+  return r;
+}
+
+std::string FormatRuntimeBenchReport(const RuntimeBenchReport& r, const std::string& command_line) {
+  const ModelConfig& c = r.config;
+  const RuntimeBenchOptions& o = r.options;
+  auto verdict = [](double ratio, double target) { return ratio >= target ? "met" : "MISSED"; };
+  std::string s;
+  absl::StrAppendFormat(&s, "SCD-Serve runtime benchmark (CPU backend)\n");
+  absl::StrAppendFormat(&s, "command: %s\n", command_line);
+  absl::StrAppendFormat(&s, "host: %d hardware threads; BLAS: %s; %d BLAS threads\n",
+                        r.hardware_threads, r.blas_config, r.blas_threads);
+  absl::StrAppendFormat(&s,
+                        "model: %s: d=%d layers=%d heads=%d kv_heads=%d head_dim=%d ffn=%d "
+                        "vocab=%d%s; %.1fM parameters\n\n",
+                        r.model_name, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads,
+                        c.head_dim, c.intermediate_size, c.vocab_size,
+                        c.tie_word_embeddings ? " tied" : "", r.parameters / 1e6);
+
+  absl::StrAppendFormat(
+      &s,
+      "sgemm, C[M,N] = A[M,K]·B[N,K]^T, 2·M·N·K flops, best of 2 x %d (before and after "
+      "prefill):\n",
+      o.sgemm_reps);
+  absl::StrAppendFormat(&s, "  %6s %6s %6s %10s %10s\n", "M", "N", "K", "ms", "GFLOP/s");
+  for (const SgemmMeasurement& m : r.sgemm) {
+    absl::StrAppendFormat(&s, "  %6d %6d %6d %10.2f %10.1f\n", m.m, m.n, m.k, m.best_seconds * 1e3,
+                          m.gflops);
+  }
+  absl::StrAppendFormat(&s, "  peak (max of the above): %.1f GFLOP/s\n\n", r.sgemm_peak_gflops);
+
+  absl::StrAppendFormat(&s, "prefill: %d tokens, logits for %d row%s, best of %d after a warm-up\n",
+                        r.prefill_tokens, r.prefill_logit_rows, r.prefill_logit_rows > 1 ? "s" : "",
+                        o.prefill_reps);
+  absl::StrAppendFormat(&s,
+                        "  FLOPs = 2·T·L·P_layer + 2·R·P_out + L·4·q_dim·Σ_t(t+1)\n"
+                        "        = %.2f + %.2f + %.2f = %.2f GFLOP\n",
+                        r.prefill_layer_flops / 1e9, r.prefill_output_flops / 1e9,
+                        r.prefill_attention_flops / 1e9, r.prefill_flops / 1e9);
+  std::vector<std::string> runs;
+  for (double t : r.prefill_seconds) runs.push_back(absl::StrFormat("%.1f", t * 1e3));
+  absl::StrAppendFormat(&s, "  time: best %.1f ms (runs: %s ms), %.0f tokens/s\n",
+                        r.prefill_best_seconds * 1e3, absl::StrJoin(runs, ", "),
+                        r.prefill_tokens / r.prefill_best_seconds);
+  absl::StrAppendFormat(&s,
+                        "  achieved: %.1f GFLOP/s = %.1f%% of sgemm peak (target %.0f%%: %s)\n\n",
+                        r.prefill_gflops, 100 * r.prefill_vs_sgemm, 100 * kPrefillTarget,
+                        verdict(r.prefill_vs_sgemm, kPrefillTarget));
+
+  absl::StrAppendFormat(
+      &s,
+      "memcpy, %.0f MiB per copy, GB/s = 2·bytes/s (read + write), best of 2 x %d (before "
+      "and after decode):\n",
+      o.memcpy_bytes / 1048576.0, o.memcpy_reps);
+  for (const MemcpyMeasurement& m : r.memcpy) {
+    absl::StrAppendFormat(&s, "  %-10s %7.1f ms, %.2f GB/s\n",
+                          absl::StrFormat("%d thread%s:", m.threads, m.threads > 1 ? "s" : ""),
+                          m.best_seconds * 1e3, m.gbps);
+  }
+  absl::StrAppendFormat(&s, "  bandwidth (the faster): %.2f GB/s\n\n", r.memcpy_gbps);
+
+  absl::StrAppendFormat(
+      &s, "decode: %d single-token steps after a %d-token prefill (%d warm-up steps untimed)\n",
+      o.decode_steps, o.decode_context, kDecodeWarmupSteps);
+  absl::StrAppendFormat(&s, "  step: median %.2f ms, best %.2f ms, %.1f tokens/s\n",
+                        r.decode_median_seconds * 1e3, r.decode_best_seconds * 1e3,
+                        1.0 / r.decode_median_seconds);
+  absl::StrAppendFormat(&s,
+                        "  weights streamed per step: %.1f MB (DecodeBytesStreamed; KV-cache "
+                        "reads not counted)\n",
+                        r.decode_bytes / 1e6);
+  absl::StrAppendFormat(
+      &s, "  achieved: %.2f GB/s = %.1f%% of memcpy bandwidth (target %.0f%%: %s)\n\n",
+      r.decode_gbps, 100 * r.decode_vs_memcpy, 100 * kDecodeTarget,
+      verdict(r.decode_vs_memcpy, kDecodeTarget));
+  if (!r.batched_decode.empty()) {
+    absl::StrAppendFormat(&s,
+                          "batched decode: sequences of a %d-token context stepping together "
+                          "(median of %d steps after %d)\n",
+                          o.decode_context, o.decode_steps, kDecodeWarmupSteps);
+    for (const RuntimeBenchReport::BatchedDecode& d : r.batched_decode) {
+      absl::StrAppendFormat(&s,
+                            "  batch %3d: step %.2f ms, %.1f tokens/s = %.2fx batch 1; with "
+                            "OpenBLAS's few-row GEMMs %.2f ms, %.1f tokens/s (SmallBatchLinear "
+                            "%.2fx)\n",
+                            d.batch, d.median_seconds * 1e3, d.tokens_per_second, d.vs_batch_1,
+                            d.openblas_median_seconds * 1e3, d.openblas_tokens_per_second,
+                            d.tokens_per_second / d.openblas_tokens_per_second);
+    }
+    s += "\n";
+  }
+  absl::StrAppendFormat(&s, "prefill_vs_sgemm=%.3f decode_vs_memcpy=%.3f\n", r.prefill_vs_sgemm,
+                        r.decode_vs_memcpy);
+  return s;
+}
+
+std::string RuntimeBenchReportJson(const RuntimeBenchReport& r, const std::string& command_line) {
+  nlohmann::json j;
+  j["command"] = command_line;
+  j["host"] = {{"hardware_threads", r.hardware_threads},
+               {"blas_threads", r.blas_threads},
+               {"blas_config", r.blas_config}};
+  j["model"] = {{"name", r.model_name},
+                {"config", nlohmann::json::parse(r.config.ToCanonicalJson(), nullptr, false)},
+                {"parameters", r.parameters},
+                {"decode_bytes_streamed", r.decode_bytes}};
+  nlohmann::json sgemm = nlohmann::json::array();
+  for (const SgemmMeasurement& m : r.sgemm) {
+    sgemm.push_back({{"m", m.m},
+                     {"n", m.n},
+                     {"k", m.k},
+                     {"best_seconds", m.best_seconds},
+                     {"gflops", m.gflops}});
+  }
+  j["sgemm"] = {
+      {"reps", r.options.sgemm_reps}, {"shapes", sgemm}, {"peak_gflops", r.sgemm_peak_gflops}};
+  j["prefill"] = {{"tokens", r.prefill_tokens},
+                  {"logit_rows", r.prefill_logit_rows},
+                  {"flops", r.prefill_flops},
+                  {"layer_flops", r.prefill_layer_flops},
+                  {"output_flops", r.prefill_output_flops},
+                  {"attention_flops", r.prefill_attention_flops},
+                  {"run_seconds", r.prefill_seconds},
+                  {"best_seconds", r.prefill_best_seconds},
+                  {"gflops", r.prefill_gflops}};
+  nlohmann::json copies = nlohmann::json::array();
+  for (const MemcpyMeasurement& m : r.memcpy) {
+    copies.push_back({{"bytes", m.bytes},
+                      {"threads", m.threads},
+                      {"best_seconds", m.best_seconds},
+                      {"gbps_read_plus_write", m.gbps}});
+  }
+  j["memcpy"] = {{"reps", r.options.memcpy_reps}, {"runs", copies}, {"gbps", r.memcpy_gbps}};
+  j["decode"] = {{"context", r.options.decode_context},
+                 {"step_seconds", r.decode_step_seconds},
+                 {"median_seconds", r.decode_median_seconds},
+                 {"best_seconds", r.decode_best_seconds},
+                 {"gbps", r.decode_gbps}};
+  nlohmann::json batched = nlohmann::json::array();
+  for (const RuntimeBenchReport::BatchedDecode& d : r.batched_decode) {
+    batched.push_back({{"batch", d.batch},
+                       {"median_seconds", d.median_seconds},
+                       {"tokens_per_second", d.tokens_per_second},
+                       {"vs_batch_1", d.vs_batch_1},
+                       {"openblas_median_seconds", d.openblas_median_seconds},
+                       {"openblas_tokens_per_second", d.openblas_tokens_per_second}});
+  }
+  j["batched_decode"] = batched;
+  j["prefill_vs_sgemm"] = r.prefill_vs_sgemm;
+  j["decode_vs_memcpy"] = r.decode_vs_memcpy;
+  j["targets"] = {{"prefill_vs_sgemm", kPrefillTarget}, {"decode_vs_memcpy", kDecodeTarget}};
+  return j.dump(2) + "\n";
+}
+
+}  // namespace scd::bench

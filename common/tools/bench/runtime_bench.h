@@ -1,0 +1,118 @@
+// Runtime benchmark: how close the CPU backend's prefill and decode come
+// to the host's own ceilings, measured by the same program in the same run.
+//   prefill_vs_sgemm = prefill GFLOP/s / peak OpenBLAS sgemm GFLOP/s
+//     prefill GFLOP/s = PrefillFlops (model_cost.h) / best prefill wall time
+//   decode_vs_memcpy = decode weight-streaming GB/s / memcpy GB/s
+//     decode GB/s = ModelWeights::DecodeBytesStreamed() / median single-token step time
+//     memcpy GB/s = 2·bytes / best copy time (read + write; the faster of 1 thread and all
+//     hardware threads), see roofline.h
+// Each compared pair is measured back to back (sgemm then prefill, memcpy then decode) so
+// that load from neighbours on a shared host skews both sides alike.
+#ifndef SCD_COMMON_TOOLS_BENCH_RUNTIME_BENCH_H_
+#define SCD_COMMON_TOOLS_BENCH_RUNTIME_BENCH_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model/config.h"
+#include "common/tools/bench/roofline.h"
+
+namespace scd::bench {
+
+// The synthetic shapes the benchmark knows: "stories110M" (llama2.c's 110M TinyStories
+// model: d 768, 12 layers, 12 heads, ffn 2048, vocab 32000, context 1024, tied embeddings)
+// and "stories260K" (the shape of ../shared/models/stories260K). Errors list the choices.
+absl::StatusOr<ModelConfig> BenchShapeConfig(std::string_view shape);
+
+// The median of `values` (the mean of the middle two for an even count); 0 when empty.
+double Median(std::vector<double> values);
+
+struct RuntimeBenchOptions {
+  std::string shape = "stories110M";
+  std::string model_dir;  // when set, benchmark this checkpoint instead of a synthetic shape
+  uint64_t seed = 1;      // synthetic weights and token ids
+  int prefill_tokens = 512;
+  int prefill_reps = 3;     // timed runs after one warm-up; the best is reported
+  bool all_logits = true;   // logits for every prompt row (what the SCD producer computes)
+  int decode_context = 64;  // tokens prefilled before the decode steps
+  int decode_steps = 32;    // timed single-token steps (after 2 untimed warm-up steps)
+  // Batched decode after it: for each size, that many sequences of decode_context tokens step
+  // together (decode_steps timed steps after 2), as the decode engine batches them; then the
+  // same sequences as many steps again with cpu::Linear's few-row GEMMs on OpenBLAS, as before
+  // SmallBatchLinear (SetSmallBatchLinearEnabled(false)), side by side.
+  std::vector<int> decode_batches = {4, 8, 16};
+  size_t memcpy_bytes = size_t{1} << 30;
+  int memcpy_reps = 5;
+  int sgemm_reps = 5;
+  std::function<void(const std::string&)> progress;  // one line per phase; may be empty
+};
+
+struct RuntimeBenchReport {
+  RuntimeBenchOptions options;
+  std::string model_name;
+  ModelConfig config;
+  int64_t parameters = 0;
+  size_t decode_bytes = 0;  // ModelWeights::DecodeBytesStreamed()
+  int hardware_threads = 0;
+  int blas_threads = 0;
+  std::string blas_config;
+
+  std::vector<SgemmMeasurement> sgemm;
+  double sgemm_peak_gflops = 0;
+
+  int prefill_tokens = 0;
+  int prefill_logit_rows = 0;
+  double prefill_layer_flops = 0;      // 2·T·L·P_layer
+  double prefill_output_flops = 0;     // 2·R·P_out
+  double prefill_attention_flops = 0;  // L·4·q_dim·Σ n
+  double prefill_flops = 0;
+  std::vector<double> prefill_seconds;  // every timed run
+  double prefill_best_seconds = 0;
+  double prefill_gflops = 0;
+
+  std::vector<MemcpyMeasurement> memcpy;
+  double memcpy_gbps = 0;
+
+  std::vector<double> decode_step_seconds;  // every timed step
+  double decode_median_seconds = 0;
+  double decode_best_seconds = 0;
+  double decode_gbps = 0;
+
+  double prefill_vs_sgemm = 0;
+  double decode_vs_memcpy = 0;
+
+  struct BatchedDecode {
+    int batch = 0;
+    double median_seconds = 0;  // one step of every sequence
+    double tokens_per_second = 0;
+    double vs_batch_1 = 0;  // tokens_per_second / the single sequence's tokens per second
+    double openblas_median_seconds = 0;  // the same with OpenBLAS's few-row GEMMs
+    double openblas_tokens_per_second = 0;
+  };
+  std::vector<BatchedDecode> batched_decode;
+};
+
+inline constexpr double kPrefillTarget = 0.60;  // target: prefill ≥ 60% of sgemm peak
+inline constexpr double kDecodeTarget = 0.50;   // target: decode ≥ 50% of memcpy bandwidth
+
+// Runs every measurement on the CPU backend. Fails on invalid options, a model that cannot
+// be loaded, or a backend error.
+absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& options);
+
+// Human-readable report: the command line, absolute figures, ratios against the targets,
+// and as its last line exactly `prefill_vs_sgemm=<r> decode_vs_memcpy=<r>`.
+std::string FormatRuntimeBenchReport(const RuntimeBenchReport& report,
+                                     const std::string& command_line);
+
+// The same figures as a JSON document.
+std::string RuntimeBenchReportJson(const RuntimeBenchReport& report,
+                                   const std::string& command_line);
+
+}  // namespace scd::bench
+
+#endif  // SCD_COMMON_TOOLS_BENCH_RUNTIME_BENCH_H_

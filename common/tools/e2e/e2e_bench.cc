@@ -1,0 +1,311 @@
+// See e2e_bench.h.
+#include "common/tools/e2e/e2e_bench.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/eval/answer.h"
+#include "common/eval/metrics.h"
+#include "common/plot/plot.h"
+#include "common/tools/cluster/daemon_process.h"
+#include "common/tools/cluster/local_cluster.h"
+#include "common/tools/loadgen/stats.h"
+#include "proto/scd.grpc.pb.h"
+
+namespace scd::e2e {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kToken[] = "e2e-bench-token";
+
+struct Cluster {
+  std::vector<std::unique_ptr<cluster::DaemonProcess>> decodes;
+  std::unique_ptr<cluster::DaemonProcess> prefill;
+  std::string grpc_address;
+};
+
+nlohmann::json PrefillJson(const E2eBenchOptions& o, const std::string& mode, double gbps,
+                           bool cache, const std::string& grpc_address) {
+  nlohmann::json c;
+  c["base_model"] = o.base_model;
+  c["http"] = {{"port", 0}};
+  c["grpc"] = {{"listen", grpc_address}};
+  c["control_plane"] = {{"cluster_token", kToken}, {"heartbeat_interval", "100ms"}, {"lease", "2s"}};
+  c["data_plane"] = {{"transport", o.transport}, {"bandwidth_gbps", gbps}};
+  c["prefix_cache"] = {{"enabled", cache}, {"block_tokens", 16}, {"max_consumer_suffix", 128}};
+  c["limits"] = {{"max_tokens", 256}, {"default_max_tokens", 16}, {"request_timeout", "300s"}};
+  c["drain_timeout"] = "5s";
+  c["specialists"] = nlohmann::json::array(
+      {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"mode", mode}, {"max_retries", 1}}});
+  return c;
+}
+
+// Decode daemons keep their registration across prefill restarts: only the prefill daemon is
+// restarted between cells.
+absl::Status StartPrefill(const E2eBenchOptions& o, Cluster& c, const std::string& mode,
+                          double gbps, bool cache, const std::string& tag) {
+  if (c.prefill != nullptr) c.prefill->Stop(std::chrono::seconds(10));
+  c.prefill.reset();
+  absl::StatusOr<cluster::StartedPrefill> started =
+      cluster::StartPrefillDaemon(o.bin_dir, PrefillJson(o, mode, gbps, cache, c.grpc_address),
+                                  o.workdir, absl::StrCat("prefill-", tag), std::chrono::seconds(120));
+  if (!started.ok()) return started.status();
+  c.prefill = std::move(started->process);
+  return cluster::WaitForDecodeInstances(started->http_port, o.specialist_name, *c.prefill,
+                                         c.decodes, std::chrono::seconds(60));
+}
+
+struct Outcome {
+  bool ok = false;
+  double ttft_ms = 0;
+  std::string text;
+  scd::v1::Timings timings;
+  std::string error;
+};
+
+Outcome Ask(scd::v1::Generation::Stub& stub, const E2eBenchOptions& o, const std::string& prompt) {
+  scd::v1::GenerateRequest req;
+  req.set_model(o.specialist_name);
+  req.set_prompt(prompt);
+  req.set_max_tokens(o.max_tokens);
+  req.mutable_sampling()->set_temperature(0);
+  req.add_stop(".");
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  Outcome out;
+  const auto t0 = Clock::now();
+  auto reader = stub.Generate(&ctx, req);
+  scd::v1::GenerateEvent e;
+  bool first = true;
+  while (reader->Read(&e)) {
+    if (e.has_delta()) {
+      if (first) out.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      first = false;
+      out.text += e.delta().text();
+    } else if (e.has_done()) {
+      out.timings = e.done().timings();
+      out.ok = true;
+      if (first) out.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    } else if (e.has_error()) {
+      out.error = e.error().message();
+    }
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) {
+    out.ok = false;
+    out.error = st.error_message();
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const ProgressFn& progress) {
+  if (o.workload.empty()) return absl::InvalidArgumentError("empty workload");
+  Cluster c;
+  absl::StatusOr<int> port = cluster::PickFreePort();
+  if (!port.ok()) return port.status();
+  c.grpc_address = absl::StrCat("127.0.0.1:", *port);
+  // The decode daemons start first and keep retrying registration until a prefill daemon is up.
+  int generation = 0;
+  cluster::DecodeDaemonSpec spec;
+  spec.model_name = o.specialist_name;
+  spec.model_path = o.specialist_model;
+  spec.artifact = o.artifact;
+  spec.transport = o.transport;
+  spec.control_plane = c.grpc_address;
+  spec.cluster_token = kToken;
+  spec.drain_timeout = "5s";
+  auto start_decodes = [&]() -> absl::Status {
+    for (auto& d : c.decodes) d->Stop(std::chrono::seconds(10));
+    c.decodes.clear();
+    ++generation;
+    for (int i = 0; i < o.decode_daemons; ++i) {
+      nlohmann::json config = cluster::DecodeDaemonJson(spec, i);
+      config["engine"] = {{"max_batch", 8}, {"max_queue", 64}};
+      absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> d = cluster::StartWithConfig(
+          o.bin_dir + "/scd-decode", config, o.workdir, absl::StrCat("decode-", i, "-", generation));
+      if (!d.ok()) return d.status();
+      c.decodes.push_back(std::move(*d));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status st = start_decodes(); !st.ok()) return st;
+  std::vector<E2eCell> cells;
+  int cell_index = 0;
+  const int total_cells = static_cast<int>(o.modes.size() * o.bandwidths_gbps.size()) * ((o.warm ? 1 : 0) + (o.cold ? 1 : 0));
+  for (const std::string& mode : o.modes) {
+    for (double gbps : o.bandwidths_gbps) {
+      for (const bool warm : {true, false}) {
+        if ((warm && !o.warm) || (!warm && !o.cold)) continue;
+        ++cell_index;
+        const std::string tag = absl::StrCat(mode, "-", gbps, "g-", warm ? "warm" : "cold");
+        absl::Status started = StartPrefill(o, c, mode, gbps, warm, tag);
+        if (!started.ok()) {
+          // A decode daemon that did not re-register with the restarted prefill daemon in time
+          // is restarted too, so that one stuck daemon cannot void the run; the progress log
+          // shows each restart. (The stuck re-registrations seen once per full run were
+          // heartbeats that the stopping prefill daemon answered CANCELLED, fixed in
+          // ControlPlaneClient; this stays as a safety net.)
+          if (progress) progress(absl::StrCat("  decode daemons did not re-register; restarting them: ",
+                                              started.message().substr(0, 400)));
+          if (absl::Status st = start_decodes(); !st.ok()) return st;
+          started = StartPrefill(o, c, mode, gbps, warm, tag + "-retry");
+        }
+        if (!started.ok()) {
+          std::string tails;
+          for (auto& d : c.decodes) absl::StrAppend(&tails, "\n", d->log_path(), ":\n", d->LogTail(1500));
+          return absl::Status(started.code(), absl::StrCat(started.message(), tails));
+        }
+        auto stub = scd::v1::Generation::NewStub(grpc::CreateChannel(c.grpc_address, grpc::InsecureChannelCredentials()));
+        E2eCell cell;
+        cell.mode = mode;
+        cell.bandwidth_gbps = gbps;
+        cell.cache = warm ? "warm" : "cold";
+        std::vector<double> ttfts;
+        double f1_sum = 0;
+        for (const SharedPrefixContext& ctx : o.workload) {
+          for (size_t q = 0; q < ctx.questions.size(); ++q) {
+            Outcome r = Ask(*stub, o, ctx.questions[q].prompt);
+            if (!r.ok) {
+              ++cell.errors;
+              if (progress) progress(absl::StrCat("  error: ", r.error));
+              continue;
+            }
+            if (o.score_f1) {
+              f1_sum += eval::TokenF1(eval::ExtractAnswer(r.text), ctx.questions[q].answer);
+              ++cell.scored;
+            }
+            if (warm && q == 0) continue;  // fills the cache
+            ++cell.requests;
+            ttfts.push_back(r.ttft_ms);
+            cell.cache_hits += r.timings.prefix_cache_hit() ? 1 : 0;
+            StageMeans& s = cell.stages;
+            s.queue_ms += r.timings.queue_ms();
+            s.prefill_ms += r.timings.prefill_ms();
+            s.encode_ms += r.timings.encode_ms();
+            s.transfer_ms += r.timings.transfer_ms();
+            s.rebuild_ms += r.timings.rebuild_ms();
+            s.suffix_prefill_ms += r.timings.suffix_prefill_ms();
+            s.server_ttft_ms += r.timings.ttft_ms();
+            s.payload_bytes += static_cast<double>(r.timings.payload_bytes());
+          }
+        }
+        if (cell.requests > 0) {
+          const double n = cell.requests;
+          StageMeans& s = cell.stages;
+          for (double* v : {&s.queue_ms, &s.prefill_ms, &s.encode_ms, &s.transfer_ms, &s.rebuild_ms,
+                            &s.suffix_prefill_ms, &s.server_ttft_ms, &s.payload_bytes}) {
+            *v /= n;
+          }
+          const loadgen::Distribution ttft = loadgen::Summarize(ttfts);
+          cell.ttft_p50_ms = ttft.p50;
+          cell.ttft_p99_ms = ttft.p99;
+          cell.ttft_mean_ms = ttft.mean;
+        }
+        cell.f1 = cell.scored > 0 ? f1_sum / cell.scored : 0;
+        if (progress) {
+          progress(absl::StrFormat("[%d/%d] %-9s %6.0f Gbit/s %s: TTFT p50 %.1f ms p99 %.1f ms, payload %.0f KB, F1 %.3f, %d errors",
+                                   cell_index, total_cells, mode, gbps, cell.cache, cell.ttft_p50_ms,
+                                   cell.ttft_p99_ms, cell.stages.payload_bytes / 1024, cell.f1, cell.errors));
+        }
+        cells.push_back(cell);
+      }
+    }
+  }
+  if (c.prefill != nullptr) c.prefill->Stop(std::chrono::seconds(10));
+  for (auto& d : c.decodes) d->Stop(std::chrono::seconds(10));
+  return cells;
+}
+
+nlohmann::json E2eCellsJson(const E2eBenchOptions& o, const std::vector<E2eCell>& cells) {
+  nlohmann::json j;
+  j["label"] = o.label;
+  j["base_model"] = o.base_model;
+  j["specialist_model"] = o.specialist_model;
+  j["decode_daemons"] = o.decode_daemons;
+  j["transport"] = o.transport;
+  j["max_tokens"] = o.max_tokens;
+  j["contexts"] = o.workload.size();
+  j["questions_per_context"] = o.workload.empty() ? 0 : o.workload[0].questions.size();
+  double tokens = 0;
+  for (const auto& c : o.workload) tokens += c.context_tokens;
+  j["mean_context_tokens"] = o.workload.empty() ? 0 : tokens / static_cast<double>(o.workload.size());
+  j["cells"] = nlohmann::json::array();
+  for (const E2eCell& c : cells) {
+    j["cells"].push_back({{"mode", c.mode},
+                          {"bandwidth_gbps", c.bandwidth_gbps},
+                          {"cache", c.cache},
+                          {"requests", c.requests},
+                          {"errors", c.errors},
+                          {"cache_hits", c.cache_hits},
+                          {"ttft_p50_ms", c.ttft_p50_ms},
+                          {"ttft_p99_ms", c.ttft_p99_ms},
+                          {"ttft_mean_ms", c.ttft_mean_ms},
+                          {"stages_mean_ms",
+                           {{"queue", c.stages.queue_ms},
+                            {"producer_prefill", c.stages.prefill_ms},
+                            {"encode", c.stages.encode_ms},
+                            {"transfer", c.stages.transfer_ms},
+                            {"rebuild", c.stages.rebuild_ms},
+                            {"suffix_prefill", c.stages.suffix_prefill_ms},
+                            {"server_ttft", c.stages.server_ttft_ms}}},
+                          {"payload_bytes_mean", c.stages.payload_bytes},
+                          {"f1", c.f1},
+                          {"scored", c.scored}});
+  }
+  return j;
+}
+
+std::string E2eCellsMarkdown(const std::vector<E2eCell>& cells) {
+  std::string md =
+      "| mode | Gbit/s | cache | n | TTFT p50 ms | TTFT p99 ms | oracle/this (p50) | prefill | encode | "
+      "transfer | rebuild | suffix prefill | payload KB | F1 | errors |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const E2eCell& c : cells) {
+    double oracle = 0;
+    for (const E2eCell& o : cells) {
+      if (o.mode == "oracle" && o.bandwidth_gbps == c.bandwidth_gbps && o.cache == c.cache) oracle = o.ttft_p50_ms;
+    }
+    absl::StrAppendFormat(&md, "| %s | %g | %s | %d | %.1f | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %d |\n",
+                          c.mode, c.bandwidth_gbps, c.cache, c.requests, c.ttft_p50_ms, c.ttft_p99_ms,
+                          oracle > 0 && c.ttft_p50_ms > 0 ? absl::StrFormat("%.2fx", oracle / c.ttft_p50_ms) : "-",
+                          c.stages.prefill_ms, c.stages.encode_ms, c.stages.transfer_ms, c.stages.rebuild_ms,
+                          c.stages.suffix_prefill_ms, c.stages.payload_bytes / 1024, c.f1, c.errors);
+  }
+  return md;
+}
+
+absl::Status WriteE2ePlot(const std::vector<E2eCell>& cells, const std::string& title, const std::string& path) {
+  plot::Plot p(900, 600);
+  p.SetTitle(title);
+  p.SetXLabel("emulated bandwidth (Gbit/s)");
+  p.SetYLabel("TTFT p50 (ms)");
+  p.SetLogX(true);
+  bool any_warm = false;
+  for (const E2eCell& c : cells) any_warm |= c.cache == "warm";
+  const std::string cache = any_warm ? "warm" : "cold";
+  std::vector<std::string> modes;
+  for (const E2eCell& c : cells) {
+    if (std::find(modes.begin(), modes.end(), c.mode) == modes.end()) modes.push_back(c.mode);
+  }
+  for (const std::string& m : modes) {
+    std::vector<double> xs, ys;
+    for (const E2eCell& c : cells) {
+      if (c.mode == m && c.cache == cache && c.requests > 0) {
+        xs.push_back(c.bandwidth_gbps);
+        ys.push_back(c.ttft_p50_ms);
+      }
+    }
+    if (!xs.empty()) {
+      if (absl::Status st = p.AddSeries(absl::StrCat(m, " (", cache, ")"), xs, ys); !st.ok()) return st;
+    }
+  }
+  return p.WritePng(path);
+}
+
+}  // namespace scd::e2e
