@@ -131,6 +131,136 @@ absl::Status DecodeService::Validate(const scd::v1::DecodeRequest& r) const {
   return absl::OkStatus();
 }
 
+// One call's stream to the caller: the engine's events written as they come.
+struct DecodeService::Stream {
+  Stream(DecodeEngine* engine, const Tokenizer& tokenizer, grpc::ServerContext* context,
+         grpc::ServerWriter<scd::v1::DecodeEvent>* writer, uint64_t job_id)
+      : engine(engine), context(context), writer(writer), job_id(job_id), text(tokenizer) {}
+
+  // Asks the engine once to end the job; its final event still comes.
+  void Cancel() {
+    if (!cancelled) engine->Cancel(job_id);
+    cancelled = true;
+  }
+  bool CallerGone() const { return cancelled || context->IsCancelled(); }
+
+  DecodeEngine* const engine;
+  grpc::ServerContext* const context;
+  grpc::ServerWriter<scd::v1::DecodeEvent>* const writer;
+  const uint64_t job_id;
+  StreamDecoder text;
+  bool cancelled = false;
+  int written = 0;
+  Clock::time_point first_token, last_token;
+};
+
+grpc::Status DecodeService::Refuse(const scd::v1::DecodeRequest& request, const absl::Status& st) {
+  Count(absl::StatusCodeToString(st.code()));
+  daemon::LogWarning("decode_refused", {{"request_id", request.request_id()},
+                                        {"code", absl::StatusCodeToString(st.code())},
+                                        {"message", std::string(st.message())}});
+  return rpc::ToGrpcStatus(st);
+}
+
+absl::StatusOr<DecodeJob> DecodeService::MakeJob(const scd::v1::DecodeRequest& request) {
+  const absl::Time received = absl::Now();
+  const absl::Duration budget = request.deadline_ms() > 0
+                                    ? absl::Milliseconds(request.deadline_ms())
+                                    : options_.default_deadline;
+  DecodeJob job;
+  job.request_id = next_job_id_.fetch_add(1);
+  job.deadline = received + budget;
+  if (request.transfer_id() != 0) {
+    auto bytes = mailbox_->Take(request.transfer_id(),
+                                std::min(job.deadline, received + options_.payload_wait));
+    if (!bytes.ok()) return bytes.status();
+    job.payload = std::move(*bytes);
+  } else {
+    job.payload.assign(request.inline_payload().begin(), request.inline_payload().end());
+    // Data-plane payloads were verified by the transport's frame checksum; an inline one only
+    // by TCP's 16-bit sum, so damage on the way is told apart here (DATA_LOSS: the prefill
+    // daemon may try another replica) rather than as a malformed request.
+    SCD_RETURN_IF_ERROR(VerifyPayloadChecksums(job.payload));
+  }
+  if (payload_bytes_ != nullptr) payload_bytes_->Observe(static_cast<double>(job.payload.size()));
+  job.suffix.assign(request.suffix_token_ids().begin(), request.suffix_token_ids().end());
+  job.max_tokens = request.max_tokens();
+  const auto& s = request.sampling();
+  job.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
+  job.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
+  job.sampling.top_k = s.has_top_k() ? s.top_k() : 0;
+  job.sampling.seed = s.has_seed() ? s.seed() : job.request_id * 0x9e3779b97f4a7c15ULL;
+  job.stop_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
+  if (!job.stop_ids.empty()) {  // EOS always stops
+    for (int eos : engine_->model().config.eos_token_ids) job.stop_ids.push_back(eos);
+  }
+  return job;
+}
+
+void DecodeService::WriteToken(Stream& s, const DecodeEvent& e) {
+  const auto now = Clock::now();
+  if (s.written == 0) {
+    s.first_token = now;
+  } else if (itl_seconds_ != nullptr) {
+    itl_seconds_->Observe(std::chrono::duration<double>(now - s.last_token).count());
+  }
+  s.last_token = now;
+  scd::v1::DecodeEvent out;
+  out.mutable_token()->set_id(e.token);
+  out.mutable_token()->set_text_piece(s.text.Push(e.token));
+  if (s.written == 0) FillTimings(e.timings, 0, out.mutable_token()->mutable_first_token_timings());
+  if (s.CallerGone() || !s.writer->Write(out)) {
+    s.Cancel();
+    return;
+  }
+  ++s.written;
+}
+
+grpc::Status DecodeService::EndWithError(Stream& s, const scd::v1::DecodeRequest& request,
+                                         const DecodeEvent& e) {
+  const absl::Status& st = e.error;
+  if (s.CallerGone()) {
+    Count("cancelled");
+    return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled by the caller");
+  }
+  if (s.written == 0) return Refuse(request, st);
+  Count(absl::StatusCodeToString(st.code()));
+  scd::v1::DecodeEvent out;
+  out.mutable_error()->set_code(static_cast<int>(st.code()));
+  out.mutable_error()->set_message(std::string(st.message()));
+  s.writer->Write(out);
+  return grpc::Status::OK;
+}
+
+grpc::Status DecodeService::EndDone(Stream& s, const DecodeEvent& e) {
+  if (rebuild_seconds_ != nullptr) {
+    rebuild_seconds_->Observe(e.timings.rebuild_ms / 1e3);
+    suffix_prefill_seconds_->Observe(e.timings.suffix_prefill_ms / 1e3);
+    if (e.timings.sekv_build_ms > 0) sekv_build_seconds_->Observe(e.timings.sekv_build_ms / 1e3);
+    queue_seconds_->Observe(e.timings.queue_ms / 1e3);
+  }
+  scd::v1::DecodeEvent out;
+  auto* done = out.mutable_done();
+  const std::string tail = s.text.Flush();
+  if (!tail.empty()) {  // a held-back partial character: deliver it with an empty token
+    scd::v1::DecodeEvent piece;
+    piece.mutable_token()->set_id(-1);
+    piece.mutable_token()->set_text_piece(tail);
+    s.writer->Write(piece);
+  }
+  done->set_finish_reason(e.finish_reason == "context" ? "length" : e.finish_reason);
+  done->set_prompt_tokens(e.prompt_tokens);
+  done->set_completion_tokens(e.completion_tokens);
+  const double decode_ms =
+      s.written > 1
+          ? std::chrono::duration<double, std::milli>(s.last_token - s.first_token).count()
+          : 0.0;
+  FillTimings(e.timings, decode_ms, done->mutable_timings());
+  Count("ok");
+  s.writer->Write(out);
+  return grpc::Status::OK;
+}
+
 grpc::Status DecodeService::Generate(grpc::ServerContext* context,
                                      const scd::v1::DecodeRequest* request,
                                      grpc::ServerWriter<scd::v1::DecodeEvent>* writer) {
@@ -139,129 +269,33 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
     explicit InFlight(std::atomic<int>& c) : n(c) { ++n; }
     ~InFlight() { --n; }
   } in_flight(in_flight_);
-  auto refuse = [&](const absl::Status& st) {
-    Count(absl::StatusCodeToString(st.code()));
-    daemon::LogWarning("decode_refused", {{"request_id", request->request_id()},
-                                          {"code", absl::StatusCodeToString(st.code())},
-                                          {"message", std::string(st.message())}});
-    return rpc::ToGrpcStatus(st);
-  };
-  if (!accepting_.load()) return refuse(absl::UnavailableError("decode daemon is draining"));
-  if (absl::Status st = Validate(*request); !st.ok()) return refuse(st);
-
-  const absl::Time received = absl::Now();
-  const absl::Duration budget = request->deadline_ms() > 0
-                                    ? absl::Milliseconds(request->deadline_ms())
-                                    : options_.default_deadline;
-  DecodeJob job;
-  job.request_id = next_job_id_.fetch_add(1);
-  job.deadline = received + budget;
-  if (request->transfer_id() != 0) {
-    auto bytes = mailbox_->Take(request->transfer_id(),
-                                std::min(job.deadline, received + options_.payload_wait));
-    if (!bytes.ok()) return refuse(bytes.status());
-    job.payload = std::move(*bytes);
-  } else {
-    job.payload.assign(request->inline_payload().begin(), request->inline_payload().end());
-    // Data-plane payloads were verified by the transport's frame checksum; an inline one only
-    // by TCP's 16-bit sum, so damage on the way is told apart here (DATA_LOSS: the prefill
-    // daemon may try another replica) rather than as a malformed request.
-    if (absl::Status st = VerifyPayloadChecksums(job.payload); !st.ok()) return refuse(st);
-  }
-  if (payload_bytes_ != nullptr) payload_bytes_->Observe(static_cast<double>(job.payload.size()));
-  job.suffix.assign(request->suffix_token_ids().begin(), request->suffix_token_ids().end());
-  job.max_tokens = request->max_tokens();
-  const auto& s = request->sampling();
-  job.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
-  job.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
-  job.sampling.top_k = s.has_top_k() ? s.top_k() : 0;
-  job.sampling.seed = s.has_seed() ? s.seed() : job.request_id * 0x9e3779b97f4a7c15ULL;
-  job.stop_ids.assign(request->stop_token_ids().begin(), request->stop_token_ids().end());
-  if (!job.stop_ids.empty()) {  // EOS always stops
-    for (int eos : engine_->model().config.eos_token_ids) job.stop_ids.push_back(eos);
-  }
-  const uint64_t job_id = job.request_id;
+  if (!accepting_.load())
+    return Refuse(*request, absl::UnavailableError("decode daemon is draining"));
+  if (absl::Status st = Validate(*request); !st.ok()) return Refuse(*request, st);
+  absl::StatusOr<DecodeJob> job = MakeJob(*request);
+  if (!job.ok()) return Refuse(*request, job.status());
+  const uint64_t job_id = job->request_id;
 
   auto queue = std::make_shared<EventQueue>();
-  if (absl::Status st = engine_->Submit(std::move(job), [queue](const DecodeEvent& e) { queue->Push(e); });
+  if (absl::Status st =
+          engine_->Submit(std::move(*job), [queue](const DecodeEvent& e) { queue->Push(e); });
       !st.ok()) {
-    return refuse(st);
+    return Refuse(*request, st);
   }
-
-  StreamDecoder text(*tokenizer_);
-  bool cancelled = false;
-  int written = 0;
-  Clock::time_point first_token, last_token;
-  auto cancel = [&] {
-    if (!cancelled) engine_->Cancel(job_id);
-    cancelled = true;
-  };
+  Stream s(engine_, *tokenizer_, context, writer, job_id);
   for (;;) {
     std::optional<DecodeEvent> e = queue->Pop(std::chrono::milliseconds(50));
     if (!e) {
-      if (context->IsCancelled()) cancel();
+      if (context->IsCancelled()) s.Cancel();
       continue;
     }
     if (e->kind == DecodeEvent::Kind::kToken) {
-      const auto now = Clock::now();
-      if (written == 0) {
-        first_token = now;
-      } else if (itl_seconds_ != nullptr) {
-        itl_seconds_->Observe(std::chrono::duration<double>(now - last_token).count());
-      }
-      last_token = now;
-      scd::v1::DecodeEvent out;
-      out.mutable_token()->set_id(e->token);
-      out.mutable_token()->set_text_piece(text.Push(e->token));
-      if (written == 0) FillTimings(e->timings, 0, out.mutable_token()->mutable_first_token_timings());
-      if (cancelled || context->IsCancelled() || !writer->Write(out)) {
-        cancel();
-        continue;
-      }
-      ++written;
+      WriteToken(s, *e);
       continue;
     }
     // The final event.
-    if (e->kind == DecodeEvent::Kind::kError) {
-      const absl::Status& st = e->error;
-      if (cancelled || context->IsCancelled()) {
-        Count("cancelled");
-        return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled by the caller");
-      }
-      if (written == 0) return refuse(st);
-      Count(absl::StatusCodeToString(st.code()));
-      scd::v1::DecodeEvent out;
-      out.mutable_error()->set_code(static_cast<int>(st.code()));
-      out.mutable_error()->set_message(std::string(st.message()));
-      writer->Write(out);
-      return grpc::Status::OK;
-    }
-    if (rebuild_seconds_ != nullptr) {
-      rebuild_seconds_->Observe(e->timings.rebuild_ms / 1e3);
-      suffix_prefill_seconds_->Observe(e->timings.suffix_prefill_ms / 1e3);
-      if (e->timings.sekv_build_ms > 0)
-        sekv_build_seconds_->Observe(e->timings.sekv_build_ms / 1e3);
-      queue_seconds_->Observe(e->timings.queue_ms / 1e3);
-    }
-    scd::v1::DecodeEvent out;
-    auto* done = out.mutable_done();
-    const std::string tail = text.Flush();
-    if (!tail.empty()) {  // a held-back partial character: deliver it with an empty token
-      scd::v1::DecodeEvent piece;
-      piece.mutable_token()->set_id(-1);
-      piece.mutable_token()->set_text_piece(tail);
-      writer->Write(piece);
-    }
-    done->set_finish_reason(e->finish_reason == "context" ? "length" : e->finish_reason);
-    done->set_prompt_tokens(e->prompt_tokens);
-    done->set_completion_tokens(e->completion_tokens);
-    const double decode_ms =
-        written > 1 ? std::chrono::duration<double, std::milli>(last_token - first_token).count()
-                    : 0.0;
-    FillTimings(e->timings, decode_ms, done->mutable_timings());
-    Count("ok");
-    writer->Write(out);
-    return grpc::Status::OK;
+    if (e->kind == DecodeEvent::Kind::kError) return EndWithError(s, *request, *e);
+    return EndDone(s, *e);
   }
 }
 

@@ -46,8 +46,20 @@ class DecodeService final : public scd::v1::Decode::Service {
   int in_flight() const { return in_flight_.load(); }
 
  private:
+  struct Stream;
   absl::Status Validate(const scd::v1::DecodeRequest& request) const;
   void Count(const std::string& outcome);
+  // Counts and logs a refused call: its status for the caller.
+  grpc::Status Refuse(const scd::v1::DecodeRequest& request, const absl::Status& st);
+  // The engine's job for a valid request, with its payload (taken from the mailbox, or
+  // inline and checked here).
+  absl::StatusOr<DecodeJob> MakeJob(const scd::v1::DecodeRequest& request);
+  // A token to the caller; a caller gone or a failed write cancels the job.
+  void WriteToken(Stream& s, const DecodeEvent& e);
+  // The final event, an error or done: the call's status.
+  grpc::Status EndWithError(Stream& s, const scd::v1::DecodeRequest& request,
+                            const DecodeEvent& e);
+  grpc::Status EndDone(Stream& s, const DecodeEvent& e);
 
   DecodeEngine* const engine_;
   PayloadMailbox* const mailbox_;

@@ -35,6 +35,31 @@ bool Retryable(const absl::Status& st) {
   }
 }
 
+// Watches the client while an RPC blocks in Read: cancels the call when the client goes away.
+class CancelWatcher {
+ public:
+  CancelWatcher(GenerationSink& sink, grpc::ClientContext& ctx)
+      : thread_([this, &sink, &ctx] {
+          while (!finished_.load()) {
+            if (sink.Cancelled()) {
+              ctx.TryCancel();
+              return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        }) {}
+  CancelWatcher(const CancelWatcher&) = delete;
+  CancelWatcher& operator=(const CancelWatcher&) = delete;
+  ~CancelWatcher() {
+    finished_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> finished_{false};
+  std::thread thread_;
+};
+
 }  // namespace
 
 struct GenerationPipeline::Encoded {
@@ -233,19 +258,154 @@ std::shared_ptr<scd::v1::Decode::Stub> GenerationPipeline::StubFor(const std::st
   return stub;
 }
 
-absl::Status GenerationPipeline::Attempt(const PreparedRequest& r, const Encoded& payload,
-                                         const rpc::DecodeLease& lease, GenerationSink& sink,
-                                         GenerationOutcome* outcome, bool* emitted) {
-  const Specialist& s = *r.specialist;
-  const std::string& model = s.config.name;
-  const std::string mode(CodecModeName(s.mode));
-  const rpc::DecodeRoute& route = lease.route();
-  scd::v1::DecodeRequest req;
-  req.set_request_id(r.request.request_id);
-  req.set_model(model);
+// One decode stream's reading: its events become deltas for the sink, after stop strings, and
+// its final event fills the outcome.
+struct GenerationPipeline::DecodeStream {
+  DecodeStream(const GenerationPipeline& p, const PreparedRequest& r, const rpc::DecodeRoute& route,
+               grpc::ClientContext& ctx, GenerationSink& sink, GenerationOutcome* outcome,
+               bool* emitted)
+      : metrics(*p.metrics_),
+        r(r),
+        model(r.specialist->config.name),
+        mode(CodecModeName(r.specialist->mode)),
+        route(route),
+        ctx(ctx),
+        sink(sink),
+        outcome(outcome),
+        emitted(emitted),
+        text(*p.tokenizer_),
+        stops(r.stop) {}
+
+  // Reads the stream to its end: the status of the attempt.
+  absl::Status Read(grpc::ClientReader<scd::v1::DecodeEvent>& reader);
+  void OnToken(const scd::v1::DecodeEvent::Token& token);
+  void OnDone(const scd::v1::DecodeEvent::Done& d);
+  // After the last event read: how the attempt ended, and the held-back text delivered.
+  absl::Status End(grpc::ClientReader<scd::v1::DecodeEvent>& reader);
+  void Emit(std::string piece);
+
+  const Metrics& metrics;
+  const PreparedRequest& r;
+  const std::string& model;
+  const std::string mode;
+  const rpc::DecodeRoute& route;
+  grpc::ClientContext& ctx;
+  GenerationSink& sink;
+  GenerationOutcome* const outcome;
+  bool* const emitted;
+  StreamDecoder text;
+  StopStringMatcher stops;
+  std::vector<int32_t> pending_ids;
+  Clock::time_point last_emit;
+  bool client_gone = false, stopped = false, done = false;
+  int generated = 0;
+};
+
+absl::Status GenerationPipeline::DecodeStream::Read(
+    grpc::ClientReader<scd::v1::DecodeEvent>& reader) {
+  scd::v1::DecodeEvent ev;
+  while (!client_gone && !stopped && reader.Read(&ev)) {
+    if (ev.has_token()) {
+      OnToken(ev.token());
+    } else if (ev.has_done()) {
+      OnDone(ev.done());
+    } else if (ev.has_error()) {
+      grpc::Status unused = reader.Finish();
+      (void)unused;
+      return absl::Status(
+          static_cast<absl::StatusCode>(ev.error().code()),
+          absl::StrCat("decode daemon ", route.instance_id, ": ", ev.error().message()));
+    }
+  }
+  return End(reader);
+}
+
+void GenerationPipeline::DecodeStream::OnToken(const scd::v1::DecodeEvent::Token& token) {
+  if (token.has_first_token_timings()) {
+    const auto& t = token.first_token_timings();
+    outcome->timings.set_rebuild_ms(t.rebuild_ms());
+    outcome->timings.set_suffix_prefill_ms(t.suffix_prefill_ms());
+    outcome->timings.set_sekv_build_ms(t.sekv_build_ms());
+  }
+  if (token.id() < 0) return;
+  ++generated;
+  pending_ids.push_back(token.id());
+  Emit(stops.Push(text.Push(token.id()), &stopped));
+  if (stopped) ctx.TryCancel();
+}
+
+void GenerationPipeline::DecodeStream::OnDone(const scd::v1::DecodeEvent::Done& d) {
+  outcome->finish_reason = d.finish_reason() == "length" ? "length" : "stop";
+  outcome->prompt_tokens = static_cast<int>(r.tokens.size());
+  outcome->completion_tokens = d.completion_tokens();
+  outcome->timings.set_rebuild_ms(d.timings().rebuild_ms());
+  outcome->timings.set_suffix_prefill_ms(d.timings().suffix_prefill_ms());
+  outcome->timings.set_sekv_build_ms(d.timings().sekv_build_ms());
+  outcome->timings.set_decode_ms(d.timings().decode_ms());
+  done = true;
+}
+
+absl::Status GenerationPipeline::DecodeStream::End(
+    grpc::ClientReader<scd::v1::DecodeEvent>& reader) {
+  if (client_gone) {
+    reader.Finish();
+    return absl::CancelledError("the client went away");
+  }
+  if (stopped) {
+    reader.Finish();
+    outcome->finish_reason = "stop";
+    outcome->prompt_tokens = static_cast<int>(r.tokens.size());
+    outcome->completion_tokens = generated;
+    return absl::OkStatus();
+  }
+  grpc::Status gs = reader.Finish();
+  if (!done) {
+    if (sink.Cancelled()) return absl::CancelledError("the client went away");
+    absl::Status st = gs.ok()
+                          ? absl::UnavailableError("the decode stream ended without a final event")
+                          : rpc::FromGrpcStatus(gs);
+    return absl::Status(st.code(),
+                        absl::StrCat("decode daemon ", route.instance_id, " at ", route.rpc_address,
+                                     ": ", std::string(st.message())));
+  }
+  Emit(stops.Push(text.Flush(), &stopped));
+  Emit(stops.Flush());
+  return absl::OkStatus();
+}
+
+void GenerationPipeline::DecodeStream::Emit(std::string piece) {
+  if (piece.empty()) return;  // ids wait for the text they produce
+  GenerationDelta d;
+  d.text = std::move(piece);
+  d.token_ids.swap(pending_ids);
+  const auto now = Clock::now();
+  if (!*emitted) {
+    const double ttft = absl::ToDoubleMilliseconds(absl::Now() - r.request.arrived);
+    outcome->timings.set_ttft_ms(ttft);
+    if (metrics.ttft != nullptr)
+      metrics.ttft->WithLabels({model, mode}).value()->Observe(ttft / 1e3);
+  } else if (metrics.itl != nullptr) {
+    metrics.itl->WithLabels({model}).value()->Observe(
+        std::chrono::duration<double>(now - last_emit).count());
+  }
+  last_emit = now;
+  *emitted = true;
+  if (!sink.OnDelta(d)) {
+    client_gone = true;
+    ctx.TryCancel();
+  }
+}
+
+absl::Status GenerationPipeline::FillDecodeRequest(const PreparedRequest& r, const Encoded& payload,
+                                                   const rpc::DecodeRoute& route,
+                                                   scd::v1::DecodeRequest* req,
+                                                   GenerationOutcome* outcome) {
+  const std::string& model = r.specialist->config.name;
+  req->set_request_id(r.request.request_id);
+  req->set_model(model);
   if (!payload.bytes.empty()) {
     if (payload.bytes.size() <= options_.inline_max_bytes) {
-      req.set_inline_payload(payload.bytes.data(), payload.bytes.size());
+      req->set_inline_payload(payload.bytes.data(), payload.bytes.size());
     } else {
       const uint64_t id = next_transfer_id_.fetch_add(2);
       const auto t0 = Clock::now();
@@ -253,127 +413,42 @@ absl::Status GenerationPipeline::Attempt(const PreparedRequest& r, const Encoded
       if (!st.ok()) return st;
       outcome->timings.set_transfer_ms(MsSince(t0));
       if (metrics_->transfer != nullptr) {
-        metrics_->transfer->WithLabels({model, mode}).value()->Observe(outcome->timings.transfer_ms() / 1e3);
+        const std::string mode(CodecModeName(r.specialist->mode));
+        metrics_->transfer->WithLabels({model, mode})
+            .value()
+            ->Observe(outcome->timings.transfer_ms() / 1e3);
       }
-      req.set_transfer_id(id);
+      req->set_transfer_id(id);
     }
   }
   outcome->timings.set_payload_bytes(payload.bytes.size());
-  for (int32_t id : payload.suffix) req.add_suffix_token_ids(id);
-  req.set_max_tokens(r.max_tokens);
+  for (int32_t id : payload.suffix) req->add_suffix_token_ids(id);
+  req->set_max_tokens(r.max_tokens);
   const http::SamplingParams& sp = r.request.sampling;
-  req.mutable_sampling()->set_temperature(sp.temperature);
-  req.mutable_sampling()->set_top_p(sp.top_p);
-  req.mutable_sampling()->set_top_k(sp.top_k);
-  if (sp.seed) req.mutable_sampling()->set_seed(static_cast<uint64_t>(*sp.seed));
-  req.set_deadline_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(r.deadline - absl::Now())));
+  req->mutable_sampling()->set_temperature(sp.temperature);
+  req->mutable_sampling()->set_top_p(sp.top_p);
+  req->mutable_sampling()->set_top_k(sp.top_k);
+  if (sp.seed) req->mutable_sampling()->set_seed(static_cast<uint64_t>(*sp.seed));
+  req->set_deadline_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(r.deadline - absl::Now())));
+  return absl::OkStatus();
+}
+
+absl::Status GenerationPipeline::Attempt(const PreparedRequest& r, const Encoded& payload,
+                                         const rpc::DecodeLease& lease, GenerationSink& sink,
+                                         GenerationOutcome* outcome, bool* emitted) {
+  const rpc::DecodeRoute& route = lease.route();
+  scd::v1::DecodeRequest req;
+  if (absl::Status st = FillDecodeRequest(r, payload, route, &req, outcome); !st.ok()) return st;
 
   std::shared_ptr<scd::v1::Decode::Stub> stub = StubFor(route.rpc_address);
-  if (stub == nullptr) return absl::InternalError(absl::StrCat("cannot make a channel to ", route.rpc_address));
+  if (stub == nullptr)
+    return absl::InternalError(absl::StrCat("cannot make a channel to ", route.rpc_address));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(r.deadline));
   std::unique_ptr<grpc::ClientReader<scd::v1::DecodeEvent>> reader = stub->Generate(&ctx, req);
-
-  // Watch the client while the RPC blocks in Read: cancel the call when it goes away.
-  std::atomic<bool> finished{false};
-  std::thread watcher([&] {
-    while (!finished.load()) {
-      if (sink.Cancelled()) {
-        ctx.TryCancel();
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
-  struct Join {
-    std::atomic<bool>& f;
-    std::thread& t;
-    ~Join() {
-      f.store(true);
-      t.join();
-    }
-  } join{finished, watcher};
-
-  StreamDecoder text(*tokenizer_);
-  StopStringMatcher stops(r.stop);
-  std::vector<int32_t> pending_ids;
-  Clock::time_point last_emit;
-  bool client_gone = false, stopped = false, done = false;
-  int generated = 0;
-  auto emit = [&](std::string piece) {
-    if (piece.empty() && pending_ids.empty()) return;
-    if (piece.empty()) return;  // ids wait for the text they produce
-    GenerationDelta d;
-    d.text = std::move(piece);
-    d.token_ids.swap(pending_ids);
-    const auto now = Clock::now();
-    if (!*emitted) {
-      const double ttft = absl::ToDoubleMilliseconds(absl::Now() - r.request.arrived);
-      outcome->timings.set_ttft_ms(ttft);
-      if (metrics_->ttft != nullptr) metrics_->ttft->WithLabels({model, mode}).value()->Observe(ttft / 1e3);
-    } else if (metrics_->itl != nullptr) {
-      metrics_->itl->WithLabels({model}).value()->Observe(std::chrono::duration<double>(now - last_emit).count());
-    }
-    last_emit = now;
-    *emitted = true;
-    if (!sink.OnDelta(d)) {
-      client_gone = true;
-      ctx.TryCancel();
-    }
-  };
-  scd::v1::DecodeEvent ev;
-  while (!client_gone && !stopped && reader->Read(&ev)) {
-    if (ev.has_token()) {
-      if (ev.token().has_first_token_timings()) {
-        const auto& t = ev.token().first_token_timings();
-        outcome->timings.set_rebuild_ms(t.rebuild_ms());
-        outcome->timings.set_suffix_prefill_ms(t.suffix_prefill_ms());
-        outcome->timings.set_sekv_build_ms(t.sekv_build_ms());
-      }
-      if (ev.token().id() < 0) continue;
-      ++generated;
-      pending_ids.push_back(ev.token().id());
-      emit(stops.Push(text.Push(ev.token().id()), &stopped));
-      if (stopped) ctx.TryCancel();
-    } else if (ev.has_done()) {
-      const auto& d = ev.done();
-      outcome->finish_reason = d.finish_reason() == "length" ? "length" : "stop";
-      outcome->prompt_tokens = static_cast<int>(r.tokens.size());
-      outcome->completion_tokens = d.completion_tokens();
-      outcome->timings.set_rebuild_ms(d.timings().rebuild_ms());
-      outcome->timings.set_suffix_prefill_ms(d.timings().suffix_prefill_ms());
-      outcome->timings.set_sekv_build_ms(d.timings().sekv_build_ms());
-      outcome->timings.set_decode_ms(d.timings().decode_ms());
-      done = true;
-    } else if (ev.has_error()) {
-      grpc::Status unused = reader->Finish();
-      (void)unused;
-      return absl::Status(static_cast<absl::StatusCode>(ev.error().code()),
-                          absl::StrCat("decode daemon ", route.instance_id, ": ", ev.error().message()));
-    }
-  }
-  if (client_gone) {
-    reader->Finish();
-    return absl::CancelledError("the client went away");
-  }
-  if (stopped) {
-    reader->Finish();
-    outcome->finish_reason = "stop";
-    outcome->prompt_tokens = static_cast<int>(r.tokens.size());
-    outcome->completion_tokens = generated;
-    return absl::OkStatus();
-  }
-  grpc::Status gs = reader->Finish();
-  if (!done) {
-    if (sink.Cancelled()) return absl::CancelledError("the client went away");
-    absl::Status st = gs.ok() ? absl::UnavailableError("the decode stream ended without a final event")
-                              : rpc::FromGrpcStatus(gs);
-    return absl::Status(st.code(), absl::StrCat("decode daemon ", route.instance_id, " at ",
-                                                route.rpc_address, ": ", std::string(st.message())));
-  }
-  emit(stops.Push(text.Flush(), &stopped));
-  emit(stops.Flush());
-  return absl::OkStatus();
+  CancelWatcher watcher(sink, ctx);
+  DecodeStream stream(*this, r, route, ctx, sink, outcome, emitted);
+  return stream.Read(*reader);
 }
 
 absl::StatusOr<GenerationOutcome> GenerationPipeline::Run(const PreparedRequest& r,

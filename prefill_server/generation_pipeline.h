@@ -124,11 +124,17 @@ class GenerationPipeline {
  private:
   struct Encoded;
   struct Metrics;
+  struct DecodeStream;
   absl::StatusOr<Encoded> BuildPayload(const PreparedRequest& r, scd::v1::Timings* timings);
   // One attempt on one decode daemon. *emitted tells whether any token reached the sink.
   absl::Status Attempt(const PreparedRequest& r, const Encoded& payload,
                        const rpc::DecodeLease& lease, GenerationSink& sink,
                        GenerationOutcome* outcome, bool* emitted);
+  // The attempt's request to the daemon at `route`; a payload too large to go inline is sent
+  // on the data plane first (its time in outcome's timings).
+  absl::Status FillDecodeRequest(const PreparedRequest& r, const Encoded& payload,
+                                 const rpc::DecodeRoute& route, scd::v1::DecodeRequest* req,
+                                 GenerationOutcome* outcome);
   std::shared_ptr<scd::v1::Decode::Stub> StubFor(const std::string& rpc_address);
   void CountError(const std::string& model, const absl::Status& st);
 

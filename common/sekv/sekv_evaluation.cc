@@ -66,6 +66,46 @@ absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(const std::string& method,
   return std::unique_ptr<KvCache>(std::move(c));
 }
 
+// Sums of the text samples' plan figures, reported as means.
+struct PlanTotals {
+  double budget_tokens = 0, window = 0, expand_budget = 0, pin_tokens = 0, anchors = 0, spans = 0,
+         min_span = 0, chunk_size = 0;
+  int plans = 0;
+
+  void Add(const BudgetPlan& p) {
+    budget_tokens += p.budget_tokens;
+    window += p.segmentation.window_length();
+    expand_budget += p.sekv.expand_budget;
+    pin_tokens += p.sekv.pin_tokens;
+    anchors += p.segmentation.anchors.size();
+    spans += p.segmentation.spans.size();
+    min_span += p.sekv.segmenter.min_span;
+    chunk_size += p.chunk.chunk_size;
+    ++plans;
+  }
+  nlohmann::json Means() const {
+    return {{"budget_tokens", budget_tokens / plans},
+            {"window", window / plans},
+            {"expand_budget", expand_budget / plans},
+            {"pin_tokens", pin_tokens / plans},
+            {"anchors", anchors / plans},
+            {"spans", spans / plans},
+            {"min_span", min_span / plans},
+            {"chunk_size", chunk_size / plans},
+            {"text_samples_planned", plans}};
+  }
+};
+
+// One prompt's plans: as configured, and without pins for the ablations that plan every
+// zoom-in slot as expansion buffer.
+struct PromptPlans {
+  BudgetPlan plan, no_pin;
+
+  const BudgetPlan& For(const std::string& method) const {
+    return method == "sekv-span" || method == "sekv-nopin" ? no_pin : plan;
+  }
+};
+
 void Harvest(const KvCache& cache, Accum& a) {
   const auto* s = dynamic_cast<const SekvCache*>(&cache);
   if (s == nullptr) return;
@@ -158,6 +198,264 @@ std::vector<NiahCase> MakeNiahCases(const std::vector<eval::BabiStory>& stories,
   return out;
 }
 
+std::vector<std::string> MethodNames(const SekvEvalConfig& cfg) {
+  std::vector<std::string> methods = {"full", "sekv", "h2o", "chunk"};
+  if (cfg.ablate) {
+    for (const char* m : {"sekv-nozoom", "sekv-span", "sekv-nopin"}) methods.push_back(m);
+  }
+  return methods;
+}
+
+BudgetShares NoPinShares(BudgetShares shares) {
+  shares.pin_share = 0;
+  return shares;
+}
+
+// What the steps of one SekvEvaluator::Run share: the pair, the decoder, the methods and the
+// sums per method.
+struct SekvRun {
+  SekvRun(const SekvEvalConfig& c, const std::function<void(const std::string&)>& p, Backend& prod,
+          Backend& cons, const Tokenizer& tok, const std::shared_ptr<const ZoomRouter>& rt,
+          std::unique_ptr<SekvDecoder> d)
+      : cfg(c),
+        progress(p),
+        producer(prod),
+        consumer(cons),
+        tokenizer(tok),
+        router(rt),
+        dec(std::move(d)),
+        shape(dec->shape()),
+        vocab(cons.model().config.vocab_size),
+        ctx(std::min(c.context, cons.model().config.max_position_embeddings)),
+        methods(MethodNames(c)),
+        no_pin_shares(NoPinShares(c.shares)),
+        acc(methods.size()) {
+    for (Accum& a : acc) a.niah.resize(cfg.niah_depths.size());
+  }
+
+  void Say(const std::string& s) const {
+    if (progress) progress(s);
+  }
+  PromptPlans Plan(const std::vector<float>& surprisal) const {
+    return {PlanBudget(surprisal, cfg.budget, cfg.sekv, cfg.shares, shape.head_dim),
+            PlanBudget(surprisal, cfg.budget, cfg.sekv, no_pin_shares, shape.head_dim)};
+  }
+
+  const SekvEvalConfig& cfg;
+  const std::function<void(const std::string&)>& progress;
+  Backend& producer;
+  Backend& consumer;
+  const Tokenizer& tokenizer;
+  const std::shared_ptr<const ZoomRouter>& router;
+  std::unique_ptr<SekvDecoder> dec;
+  const CacheShape shape;
+  const int vocab, ctx;
+  const std::vector<std::string> methods;
+  const BudgetShares no_pin_shares;
+  std::vector<Accum> acc;
+  PlanTotals plans;
+  // The bAbI and needle prefixes: through the SCD codec when `through_scd`, else oracle.
+  std::unique_ptr<ProducerCodec> enc;
+  std::unique_ptr<ConsumerCodec> cdec;
+  bool through_scd = false;
+};
+
+// The consumer's own prefill of `ids`: oracle K/V and surprisal.
+absl::StatusOr<PrefixKv> OraclePrefix(SekvRun& r, absl::Span<const int32_t> ids) {
+  const int t = static_cast<int>(ids.size());
+  PrefillOptions po;
+  po.layer_states = po.surprisal = true;
+  PrefillResult pr;
+  SCD_ASSIGN_OR_RETURN(auto seq, r.consumer.NewSequence(t));
+  SCD_RETURN_IF_ERROR(r.consumer.Prefill(*seq, ids, po, &pr));
+  return r.dec->MakePrefix(pr.layers, t, pr.surprisal);
+}
+
+// Decodes the text sample's scored tokens teacher-forced through method m's cache and adds
+// perplexity, KL and top-1 against the full cache's logits to its sums.
+absl::Status ScoreTextMethod(SekvRun& r, size_t m, const std::vector<int32_t>& ids, int p,
+                             const PrefixKv& prefix, const PromptPlans& plans,
+                             const std::vector<float>& full_logits, std::vector<float>& logits) {
+  Accum& a = r.acc[m];
+  const std::string& method = r.methods[m];
+  SCD_ASSIGN_OR_RETURN(auto cache, MakeCache(method, r.shape, prefix, plans.For(method), r.router));
+  for (int i = p; i < r.ctx - 1; ++i) {
+    const auto ref =
+        absl::MakeConstSpan(full_logits).subspan(static_cast<size_t>(i) * r.vocab, r.vocab);
+    if (method == "full") {  // the prefill is the full cache's decode
+      SCD_ASSIGN_OR_RETURN(double nll,
+                           eval::SumNll(ref, r.vocab, absl::MakeConstSpan(&ids[i + 1], 1)));
+      a.nll += nll;
+      a.top1 += 1;
+      ++a.rows;
+      continue;
+    }
+    SCD_RETURN_IF_ERROR(r.dec->Step(ids[i], i, *cache, &logits));
+    if (i == p) a.memory += cache->Memory();
+    SCD_ASSIGN_OR_RETURN(eval::LogitAgreement agree, eval::CompareLogitRows(ref, logits, r.vocab));
+    SCD_ASSIGN_OR_RETURN(double nll,
+                         eval::SumNll(logits, r.vocab, absl::MakeConstSpan(&ids[i + 1], 1)));
+    a.nll += nll;
+    a.kl += agree.mean_kl;
+    a.top1 += agree.top1_agreement;
+    ++a.rows;
+  }
+  if (method == "full") a.memory += cache->Memory();
+  Harvest(*cache, a);
+  return absl::OkStatus();
+}
+
+// One packed text sample: the first p tokens are the prompt, the rest are scored.
+absl::Status ScoreTextSample(SekvRun& r, const std::vector<int32_t>& ids, int p,
+                             std::vector<float>& logits) {
+  SCD_ASSIGN_OR_RETURN(PrefixKv prefix, OraclePrefix(r, absl::MakeConstSpan(ids).first(p)));
+  PrefillOptions all;
+  all.all_logits = true;
+  PrefillResult full;
+  SCD_ASSIGN_OR_RETURN(auto fseq, r.consumer.NewSequence(r.ctx));
+  SCD_RETURN_IF_ERROR(r.consumer.Prefill(*fseq, ids, all, &full));
+  const PromptPlans plans = r.Plan(prefix.surprisal);
+  r.plans.Add(plans.plan);
+  for (size_t m = 0; m < r.methods.size(); ++m) {
+    SCD_RETURN_IF_ERROR(ScoreTextMethod(r, m, ids, p, prefix, plans, full.logits, logits));
+  }
+  return absl::OkStatus();
+}
+
+// Text: perplexity, KL and top-1 against the full cache.
+absl::Status RunText(SekvRun& r) {
+  if (r.cfg.text_file.empty()) return absl::OkStatus();
+  SCD_ASSIGN_OR_RETURN(auto passages, eval::ReadPassages(r.cfg.text_file));
+  const auto samples = PackPassages(r.tokenizer, passages, r.ctx, r.cfg.text_samples);
+  if (samples.empty())
+    return absl::InvalidArgumentError("the text file gives no full-context sample");
+  const int p = r.ctx - r.cfg.scored_tokens;
+  if (p < 16 || r.cfg.scored_tokens < 2)
+    return absl::InvalidArgumentError("scored_tokens leaves no prompt");
+  std::vector<float> logits;
+  for (size_t si = 0; si < samples.size(); ++si) {
+    SCD_RETURN_IF_ERROR(ScoreTextSample(r, samples[si], p, logits));
+    if ((si + 1) % 10 == 0 || si + 1 == samples.size()) {
+      std::string line = absl::StrFormat("text %zu/%zu:", si + 1, samples.size());
+      for (size_t m = 0; m < r.methods.size(); ++m) {
+        absl::StrAppendFormat(&line, " %s ppl %.4f", r.methods[m],
+                              std::exp(r.acc[m].nll / std::max(r.acc[m].rows, 1L)));
+      }
+      r.Say(line);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The prefix through the full SCD path: the producer prefills, the scd codec encodes,
+// serialises, parses and rebuilds the consumer's pre-RoPE K/V.
+absl::StatusOr<PrefixKv> ScdPrefix(SekvRun& r, absl::Span<const int32_t> prefix_ids) {
+  const int t = static_cast<int>(prefix_ids.size());
+  PrefillResult states;
+  SCD_ASSIGN_OR_RETURN(auto pseq, r.producer.NewSequence(t));
+  SCD_RETURN_IF_ERROR(
+      r.producer.Prefill(*pseq, prefix_ids, ProducerPrefillOptions(CodecMode::kScd), &states));
+  SCD_ASSIGN_OR_RETURN(Payload payload, r.enc->Encode(CodecMode::kScd, prefix_ids, states));
+  SCD_ASSIGN_OR_RETURN(Payload parsed, ParsePayload(SerializePayload(payload)));
+  KvCaptureBackend capture(r.consumer);
+  SCD_ASSIGN_OR_RETURN(auto cseq, capture.NewSequence(t));
+  SCD_RETURN_IF_ERROR(r.cdec->Rebuild(parsed, capture, *cseq));
+  // The surprisal travels in the payload; the producer's prefill computed it.
+  return r.dec->MakePrefix(capture.TakeCaptured(), states.surprisal);
+}
+
+// bAbI and the needle probe share one prompt → prefix → answer path: every method answers
+// the prompt `ids` and `record` gets its score against `reference`.
+absl::Status AnswerAll(SekvRun& r, const std::vector<int32_t>& ids, const std::string& reference,
+                       const std::function<void(size_t, const eval::QaScore&)>& record) {
+  const int t = static_cast<int>(ids.size());
+  const auto prefix_ids = absl::MakeConstSpan(ids).first(t - 1);
+  SCD_ASSIGN_OR_RETURN(PrefixKv prefix,
+                       r.through_scd ? ScdPrefix(r, prefix_ids) : OraclePrefix(r, prefix_ids));
+  const PromptPlans plans = r.Plan(prefix.surprisal);
+  for (size_t m = 0; m < r.methods.size(); ++m) {
+    SCD_ASSIGN_OR_RETURN(
+        auto cache, MakeCache(r.methods[m], r.shape, prefix, plans.For(r.methods[m]), r.router));
+    SCD_ASSIGN_OR_RETURN(std::string answer,
+                         GreedyAnswer(*r.dec, *cache, ids[t - 1], t - 1, r.cfg.max_answer_tokens,
+                                      r.tokenizer, r.acc[m]));
+    record(m, eval::ScoreAnswer(answer, reference));
+  }
+  return absl::OkStatus();
+}
+
+// bAbI question answering; returns the number of examples scored.
+absl::StatusOr<int> RunBabi(SekvRun& r, const std::vector<eval::BabiStory>& stories) {
+  int babi_examples = 0;
+  if (r.cfg.babi_files.empty()) return babi_examples;
+  eval::BabiOptions bo;
+  bo.max_examples = r.cfg.max_examples;
+  bo.max_examples_per_file = r.cfg.max_examples_per_file;
+  eval::BabiContextOptions fit;
+  fit.max_prompt_tokens = r.ctx - r.cfg.max_answer_tokens;
+  SCD_ASSIGN_OR_RETURN(auto qa,
+                       eval::FitBabiExamplesToContext(stories, eval::MakeBabiExamples(stories, bo),
+                                                      r.tokenizer, fit));
+  for (size_t i = 0; i < qa.size(); ++i) {
+    const std::vector<int32_t> ids = r.tokenizer.Encode(qa[i].prompt);
+    if (ids.size() < 2 || static_cast<int>(ids.size()) + r.cfg.max_answer_tokens > r.ctx) continue;
+    const std::string& loc = qa[i].location;
+    const std::string file = loc.substr(0, loc.rfind(':'));
+    const std::string base = file.substr(file.rfind('/') + 1);
+    SCD_RETURN_IF_ERROR(AnswerAll(r, ids, qa[i].answer, [&](size_t m, const eval::QaScore& s) {
+      r.acc[m].qa.Add(s);
+      r.acc[m].by_file[base].Add(s);
+    }));
+    ++babi_examples;
+    if (babi_examples % 50 == 0 || i + 1 == qa.size()) {
+      std::string line = absl::StrFormat("bAbI %d/%zu:", babi_examples, qa.size());
+      for (size_t m = 0; m < r.methods.size(); ++m) {
+        absl::StrAppendFormat(&line, " %s F1 %.3f", r.methods[m], r.acc[m].qa.f1.mean());
+      }
+      r.Say(line);
+    }
+  }
+  return babi_examples;
+}
+
+// Needle in a haystack: accuracy per depth.
+absl::Status RunNeedleProbe(SekvRun& r, const std::vector<eval::BabiStory>& stories) {
+  if (r.cfg.niah_trials <= 0 || stories.empty()) return absl::OkStatus();
+  const auto cases = MakeNiahCases(stories, r.tokenizer, r.cfg);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<int32_t> ids = r.tokenizer.Encode(cases[i].prompt);
+    SCD_RETURN_IF_ERROR(AnswerAll(r, ids, cases[i].answer, [&](size_t m, const eval::QaScore& s) {
+      r.acc[m].niah[cases[i].depth_index].Add(s.em);
+    }));
+  }
+  r.Say(absl::StrFormat("needle probe: %zu prompts", cases.size()));
+  return absl::OkStatus();
+}
+
+MethodReport MakeMethodReport(const std::string& name, const Accum& a, int babi_examples) {
+  MethodReport r;
+  r.name = name;
+  r.memory = a.memory;
+  r.text_nll = a.nll;
+  r.text_kl = a.kl;
+  r.text_top1 = a.top1;
+  r.text_rows = a.rows;
+  r.f1 = a.qa.f1.mean();
+  r.em = a.qa.em.mean();
+  r.babi_examples = babi_examples;
+  for (const auto& [f, agg] : a.by_file)
+    r.f1_by_file[f] = {agg.f1.mean(), static_cast<int>(agg.f1.count())};
+  for (const auto& n : a.niah) r.niah_accuracy.push_back(n.mean());
+  r.expanded_tokens_per_step =
+      a.zoom_rounds > 0 ? static_cast<double>(a.expanded_tokens) / a.zoom_rounds : 0;
+  r.candidate_tokens_per_step =
+      a.zoom_rounds > 0 ? static_cast<double>(a.candidate_tokens) / a.zoom_rounds : 0;
+  r.fetch_hit_rate =
+      a.fetch_requests > 0 ? static_cast<double>(a.fetch_hits) / a.fetch_requests : 0;
+  r.fetch_wait_ms = a.wait_ms;
+  return r;
+}
+
 }  // namespace
 
 double MethodReport::ppl() const { return text_rows > 0 ? std::exp(text_nll / text_rows) : 0; }
@@ -235,236 +533,30 @@ absl::StatusOr<std::unique_ptr<SekvEvaluator>> SekvEvaluator::Create(
 
 absl::StatusOr<SekvEvalReport> SekvEvaluator::Run(
     const SekvEvalConfig& cfg, const std::function<void(const std::string&)>& progress) {
-  auto say = [&](const std::string& s) {
-    if (progress) progress(s);
-  };
   SCD_RETURN_IF_ERROR(CheckBudget(cfg.budget));
   SCD_ASSIGN_OR_RETURN(auto dec, SekvDecoder::Create(Unowned(consumer_.model())));
-  const CacheShape shape = dec->shape();
-  const int vocab = consumer_.model().config.vocab_size;
-  const int ctx = std::min(cfg.context, consumer_.model().config.max_position_embeddings);
-  std::vector<std::string> methods = {"full", "sekv", "h2o", "chunk"};
-  if (cfg.ablate) {
-    for (const char* m : {"sekv-nozoom", "sekv-span", "sekv-nopin"}) methods.push_back(m);
-  }
-  // The ablations without pins plan every zoom-in slot as expansion buffer.
-  BudgetShares no_pin_shares = cfg.shares;
-  no_pin_shares.pin_share = 0;
-  auto plan_for = [&](const std::string& method, const BudgetPlan& plan,
-                      const BudgetPlan& no_pin) -> const BudgetPlan& {
-    return method == "sekv-span" || method == "sekv-nopin" ? no_pin : plan;
-  };
-  std::vector<Accum> acc(methods.size());
-  for (Accum& a : acc) a.niah.resize(cfg.niah_depths.size());
-  double plan_g = 0, plan_w = 0, plan_b = 0, plan_p = 0, plan_a = 0, plan_s = 0, plan_ms = 0,
-         plan_chunk = 0;
-  int plans = 0;
-  auto note_plan = [&](const BudgetPlan& p) {
-    plan_g += p.budget_tokens;
-    plan_w += p.segmentation.window_length();
-    plan_b += p.sekv.expand_budget;
-    plan_p += p.sekv.pin_tokens;
-    plan_a += p.segmentation.anchors.size();
-    plan_s += p.segmentation.spans.size();
-    plan_ms += p.sekv.segmenter.min_span;
-    plan_chunk += p.chunk.chunk_size;
-    ++plans;
-  };
+  SekvRun r(cfg, progress, producer_, consumer_, tokenizer_, router_, std::move(dec));
+  SCD_RETURN_IF_ERROR(RunText(r));
 
-  // ---- Text: perplexity, KL and top-1 against the full cache. ----
-  if (!cfg.text_file.empty()) {
-    SCD_ASSIGN_OR_RETURN(auto passages, eval::ReadPassages(cfg.text_file));
-    const auto samples = PackPassages(tokenizer_, passages, ctx, cfg.text_samples);
-    if (samples.empty())
-      return absl::InvalidArgumentError("the text file gives no full-context sample");
-    const int p = ctx - cfg.scored_tokens;
-    if (p < 16 || cfg.scored_tokens < 2)
-      return absl::InvalidArgumentError("scored_tokens leaves no prompt");
-    std::vector<float> logits;
-    for (size_t si = 0; si < samples.size(); ++si) {
-      const auto& ids = samples[si];
-      PrefillOptions po;
-      po.layer_states = po.surprisal = true;
-      PrefillResult pr;
-      SCD_ASSIGN_OR_RETURN(auto seq, consumer_.NewSequence(p));
-      SCD_RETURN_IF_ERROR(consumer_.Prefill(*seq, absl::MakeConstSpan(ids).first(p), po, &pr));
-      SCD_ASSIGN_OR_RETURN(PrefixKv prefix, dec->MakePrefix(pr.layers, p, pr.surprisal));
-      PrefillOptions all;
-      all.all_logits = true;
-      PrefillResult full;
-      SCD_ASSIGN_OR_RETURN(auto fseq, consumer_.NewSequence(ctx));
-      SCD_RETURN_IF_ERROR(consumer_.Prefill(*fseq, ids, all, &full));
-      const BudgetPlan plan =
-          PlanBudget(prefix.surprisal, cfg.budget, cfg.sekv, cfg.shares, shape.head_dim);
-      const BudgetPlan no_pin =
-          PlanBudget(prefix.surprisal, cfg.budget, cfg.sekv, no_pin_shares, shape.head_dim);
-      note_plan(plan);
-      for (size_t m = 0; m < methods.size(); ++m) {
-        Accum& a = acc[m];
-        SCD_ASSIGN_OR_RETURN(auto cache, MakeCache(methods[m], shape, prefix,
-                                                   plan_for(methods[m], plan, no_pin), router_));
-        for (int i = p; i < ctx - 1; ++i) {
-          const auto ref =
-              absl::MakeConstSpan(full.logits).subspan(static_cast<size_t>(i) * vocab, vocab);
-          if (methods[m] == "full") {  // the prefill is the full cache's decode
-            SCD_ASSIGN_OR_RETURN(double nll,
-                                 eval::SumNll(ref, vocab, absl::MakeConstSpan(&ids[i + 1], 1)));
-            a.nll += nll;
-            a.top1 += 1;
-            ++a.rows;
-            continue;
-          }
-          SCD_RETURN_IF_ERROR(dec->Step(ids[i], i, *cache, &logits));
-          if (i == p) a.memory += cache->Memory();
-          SCD_ASSIGN_OR_RETURN(eval::LogitAgreement agree,
-                               eval::CompareLogitRows(ref, logits, vocab));
-          SCD_ASSIGN_OR_RETURN(double nll,
-                               eval::SumNll(logits, vocab, absl::MakeConstSpan(&ids[i + 1], 1)));
-          a.nll += nll;
-          a.kl += agree.mean_kl;
-          a.top1 += agree.top1_agreement;
-          ++a.rows;
-        }
-        if (methods[m] == "full") a.memory += cache->Memory();
-        Harvest(*cache, a);
-      }
-      if ((si + 1) % 10 == 0 || si + 1 == samples.size()) {
-        std::string line = absl::StrFormat("text %zu/%zu:", si + 1, samples.size());
-        for (size_t m = 0; m < methods.size(); ++m) {
-          absl::StrAppendFormat(&line, " %s ppl %.4f", methods[m],
-                                std::exp(acc[m].nll / std::max(acc[m].rows, 1L)));
-        }
-        say(line);
-      }
-    }
-  }
-
-  // ---- bAbI and the needle probe share one prompt → prefix → answer path. ----
-  SCD_ASSIGN_OR_RETURN(auto enc, ProducerCodec::Create(Unowned(producer_.model()),
-                                                       consumer_.model().digest, scd_, {}));
-  SCD_ASSIGN_OR_RETURN(auto cdec, ConsumerCodec::Create(Unowned(consumer_.model()),
-                                                        producer_.model().digest, scd_, {}));
-  const bool through_scd = scd_ != nullptr;
-  auto make_prefix = [&](absl::Span<const int32_t> prefix_ids) -> absl::StatusOr<PrefixKv> {
-    const int t = static_cast<int>(prefix_ids.size());
-    if (!through_scd) {
-      PrefillOptions po;
-      po.layer_states = po.surprisal = true;
-      PrefillResult pr;
-      SCD_ASSIGN_OR_RETURN(auto seq, consumer_.NewSequence(t));
-      SCD_RETURN_IF_ERROR(consumer_.Prefill(*seq, prefix_ids, po, &pr));
-      return dec->MakePrefix(pr.layers, t, pr.surprisal);
-    }
-    PrefillResult states;
-    SCD_ASSIGN_OR_RETURN(auto pseq, producer_.NewSequence(t));
-    SCD_RETURN_IF_ERROR(
-        producer_.Prefill(*pseq, prefix_ids, ProducerPrefillOptions(CodecMode::kScd), &states));
-    SCD_ASSIGN_OR_RETURN(Payload payload, enc->Encode(CodecMode::kScd, prefix_ids, states));
-    SCD_ASSIGN_OR_RETURN(Payload parsed, ParsePayload(SerializePayload(payload)));
-    KvCaptureBackend capture(consumer_);
-    SCD_ASSIGN_OR_RETURN(auto cseq, capture.NewSequence(t));
-    SCD_RETURN_IF_ERROR(cdec->Rebuild(parsed, capture, *cseq));
-    // The surprisal travels in the payload; the producer's prefill computed it.
-    return dec->MakePrefix(capture.TakeCaptured(), states.surprisal);
-  };
-  auto answer_all =
-      [&](const std::vector<int32_t>& ids, const std::string& reference,
-          const std::function<void(size_t, const eval::QaScore&)>& record) -> absl::Status {
-    const int t = static_cast<int>(ids.size());
-    SCD_ASSIGN_OR_RETURN(PrefixKv prefix, make_prefix(absl::MakeConstSpan(ids).first(t - 1)));
-    const BudgetPlan plan =
-        PlanBudget(prefix.surprisal, cfg.budget, cfg.sekv, cfg.shares, shape.head_dim);
-    const BudgetPlan no_pin =
-        PlanBudget(prefix.surprisal, cfg.budget, cfg.sekv, no_pin_shares, shape.head_dim);
-    for (size_t m = 0; m < methods.size(); ++m) {
-      SCD_ASSIGN_OR_RETURN(auto cache, MakeCache(methods[m], shape, prefix,
-                                                 plan_for(methods[m], plan, no_pin), router_));
-      SCD_ASSIGN_OR_RETURN(
-          std::string answer,
-          GreedyAnswer(*dec, *cache, ids[t - 1], t - 1, cfg.max_answer_tokens, tokenizer_, acc[m]));
-      record(m, eval::ScoreAnswer(answer, reference));
-    }
-    return absl::OkStatus();
-  };
-
-  int babi_examples = 0;
+  SCD_ASSIGN_OR_RETURN(
+      r.enc, ProducerCodec::Create(Unowned(producer_.model()), consumer_.model().digest, scd_, {}));
+  SCD_ASSIGN_OR_RETURN(r.cdec, ConsumerCodec::Create(Unowned(consumer_.model()),
+                                                     producer_.model().digest, scd_, {}));
+  r.through_scd = scd_ != nullptr;
   std::vector<eval::BabiStory> stories;
   if (!cfg.babi_files.empty()) {
     SCD_ASSIGN_OR_RETURN(stories, eval::ReadBabiFiles(cfg.babi_files));
-    eval::BabiOptions bo;
-    bo.max_examples = cfg.max_examples;
-    bo.max_examples_per_file = cfg.max_examples_per_file;
-    eval::BabiContextOptions fit;
-    fit.max_prompt_tokens = ctx - cfg.max_answer_tokens;
-    SCD_ASSIGN_OR_RETURN(
-        auto qa, eval::FitBabiExamplesToContext(stories, eval::MakeBabiExamples(stories, bo),
-                                                tokenizer_, fit));
-    for (size_t i = 0; i < qa.size(); ++i) {
-      const std::vector<int32_t> ids = tokenizer_.Encode(qa[i].prompt);
-      if (ids.size() < 2 || static_cast<int>(ids.size()) + cfg.max_answer_tokens > ctx) continue;
-      const std::string& loc = qa[i].location;
-      const std::string file = loc.substr(0, loc.rfind(':'));
-      const std::string base = file.substr(file.rfind('/') + 1);
-      SCD_RETURN_IF_ERROR(answer_all(ids, qa[i].answer, [&](size_t m, const eval::QaScore& s) {
-        acc[m].qa.Add(s);
-        acc[m].by_file[base].Add(s);
-      }));
-      ++babi_examples;
-      if (babi_examples % 50 == 0 || i + 1 == qa.size()) {
-        std::string line = absl::StrFormat("bAbI %d/%zu:", babi_examples, qa.size());
-        for (size_t m = 0; m < methods.size(); ++m) {
-          absl::StrAppendFormat(&line, " %s F1 %.3f", methods[m], acc[m].qa.f1.mean());
-        }
-        say(line);
-      }
-    }
   }
-
-  if (cfg.niah_trials > 0 && !stories.empty()) {
-    const auto cases = MakeNiahCases(stories, tokenizer_, cfg);
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const std::vector<int32_t> ids = tokenizer_.Encode(cases[i].prompt);
-      SCD_RETURN_IF_ERROR(answer_all(ids, cases[i].answer, [&](size_t m, const eval::QaScore& s) {
-        acc[m].niah[cases[i].depth_index].Add(s.em);
-      }));
-    }
-    say(absl::StrFormat("needle probe: %zu prompts", cases.size()));
-  }
+  SCD_ASSIGN_OR_RETURN(const int babi_examples, RunBabi(r, stories));
+  SCD_RETURN_IF_ERROR(RunNeedleProbe(r, stories));
 
   SekvEvalReport report;
   report.budget = cfg.budget;
-  report.kv_source_babi = through_scd ? "scd" : "oracle";
+  report.kv_source_babi = r.through_scd ? "scd" : "oracle";
   report.niah_depths = cfg.niah_depths;
-  if (plans > 0) {
-    report.plan = {{"budget_tokens", plan_g / plans}, {"window", plan_w / plans},
-                   {"expand_budget", plan_b / plans}, {"pin_tokens", plan_p / plans},
-                   {"anchors", plan_a / plans},       {"spans", plan_s / plans},
-                   {"min_span", plan_ms / plans},     {"chunk_size", plan_chunk / plans},
-                   {"text_samples_planned", plans}};
-  }
-  for (size_t m = 0; m < methods.size(); ++m) {
-    const Accum& a = acc[m];
-    MethodReport r;
-    r.name = methods[m];
-    r.memory = a.memory;
-    r.text_nll = a.nll;
-    r.text_kl = a.kl;
-    r.text_top1 = a.top1;
-    r.text_rows = a.rows;
-    r.f1 = a.qa.f1.mean();
-    r.em = a.qa.em.mean();
-    r.babi_examples = babi_examples;
-    for (const auto& [f, agg] : a.by_file)
-      r.f1_by_file[f] = {agg.f1.mean(), static_cast<int>(agg.f1.count())};
-    for (const auto& n : a.niah) r.niah_accuracy.push_back(n.mean());
-    r.expanded_tokens_per_step =
-        a.zoom_rounds > 0 ? static_cast<double>(a.expanded_tokens) / a.zoom_rounds : 0;
-    r.candidate_tokens_per_step =
-        a.zoom_rounds > 0 ? static_cast<double>(a.candidate_tokens) / a.zoom_rounds : 0;
-    r.fetch_hit_rate =
-        a.fetch_requests > 0 ? static_cast<double>(a.fetch_hits) / a.fetch_requests : 0;
-    r.fetch_wait_ms = a.wait_ms;
-    report.methods.push_back(r);
+  if (r.plans.plans > 0) report.plan = r.plans.Means();
+  for (size_t m = 0; m < r.methods.size(); ++m) {
+    report.methods.push_back(MakeMethodReport(r.methods[m], r.acc[m], babi_examples));
   }
   return report;
 }

@@ -12,6 +12,7 @@
 #include "common/base/status_macros.h"
 #include "common/scd/wire_format.h"
 #include "common/sekv/budget_plan.h"
+#include "common/serving/decode_engine_request.h"
 #include "common/serving/payload_chunks.h"
 
 namespace scd {
@@ -24,74 +25,19 @@ int RequestCapacity(int64_t prompt_tokens, int64_t max_tokens, int max_positions
   return static_cast<int>(std::min<int64_t>(max_positions, prompt_tokens + max_tokens));
 }
 
-// One position's K and V over every layer, in F32: a row of a SEKV request's host cache.
-int64_t F32PositionBytes(const ModelConfig& c) {
-  return 2 * static_cast<int64_t>(sizeof(float)) * c.num_layers * c.kv_dim();
+// The ranges of the options Create checks itself.
+absl::Status CheckOptions(const DecodeEngineOptions& options) {
+  if (options.max_batch < 1 || options.max_queue < 0 || options.prefill_chunk < 0 ||
+      options.rebuild_chunk < 0 || options.kv_budget_bytes < 0 || options.sekv.max_host_bytes < 0 ||
+      !(options.kv_memory_fraction >= 0 && options.kv_memory_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        "max_batch must be >= 1, max_queue >= 0, prefill_chunk >= 0, rebuild_chunk >= 0, "
+        "kv_budget_bytes >= 0, kv_memory_fraction in [0, 1] and sekv.max_host_bytes >= 0");
+  }
+  return absl::OkStatus();
 }
 
-// Bytes of the engine's KV budget held by one request, given back when it is destroyed.
-class KvReservation {
- public:
-  KvReservation() = default;
-  KvReservation(const KvReservation&) = delete;
-  KvReservation& operator=(const KvReservation&) = delete;
-  ~KvReservation() { Set(0); }
-
-  // Holds `bytes` of `pool` (the first call names the pool).
-  void Set(int64_t bytes, std::atomic<int64_t>* pool = nullptr) {
-    if (pool != nullptr) pool_ = pool;
-    if (pool_ != nullptr) pool_->fetch_add(bytes - bytes_);
-    bytes_ = bytes;
-  }
-  int64_t bytes() const { return bytes_; }
-
- private:
-  std::atomic<int64_t>* pool_ = nullptr;
-  int64_t bytes_ = 0;
-};
-
 }  // namespace
-
-struct DecodeEngine::Active {
-  // Declared first, so destroyed last: after the sequence or hierarchy's device part it
-  // stands for.
-  KvReservation kv, host;              // device KV; SEKV host memory (prompt, then hierarchy)
-  int64_t kv_need = 0, host_need = 0;  // the reservations it needs to be admitted (Submit)
-  bool waited_for_kv = false, waited_for_host = false;
-  DecodeJob job;  // its payload bytes are parsed into `payload` on submission
-  bool has_payload = false;
-  bool use_sekv = false;  // the SEKV path (DecodeEngine::UsesSekv), decided on submission
-  absl::StatusOr<Payload> payload = Payload{};  // empty without one
-  DecodeCallback callback;
-  Clock::time_point submitted;
-  std::unique_ptr<Sequence> seq;    // the backend path
-  std::unique_ptr<SekvSession> sekv;  // the SEKV path
-  int capacity = 0;                   // positions the request may reach
-  std::unique_ptr<Sampler> sampler;
-  std::vector<int32_t> stops;
-  int prompt_tokens = 0;
-  int generated = 0;
-  int32_t next_input = -1;
-  DecodeTimings timings;
-  bool done = false;
-  // The SEKV path's hierarchy, built on its own thread while the loop steps the others;
-  // `built` and `build_ready` are written by that thread under mu_.
-  std::thread build;
-  absl::StatusOr<std::unique_ptr<SekvSession>> built;
-  bool build_ready = false;
-  // The SEKV path's prompt while it is prefilled in chunks (PrefillChunks).
-  std::unique_ptr<SekvPrefill> sekv_prefill;
-  // The backend path's payload rows still to rebuild, then its prompt tokens still to
-  // prefill (PrefillChunks); an oracle payload's prefill counts as the rebuild's time.
-  PayloadChunks rebuild;
-  PromptChunks pending;
-
-  // Positions held; 0 once its sequence or SEKV hierarchy is released (Finish).
-  int length() const {
-    if (sekv != nullptr) return sekv->length();
-    return seq != nullptr ? seq->length() : 0;
-  }
-};
 
 WorkspaceShape DecodeEngine::WorkspaceFor(const ModelConfig& config,
                                           const DecodeEngineOptions& options) {
@@ -107,118 +53,133 @@ WorkspaceShape DecodeEngine::WorkspaceFor(const ModelConfig& config,
   return shape;
 }
 
+// The host's available memory, read on first use only: the budgets that take a share of it
+// share one measurement.
+class DecodeEngine::HostReading {
+ public:
+  explicit HostReading(const DecodeEngineOptions& options) : options_(options) {}
+
+  const absl::StatusOr<int64_t>& available() {
+    if (!value_)
+      value_ = options_.host_memory_now ? options_.host_memory_now() : HostMemoryAvailable();
+    return *value_;
+  }
+  // A failed reading, for the key whose share needed it.
+  static absl::Status Error(const char* key, const absl::Status& st) {
+    return absl::Status(st.code(),
+                        absl::StrCat(key, ": the host's available memory: ", st.message()));
+  }
+
+ private:
+  const DecodeEngineOptions& options_;
+  std::optional<absl::StatusOr<int64_t>> value_;
+};
+
 absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     std::unique_ptr<Backend> backend, std::unique_ptr<ConsumerCodec> codec,
     DecodeEngineOptions options) {
   if (backend == nullptr || codec == nullptr) {
     return absl::InvalidArgumentError("DecodeEngine needs a backend and a consumer codec");
   }
-  if (options.max_batch < 1 || options.max_queue < 0 || options.prefill_chunk < 0 ||
-      options.rebuild_chunk < 0 || options.kv_budget_bytes < 0 || options.sekv.max_host_bytes < 0 ||
-      !(options.kv_memory_fraction >= 0 && options.kv_memory_fraction <= 1)) {
-    return absl::InvalidArgumentError(
-        "max_batch must be >= 1, max_queue >= 0, prefill_chunk >= 0, rebuild_chunk >= 0, "
-        "kv_budget_bytes >= 0, kv_memory_fraction in [0, 1] and sekv.max_host_bytes >= 0");
-  }
-  std::unique_ptr<DecodeEngine> e(
-      new DecodeEngine(std::move(backend), std::move(codec), options));
+  SCD_RETURN_IF_ERROR(CheckOptions(options));
+  std::unique_ptr<DecodeEngine> e(new DecodeEngine(std::move(backend), std::move(codec), options));
+  SCD_RETURN_IF_ERROR(e->ReserveScratch());
+  HostReading host(e->options_);
+  if (options.sekv.enabled) SCD_RETURN_IF_ERROR(e->SetUpSekv(host));
+  SCD_RETURN_IF_ERROR(e->ResolveKvBudget(host));
+  e->stats_.kv_budget_bytes = e->kv_budget_;
+  e->thread_ = std::thread([p = e.get()] { p->Loop(); });
+  return e;
+}
+
+absl::Status DecodeEngine::ReserveScratch() {
   // The backend's scratch memory for the largest calls the engine makes, taken now: the
-  // readings of the device's (and host's) memory below then count it, and serving allocates
-  // none beyond the requests' own.
-  const WorkspaceShape shape = WorkspaceFor(e->backend_->model().config, options);
-  if (absl::Status st = e->backend_->ReserveWorkspace(shape); !st.ok()) {
+  // readings of the device's (and host's) memory for the budgets then count it, and serving
+  // allocates none beyond the requests' own.
+  const WorkspaceShape shape = WorkspaceFor(backend_->model().config, options_);
+  if (absl::Status st = backend_->ReserveWorkspace(shape); !st.ok()) {
     return absl::Status(
         st.code(),
         absl::StrCat(
             "the backend's scratch memory for the engine's largest calls (a prefill of ",
-            shape.prefill_tokens, " tokens", options.sekv.enabled ? " with SEKV's K/V" : "",
+            shape.prefill_tokens, " tokens", options_.sekv.enabled ? " with SEKV's K/V" : "",
             ", a decode step of ", shape.decode_rows, " rows up to ", shape.decode_length,
             " positions, a payload chunk of ", shape.append_tokens, " rows): ", st.message(),
             "; lower engine.prefill_chunk, engine.max_batch or engine.rebuild_chunk"));
   }
-  const WorkspaceBytes workspace = e->backend_->Workspace();
-  e->stats_.workspace_device_bytes = static_cast<int64_t>(workspace.device);
-  e->stats_.workspace_host_bytes = static_cast<int64_t>(workspace.pinned_host);
+  const WorkspaceBytes workspace = backend_->Workspace();
+  stats_.workspace_device_bytes = static_cast<int64_t>(workspace.device);
+  stats_.workspace_host_bytes = static_cast<int64_t>(workspace.pinned_host);
   // Likewise the codec's GPU rebuild of scd payloads, for a payload chunk.
-  if (absl::Status st = e->codec_->ReserveRebuild(*e->backend_, shape.append_tokens); !st.ok()) {
+  if (absl::Status st = codec_->ReserveRebuild(*backend_, shape.append_tokens); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("the SCD GPU rebuild's memory for a payload "
                                                 "chunk of ",
                                                 shape.append_tokens, " rows: ", st.message(),
                                                 "; lower engine.rebuild_chunk"));
   }
-  const WorkspaceBytes rebuild = e->codec_->RebuildWorkspace();
-  e->stats_.rebuild_device_bytes = static_cast<int64_t>(rebuild.device);
-  e->stats_.rebuild_host_bytes = static_cast<int64_t>(rebuild.pinned_host);
-  // The budgets that take a share of the host's memory read it once, so that they share one
-  // measurement.
-  std::optional<absl::StatusOr<int64_t>> host_read;
-  auto host_available = [&]() -> const absl::StatusOr<int64_t>& {
-    if (!host_read) {
-      host_read = options.host_memory_now ? options.host_memory_now() : HostMemoryAvailable();
-    }
-    return *host_read;
-  };
-  auto host_error = [](const char* key, const absl::Status& st) {
-    return absl::Status(st.code(),
-                        absl::StrCat(key, ": the host's available memory: ", st.message()));
-  };
-  if (options.sekv.enabled) {
-    SCD_RETURN_IF_ERROR(sekv::CheckBudget(options.sekv.budget));
-    if (options.sekv.min_prompt_tokens < 0) {
-      return absl::InvalidArgumentError("sekv min_prompt_tokens must be >= 0");
-    }
-    // The decoder reads the engine's model, which the backend owns for the engine's lifetime.
-    const Model& m = e->backend_->model();
-    SCD_ASSIGN_OR_RETURN(e->sekv_decoder_, sekv::SekvDecoder::Create(std::shared_ptr<const Model>(
-                                               std::shared_ptr<const Model>(), &m)));
-    e->sekv_tier_ = SekvSession::TierFor(*e->backend_, *e->sekv_decoder_, options.sekv);
-    e->host_budget_ = options.sekv.max_host_bytes;
-    const double fraction = options.sekv.host_memory_fraction;
-    if (!(fraction >= 0 && fraction <= 1)) {
-      return absl::InvalidArgumentError("sekv host_memory_fraction must be in [0, 1]");
-    }
-    if (e->host_budget_ == 0 && fraction > 0) {
-      const absl::StatusOr<int64_t>& available = host_available();
-      if (available.ok()) {
-        // At least one byte: a host with no memory left admits no SEKV request, rather than all.
-        e->host_budget_ =
-            std::max<int64_t>(1, static_cast<int64_t>(fraction * static_cast<double>(*available)));
-      } else if (available.status().code() != absl::StatusCode::kUnimplemented) {
-        return host_error("sekv.host_memory_fraction", available.status());
-      }
-    }
-    e->stats_.sekv_host_budget_bytes = e->host_budget_;
-    e->sekv_on_gpu_ = options.sekv.gpu && sekv::GpuSekv::Applies(*e->backend_);
-    if (e->sekv_on_gpu_ && options.sekv.gpu_zoom == sekv::GpuZoom::kDevice) {
-      SCD_ASSIGN_OR_RETURN(const bool in_place, sekv::GpuSekv::ReadsPageableCpuTier(*e->backend_));
-      e->sekv_may_copy_cpu_tier_ = !in_place;
-    }
+  const WorkspaceBytes rebuild = codec_->RebuildWorkspace();
+  stats_.rebuild_device_bytes = static_cast<int64_t>(rebuild.device);
+  stats_.rebuild_host_bytes = static_cast<int64_t>(rebuild.pinned_host);
+  return absl::OkStatus();
+}
+
+absl::Status DecodeEngine::SetUpSekv(HostReading& host) {
+  SCD_RETURN_IF_ERROR(sekv::CheckBudget(options_.sekv.budget));
+  if (options_.sekv.min_prompt_tokens < 0) {
+    return absl::InvalidArgumentError("sekv min_prompt_tokens must be >= 0");
   }
-  e->kv_budget_ = options.kv_budget_bytes;
-  if (e->kv_budget_ == 0 && options.kv_memory_fraction > 0) {
-    std::optional<int64_t> room;  // what the share is of; none: no limit
-    absl::StatusOr<DeviceMemory> memory = e->backend_->DeviceMemoryNow();
-    if (memory.ok()) {
-      room = static_cast<int64_t>(memory->free_bytes);
-    } else if (memory.status().code() != absl::StatusCode::kUnimplemented) {
-      return memory.status();
-    } else if (const absl::StatusOr<int64_t>& available = host_available(); available.ok()) {
-      // The backend's memory is the host's (the CPU backend): the share is of what the host
-      // has, less the SEKV host budget, which is taken from the same memory.
-      room = std::max<int64_t>(0, *available - e->host_budget_);
-      e->stats_.kv_budget_of_host = true;
+  // The decoder reads the engine's model, which the backend owns for the engine's lifetime.
+  const Model& m = backend_->model();
+  SCD_ASSIGN_OR_RETURN(sekv_decoder_, sekv::SekvDecoder::Create(std::shared_ptr<const Model>(
+                                          std::shared_ptr<const Model>(), &m)));
+  sekv_tier_ = SekvSession::TierFor(*backend_, *sekv_decoder_, options_.sekv);
+  host_budget_ = options_.sekv.max_host_bytes;
+  const double fraction = options_.sekv.host_memory_fraction;
+  if (!(fraction >= 0 && fraction <= 1)) {
+    return absl::InvalidArgumentError("sekv host_memory_fraction must be in [0, 1]");
+  }
+  if (host_budget_ == 0 && fraction > 0) {
+    const absl::StatusOr<int64_t>& available = host.available();
+    if (available.ok()) {
+      // At least one byte: a host with no memory left admits no SEKV request, rather than all.
+      host_budget_ =
+          std::max<int64_t>(1, static_cast<int64_t>(fraction * static_cast<double>(*available)));
     } else if (available.status().code() != absl::StatusCode::kUnimplemented) {
-      return host_error("engine.kv_memory_fraction", available.status());
-    }
-    if (room.has_value()) {
-      // At least one byte: a device with no memory left admits nothing, rather than all.
-      e->kv_budget_ = std::max<int64_t>(
-          1, static_cast<int64_t>(options.kv_memory_fraction * static_cast<double>(*room)));
+      return HostReading::Error("sekv.host_memory_fraction", available.status());
     }
   }
-  e->stats_.kv_budget_bytes = e->kv_budget_;
-  e->thread_ = std::thread([p = e.get()] { p->Loop(); });
-  return e;
+  stats_.sekv_host_budget_bytes = host_budget_;
+  sekv_on_gpu_ = options_.sekv.gpu && sekv::GpuSekv::Applies(*backend_);
+  if (sekv_on_gpu_ && options_.sekv.gpu_zoom == sekv::GpuZoom::kDevice) {
+    SCD_ASSIGN_OR_RETURN(const bool in_place, sekv::GpuSekv::ReadsPageableCpuTier(*backend_));
+    sekv_may_copy_cpu_tier_ = !in_place;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeEngine::ResolveKvBudget(HostReading& host) {
+  kv_budget_ = options_.kv_budget_bytes;
+  if (kv_budget_ != 0 || !(options_.kv_memory_fraction > 0)) return absl::OkStatus();
+  std::optional<int64_t> room;  // what the share is of; none: no limit
+  absl::StatusOr<DeviceMemory> memory = backend_->DeviceMemoryNow();
+  if (memory.ok()) {
+    room = static_cast<int64_t>(memory->free_bytes);
+  } else if (memory.status().code() != absl::StatusCode::kUnimplemented) {
+    return memory.status();
+  } else if (const absl::StatusOr<int64_t>& available = host.available(); available.ok()) {
+    // The backend's memory is the host's (the CPU backend): the share is of what the host
+    // has, less the SEKV host budget, which is taken from the same memory.
+    room = std::max<int64_t>(0, *available - host_budget_);
+    stats_.kv_budget_of_host = true;
+  } else if (available.status().code() != absl::StatusCode::kUnimplemented) {
+    return HostReading::Error("engine.kv_memory_fraction", available.status());
+  }
+  if (room.has_value()) {
+    // At least one byte: a device with no memory left admits nothing, rather than all.
+    kv_budget_ = std::max<int64_t>(
+        1, static_cast<int64_t>(options_.kv_memory_fraction * static_cast<double>(*room)));
+  }
+  return absl::OkStatus();
 }
 
 DecodeEngine::DecodeEngine(std::unique_ptr<Backend> backend, std::unique_ptr<ConsumerCodec> codec,
@@ -390,16 +351,6 @@ bool DecodeEngine::QueueHasExpired() const {
                      [&](const std::unique_ptr<Active>& a) { return Expired(*a, now); });
 }
 
-void DecodeEngine::ReleaseSekv(Active& a) {
-  std::unique_ptr<SekvSession> built;  // only once its build thread is joined
-  if (!a.build.joinable() && a.built.ok()) built = std::move(a.built).value();
-  for (std::unique_ptr<SekvSession>* s : {&a.sekv, &built}) {
-    if (*s == nullptr) continue;
-    (*s)->ReleaseDevice();
-    releaser_.Release(std::move(*s), options_.sekv.before_release);
-  }
-}
-
 void DecodeEngine::Finish(Active& a, DecodeEvent event) {
   if (a.done) return;
   a.done = true;
@@ -429,55 +380,9 @@ void DecodeEngine::Loop() {
     std::unordered_map<uint64_t, bool> cancelled;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      const auto admitted_count = [&] {
-        return static_cast<int>(running_.size() + building_.size() + prefilling_.size());
-      };
-      auto work = [&] {
-        return stopping_ || !running_.empty() || !prefilling_.empty() || builds_ready_ > 0 ||
-               (!queue_.empty() && admitted_count() < options_.max_batch &&
-                DeviceFits(*queue_.front()) && HostFits(*queue_.front())) ||
-               (admitted_count() + 1 < options_.max_batch && NextPastHead() != queue_.end()) ||
-               QueueHasExpired();
-      };
-      // Wake for the builds' cancellations and deadlines now and then, and for the first
-      // deadline of a request still queued (one waiting for KV memory may wait long).
-      absl::Time wake =
-          building_.empty() ? absl::InfiniteFuture() : absl::Now() + absl::Milliseconds(50);
-      for (const auto& a : queue_) wake = std::min(wake, a->job.deadline);
-      if (wake == absl::InfiniteFuture()) {
-        cv_.wait(lock, work);
-      } else {
-        cv_.wait_until(lock, absl::ToChronoTime(wake), work);
-      }
+      WaitForWork(lock);
       if (stopping_) break;
-      const absl::Time now = absl::Now();
-      for (auto it = queue_.begin(); it != queue_.end();) {
-        if (Expired(**it, now)) {
-          expired.push_back(std::move(*it));
-          it = queue_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      while (!queue_.empty() &&
-             admitted_count() + static_cast<int>(admitted.size()) < options_.max_batch &&
-             ReserveKv(*queue_.front())) {
-        admitted.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-      // A head waiting for SEKV host memory alone lets the plain requests behind it pass, in
-      // order, while the KV memory it needs stays free (NextPastHead) and a batch slot is
-      // left for it: they take nothing it waits for, so it starts no later than it would have.
-      for (auto it = NextPastHead();
-           it != queue_.end() &&
-           admitted_count() + static_cast<int>(admitted.size()) + 1 < options_.max_batch;
-           it = NextPastHead()) {
-        Active& a = **it;
-        if (kv_budget_ > 0) a.kv.Set(a.kv_need, &kv_reserved_);
-        ++stats_.admitted_past_host_wait;
-        admitted.push_back(std::move(*it));
-        queue_.erase(it);
-      }
+      TakeFromQueue(&admitted, &expired);
       cancelled = cancelled_;
       stats_.admitted += static_cast<long>(admitted.size());
       // Admitted and expired jobs count as running until they end, so Drain() never misses
@@ -502,9 +407,9 @@ void DecodeEngine::Loop() {
     PrefillChunks(cancelled);
     // Cancellations and deadlines of running requests.
     for (auto& a : running_) EndIfCancelled(*a, cancelled, "during decode");
-    running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                  [](const auto& a) { return a->done; }),
-                   running_.end());
+    running_.erase(
+        std::remove_if(running_.begin(), running_.end(), [](const auto& a) { return a->done; }),
+        running_.end());
     PublishCounts();
     if (!running_.empty()) {
       const absl::Time step_start = absl::Now();
@@ -515,6 +420,66 @@ void DecodeEngine::Loop() {
     PublishCounts();
     cv_.notify_all();  // Drain() waiters
   }
+  ShutDown();
+}
+
+int DecodeEngine::AdmittedCount() const {
+  return static_cast<int>(running_.size() + building_.size() + prefilling_.size());
+}
+
+void DecodeEngine::WaitForWork(std::unique_lock<std::mutex>& lock) {
+  auto work = [&] {
+    return stopping_ || !running_.empty() || !prefilling_.empty() || builds_ready_ > 0 ||
+           (!queue_.empty() && AdmittedCount() < options_.max_batch &&
+            DeviceFits(*queue_.front()) && HostFits(*queue_.front())) ||
+           (AdmittedCount() + 1 < options_.max_batch && NextPastHead() != queue_.end()) ||
+           QueueHasExpired();
+  };
+  // Wake for the builds' cancellations and deadlines now and then, and for the first
+  // deadline of a request still queued (one waiting for KV memory may wait long).
+  absl::Time wake =
+      building_.empty() ? absl::InfiniteFuture() : absl::Now() + absl::Milliseconds(50);
+  for (const auto& a : queue_) wake = std::min(wake, a->job.deadline);
+  if (wake == absl::InfiniteFuture()) {
+    cv_.wait(lock, work);
+  } else {
+    cv_.wait_until(lock, absl::ToChronoTime(wake), work);
+  }
+}
+
+void DecodeEngine::TakeFromQueue(std::vector<std::unique_ptr<Active>>* admitted,
+                                 std::vector<std::unique_ptr<Active>>* expired) {
+  const absl::Time now = absl::Now();
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (Expired(**it, now)) {
+      expired->push_back(std::move(*it));
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  while (!queue_.empty() &&
+         AdmittedCount() + static_cast<int>(admitted->size()) < options_.max_batch &&
+         ReserveKv(*queue_.front())) {
+    admitted->push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  // A head waiting for SEKV host memory alone lets the plain requests behind it pass, in
+  // order, while the KV memory it needs stays free (NextPastHead) and a batch slot is
+  // left for it: they take nothing it waits for, so it starts no later than it would have.
+  for (auto it = NextPastHead();
+       it != queue_.end() &&
+       AdmittedCount() + static_cast<int>(admitted->size()) + 1 < options_.max_batch;
+       it = NextPastHead()) {
+    Active& a = **it;
+    if (kv_budget_ > 0) a.kv.Set(a.kv_need, &kv_reserved_);
+    ++stats_.admitted_past_host_wait;
+    admitted->push_back(std::move(*it));
+    queue_.erase(it);
+  }
+}
+
+void DecodeEngine::ShutDown() {
   // Builds still running finish first: their threads hold their requests.
   for (auto& a : building_) {
     a->build.join();
@@ -522,7 +487,7 @@ void DecodeEngine::Loop() {
     ReleaseSekv(*a);
   }
   building_.clear();
-  // Shutdown: everything still here ends with an error.
+  // Everything still here ends with an error.
   std::deque<std::unique_ptr<Active>> leftover;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -680,98 +645,6 @@ void DecodeEngine::PrefillChunks(const std::unordered_map<uint64_t, bool>& cance
   }
 }
 
-void DecodeEngine::StartBuild(std::unique_ptr<Active> a) {
-  Active* raw = a.get();
-  SekvPrompt prompt = raw->sekv_prefill->Take();
-  raw->sekv_prefill.reset();
-  raw->build = std::thread([this, raw, prompt = std::move(prompt)]() mutable {
-    // The positions it may still step: the prompt's last token and what it may generate.
-    const int to_come = raw->capacity - raw->prompt_tokens + 1;
-    auto built = SekvSession::Build(*sekv_decoder_, std::move(prompt), options_.sekv, sekv_tier_,
-                                    backend_.get(), to_come);
-    std::lock_guard<std::mutex> lock(mu_);
-    raw->built = std::move(built);
-    raw->build_ready = true;
-    ++builds_ready_;
-    cv_.notify_all();
-  });
-  building_.push_back(std::move(a));
-}
-
-void DecodeEngine::CollectBuilds(const std::unordered_map<uint64_t, bool>& cancelled) {
-  std::vector<std::unique_ptr<Active>> ready;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& a : building_) {
-      if (a->build_ready) ready.push_back(std::move(a));
-    }
-    builds_ready_ -= static_cast<int>(ready.size());
-  }
-  building_.erase(std::remove(building_.begin(), building_.end(), nullptr), building_.end());
-  auto ended = [&](Active& a) { return EndIfCancelled(a, cancelled, "during the SEKV build"); };
-  // Builds still running: a cancellation or a deadline ends the request now; its thread's
-  // result is dropped when it comes.
-  for (auto& a : building_) ended(*a);
-  for (auto& a : ready) {
-    a->build.join();
-    if (ended(*a)) {  // ended during its build: the hierarchy it built is not used
-      ReleaseSekv(*a);
-      continue;
-    }
-    if (!a->built.ok()) {
-      Finish(*a, DecodeEvent::Error(a->built.status()));
-      continue;
-    }
-    a->sekv = std::move(a->built).value();
-    std::vector<float> logits;
-    if (absl::Status st = a->sekv->Activate(*backend_, options_.sekv, &logits); !st.ok()) {
-      Finish(*a, DecodeEvent::Error(st));
-      continue;
-    }
-    const sekv::MemoryBreakdown m = a->sekv->memory();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.sekv_requests;
-      stats_.sekv_gpu_bytes += static_cast<double>(m.gpu());
-      stats_.sekv_full_kv_bytes += static_cast<double>(m.full_kv);
-      stats_.sekv_cpu_bytes += static_cast<double>(m.cpu_bases);
-      stats_.sekv_device_bytes += static_cast<double>(a->sekv->device_bytes());
-      stats_.sekv_mirror_host_bytes += static_cast<double>(a->sekv->mirror_host_bytes());
-      if (a->sekv->cpu_tier_access() == sekv::CpuTierAccess::kPinnedCopy) {
-        ++stats_.sekv_cpu_tier_copies;
-        stats_.sekv_cpu_tier_copy_reason = a->sekv->registration_error().ToString();
-      }
-    }
-    if (a->kv.bytes() > 0 && a->sekv->on_gpu()) {
-      // The prompt's full cache is gone (SekvPrefill::Take), and the mirror holds all the
-      // device memory it will (its window sized for every position to come): keep that.
-      a->kv.Set(std::min(a->kv.bytes(), static_cast<int64_t>(a->sekv->device_bytes())));
-    } else if (a->kv.bytes() > 0 && a->host.bytes() > 0) {
-      // Off the GPU the backend holds nothing of it any more, and the host reservation holds
-      // all its hierarchy will (both tiers and the window's room). Without a host budget the
-      // full reservation stays: the only count of what it holds.
-      a->kv.Set(0);
-    }
-    if (a->host.bytes() > 0) {
-      // The prompt's captured K/V is gone: what the host cache holds now (both tiers), its
-      // window's room for the positions to come, and the GPU mirror's host memory.
-      const sekv::MemoryBreakdown host = a->sekv->cache().Memory();
-      const int64_t window =
-          F32PositionBytes(backend_->model().config) * (a->capacity - a->prompt_tokens + 1);
-      // Within the reservation (Submit): the tiers within their bound, the staging within its
-      // plan, and a copy of the CPU tier within the captured K/V and what Submit added.
-      a->host.Set(static_cast<int64_t>(host.gpu() + host.cpu_bases + a->sekv->mirror_host_bytes()) +
-                  window);
-    }
-    if (options_.sekv.on_cache) options_.sekv.on_cache(m, true);
-    const SekvStartTimes& st = a->sekv->start_times();
-    a->timings.rebuild_ms = st.rebuild_ms;
-    a->timings.suffix_prefill_ms = st.suffix_prefill_ms;
-    a->timings.sekv_build_ms = st.build_ms;
-    Started(std::move(a), logits);
-  }
-}
-
 void DecodeEngine::Started(std::unique_ptr<Active> a, const std::vector<float>& logits) {
   const ModelConfig& c = backend_->model().config;
   a->sampler = std::make_unique<Sampler>(a->job.sampling);
@@ -790,6 +663,21 @@ void DecodeEngine::Started(std::unique_ptr<Active> a, const std::vector<float>& 
   if (a->length() >= a->capacity) return Finish(*a, DecodeEvent::Done("context"));
   a->next_input = first;
   running_.push_back(std::move(a));
+}
+
+void DecodeEngine::CountStep(bool mixed, size_t sekv_rows) {
+  DecodeGraphStats graphs = backend_->decode_graph_stats();  // this thread's to read
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.graphs = std::move(graphs);
+  ++stats_.steps;
+  stats_.max_batch_seen = std::max<long>(stats_.max_batch_seen, static_cast<long>(running_.size()));
+  if (mixed) ++stats_.mixed_steps;
+  if (sekv_rows > 0) {
+    ++stats_.sekv_steps;
+    stats_.sekv_step_rows += static_cast<long>(sekv_rows);
+    stats_.sekv_max_step_rows =
+        std::max<long>(stats_.sekv_max_step_rows, static_cast<long>(sekv_rows));
+  }
 }
 
 void DecodeEngine::Step() {
@@ -832,21 +720,7 @@ void DecodeEngine::Step() {
     if (!seqs.empty()) st = backend_->DecodeSample(seqs, inputs, draws, &sampled);
     if (!sekv.empty()) sekv_st = SekvSession::StepBatch(sekv, sekv_inputs, &sekv_logits);
   }
-  DecodeGraphStats graphs = backend_->decode_graph_stats();  // this thread's to read
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.graphs = std::move(graphs);
-    ++stats_.steps;
-    stats_.max_batch_seen =
-        std::max<long>(stats_.max_batch_seen, static_cast<long>(running_.size()));
-    if (mixed) ++stats_.mixed_steps;
-    if (!sekv.empty()) {
-      ++stats_.sekv_steps;
-      stats_.sekv_step_rows += static_cast<long>(sekv.size());
-      stats_.sekv_max_step_rows =
-          std::max<long>(stats_.sekv_max_step_rows, static_cast<long>(sekv.size()));
-    }
-  }
+  CountStep(mixed, sekv.size());
   size_t row = 0, sekv_row = 0;  // this request's row in its batch
   for (size_t i = 0; i < running_.size(); ++i) {
     Active& a = *running_[i];

@@ -226,10 +226,25 @@ class DecodeEngine {
   const Model& model() const { return backend_->model(); }
 
  private:
-  struct Active;
+  struct Active;  // decode_engine_request.h
+  class HostReading;
   DecodeEngine(std::unique_ptr<Backend> backend, std::unique_ptr<ConsumerCodec> codec,
                DecodeEngineOptions options);
+  // Create's steps: the backend's and the codec's scratch memory for the largest calls; the
+  // SEKV decoder, tier and host budget (options_.sekv.enabled); the device KV budget.
+  absl::Status ReserveScratch();
+  absl::Status SetUpSekv(HostReading& host);
+  absl::Status ResolveKvBudget(HostReading& host);
   void Loop();
+  // Under mu_ (held by `lock`): waits until the loop has work, stopping_ included.
+  void WaitForWork(std::unique_lock<std::mutex>& lock);
+  // Under mu_: moves the queue's expired requests to `expired`, and those that may start now
+  // (their reservations taken) to `admitted`.
+  void TakeFromQueue(std::vector<std::unique_ptr<Active>>* admitted,
+                     std::vector<std::unique_ptr<Active>>* expired);
+  int AdmittedCount() const;  // requests in running_, building_ and prefilling_
+  // After the loop: every request still held ends with an error.
+  void ShutDown();
   void Admit(std::unique_ptr<Active> a);
   // Under mu_: reserves the KV memory (and SEKV host memory) of the queue's head when it
   // fits; false when it must wait (counted once in stats_.kv_waits, sekv_host_waits).
@@ -264,6 +279,8 @@ class DecodeEngine {
   // A request whose prompt is in place, with the logits after it: its first token.
   void Started(std::unique_ptr<Active> a, const std::vector<float>& logits);
   void Step();
+  // Takes mu_: one step's counts in stats_ (`sekv_rows`: its SEKV requests).
+  void CountStep(bool mixed, size_t sekv_rows);
   void Finish(Active& a, DecodeEvent event);
   // Hands `a`'s SEKV hierarchy (running, or built for a request that ended during its build)
   // to releaser_: its device mirror is freed here, on the backend's thread, its host
