@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 #include "common/base/status_macros.h"
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
@@ -103,56 +104,62 @@ absl::StatusOr<ModelConfig> BenchShapeConfig(std::string_view shape) {
   return c;
 }
 
-absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& options) {
-  SCD_RETURN_IF_ERROR(ValidateOptions(options));
-  auto progress = [&](const std::string& line) {
-    if (options.progress) options.progress(line);
-  };
-  RuntimeBenchReport r;
-  r.options = options;
-  r.options.progress = nullptr;
+namespace {
 
+void Progress(const RuntimeBenchOptions& options, const std::string& line) {
+  if (options.progress) options.progress(line);
+}
+
+int DecodeCapacity(const RuntimeBenchOptions& options) {
+  return options.decode_context + kDecodeWarmupSteps + options.decode_steps;
+}
+
+absl::Status CheckFits(const RuntimeBenchOptions& options, const ModelConfig& c) {
   const int T = options.prefill_tokens;
-  const int decode_capacity = options.decode_context + kDecodeWarmupSteps + options.decode_steps;
-  auto check_fits = [&](const ModelConfig& c) -> absl::Status {
-    if (T > c.max_position_embeddings) {
-      return absl::InvalidArgumentError(absl::StrCat("--tokens ", T, " exceeds the model's ",
-                                                     c.max_position_embeddings, " positions"));
-    }
-    if (decode_capacity > c.max_position_embeddings) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--decode-context + --decode-steps + ", kDecodeWarmupSteps, " warm-up steps = ",
-          decode_capacity, " exceeds the model's ", c.max_position_embeddings, " positions"));
-    }
-    return absl::OkStatus();
-  };
+  const int decode_capacity = DecodeCapacity(options);
+  if (T > c.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("--tokens ", T, " exceeds the model's ",
+                                                   c.max_position_embeddings, " positions"));
+  }
+  if (decode_capacity > c.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--decode-context + --decode-steps + ", kDecodeWarmupSteps, " warm-up steps = ",
+        decode_capacity, " exceeds the model's ", c.max_position_embeddings, " positions"));
+  }
+  return absl::OkStatus();
+}
 
+// Loads --model-dir or builds the synthetic --shape model; records its name in the report.
+absl::StatusOr<std::shared_ptr<const Model>> LoadBenchModel(const RuntimeBenchOptions& options,
+                                                            RuntimeBenchReport& r) {
   std::shared_ptr<const Model> model;
   if (!options.model_dir.empty()) {
-    progress(absl::StrCat("loading ", options.model_dir));
+    Progress(options, absl::StrCat("loading ", options.model_dir));
     SCD_ASSIGN_OR_RETURN(model, LoadModel(options.model_dir));
-    SCD_RETURN_IF_ERROR(check_fits(model->config));
+    SCD_RETURN_IF_ERROR(CheckFits(options, model->config));
     r.model_name = model->config.name;
   } else {
     SCD_ASSIGN_OR_RETURN(ModelConfig config, BenchShapeConfig(options.shape));
-    SCD_RETURN_IF_ERROR(check_fits(config));
-    progress(
-        absl::StrCat("building synthetic ", options.shape, " model (seed ", options.seed, ")"));
+    SCD_RETURN_IF_ERROR(CheckFits(options, config));
+    Progress(options, absl::StrCat("building synthetic ", options.shape, " model (seed ",
+                                   options.seed, ")"));
     model = MakeSyntheticModel(config, options.seed);
     r.model_name = absl::StrCat(options.shape, " (synthetic, seed ", options.seed, ")");
   }
-  const ModelConfig& cfg = model->config;
-  r.config = cfg;
-  r.parameters = static_cast<int64_t>(model->weights.ParameterCount());
-  r.decode_bytes = model->weights.DecodeBytesStreamed();
+  return model;
+}
+
+void DescribeHostAndModel(const Model& model, RuntimeBenchReport& r) {
+  r.config = model.config;
+  r.parameters = static_cast<int64_t>(model.weights.ParameterCount());
+  r.decode_bytes = model.weights.DecodeBytesStreamed();
   r.hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
   r.blas_threads = openblas_get_num_threads();
   r.blas_config = openblas_get_config();
+}
 
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(BackendKind::kCpu, model));
-  std::mt19937_64 rng(options.seed ^ 0x9e3779b97f4a7c15ull);
-
-  // Compute ceiling: the GEMM shapes of this model's prefill, plus a large square one.
+// Compute ceiling: the GEMM shapes of this model's prefill, plus a large square one.
+std::vector<std::array<int, 3>> SgemmShapes(const ModelConfig& cfg, int T) {
   const int d = cfg.hidden_size;
   std::vector<std::array<int, 3>> shapes = {{T, cfg.q_dim(), d},
                                             {T, cfg.kv_dim(), d},
@@ -163,24 +170,30 @@ absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& op
                                             {2048, 2048, 2048}};
   std::sort(shapes.begin(), shapes.end());
   shapes.erase(std::unique(shapes.begin(), shapes.end()), shapes.end());
-  // Measured before and after the prefill runs, keeping each shape's best, so that a burst of
-  // load from neighbours during one pass cannot lower the ceiling (and flatter the ratio).
-  auto sgemm_pass = [&](const char* when) {
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      const auto& [m, n, k] = shapes[i];
-      progress(absl::StrFormat("sgemm %dx%dx%d (%s)", m, n, k, when));
-      SgemmMeasurement measured = MeasureSgemm(m, n, k, options.sgemm_reps, options.seed);
-      if (r.sgemm.size() <= i) {
-        r.sgemm.push_back(measured);
-      } else if (measured.gflops > r.sgemm[i].gflops) {
-        r.sgemm[i] = measured;
-      }
-      r.sgemm_peak_gflops = std::max(r.sgemm_peak_gflops, r.sgemm[i].gflops);
-    }
-  };
-  sgemm_pass("before prefill");
+  return shapes;
+}
 
-  // Prefill: a fresh sequence per run; only the Prefill call is timed.
+// Measured before and after the prefill runs, keeping each shape's best, so that a burst of
+// load from neighbours during one pass cannot lower the ceiling (and flatter the ratio).
+void SgemmPass(const RuntimeBenchOptions& options, const std::vector<std::array<int, 3>>& shapes,
+               const char* when, RuntimeBenchReport& r) {
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto& [m, n, k] = shapes[i];
+    Progress(options, absl::StrFormat("sgemm %dx%dx%d (%s)", m, n, k, when));
+    SgemmMeasurement measured = MeasureSgemm(m, n, k, options.sgemm_reps, options.seed);
+    if (r.sgemm.size() <= i) {
+      r.sgemm.push_back(measured);
+    } else if (measured.gflops > r.sgemm[i].gflops) {
+      r.sgemm[i] = measured;
+    }
+    r.sgemm_peak_gflops = std::max(r.sgemm_peak_gflops, r.sgemm[i].gflops);
+  }
+}
+
+// Prefill: a fresh sequence per run; only the Prefill call is timed.
+absl::Status MeasurePrefill(const RuntimeBenchOptions& options, const ModelConfig& cfg,
+                            Backend& backend, std::mt19937_64& rng, RuntimeBenchReport& r) {
+  const int T = options.prefill_tokens;
   r.prefill_tokens = T;
   r.prefill_logit_rows = options.all_logits ? T : 1;
   r.prefill_layer_flops = 2.0 * T * cfg.num_layers * static_cast<double>(LayerMatmulParams(cfg));
@@ -193,125 +206,168 @@ absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& op
   prefill_options.all_logits = options.all_logits;
   r.prefill_best_seconds = 1e30;
   for (int run = 0; run <= options.prefill_reps; ++run) {
-    progress(run == 0
-                 ? absl::StrFormat("prefill %d tokens (warm-up)", T)
-                 : absl::StrFormat("prefill %d tokens (run %d/%d)", T, run, options.prefill_reps));
-    SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, backend->NewSequence(T));
+    Progress(options, run == 0 ? absl::StrFormat("prefill %d tokens (warm-up)", T)
+                               : absl::StrFormat("prefill %d tokens (run %d/%d)", T, run,
+                                                 options.prefill_reps));
+    SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, backend.NewSequence(T));
     PrefillResult result;
     auto start = std::chrono::steady_clock::now();
-    SCD_RETURN_IF_ERROR(backend->Prefill(*seq, prompt, prefill_options, &result));
+    SCD_RETURN_IF_ERROR(backend.Prefill(*seq, prompt, prefill_options, &result));
     double seconds = Seconds(start);
     if (run == 0) continue;
     r.prefill_seconds.push_back(seconds);
     r.prefill_best_seconds = std::min(r.prefill_best_seconds, seconds);
   }
-  sgemm_pass("after prefill");
-  r.prefill_gflops = r.prefill_flops / r.prefill_best_seconds / 1e9;
-  r.prefill_vs_sgemm = r.prefill_gflops / r.sgemm_peak_gflops;
+  return absl::OkStatus();
+}
 
-  // Memory ceiling: one thread and every hardware thread, before and after the decode steps;
-  // the fastest copy counts (see the sgemm passes for why twice).
-  std::vector<int> thread_counts = {1};
-  if (r.hardware_threads > 1) thread_counts.push_back(r.hardware_threads);
-  auto memcpy_pass = [&](const char* when) -> absl::Status {
-    for (size_t i = 0; i < thread_counts.size(); ++i) {
-      const int threads = thread_counts[i];
-      progress(absl::StrFormat("memcpy %.0f MiB, %d thread%s (%s)",
-                               options.memcpy_bytes / 1048576.0, threads, threads > 1 ? "s" : "",
-                               when));
-      MemcpyMeasurement m = MeasureMemcpy(options.memcpy_bytes, threads, options.memcpy_reps);
-      if (m.gbps == 0) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "cannot allocate 2 x ", options.memcpy_bytes, " bytes for the memcpy measurement"));
-      }
-      if (r.memcpy.size() <= i) {
-        r.memcpy.push_back(m);
-      } else if (m.gbps > r.memcpy[i].gbps) {
-        r.memcpy[i] = m;
-      }
-      r.memcpy_gbps = std::max(r.memcpy_gbps, r.memcpy[i].gbps);
+// Memory ceiling: one thread and every hardware thread, before and after the decode steps;
+// the fastest copy counts (see SgemmPass for why twice).
+absl::Status MemcpyPass(const RuntimeBenchOptions& options, const std::vector<int>& thread_counts,
+                        const char* when, RuntimeBenchReport& r) {
+  for (size_t i = 0; i < thread_counts.size(); ++i) {
+    const int threads = thread_counts[i];
+    Progress(options,
+             absl::StrFormat("memcpy %.0f MiB, %d thread%s (%s)", options.memcpy_bytes / 1048576.0,
+                             threads, threads > 1 ? "s" : "", when));
+    MemcpyMeasurement m = MeasureMemcpy(options.memcpy_bytes, threads, options.memcpy_reps);
+    if (m.gbps == 0) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate 2 x ", options.memcpy_bytes,
+                                                       " bytes for the memcpy measurement"));
     }
-    return absl::OkStatus();
-  };
-  SCD_RETURN_IF_ERROR(memcpy_pass("before decode"));
+    if (r.memcpy.size() <= i) {
+      r.memcpy.push_back(m);
+    } else if (m.gbps > r.memcpy[i].gbps) {
+      r.memcpy[i] = m;
+    }
+    r.memcpy_gbps = std::max(r.memcpy_gbps, r.memcpy[i].gbps);
+  }
+  return absl::OkStatus();
+}
 
-  // Decode: prefill a context, then single-token steps; warm-up steps are not timed.
-  progress(absl::StrFormat("decode: %d-token context, %d steps", options.decode_context,
-                           options.decode_steps));
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, backend->NewSequence(decode_capacity));
+// Decode: prefill a context, then single-token steps; warm-up steps are not timed.
+absl::Status MeasureDecode(const RuntimeBenchOptions& options, const ModelConfig& cfg,
+                           Backend& backend, std::mt19937_64& rng, std::vector<float>& logits,
+                           RuntimeBenchReport& r) {
+  Progress(options, absl::StrFormat("decode: %d-token context, %d steps", options.decode_context,
+                                    options.decode_steps));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, backend.NewSequence(DecodeCapacity(options)));
   {
     PrefillResult unused;
-    SCD_RETURN_IF_ERROR(backend->Prefill(*seq,
-                                         RandomTokens(options.decode_context, cfg.vocab_size, rng),
-                                         PrefillOptions{}, &unused));
+    SCD_RETURN_IF_ERROR(backend.Prefill(*seq,
+                                        RandomTokens(options.decode_context, cfg.vocab_size, rng),
+                                        PrefillOptions{}, &unused));
   }
   const std::vector<int32_t> steps =
       RandomTokens(kDecodeWarmupSteps + options.decode_steps, cfg.vocab_size, rng);
-  std::vector<float> logits;
   Sequence* seqs[] = {seq.get()};
   for (size_t i = 0; i < steps.size(); ++i) {
     auto start = std::chrono::steady_clock::now();
-    SCD_RETURN_IF_ERROR(backend->Decode(seqs, absl::MakeConstSpan(&steps[i], 1), &logits));
+    SCD_RETURN_IF_ERROR(backend.Decode(seqs, absl::MakeConstSpan(&steps[i], 1), &logits));
     double seconds = Seconds(start);
     if (i >= kDecodeWarmupSteps) r.decode_step_seconds.push_back(seconds);
   }
   r.decode_median_seconds = Median(r.decode_step_seconds);
   r.decode_best_seconds =
       *std::min_element(r.decode_step_seconds.begin(), r.decode_step_seconds.end());
-  SCD_RETURN_IF_ERROR(memcpy_pass("after decode"));
+  return absl::OkStatus();
+}
+
+// The median step time of a batch, with SmallBatchLinear on or off.
+absl::StatusOr<double> MedianBatchStep(const RuntimeBenchOptions& options, const ModelConfig& cfg,
+                                       Backend& backend, std::mt19937_64& rng,
+                                       absl::Span<Sequence* const> batch_seqs,
+                                       std::vector<float>& logits, bool small_batch) {
+  const int batch = static_cast<int>(batch_seqs.size());
+  cpu::SetSmallBatchLinearEnabled(small_batch);
+  std::vector<double> step_seconds;
+  absl::Status st;
+  for (int i = 0; st.ok() && i < kDecodeWarmupSteps + options.decode_steps; ++i) {
+    const std::vector<int32_t> tokens = RandomTokens(batch, cfg.vocab_size, rng);
+    auto start = std::chrono::steady_clock::now();
+    st = backend.Decode(batch_seqs, tokens, &logits);
+    if (i >= kDecodeWarmupSteps) step_seconds.push_back(Seconds(start));
+  }
+  cpu::SetSmallBatchLinearEnabled(true);  // back to the default, whatever happened
+  SCD_RETURN_IF_ERROR(st);
+  return Median(step_seconds);
+}
+
+// Batched decode: the sequences of a batch step together, one token each, twice as many
+// steps as the single-sequence decode (SmallBatchLinear on, then off).
+absl::StatusOr<RuntimeBenchReport::BatchedDecode> MeasureBatchedDecode(
+    const RuntimeBenchOptions& options, const ModelConfig& cfg, Backend& backend,
+    std::mt19937_64& rng, int batch, std::vector<float>& logits, const RuntimeBenchReport& r) {
+  const int batched_capacity =
+      options.decode_context + 2 * (kDecodeWarmupSteps + options.decode_steps);
+  Progress(options,
+           absl::StrFormat("decode: %d sequences at once, %d steps", batch, options.decode_steps));
+  std::vector<std::unique_ptr<Sequence>> owned;
+  std::vector<Sequence*> batch_seqs;
+  for (int b = 0; b < batch; ++b) {
+    SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> s, backend.NewSequence(batched_capacity));
+    PrefillResult unused;
+    SCD_RETURN_IF_ERROR(backend.Prefill(
+        *s, RandomTokens(options.decode_context, cfg.vocab_size, rng), PrefillOptions{}, &unused));
+    batch_seqs.push_back(s.get());
+    owned.push_back(std::move(s));
+  }
+  RuntimeBenchReport::BatchedDecode d;
+  d.batch = batch;
+  SCD_ASSIGN_OR_RETURN(d.median_seconds,
+                       MedianBatchStep(options, cfg, backend, rng, batch_seqs, logits, true));
+  SCD_ASSIGN_OR_RETURN(d.openblas_median_seconds,
+                       MedianBatchStep(options, cfg, backend, rng, batch_seqs, logits, false));
+  d.tokens_per_second = batch / d.median_seconds;
+  d.openblas_tokens_per_second = batch / d.openblas_median_seconds;
+  d.vs_batch_1 = d.tokens_per_second * r.decode_median_seconds;
+  return d;
+}
+
+}  // namespace
+
+absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& options) {
+  SCD_RETURN_IF_ERROR(ValidateOptions(options));
+  RuntimeBenchReport r;
+  r.options = options;
+  r.options.progress = nullptr;
+
+  SCD_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, LoadBenchModel(options, r));
+  const ModelConfig& cfg = model->config;
+  DescribeHostAndModel(*model, r);
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(BackendKind::kCpu, model));
+  std::mt19937_64 rng(options.seed ^ 0x9e3779b97f4a7c15ull);
+
+  const std::vector<std::array<int, 3>> shapes = SgemmShapes(cfg, options.prefill_tokens);
+  SgemmPass(options, shapes, "before prefill", r);
+  SCD_RETURN_IF_ERROR(MeasurePrefill(options, cfg, *backend, rng, r));
+  SgemmPass(options, shapes, "after prefill", r);
+  r.prefill_gflops = r.prefill_flops / r.prefill_best_seconds / 1e9;
+  r.prefill_vs_sgemm = r.prefill_gflops / r.sgemm_peak_gflops;
+
+  std::vector<int> thread_counts = {1};
+  if (r.hardware_threads > 1) thread_counts.push_back(r.hardware_threads);
+  SCD_RETURN_IF_ERROR(MemcpyPass(options, thread_counts, "before decode", r));
+  std::vector<float> logits;
+  SCD_RETURN_IF_ERROR(MeasureDecode(options, cfg, *backend, rng, logits, r));
+  SCD_RETURN_IF_ERROR(MemcpyPass(options, thread_counts, "after decode", r));
   r.decode_gbps = static_cast<double>(r.decode_bytes) / r.decode_median_seconds / 1e9;
   r.decode_vs_memcpy = r.decode_gbps / r.memcpy_gbps;
 
-  // Batched decode: the sequences of a batch step together, one token each, twice as many
-  // steps as above (SmallBatchLinear on, then off).
-  const int batched_capacity =
-      options.decode_context + 2 * (kDecodeWarmupSteps + options.decode_steps);
   for (int batch : options.decode_batches) {
-    progress(
-        absl::StrFormat("decode: %d sequences at once, %d steps", batch, options.decode_steps));
-    std::vector<std::unique_ptr<Sequence>> owned;
-    std::vector<Sequence*> batch_seqs;
-    for (int b = 0; b < batch; ++b) {
-      SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> s, backend->NewSequence(batched_capacity));
-      PrefillResult unused;
-      SCD_RETURN_IF_ERROR(
-          backend->Prefill(*s, RandomTokens(options.decode_context, cfg.vocab_size, rng),
-                           PrefillOptions{}, &unused));
-      batch_seqs.push_back(s.get());
-      owned.push_back(std::move(s));
-    }
-    // The median step time of the batch, with SmallBatchLinear on or off.
-    auto steps_with = [&](bool small_batch) -> absl::StatusOr<double> {
-      cpu::SetSmallBatchLinearEnabled(small_batch);
-      std::vector<double> step_seconds;
-      absl::Status st;
-      for (int i = 0; st.ok() && i < kDecodeWarmupSteps + options.decode_steps; ++i) {
-        const std::vector<int32_t> tokens = RandomTokens(batch, cfg.vocab_size, rng);
-        auto start = std::chrono::steady_clock::now();
-        st = backend->Decode(batch_seqs, tokens, &logits);
-        if (i >= kDecodeWarmupSteps) step_seconds.push_back(Seconds(start));
-      }
-      cpu::SetSmallBatchLinearEnabled(true);  // back to the default, whatever happened
-      SCD_RETURN_IF_ERROR(st);
-      return Median(step_seconds);
-    };
-    RuntimeBenchReport::BatchedDecode d;
-    d.batch = batch;
-    SCD_ASSIGN_OR_RETURN(d.median_seconds, steps_with(true));
-    SCD_ASSIGN_OR_RETURN(d.openblas_median_seconds, steps_with(false));
-    d.tokens_per_second = batch / d.median_seconds;
-    d.openblas_tokens_per_second = batch / d.openblas_median_seconds;
-    d.vs_batch_1 = d.tokens_per_second * r.decode_median_seconds;
+    SCD_ASSIGN_OR_RETURN(RuntimeBenchReport::BatchedDecode d,
+                         MeasureBatchedDecode(options, cfg, *backend, rng, batch, logits, r));
     r.batched_decode.push_back(d);
   }
   return r;
 }
 
-std::string FormatRuntimeBenchReport(const RuntimeBenchReport& r, const std::string& command_line) {
+namespace {
+
+const char* Verdict(double ratio, double target) { return ratio >= target ? "met" : "MISSED"; }
+
+void AppendHeader(const RuntimeBenchReport& r, const std::string& command_line, std::string& s) {
   const ModelConfig& c = r.config;
-  const RuntimeBenchOptions& o = r.options;
-  auto verdict = [](double ratio, double target) { return ratio >= target ? "met" : "MISSED"; };
-  std::string s;
   absl::StrAppendFormat(&s, "SCD-Serve runtime benchmark (CPU backend)\n");
   absl::StrAppendFormat(&s, "command: %s\n", command_line);
   absl::StrAppendFormat(&s, "host: %d hardware threads; BLAS: %s; %d BLAS threads\n",
@@ -322,22 +378,26 @@ std::string FormatRuntimeBenchReport(const RuntimeBenchReport& r, const std::str
                         r.model_name, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads,
                         c.head_dim, c.intermediate_size, c.vocab_size,
                         c.tie_word_embeddings ? " tied" : "", r.parameters / 1e6);
+}
 
+void AppendSgemm(const RuntimeBenchReport& r, std::string& s) {
   absl::StrAppendFormat(
       &s,
       "sgemm, C[M,N] = A[M,K]·B[N,K]^T, 2·M·N·K flops, best of 2 x %d (before and after "
       "prefill):\n",
-      o.sgemm_reps);
+      r.options.sgemm_reps);
   absl::StrAppendFormat(&s, "  %6s %6s %6s %10s %10s\n", "M", "N", "K", "ms", "GFLOP/s");
   for (const SgemmMeasurement& m : r.sgemm) {
     absl::StrAppendFormat(&s, "  %6d %6d %6d %10.2f %10.1f\n", m.m, m.n, m.k, m.best_seconds * 1e3,
                           m.gflops);
   }
   absl::StrAppendFormat(&s, "  peak (max of the above): %.1f GFLOP/s\n\n", r.sgemm_peak_gflops);
+}
 
+void AppendPrefill(const RuntimeBenchReport& r, std::string& s) {
   absl::StrAppendFormat(&s, "prefill: %d tokens, logits for %d row%s, best of %d after a warm-up\n",
                         r.prefill_tokens, r.prefill_logit_rows, r.prefill_logit_rows > 1 ? "s" : "",
-                        o.prefill_reps);
+                        r.options.prefill_reps);
   absl::StrAppendFormat(&s,
                         "  FLOPs = 2·T·L·P_layer + 2·R·P_out + L·4·q_dim·Σ_t(t+1)\n"
                         "        = %.2f + %.2f + %.2f = %.2f GFLOP\n",
@@ -351,20 +411,25 @@ std::string FormatRuntimeBenchReport(const RuntimeBenchReport& r, const std::str
   absl::StrAppendFormat(&s,
                         "  achieved: %.1f GFLOP/s = %.1f%% of sgemm peak (target %.0f%%: %s)\n\n",
                         r.prefill_gflops, 100 * r.prefill_vs_sgemm, 100 * kPrefillTarget,
-                        verdict(r.prefill_vs_sgemm, kPrefillTarget));
+                        Verdict(r.prefill_vs_sgemm, kPrefillTarget));
+}
 
+void AppendMemcpy(const RuntimeBenchReport& r, std::string& s) {
   absl::StrAppendFormat(
       &s,
       "memcpy, %.0f MiB per copy, GB/s = 2·bytes/s (read + write), best of 2 x %d (before "
       "and after decode):\n",
-      o.memcpy_bytes / 1048576.0, o.memcpy_reps);
+      r.options.memcpy_bytes / 1048576.0, r.options.memcpy_reps);
   for (const MemcpyMeasurement& m : r.memcpy) {
     absl::StrAppendFormat(&s, "  %-10s %7.1f ms, %.2f GB/s\n",
                           absl::StrFormat("%d thread%s:", m.threads, m.threads > 1 ? "s" : ""),
                           m.best_seconds * 1e3, m.gbps);
   }
   absl::StrAppendFormat(&s, "  bandwidth (the faster): %.2f GB/s\n\n", r.memcpy_gbps);
+}
 
+void AppendDecode(const RuntimeBenchReport& r, std::string& s) {
+  const RuntimeBenchOptions& o = r.options;
   absl::StrAppendFormat(
       &s, "decode: %d single-token steps after a %d-token prefill (%d warm-up steps untimed)\n",
       o.decode_steps, o.decode_context, kDecodeWarmupSteps);
@@ -378,23 +443,37 @@ std::string FormatRuntimeBenchReport(const RuntimeBenchReport& r, const std::str
   absl::StrAppendFormat(
       &s, "  achieved: %.2f GB/s = %.1f%% of memcpy bandwidth (target %.0f%%: %s)\n\n",
       r.decode_gbps, 100 * r.decode_vs_memcpy, 100 * kDecodeTarget,
-      verdict(r.decode_vs_memcpy, kDecodeTarget));
-  if (!r.batched_decode.empty()) {
+      Verdict(r.decode_vs_memcpy, kDecodeTarget));
+}
+
+void AppendBatchedDecode(const RuntimeBenchReport& r, std::string& s) {
+  if (r.batched_decode.empty()) return;
+  absl::StrAppendFormat(&s,
+                        "batched decode: sequences of a %d-token context stepping together "
+                        "(median of %d steps after %d)\n",
+                        r.options.decode_context, r.options.decode_steps, kDecodeWarmupSteps);
+  for (const RuntimeBenchReport::BatchedDecode& d : r.batched_decode) {
     absl::StrAppendFormat(&s,
-                          "batched decode: sequences of a %d-token context stepping together "
-                          "(median of %d steps after %d)\n",
-                          o.decode_context, o.decode_steps, kDecodeWarmupSteps);
-    for (const RuntimeBenchReport::BatchedDecode& d : r.batched_decode) {
-      absl::StrAppendFormat(&s,
-                            "  batch %3d: step %.2f ms, %.1f tokens/s = %.2fx batch 1; with "
-                            "OpenBLAS's few-row GEMMs %.2f ms, %.1f tokens/s (SmallBatchLinear "
-                            "%.2fx)\n",
-                            d.batch, d.median_seconds * 1e3, d.tokens_per_second, d.vs_batch_1,
-                            d.openblas_median_seconds * 1e3, d.openblas_tokens_per_second,
-                            d.tokens_per_second / d.openblas_tokens_per_second);
-    }
-    s += "\n";
+                          "  batch %3d: step %.2f ms, %.1f tokens/s = %.2fx batch 1; with "
+                          "OpenBLAS's few-row GEMMs %.2f ms, %.1f tokens/s (SmallBatchLinear "
+                          "%.2fx)\n",
+                          d.batch, d.median_seconds * 1e3, d.tokens_per_second, d.vs_batch_1,
+                          d.openblas_median_seconds * 1e3, d.openblas_tokens_per_second,
+                          d.tokens_per_second / d.openblas_tokens_per_second);
   }
+  s += "\n";
+}
+
+}  // namespace
+
+std::string FormatRuntimeBenchReport(const RuntimeBenchReport& r, const std::string& command_line) {
+  std::string s;
+  AppendHeader(r, command_line, s);
+  AppendSgemm(r, s);
+  AppendPrefill(r, s);
+  AppendMemcpy(r, s);
+  AppendDecode(r, s);
+  AppendBatchedDecode(r, s);
   absl::StrAppendFormat(&s, "prefill_vs_sgemm=%.3f decode_vs_memcpy=%.3f\n", r.prefill_vs_sgemm,
                         r.decode_vs_memcpy);
   return s;
