@@ -221,7 +221,7 @@ class SekvSession {
                                 absl::Span<SekvSession* const> sessions,
                                 absl::Span<const int32_t> tokens,
                                 std::vector<std::vector<float>>* logits);
-  // Whether this session's rows can run in `backend`'s own step (StepMixed): on the GPU, its
+  // Whether this request's rows can run in `backend`'s own step (StepMixed): on the GPU, its
   // mirror was made on `backend`; on the CPU, `backend` is the CPU backend of its decoder's
   // model.
   bool SharesStep(const Backend& backend) const;
