@@ -41,13 +41,21 @@ std::string IntExpectation(int64_t min, int64_t max) {
   return absl::StrCat("an integer ", range[0] == '[' ? "in " : "", range);
 }
 
-std::string RangeSuffix(double min, double max, std::string_view unit) {
+// "[min, max]<unit>", ">= min<unit>", "<= max<unit>" or "" for an unbounded number.
+std::string DoubleRange(double min, double max, std::string_view unit) {
   const bool has_min = min > -ConfigReader::kInf;
   const bool has_max = max < ConfigReader::kInf;
-  if (has_min && has_max) return absl::StrCat(" in [", min, ", ", max, "]", Sv(unit));
-  if (has_min) return absl::StrCat(" >= ", min, Sv(unit));
-  if (has_max) return absl::StrCat(" <= ", max, Sv(unit));
+  if (has_min && has_max) return absl::StrCat("[", min, ", ", max, "]", Sv(unit));
+  if (has_min) return absl::StrCat(">= ", min, Sv(unit));
+  if (has_max) return absl::StrCat("<= ", max, Sv(unit));
   return "";
+}
+
+// " in [min, max]<unit>", " >= min<unit>", ... for an error's expectation.
+std::string RangeSuffix(double min, double max, std::string_view unit) {
+  const std::string range = DoubleRange(min, max, unit);
+  if (range.empty()) return "";
+  return absl::StrCat(range[0] == '[' ? " in " : " ", range);
 }
 
 std::string EnumRange(absl::Span<const std::string_view> allowed) {
@@ -213,8 +221,7 @@ int64_t ConfigReader::Int(std::string_view key, int64_t default_value, int64_t m
 }
 
 double ConfigReader::Double(std::string_view key, double default_value, double min, double max) {
-  std::string range = RangeSuffix(min, max, "");
-  Declare(key, "number", default_value, range.empty() ? "" : range.substr(range[1] == 'i' ? 4 : 1));
+  Declare(key, "number", default_value, DoubleRange(min, max, ""));
   const json* v = Lookup(key);
   if (v == nullptr) return default_value;
   if (v->is_number()) {
@@ -275,9 +282,7 @@ std::string ConfigReader::Enum(std::string_view key, std::string_view default_va
 
 double ConfigReader::DurationSeconds(std::string_view key, double default_seconds,
                                      double min_seconds, double max_seconds) {
-  const std::string range = RangeSuffix(min_seconds, max_seconds, " seconds");
-  Declare(key, "duration", default_seconds,
-          range.empty() ? "" : range.substr(range[1] == 'i' ? 4 : 1));
+  Declare(key, "duration", default_seconds, DoubleRange(min_seconds, max_seconds, " seconds"));
   const json* v = Lookup(key);
   if (v == nullptr) return default_seconds;
   double seconds = 0;
@@ -315,9 +320,7 @@ int64_t ConfigReader::RequiredInt(std::string_view key, int64_t min, int64_t max
 }
 
 double ConfigReader::RequiredDouble(std::string_view key, double min, double max) {
-  const std::string range = RangeSuffix(min, max, "");
-  Declare(key, "number", nullptr, range.empty() ? "" : range.substr(range[1] == 'i' ? 4 : 1),
-          /*required=*/true);
+  Declare(key, "number", nullptr, DoubleRange(min, max, ""), /*required=*/true);
   if (Lookup(key) == nullptr) {
     RecordError(KeyPath(key), "required, but missing");
     return 0;
