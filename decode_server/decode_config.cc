@@ -10,6 +10,7 @@
 
 #include "common/config/cuda_kernel_keys.h"
 #include "common/config/option_keys.h"
+#include "common/rpc/registry_config.h"
 #include "common/sekv/budget_plan.h"
 
 namespace scd {
@@ -77,9 +78,14 @@ void ReadControlPlane(ConfigReader& r, const config::PathKeys& path, DecodeDaemo
   config::ReadInt(http, "port", &c->http_port, -1, 65535);
 
   ConfigReader cp = r.Child("control_plane");
-  c->control_plane.target = cp.RequiredString("address");
+  config::ReadString(cp, "address", &c->control_plane.target);
   config::ReadString(cp, "cluster_token", &c->control_plane.cluster_token);
   config::ReadDuration(cp, "register_wait", &c->register_wait, 0, 86400);
+  config::ReadDuration(cp, "lease", &c->lease, 2, 3600);
+  rpc::ReadRegistryKeys(cp, path, &c->registry);
+  if (!c->registry.etcd() && c->control_plane.target.empty()) {
+    cp.AddError("address", "is required (the prefill daemon's gRPC host:port) unless registry is etcd");
+  }
   ConfigReader tls = cp.Child("tls");
   config::ReadTlsPaths(tls, path, &c->control_plane.channel.tls);
   config::ReadString(tls, "server_name", &c->control_plane.channel.tls_server_name);

@@ -28,7 +28,7 @@ absl::StatusOr<std::unique_ptr<DecodeDaemon>> DecodeDaemon::Create(DecodeDaemonC
     return absl::InvalidArgumentError("config key 'model.name' is required");
   if (config.model_path.empty())
     return absl::InvalidArgumentError("config key 'model.path' is required");
-  if (config.control_plane.target.empty()) {
+  if (config.control_plane.target.empty() && !config.registry.etcd()) {
     return absl::InvalidArgumentError("config key 'control_plane.address' is required");
   }
   if (config.artifact_path.empty() && config.producer_path.empty()) {
@@ -156,10 +156,10 @@ absl::Status DecodeDaemon::StartHttp() {
   SCD_ASSIGN_OR_RETURN(http_, http::HttpServer::Create(ho));
   http_->AddHealthRoute();
   http_->AddReadyRoute([this]() -> absl::Status {
-    if (control_ == nullptr || !control_->registered()) {
-      absl::Status last = control_ != nullptr ? control_->last_error() : absl::OkStatus();
+    if (!registered()) {
+      absl::Status last = RegistrationError();
       return absl::UnavailableError(
-          absl::StrCat("not registered with the control plane at ", config_.control_plane.target,
+          absl::StrCat("not registered with the ", RegistryName(),
                        last.ok() ? "" : absl::StrCat(": ", std::string(last.message()))));
     }
     return absl::OkStatus();
@@ -179,6 +179,7 @@ absl::Status DecodeDaemon::Register(absl::Status* register_error) {
   co.instance.capacity = c.engine.max_batch + c.engine.max_queue;
   co.instance.data_plane_address = data_plane_address_;
   co.instance.rpc_address = rpc_address_;
+  if (c.registry.etcd()) return Announce(co.instance, register_error);
   co.load_report = [this]() {
     rpc::LoadReport r;
     r.active_requests = engine_->running();
@@ -198,6 +199,57 @@ absl::Status DecodeDaemon::Register(absl::Status* register_error) {
   return absl::OkStatus();
 }
 
+absl::Status DecodeDaemon::Announce(const rpc::DecodeInstanceInfo& instance,
+                                    absl::Status* register_error) {
+  const DecodeDaemonConfig& c = config_;
+  SCD_ASSIGN_OR_RETURN(rpc::EtcdOptions eo, c.registry.ToEtcdOptions());
+  SCD_ASSIGN_OR_RETURN(etcd_, rpc::EtcdClient::Create(std::move(eo)));
+  etcd_metrics_ = std::make_unique<rpc::EtcdMetrics>(&metrics_);
+  rpc::EtcdAnnouncerOptions ao;
+  ao.key = rpc::EtcdDecodeKey(c.registry.etcd_prefix, c.model_name, c.instance_id);
+  ao.value = [this, instance, token = c.control_plane.cluster_token]() {
+    rpc::LoadReport load;
+    load.active_requests = engine_->running();
+    load.queue_depth = engine_->queued();
+    return rpc::EncodeDecodeAnnouncement(instance, load, token);
+  };
+  ao.lease = c.lease;
+  ao.refresh = c.lease / 3;
+  ao.metrics = etcd_metrics_.get();
+  SCD_ASSIGN_OR_RETURN(announcer_, rpc::EtcdAnnouncer::Create(etcd_.get(), ao));
+  // Unlike the embedded registry, an unreachable etcd does not stop the daemon: it keeps
+  // trying, and joins the prefill daemons' membership once etcd answers.
+  absl::Status st = announcer_->Start(c.register_wait);
+  if (!st.ok() && st.code() != absl::StatusCode::kUnavailable) {
+    return absl::Status(st.code(), absl::StrCat("etcd refused this daemon's registration: ",
+                                                std::string(st.message())));
+  }
+  *register_error = st;
+  state_metrics_->SetRegistered(announcer_->registered());
+  was_registered_.store(announcer_->registered());
+  return absl::OkStatus();
+}
+
+bool DecodeDaemon::registered() const {
+  if (announcer_ != nullptr) return announcer_->registered();
+  return control_ != nullptr && control_->registered();
+}
+
+std::string DecodeDaemon::RegistryName() const {
+  if (config_.registry.etcd()) return absl::StrCat("etcd at ", config_.registry.etcd_endpoints);
+  return absl::StrCat("control plane at ", config_.control_plane.target);
+}
+
+absl::Status DecodeDaemon::RegistrationError() const {
+  if (announcer_ != nullptr) return announcer_->last_error();
+  return control_ != nullptr ? control_->last_error() : absl::OkStatus();
+}
+
+int64_t DecodeDaemon::Registrations() const {
+  if (announcer_ != nullptr) return announcer_->registrations();
+  return control_ != nullptr ? control_->registrations() : 0;
+}
+
 // State gauges and registration changes, sampled every 100 ms rather than from the heartbeat:
 // while the control plane is unreachable no heartbeat runs, and the loss itself is what must
 // show up.
@@ -205,16 +257,16 @@ void DecodeDaemon::StartTicker() {
   ticker_ = std::thread([this] {
     while (!stop_ticker_.load()) {
       state_metrics_->Sample(*engine_, mailbox_->stats());
-      const bool now_registered = control_->registered();
+      const bool now_registered = registered();
       state_metrics_->SetRegistered(now_registered);
       if (now_registered != was_registered_.exchange(now_registered)) {
         // Registration changes are rare and operationally interesting (prefill restarts,
         // network loss), so each is one log line.
-        const absl::Status error = control_->last_error();
+        const absl::Status error = RegistrationError();
         daemon::LogInfo(now_registered ? "registered" : "registration_lost",
                         {{"instance_id", config_.instance_id},
-                         {"control_plane", config_.control_plane.target},
-                         {"registrations", control_->registrations()},
+                         {"registry", RegistryName()},
+                         {"registrations", Registrations()},
                          {"last_error", std::string(error.message())}});
       }
       absl::SleepFor(absl::Milliseconds(100));
@@ -243,8 +295,8 @@ void DecodeDaemon::LogStarted(const absl::Status& register_error) {
        {"rebuild_device_bytes", stats.rebuild_device_bytes},
        {"rebuild_host_bytes", stats.rebuild_host_bytes},
        {"sekv_host_budget_bytes", stats.sekv_host_budget_bytes},
-       {"registered", control_->registered()},
-       {"control_plane", c.control_plane.target},
+       {"registered", registered()},
+       {"registry", RegistryName()},
        {"register_error", register_error.ok() ? "" : std::string(register_error.message())}});
 }
 
@@ -255,6 +307,7 @@ void DecodeDaemon::Shutdown(absl::Duration drain) {
   if (ticker_.joinable()) ticker_.join();
   // No new routes, then no new calls, then let the running ones finish.
   if (control_ != nullptr) control_->Shutdown();
+  if (announcer_ != nullptr) announcer_->Shutdown();  // revokes the lease: the key goes now
   if (service_ != nullptr) service_->StopAccepting();
   if (http_ != nullptr) {
     // /ready turns 503 at once; /health keeps answering until the end.

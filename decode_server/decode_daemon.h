@@ -24,6 +24,8 @@
 #include "common/http/http_server.h"
 #include "common/metrics/registry.h"
 #include "common/rpc/control_plane_client.h"
+#include "common/rpc/etcd_registry.h"
+#include "common/rpc/registry_config.h"
 #include "common/rpc/credentials.h"
 #include "common/rpc/grpc_server.h"
 #include "common/runtime/backend.h"
@@ -75,6 +77,9 @@ struct DecodeDaemonConfig {
   // filled at start.
   rpc::ControlPlaneClientOptions control_plane;
   absl::Duration register_wait = absl::Seconds(30);
+  rpc::RegistryOptions registry;  // control_plane.registry and the etcd keys
+  // With etcd: the lease of this daemon's key (it disappears this long after the daemon dies).
+  absl::Duration lease = absl::Seconds(5);
 
   // Engine and limits: engine.* and, in engine.sekv, sekv.* (common/serving/sekv_session.h).
   DecodeEngineOptions engine;
@@ -95,7 +100,7 @@ class DecodeDaemon {
   int http_port() const { return http_ != nullptr ? http_->port() : -1; }
   const std::string& pair_digest_hex() const { return pair_digest_hex_; }
   const std::string& instance_id() const { return config_.instance_id; }
-  bool registered() const { return control_ != nullptr && control_->registered(); }
+  bool registered() const;
 
  private:
   // What LoadPair gives StartEngine.
@@ -114,6 +119,13 @@ class DecodeDaemon {
   absl::Status StartDecodeService();
   absl::Status StartHttp();
   absl::Status Register(absl::Status* register_error);
+  // With etcd: writes P/decode/<model>/<instance> under a lease and keeps it alive.
+  absl::Status Announce(const rpc::DecodeInstanceInfo& instance, absl::Status* register_error);
+  // Where this daemon registers ("control plane at host:port", "etcd at ..."), and the last
+  // registration error there.
+  std::string RegistryName() const;
+  absl::Status RegistrationError() const;
+  int64_t Registrations() const;
   void StartTicker();
   void LogStarted(const absl::Status& register_error);
 
@@ -134,7 +146,10 @@ class DecodeDaemon {
   std::unique_ptr<DecodeService> service_;
   rpc::GrpcServer grpc_;
   std::unique_ptr<http::HttpServer> http_;
-  std::unique_ptr<rpc::ControlPlaneClient> control_;
+  std::unique_ptr<rpc::ControlPlaneClient> control_;  // embedded registry
+  std::unique_ptr<rpc::EtcdClient> etcd_;             // etcd registry, with:
+  std::unique_ptr<rpc::EtcdMetrics> etcd_metrics_;
+  std::unique_ptr<rpc::EtcdAnnouncer> announcer_;
   std::atomic<bool> was_registered_{false};
   // Samples state a scrape or an operator needs even while no heartbeat runs (the control
   // plane unreachable): registration (logged when it changes), load, pending payloads.

@@ -120,6 +120,10 @@ absl::Status DecodeService::Validate(const scd::v1::DecodeRequest& r) const {
     }
   }
   if (r.deadline_ms() < 0) return absl::InvalidArgumentError("deadline_ms must be >= 0");
+  if (r.resumed_tokens() < 0 || r.resumed_tokens() >= r.suffix_token_ids_size()) {
+    return absl::InvalidArgumentError(
+        "resumed_tokens must be >= 0 and leave at least one suffix token that is the prompt's");
+  }
   const auto& s = r.sampling();
   if (s.has_temperature() && !(s.temperature() >= 0 && s.temperature() <= 100)) {
     return absl::InvalidArgumentError("sampling.temperature must be in [0, 100]");
@@ -185,6 +189,7 @@ absl::StatusOr<DecodeJob> DecodeService::MakeJob(const scd::v1::DecodeRequest& r
   if (payload_bytes_ != nullptr) payload_bytes_->Observe(static_cast<double>(job.payload.size()));
   job.suffix.assign(request.suffix_token_ids().begin(), request.suffix_token_ids().end());
   job.max_tokens = request.max_tokens();
+  job.resumed = request.resumed_tokens();
   const auto& s = request.sampling();
   job.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
   job.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;

@@ -35,6 +35,14 @@ bool Retryable(const absl::Status& st) {
   }
 }
 
+// The seed every attempt of the request uses: the client's, or one drawn here, so that a
+// sampled request migrated to another decode daemon continues the same random stream.
+uint64_t SeedFor(const PreparedRequest& r) {
+  if (r.request.sampling.seed) return static_cast<uint64_t>(*r.request.sampling.seed);
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng() >> 1;
+}
+
 // Watches the client while an RPC blocks in Read: cancels the call when the client goes away.
 class CancelWatcher {
  public:
@@ -72,6 +80,8 @@ struct GenerationPipeline::Metrics {
   metrics::CounterFamily* requests = nullptr;       // {model, mode}
   metrics::CounterFamily* errors = nullptr;         // {model, code}
   metrics::CounterFamily* retries = nullptr;        // {model}
+  metrics::CounterFamily* migrations = nullptr;     // {specialist, outcome}
+  metrics::CounterFamily* fallbacks = nullptr;      // {specialist, reason}
   metrics::CounterFamily* patch_layers = nullptr;   // {model, layer}
   metrics::CounterFamily* cache_hits = nullptr;     // {model}
   metrics::CounterFamily* cache_misses = nullptr;   // {model}
@@ -107,6 +117,8 @@ GenerationPipeline::GenerationPipeline(
   x.requests = m->AddCounterFamily("scd_requests_total", "Generation requests started, by specialist and codec mode.", {"model", "mode"}).value();
   x.errors = m->AddCounterFamily("scd_request_errors_total", "Generation requests that ended with an error, by status code.", {"model", "code"}).value();
   x.retries = m->AddCounterFamily("scd_decode_retries_total", "Requests retried on another decode daemon after a failure before the first token.", {"model"}).value();
+  x.migrations = m->AddCounterFamily("scd_migrations_total", "Requests resent mid-stream, with the tokens streamed so far, to another replica after their decode daemon failed; outcome: completed, failed (failed later), refused (past limits.migration_limit).", {"specialist", "outcome"}).value();
+  x.fallbacks = m->AddCounterFamily("scd_fallbacks_total", "Requests retried as oracle (token ids only) after their payload path failed, by reason: data_plane, data_loss, payload_missing, rebuild.", {"specialist", "reason"}).value();
   x.patch_layers = m->AddCounterFamily("scd_patch_layer_uses_total", "PATCH layers sent in payloads, by layer.", {"model", "layer"}).value();
   x.cache_hits = m->AddCounterFamily("scd_prefix_cache_hits_total", "Requests whose prompt reused cached prefix codes.", {"model"}).value();
   x.cache_misses = m->AddCounterFamily("scd_prefix_cache_misses_total", "Requests that ran the base-model prefill (no usable cached prefix).", {"model"}).value();
@@ -258,12 +270,26 @@ std::shared_ptr<scd::v1::Decode::Stub> GenerationPipeline::StubFor(const std::st
   return stub;
 }
 
+// What a request has streamed so far, across attempts: a migrated request continues the same
+// text decoder, stop-string matcher and token list on its next decode daemon.
+struct GenerationPipeline::StreamState {
+  StreamState(const Tokenizer& tokenizer, const PreparedRequest& r, uint64_t seed)
+      : text(tokenizer), stops(r.stop), seed(seed) {}
+  StreamDecoder text;
+  StopStringMatcher stops;
+  uint64_t seed;                   // sent with every attempt of a sampled request
+  std::vector<int32_t> generated;  // every token received, emitted or held back
+  std::vector<int32_t> pending_ids;
+  Clock::time_point last_emit;
+  bool emitted = false;
+};
+
 // One decode stream's reading: its events become deltas for the sink, after stop strings, and
 // its final event fills the outcome.
 struct GenerationPipeline::DecodeStream {
   DecodeStream(const GenerationPipeline& p, const PreparedRequest& r, const rpc::DecodeRoute& route,
                grpc::ClientContext& ctx, GenerationSink& sink, GenerationOutcome* outcome,
-               bool* emitted)
+               StreamState& state)
       : metrics(*p.metrics_),
         r(r),
         model(r.specialist->config.name),
@@ -272,9 +298,8 @@ struct GenerationPipeline::DecodeStream {
         ctx(ctx),
         sink(sink),
         outcome(outcome),
-        emitted(emitted),
-        text(*p.tokenizer_),
-        stops(r.stop) {}
+        st(state),
+        resumed(static_cast<int>(state.generated.size())) {}
 
   // Reads the stream to its end: the status of the attempt.
   absl::Status Read(grpc::ClientReader<scd::v1::DecodeEvent>& reader);
@@ -292,13 +317,9 @@ struct GenerationPipeline::DecodeStream {
   grpc::ClientContext& ctx;
   GenerationSink& sink;
   GenerationOutcome* const outcome;
-  bool* const emitted;
-  StreamDecoder text;
-  StopStringMatcher stops;
-  std::vector<int32_t> pending_ids;
-  Clock::time_point last_emit;
+  StreamState& st;
+  const int resumed;  // tokens streamed by earlier attempts
   bool client_gone = false, stopped = false, done = false;
-  int generated = 0;
 };
 
 absl::Status GenerationPipeline::DecodeStream::Read(
@@ -328,16 +349,16 @@ void GenerationPipeline::DecodeStream::OnToken(const scd::v1::DecodeEvent::Token
     outcome->timings.set_sekv_build_ms(t.sekv_build_ms());
   }
   if (token.id() < 0) return;
-  ++generated;
-  pending_ids.push_back(token.id());
-  Emit(stops.Push(text.Push(token.id()), &stopped));
+  st.generated.push_back(token.id());
+  st.pending_ids.push_back(token.id());
+  Emit(st.stops.Push(st.text.Push(token.id()), &stopped));
   if (stopped) ctx.TryCancel();
 }
 
 void GenerationPipeline::DecodeStream::OnDone(const scd::v1::DecodeEvent::Done& d) {
   outcome->finish_reason = d.finish_reason() == "length" ? "length" : "stop";
   outcome->prompt_tokens = static_cast<int>(r.tokens.size());
-  outcome->completion_tokens = d.completion_tokens();
+  outcome->completion_tokens = resumed + d.completion_tokens();
   outcome->timings.set_rebuild_ms(d.timings().rebuild_ms());
   outcome->timings.set_suffix_prefill_ms(d.timings().suffix_prefill_ms());
   outcome->timings.set_sekv_build_ms(d.timings().sekv_build_ms());
@@ -355,21 +376,21 @@ absl::Status GenerationPipeline::DecodeStream::End(
     reader.Finish();
     outcome->finish_reason = "stop";
     outcome->prompt_tokens = static_cast<int>(r.tokens.size());
-    outcome->completion_tokens = generated;
+    outcome->completion_tokens = static_cast<int>(st.generated.size());
     return absl::OkStatus();
   }
   grpc::Status gs = reader.Finish();
   if (!done) {
     if (sink.Cancelled()) return absl::CancelledError("the client went away");
-    absl::Status st = gs.ok()
-                          ? absl::UnavailableError("the decode stream ended without a final event")
-                          : rpc::FromGrpcStatus(gs);
-    return absl::Status(st.code(),
+    absl::Status status = gs.ok()
+                              ? absl::UnavailableError("the decode stream ended without a final event")
+                              : rpc::FromGrpcStatus(gs);
+    return absl::Status(status.code(),
                         absl::StrCat("decode daemon ", route.instance_id, " at ", route.rpc_address,
-                                     ": ", std::string(st.message())));
+                                     ": ", std::string(status.message())));
   }
-  Emit(stops.Push(text.Flush(), &stopped));
-  Emit(stops.Flush());
+  Emit(st.stops.Push(st.text.Flush(), &stopped));
+  Emit(st.stops.Flush());
   return absl::OkStatus();
 }
 
@@ -377,19 +398,19 @@ void GenerationPipeline::DecodeStream::Emit(std::string piece) {
   if (piece.empty()) return;  // ids wait for the text they produce
   GenerationDelta d;
   d.text = std::move(piece);
-  d.token_ids.swap(pending_ids);
+  d.token_ids.swap(st.pending_ids);
   const auto now = Clock::now();
-  if (!*emitted) {
+  if (!st.emitted) {
     const double ttft = absl::ToDoubleMilliseconds(absl::Now() - r.request.arrived);
     outcome->timings.set_ttft_ms(ttft);
     if (metrics.ttft != nullptr)
       metrics.ttft->WithLabels({model, mode}).value()->Observe(ttft / 1e3);
   } else if (metrics.itl != nullptr) {
     metrics.itl->WithLabels({model}).value()->Observe(
-        std::chrono::duration<double>(now - last_emit).count());
+        std::chrono::duration<double>(now - st.last_emit).count());
   }
-  last_emit = now;
-  *emitted = true;
+  st.last_emit = now;
+  st.emitted = true;
   if (!sink.OnDelta(d)) {
     client_gone = true;
     ctx.TryCancel();
@@ -397,6 +418,7 @@ void GenerationPipeline::DecodeStream::Emit(std::string piece) {
 }
 
 absl::Status GenerationPipeline::FillDecodeRequest(const PreparedRequest& r, const Encoded& payload,
+                                                   const StreamState& state,
                                                    const rpc::DecodeRoute& route,
                                                    scd::v1::DecodeRequest* req,
                                                    GenerationOutcome* outcome) {
@@ -423,23 +445,29 @@ absl::Status GenerationPipeline::FillDecodeRequest(const PreparedRequest& r, con
   }
   outcome->timings.set_payload_bytes(payload.bytes.size());
   for (int32_t id : payload.suffix) req->add_suffix_token_ids(id);
-  req->set_max_tokens(r.max_tokens);
+  // A migrated request: the tokens streamed so far follow the prompt's suffix.
+  for (int32_t id : state.generated) req->add_suffix_token_ids(id);
+  req->set_resumed_tokens(static_cast<int>(state.generated.size()));
+  req->set_max_tokens(r.max_tokens - static_cast<int>(state.generated.size()));
   const http::SamplingParams& sp = r.request.sampling;
   req->mutable_sampling()->set_temperature(sp.temperature);
   req->mutable_sampling()->set_top_p(sp.top_p);
   req->mutable_sampling()->set_top_k(sp.top_k);
-  if (sp.seed) req->mutable_sampling()->set_seed(static_cast<uint64_t>(*sp.seed));
+  req->mutable_sampling()->set_seed(state.seed);
   req->set_deadline_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(r.deadline - absl::Now())));
   return absl::OkStatus();
 }
 
 absl::Status GenerationPipeline::Attempt(const PreparedRequest& r, const Encoded& payload,
                                          const rpc::DecodeLease& lease, GenerationSink& sink,
-                                         GenerationOutcome* outcome, bool* emitted) {
+                                         StreamState& state, GenerationOutcome* outcome,
+                                         std::string* payload_failure) {
   const rpc::DecodeRoute& route = lease.route();
   scd::v1::DecodeRequest req;
-  if (absl::Status st = FillDecodeRequest(r, payload, route, &req, outcome); !st.ok()) return st;
-
+  if (absl::Status st = FillDecodeRequest(r, payload, state, route, &req, outcome); !st.ok()) {
+    *payload_failure = st.code() == absl::StatusCode::kDataLoss ? "data_loss" : "data_plane";
+    return st;
+  }
   std::shared_ptr<scd::v1::Decode::Stub> stub = StubFor(route.rpc_address);
   if (stub == nullptr)
     return absl::InternalError(absl::StrCat("cannot make a channel to ", route.rpc_address));
@@ -447,8 +475,60 @@ absl::Status GenerationPipeline::Attempt(const PreparedRequest& r, const Encoded
   ctx.set_deadline(absl::ToChronoTime(r.deadline));
   std::unique_ptr<grpc::ClientReader<scd::v1::DecodeEvent>> reader = stub->Generate(&ctx, req);
   CancelWatcher watcher(sink, ctx);
-  DecodeStream stream(*this, r, route, ctx, sink, outcome, emitted);
-  return stream.Read(*reader);
+  const size_t before = state.generated.size();
+  DecodeStream stream(*this, r, route, ctx, sink, outcome, state);
+  absl::Status st = stream.Read(*reader);
+  if (!st.ok() && state.generated.size() == before && !payload.bytes.empty()) {
+    // Failures of the payload itself, before any token: the decode daemon could not use it.
+    switch (st.code()) {
+      case absl::StatusCode::kDataLoss: *payload_failure = "data_loss"; break;
+      case absl::StatusCode::kNotFound: *payload_failure = "payload_missing"; break;
+      case absl::StatusCode::kFailedPrecondition:
+      case absl::StatusCode::kInvalidArgument:
+      case absl::StatusCode::kInternal: *payload_failure = "rebuild"; break;
+      default: break;
+    }
+  }
+  return st;
+}
+
+absl::StatusOr<GenerationOutcome> GenerationPipeline::Fail(const PreparedRequest& r,
+                                                           absl::Status st) {
+  const std::string& model = r.specialist->config.name;
+  CountError(model, st);
+  daemon::LogWarning("request_failed", {{"request_id", r.request.request_id},
+                                        {"model", model},
+                                        {"code", absl::StatusCodeToString(st.code())},
+                                        {"message", std::string(st.message())}});
+  return st;
+}
+
+GenerationOutcome GenerationPipeline::Succeed(const PreparedRequest& r, const Encoded& payload,
+                                              GenerationOutcome outcome) {
+  const std::string& model = r.specialist->config.name;
+  const std::string mode(CodecModeName(r.specialist->mode));
+  const double e2e = absl::ToDoubleSeconds(absl::Now() - r.request.arrived);
+  if (metrics_->e2e != nullptr) {
+    metrics_->e2e->WithLabels({model, mode}).value()->Observe(e2e);
+    metrics_->tokens->WithLabels({model}).value()->Increment(outcome.completion_tokens);
+  }
+  daemon::LogInfo("request_done", {{"request_id", r.request.request_id},
+                                   {"model", model},
+                                   {"mode", mode},
+                                   {"decode_instance", outcome.decode_instance},
+                                   {"prompt_tokens", outcome.prompt_tokens},
+                                   {"completion_tokens", outcome.completion_tokens},
+                                   {"cache_hit", payload.cache_hit},
+                                   {"ttft_ms", outcome.timings.ttft_ms()},
+                                   {"e2e_ms", e2e * 1e3}});
+  return outcome;
+}
+
+void GenerationPipeline::CountMigrations(const std::string& model, int migrations,
+                                         const std::string& outcome) {
+  if (migrations > 0 && metrics_->migrations != nullptr) {
+    metrics_->migrations->WithLabels({model, outcome}).value()->Increment(migrations);
+  }
 }
 
 absl::StatusOr<GenerationOutcome> GenerationPipeline::Run(const PreparedRequest& r,
@@ -467,17 +547,9 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Run(const PreparedRequest&
   } leave{this};
   if (metrics_->requests != nullptr) metrics_->requests->WithLabels({model, mode}).value()->Increment();
 
-  GenerationOutcome outcome;
-  auto fail = [&](absl::Status st) -> absl::StatusOr<GenerationOutcome> {
-    CountError(model, st);
-    daemon::LogWarning("request_failed", {{"request_id", r.request.request_id},
-                                          {"model", model},
-                                          {"code", absl::StatusCodeToString(st.code())},
-                                          {"message", std::string(st.message())}});
-    return st;
-  };
-  absl::StatusOr<Encoded> payload = BuildPayload(r, &outcome.timings);
-  if (!payload.ok()) return fail(payload.status());
+  scd::v1::Timings timings;
+  absl::StatusOr<Encoded> payload = BuildPayload(r, &timings);
+  if (!payload.ok()) return Fail(r, payload.status());
   if (metrics_->payload_bytes != nullptr && !payload->bytes.empty()) {
     metrics_->payload_bytes->WithLabels({model, mode}).value()->Observe(static_cast<double>(payload->bytes.size()));
     if (!payload->cache_hit) {
@@ -486,54 +558,117 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Run(const PreparedRequest&
       }
     }
   }
+  return Dispatch(r, *payload, timings, sink);
+}
+
+// A request's attempts, from the first to its end (Dispatch).
+struct GenerationPipeline::Attempts {
+  Attempts(const Tokenizer& tokenizer, const PreparedRequest& r, const Encoded& payload)
+      : state(tokenizer, r, SeedFor(r)), current(&payload) {}
+  StreamState state;
+  Encoded oracle;  // the fallback: token ids only, the decode daemon prefills the prompt
+  const Encoded* current;
+  // Set when the payload path failed before the first token: an oracle retry is possible, on
+  // that daemon when no other replica is available (it needs no data plane).
+  std::string fallback_reason;
+  rpc::DecodeLease fallback_daemon;
+  int retries = 0, migrations = 0;
   absl::Status last;
-  for (int attempt = 0; attempt <= s.config.max_retries; ++attempt) {
+};
+
+bool GenerationPipeline::FallBack(const PreparedRequest& r, Attempts& a) {
+  if (a.fallback_reason.empty() || a.current == &a.oracle) return false;
+  const std::string& model = r.specialist->config.name;
+  a.oracle.suffix = r.tokens;
+  a.current = &a.oracle;
+  if (metrics_->fallbacks != nullptr) metrics_->fallbacks->WithLabels({model, a.fallback_reason}).value()->Increment();
+  daemon::LogWarning("decode_fallback_oracle", {{"request_id", r.request.request_id},
+                                                {"reason", a.fallback_reason},
+                                                {"message", std::string(a.last.message())}});
+  return true;
+}
+
+absl::Status GenerationPipeline::NextAttempt(const PreparedRequest& r, Attempts& a,
+                                             const std::string& instance,
+                                             const std::string& payload_failure,
+                                             rpc::DecodeLease lease) {
+  const Specialist& s = *r.specialist;
+  const absl::Status& st = a.last;
+  const bool mid_stream = !a.state.generated.empty();
+  if (!payload_failure.empty() && !mid_stream && s.config.fallback == "oracle") {
+    a.fallback_reason = payload_failure;
+    a.fallback_daemon = std::move(lease);
+  }
+  if (absl::Now() > r.deadline) return st;
+  if (!Retryable(st)) return FallBack(r, a) ? absl::OkStatus() : st;
+  if (st.code() != absl::StatusCode::kResourceExhausted) registry_->MarkFailed(instance);
+  if (mid_stream) {
+    if (a.migrations >= options_.migration_limit) {
+      CountMigrations(s.config.name, 1, "refused");
+      return absl::Status(st.code(), absl::StrCat(std::string(st.message()),
+                                                  "; not migrated again: limits.migration_limit is ",
+                                                  options_.migration_limit));
+    }
+    ++a.migrations;
+    daemon::LogWarning("decode_migrate", {{"request_id", r.request.request_id},
+                                          {"failed_instance", instance},
+                                          {"tokens_streamed", a.state.generated.size()},
+                                          {"message", std::string(st.message())}});
+    return absl::OkStatus();
+  }
+  if (a.retries >= s.config.max_retries) return FallBack(r, a) ? absl::OkStatus() : st;
+  ++a.retries;
+  if (metrics_->retries != nullptr) metrics_->retries->WithLabels({s.config.name}).value()->Increment();
+  daemon::LogWarning("decode_retry", {{"request_id", r.request.request_id},
+                                      {"failed_instance", instance},
+                                      {"message", std::string(st.message())}});
+  return absl::OkStatus();
+}
+
+// The request on decode daemons until it ends: retried on another replica when a daemon fails
+// before the first token (max_retries), migrated with the tokens streamed so far when one fails
+// mid-stream (migration_limit), and when a failed payload path would otherwise end it, retried
+// once as oracle (fallback).
+absl::StatusOr<GenerationOutcome> GenerationPipeline::Dispatch(const PreparedRequest& r,
+                                                               const Encoded& payload,
+                                                               const scd::v1::Timings& timings,
+                                                               GenerationSink& sink) {
+  const std::string& model = r.specialist->config.name;
+  Attempts a(*tokenizer_, r, payload);
+  auto fail = [&](absl::Status st) {
+    CountMigrations(model, a.migrations, "failed");
+    return Fail(r, std::move(st));
+  };
+  while (true) {
     if (sink.Cancelled()) return fail(absl::CancelledError("the client went away"));
     absl::StatusOr<rpc::DecodeLease> lease = registry_->Pick(model);
+    if (!lease.ok() && lease.status().code() == absl::StatusCode::kUnavailable &&
+        a.fallback_daemon.held() && (a.current == &a.oracle || FallBack(r, a))) {
+      lease = std::move(a.fallback_daemon);  // the only daemon left, as oracle
+    }
     if (!lease.ok()) {
-      if (attempt > 0 && lease.status().code() == absl::StatusCode::kUnavailable) {
-        return fail(absl::UnavailableError(absl::StrCat(std::string(last.message()),
+      if (!a.last.ok() && lease.status().code() == absl::StatusCode::kUnavailable) {
+        return fail(absl::UnavailableError(absl::StrCat(std::string(a.last.message()),
                                                         "; no other decode daemon is available")));
       }
       return fail(lease.status());
     }
-    bool emitted = false;
-    GenerationOutcome attempt_outcome;
-    attempt_outcome.timings = outcome.timings;
-    absl::Status st = Attempt(r, *payload, *lease, sink, &attempt_outcome, &emitted);
+    GenerationOutcome outcome;
+    outcome.timings = timings;
+    std::string payload_failure;
+    absl::Status st = Attempt(r, *a.current, *lease, sink, a.state, &outcome, &payload_failure);
+    const std::string instance = lease->route().instance_id;
     if (st.ok()) {
-      attempt_outcome.decode_instance = lease->route().instance_id;
-      const double e2e = absl::ToDoubleSeconds(absl::Now() - r.request.arrived);
-      if (metrics_->e2e != nullptr) {
-        metrics_->e2e->WithLabels({model, mode}).value()->Observe(e2e);
-        metrics_->tokens->WithLabels({model}).value()->Increment(attempt_outcome.completion_tokens);
-      }
-      daemon::LogInfo("request_done", {{"request_id", r.request.request_id},
-                                       {"model", model},
-                                       {"mode", mode},
-                                       {"decode_instance", attempt_outcome.decode_instance},
-                                       {"prompt_tokens", attempt_outcome.prompt_tokens},
-                                       {"completion_tokens", attempt_outcome.completion_tokens},
-                                       {"cache_hit", payload->cache_hit},
-                                       {"ttft_ms", attempt_outcome.timings.ttft_ms()},
-                                       {"e2e_ms", e2e * 1e3}});
-      return attempt_outcome;
+      outcome.decode_instance = instance;
+      CountMigrations(model, a.migrations, "completed");
+      return Succeed(r, payload, std::move(outcome));
     }
     if (st.code() == absl::StatusCode::kCancelled && sink.Cancelled()) return fail(st);
-    last = st;
-    if (emitted || !Retryable(st) || absl::Now() > r.deadline) {
-      if (emitted && Retryable(st)) registry_->MarkFailed(lease->route().instance_id);
-      return fail(st);
+    a.last = st;
+    if (absl::Status next = NextAttempt(r, a, instance, payload_failure, std::move(*lease));
+        !next.ok()) {
+      return fail(next);
     }
-    if (st.code() != absl::StatusCode::kResourceExhausted) {
-      registry_->MarkFailed(lease->route().instance_id);
-    }
-    if (metrics_->retries != nullptr) metrics_->retries->WithLabels({model}).value()->Increment();
-    daemon::LogWarning("decode_retry", {{"request_id", r.request.request_id},
-                                        {"failed_instance", lease->route().instance_id},
-                                        {"message", std::string(st.message())}});
   }
-  return fail(last);
 }
-
 }  // namespace scd

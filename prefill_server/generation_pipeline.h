@@ -11,9 +11,15 @@
 //            → tokens → detokenize, stop strings → the sink
 //
 // Failure semantics: a decode daemon that fails before the first token (unreachable, killed,
-// payload lost) is quarantined in the registry and the request is retried on another replica
-// (up to the specialist's max_retries); after the first token the request ends with an
-// UNAVAILABLE error naming the daemon, never a hang (every wait has the request deadline).
+// queue full) is quarantined in the registry and the request is retried on another replica
+// (up to the specialist's max_retries). A failed payload path (data plane unreachable,
+// DATA_LOSS, payload missing, rebuild refused) that would otherwise end the request (no retry
+// left, or not retryable) is retried once as oracle, token ids only, on a healthy replica, or
+// on the same daemon when it is the only one (the specialist's fallback: oracle | fail). A daemon that fails mid-stream
+// is quarantined and the request migrates to another replica with the prompt plus the tokens
+// streamed so far, the same seed and the sampler advanced past them, so the client's stream
+// continues with no token lost or repeated (up to migration_limit times; then an UNAVAILABLE
+// error naming the daemon). Every wait has the request deadline.
 // A sink that reports its client gone cancels the Decode RPC, which frees the decode slot.
 //
 // Thread-safe; each Run blocks its caller until the request ends.
@@ -103,6 +109,9 @@ struct GenerationPipelineOptions {
   // payload covers all but the last token.
   int payload_block_tokens = 16;
   rpc::ChannelOptions decode_channel;  // TLS etc. for calls to decode daemons
+  // Times a request whose decode daemon fails mid-stream is resent, with the tokens already
+  // streamed, to another replica (limits.migration_limit); past it the client gets the error.
+  int migration_limit = 1;
 };
 
 class GenerationPipeline {
@@ -124,17 +133,33 @@ class GenerationPipeline {
  private:
   struct Encoded;
   struct Metrics;
+  struct StreamState;
   struct DecodeStream;
+  struct Attempts;
   absl::StatusOr<Encoded> BuildPayload(const PreparedRequest& r, scd::v1::Timings* timings);
-  // One attempt on one decode daemon. *emitted tells whether any token reached the sink.
+  absl::StatusOr<GenerationOutcome> Dispatch(const PreparedRequest& r, const Encoded& payload,
+                                             const scd::v1::Timings& timings, GenerationSink& sink);
+  // One attempt on one decode daemon, continuing `state` (what earlier attempts streamed).
+  // *payload_failure names a failure of the payload path ("data_plane", "data_loss",
+  // "payload_missing", "rebuild"), empty for any other.
   absl::Status Attempt(const PreparedRequest& r, const Encoded& payload,
-                       const rpc::DecodeLease& lease, GenerationSink& sink,
-                       GenerationOutcome* outcome, bool* emitted);
+                       const rpc::DecodeLease& lease, GenerationSink& sink, StreamState& state,
+                       GenerationOutcome* outcome, std::string* payload_failure);
   // The attempt's request to the daemon at `route`; a payload too large to go inline is sent
   // on the data plane first (its time in outcome's timings).
   absl::Status FillDecodeRequest(const PreparedRequest& r, const Encoded& payload,
-                                 const rpc::DecodeRoute& route, scd::v1::DecodeRequest* req,
-                                 GenerationOutcome* outcome);
+                                 const StreamState& state, const rpc::DecodeRoute& route,
+                                 scd::v1::DecodeRequest* req, GenerationOutcome* outcome);
+  // After a failed attempt (in a.last): OK when another attempt is set up, else the error
+  // the request ends with.
+  absl::Status NextAttempt(const PreparedRequest& r, Attempts& a, const std::string& instance,
+                           const std::string& payload_failure, rpc::DecodeLease lease);
+  // Switches the attempts to oracle when a failed payload path allows it; false otherwise.
+  bool FallBack(const PreparedRequest& r, Attempts& a);
+  absl::StatusOr<GenerationOutcome> Fail(const PreparedRequest& r, absl::Status st);
+  GenerationOutcome Succeed(const PreparedRequest& r, const Encoded& payload,
+                            GenerationOutcome outcome);
+  void CountMigrations(const std::string& model, int migrations, const std::string& outcome);
   std::shared_ptr<scd::v1::Decode::Stub> StubFor(const std::string& rpc_address);
   void CountError(const std::string& model, const absl::Status& st);
 

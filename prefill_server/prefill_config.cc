@@ -8,6 +8,7 @@
 
 #include "common/config/cuda_kernel_keys.h"
 #include "common/config/option_keys.h"
+#include "common/rpc/registry_config.h"
 #include "common/transport/bandwidth_limiter.h"
 
 namespace scd {
@@ -34,6 +35,7 @@ void ReadHttp(ConfigReader& r, PrefillDaemonConfig* c) {
   config::ReadInt(limits, "max_messages", &l.max_messages, 1, 1 << 20);
   config::ReadDuration(limits, "request_timeout", &c->pipeline.request_timeout, 0.001, 86400);
   config::ReadInt(limits, "prefill_queue", &c->pipeline.producer_max_queue, 0, 1 << 20);
+  config::ReadInt(limits, "migration_limit", &c->pipeline.migration_limit, 0, 8);
 }
 
 void ReadGrpc(ConfigReader& r, const config::PathKeys& path, PrefillDaemonConfig* c) {
@@ -51,16 +53,22 @@ void ReadGrpc(ConfigReader& r, const config::PathKeys& path, PrefillDaemonConfig
   if (c->lease <= c->heartbeat_interval) {
     cp.AddError("lease", "must exceed control_plane.heartbeat_interval");
   }
+  rpc::ReadRegistryKeys(cp, path, &c->registry);
+  if (c->registry.etcd() && c->lease < absl::Seconds(2)) {
+    cp.AddError("lease", "must be at least 2s with registry etcd (etcd leases are whole seconds)");
+  }
 }
 
 void ReadDataPlane(ConfigReader& r, const config::PathKeys& path, PrefillDaemonConfig* c) {
   ConfigReader dp = r.Child("data_plane");
   c->data_plane_transport =
       dp.Enum("transport", c->data_plane_transport, std::array<std::string_view, 2>{"tcp", "ucx"});
-  config::ReadDouble(dp, "bandwidth_gbps", &c->bandwidth_gbps, 0, transport::kMaxBandwidthGbps);
-  config::ReadString(dp, "ucx_transports", &c->ucx_transports);
+  config::ReadDouble(dp, "bandwidth_gbps", &c->transport.bandwidth_gbps, 0,
+                     transport::kMaxBandwidthGbps);
+  config::ReadString(dp, "ucx_transports", &c->transport.ucx_transports);
   config::ReadInt(dp, "inline_max_bytes", &c->pipeline.inline_max_bytes, 0, 32 << 20);
-  config::ReadDuration(dp, "peer_timeout", &c->data_plane_peer_timeout, 1, 3600);
+  config::ReadDuration(dp, "peer_timeout", &c->transport.peer_timeout, 1, 3600);
+  c->transport.stall_timeout = c->transport.peer_timeout;
   ConfigReader dtls = dp.Child("decode_tls");
   config::ReadTlsPaths(dtls, path, &c->pipeline.decode_channel.tls);
 
@@ -84,6 +92,7 @@ void ReadSpecialists(ConfigReader& r, const config::PathKeys& path, PrefillDaemo
         s.Enum("chat_template", sc.chat_template,
                std::array<std::string_view, 4>{"chatml", "llama2", "llama3", "plain"});
     config::ReadInt(s, "max_retries", &sc.max_retries, 0, 16);
+    sc.fallback = s.Enum("fallback", sc.fallback, std::array<std::string_view, 2>{"oracle", "fail"});
     c->specialists.push_back(std::move(sc));
   }
   if (!r.Has("specialists")) r.AddError("specialists", "must list at least one specialist");
@@ -93,6 +102,7 @@ void ReadSpecialists(ConfigReader& r, const config::PathKeys& path, PrefillDaemo
 void ReadPrefillConfig(ConfigReader& r, const std::string& config_path, PrefillDaemonConfig* c) {
   const config::PathKeys path(config_path);
   c->base_model_path = path(r, "base_model");
+  config::ReadString(r, "instance_id", &c->instance_id);
   r.Require("base_model", "the base model's HF checkpoint directory");
   c->backend = r.Enum("backend", c->backend, std::array<std::string_view, 2>{"cpu", "cuda"});
   ConfigReader kernels = r.Child("cuda_kernels");

@@ -1,7 +1,12 @@
 // See prefill_daemon.h.
 #include "prefill_server/prefill_daemon.h"
 
+#include <unistd.h>
+
+#include <random>
+
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "common/base/status_macros.h"
 #include "common/daemon/event_log.h"
 #include "common/model/weights.h"
@@ -50,29 +55,18 @@ absl::Status PrefillDaemon::Start() {
     specialists_[sc.name] = std::move(s);
   }
 
-  rpc::DecodeRegistryOptions ro;
-  ro.cluster_token = c.cluster_token;
-  ro.heartbeat_interval = c.heartbeat_interval;
-  ro.lease = c.lease;
-  ro.expected_pair_digests = pair_digests();
-  SCD_ASSIGN_OR_RETURN(registry_, rpc::DecodeRegistry::Create(ro));
-  control_plane_ = std::make_unique<rpc::ControlPlaneService>(registry_.get());
+  SCD_RETURN_IF_ERROR(StartRegistry());
 
   cache_ = std::make_unique<PrefixCache>(c.prefix_cache_bytes, c.prefix_block_tokens);
-  transport::TransportOptions to;
-  to.bandwidth_gbps = c.bandwidth_gbps;
-  to.ucx_transports = c.ucx_transports;
-  to.peer_timeout = c.data_plane_peer_timeout;
-  to.stall_timeout = c.data_plane_peer_timeout;
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Transport> transport,
-                       transport::CreateTransport(c.data_plane_transport, to));
+                       transport::CreateTransport(c.data_plane_transport, c.transport));
   GenerationPipelineOptions po = c.pipeline;
   po.payload_block_tokens = c.prefix_block_tokens;
   po.decode_channel.keepalive_time = c.grpc_keepalive_time;
   po.decode_channel.keepalive_timeout = c.grpc_keepalive_timeout;
   pipeline_ = std::make_unique<GenerationPipeline>(
       po, producer_.get(), tokenizer_.get(), &specialists_, registry_.get(), cache_.get(),
-      std::make_unique<PayloadSender>(std::move(transport), c.data_plane_peer_timeout), &metrics_);
+      std::make_unique<PayloadSender>(std::move(transport), c.transport.peer_timeout), &metrics_);
 
   generation_ = std::make_unique<GenerationService>(pipeline_.get(), c.api_key, c.limits);
   rpc::GrpcServerOptions go;
@@ -80,7 +74,9 @@ absl::Status PrefillDaemon::Start() {
   go.keepalive_time = c.grpc_keepalive_time;
   go.keepalive_timeout = c.grpc_keepalive_timeout;
   SCD_ASSIGN_OR_RETURN(go.credentials, rpc::MakeServerCredentials(c.grpc_tls));
-  SCD_ASSIGN_OR_RETURN(grpc_, rpc::StartGrpcServer(go, {control_plane_.get(), generation_.get()}));
+  std::vector<grpc::Service*> services = {generation_.get()};
+  if (control_plane_ != nullptr) services.push_back(control_plane_.get());  // embedded registry
+  SCD_ASSIGN_OR_RETURN(grpc_, rpc::StartGrpcServer(go, services));
 
   http::HttpServerOptions ho;
   ho.host = c.http_host;
@@ -105,13 +101,91 @@ absl::Status PrefillDaemon::Start() {
   openai_ = std::make_unique<OpenAiFrontend>(http_.get(), pipeline_.get(), names, c.limits);
   SCD_RETURN_IF_ERROR(http_->Start());
 
+  StartGauges(device);
+  SCD_RETURN_IF_ERROR(AnnounceSelf());
+  daemon::LogInfo("prefill_started", {{"base_model", c.base_model_path},
+                                      {"backend", c.backend},
+                                      {"device", device},
+                                      {"kernels", producer_->kernel_description()},
+                                      {"http_port", http_->port()},
+                                      {"grpc_address", grpc_.address},
+                                      {"specialists", names}});
+  return absl::OkStatus();
+}
+
+absl::Status PrefillDaemon::StartRegistry() {
+  const PrefillDaemonConfig& c = config_;
+  rpc::DecodeRegistryOptions ro;
+  ro.cluster_token = c.cluster_token;
+  ro.heartbeat_interval = c.heartbeat_interval;
+  ro.lease = c.lease;
+  ro.expected_pair_digests = pair_digests();
+  if (!c.registry.etcd()) {
+    SCD_ASSIGN_OR_RETURN(registry_, rpc::DecodeRegistry::Create(ro));
+    control_plane_ = std::make_unique<rpc::ControlPlaneService>(registry_.get());
+    return absl::OkStatus();
+  }
+  // etcd owns liveness: an instance lives as long as its key (its lease). While etcd is
+  // unreachable the registry keeps what it last saw; a failed call still quarantines.
+  ro.lease = absl::InfiniteDuration();
+  ro.failure_quarantine = c.lease;
+  SCD_ASSIGN_OR_RETURN(registry_, rpc::DecodeRegistry::Create(ro));
+  SCD_ASSIGN_OR_RETURN(rpc::EtcdOptions eo, c.registry.ToEtcdOptions());
+  SCD_ASSIGN_OR_RETURN(etcd_, rpc::EtcdClient::Create(std::move(eo)));
+  etcd_metrics_ = std::make_unique<rpc::EtcdMetrics>(&metrics_);
+  rpc::EtcdMembershipOptions mo;
+  mo.prefix = c.registry.etcd_prefix;
+  mo.cluster_token = c.cluster_token;
+  mo.metrics = etcd_metrics_.get();
+  membership_ = std::make_unique<rpc::EtcdDecodeMembership>(etcd_.get(), registry_.get(), mo);
+  membership_->Start();
+  if (!membership_->WaitSynced(absl::Seconds(2))) {
+    daemon::LogWarning("etcd_not_reached", {{"endpoints", c.registry.etcd_endpoints},
+                                            {"message", "serving; the decode daemons will be "
+                                                        "routed to once etcd answers"}});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrefillDaemon::AnnounceSelf() {
+  const PrefillDaemonConfig& c = config_;
+  if (!c.registry.etcd()) return absl::OkStatus();
+  std::string id = c.instance_id;
+  if (id.empty()) {
+    std::random_device rd;
+    id = absl::StrCat("prefill-", getpid(), "-", absl::Hex(rd() & 0xffffff));
+  }
+  std::vector<std::string> models;
+  for (const auto& [name, s] : specialists_) models.push_back(name);
+  const std::string value = nlohmann::json{{"instance_id", id},
+                                           {"grpc_address", grpc_.address},
+                                           {"http_address", absl::StrCat(c.http_host, ":", http_->port())},
+                                           {"models", models}}
+                                .dump();
+  rpc::EtcdAnnouncerOptions ao;
+  ao.key = rpc::EtcdPrefillKey(c.registry.etcd_prefix, id);
+  ao.value = [value] { return value; };
+  ao.lease = c.lease;
+  ao.refresh = c.lease / 3;
+  ao.metrics = etcd_metrics_.get();
+  SCD_ASSIGN_OR_RETURN(announcer_, rpc::EtcdAnnouncer::Create(etcd_.get(), ao));
+  absl::Status st = announcer_->Start(absl::Seconds(2));
+  if (st.code() == absl::StatusCode::kUnavailable) {
+    daemon::LogWarning("etcd_not_reached", {{"endpoints", c.registry.etcd_endpoints},
+                                            {"message", std::string(st.message())}});
+    return absl::OkStatus();
+  }
+  return st;  // OK, or etcd refused this daemon's credentials: the daemon exits saying why
+}
+
+void PrefillDaemon::StartGauges(const std::string& device) {
   // What runs the base model, as an info series: value 1, the facts in its labels.
   metrics_
       .AddGaugeFamily("scd_prefill_backend_info",
                       "The backend running the base model and its device (value 1).",
                       {"backend", "device"})
       .value()
-      ->WithLabels({c.backend, device})
+      ->WithLabels({config_.backend, device})
       .value()
       ->Set(1);
   // Gauges that describe state rather than events, refreshed once a second.
@@ -132,24 +206,21 @@ absl::Status PrefillDaemon::Start() {
       for (int i = 0; i < 10 && !stop_ticker_.load(); ++i) absl::SleepFor(absl::Milliseconds(100));
     }
   });
-  daemon::LogInfo("prefill_started", {{"base_model", c.base_model_path},
-                                      {"backend", c.backend},
-                                      {"device", device},
-                                      {"kernels", producer_->kernel_description()},
-                                      {"http_port", http_->port()},
-                                      {"grpc_address", grpc_.address},
-                                      {"specialists", names}});
-  return absl::OkStatus();
 }
 
 absl::Status PrefillDaemon::Ready() {
+  // Ready with at least one compatible decode daemon known; the body names specialists
+  // without one (their requests get 503 until one registers).
   std::string missing;
+  bool any = false;
   for (const auto& [name, s] : specialists_) {
-    if (registry_->LiveInstanceCount(name) == 0) absl::StrAppend(&missing, missing.empty() ? "" : ", ", name);
+    if (registry_->LiveInstanceCount(name) > 0) {
+      any = true;
+    } else {
+      absl::StrAppend(&missing, missing.empty() ? "" : ", ", name);
+    }
   }
-  if (!missing.empty()) {
-    return absl::UnavailableError(absl::StrCat("no decode daemon registered for: ", missing));
-  }
+  if (!any) return absl::UnavailableError(absl::StrCat("no decode daemon registered for: ", missing));
   return absl::OkStatus();
 }
 
@@ -157,6 +228,7 @@ void PrefillDaemon::Shutdown(absl::Duration drain) {
   if (shut_down_) return;
   shut_down_ = true;
   daemon::LogInfo("prefill_draining", {{"in_flight", pipeline_ != nullptr ? pipeline_->in_flight() : 0}});
+  if (announcer_ != nullptr) announcer_->Shutdown();
   if (generation_ != nullptr) generation_->StopAccepting();
   const auto drain_ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(drain));
   if (http_ != nullptr) http_->Shutdown(drain_ms);  // refuses new requests, waits for streams
@@ -170,6 +242,7 @@ void PrefillDaemon::Shutdown(absl::Duration drain) {
   }
   stop_ticker_.store(true);
   if (ticker_.joinable()) ticker_.join();
+  if (membership_ != nullptr) membership_->Shutdown();
   openai_.reset();
   daemon::LogInfo("prefill_stopped", {});
 }

@@ -1,12 +1,14 @@
 // PrefillDaemon: the front door. It owns the base (producer) model and one Specialist per
-// consumer it routes to, and hosts on one gRPC port the control plane (decode daemons
-// register there) and the Generation API, and on one HTTP port the OpenAI-compatible API with
-// /health, /ready and /metrics.
+// consumer it routes to, and hosts on one gRPC port the Generation API and, with the embedded
+// registry, the control plane (decode daemons register there); and on one HTTP port the
+// OpenAI-compatible API with /health, /ready and /metrics. With control_plane.registry etcd
+// it hosts no registry: it watches the decode daemons' keys in etcd and writes its own
+// (common/rpc/etcd_registry.h), so any number of prefill daemons serve side by side.
 //
-// /ready is 200 only when the models are loaded (they are, once Create returns) and every
-// specialist has at least one live decode daemon; otherwise 503 naming the models without one.
-// Shutdown(drain): /ready turns 503 and new requests are refused (503 / UNAVAILABLE), running
-// requests get up to `drain` to finish, then the servers stop.
+// /ready is 200 only when the models are loaded (they are, once Create returns) and at least
+// one compatible decode daemon is known; otherwise 503. Shutdown(drain): /ready turns 503 and
+// new requests are refused (503 / UNAVAILABLE), running requests get up to `drain` to finish,
+// then the servers stop.
 #ifndef SCD_PREFILL_SERVER_PREFILL_DAEMON_H_
 #define SCD_PREFILL_SERVER_PREFILL_DAEMON_H_
 
@@ -25,10 +27,13 @@
 #include "common/rpc/control_plane_service.h"
 #include "common/rpc/credentials.h"
 #include "common/rpc/decode_registry.h"
+#include "common/rpc/etcd_registry.h"
+#include "common/rpc/registry_config.h"
 #include "common/rpc/grpc_server.h"
 #include "common/runtime/backend.h"
 #include "common/serving/prefix_cache.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/transport/transport.h"
 #include "prefill_server/generation_pipeline.h"
 #include "prefill_server/generation_service.h"
 #include "prefill_server/openai_frontend.h"
@@ -38,7 +43,7 @@ namespace scd {
 
 // Every key of the prefill daemon's config file (configs/prefill.yaml), read by
 // prefill_config.h. A key's default is the initial value of its member here or in the option
-// struct embedded for its component (limits, pipeline); its range is checked where
+// struct embedded for its component (limits, transport, pipeline); its range is checked where
 // prefill_config.cc reads it (docs/CONFIG.md lists both).
 struct PrefillDaemonConfig {
   std::string base_model_path;
@@ -60,12 +65,14 @@ struct PrefillDaemonConfig {
   std::string cluster_token;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration lease = absl::Seconds(5);
+  rpc::RegistryOptions registry;  // control_plane.registry and the etcd keys
+  // This daemon's id in etcd (P/prefill/<id>); empty: prefill-<pid>-<random>.
+  std::string instance_id;
 
   std::string data_plane_transport = "tcp";
-  double bandwidth_gbps = 0;
-  std::string ucx_transports;
-  // A data-plane peer silent this long is gone (connect, stalled frame, missing ACK).
-  absl::Duration data_plane_peer_timeout = absl::Seconds(30);
+  // The data plane's sender: bandwidth_gbps, ucx_transports, and peer_timeout (a peer silent
+  // this long is gone: connect, stalled frame, missing ACK), the stall limit taking its value.
+  transport::TransportOptions transport;
 
   size_t prefix_cache_bytes = size_t{256} << 20;
   int prefix_block_tokens = 16;
@@ -91,6 +98,11 @@ class PrefillDaemon {
  private:
   explicit PrefillDaemon(PrefillDaemonConfig config) : config_(std::move(config)) {}
   absl::Status Start();
+  // The embedded registry and its ControlPlane service, or the etcd membership.
+  absl::Status StartRegistry();
+  // With etcd: this daemon's own key, P/prefill/<instance_id>.
+  absl::Status AnnounceSelf();
+  void StartGauges(const std::string& device);
   absl::Status Ready();
 
   PrefillDaemonConfig config_;
@@ -100,7 +112,11 @@ class PrefillDaemon {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::map<std::string, std::unique_ptr<Specialist>> specialists_;
   std::unique_ptr<rpc::DecodeRegistry> registry_;
-  std::unique_ptr<rpc::ControlPlaneService> control_plane_;
+  std::unique_ptr<rpc::ControlPlaneService> control_plane_;  // embedded registry only
+  std::unique_ptr<rpc::EtcdClient> etcd_;                    // etcd registry only, with:
+  std::unique_ptr<rpc::EtcdMetrics> etcd_metrics_;
+  std::unique_ptr<rpc::EtcdDecodeMembership> membership_;
+  std::unique_ptr<rpc::EtcdAnnouncer> announcer_;
   std::unique_ptr<PrefixCache> cache_;
   std::unique_ptr<GenerationPipeline> pipeline_;
   std::unique_ptr<GenerationService> generation_;

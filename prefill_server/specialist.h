@@ -31,6 +31,9 @@ struct SpecialistConfig {
   std::string mode = "scd";
   std::string chat_template = "plain";
   int max_retries = 1;  // other replicas tried when a decode daemon fails before any token
+  // When the payload path fails (data plane unreachable, DATA_LOSS, a rebuild refused):
+  // "oracle" retries once with token ids only on a healthy replica, "fail" ends the request.
+  std::string fallback = "oracle";
 };
 
 struct Specialist {

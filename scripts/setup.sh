@@ -25,6 +25,9 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizer runtimes for scripts/fuzz.sh
   iproute2 nftables  # test_netfaults: `ip netns`, veth, `tc` (tbf) and random loss (no netem here)
 )
+# Servers the tests start themselves on loopback (not needed to build, so not in the images'
+# build stage): etcd for the cluster registry's tests (test_rpc, test_cluster).
+TEST_SERVERS=(etcd-server etcd-client)
 
 step() { printf '\n==> %s\n' "$*"; }
 run() { printf '+'; printf ' %q' "$@"; printf '\n'; "$@"; }
@@ -40,10 +43,10 @@ else
     fi
     SUDO=(sudo)
   fi
-  step "installing ${#PACKAGES[@]} packages with apt"
+  step "installing $((${#PACKAGES[@]} + ${#TEST_SERVERS[@]})) packages with apt"
   run "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
   run "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+    apt-get install -y --no-install-recommends "${PACKAGES[@]}" "${TEST_SERVERS[@]}"
 fi
 
 # The official `openai` npm client, for the HTTP API test (Node 20 ships with the machine;
@@ -53,6 +56,15 @@ if command -v npm >/dev/null; then
   (cd tests/http/openai_client && run npm ci --no-audit --no-fund)
 else
   step "npm not found: the openai-client test will be skipped"
+fi
+# kubernetes-models and yaml, pinned the same way, for test_deploy_k8s (the Kubernetes schemas
+# of deploy/k8s). That test also needs kubectl with kustomize v5, which Debian does not ship:
+# without it the test is skipped.
+if command -v npm >/dev/null; then
+  step "installing kubernetes-models for tests/deploy/k8s"
+  (cd tests/deploy/k8s && run npm ci --no-audit --no-fund)
+else
+  step "npm not found: the deploy/k8s test will be skipped"
 fi
 
 step "configuring ${BUILD_DIR}/ (Release, SCD_CUDA=${SCD_CUDA})"

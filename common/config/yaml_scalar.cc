@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <system_error>
 
 #include "absl/strings/escaping.h"
@@ -89,28 +90,103 @@ absl::StatusOr<json> ParseUnsignedWithBase(std::string_view text, std::string_vi
   return json(static_cast<int64_t>(value));
 }
 
-}  // namespace
-
-absl::Status ParseQuotedScalar(std::string_view text, size_t* pos, std::string* out) {
-  out->clear();
-  const char quote = text[*pos];
-  size_t i = *pos + 1;
-  if (quote == '\'') {
-    while (i < text.size()) {
-      if (text[i] == '\'') {
-        if (i + 1 < text.size() && text[i + 1] == '\'') {
-          out->push_back('\'');
-          i += 2;
-          continue;
-        }
-        *pos = i + 1;
-        return absl::OkStatus();
-      }
-      out->push_back(text[i++]);
-    }
-    return absl::InvalidArgumentError(
-        "unterminated single-quoted string (a quoted string must end on the line it starts)");
+// The character a one-character escape `\e` of a double-quoted scalar stands for; nullopt for
+// any other `e`.
+std::optional<char> SimpleEscape(char e) {
+  switch (e) {
+    case '0':
+      return '\0';
+    case 'a':
+      return '\a';
+    case 'b':
+      return '\b';
+    case 't':
+    case '\t':
+      return '\t';
+    case 'n':
+      return '\n';
+    case 'v':
+      return '\v';
+    case 'f':
+      return '\f';
+    case 'r':
+      return '\r';
+    case 'e':
+      return '\x1b';
+    case ' ':
+    case '"':
+    case '/':
+    case '\\':
+      return e;
+    default:
+      return std::nullopt;
   }
+}
+
+// A \u escape's code point (`cp`, its 4 hex digits read) completed: a high surrogate takes the
+// \u escape of its low one at text[*i].
+absl::StatusOr<uint32_t> CompleteSurrogatePair(std::string_view text, size_t* i, uint32_t cp) {
+  if (cp >= 0xDC00 && cp <= 0xDFFF) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("invalid \\u escape: unpaired low surrogate U+%04X", cp));
+  }
+  if (cp < 0xD800 || cp > 0xDBFF) return cp;
+  uint32_t low = 0;
+  size_t j = *i + 2;
+  if (text.substr(*i, 2) != "\\u" || !ReadHex(text, &j, 4, &low) || low < 0xDC00 || low > 0xDFFF) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("invalid \\u escape: unpaired high surrogate U+%04X", cp));
+  }
+  *i = j;
+  return 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+}
+
+// The code point escapes \xHH, \uHHHH (a surrogate pair as two) and \UHHHHHHHH, whose digits
+// start at text[*i], appended to *out as UTF-8.
+absl::Status AppendCodePointEscape(char e, std::string_view text, size_t* i, std::string* out) {
+  uint32_t cp = 0;
+  if (e == 'x') {
+    if (!ReadHex(text, i, 2, &cp)) {
+      return absl::InvalidArgumentError("invalid \\x escape (expected 2 hex digits)");
+    }
+  } else if (e == 'u') {
+    if (!ReadHex(text, i, 4, &cp)) {
+      return absl::InvalidArgumentError("invalid \\u escape (expected 4 hex digits)");
+    }
+    absl::StatusOr<uint32_t> full = CompleteSurrogatePair(text, i, cp);
+    if (!full.ok()) return full.status();
+    cp = *full;
+  } else {
+    if (!ReadHex(text, i, 8, &cp) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return absl::InvalidArgumentError(
+          "invalid \\U escape (expected 8 hex digits naming a Unicode scalar value)");
+    }
+  }
+  utf8::AppendUtf8(cp, out);
+  return absl::OkStatus();
+}
+
+// ParseQuotedScalar's two kinds, text[*pos] being the opening quote.
+absl::Status ParseSingleQuoted(std::string_view text, size_t* pos, std::string* out) {
+  size_t i = *pos + 1;
+  while (i < text.size()) {
+    if (text[i] == '\'') {
+      if (i + 1 < text.size() && text[i + 1] == '\'') {
+        out->push_back('\'');
+        i += 2;
+        continue;
+      }
+      *pos = i + 1;
+      return absl::OkStatus();
+    }
+    out->push_back(text[i++]);
+  }
+  return absl::InvalidArgumentError(
+      "unterminated single-quoted string (a quoted string must end on the line it starts)");
+}
+
+absl::Status ParseDoubleQuoted(std::string_view text, size_t* pos, std::string* out) {
+  size_t i = *pos + 1;
   while (i < text.size()) {
     const char c = text[i];
     if (c == '"') {
@@ -125,92 +201,26 @@ absl::Status ParseQuotedScalar(std::string_view text, size_t* pos, std::string* 
     if (i + 1 >= text.size()) break;
     const char e = text[i + 1];
     i += 2;
-    uint32_t cp = 0;
-    switch (e) {
-      case '0':
-        out->push_back('\0');
-        break;
-      case 'a':
-        out->push_back('\a');
-        break;
-      case 'b':
-        out->push_back('\b');
-        break;
-      case 't':
-        out->push_back('\t');
-        break;
-      case '\t':
-        out->push_back('\t');
-        break;
-      case 'n':
-        out->push_back('\n');
-        break;
-      case 'v':
-        out->push_back('\v');
-        break;
-      case 'f':
-        out->push_back('\f');
-        break;
-      case 'r':
-        out->push_back('\r');
-        break;
-      case 'e':
-        out->push_back('\x1b');
-        break;
-      case ' ':
-        out->push_back(' ');
-        break;
-      case '"':
-        out->push_back('"');
-        break;
-      case '/':
-        out->push_back('/');
-        break;
-      case '\\':
-        out->push_back('\\');
-        break;
-      case 'x':
-        if (!ReadHex(text, &i, 2, &cp)) {
-          return absl::InvalidArgumentError("invalid \\x escape (expected 2 hex digits)");
-        }
-        utf8::AppendUtf8(cp, out);
-        break;
-      case 'u':
-        if (!ReadHex(text, &i, 4, &cp)) {
-          return absl::InvalidArgumentError("invalid \\u escape (expected 4 hex digits)");
-        }
-        if (cp >= 0xDC00 && cp <= 0xDFFF) {
-          return absl::InvalidArgumentError(
-              absl::StrFormat("invalid \\u escape: unpaired low surrogate U+%04X", cp));
-        }
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          uint32_t low = 0;
-          size_t j = i + 2;
-          if (text.substr(i, 2) != "\\u" || !ReadHex(text, &j, 4, &low) || low < 0xDC00 ||
-              low > 0xDFFF) {
-            return absl::InvalidArgumentError(
-                absl::StrFormat("invalid \\u escape: unpaired high surrogate U+%04X", cp));
-          }
-          i = j;
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-        }
-        utf8::AppendUtf8(cp, out);
-        break;
-      case 'U':
-        if (!ReadHex(text, &i, 8, &cp) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-          return absl::InvalidArgumentError(
-              "invalid \\U escape (expected 8 hex digits naming a Unicode scalar value)");
-        }
-        utf8::AppendUtf8(cp, out);
-        break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("invalid escape '\\", absl::CHexEscape(absl::string_view(&e, 1)),
-                         "' in double-quoted string (use \\\\ for a backslash)"));
+    if (const std::optional<char> simple = SimpleEscape(e)) {
+      out->push_back(*simple);
+    } else if (e == 'x' || e == 'u' || e == 'U') {
+      if (absl::Status st = AppendCodePointEscape(e, text, &i, out); !st.ok()) return st;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid escape '\\", absl::CHexEscape(absl::string_view(&e, 1)),
+                       "' in double-quoted string (use \\\\ for a backslash)"));
     }
   }
   return absl::InvalidArgumentError(
       "unterminated double-quoted string (a quoted string must end on the line it starts)");
+}
+
+}  // namespace
+
+absl::Status ParseQuotedScalar(std::string_view text, size_t* pos, std::string* out) {
+  out->clear();
+  if (text[*pos] == '\'') return ParseSingleQuoted(text, pos, out);
+  return ParseDoubleQuoted(text, pos, out);
 }
 
 absl::StatusOr<json> TypePlainScalar(std::string_view text) {

@@ -118,40 +118,129 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   return file;
 }
 
-absl::Status SafetensorsFile::ParseHeader() {
-  const std::string& file = path();
-  const size_t file_size = file_->size();
-  if (file_size < 8) {
+namespace {
+
+// The header of `file` (`data`, `size` bytes): its length (the first 8 bytes, little-endian),
+// then that many bytes of JSON, which must be an object.
+absl::StatusOr<json> ReadHeader(const std::string& file, const uint8_t* data, size_t size,
+                                uint64_t* header_len) {
+  if (size < 8) {
     return absl::DataLossError(
-        absl::StrCat(file, ": truncated safetensors file (", file_size, " bytes, no header)"));
+        absl::StrCat(file, ": truncated safetensors file (", size, " bytes, no header)"));
   }
-  const uint64_t header_len = LoadLittleEndian64(file_->data());
-  if (header_len > file_size - 8) {
-    return absl::DataLossError(absl::StrCat(file, ": header length ", header_len,
-                                            " exceeds the file (", file_size,
+  *header_len = LoadLittleEndian64(data);
+  if (*header_len > size - 8) {
+    return absl::DataLossError(absl::StrCat(file, ": header length ", *header_len,
+                                            " exceeds the file (", size,
                                             " bytes); truncated or not a safetensors file"));
   }
-  if (header_len > kMaxHeaderBytes) {
+  if (*header_len > kMaxHeaderBytes) {
     return absl::DataLossError(
-        absl::StrCat(file, ": header length ", header_len, " exceeds the 100 MB limit"));
+        absl::StrCat(file, ": header length ", *header_len, " exceeds the 100 MB limit"));
   }
-  const char* header_begin = reinterpret_cast<const char*>(file_->data() + 8);
+  const char* header_begin = reinterpret_cast<const char*>(data + 8);
   json header;
   try {
-    header = json::parse(header_begin, header_begin + header_len);
+    header = json::parse(header_begin, header_begin + *header_len);
   } catch (const json::exception& e) {
     return absl::DataLossError(absl::StrCat(file, ": header is not valid JSON: ", e.what()));
   }
   if (!header.is_object()) {
     return absl::DataLossError(absl::StrCat(file, ": header is not a JSON object"));
   }
+  return header;
+}
+
+// The header entry of tensor `name`: its dtype, shape and data_offsets, which must lie in the
+// data region (`data_size` bytes from `data_begin`) and, for a known dtype, span exactly the
+// shape's bytes.
+absl::StatusOr<TensorInfo> ParseTensorEntry(const std::string& file, const std::string& name,
+                                            const json& entry, const uint8_t* data_begin,
+                                            uint64_t data_size) {
+  const std::string where = TensorPrefix(file, name);
+  if (!entry.is_object()) {
+    return absl::DataLossError(absl::StrCat(where, ": header entry is not an object"));
+  }
+  auto dtype_it = entry.find("dtype");
+  auto shape_it = entry.find("shape");
+  auto offsets_it = entry.find("data_offsets");
+  if (dtype_it == entry.end() || !dtype_it->is_string()) {
+    return absl::DataLossError(absl::StrCat(where, ": missing or non-string 'dtype'"));
+  }
+  if (shape_it == entry.end() || !shape_it->is_array()) {
+    return absl::DataLossError(absl::StrCat(where, ": missing or non-list 'shape'"));
+  }
+  if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2) {
+    return absl::DataLossError(absl::StrCat(where, ": 'data_offsets' must be a list [begin, end]"));
+  }
+  TensorInfo info;
+  info.name = name;
+  info.dtype_name = dtype_it->get<std::string>();
+  info.dtype = DTypeOfName(info.dtype_name);
+  uint64_t elements = 1;
+  bool overflow = false;
+  for (const json& dim : *shape_it) {
+    uint64_t d = 0;
+    if (!AsCount(dim, &d) || d > uint64_t{INT64_MAX}) {
+      return absl::DataLossError(
+          absl::StrCat(where, ": shape ", dim.dump(), " is not a list of counts"));
+    }
+    info.shape.push_back(static_cast<int64_t>(d));
+    overflow |= __builtin_mul_overflow(elements, d, &elements);
+  }
+  uint64_t begin = 0, end = 0;
+  if (!AsCount((*offsets_it)[0], &begin) || !AsCount((*offsets_it)[1], &end) || begin > end) {
+    return absl::DataLossError(absl::StrCat(where, ": bad data_offsets ", offsets_it->dump()));
+  }
+  if (end > data_size) {
+    return absl::DataLossError(absl::StrCat(where, ": data_offsets [", begin, ", ", end,
+                                            ") run past the data region (", data_size,
+                                            " bytes); the file is truncated or corrupt"));
+  }
+  const size_t element_size = ElementSizeOfName(info.dtype_name);
+  uint64_t expected_bytes = 0;
+  overflow |= __builtin_mul_overflow(elements, uint64_t{element_size}, &expected_bytes);
+  if (element_size != 0 && (overflow || expected_bytes != end - begin)) {
+    return absl::DataLossError(
+        absl::StrCat(where, ": shape ", ShapeString(info.shape), " of ", info.dtype_name, " needs ",
+                     overflow ? std::string("more than 2^64") : absl::StrCat(expected_bytes),
+                     " bytes but data_offsets span ", end - begin));
+  }
+  info.data = data_begin + begin;
+  info.nbytes = static_cast<size_t>(end - begin);
+  return info;
+}
+
+// A tensor's bytes in the data region.
+struct ByteRange {
+  uint64_t begin, end;
+  const std::string* name;
+};
+
+// No two tensors' bytes may overlap.
+absl::Status CheckNoOverlap(const std::string& file, std::vector<ByteRange> spans) {
+  std::sort(spans.begin(), spans.end(),
+            [](const ByteRange& a, const ByteRange& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].begin < spans[i - 1].end) {
+      return absl::DataLossError(absl::StrCat(TensorPrefix(file, *spans[i].name), ": data [",
+                                              spans[i].begin, ", ", spans[i].end,
+                                              ") overlaps tensor '", *spans[i - 1].name, "' [",
+                                              spans[i - 1].begin, ", ", spans[i - 1].end, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SafetensorsFile::ParseHeader() {
+  const std::string& file = path();
+  const size_t file_size = file_->size();
+  uint64_t header_len = 0;
+  SCD_ASSIGN_OR_RETURN(const json header, ReadHeader(file, file_->data(), file_size, &header_len));
   const uint64_t data_size = file_size - 8 - header_len;
   const uint8_t* data_begin = file_->data() + 8 + header_len;
-
-  struct ByteRange {
-    uint64_t begin, end;
-    const std::string* name;
-  };
   std::vector<ByteRange> spans;
   spans.reserve(header.size());
   for (auto it = header.begin(); it != header.end(); ++it) {
@@ -165,75 +254,18 @@ absl::Status SafetensorsFile::ParseHeader() {
       }
       continue;
     }
-    const std::string where = TensorPrefix(file, name);
-    if (!entry.is_object()) {
-      return absl::DataLossError(absl::StrCat(where, ": header entry is not an object"));
-    }
-    auto dtype_it = entry.find("dtype");
-    auto shape_it = entry.find("shape");
-    auto offsets_it = entry.find("data_offsets");
-    if (dtype_it == entry.end() || !dtype_it->is_string()) {
-      return absl::DataLossError(absl::StrCat(where, ": missing or non-string 'dtype'"));
-    }
-    if (shape_it == entry.end() || !shape_it->is_array()) {
-      return absl::DataLossError(absl::StrCat(where, ": missing or non-list 'shape'"));
-    }
-    if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2) {
-      return absl::DataLossError(
-          absl::StrCat(where, ": 'data_offsets' must be a list [begin, end]"));
-    }
-    TensorInfo info;
-    info.name = name;
-    info.dtype_name = dtype_it->get<std::string>();
-    info.dtype = DTypeOfName(info.dtype_name);
-    uint64_t elements = 1;
-    bool overflow = false;
-    for (const json& dim : *shape_it) {
-      uint64_t d = 0;
-      if (!AsCount(dim, &d) || d > uint64_t{INT64_MAX}) {
-        return absl::DataLossError(
-            absl::StrCat(where, ": shape ", dim.dump(), " is not a list of counts"));
-      }
-      info.shape.push_back(static_cast<int64_t>(d));
-      overflow |= __builtin_mul_overflow(elements, d, &elements);
-    }
-    uint64_t begin = 0, end = 0;
-    if (!AsCount((*offsets_it)[0], &begin) || !AsCount((*offsets_it)[1], &end) || begin > end) {
-      return absl::DataLossError(absl::StrCat(where, ": bad data_offsets ", offsets_it->dump()));
-    }
-    if (end > data_size) {
-      return absl::DataLossError(absl::StrCat(where, ": data_offsets [", begin, ", ", end,
-                                              ") run past the data region (", data_size,
-                                              " bytes); the file is truncated or corrupt"));
-    }
-    const size_t element_size = ElementSizeOfName(info.dtype_name);
-    uint64_t expected_bytes = 0;
-    overflow |= __builtin_mul_overflow(elements, uint64_t{element_size}, &expected_bytes);
-    if (element_size != 0 && (overflow || expected_bytes != end - begin)) {
-      return absl::DataLossError(absl::StrCat(
-          where, ": shape ", ShapeString(info.shape), " of ", info.dtype_name, " needs ",
-          overflow ? std::string("more than 2^64") : absl::StrCat(expected_bytes),
-          " bytes but data_offsets span ", end - begin));
-    }
-    info.data = data_begin + begin;
-    info.nbytes = static_cast<size_t>(end - begin);
+    SCD_ASSIGN_OR_RETURN(TensorInfo info,
+                         ParseTensorEntry(file, name, entry, data_begin, data_size));
+    const uint64_t begin = static_cast<uint64_t>(info.data - data_begin);
+    const uint64_t end = begin + info.nbytes;
     auto [pos, inserted] = tensors_.emplace(name, std::move(info));
     if (!inserted) {
-      return absl::DataLossError(absl::StrCat(where, ": listed twice in the header"));
+      return absl::DataLossError(
+          absl::StrCat(TensorPrefix(file, name), ": listed twice in the header"));
     }
     if (end > begin) spans.push_back({begin, end, &pos->first});
   }
-  std::sort(spans.begin(), spans.end(),
-            [](const ByteRange& a, const ByteRange& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < spans.size(); ++i) {
-    if (spans[i].begin < spans[i - 1].end) {
-      return absl::DataLossError(absl::StrCat(TensorPrefix(file, *spans[i].name), ": data [",
-                                              spans[i].begin, ", ", spans[i].end,
-                                              ") overlaps tensor '", *spans[i - 1].name, "' [",
-                                              spans[i - 1].begin, ", ", spans[i - 1].end, ")"));
-    }
-  }
-  return absl::OkStatus();
+  return CheckNoOverlap(file, std::move(spans));
 }
 
 const TensorInfo* SafetensorsFile::Find(std::string_view name) const {

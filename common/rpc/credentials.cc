@@ -109,7 +109,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ta
                 static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                 static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, options.keepalive_without_calls ? 1 : 0);
     // The default (2) stops pinging an idle connection after two unanswered-by-data pings,
     // which would leave an idle control-plane channel blind to a dead link.
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);

@@ -61,6 +61,9 @@ struct ChannelOptions {
   // (~15 min). Servers must accept the rate (GrpcServerOptions::min_ping_interval).
   absl::Duration keepalive_time = absl::Seconds(10);
   absl::Duration keepalive_timeout = absl::Seconds(10);
+  // Whether pings go out while no call is in flight. etcd's server refuses them (a Go gRPC
+  // server without PermitWithoutStream answers them with GOAWAY "too_many_pings").
+  bool keepalive_without_calls = true;
 };
 
 // A channel to `target` ("host:port") with the credentials and settings of `options`.

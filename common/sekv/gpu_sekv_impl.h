@@ -140,8 +140,23 @@ class GpuSekv::Impl : public RowAttention {
   int64_t WorkspaceFloats(int max_rows) const;
   absl::Status GrowWindow(int l, int rows, cuda::StreamHandle s);
   absl::Status UploadCounts(int l, cuda::StreamHandle s);
+  // Init's steps: layer l's tier uploaded and its buffers reserved; the step's scratch for `gs`
+  // (KV head, span) pairs; the device zoom's parameters, workspace, and view of the CPU tier.
+  absl::Status InitLayer(int l, cuda::StreamHandle s);
+  absl::Status ReserveStepBuffers(size_t gs);
+  absl::Status InitDeviceZoom(const gpu_sekv_internal::PinnedStaging& pinned, cuda::StreamHandle s);
   // The device zoom's view of layer l's CPU tier, thresholds and pinned flags.
   absl::Status InitZoom(int l, bool in_place, cuda::StreamHandle s);
+  // The registration among `registered` that holds x[0, n), or null.
+  static const cuda::HostRegistration* RegistrationOf(
+      const std::vector<std::unique_ptr<cuda::HostRegistration>>& registered, const float* x,
+      size_t n);
+  // The floats of layer l's bases no registration holds (0 in place); an error for a basis of
+  // rank over kMaxBasisRank.
+  absl::StatusOr<size_t> CpuTierFloatsToCopy(int l, bool in_place) const;
+  // The expansion's segment table (3): fixed rows of expanded_k / expanded_v, whose count
+  // SekvZoom writes at each step.
+  absl::Status InitExpansionTable(int l, cuda::StreamHandle s);
   // Steps 3-6 of a layer on the device (after its pins); the token is in the device window.
   absl::Status ZoomOnDevice(int l, int rows, const float* q, float* out, cuda::StreamHandle s);
   // lse_ of the resident entries (table t, the base summary counts; pins when `pins`).
@@ -152,6 +167,28 @@ class GpuSekv::Impl : public RowAttention {
   // out and lse_; then the expansion's (table 3) merged into it.
   absl::Status ResidentSoftmax(int l, int rows, const float* q, float* out, cuda::StreamHandle s);
   absl::Status MergeExpansion(int l, const float* q, float* out, cuda::StreamHandle s);
+
+  // Attend's steps (gpu_sekv_step.cc). The step's q, k and v copied to the host (host_qkv_)
+  // for the planning, and whether the host cache has the token yet.
+  struct HostToken {
+    float* q = nullptr;
+    float* k = nullptr;
+    float* v = nullptr;
+    bool appended = false;
+  };
+  // 1. The token's k and v into layer l's device window, grown to `rows`.
+  absl::Status JoinWindow(int l, int rows, const float* k, const float* v, cuda::StreamHandle s);
+  // Waits for the stream, then appends the token to the host cache (once).
+  absl::Status WaitAndAppend(int l, HostToken* token, cuda::StreamHandle s);
+  // 2. The observation-window anchors, at the layer's first step, chosen on the host and
+  // their rows uploaded.
+  absl::Status PinAnchors(int l, int rows, const float* q, HostToken* token, cuda::StreamHandle s);
+  // 3-4. With the zoom on the host: the gate, the host's selection (when the layer zooms) and
+  // the step's summary counts on the device.
+  absl::Status SelectOnHost(int l, int rows, const float* q, bool zoom, HostToken* token,
+                            cuda::StreamHandle s);
+  // 6. The rows the host rebuilt, uploaded as the expansion's table (table 3).
+  absl::Status UploadExpandedRows(int l, cuda::StreamHandle s);
 
   // Where the device reads the CPU tier (the zoom on the device): the caller's mapping, or
   // own_mapping_. Declared first, so the registrations go after every device buffer.

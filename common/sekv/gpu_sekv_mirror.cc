@@ -43,49 +43,67 @@ absl::Status GpuSekv::Impl::UploadRows(DeviceBuffer* dst, const float* src, size
 }
 
 absl::Status GpuSekv::Impl::Init() {
-  const int hd = shape_.head_dim, kvd = shape_.kv_dim(), qd = shape_.q_dim();
-  const int heads = shape_.num_heads, groups = shape_.num_kv_heads;
   const SekvOptions& o = cache_.options();
-  const ZoomRouter& router = cache_.router();
   num_spans_ = static_cast<int>(cache_.segmentation().spans.size());
   budget_ = cache_.zooms(0) ? o.expand_budget : 0;
   pins_ = o.pin_tokens;
-  route_dim_ = router.route_dim();
+  route_dim_ = cache_.router().route_dim();
   SCD_ASSIGN_OR_RETURN(const cuda::KernelChoices kernels, cuda::KernelChoicesOf(backend_));
   decode_impl_ = kernels.decode_attention;  // the split attention the backend's decode runs
   SCD_ASSIGN_OR_RETURN(clock_, cuda::OpClockOf(backend_));
-  const size_t gs = static_cast<size_t>(groups) * num_spans_;
+  const size_t gs = static_cast<size_t>(shape_.num_kv_heads) * num_spans_;
   const StreamHandle s = nullptr;  // one-off uploads, waited for below
   layers_.resize(shape_.num_layers);
-  for (int l = 0; l < shape_.num_layers; ++l) {
-    const SpanStore& st = cache_.store(l);
-    DeviceLayer& d = layers_[l];
-    const size_t na = st.num_anchors(), ns = st.num_spans(), nw = st.window_rows();
-    SCD_RETURN_IF_ERROR(UploadRows(&d.anchor_k, st.anchor_k(), na * kvd, "sekv anchors", s));
-    SCD_RETURN_IF_ERROR(UploadRows(&d.anchor_v, st.anchor_v(), na * kvd, "sekv anchors", s));
-    SCD_RETURN_IF_ERROR(UploadRows(&d.summary_k, st.summary_k(), ns * kvd, "sekv summaries", s));
-    SCD_RETURN_IF_ERROR(UploadRows(&d.summary_v, st.summary_v(), ns * kvd, "sekv summaries", s));
-    d.window_capacity = static_cast<int>(nw) + o.generated_reserve + window_slack_;
-    const size_t window = static_cast<size_t>(d.window_capacity) * kvd;
-    SCD_RETURN_IF_ERROR(UploadRows(&d.window_k, st.window_k(), nw * kvd, "sekv window", s, window));
-    SCD_RETURN_IF_ERROR(UploadRows(&d.window_v, st.window_v(), nw * kvd, "sekv window", s, window));
-    const size_t pin_elements = static_cast<size_t>(groups) * std::max(pins_, 1) * hd;
-    SCD_RETURN_IF_ERROR(d.pin_k.Reserve(elem_ * pin_elements, "sekv pins"));
-    SCD_RETURN_IF_ERROR(d.pin_v.Reserve(elem_ * pin_elements, "sekv pins"));
-    SCD_RETURN_IF_ERROR(UploadCounts(l, s));
-    const size_t proj = static_cast<size_t>(groups) * route_dim_ * hd;
-    SCD_RETURN_IF_ERROR(Upload(&d.p_q, router.p_q(l, 0), proj, "sekv router", s));
-    SCD_RETURN_IF_ERROR(Upload(&d.p_k, router.p_k(l, 0), proj, "sekv router", s));
-    std::vector<cuda::RouterGateParams> gates(groups);
-    for (int g = 0; g < groups; ++g) {
-      const RouterGate& gt = router.gate(l, g);
-      gates[g] = {gt.w_size, gt.w_share, gt.bias, 0.0f};
-    }
-    SCD_RETURN_IF_ERROR(Upload(&d.gates, gates.data(), gates.size(), "sekv router", s));
-    const size_t rows = elem_ * groups * std::max(budget_, 1) * hd;
-    SCD_RETURN_IF_ERROR(d.expanded_k.Reserve(rows, "sekv expansion"));
-    SCD_RETURN_IF_ERROR(d.expanded_v.Reserve(rows, "sekv expansion"));
+  for (int l = 0; l < shape_.num_layers; ++l) SCD_RETURN_IF_ERROR(InitLayer(l, s));
+  SCD_RETURN_IF_ERROR(ReserveStepBuffers(gs));
+  const PinnedStaging pinned = StagingFor(shape_, gs, budget_, elem_, device_zoom_);
+  SCD_RETURN_IF_ERROR(host_qkv_.Reserve(pinned.qkv));
+  SCD_RETURN_IF_ERROR(host_la_.Reserve(pinned.la));
+  SCD_RETURN_IF_ERROR(host_tables_.Reserve(pinned.tables));
+  SCD_RETURN_IF_ERROR(host_edits_.Reserve(pinned.edits));
+  SCD_RETURN_IF_ERROR(host_rows_.Reserve(pinned.rows));
+  if (device_zoom_) SCD_RETURN_IF_ERROR(InitDeviceZoom(pinned, s));
+  SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(s));
+  // The uploads above were staged before their calls returned: the conversion buffer (as large
+  // as a layer's largest tier) goes now; the pins' uploads at the first step take little.
+  std::vector<Bf16>().swap(staging_);
+  return absl::OkStatus();
+}
+
+absl::Status GpuSekv::Impl::InitLayer(int l, StreamHandle s) {
+  const int hd = shape_.head_dim, kvd = shape_.kv_dim(), groups = shape_.num_kv_heads;
+  const SekvOptions& o = cache_.options();
+  const ZoomRouter& router = cache_.router();
+  const SpanStore& st = cache_.store(l);
+  DeviceLayer& d = layers_[l];
+  const size_t na = st.num_anchors(), ns = st.num_spans(), nw = st.window_rows();
+  SCD_RETURN_IF_ERROR(UploadRows(&d.anchor_k, st.anchor_k(), na * kvd, "sekv anchors", s));
+  SCD_RETURN_IF_ERROR(UploadRows(&d.anchor_v, st.anchor_v(), na * kvd, "sekv anchors", s));
+  SCD_RETURN_IF_ERROR(UploadRows(&d.summary_k, st.summary_k(), ns * kvd, "sekv summaries", s));
+  SCD_RETURN_IF_ERROR(UploadRows(&d.summary_v, st.summary_v(), ns * kvd, "sekv summaries", s));
+  d.window_capacity = static_cast<int>(nw) + o.generated_reserve + window_slack_;
+  const size_t window = static_cast<size_t>(d.window_capacity) * kvd;
+  SCD_RETURN_IF_ERROR(UploadRows(&d.window_k, st.window_k(), nw * kvd, "sekv window", s, window));
+  SCD_RETURN_IF_ERROR(UploadRows(&d.window_v, st.window_v(), nw * kvd, "sekv window", s, window));
+  const size_t pin_elements = static_cast<size_t>(groups) * std::max(pins_, 1) * hd;
+  SCD_RETURN_IF_ERROR(d.pin_k.Reserve(elem_ * pin_elements, "sekv pins"));
+  SCD_RETURN_IF_ERROR(d.pin_v.Reserve(elem_ * pin_elements, "sekv pins"));
+  SCD_RETURN_IF_ERROR(UploadCounts(l, s));
+  const size_t proj = static_cast<size_t>(groups) * route_dim_ * hd;
+  SCD_RETURN_IF_ERROR(Upload(&d.p_q, router.p_q(l, 0), proj, "sekv router", s));
+  SCD_RETURN_IF_ERROR(Upload(&d.p_k, router.p_k(l, 0), proj, "sekv router", s));
+  std::vector<cuda::RouterGateParams> gates(groups);
+  for (int g = 0; g < groups; ++g) {
+    const RouterGate& gt = router.gate(l, g);
+    gates[g] = {gt.w_size, gt.w_share, gt.bias, 0.0f};
   }
+  SCD_RETURN_IF_ERROR(Upload(&d.gates, gates.data(), gates.size(), "sekv router", s));
+  const size_t rows = elem_ * groups * std::max(budget_, 1) * hd;
+  SCD_RETURN_IF_ERROR(d.expanded_k.Reserve(rows, "sekv expansion"));
+  return d.expanded_v.Reserve(rows, "sekv expansion");
+}
+
+absl::Status GpuSekv::Impl::ReserveStepBuffers(size_t gs) {
   // The workspace of every step the device window holds without growing (the splits are not
   // monotonic in the rows, so the most over them), so that DeviceBytes() stays put meanwhile.
   int64_t workspace = 0;
@@ -95,6 +113,7 @@ absl::Status GpuSekv::Impl::Init() {
       workspace = std::max(workspace, WorkspaceFloats(rows));
     }
   }
+  const int heads = shape_.num_heads, qd = shape_.q_dim();
   SCD_RETURN_IF_ERROR(
       workspace_.Reserve(sizeof(float) * static_cast<size_t>(workspace), "sekv workspace"));
   SCD_RETURN_IF_ERROR(alpha_.Reserve(sizeof(float) * std::max<size_t>(gs, 1), "sekv gate"));
@@ -105,60 +124,53 @@ absl::Status GpuSekv::Impl::Init() {
   SCD_RETURN_IF_ERROR(out_e_.Reserve(sizeof(float) * qd, "sekv expanded attention"));
   SCD_RETURN_IF_ERROR(edits_.Reserve(sizeof(int32_t) * 2 * std::max<size_t>(gs, 1), "sekv edits"));
   const size_t tables = static_cast<size_t>(kTables) * TableSize() * shape_.num_layers;
-  SCD_RETURN_IF_ERROR(segments_.Reserve(sizeof(AttentionSegment) * tables, "sekv segments"));
-  const PinnedStaging pinned = StagingFor(shape_, gs, budget_, elem_, device_zoom_);
-  SCD_RETURN_IF_ERROR(host_qkv_.Reserve(pinned.qkv));
-  SCD_RETURN_IF_ERROR(host_la_.Reserve(pinned.la));
-  SCD_RETURN_IF_ERROR(host_tables_.Reserve(pinned.tables));
-  SCD_RETURN_IF_ERROR(host_edits_.Reserve(pinned.edits));
-  SCD_RETURN_IF_ERROR(host_rows_.Reserve(pinned.rows));
-  if (device_zoom_) {
-    const bool by_token = o.resolution == ZoomResolution::kToken;
-    zoom_params_.budget = budget_;
-    zoom_params_.by_token = by_token ? 1 : 0;
-    zoom_params_.candidate_budget =
-        by_token ? static_cast<int>(std::lround(o.candidate_factor * budget_)) : budget_;
-    if (zoom_params_.candidate_budget > cuda::kMaxZoomCandidates) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the GPU SEKV zoom takes at most ", cuda::kMaxZoomCandidates,
-          " candidate tokens per KV head; this cache has ", zoom_params_.candidate_budget,
-          " (expand_budget × candidate_factor): lower them, or zoom on the host"));
-    }
-    const int64_t ws = cuda::SekvZoomWorkspaceBytes(groups, zoom_params_.candidate_budget);
-    SCD_RETURN_IF_ERROR(
-        zoom_ws_.Reserve(static_cast<size_t>(std::max<int64_t>(ws, 1)), "sekv zoom workspace"));
-    if (mapping_ == nullptr) {
-      SCD_ASSIGN_OR_RETURN(own_mapping_, GpuSekv::MapCpuTier(backend_, cache_));
-      mapping_ = own_mapping_.get();
-    } else if (&mapping_->cache() != &cache_) {
-      return absl::InvalidArgumentError("GpuSekv: the CPU tier mapping is of another cache");
-    }
-    const bool in_place = cuda::DeviceReadsPageableMemory();
-    bool zooms = false, registered = false, copied = false;
-    for (int l = 0; l < shape_.num_layers; ++l) {
-      SCD_RETURN_IF_ERROR(InitZoom(l, in_place, s));
-      if (!cache_.zooms(l)) continue;
-      zooms = true;
-      registered = registered || !mapping_->layers().registered[l].empty();
-      copied = copied || layers_[l].arena != nullptr;
-    }
-    cpu_tier_access_ = copied              ? CpuTierAccess::kPinnedCopy
-                       : registered        ? CpuTierAccess::kRegistered
-                       : in_place && zooms ? CpuTierAccess::kPageable
-                                           : CpuTierAccess::kNone;
-    const size_t counts = static_cast<size_t>(groups) * kZoomCounts;
-    SCD_RETURN_IF_ERROR(zoom_counts_.Reserve(sizeof(int64_t) * counts, "sekv zoom counts"));
-    SCD_RETURN_IF_ERROR(cuda::SetDeviceBytes(zoom_counts_.data(), 0, zoom_counts_.size(), s));
-    SCD_RETURN_IF_ERROR(host_counts_.Reserve(pinned.counts));
-    counts_seen_.assign(counts, 0);
-    SCD_RETURN_IF_ERROR(host_append_.Reserve(pinned.append));
-    append_pending_.assign(shape_.num_layers, 0);
-    unsettled_.assign(shape_.num_layers, 0);
+  return segments_.Reserve(sizeof(AttentionSegment) * tables, "sekv segments");
+}
+
+absl::Status GpuSekv::Impl::InitDeviceZoom(const PinnedStaging& pinned, StreamHandle s) {
+  const SekvOptions& o = cache_.options();
+  const int groups = shape_.num_kv_heads;
+  const bool by_token = o.resolution == ZoomResolution::kToken;
+  zoom_params_.budget = budget_;
+  zoom_params_.by_token = by_token ? 1 : 0;
+  zoom_params_.candidate_budget =
+      by_token ? static_cast<int>(std::lround(o.candidate_factor * budget_)) : budget_;
+  if (zoom_params_.candidate_budget > cuda::kMaxZoomCandidates) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the GPU SEKV zoom takes at most ", cuda::kMaxZoomCandidates,
+        " candidate tokens per KV head; this cache has ", zoom_params_.candidate_budget,
+        " (expand_budget × candidate_factor): lower them, or zoom on the host"));
   }
-  SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(s));
-  // The uploads above were staged before their calls returned: the conversion buffer (as large
-  // as a layer's largest tier) goes now; the pins' uploads at the first step take little.
-  std::vector<Bf16>().swap(staging_);
+  const int64_t ws = cuda::SekvZoomWorkspaceBytes(groups, zoom_params_.candidate_budget);
+  SCD_RETURN_IF_ERROR(
+      zoom_ws_.Reserve(static_cast<size_t>(std::max<int64_t>(ws, 1)), "sekv zoom workspace"));
+  if (mapping_ == nullptr) {
+    SCD_ASSIGN_OR_RETURN(own_mapping_, GpuSekv::MapCpuTier(backend_, cache_));
+    mapping_ = own_mapping_.get();
+  } else if (&mapping_->cache() != &cache_) {
+    return absl::InvalidArgumentError("GpuSekv: the CPU tier mapping is of another cache");
+  }
+  const bool in_place = cuda::DeviceReadsPageableMemory();
+  bool zooms = false, registered = false, copied = false;
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    SCD_RETURN_IF_ERROR(InitZoom(l, in_place, s));
+    if (!cache_.zooms(l)) continue;
+    zooms = true;
+    registered = registered || !mapping_->layers().registered[l].empty();
+    copied = copied || layers_[l].arena != nullptr;
+  }
+  cpu_tier_access_ = copied              ? CpuTierAccess::kPinnedCopy
+                     : registered        ? CpuTierAccess::kRegistered
+                     : in_place && zooms ? CpuTierAccess::kPageable
+                                         : CpuTierAccess::kNone;
+  const size_t counts = static_cast<size_t>(groups) * kZoomCounts;
+  SCD_RETURN_IF_ERROR(zoom_counts_.Reserve(sizeof(int64_t) * counts, "sekv zoom counts"));
+  SCD_RETURN_IF_ERROR(cuda::SetDeviceBytes(zoom_counts_.data(), 0, zoom_counts_.size(), s));
+  SCD_RETURN_IF_ERROR(host_counts_.Reserve(pinned.counts));
+  counts_seen_.assign(counts, 0);
+  SCD_RETURN_IF_ERROR(host_append_.Reserve(pinned.append));
+  append_pending_.assign(shape_.num_layers, 0);
+  unsettled_.assign(shape_.num_layers, 0);
   return absl::OkStatus();
 }
 
@@ -174,28 +186,7 @@ absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
   // registrations of the store's arena hold them (page-locked and mapped, no copy); what no
   // registration holds is copied to pinned memory.
   const auto& registered = mapping_->layers().registered[l];
-  auto registration = [&](const float* x, size_t n) -> const cuda::HostRegistration* {
-    for (const auto& r : registered) {
-      if (r->Contains(x, sizeof(float) * n)) return r.get();
-    }
-    return nullptr;
-  };
-  size_t floats = 0;  // to copy
-  for (int g = 0; g < groups; ++g) {
-    for (int j = 0; j < ns; ++j) {
-      for (const LowRankBasis* b : {&st.key_basis(j, g), &st.value_basis(j, g)}) {
-        if (b->rank > cuda::kMaxBasisRank) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("the GPU SEKV zoom takes CPU-tier bases of rank at most ",
-                           cuda::kMaxBasisRank, "; layer ", l, " has one of rank ", b->rank,
-                           " (lower sekv.r_max, or zoom on the host)"));
-        }
-        if (in_place) continue;
-        if (registration(b->us, b->us_size()) == nullptr) floats += b->us_size();
-        if (registration(b->vt, b->vt_size()) == nullptr) floats += b->vt_size();
-      }
-    }
-  }
+  SCD_ASSIGN_OR_RETURN(const size_t floats, CpuTierFloatsToCopy(l, in_place));
   float* arena = nullptr;
   if (floats > 0) {
     d.arena = std::make_unique<PinnedBuffer>();
@@ -204,7 +195,7 @@ absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
   }
   auto place = [&](const float* x, size_t n) -> const float* {
     if (in_place || n == 0) return x;
-    if (const cuda::HostRegistration* r = registration(x, n)) {
+    if (const cuda::HostRegistration* r = RegistrationOf(registered, x, n)) {
       return static_cast<const float*>(r->DevicePointer(x));
     }
     std::memcpy(arena, x, sizeof(float) * n);
@@ -234,24 +225,58 @@ absl::Status GpuSekv::Impl::InitZoom(int l, bool in_place, StreamHandle s) {
   }
   SCD_RETURN_IF_ERROR(Upload(&d.bases, refs.data(), refs.size(), "sekv zoom bases", s));
   SCD_RETURN_IF_ERROR(Upload(&d.tau, tau.data(), tau.size(), "sekv zoom gates", s));
-  // The expansion's segment table (3): fixed rows of expanded_k / expanded_v, whose count
-  // SekvZoom writes at each step.
-  AttentionSegment* table = HostTable(l, 3);
-  const int hd = shape_.head_dim;
-  for (int g = 0; g < groups; ++g) {
-    const size_t off = static_cast<size_t>(g) * budget_ * hd;
-    table[g * kResidentSegments] = {
-        At(d.expanded_k, off), At(d.expanded_v, off), nullptr, nullptr, 0, hd, type_, 0};
-    for (int j = 1; j < kResidentSegments; ++j) table[g * kResidentSegments + j] = {};
-  }
-  SCD_RETURN_IF_ERROR(
-      cuda::CopyToDevice(DeviceTable(l, 3), table, sizeof(AttentionSegment) * TableSize(), s));
+  SCD_RETURN_IF_ERROR(InitExpansionTable(l, s));
   last_zoom_layer_ = l;
   if (pins_ > 0) {
     SCD_RETURN_IF_ERROR(d.pinned_flags.Reserve(std::max<size_t>(groups * tokens, 1), "sekv pins"));
     SCD_RETURN_IF_ERROR(cuda::SetDeviceBytes(d.pinned_flags.data(), 0, d.pinned_flags.size(), s));
   }
   return absl::OkStatus();
+}
+
+const cuda::HostRegistration* GpuSekv::Impl::RegistrationOf(
+    const std::vector<std::unique_ptr<cuda::HostRegistration>>& registered, const float* x,
+    size_t n) {
+  for (const auto& r : registered) {
+    if (r->Contains(x, sizeof(float) * n)) return r.get();
+  }
+  return nullptr;
+}
+
+absl::StatusOr<size_t> GpuSekv::Impl::CpuTierFloatsToCopy(int l, bool in_place) const {
+  const SpanStore& st = cache_.store(l);
+  const int groups = shape_.num_kv_heads, ns = st.num_spans();
+  const auto& registered = mapping_->layers().registered[l];
+  size_t floats = 0;
+  for (int g = 0; g < groups; ++g) {
+    for (int j = 0; j < ns; ++j) {
+      for (const LowRankBasis* b : {&st.key_basis(j, g), &st.value_basis(j, g)}) {
+        if (b->rank > cuda::kMaxBasisRank) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("the GPU SEKV zoom takes CPU-tier bases of rank at most ",
+                           cuda::kMaxBasisRank, "; layer ", l, " has one of rank ", b->rank,
+                           " (lower sekv.r_max, or zoom on the host)"));
+        }
+        if (in_place) continue;
+        if (RegistrationOf(registered, b->us, b->us_size()) == nullptr) floats += b->us_size();
+        if (RegistrationOf(registered, b->vt, b->vt_size()) == nullptr) floats += b->vt_size();
+      }
+    }
+  }
+  return floats;
+}
+
+absl::Status GpuSekv::Impl::InitExpansionTable(int l, StreamHandle s) {
+  DeviceLayer& d = layers_[l];
+  AttentionSegment* table = HostTable(l, 3);
+  const int hd = shape_.head_dim, groups = shape_.num_kv_heads;
+  for (int g = 0; g < groups; ++g) {
+    const size_t off = static_cast<size_t>(g) * budget_ * hd;
+    table[g * kResidentSegments] = {
+        At(d.expanded_k, off), At(d.expanded_v, off), nullptr, nullptr, 0, hd, type_, 0};
+    for (int j = 1; j < kResidentSegments; ++j) table[g * kResidentSegments + j] = {};
+  }
+  return cuda::CopyToDevice(DeviceTable(l, 3), table, sizeof(AttentionSegment) * TableSize(), s);
 }
 
 // The layer's summary counts (base log counts and remaining tokens), after the pins.

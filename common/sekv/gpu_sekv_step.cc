@@ -100,24 +100,11 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   // and have reached the host window first.
   if (device_zoom_ && unsettled_[l]) SCD_RETURN_IF_ERROR(Settle(last_stream_));
   last_stream_ = s;
-  const SpanStore& st = cache_.store(l);
-  DeviceLayer& d = layers_[l];
-  const int hd = shape_.head_dim, kvd = shape_.kv_dim(), qd = shape_.q_dim();
-  const int heads = shape_.num_heads, groups = shape_.num_kv_heads, ns = st.num_spans();
-  const int gs = groups * ns;
-  const int rows = st.window_rows() + 1;  // the window with this token
+  const int kvd = shape_.kv_dim(), qd = shape_.q_dim();
+  const int rows = cache_.store(l).window_rows() + 1;  // the window with this token
 
   // 1. The token joins the device window; q, k, v go to the host for the planning.
-  SCD_RETURN_IF_ERROR(GrowWindow(l, rows, s));
-  SCD_RETURN_IF_ERROR(Reserve(ResidentRows(l, rows), s));
-  const size_t at = static_cast<size_t>(rows - 1) * kvd;
-  if (type_ == KvType::kF32) {
-    SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(At(d.window_k, at), k, sizeof(float) * kvd, s));
-    SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(At(d.window_v, at), v, sizeof(float) * kvd, s));
-  } else {
-    SCD_RETURN_IF_ERROR(cuda::F32ToBf16(k, static_cast<Bf16*>(At(d.window_k, at)), kvd, s));
-    SCD_RETURN_IF_ERROR(cuda::F32ToBf16(v, static_cast<Bf16*>(At(d.window_v, at)), kvd, s));
-  }
+  SCD_RETURN_IF_ERROR(JoinWindow(l, rows, k, v, s));
   if (device_zoom_ && cache_.pins_done(l)) {
     // The host window gets the token at Settle; nothing else comes back.
     float* slot = host_append_.as<float>() + static_cast<size_t>(l) * 2 * kvd;
@@ -126,54 +113,93 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
     append_pending_[l] = 1;
     return ZoomOnDevice(l, rows, q, out, s);
   }
-  float* hq = host_qkv_.as<float>();
-  float* hk = hq + qd;
-  float* hv = hk + kvd;
-  SCD_RETURN_IF_ERROR(cuda::CopyToHost(hq, q, sizeof(float) * qd, s));
-  SCD_RETURN_IF_ERROR(cuda::CopyToHost(hk, k, sizeof(float) * kvd, s));
-  SCD_RETURN_IF_ERROR(cuda::CopyToHost(hv, v, sizeof(float) * kvd, s));
-  float* lse_host = host_la_.as<float>();
-  float* alpha_host = lse_host + heads;
-  bool appended = false;
-  auto wait_and_append = [&]() -> absl::Status {
-    SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(s));
-    if (!appended) cache_.ExternalAppend(l, hk, hv);
-    appended = true;
-    return absl::OkStatus();
-  };
+  HostToken token;
+  token.q = host_qkv_.as<float>();
+  token.k = token.q + qd;
+  token.v = token.k + kvd;
+  SCD_RETURN_IF_ERROR(cuda::CopyToHost(token.q, q, sizeof(float) * qd, s));
+  SCD_RETURN_IF_ERROR(cuda::CopyToHost(token.k, k, sizeof(float) * kvd, s));
+  SCD_RETURN_IF_ERROR(cuda::CopyToHost(token.v, v, sizeof(float) * kvd, s));
 
   // 2. The observation-window anchors, at the layer's first step.
-  if (!cache_.pins_done(l)) {
-    SCD_RETURN_IF_ERROR(ResidentLse(l, 0, rows, q, /*pins=*/false, s));
-    SCD_RETURN_IF_ERROR(cuda::CopyToHost(lse_host, lse_.data(), sizeof(float) * heads, s));
-    SCD_RETURN_IF_ERROR(wait_and_append());
-    SCD_RETURN_IF_ERROR(cache_.ExternalPin(l, hq, absl::MakeConstSpan(lse_host, heads)));
-    if (pins_ > 0) {
-      const size_t pin_elements = static_cast<size_t>(groups) * pins_ * hd;
-      SCD_RETURN_IF_ERROR(UploadRows(&d.pin_k, cache_.pin_k(l), pin_elements, "sekv pins", s));
-      SCD_RETURN_IF_ERROR(UploadRows(&d.pin_v, cache_.pin_v(l), pin_elements, "sekv pins", s));
-      SCD_RETURN_IF_ERROR(UploadCounts(l, s));
-      if (device_zoom_ && cache_.zooms(l)) {  // the device zoom skips the pinned tokens
-        const size_t flags = static_cast<size_t>(groups) * cache_.span_token_offset(ns);
-        SCD_RETURN_IF_ERROR(Upload(&d.pinned_flags, cache_.pinned_flags(l), flags, "sekv pins", s));
-      }
-    }
-  }
+  if (!cache_.pins_done(l)) SCD_RETURN_IF_ERROR(PinAnchors(l, rows, q, &token, s));
   if (device_zoom_) {  // the layer's first step: its pins are chosen, the token appended
-    if (!appended) SCD_RETURN_IF_ERROR(wait_and_append());
+    if (!token.appended) SCD_RETURN_IF_ERROR(WaitAndAppend(l, &token, s));
     return ZoomOnDevice(l, rows, q, out, s);
   }
 
   // 3-4. Gate, selection, the step's summary counts.
   const bool zoom = cache_.zooms(l);
+  SCD_RETURN_IF_ERROR(SelectOnHost(l, rows, q, zoom, &token, s));
+
+  // 5. The resident part of the softmax, while the host waits for the rebuilt rows.
+  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvResident, ResidentSoftmax(l, rows, q, out, s), s));
+  if (!zoom) return absl::OkStatus();
+
+  // 6. The expanded rows join the same softmax.
+  SCD_RETURN_IF_ERROR(UploadExpandedRows(l, s));
+  return MergeExpansion(l, q, out, s);
+}
+
+absl::Status GpuSekv::Impl::JoinWindow(int l, int rows, const float* k, const float* v,
+                                       StreamHandle s) {
+  DeviceLayer& d = layers_[l];
+  const int kvd = shape_.kv_dim();
+  SCD_RETURN_IF_ERROR(GrowWindow(l, rows, s));
+  SCD_RETURN_IF_ERROR(Reserve(ResidentRows(l, rows), s));
+  const size_t at = static_cast<size_t>(rows - 1) * kvd;
+  if (type_ == KvType::kF32) {
+    SCD_RETURN_IF_ERROR(cuda::CopyOnDevice(At(d.window_k, at), k, sizeof(float) * kvd, s));
+    return cuda::CopyOnDevice(At(d.window_v, at), v, sizeof(float) * kvd, s);
+  }
+  SCD_RETURN_IF_ERROR(cuda::F32ToBf16(k, static_cast<Bf16*>(At(d.window_k, at)), kvd, s));
+  return cuda::F32ToBf16(v, static_cast<Bf16*>(At(d.window_v, at)), kvd, s);
+}
+
+absl::Status GpuSekv::Impl::WaitAndAppend(int l, HostToken* token, StreamHandle s) {
+  SCD_RETURN_IF_ERROR(cuda::SynchronizeStream(s));
+  if (!token->appended) cache_.ExternalAppend(l, token->k, token->v);
+  token->appended = true;
+  return absl::OkStatus();
+}
+
+absl::Status GpuSekv::Impl::PinAnchors(int l, int rows, const float* q, HostToken* token,
+                                       StreamHandle s) {
+  DeviceLayer& d = layers_[l];
+  const int hd = shape_.head_dim, heads = shape_.num_heads, groups = shape_.num_kv_heads;
+  float* lse_host = host_la_.as<float>();
+  SCD_RETURN_IF_ERROR(ResidentLse(l, 0, rows, q, /*pins=*/false, s));
+  SCD_RETURN_IF_ERROR(cuda::CopyToHost(lse_host, lse_.data(), sizeof(float) * heads, s));
+  SCD_RETURN_IF_ERROR(WaitAndAppend(l, token, s));
+  SCD_RETURN_IF_ERROR(cache_.ExternalPin(l, token->q, absl::MakeConstSpan(lse_host, heads)));
+  if (pins_ <= 0) return absl::OkStatus();
+  const size_t pin_elements = static_cast<size_t>(groups) * pins_ * hd;
+  SCD_RETURN_IF_ERROR(UploadRows(&d.pin_k, cache_.pin_k(l), pin_elements, "sekv pins", s));
+  SCD_RETURN_IF_ERROR(UploadRows(&d.pin_v, cache_.pin_v(l), pin_elements, "sekv pins", s));
+  SCD_RETURN_IF_ERROR(UploadCounts(l, s));
+  if (device_zoom_ && cache_.zooms(l)) {  // the device zoom skips the pinned tokens
+    const int ns = cache_.store(l).num_spans();
+    const size_t flags = static_cast<size_t>(groups) * cache_.span_token_offset(ns);
+    SCD_RETURN_IF_ERROR(Upload(&d.pinned_flags, cache_.pinned_flags(l), flags, "sekv pins", s));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuSekv::Impl::SelectOnHost(int l, int rows, const float* q, bool zoom,
+                                         HostToken* token, StreamHandle s) {
+  DeviceLayer& d = layers_[l];
+  const int heads = shape_.num_heads, groups = shape_.num_kv_heads;
+  const int ns = cache_.store(l).num_spans(), gs = groups * ns;
+  float* lse_host = host_la_.as<float>();
+  float* alpha_host = lse_host + heads;
   int num_edits = 0;
   SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kAttention, absl::OkStatus(), s));  // as the device path
   if (zoom) {
     SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvGate, Gate(l, rows, q, s), s));
     SCD_RETURN_IF_ERROR(cuda::CopyToHost(lse_host, lse_.data(), sizeof(float) * heads, s));
     SCD_RETURN_IF_ERROR(cuda::CopyToHost(alpha_host, alpha_.data(), sizeof(float) * gs, s));
-    SCD_RETURN_IF_ERROR(wait_and_append());
-    SCD_RETURN_IF_ERROR(cache_.ExternalZoom(l, hq, absl::MakeConstSpan(lse_host, heads),
+    SCD_RETURN_IF_ERROR(WaitAndAppend(l, token, s));
+    SCD_RETURN_IF_ERROR(cache_.ExternalZoom(l, token->q, absl::MakeConstSpan(lse_host, heads),
                                             absl::MakeConstSpan(alpha_host, gs)));
     int32_t* edits = host_edits_.as<int32_t>();
     for (int g = 0; g < groups; ++g) {
@@ -190,19 +216,18 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
           cuda::CopyToDevice(edits_.data(), edits, sizeof(int32_t) * 2 * num_edits, s));
     }
   } else {
-    SCD_RETURN_IF_ERROR(wait_and_append());
+    SCD_RETURN_IF_ERROR(WaitAndAppend(l, token, s));
   }
-  SCD_RETURN_IF_ERROR(Mark(
+  return Mark(
       cuda::OpClass::kSekvZoom,
       cuda::SekvSummaryStep(d.base_lc.as<float>(), d.remaining.as<int32_t>(), edits_.as<int32_t>(),
                             num_edits, gs, step_lc_.as<float>(), step_skip_.as<uint8_t>(), s),
-      s));
+      s);
+}
 
-  // 5. The resident part of the softmax, while the host waits for the rebuilt rows.
-  SCD_RETURN_IF_ERROR(Mark(cuda::OpClass::kSekvResident, ResidentSoftmax(l, rows, q, out, s), s));
-  if (!zoom) return absl::OkStatus();
-
-  // 6. The expanded rows join the same softmax.
+absl::Status GpuSekv::Impl::UploadExpandedRows(int l, StreamHandle s) {
+  DeviceLayer& d = layers_[l];
+  const int hd = shape_.head_dim, groups = shape_.num_kv_heads;
   const size_t block_elements = static_cast<size_t>(groups) * budget_ * hd;
   char* row_k = host_rows_.as<char>();
   char* row_v = row_k + elem_ * block_elements;
@@ -239,9 +264,7 @@ absl::Status GpuSekv::Impl::Attend(int l, const float* q, const float* k, const 
   for (int g = 0; g < groups; ++g) {
     for (int j = 1; j < kResidentSegments; ++j) table[g * kResidentSegments + j] = {};
   }
-  SCD_RETURN_IF_ERROR(
-      cuda::CopyToDevice(DeviceTable(l, 3), table, sizeof(AttentionSegment) * TableSize(), s));
-  return MergeExpansion(l, q, out, s);
+  return cuda::CopyToDevice(DeviceTable(l, 3), table, sizeof(AttentionSegment) * TableSize(), s);
 }
 
 absl::Status GpuSekv::Impl::ResidentLse(int l, int t, int rows, const float* q, bool pins,

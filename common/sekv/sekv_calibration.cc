@@ -99,108 +99,132 @@ absl::StatusOr<std::vector<double>> FitLogistic(const std::vector<float>& x,
   return w;
 }
 
+// The fitted bilinear block as the gate's projections: W [hd, hd] (z = qᵀ W k̄, already
+// including the 1/√d feature scale; its diagonal only unless `full`), then W = U Σ Vᵀ from the
+// eigenvectors of Wᵀ W, and the top `route_dim` directions into P_q (√σ u_r) and P_k (√σ v_r).
+void FactorBilinear(const std::vector<double>& w, int hd, int route_dim, bool full, float* pq,
+                    float* pk) {
+  std::vector<double> wm(static_cast<size_t>(hd) * hd, 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  if (full) {
+    for (int i = 0; i < hd * hd; ++i) wm[i] = w[i] * scale;
+  } else {
+    for (int i = 0; i < hd; ++i) wm[static_cast<size_t>(i) * hd + i] = w[0] * scale;
+  }
+  std::vector<double> wtw(static_cast<size_t>(hd) * hd, 0.0), lam, vec;
+  for (int i = 0; i < hd; ++i)
+    for (int j = 0; j < hd; ++j)
+      for (int k = 0; k < hd; ++k)
+        wtw[static_cast<size_t>(i) * hd + j] +=
+            wm[static_cast<size_t>(k) * hd + i] * wm[static_cast<size_t>(k) * hd + j];
+  SymmetricEigenJacobi(wtw, hd, &lam, &vec);
+  for (int r = 0; r < route_dim; ++r) {
+    const double sigma = std::sqrt(std::max(lam[r], 0.0));
+    if (sigma <= 1e-12) continue;
+    const double root = std::sqrt(sigma);
+    for (int c = 0; c < hd; ++c) {
+      const double vc = vec[static_cast<size_t>(c) * hd + r];
+      pk[static_cast<size_t>(r) * hd + c] = static_cast<float>(root * vc);
+      double u = 0;  // u_r = W v_r / σ
+      for (int k = 0; k < hd; ++k)
+        u += wm[static_cast<size_t>(c) * hd + k] * vec[static_cast<size_t>(k) * hd + r];
+      pq[static_cast<size_t>(r) * hd + c] = static_cast<float>(root * u / sigma);
+    }
+  }
+}
+
+// The gate's threshold and its precision and recall on the samples.
+struct GateThreshold {
+  float tau = 0.5f;
+  double precision = 0, recall = 0;
+};
+
+// τ: the F_β-best threshold on the sample predictions (with a target recall: the first that
+// reaches it).
+GateThreshold BestThreshold(const std::vector<double>& w, const std::vector<float>& x,
+                            const std::vector<uint8_t>& y, int dim, size_t positives,
+                            const CalibrationOptions& o) {
+  const size_t n = y.size();
+  std::vector<float> alpha(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float* xi = x.data() + i * dim;
+    double z = 0;
+    for (int a = 0; a < dim; ++a) z += w[a] * xi[a];
+    alpha[i] = Sigmoid(static_cast<float>(z));
+  }
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t c) { return alpha[a] > alpha[c]; });
+  const double beta2 = static_cast<double>(o.beta) * o.beta;
+  double best_f = -1;
+  GateThreshold best;
+  size_t tp = 0;
+  for (size_t k = 0; k < n; ++k) {
+    tp += y[order[k]];
+    if (k + 1 < n && alpha[order[k + 1]] == alpha[order[k]]) continue;
+    const double prec = static_cast<double>(tp) / (k + 1),
+                 rec = static_cast<double>(tp) / positives;
+    double f = prec + rec > 0 ? (1 + beta2) * prec * rec / (beta2 * prec + rec) : 0;
+    if (o.target_recall > 0) f = rec >= o.target_recall && best_f < 0 ? 1.0 : -1.0;
+    if (f > best_f) {
+      best_f = f;
+      best.precision = prec;
+      best.recall = rec;
+      best.tau = k + 1 < n ? 0.5f * (alpha[order[k]] + alpha[order[k + 1]]) : 0.0f;
+    }
+  }
+  return best;
+}
+
+// The gate of layer l, KV head g fitted on its samples; its line of the report.
+absl::StatusOr<nlohmann::json> FitHead(const RouterSampleSet& set, const CalibrationOptions& o,
+                                       int route_dim, int l, int g, ZoomRouter* router) {
+  const int hd = set.head_dim(), dim = set.feature_dim();
+  const auto& b = set.bucket(l, g);
+  const size_t n = b.mass.size();
+  std::vector<uint8_t> y(n);
+  size_t positives = 0;
+  for (size_t i = 0; i < n; ++i) positives += y[i] = b.mass[i] > o.label_threshold;
+  RouterGate& gate = router->gate(l, g);
+  nlohmann::json hr = {{"layer", l}, {"kv_head", g}, {"samples", n}, {"positives", positives}};
+  if (n == 0 || positives == 0 || positives == n) {
+    // Nothing to learn from: keep the default share gate.
+    gate.w_share = 1;
+    gate.bias = -std::log(o.label_threshold);
+    gate.tau = 0.5f;
+    hr["fit"] = "default (one class only)";
+    return hr;
+  }
+  SCD_ASSIGN_OR_RETURN(std::vector<double> w, FitLogistic(b.x, y, dim, o.l2, o.newton_iterations));
+  FactorBilinear(w, hd, route_dim, set.full_bilinear(), router->p_q(l, g), router->p_k(l, g));
+  gate.w_size = static_cast<float>(w[dim - 3]);
+  gate.w_share = static_cast<float>(w[dim - 2]);
+  gate.bias = static_cast<float>(w[dim - 1]);
+  const GateThreshold best = BestThreshold(w, b.x, y, dim, positives, o);
+  gate.tau = std::clamp(best.tau, 0.0f, 1.0f);
+  hr["fit"] = "logistic";
+  hr["tau"] = gate.tau;
+  hr["precision"] = best.precision;
+  hr["recall"] = best.recall;
+  hr["target_recall"] = o.target_recall;
+  hr["w_size"] = gate.w_size;
+  hr["w_share"] = gate.w_share;
+  hr["bias"] = gate.bias;
+  return hr;
+}
+
 }  // namespace
 
 absl::StatusOr<ZoomRouter> FitZoomRouter(const RouterSampleSet& set, const CalibrationOptions& o,
                                          nlohmann::json* report) {
-  const int hd = set.head_dim(), dim = set.feature_dim();
+  const int hd = set.head_dim();
   const int route_dim = o.route_dim > 0 ? std::min(o.route_dim, hd) : std::min(hd, 32);
   ZoomRouter router;
   router.Reset(set.num_layers(), set.num_kv_heads(), hd, route_dim);
   nlohmann::json heads = nlohmann::json::array();
   for (int l = 0; l < set.num_layers(); ++l) {
     for (int g = 0; g < set.num_kv_heads(); ++g) {
-      const auto& b = set.bucket(l, g);
-      const size_t n = b.mass.size();
-      std::vector<uint8_t> y(n);
-      size_t positives = 0;
-      for (size_t i = 0; i < n; ++i) positives += y[i] = b.mass[i] > o.label_threshold;
-      RouterGate& gate = router.gate(l, g);
-      nlohmann::json hr = {{"layer", l}, {"kv_head", g}, {"samples", n}, {"positives", positives}};
-      if (n == 0 || positives == 0 || positives == n) {
-        // Nothing to learn from: keep the default share gate.
-        gate.w_share = 1;
-        gate.bias = -std::log(o.label_threshold);
-        gate.tau = 0.5f;
-        hr["fit"] = "default (one class only)";
-        heads.push_back(hr);
-        continue;
-      }
-      SCD_ASSIGN_OR_RETURN(std::vector<double> w,
-                           FitLogistic(b.x, y, dim, o.l2, o.newton_iterations));
-      // Bilinear block → W [hd, hd] (z = qᵀ W k̄), already including the 1/√d feature scale.
-      std::vector<double> wm(static_cast<size_t>(hd) * hd, 0.0);
-      const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-      if (set.full_bilinear()) {
-        for (int i = 0; i < hd * hd; ++i) wm[i] = w[i] * scale;
-      } else {
-        for (int i = 0; i < hd; ++i) wm[static_cast<size_t>(i) * hd + i] = w[0] * scale;
-      }
-      // W = U Σ Vᵀ from the eigenvectors of Wᵀ W.
-      std::vector<double> wtw(static_cast<size_t>(hd) * hd, 0.0), lam, vec;
-      for (int i = 0; i < hd; ++i)
-        for (int j = 0; j < hd; ++j)
-          for (int k = 0; k < hd; ++k)
-            wtw[static_cast<size_t>(i) * hd + j] +=
-                wm[static_cast<size_t>(k) * hd + i] * wm[static_cast<size_t>(k) * hd + j];
-      SymmetricEigenJacobi(wtw, hd, &lam, &vec);
-      float* pq = router.p_q(l, g);
-      float* pk = router.p_k(l, g);
-      for (int r = 0; r < route_dim; ++r) {
-        const double sigma = std::sqrt(std::max(lam[r], 0.0));
-        if (sigma <= 1e-12) continue;
-        const double root = std::sqrt(sigma);
-        for (int c = 0; c < hd; ++c) {
-          const double vc = vec[static_cast<size_t>(c) * hd + r];
-          pk[static_cast<size_t>(r) * hd + c] = static_cast<float>(root * vc);
-          double u = 0;  // u_r = W v_r / σ
-          for (int k = 0; k < hd; ++k)
-            u += wm[static_cast<size_t>(c) * hd + k] * vec[static_cast<size_t>(k) * hd + r];
-          pq[static_cast<size_t>(r) * hd + c] = static_cast<float>(root * u / sigma);
-        }
-      }
-      gate.w_size = static_cast<float>(w[dim - 3]);
-      gate.w_share = static_cast<float>(w[dim - 2]);
-      gate.bias = static_cast<float>(w[dim - 1]);
-      // τ: the F_β-best threshold on the sample predictions.
-      std::vector<float> alpha(n);
-      for (size_t i = 0; i < n; ++i) {
-        const float* xi = b.x.data() + i * dim;
-        double z = 0;
-        for (int a = 0; a < dim; ++a) z += w[a] * xi[a];
-        alpha[i] = Sigmoid(static_cast<float>(z));
-      }
-      std::vector<size_t> order(n);
-      std::iota(order.begin(), order.end(), 0);
-      std::sort(order.begin(), order.end(),
-                [&](size_t a, size_t c) { return alpha[a] > alpha[c]; });
-      const double beta2 = static_cast<double>(o.beta) * o.beta;
-      double best_f = -1, best_p = 0, best_r = 0;
-      float best_tau = 0.5f;
-      size_t tp = 0;
-      for (size_t k = 0; k < n; ++k) {
-        tp += y[order[k]];
-        if (k + 1 < n && alpha[order[k + 1]] == alpha[order[k]]) continue;
-        const double prec = static_cast<double>(tp) / (k + 1),
-                     rec = static_cast<double>(tp) / positives;
-        double f = prec + rec > 0 ? (1 + beta2) * prec * rec / (beta2 * prec + rec) : 0;
-        if (o.target_recall > 0) f = rec >= o.target_recall && best_f < 0 ? 1.0 : -1.0;
-        if (f > best_f) {
-          best_f = f;
-          best_p = prec;
-          best_r = rec;
-          best_tau = k + 1 < n ? 0.5f * (alpha[order[k]] + alpha[order[k + 1]]) : 0.0f;
-        }
-      }
-      gate.tau = std::clamp(best_tau, 0.0f, 1.0f);
-      hr["fit"] = "logistic";
-      hr["tau"] = gate.tau;
-      hr["precision"] = best_p;
-      hr["recall"] = best_r;
-      hr["target_recall"] = o.target_recall;
-      hr["w_size"] = gate.w_size;
-      hr["w_share"] = gate.w_share;
-      hr["bias"] = gate.bias;
+      SCD_ASSIGN_OR_RETURN(nlohmann::json hr, FitHead(set, o, route_dim, l, g, &router));
       heads.push_back(hr);
     }
   }

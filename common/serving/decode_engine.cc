@@ -648,6 +648,7 @@ void DecodeEngine::PrefillChunks(const std::unordered_map<uint64_t, bool>& cance
 void DecodeEngine::Started(std::unique_ptr<Active> a, const std::vector<float>& logits) {
   const ModelConfig& c = backend_->model().config;
   a->sampler = std::make_unique<Sampler>(a->job.sampling);
+  for (int i = 0; i < a->job.resumed; ++i) a->sampler->Draw();  // the draws already made
   a->stops = a->job.stop_ids.empty() ? c.eos_token_ids : a->job.stop_ids;
   const int32_t first = a->sampler->Sample(logits);
   a->timings.first_token_ms = MsBetween(a->submitted, Clock::now());

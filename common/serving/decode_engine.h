@@ -99,6 +99,9 @@ struct DecodeJob {
   int max_tokens = 64;
   std::vector<int32_t> stop_ids;  // empty = the model's EOS ids
   absl::Time deadline = absl::InfiniteFuture();
+  // A migrated request: the last `resumed` suffix tokens were generated elsewhere; the
+  // sampler skips their draws so that a seeded request continues its random stream.
+  int resumed = 0;
 };
 
 struct DecodeEngineOptions {

@@ -48,6 +48,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -395,6 +396,175 @@ nlohmann::json PrefillWithMma(Backend& backend, const ModelConfig& c, int tokens
           {"logits", CompareLogits(auto_logits, logits)}};
 }
 
+// One prefill length's row: its TTFT and rate, and again with the mma.sync attention. The
+// logits of the first run are what the second is compared with.
+nlohmann::json PrefillRow(Backend& backend, const ModelConfig& c, const Flags& f, int t,
+                          double gemm_peak, double* seconds) {
+  std::vector<float> logits;
+  const double best = PrefillSeconds(backend, c, t, &logits);
+  *seconds = best;
+  const double flops = bench::PrefillFlops(c, 0, t, /*logits_rows=*/1);
+  const double tflops = flops / best / 1e12;
+  std::printf(
+      "  prefill %6d tokens: TTFT %9.2f ms  %7.1f TFLOP/s  %.2f of GEMM peak "
+      "(attention %.0f%% of FLOPs)\n",
+      t, best * 1e3, tflops, tflops / gemm_peak, 100.0 * bench::AttentionFlops(c, 0, t) / flops);
+  const nlohmann::json mma = f.skip_mma ? nlohmann::json{{"error", "skipped (--skip-mma)"}}
+                                        : PrefillWithMma(backend, c, t, best, logits, gemm_peak);
+  if (mma.contains("error")) {
+    std::printf("  prefill %6d tokens, mma.sync attention: %s\n", t,
+                mma["error"].get<std::string>().c_str());
+  } else {
+    std::printf(
+        "  prefill %6d tokens, mma.sync attention: TTFT %9.2f ms  %7.1f TFLOP/s  %.2f of GEMM "
+        "peak (%.2fx; %s)\n",
+        t, mma["ttft_ms"].get<double>(), mma["tflops"].get<double>(),
+        mma["vs_gemm_peak"].get<double>(), mma["speedup"].get<double>(),
+        cuda_bench::LogitsAgreement(mma["logits"]).c_str());
+  }
+  return {{"tokens", t},      {"ttft_ms", best * 1e3},
+          {"tflops", tflops}, {"vs_gemm_peak", tflops / gemm_peak},
+          {"flops", flops},   {"mma", mma}};
+}
+
+// `b` sequences of the backend, each prefilled with f.context tokens and room for the timed
+// steps of every decode mode.
+std::vector<std::unique_ptr<Sequence>> DecodeSequences(Backend& backend, const ModelConfig& c,
+                                                       const Flags& f, int b) {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (int i = 0; i < b; ++i) {
+    auto seq = backend.NewSequence(f.context + 3 * (f.steps + 2) + 4);
+    Check(seq.status(), "sequence");
+    PrefillResult r;
+    Check(backend.Prefill(**seq, Tokens(f.context, c.vocab_size, i), PrefillOptions{}, &r),
+          "decode context prefill");
+    seqs.push_back(std::move(seq).value());
+  }
+  return seqs;
+}
+
+// The batch's decode steps in one mode: "eager" (graphs off), "graphs" (the backend's default)
+// or "graphs_cublas" (graphed, with cuBLAS projections instead of the weight stream; the
+// caller restores `kernels` after it). Two warm-up steps (recording the mode's graph), then
+// f.steps timed ones.
+nlohmann::json TimeDecodeMode(Backend& backend, const ModelConfig& c, const Flags& f,
+                              const std::vector<Sequence*>& batch, const std::string& mode,
+                              const cuda::KernelChoices& kernels, double weight_bytes,
+                              double copy_gbps) {
+  const int b = static_cast<int>(batch.size());
+  const bool graphs = mode != "eager";
+  const bool cublas = mode == "graphs_cublas";
+  cuda::DecodeGraphOptions options;
+  options.enabled = graphs;
+  options.max_batch = std::max(b, options.max_batch);
+  Check(cuda::SetDecodeGraphs(backend, options), "decode graph options");
+  if (cublas) {
+    cuda::KernelChoices choices = kernels;
+    choices.small_batch_max_rows = 0;
+    Check(cuda::SetKernelChoices(backend, choices), "kernel choices");
+  }
+  // A serving step: greedy sampling on the device, only the B token ids come back (the
+  // full [B][vocab] logits copy of Decode would be timed otherwise), each fed to the next.
+  std::vector<int32_t> tokens(b, 1), next;
+  const std::vector<SampleDraw> draws(b);
+  const int context = batch[0]->length();
+  const DecodeGraphStats before = backend.decode_graph_stats();
+  for (int w = 0; w < 2; ++w) {
+    Check(backend.DecodeSample(batch, tokens, draws, &next), "decode warm-up");
+    tokens.swap(next);
+  }
+  const auto t0 = Clock::now();
+  for (int s = 0; s < f.steps; ++s) {
+    Check(backend.DecodeSample(batch, tokens, draws, &next), "decode");
+    tokens.swap(next);
+  }
+  const double step = Seconds(t0, Clock::now()) / f.steps;
+  const double avg_ctx = context + 2 + f.steps / 2.0;
+  const double kv_bytes = static_cast<double>(b) * avg_ctx * c.num_layers * 2.0 * c.kv_dim() * 2.0;
+  const double gbps = (weight_bytes + kv_bytes) / step / 1e9;
+  const DecodeGraphStats stats = backend.decode_graph_stats();
+  std::printf(
+      "  decode batch %3d (context %d, %s): %8.3f ms/step  %9.1f tok/s  %6.0f GB/s  "
+      "%.2f of copy bandwidth\n",
+      b, context,
+      cublas   ? "CUDA graphs, cuBLAS projections"
+      : graphs ? "CUDA graphs"
+               : "eager",
+      step * 1e3, b / step, gbps, gbps / copy_gbps);
+  if (graphs && !cublas && stats.cached > 0) {
+    std::printf(
+        "  decode batch %3d: %d CUDA graph(s) cached, %zu nodes in the last, %.2f MiB "
+        "of device memory\n",
+        b, stats.cached, stats.last_nodes, stats.device_bytes / 1048576.0);
+  }
+  if (graphs && stats.capture_failures > 0) {
+    std::printf("  decode batch %3d: CUDA graph capture failed, ran eagerly: %s\n", b,
+                stats.last_failure.c_str());
+  }
+  return {{"step_ms", step * 1e3},
+          {"hbm_gbps", gbps},
+          {"kv_gb_per_step", kv_bytes / 1e9},
+          {"vs_copy", gbps / copy_gbps},
+          {"graph_captures", stats.captures - before.captures},
+          {"graph_replays", stats.replays - before.replays},
+          {"graph_nodes", stats.last_nodes},
+          {"graph_device_bytes", stats.device_bytes},
+          {"graph_failure", stats.last_failure}};
+}
+
+// A decode batch's row: the graphed figures, beside the eager ones and, where it ran, the
+// cuBLAS projections'.
+nlohmann::json DecodeRow(int b, const Flags& f, const nlohmann::json& modes, bool cublas_mode) {
+  const nlohmann::json& g = modes["graphs"];
+  const double step_ms = g["step_ms"].get<double>();
+  nlohmann::json row = {{"batch", b},
+                        {"context", f.context},
+                        {"step_ms", step_ms},
+                        {"tokens_per_s", b / (step_ms / 1e3)},
+                        {"hbm_gbps", g["hbm_gbps"]},
+                        {"kv_gb_per_step", g["kv_gb_per_step"]},
+                        {"vs_copy", g["vs_copy"]},
+                        {"eager_step_ms", modes["eager"]["step_ms"]},
+                        {"eager_vs_copy", modes["eager"]["vs_copy"]},
+                        {"graph_speedup", modes["eager"]["step_ms"].get<double>() / step_ms},
+                        {"graph_device_bytes", g["graph_device_bytes"]},
+                        {"modes", modes}};
+  if (cublas_mode) {
+    const nlohmann::json& x = modes["graphs_cublas"];
+    row["cublas_step_ms"] = x["step_ms"];
+    row["cublas_vs_copy"] = x["vs_copy"];
+    row["small_batch_speedup"] = x["step_ms"].get<double>() / step_ms;
+  }
+  return row;
+}
+
+// Decode: B sequences prefilled with `context` tokens, then `steps` timed batched steps,
+// kernel by kernel (graphs off) and then as CUDA graphs (the backend's default), on the
+// same sequences: the graphed figures are the backend's, the eager ones show what the
+// graphs save. Each mode's two warm-up steps record its graph. Where the batch is small
+// enough for the weight-stream projections (LinearSmallBatch), a third mode runs the graphed
+// steps with cuBLAS projections instead, as the first device run did.
+nlohmann::json BenchDecode(Backend& backend, const ModelConfig& c, const Flags& f,
+                           double weight_bytes, double copy_gbps) {
+  const absl::StatusOr<cuda::KernelChoices> kernels = cuda::KernelChoicesOf(backend);
+  Check(kernels.status(), "kernel choices");
+  nlohmann::json decode = nlohmann::json::array();
+  for (int b : f.batches) {
+    const bool cublas_mode = b <= kernels->small_batch_max_rows;
+    const std::vector<std::unique_ptr<Sequence>> seqs = DecodeSequences(backend, c, f, b);
+    std::vector<Sequence*> batch;
+    for (const auto& seq : seqs) batch.push_back(seq.get());
+    nlohmann::json modes = nlohmann::json::object();
+    for (const char* mode : {"eager", "graphs", "graphs_cublas"}) {
+      if (mode == std::string_view("graphs_cublas") && !cublas_mode) continue;
+      modes[mode] = TimeDecodeMode(backend, c, f, batch, mode, *kernels, weight_bytes, copy_gbps);
+    }
+    if (cublas_mode) Check(cuda::SetKernelChoices(backend, *kernels), "kernel choices restored");
+    decode.push_back(DecodeRow(b, f, modes, cublas_mode));
+  }
+  return decode;
+}
+
 // Prefill and decode on the synthetic backend. Also sets *scd_prefill_ms to the TTFT at
 // f.scd_tokens (from the prefill table when it ran that length, else measured here), the
 // baseline of the SCD rebuild.
@@ -417,34 +587,9 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
   nlohmann::json prefill = nlohmann::json::array();
   *scd_prefill_ms = 0;
   for (int t : f.prefill) {
-    std::vector<float> logits;
-    const double best = PrefillSeconds(backend, c, t, &logits);
-    if (t == f.scd_tokens) *scd_prefill_ms = best * 1e3;
-    const double flops = bench::PrefillFlops(c, 0, t, /*logits_rows=*/1);
-    const double tflops = flops / best / 1e12;
-    std::printf(
-        "  prefill %6d tokens: TTFT %9.2f ms  %7.1f TFLOP/s  %.2f of GEMM peak "
-        "(attention %.0f%% of FLOPs)\n",
-        t, best * 1e3, tflops, tflops / gemm_peak, 100.0 * bench::AttentionFlops(c, 0, t) / flops);
-    const nlohmann::json mma = f.skip_mma ? nlohmann::json{{"error", "skipped (--skip-mma)"}}
-                                          : PrefillWithMma(backend, c, t, best, logits, gemm_peak);
-    if (mma.contains("error")) {
-      std::printf("  prefill %6d tokens, mma.sync attention: %s\n", t,
-                  mma["error"].get<std::string>().c_str());
-    } else {
-      std::printf(
-          "  prefill %6d tokens, mma.sync attention: TTFT %9.2f ms  %7.1f TFLOP/s  %.2f of GEMM "
-          "peak (%.2fx; %s)\n",
-          t, mma["ttft_ms"].get<double>(), mma["tflops"].get<double>(),
-          mma["vs_gemm_peak"].get<double>(), mma["speedup"].get<double>(),
-          cuda_bench::LogitsAgreement(mma["logits"]).c_str());
-    }
-    prefill.push_back({{"tokens", t},
-                       {"ttft_ms", best * 1e3},
-                       {"tflops", tflops},
-                       {"vs_gemm_peak", tflops / gemm_peak},
-                       {"flops", flops},
-                       {"mma", mma}});
+    double seconds = 0;
+    prefill.push_back(PrefillRow(backend, c, f, t, gemm_peak, &seconds));
+    if (t == f.scd_tokens) *scd_prefill_ms = seconds * 1e3;
   }
   out["prefill"] = prefill;
   if (!f.skip_scd && *scd_prefill_ms == 0) {
@@ -452,116 +597,7 @@ nlohmann::json BenchModel(const ModelConfig& c, const Flags& f, double gemm_peak
     std::printf("  prefill %6d tokens (SCD baseline): TTFT %9.2f ms\n", f.scd_tokens,
                 *scd_prefill_ms);
   }
-
-  // Decode: B sequences prefilled with `context` tokens, then `steps` timed batched steps,
-  // kernel by kernel (graphs off) and then as CUDA graphs (the backend's default), on the
-  // same sequences: the graphed figures are the backend's, the eager ones show what the
-  // graphs save. Each mode's two warm-up steps record its graph. Where the batch is small
-  // enough for the weight-stream projections (LinearSmallBatch), a third mode runs the graphed
-  // steps with cuBLAS projections instead, as the first device run did.
-  const absl::StatusOr<cuda::KernelChoices> kernels = cuda::KernelChoicesOf(backend);
-  Check(kernels.status(), "kernel choices");
-  nlohmann::json decode = nlohmann::json::array();
-  for (int b : f.batches) {
-    const bool cublas_mode = b <= kernels->small_batch_max_rows;
-    std::vector<std::unique_ptr<Sequence>> seqs;
-    std::vector<Sequence*> batch;
-    for (int i = 0; i < b; ++i) {
-      auto seq = backend.NewSequence(f.context + 3 * (f.steps + 2) + 4);
-      Check(seq.status(), "sequence");
-      PrefillResult r;
-      Check(backend.Prefill(**seq, Tokens(f.context, c.vocab_size, i), PrefillOptions{}, &r),
-            "decode context prefill");
-      batch.push_back(seq->get());
-      seqs.push_back(std::move(seq).value());
-    }
-    nlohmann::json modes = nlohmann::json::object();
-    for (const char* mode : {"eager", "graphs", "graphs_cublas"}) {
-      const bool graphs = mode != std::string_view("eager");
-      const bool cublas = mode == std::string_view("graphs_cublas");
-      if (cublas && !cublas_mode) continue;
-      cuda::DecodeGraphOptions options;
-      options.enabled = graphs;
-      options.max_batch = std::max(b, options.max_batch);
-      Check(cuda::SetDecodeGraphs(backend, options), "decode graph options");
-      if (cublas) {
-        cuda::KernelChoices choices = *kernels;
-        choices.small_batch_max_rows = 0;
-        Check(cuda::SetKernelChoices(backend, choices), "kernel choices");
-      }
-      // A serving step: greedy sampling on the device, only the B token ids come back (the
-      // full [B][vocab] logits copy of Decode would be timed otherwise), each fed to the next.
-      std::vector<int32_t> tokens(b, 1), next;
-      const std::vector<SampleDraw> draws(b);
-      const int context = batch[0]->length();
-      const DecodeGraphStats before = backend.decode_graph_stats();
-      for (int w = 0; w < 2; ++w) {
-        Check(backend.DecodeSample(batch, tokens, draws, &next), "decode warm-up");
-        tokens.swap(next);
-      }
-      const auto t0 = Clock::now();
-      for (int s = 0; s < f.steps; ++s) {
-        Check(backend.DecodeSample(batch, tokens, draws, &next), "decode");
-        tokens.swap(next);
-      }
-      const double step = Seconds(t0, Clock::now()) / f.steps;
-      const double avg_ctx = context + 2 + f.steps / 2.0;
-      const double kv_bytes =
-          static_cast<double>(b) * avg_ctx * c.num_layers * 2.0 * c.kv_dim() * 2.0;
-      const double gbps = (weight_bytes + kv_bytes) / step / 1e9;
-      const DecodeGraphStats stats = backend.decode_graph_stats();
-      modes[mode] = {{"step_ms", step * 1e3},
-                     {"hbm_gbps", gbps},
-                     {"kv_gb_per_step", kv_bytes / 1e9},
-                     {"vs_copy", gbps / copy_gbps},
-                     {"graph_captures", stats.captures - before.captures},
-                     {"graph_replays", stats.replays - before.replays},
-                     {"graph_nodes", stats.last_nodes},
-                     {"graph_device_bytes", stats.device_bytes},
-                     {"graph_failure", stats.last_failure}};
-      std::printf(
-          "  decode batch %3d (context %d, %s): %8.3f ms/step  %9.1f tok/s  %6.0f GB/s  "
-          "%.2f of copy bandwidth\n",
-          b, context,
-          cublas   ? "CUDA graphs, cuBLAS projections"
-          : graphs ? "CUDA graphs"
-                   : "eager",
-          step * 1e3, b / step, gbps, gbps / copy_gbps);
-      if (graphs && !cublas && stats.cached > 0) {
-        std::printf(
-            "  decode batch %3d: %d CUDA graph(s) cached, %zu nodes in the last, %.2f MiB "
-            "of device memory\n",
-            b, stats.cached, stats.last_nodes, stats.device_bytes / 1048576.0);
-      }
-      if (graphs && stats.capture_failures > 0) {
-        std::printf("  decode batch %3d: CUDA graph capture failed, ran eagerly: %s\n", b,
-                    stats.last_failure.c_str());
-      }
-    }
-    if (cublas_mode) Check(cuda::SetKernelChoices(backend, *kernels), "kernel choices restored");
-    const nlohmann::json& g = modes["graphs"];
-    const double step_ms = g["step_ms"].get<double>();
-    nlohmann::json row = {{"batch", b},
-                          {"context", f.context},
-                          {"step_ms", step_ms},
-                          {"tokens_per_s", b / (step_ms / 1e3)},
-                          {"hbm_gbps", g["hbm_gbps"]},
-                          {"kv_gb_per_step", g["kv_gb_per_step"]},
-                          {"vs_copy", g["vs_copy"]},
-                          {"eager_step_ms", modes["eager"]["step_ms"]},
-                          {"eager_vs_copy", modes["eager"]["vs_copy"]},
-                          {"graph_speedup", modes["eager"]["step_ms"].get<double>() / step_ms},
-                          {"graph_device_bytes", g["graph_device_bytes"]},
-                          {"modes", modes}};
-    if (cublas_mode) {
-      const nlohmann::json& x = modes["graphs_cublas"];
-      row["cublas_step_ms"] = x["step_ms"];
-      row["cublas_vs_copy"] = x["vs_copy"];
-      row["small_batch_speedup"] = x["step_ms"].get<double>() / step_ms;
-    }
-    decode.push_back(row);
-  }
-  out["decode"] = decode;
+  out["decode"] = BenchDecode(backend, c, f, weight_bytes, copy_gbps);
 
   // Where the time goes (op_profile_bench.h): the prefill the summary reports and batch-1
   // decode, operation by operation. A failure is kept as the part's figure.
@@ -593,6 +629,120 @@ void AddWholeStep(const nlohmann::json& model, nlohmann::json* x) {
   }
 }
 
+// The ceilings (GEMM peak, copy) and the kernels alone against their alternatives
+// (kernel_bench.h): which ones the backend takes.
+void MeasureCeilingsAndKernels(const Flags& f, nlohmann::json* r) {
+  (*r)["gemm"] = MeasureGemmPeak(f.quick);
+  (*r)["copy"] = MeasureCopy(f.quick);
+  if (f.quick) (*r)["quick"] = "toy sizes: a check of the tool, not figures";
+  const double peak = (*r)["gemm"]["peak_tflops"], copy = (*r)["copy"]["gbps"];
+  auto kernel_part = [&](const char* key, const absl::StatusOr<nlohmann::json>& x) {
+    Check(x.status(), key);
+    (*r)[key] = *x;
+  };
+  kernel_part("small_batch", cuda_bench::MeasureSmallBatch(f.quick, copy));
+  if (f.skip_mma) {
+    std::printf("[attention] prefill attention alone: skipped (--skip-mma)\n");
+  } else {
+    kernel_part("prefill_attention", cuda_bench::MeasurePrefillAttention(f.quick, peak));
+  }
+  kernel_part("decode_attention", cuda_bench::MeasureDecodeAttention(f.quick, copy));
+  if (!f.skip_sekv_model && !f.sekv_model_contexts.empty()) {
+    kernel_part("sekv_zoom", cuda_bench::MeasureSekvZoom(f.quick, f.sekv_model_contexts.front()));
+  }
+}
+
+// The SCD and SEKV parts below report an error in the results instead of exiting, so that the
+// figures before them are kept; each returns the number of its failures, for the exit code.
+
+// The SCD rebuild against the prefill TTFT at f.scd_tokens.
+int AddScdRebuild(const ModelConfig& c, const Flags& f, double scd_prefill_ms,
+                  nlohmann::json* entry) {
+  absl::StatusOr<nlohmann::json> scd =
+      cuda_bench::MeasureScdRebuild(c, f.scd_tokens, scd_prefill_ms);
+  if (!scd.ok()) std::printf("  scd rebuild FAILED: %s\n", scd.status().ToString().c_str());
+  (*entry)["scd_rebuild"] = scd.ok() ? *scd : ErrorJson(scd.status());
+  return scd.ok() ? 0 : 1;
+}
+
+// The SEKV step's attention at each --sekv-contexts length, saved after each.
+int AddSekvSteps(const ModelConfig& c, const Flags& f, nlohmann::json* entry,
+                 const std::function<void()>& save) {
+  int failures = 0;
+  (*entry)["sekv"] = nlohmann::json::array();
+  for (int context : f.sekv_contexts) {
+    absl::StatusOr<nlohmann::json> sekv = cuda_bench::MeasureSekvStep(c, context);
+    if (!sekv.ok()) {
+      std::printf("  sekv context %d FAILED: %s\n", context, sekv.status().ToString().c_str());
+      ++failures;
+    }
+    nlohmann::json x = sekv.ok() ? *sekv : ErrorJson(sekv.status());
+    x["context"] = context;
+    if (sekv.ok()) AddWholeStep(*entry, &x);
+    (*entry)["sekv"].push_back(x);
+    save();
+  }
+  return failures;
+}
+
+// The whole SEKV step through GpuSekv at each --sekv-model-contexts length, saved after each.
+int AddSekvModelSteps(const ModelConfig& c, const Flags& f, nlohmann::json* entry,
+                      const std::function<void()>& save) {
+  int failures = 0;
+  (*entry)["sekv_model"] = nlohmann::json::array();
+  for (int context : f.sekv_model_contexts) {
+    absl::StatusOr<nlohmann::json> x = cuda_bench::MeasureSekvModelStep(c, context);
+    if (!x.ok()) {
+      std::printf("  sekv model context %d FAILED: %s\n", context, x.status().ToString().c_str());
+      ++failures;
+    }
+    nlohmann::json y = x.ok() ? *x : ErrorJson(x.status());
+    y["context"] = context;
+    (*entry)["sekv_model"].push_back(y);
+    save();
+  }
+  return failures;
+}
+
+// Concurrent SEKV requests of --sekv-batch-context tokens, batched and beside plain ones.
+int AddSekvBatch(const ModelConfig& c, const Flags& f, nlohmann::json* entry) {
+  absl::StatusOr<nlohmann::json> x =
+      cuda_bench::MeasureSekvBatchSteps(c, f.sekv_batch_context, f.sekv_batches);
+  if (!x.ok()) std::printf("  sekv batch FAILED: %s\n", x.status().ToString().c_str());
+  (*entry)["sekv_batch"] = x.ok() ? *x : ErrorJson(x.status());
+  (*entry)["sekv_batch_context"] = f.sekv_batch_context;
+  return x.ok() ? 0 : 1;
+}
+
+// Every part of one model, its entry appended to r["models"] and the results saved after each
+// part; the number of parts that failed.
+int BenchModelParts(const std::string& name, const Flags& f, nlohmann::json* r,
+                    const std::function<void()>& save) {
+  const double peak = (*r)["gemm"]["peak_tflops"], copy = (*r)["copy"]["gbps"];
+  ModelConfig c = *ModelShape(name);  // checked by ParseFlags
+  c.max_position_embeddings = std::max(c.max_position_embeddings, MaxTokens(f));
+  double scd_prefill_ms = 0;
+  (*r)["models"].push_back(BenchModel(c, f, peak, copy, &scd_prefill_ms));
+  nlohmann::json& entry = (*r)["models"].back();
+  int failures = 0;
+  if (entry.contains("op_profile") && entry["op_profile"].contains("error")) ++failures;
+  save();
+  if (!f.skip_scd) {
+    failures += AddScdRebuild(c, f, scd_prefill_ms, &entry);
+    save();
+  }
+  if (!f.skip_sekv) failures += AddSekvSteps(c, f, &entry, save);
+  if (!f.skip_sekv_model && name == f.models.front()) {
+    failures += AddSekvModelSteps(c, f, &entry, save);
+  }
+  // Last: a run cut short by its time limit loses this part before any of the others.
+  if (!f.skip_sekv_batch && name == f.models.back()) {
+    failures += AddSekvBatch(c, f, &entry);
+    save();
+  }
+  return failures;
+}
+
 int Main(int argc, char** argv) {
   // Line-buffered even into a log file, so that a run cut short by a timeout keeps its steps.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -612,94 +762,14 @@ int Main(int argc, char** argv) {
   std::filesystem::create_directories(f.out);
   const std::string json_path = (std::filesystem::path(f.out) / "results.json").string();
   const std::string md_path = (std::filesystem::path(f.out) / "results.md").string();
-  auto save = [&] {
+  const std::function<void()> save = [&] {
     std::ofstream(json_path) << r.dump(2) << "\n";
     std::ofstream(md_path) << cuda_bench::ResultsMarkdown(r);
   };
-  r["gemm"] = MeasureGemmPeak(f.quick);
-  r["copy"] = MeasureCopy(f.quick);
-  if (f.quick) r["quick"] = "toy sizes: a check of the tool, not figures";
-  const double peak = r["gemm"]["peak_tflops"], copy = r["copy"]["gbps"];
-  // The kernels alone against their alternatives (kernel_bench.h): which ones the backend takes.
-  auto kernel_part = [&](const char* key, const absl::StatusOr<nlohmann::json>& x) {
-    Check(x.status(), key);
-    r[key] = *x;
-  };
-  kernel_part("small_batch", cuda_bench::MeasureSmallBatch(f.quick, copy));
-  if (f.skip_mma) {
-    std::printf("[attention] prefill attention alone: skipped (--skip-mma)\n");
-  } else {
-    kernel_part("prefill_attention", cuda_bench::MeasurePrefillAttention(f.quick, peak));
-  }
-  kernel_part("decode_attention", cuda_bench::MeasureDecodeAttention(f.quick, copy));
-  if (!f.skip_sekv_model && !f.sekv_model_contexts.empty()) {
-    kernel_part("sekv_zoom", cuda_bench::MeasureSekvZoom(f.quick, f.sekv_model_contexts.front()));
-  }
+  MeasureCeilingsAndKernels(f, &r);
   r["models"] = nlohmann::json::array();
   int failures = 0;
-  for (const std::string& name : f.models) {
-    ModelConfig c = *ModelShape(name);  // checked by ParseFlags
-    c.max_position_embeddings = std::max(c.max_position_embeddings, MaxTokens(f));
-    double scd_prefill_ms = 0;
-    r["models"].push_back(BenchModel(c, f, peak, copy, &scd_prefill_ms));
-    nlohmann::json& entry = r["models"].back();
-    if (entry.contains("op_profile") && entry["op_profile"].contains("error")) ++failures;
-    save();
-    // The SCD and SEKV parts report an error in the results instead of exiting, so that the
-    // figures above are kept; the exit code still says that something failed.
-    if (!f.skip_scd) {
-      absl::StatusOr<nlohmann::json> scd =
-          cuda_bench::MeasureScdRebuild(c, f.scd_tokens, scd_prefill_ms);
-      if (!scd.ok()) {
-        std::printf("  scd rebuild FAILED: %s\n", scd.status().ToString().c_str());
-        ++failures;
-      }
-      entry["scd_rebuild"] = scd.ok() ? *scd : ErrorJson(scd.status());
-      save();
-    }
-    if (!f.skip_sekv) {
-      entry["sekv"] = nlohmann::json::array();
-      for (int context : f.sekv_contexts) {
-        absl::StatusOr<nlohmann::json> sekv = cuda_bench::MeasureSekvStep(c, context);
-        if (!sekv.ok()) {
-          std::printf("  sekv context %d FAILED: %s\n", context, sekv.status().ToString().c_str());
-          ++failures;
-        }
-        nlohmann::json x = sekv.ok() ? *sekv : ErrorJson(sekv.status());
-        x["context"] = context;
-        if (sekv.ok()) AddWholeStep(entry, &x);
-        entry["sekv"].push_back(x);
-        save();
-      }
-    }
-    if (!f.skip_sekv_model && name == f.models.front()) {
-      entry["sekv_model"] = nlohmann::json::array();
-      for (int context : f.sekv_model_contexts) {
-        absl::StatusOr<nlohmann::json> x = cuda_bench::MeasureSekvModelStep(c, context);
-        if (!x.ok()) {
-          std::printf("  sekv model context %d FAILED: %s\n", context,
-                      x.status().ToString().c_str());
-          ++failures;
-        }
-        nlohmann::json y = x.ok() ? *x : ErrorJson(x.status());
-        y["context"] = context;
-        entry["sekv_model"].push_back(y);
-        save();
-      }
-    }
-    // Last: a run cut short by its time limit loses this part before any of the others.
-    if (!f.skip_sekv_batch && name == f.models.back()) {
-      absl::StatusOr<nlohmann::json> x =
-          cuda_bench::MeasureSekvBatchSteps(c, f.sekv_batch_context, f.sekv_batches);
-      if (!x.ok()) {
-        std::printf("  sekv batch FAILED: %s\n", x.status().ToString().c_str());
-        ++failures;
-      }
-      entry["sekv_batch"] = x.ok() ? *x : ErrorJson(x.status());
-      entry["sekv_batch_context"] = f.sekv_batch_context;
-      save();
-    }
-  }
+  for (const std::string& name : f.models) failures += BenchModelParts(name, f, &r, save);
 
   std::printf("\n%s\nwrote %s and %s\n", cuda_bench::ResultsMarkdown(r).c_str(), json_path.c_str(),
               md_path.c_str());

@@ -5,14 +5,18 @@
 // --sekv-budget F adds the SEKV evaluation (common/sekv/sekv_evaluation.h): SEKV, the
 // heavy-hitter and chunk-summary baselines at GPU-tier bytes = F x full KV, under "sekv",
 // "h2o" and "chunk" in the same JSON. --modes "" skips the codec modes.
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_split.h"
 #include "common/base/file_io.h"
+#include "common/base/status_macros.h"
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
 #include "common/scd/evaluation.h"
@@ -26,10 +30,12 @@ namespace {
 
 constexpr char kProgram[] = "scd-eval";
 
-}  // namespace
+using Progress = std::function<void(const std::string&)>;
 
-int main(int argc, char** argv) {
-  std::string producer_dir, consumer_dir, artifact_path, babi, modes = "oracle,raw,quant8,quant4,recompute,scd-reuse,scd";
+// The command line.
+struct Options {
+  std::string producer_dir, consumer_dir, artifact_path, babi;
+  std::string modes = "oracle,raw,quant8,quant4,recompute,scd-reuse,scd";
   std::string json_out, report, text;
   bool ablate_patch = false;
   scd::EvalConfig cfg;
@@ -37,142 +43,196 @@ int main(int argc, char** argv) {
   std::string sekv_router;
   scd::sekv::SekvEvalConfig sk;
   bool sekv_ablate = false;
-  scd::cli::FlagParser flags(kProgram, "--producer DIR --consumer DIR --artifact A --babi FILES --json OUT");
-  flags.AddString("producer", &producer_dir, "producer checkpoint directory", true);
-  flags.AddString("consumer", &consumer_dir, "consumer checkpoint directory", true);
-  flags.AddString("artifact", &artifact_path, "calibration artifact (needed by recompute/scd modes)");
-  flags.AddString("babi", &babi, "bAbI-format files, comma-separated");
-  flags.AddString("modes", &modes, "comma-separated codec modes");
-  flags.AddString("json", &json_out, "write results JSON here", true);
-  flags.AddString("text", &text, "perplexity text (TinyStories-style passages)");
-  flags.AddString("report", &report, "write PREFIX.md, PREFIX.csv and PREFIX.png");
-  flags.AddInt("max-examples", &cfg.max_examples, "bAbI questions in total (0 = all)");
-  flags.AddInt("max-per-file", &cfg.max_examples_per_file, "bAbI questions per file (0 = no cap)");
-  flags.AddInt("text-passages", &cfg.text_passages, "perplexity passages");
-  flags.AddInt("timing-tokens", &cfg.timing_tokens, "prompt length of the rebuild-vs-prefill timing (0 = skip)");
-  flags.AddInt("kivi-group", &cfg.codec.kivi_group, "KIVI group size");
-  flags.AddBool("ablate-patch", &ablate_patch, "add scd rows for patch budget k = 0..L");
-  flags.AddFloat("sekv-budget", &sekv_budget, "SEKV: GPU-tier bytes as a fraction of full KV (0 = skip SEKV)");
-  flags.AddString("sekv-router", &sekv_router, "SEKV: calibrated router artifact (default: share-threshold gate)");
+  float sekv_energy = static_cast<float>(scd::sekv::SekvEvalConfig{}.sekv.store.energy);
+  std::string sekv_resolution = "token";
+};
+
+void AddCodecFlags(scd::cli::FlagParser& flags, Options* o) {
+  flags.AddString("producer", &o->producer_dir, "producer checkpoint directory", true);
+  flags.AddString("consumer", &o->consumer_dir, "consumer checkpoint directory", true);
+  flags.AddString("artifact", &o->artifact_path,
+                  "calibration artifact (needed by recompute/scd modes)");
+  flags.AddString("babi", &o->babi, "bAbI-format files, comma-separated");
+  flags.AddString("modes", &o->modes, "comma-separated codec modes");
+  flags.AddString("json", &o->json_out, "write results JSON here", true);
+  flags.AddString("text", &o->text, "perplexity text (TinyStories-style passages)");
+  flags.AddString("report", &o->report, "write PREFIX.md, PREFIX.csv and PREFIX.png");
+  flags.AddInt("max-examples", &o->cfg.max_examples, "bAbI questions in total (0 = all)");
+  flags.AddInt("max-per-file", &o->cfg.max_examples_per_file,
+               "bAbI questions per file (0 = no cap)");
+  flags.AddInt("text-passages", &o->cfg.text_passages, "perplexity passages");
+  flags.AddInt("timing-tokens", &o->cfg.timing_tokens,
+               "prompt length of the rebuild-vs-prefill timing (0 = skip)");
+  flags.AddInt("kivi-group", &o->cfg.codec.kivi_group, "KIVI group size");
+  flags.AddBool("ablate-patch", &o->ablate_patch, "add scd rows for patch budget k = 0..L");
+}
+
+void AddSekvFlags(scd::cli::FlagParser& flags, Options* o) {
+  scd::sekv::SekvEvalConfig& sk = o->sk;
+  flags.AddFloat("sekv-budget", &o->sekv_budget,
+                 "SEKV: GPU-tier bytes as a fraction of full KV (0 = skip SEKV)");
+  flags.AddString("sekv-router", &o->sekv_router,
+                  "SEKV: calibrated router artifact (default: share-threshold gate)");
   flags.AddInt("sekv-text-samples", &sk.text_samples, "SEKV: packed full-context text samples");
   flags.AddInt("sekv-scored", &sk.scored_tokens, "SEKV: tokens decoded and scored per text sample");
   flags.AddInt("sekv-niah-trials", &sk.niah_trials, "SEKV: needle prompts per depth (0 = skip)");
-  flags.AddFloat("sekv-alpha", &sk.sekv.segmenter.alpha, "SEKV: boundary threshold in std above the mean");
+  flags.AddFloat("sekv-alpha", &sk.sekv.segmenter.alpha,
+                 "SEKV: boundary threshold in std above the mean");
   flags.AddInt("sekv-min-span", &sk.sekv.segmenter.min_span, "SEKV: minimum span length");
-  flags.AddInt("sekv-max-span", &sk.sekv.segmenter.max_span, "SEKV: maximum span length (0 = none)");
-  flags.AddFloat("sekv-window-share", &sk.shares.window_share, "SEKV: share of the budget for the recent window");
-  flags.AddFloat("sekv-expand-share", &sk.shares.expand_share, "SEKV: share of the budget for expanded spans");
+  flags.AddInt("sekv-max-span", &sk.sekv.segmenter.max_span,
+               "SEKV: maximum span length (0 = none)");
+  flags.AddFloat("sekv-window-share", &sk.shares.window_share,
+                 "SEKV: share of the budget for the recent window");
+  flags.AddFloat("sekv-expand-share", &sk.shares.expand_share,
+                 "SEKV: share of the budget for expanded spans");
   flags.AddInt("sekv-rmax", &sk.sekv.store.r_max, "SEKV: rank cap of the CPU bases");
-  float sekv_energy = static_cast<float>(sk.sekv.store.energy);
-  flags.AddFloat("sekv-energy", &sekv_energy, "SEKV: spectral energy share kept by the CPU bases");
-  flags.AddFloat("sekv-pin-share", &sk.shares.pin_share, "SEKV: share of the zoom-in slots pinned at the first decode step");
-  std::string sekv_resolution = "token";
-  flags.AddString("sekv-zoom", &sekv_resolution, "SEKV: zoom-in resolution, token or span");
-  flags.AddFloat("sekv-candidates", &sk.sekv.candidate_factor, "SEKV: token zoom scores up to this x expansion-buffer tokens of routed spans");
-  flags.AddFloat("sekv-tau", &sk.sekv.tau_override, "SEKV: gate threshold for every head (-1 = the router's)");
-  flags.AddBool("sekv-ablate", &sekv_ablate, "SEKV: also run SEKV without zoom-in (sekv-nozoom), with whole-span zoom-in and no pins (sekv-span, SeKV as published) and with token zoom-in but no pins (sekv-nopin)");
-  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
-  for (const auto& name : absl::StrSplit(modes, ',', absl::SkipEmpty())) {
-    auto m = scd::ParseCodecMode(std::string(name));
-    if (!m.ok()) return flags.UsageError(m.status());
-    cfg.modes.push_back(*m);
-  }
-  cfg.babi_files = babi;
-  cfg.text_file = text;
-  auto pair = scd::LoadModelPair(producer_dir, consumer_dir);
-  if (!pair.ok()) return flags.Fail(pair.status());
-  auto& consumer_model = pair->consumer_model;
-  auto& tokenizer = pair->tokenizer;
-  auto& producer = pair->producer;
-  auto& consumer = pair->consumer;
-  std::shared_ptr<const scd::ScdArtifact> artifact;
-  if (!artifact_path.empty()) {
-    auto a = scd::ScdArtifact::Load(artifact_path);
-    if (!a.ok()) return flags.Fail(a.status());
-    artifact = std::make_shared<const scd::ScdArtifact>(std::move(a).value());
-  }
-  auto evaluator = scd::Evaluator::Create(*producer, *consumer, artifact, *tokenizer);
-  if (!evaluator.ok()) return flags.Fail(evaluator.status());
-  auto progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
+  flags.AddFloat("sekv-energy", &o->sekv_energy,
+                 "SEKV: spectral energy share kept by the CPU bases");
+  flags.AddFloat("sekv-pin-share", &sk.shares.pin_share,
+                 "SEKV: share of the zoom-in slots pinned at the first decode step");
+  flags.AddString("sekv-zoom", &o->sekv_resolution, "SEKV: zoom-in resolution, token or span");
+  flags.AddFloat("sekv-candidates", &sk.sekv.candidate_factor,
+                 "SEKV: token zoom scores up to this x expansion-buffer tokens of routed spans");
+  flags.AddFloat("sekv-tau", &sk.sekv.tau_override,
+                 "SEKV: gate threshold for every head (-1 = the router's)");
+  flags.AddBool("sekv-ablate", &o->sekv_ablate,
+                "SEKV: also run SEKV without zoom-in (sekv-nozoom), with whole-span zoom-in and "
+                "no pins (sekv-span, SeKV as published) and with token zoom-in but no pins "
+                "(sekv-nopin)");
+}
 
-  nlohmann::json out = {{"modes", nlohmann::json::object()},
-                        {"command", scd::cli::QuotedCommandLine(argc, argv)}};
-  std::vector<scd::ModeReport> all;
-  if (!cfg.modes.empty()) {
-    auto reports = (*evaluator)->Run(cfg, progress);
-    if (!reports.ok()) return flags.Fail(reports.status());
-    for (const auto& r : *reports) out["modes"][r.label] = r.ToJson();
-    all = *reports;
+// The SEKV evaluation at --sekv-budget: its results into *out, one line per method printed.
+absl::Status RunSekv(Options& o, const scd::ModelPair& pair,
+                     std::shared_ptr<const scd::ScdArtifact> artifact, const Progress& progress,
+                     nlohmann::json* out) {
+  std::shared_ptr<const scd::sekv::ZoomRouter> router;
+  if (!o.sekv_router.empty()) {
+    SCD_ASSIGN_OR_RETURN(scd::sekv::SekvArtifact a, scd::sekv::SekvArtifact::Load(o.sekv_router));
+    SCD_RETURN_IF_ERROR(a.CheckModel(*pair.consumer_model));
+    router = std::make_shared<const scd::sekv::ZoomRouter>(a.router);
   }
+  scd::sekv::SekvEvalConfig& sk = o.sk;
+  if (o.sekv_resolution == "span") {
+    sk.sekv.resolution = scd::sekv::ZoomResolution::kSpan;
+  } else if (o.sekv_resolution != "token") {
+    return absl::InvalidArgumentError("--sekv-zoom must be token or span");
+  }
+  sk.budget = o.sekv_budget;
+  sk.sekv.store.energy = o.sekv_energy;
+  sk.text_file = o.cfg.text_file;
+  sk.babi_files = o.cfg.babi_files;
+  sk.max_examples = o.cfg.max_examples;
+  sk.max_examples_per_file = o.cfg.max_examples_per_file;
+  sk.max_answer_tokens = o.cfg.max_answer_tokens;
+  sk.ablate = o.sekv_ablate;
+  std::cerr << kProgram << ": SEKV at budget " << o.sekv_budget << "\n";
+  SCD_ASSIGN_OR_RETURN(auto sekv_eval,
+                       scd::sekv::SekvEvaluator::Create(*pair.producer, *pair.consumer, artifact,
+                                                        *pair.tokenizer, router));
+  SCD_ASSIGN_OR_RETURN(const auto sr, sekv_eval->Run(sk, progress));
+  const nlohmann::json sj = sr.ToJson();
+  for (auto it = sj.begin(); it != sj.end(); ++it) (*out)[it.key()] = it.value();
+  if (!o.sekv_router.empty()) (*out)["sekv"]["router"] = o.sekv_router;
+  for (const char* m : {"sekv", "h2o", "chunk", "sekv-nozoom", "sekv-span", "sekv-nopin"}) {
+    if (!out->contains(m)) continue;
+    const auto& j = (*out)[m];
+    std::cout << m << ": gpu_bytes_ratio " << j["gpu_bytes_ratio"] << " ppl " << j["ppl"]
+              << " (full " << j["ppl_full"] << ") F1 " << j["f1"] << " (full " << j["f1_full"]
+              << ") top1 " << j["top1_agreement"] << " niah " << j["niah_accuracy"].dump()
+              << " (full " << j["niah_accuracy_full"].dump() << ")\n";
+  }
+  return absl::OkStatus();
+}
 
-  if (sekv_budget > 0) {
-    std::shared_ptr<const scd::sekv::ZoomRouter> router;
-    if (!sekv_router.empty()) {
-      auto a = scd::sekv::SekvArtifact::Load(sekv_router);
-      if (!a.ok()) return flags.Fail(a.status());
-      if (auto st = a->CheckModel(*consumer_model); !st.ok()) return flags.Fail(st);
-      router = std::make_shared<const scd::sekv::ZoomRouter>(a->router);
-    }
-    if (sekv_resolution == "span") {
-      sk.sekv.resolution = scd::sekv::ZoomResolution::kSpan;
-    } else if (sekv_resolution != "token") {
-      return flags.Fail("--sekv-zoom must be token or span");
-    }
-    sk.budget = sekv_budget;
-    sk.sekv.store.energy = sekv_energy;
-    sk.text_file = cfg.text_file;
-    sk.babi_files = cfg.babi_files;
-    sk.max_examples = cfg.max_examples;
-    sk.max_examples_per_file = cfg.max_examples_per_file;
-    sk.max_answer_tokens = cfg.max_answer_tokens;
-    sk.ablate = sekv_ablate;
-    std::cerr << kProgram << ": SEKV at budget " << sekv_budget << "\n";
-    auto sekv_eval = scd::sekv::SekvEvaluator::Create(*producer, *consumer, artifact, *tokenizer, router);
-    if (!sekv_eval.ok()) return flags.Fail(sekv_eval.status());
-    auto sr = (*sekv_eval)->Run(sk, progress);
-    if (!sr.ok()) return flags.Fail(sr.status());
-    const nlohmann::json sj = sr->ToJson();
-    for (auto it = sj.begin(); it != sj.end(); ++it) out[it.key()] = it.value();
-    if (!sekv_router.empty()) out["sekv"]["router"] = sekv_router;
-    for (const char* m : {"sekv", "h2o", "chunk", "sekv-nozoom", "sekv-span", "sekv-nopin"}) {
-      if (!out.contains(m)) continue;
-      const auto& j = out[m];
-      std::cout << m << ": gpu_bytes_ratio " << j["gpu_bytes_ratio"] << " ppl " << j["ppl"] << " (full "
-                << j["ppl_full"] << ") F1 " << j["f1"] << " (full " << j["f1_full"] << ") top1 "
-                << j["top1_agreement"] << " niah " << j["niah_accuracy"].dump() << " (full "
-                << j["niah_accuracy_full"].dump() << ")\n";
-    }
+// --ablate-patch: scd rows at patch budget k = 0..L, into *out and *all.
+absl::Status AblatePatchBudget(const Options& o, const scd::ScdArtifact& artifact,
+                               scd::Evaluator& evaluator, const Progress& progress,
+                               nlohmann::json* out, std::vector<scd::ModeReport>* all) {
+  for (int k = 0; k <= static_cast<int>(artifact.patch_order.size()); ++k) {
+    scd::EvalConfig ab = o.cfg;
+    ab.modes = {scd::CodecMode::kScd};
+    ab.timing_tokens = 0;
+    ab.codec.patch_layers =
+        std::vector<int>(artifact.patch_order.begin(), artifact.patch_order.begin() + k);
+    std::cerr << kProgram << ": ablation, patch budget k=" << k << "\n";
+    SCD_ASSIGN_OR_RETURN(const std::vector<scd::ModeReport> r, evaluator.Run(ab, progress));
+    scd::ModeReport row = r.front();
+    row.label = "scd k=" + std::to_string(k);
+    (*out)["ablation_patch_budget"][std::to_string(k)] = row.ToJson();
+    all->push_back(row);
   }
+  return absl::OkStatus();
+}
 
-  if (ablate_patch) {
-    if (artifact == nullptr) return flags.Fail("--ablate-patch needs --artifact");
-    for (int k = 0; k <= static_cast<int>(artifact->patch_order.size()); ++k) {
-      scd::EvalConfig ab = cfg;
-      ab.modes = {scd::CodecMode::kScd};
-      ab.timing_tokens = 0;
-      ab.codec.patch_layers = std::vector<int>(artifact->patch_order.begin(),
-                                               artifact->patch_order.begin() + k);
-      std::cerr << kProgram << ": ablation, patch budget k=" << k << "\n";
-      auto r = (*evaluator)->Run(ab, progress);
-      if (!r.ok()) return flags.Fail(r.status());
-      scd::ModeReport row = r->front();
-      row.label = "scd k=" + std::to_string(k);
-      out["ablation_patch_budget"][std::to_string(k)] = row.ToJson();
-      all.push_back(row);
-    }
-  }
-  if (auto st = scd::WriteFileAtomically(json_out, out.dump(2)); !st.ok()) {
-    return flags.Fail(st);
-  }
-  if (!report.empty()) {
-    if (auto st = scd::WriteEvalTables(all, report, consumer_model->config.name); !st.ok()) {
-      return flags.Fail(st);
-    }
+// The JSON, and with --report the tables; then one line per codec row.
+absl::Status WriteResults(const Options& o, const nlohmann::json& out,
+                          const std::vector<scd::ModeReport>& all, const scd::Model& consumer) {
+  SCD_RETURN_IF_ERROR(scd::WriteFileAtomically(o.json_out, out.dump(2)));
+  if (!o.report.empty()) {
+    SCD_RETURN_IF_ERROR(scd::WriteEvalTables(all, o.report, consumer.config.name));
   }
   for (const auto& r : all) {
     std::cout << r.label << ": EM " << r.em << " F1 " << r.f1 << " payload/raw "
               << r.payload_ratio_vs_raw << " ppl " << r.ppl << " rebuild_ms " << r.rebuild_ms
               << " prefill_ms " << r.consumer_prefill_ms << "\n";
   }
+  return absl::OkStatus();
+}
+
+// Everything after the command line is read: 0, or the failure's exit code.
+int Evaluate(const scd::cli::FlagParser& flags, Options& o, const std::string& command) {
+  auto pair = scd::LoadModelPair(o.producer_dir, o.consumer_dir);
+  if (!pair.ok()) return flags.Fail(pair.status());
+  std::shared_ptr<const scd::ScdArtifact> artifact;
+  if (!o.artifact_path.empty()) {
+    auto a = scd::ScdArtifact::Load(o.artifact_path);
+    if (!a.ok()) return flags.Fail(a.status());
+    artifact = std::make_shared<const scd::ScdArtifact>(std::move(a).value());
+  }
+  auto evaluator =
+      scd::Evaluator::Create(*pair->producer, *pair->consumer, artifact, *pair->tokenizer);
+  if (!evaluator.ok()) return flags.Fail(evaluator.status());
+  const Progress progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
+
+  nlohmann::json out = {{"modes", nlohmann::json::object()}, {"command", command}};
+  std::vector<scd::ModeReport> all;
+  if (!o.cfg.modes.empty()) {
+    auto reports = (*evaluator)->Run(o.cfg, progress);
+    if (!reports.ok()) return flags.Fail(reports.status());
+    for (const auto& r : *reports) out["modes"][r.label] = r.ToJson();
+    all = *reports;
+  }
+  if (o.sekv_budget > 0) {
+    if (absl::Status st = RunSekv(o, *pair, artifact, progress, &out); !st.ok()) {
+      return flags.Fail(st);
+    }
+  }
+  if (o.ablate_patch) {
+    if (artifact == nullptr) return flags.Fail("--ablate-patch needs --artifact");
+    absl::Status st = AblatePatchBudget(o, *artifact, **evaluator, progress, &out, &all);
+    if (!st.ok()) return flags.Fail(st);
+  }
+  if (absl::Status st = WriteResults(o, out, all, *pair->consumer_model); !st.ok()) {
+    return flags.Fail(st);
+  }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  scd::cli::FlagParser flags(kProgram,
+                             "--producer DIR --consumer DIR --artifact A --babi FILES --json OUT");
+  AddCodecFlags(flags, &o);
+  AddSekvFlags(flags, &o);
+  if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
+  for (const auto& name : absl::StrSplit(o.modes, ',', absl::SkipEmpty())) {
+    auto m = scd::ParseCodecMode(std::string(name));
+    if (!m.ok()) return flags.UsageError(m.status());
+    o.cfg.modes.push_back(*m);
+  }
+  o.cfg.babi_files = o.babi;
+  o.cfg.text_file = o.text;
+  return Evaluate(flags, o, scd::cli::QuotedCommandLine(argc, argv));
 }

@@ -21,6 +21,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/file_io.h"
 #include "common/tools/cli/flags.h"
@@ -77,7 +78,8 @@ class ProgressLine {
 
 // Every command-line value, with its default.
 struct Flags {
-  std::string url, model, prompts_path, json_out, png_out, timeseries_png, records_out;
+  std::vector<std::string> urls;
+  std::string model, prompts_path, json_out, png_out, timeseries_png, records_out;
   std::string api_key, rss_pids, extra_body = "{}";
   float rate = 0, duration = 0, timeout = 300, slo_ttft_ms = 0, slo_itl_ms = 0, interval = 10;
   float drift_window = 60;
@@ -88,7 +90,10 @@ struct Flags {
 };
 
 void AddFlags(scd::cli::FlagParser& flags, Flags& f) {
-  flags.AddString("url", &f.url, "server base URL, http[s]://HOST:PORT[/PREFIX]", true);
+  flags.AddStringList("url", &f.urls,
+                      "server base URL, http[s]://HOST:PORT[/PREFIX]; several (repeated or "
+                      "comma-separated) spread the requests over them in turn",
+                      true);
   flags.AddString("model", &f.model, "model name sent in every request", true);
   flags.AddFloat("rate", &f.rate, "open loop: Poisson arrivals at R requests/s");
   flags.AddInt("concurrency", &f.concurrency, "closed loop: keep C requests in flight");
@@ -145,9 +150,15 @@ std::optional<int> CheckFlags(const scd::cli::FlagParser& flags, const Flags& f)
 // Fills the run's options from the flags; returns the exit status of a bad command line.
 std::optional<int> BuildLoadOptions(const scd::cli::FlagParser& flags, const Flags& f, bool tty,
                                     scd::loadgen::LoadOptions& options) {
-  absl::StatusOr<scd::loadgen::Target> target = scd::loadgen::ParseUrl(f.url);
-  if (!target.ok()) return flags.UsageError(target.status());
-  options.client.target = *target;
+  for (size_t i = 0; i < f.urls.size(); ++i) {
+    absl::StatusOr<scd::loadgen::Target> target = scd::loadgen::ParseUrl(f.urls[i]);
+    if (!target.ok()) return flags.UsageError(target.status());
+    if (i == 0) {
+      options.client.target = *target;
+    } else {
+      options.more_targets.push_back(*target);
+    }
+  }
   options.client.api_key = f.api_key;
   options.client.timeout_s = f.timeout;
   options.body.api = f.completions ? scd::loadgen::Api::kCompletions : scd::loadgen::Api::kChat;
@@ -207,6 +218,9 @@ void PrintBanner(const Flags& f, const scd::loadgen::LoadOptions& options,
             << (f.duration > 0 ? absl::StrCat(", for ", f.duration, " s") : "")
             << (f.warmup > 0 ? absl::StrCat(" after ", f.warmup, " warm-up") : "") << " -> "
             << target.base << target.path_prefix << scd::loadgen::ApiPath(options.body.api)
+            << (options.more_targets.empty()
+                    ? ""
+                    : absl::StrCat(" and ", options.more_targets.size(), " more server(s) in turn"))
             << " (model " << f.model << "; prompts " << prompts_label << ", " << num_prompts
             << ")\n";
 }
@@ -286,7 +300,7 @@ int main(int argc, char** argv) {
   if (!result.ok()) return flags.Fail(result.status());
 
   scd::loadgen::ReportContext context;
-  context.url = f.url;
+  context.url = absl::StrJoin(f.urls, ",");
   context.prompts = prompts_label;
   context.num_prompts = static_cast<int>(prompts->size());
   context.command = scd::cli::QuotedCommandLine(argc, argv);

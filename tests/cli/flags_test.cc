@@ -263,3 +263,23 @@ TEST_CASE("QuotedCommandLine prints words the shell reads back unchanged", "[cpu
 
 }  // namespace
 }  // namespace scd::cli
+
+namespace scd::cli {
+namespace {
+
+TEST_CASE("FlagParser string lists accumulate over occurrences and commas", "[cpu]") {
+  std::vector<std::string> urls = {"default"};
+  FlagParser flags("tool", "[flags]");
+  flags.AddStringList("url", &urls, "servers");
+  const char* argv[] = {"tool", "--url", "a", "--url=b, c"};
+  REQUIRE(flags.Parse(4, argv).ok());
+  CHECK(urls == std::vector<std::string>{"a", "b", "c"});
+  FlagParser empty("tool", "[flags]");
+  std::vector<std::string> none;
+  empty.AddStringList("url", &none, "servers", true);
+  const char* bad[] = {"tool", "--url", ","};
+  CHECK(empty.Parse(3, bad).message().find("comma-separated list") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace scd::cli

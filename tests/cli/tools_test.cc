@@ -40,6 +40,8 @@ std::vector<Tool> Tools() {
       {"scd-synth-pair", "", "scd-synth-pair", "--layers"},
       {"scd-e2e-bench", "", "scd-e2e-bench", "--contexts"},
       {"scd-soak", "", "scd-soak", "--contexts"},
+      {"scd-cluster-bench", "", "scd-cluster-bench", "--streams"},
+      {"scd-registry-bench", "", "scd-registry-bench", "--decode"},
       {"scd-sekv-bench", "", "scd-sekv-bench", "--steps"},
       {"scd-bench", "runtime", "scd-bench runtime", "--tokens"},
       {"scd-bench", "chunked-prefill", "scd-bench chunked-prefill", "--streams"},

@@ -1,14 +1,16 @@
 // docs/CONFIG.md against the daemons' config readers. Each reader declares every key it reads,
 // with its default and range (ConfigReader::keys(), PrefillConfigKeys, DecodeConfigKeys); the
-// key tables of CONFIG.md must list exactly those keys, each with the reader's default. A key
-// added to a reader without a row, a row whose key no reader knows, or a default changed in one
-// place and not the other fails here.
+// key tables of CONFIG.md (`| Key | Default | Range | Meaning |`) must list exactly those keys,
+// each with the reader's default and range. A key added to a reader without a row, a row whose
+// key no reader knows, or a default or range changed in one place and not the other fails here.
 //
 // A row's key cell may name several keys: "`http.host` / `http.port`", "`grpc.tls.cert` /
 // `key` / `ca`" (siblings of the first), "`cuda_kernels.prefill_attention` /
-// `.decode_attention`" (likewise). Its default cell gives one default per key, or one for all.
-// Defaults are written as the reader would take them: `required`, `empty` (""), numbers,
-// `true`/`false`, strings in backticks, durations with a unit (`30s`), sizes in GiB or MiB.
+// `.decode_attention`" (likewise). Its default and range cells give one value per key, or one
+// for all. Defaults are written as the reader would take them: `required`, `empty` (""),
+// numbers, `true`/`false`, strings in backticks, durations with a unit (`30s`), sizes in GiB or
+// MiB. Ranges are the reader's range text ("[0, 65535]", ">= 1", "[1, 3600] seconds",
+// "one of \"cpu\", \"cuda\""), `-` where a key has none.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -100,27 +102,52 @@ DocDefault ParseDefault(absl::string_view cell) {
   return d;
 }
 
-// Key -> documented default, from the table under `## <section>`.
-std::map<std::string, DocDefault> DocumentedKeys(const std::string& doc,
-                                                 const std::string& section) {
-  std::map<std::string, DocDefault> out;
+// The documented range as the reader declares it: "" for `-` or an empty cell.
+std::string ParseRange(absl::string_view cell) {
+  const std::string text = Unquote(cell);
+  return text == "-" ? "" : text;
+}
+
+// What one table row documents for one key.
+struct DocKey {
+  DocDefault default_value;
+  std::string range;
+};
+
+// The `| Key | Default | Range | Meaning |` header that opens every key table.
+constexpr absl::string_view kTableHeader = "| Key | Default | Range | Meaning |";
+
+// Key -> documented default and range, from the table under `## <section>`.
+std::map<std::string, DocKey> DocumentedKeys(const std::string& doc, const std::string& section) {
+  std::map<std::string, DocKey> out;
   std::istringstream lines(doc);
   std::string line;
   bool inside = false;
+  bool header_seen = false;
   while (std::getline(lines, line)) {
     if (absl::StartsWith(line, "## ")) inside = line == "## " + section;
+    if (inside && absl::StartsWith(line, "| Key ")) {
+      INFO(section << ": the key table's header");
+      CHECK(line == kTableHeader);
+      header_seen = true;
+    }
     if (!inside || !absl::StartsWith(line, "| `")) continue;
     const std::vector<absl::string_view> cells = absl::StrSplit(line, '|');
-    REQUIRE(cells.size() >= 4);
+    INFO(line);
+    REQUIRE(cells.size() >= 6);  // "", key, default, range, meaning..., ""
     const std::vector<std::string> keys = RowKeys(cells[1]);
     const std::vector<absl::string_view> defaults = absl::StrSplit(cells[2], " / ");
-    INFO(line);
+    const std::vector<absl::string_view> ranges = absl::StrSplit(cells[3], " / ");
     REQUIRE((defaults.size() == keys.size() || defaults.size() == 1));
+    REQUIRE((ranges.size() == keys.size() || ranges.size() == 1));
     for (size_t i = 0; i < keys.size(); ++i) {
       CHECK(out.count(keys[i]) == 0);  // one row per key
-      out[keys[i]] = ParseDefault(defaults[defaults.size() == 1 ? 0 : i]);
+      out[keys[i]] = DocKey{ParseDefault(defaults[defaults.size() == 1 ? 0 : i]),
+                            ParseRange(ranges[ranges.size() == 1 ? 0 : i])};
     }
   }
+  INFO(section << ": CONFIG.md has no table headed " << kTableHeader);
+  CHECK(header_seen);
   return out;
 }
 
@@ -132,31 +159,46 @@ std::string DocPath(std::string path) {
   return path;
 }
 
+// The documented default of `key` against the reader's.
+void CheckDefault(const config::ConfigKey& key, const DocDefault& d) {
+  if (key.type == "mapping list") {
+    CHECK((d.required || d.value == ""));  // a list is documented by its elements
+    return;
+  }
+  CHECK(d.required == key.required);
+  if (key.required) return;
+  if (key.default_value.is_number() && d.value.is_number()) {
+    CHECK(d.value.get<double>() == Approx(key.default_value.get<double>()).margin(1e-12));
+  } else {
+    CHECK(d.value == key.default_value);
+  }
+}
+
+// The documented range of `key` against the reader's, naming the key and both texts.
+void CheckRange(const std::string& section, const std::string& path, const config::ConfigKey& key,
+                const std::string& documented) {
+  if (documented == key.range) return;
+  FAIL_CHECK(section << ": config key '" << path << "': CONFIG.md gives the range \""
+                     << (documented.empty() ? "-" : documented) << "\", the reader \""
+                     << (key.range.empty() ? "-" : key.range) << "\"");
+}
+
 void CheckAgainstDocs(const std::vector<config::ConfigKey>& keys, const std::string& section) {
   const std::string doc = testing::ReadFileOrFail(testing::SourceFile("docs/CONFIG.md"));
-  const std::map<std::string, DocDefault> by_doc_path = DocumentedKeys(doc, section);
+  const std::map<std::string, DocKey> by_doc_path = DocumentedKeys(doc, section);
   std::set<std::string> read;
   for (const config::ConfigKey& key : keys) {
     if (key.type == "mapping") continue;
     const std::string path = DocPath(key.path);
     read.insert(path);
     INFO(section << ": config key '" << path << "' (" << key.type << ", default "
-                 << key.default_value.dump() << (key.required ? ", required" : "") << ")");
+                 << key.default_value.dump() << (key.required ? ", required" : "") << ", range \""
+                 << key.range << "\")");
     const auto it = by_doc_path.find(path);
     CHECK(it != by_doc_path.end());  // a key the reader knows and CONFIG.md does not list
     if (it == by_doc_path.end()) continue;
-    const DocDefault& d = it->second;
-    if (key.type == "mapping list") {
-      CHECK((d.required || d.value == ""));  // a list is documented by its elements
-      continue;
-    }
-    CHECK(d.required == key.required);
-    if (key.required) continue;
-    if (key.default_value.is_number() && d.value.is_number()) {
-      CHECK(d.value.get<double>() == Approx(key.default_value.get<double>()).margin(1e-12));
-    } else {
-      CHECK(d.value == key.default_value);
-    }
+    CheckDefault(key, it->second.default_value);
+    CheckRange(section, path, key, it->second.range);
   }
   for (const auto& [path, d] : by_doc_path) {
     (void)d;
@@ -165,11 +207,11 @@ void CheckAgainstDocs(const std::vector<config::ConfigKey>& keys, const std::str
   }
 }
 
-TEST_CASE("docs/CONFIG.md lists every scd-prefill key with the reader's default", "[cpu]") {
+TEST_CASE("docs/CONFIG.md lists every scd-prefill key, its default and range", "[cpu]") {
   CheckAgainstDocs(PrefillConfigKeys(), "scd-prefill");
 }
 
-TEST_CASE("docs/CONFIG.md lists every scd-decode key with the reader's default", "[cpu]") {
+TEST_CASE("docs/CONFIG.md lists every scd-decode key, its default and range", "[cpu]") {
   CheckAgainstDocs(DecodeConfigKeys(), "scd-decode");
 }
 

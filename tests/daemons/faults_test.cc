@@ -47,10 +47,53 @@ json SlowDecodeConfig(const std::string& control_plane) {
 
 }  // namespace
 
-TEST_CASE("A killed decode daemon fails its stream fast and later requests route around it",
+TEST_CASE("A decode daemon killed mid-stream: its stream migrates and continues unchanged",
           "[daemons]") {
   const std::string dir = TempDir();
   PrefillHandle prefill = StartPrefill(dir, PrefillConfig("scd"));
+  DecodeHandle a = StartDecode(dir, SlowDecodeConfig(prefill.grpc_address), "decode-a");
+  DecodeHandle b = StartDecode(dir, SlowDecodeConfig(prefill.grpc_address), "decode-b");
+  REQUIRE(WaitForReady(prefill.http_port, 200, seconds(10)));
+  // The undisturbed text of a sampled request (seed 3), then the same request twice at once,
+  // one per daemon; daemon A is killed once both have streamed tokens. Its stream resumes on
+  // B with the tokens already streamed and the sampler advanced past them.
+  const SseResult reference = HttpStream(prefill.http_port, "/v1/completions", StreamBody(120));
+  REQUIRE(reference.done());
+  REQUIRE(StreamError(reference).empty());
+  std::atomic<int> started{0};
+  auto run = [&] {
+    bool counted = false;
+    return HttpStream(prefill.http_port, "/v1/completions", StreamBody(120),
+                      [&](const std::string&) {
+                        if (!counted) {
+                          counted = true;
+                          ++started;
+                        }
+                        return true;
+                      });
+  };
+  auto s1 = std::async(std::launch::async, run);
+  auto s2 = std::async(std::launch::async, run);
+  const auto until = std::chrono::steady_clock::now() + seconds(20);
+  while (started.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(10));
+  REQUIRE(started.load() == 2);
+  a.process->Signal(SIGKILL);
+  for (SseResult r : {s1.get(), s2.get()}) {
+    INFO("error: " << StreamError(r));
+    CHECK(r.done());
+    CHECK(StreamError(r).empty());
+    CHECK(r.Text() == reference.Text());
+  }
+  const std::string metrics = HttpGet(prefill.http_port, "/metrics").body;
+  CHECK(MetricValue(metrics, "scd_migrations_total{specialist=\"stories260K-babi-qa\",outcome=\"completed\"}") == 1);
+}
+
+TEST_CASE("A killed decode daemon fails its stream fast and later requests route around it",
+          "[daemons]") {
+  const std::string dir = TempDir();
+  json pc = PrefillConfig("scd");
+  pc["limits"]["migration_limit"] = 0;  // the stream ends with the error instead
+  PrefillHandle prefill = StartPrefill(dir, pc);
   DecodeHandle a = StartDecode(dir, SlowDecodeConfig(prefill.grpc_address), "decode-a");
   DecodeHandle b = StartDecode(dir, SlowDecodeConfig(prefill.grpc_address), "decode-b");
   REQUIRE(WaitForReady(prefill.http_port, 200, seconds(10)));

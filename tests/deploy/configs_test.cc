@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "common/config/config_file.h"
 #include "common/http/http_server.h"
 #include "decode_server/decode_config.h"
 #include "prefill_server/prefill_config.h"
@@ -314,4 +315,41 @@ TEST_CASE("decode config: sekv.min_prompt_tokens is 0 (every prompt) by default;
   CHECK(refused.status().message().find("sekv.min_prompt_tokens") != std::string_view::npos);
 }
 
+}  // namespace scd::testing
+
+namespace scd::testing {
+namespace {
+
+// deploy/k8s/configs: the cluster's configs, read by the daemons' own readers.
+TEST_CASE("Kubernetes configs load with the daemons' readers and use the etcd registry", "[cpu]") {
+  const std::string dir = DeployPath("k8s/configs");
+  absl::StatusOr<nlohmann::json> pj = config::LoadConfigFile(dir + "/prefill.yaml");
+  REQUIRE(pj.ok());
+  absl::StatusOr<PrefillDaemonConfig> prefill = PrefillConfigFromJson(*pj, dir + "/prefill.yaml");
+  INFO(prefill.status().ToString());
+  REQUIRE(prefill.ok());
+  CHECK(prefill->registry.etcd());
+  CHECK(prefill->cluster_token.empty());  // from the Secret, as an override
+  int decode_configs = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("decode-", 0) != 0) continue;
+    ++decode_configs;
+    INFO(name);
+    absl::StatusOr<nlohmann::json> dj = config::LoadConfigFile(entry.path().string());
+    REQUIRE(dj.ok());
+    absl::StatusOr<DecodeDaemonConfig> decode = DecodeConfigFromJson(*dj, entry.path().string());
+    INFO(decode.status().ToString());
+    REQUIRE(decode.ok());
+    CHECK(decode->registry.etcd());
+    CHECK(decode->control_plane.target.empty());
+    // One cluster: the same etcd and prefix as the prefill daemons.
+    CHECK(decode->registry.etcd_endpoints == prefill->registry.etcd_endpoints);
+    CHECK(decode->registry.etcd_prefix == prefill->registry.etcd_prefix);
+    CHECK(decode->drain_timeout <= absl::Seconds(40));
+  }
+  CHECK(decode_configs >= 1);
+}
+
+}  // namespace
 }  // namespace scd::testing

@@ -433,5 +433,18 @@ TEST_CASE("invalid load options are rejected before any request", "[cpu]") {
   CHECK(fake.arrivals() == 0);
 }
 
+TEST_CASE("several servers: requests go to each in turn", "[cpu]") {
+  FakeLlmServer first, second;
+  LoadOptions options = Options(first.url());
+  options.more_targets.push_back(*ParseUrl(second.url()));
+  options.concurrency = 2;
+  options.requests = 10;
+  absl::StatusOr<RunResult> result = RunLoad(options, Prompts(3), nullptr);
+  REQUIRE(result.ok());
+  for (const RequestRecord& r : result->records) CHECK(r.ok());
+  CHECK(first.arrivals() == 5);
+  CHECK(second.arrivals() == 5);
+}
+
 }  // namespace
 }  // namespace scd::loadgen

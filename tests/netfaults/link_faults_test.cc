@@ -358,6 +358,8 @@ TEST_CASE("A byte flipped on the wire is refused by checksum, and the daemon kee
   SECTION(inline_payload ? "inline payload in the Decode RPC" : "data-plane frame") {
     json pc = LabPrefillConfig();
     if (inline_payload) pc["data_plane"]["inline_max_bytes"] = 1 << 20;
+    // The refusal itself, not the oracle retry that follows it by default (test_cluster).
+    pc["specialists"][0]["fallback"] = "fail";
     PrefillHandle prefill = StartPrefill(dir, pc);
     std::string why;
     const int target_port = inline_payload ? kDecodeRpcPort : kDecodeDataPort;

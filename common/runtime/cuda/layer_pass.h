@@ -94,6 +94,14 @@ class LayerPass {
   void AppendGraphBuffers(std::vector<uintptr_t>* out) const;
 
  private:
+  // Forward's steps for layer l: the QKV projection (and the hooks) with RoPE on the queries;
+  // the attention of the plain rows through the cache and of the external rows through their
+  // own; the output projection and the FFN, both added to the residual stream.
+  absl::Status LayerQkv(int l, int rows, const int32_t* positions, bool hooks);
+  absl::Status LayerAttention(int l, int rows, const int32_t* positions, const int32_t* row_seq,
+                              const KvCacheTable& table, const AttentionStep& attention);
+  absl::Status LayerOutAndFfn(int l, int rows);
+
   const ModelConfig* config_;
   const DeviceWeights* weights_;
   CublasGemm* gemm_;

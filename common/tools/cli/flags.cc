@@ -7,6 +7,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -47,6 +48,12 @@ void FlagParser::AddBool(std::string name, bool* out, std::string help) {
 
 void FlagParser::AddIntList(std::string name, std::vector<int>* out, std::string help) {
   Add(std::move(name), Type::kIntList, out, std::move(help), absl::StrJoin(*out, ","), false);
+}
+
+void FlagParser::AddStringList(std::string name, std::vector<std::string>* out, std::string help,
+                               bool required) {
+  Add(std::move(name), Type::kStringList, out, std::move(help), absl::StrJoin(*out, ","),
+      required);
 }
 
 FlagParser::Flag* FlagParser::Find(std::string_view name) {
@@ -108,6 +115,16 @@ absl::Status FlagParser::Assign(Flag& flag, std::string_view value) {
         }
       }
       *static_cast<std::vector<int>*>(flag.out) = std::move(v);
+      return absl::OkStatus();
+    }
+    case Type::kStringList: {
+      auto* v = static_cast<std::vector<std::string>*>(flag.out);
+      if (!flag.seen) v->clear();
+      const size_t before = v->size();
+      for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+        v->push_back(std::string(absl::StripAsciiWhitespace(item)));
+      }
+      if (v->size() == before) return bad("a comma-separated list");
       return absl::OkStatus();
     }
   }

@@ -43,6 +43,10 @@ class FlagParser {
   // "1,2,3": no empty items, spaces around a number allowed as for every integer flag; "" is
   // the empty list. A later occurrence replaces an earlier one, as for every other flag.
   void AddIntList(std::string name, std::vector<int>* out, std::string help);
+  // Strings that accumulate: every occurrence appends its comma-separated items ("--url A
+  // --url B" and "--url A,B" give the same list); the first occurrence replaces the default.
+  void AddStringList(std::string name, std::vector<std::string>* out, std::string help,
+                     bool required = false);
 
   // Parses argv[1..argc). On error nothing is guaranteed about the outputs.
   absl::Status Parse(int argc, const char* const* argv);
@@ -69,7 +73,7 @@ class FlagParser {
   std::string Usage() const;
 
  private:
-  enum class Type { kString, kInt, kUint64, kFloat, kBool, kIntList };
+  enum class Type { kString, kInt, kUint64, kFloat, kBool, kIntList, kStringList };
   struct Flag {
     std::string name;
     Type type;

@@ -106,7 +106,10 @@ class Phase {
     r.warmup = warmup_;
     r.prompt_index = prompt_index;
     r.group = prompts_[prompt_index].group;
-    SendStreamingRequest(options_.client, options_.body.api, bodies_[prompt_index], origin_, r);
+    ClientOptions client = options_.client;
+    const size_t turn = static_cast<size_t>(index) % (1 + options_.more_targets.size());
+    if (turn > 0) client.target = options_.more_targets[turn - 1];
+    SendStreamingRequest(client, options_.body.api, bodies_[prompt_index], origin_, r);
     r.scheduled_s = scheduled_s.value_or(r.start_s);
     std::lock_guard<std::mutex> lock(mutex_);
     --in_flight_;

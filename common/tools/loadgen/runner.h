@@ -40,6 +40,9 @@ namespace scd::loadgen {
 
 struct LoadOptions {
   ClientOptions client;
+  // More servers (several prefill daemons): request i goes to client.target when
+  // i % (1 + more_targets.size()) is 0, else to more_targets[that - 1].
+  std::vector<Target> more_targets;
   BodyOptions body;
   double rate = 0;        // requests/s, Poisson (open loop)
   int concurrency = 0;    // requests in flight (closed loop); exactly one of rate/concurrency

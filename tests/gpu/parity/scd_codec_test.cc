@@ -270,52 +270,67 @@ TEST_CASE("CUDA PatchAlignerForward matches PatchAligner::Apply", "[cuda]") {
   }
 }
 
-TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cache", "[cuda]") {
-  SCD_SKIP_WITHOUT_CUDA();
-  using Part = cuda::RebuildPart;
+namespace {
+
+using Part = cuda::RebuildPart;
+
+// The rebuilder's case: three layers, layer 0 REUSE only, layer 1 both (as a patched layer of
+// an artifact's rebuilder: PATCH for scd payloads, REUSE for scd-reuse ones), layer 2 REUSE
+// only; each part's random F32 codes for `tokens` positions from `start`; and what the CPU
+// twins put into the cache.
+struct RebuilderCase {
   const int hidden = 48, kv_heads = 2, head_dim = 16, kv_dim = kv_heads * head_dim;
   const int layers = 3, tokens = 29, start = 5, capacity = 64;
-  cuda::RebuildSpec spec;
-  spec.hidden_size = hidden;
-  spec.num_kv_heads = kv_heads;
-  spec.head_dim = head_dim;
-  spec.inv_freq = HfInvFreq(head_dim);
+  const size_t elems = static_cast<size_t>(layers) * capacity * kv_dim;
   const PatchAligner aligner = RandomAligner(12, 20, hidden, 700);
-  // Layer 0 REUSE only, layer 1 both (as a patched layer of an artifact's rebuilder: PATCH for
-  // scd payloads, REUSE for scd-reuse ones), layer 2 REUSE only.
-  const int ranks[layers][2] = {{8, 12}, {6, 10}, {5, 16}};
-  uint64_t seed = 710;
+  cuda::RebuildSpec spec;
   // The codes of each part: REUSE z_k/z_v, PATCH z_h.
-  std::vector<std::vector<float>> z_k(layers), z_v(layers), z_h(layers);
-  for (int l = 0; l < layers; ++l) {
-    cuda::RebuildLayerSpec ls;
-    if (l == 1) {
-      ls.code_dim = aligner.code_dim;
-      ls.hidden_dim = aligner.hidden_dim;
-      ls.a = aligner.a;
-      ls.c_b2 = SummedBias(aligner);
-      ls.w1 = aligner.w1;
-      ls.b1 = aligner.b1;
-      ls.w2 = aligner.w2;
-      ls.w_kv = RandomFloats(2 * kv_dim * hidden, seed++, 0.25f);
-      ls.b_kv = RandomFloats(2 * kv_dim, seed++, 0.5f);
-      z_h[l] = RandomFloats(tokens * ls.code_dim, seed++);
+  std::vector<std::vector<float>> z_k, z_v, z_h;
+  std::vector<int32_t> positions;
+
+  // The cache the CPU path fills. slack (PATCH only) bounds what a BF16 rounding of Ĥ the other
+  // way can move.
+  struct Expected {
+    std::vector<float> k, v, slack_k, slack_v;
+    std::vector<uint8_t> written;
+  };
+
+  RebuilderCase() : z_k(layers), z_v(layers), z_h(layers), positions(tokens) {
+    spec.hidden_size = hidden;
+    spec.num_kv_heads = kv_heads;
+    spec.head_dim = head_dim;
+    spec.inv_freq = HfInvFreq(head_dim);
+    const int ranks[3][2] = {{8, 12}, {6, 10}, {5, 16}};
+    uint64_t seed = 710;
+    for (int l = 0; l < layers; ++l) {
+      cuda::RebuildLayerSpec ls;
+      if (l == 1) {
+        ls.code_dim = aligner.code_dim;
+        ls.hidden_dim = aligner.hidden_dim;
+        ls.a = aligner.a;
+        ls.c_b2 = SummedBias(aligner);
+        ls.w1 = aligner.w1;
+        ls.b1 = aligner.b1;
+        ls.w2 = aligner.w2;
+        ls.w_kv = RandomFloats(2 * kv_dim * hidden, seed++, 0.25f);
+        ls.b_kv = RandomFloats(2 * kv_dim, seed++, 0.5f);
+        z_h[l] = RandomFloats(tokens * ls.code_dim, seed++);
+      }
+      ls.rank_k = ranks[l][0];
+      ls.rank_v = ranks[l][1];
+      ls.dec_k = RandomFloats(ls.rank_k * kv_dim, seed++, 0.5f);
+      ls.mu_k = RandomFloats(kv_dim, seed++);
+      ls.dec_v = RandomFloats(ls.rank_v * kv_dim, seed++, 0.5f);
+      ls.mu_v = RandomFloats(kv_dim, seed++);
+      z_k[l] = RandomFloats(tokens * ls.rank_k, seed++);
+      z_v[l] = RandomFloats(tokens * ls.rank_v, seed++);
+      spec.layers.push_back(std::move(ls));
     }
-    ls.rank_k = ranks[l][0];
-    ls.rank_v = ranks[l][1];
-    ls.dec_k = RandomFloats(ls.rank_k * kv_dim, seed++, 0.5f);
-    ls.mu_k = RandomFloats(kv_dim, seed++);
-    ls.dec_v = RandomFloats(ls.rank_v * kv_dim, seed++, 0.5f);
-    ls.mu_v = RandomFloats(kv_dim, seed++);
-    z_k[l] = RandomFloats(tokens * ls.rank_k, seed++);
-    z_v[l] = RandomFloats(tokens * ls.rank_v, seed++);
-    spec.layers.push_back(std::move(ls));
+    for (int t = 0; t < tokens; ++t) positions[t] = start + t;
   }
-  CHECK(!spec.layers[0].has_patch());
-  CHECK(spec.layers[1].has_patch());
-  CHECK(spec.layers[1].has_reuse());
+
   // F32 codes of layer 1 as PATCH (the scd layout) or as REUSE (scd-reuse).
-  auto codes_for = [&](Part layer1) {
+  std::vector<cuda::LayerCodes> Codes(Part layer1) const {
     std::vector<cuda::LayerCodes> codes(layers);
     for (int l = 0; l < layers; ++l) {
       const Part part = l == 1 ? layer1 : Part::kReuse;
@@ -324,18 +339,9 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
       codes[l].z_v = part == Part::kPatch ? nullptr : z_v[l].data();
     }
     return codes;
-  };
-  const std::vector<cuda::LayerCodes> codes = codes_for(Part::kPatch);
+  }
 
-  // The CPU path. slack (PATCH only) bounds what a BF16 rounding of Ĥ the other way can move.
-  std::vector<int32_t> positions(tokens);
-  for (int t = 0; t < tokens; ++t) positions[t] = start + t;
-  const size_t elems = static_cast<size_t>(layers) * capacity * kv_dim;
-  struct Expected {
-    std::vector<float> k, v, slack_k, slack_v;
-    std::vector<uint8_t> written;
-  };
-  auto expect = [&](Part layer1) {
+  Expected Expect(Part layer1) const {
     Expected x{std::vector<float>(elems, kSentinel), std::vector<float>(elems, kSentinel),
                std::vector<float>(elems, 0.0f), std::vector<float>(elems, 0.0f),
                std::vector<uint8_t>(elems, 0)};
@@ -347,30 +353,7 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
         Decoder(ls.dec_k, ls.mu_k, ls.rank_k).Decode(z_k[l].data(), tokens, k.data());
         Decoder(ls.dec_v, ls.mu_v, ls.rank_v).Decode(z_v[l].data(), tokens, v.data());
       } else {
-        std::vector<float> h(static_cast<size_t>(tokens) * hidden);
-        aligner.Apply(z_h[l].data(), tokens, h.data());
-        // The device multiplies the BF16 roundings of Ĥ and [W_K; W_V] (F32 accumulation).
-        const std::vector<float> h_r = testing::RoundedBf16(h), w_r = testing::RoundedBf16(ls.w_kv);
-        std::vector<float> kv(static_cast<size_t>(tokens) * 2 * kv_dim);
-        cpu::Linear(h_r.data(), w_r.data(), ls.b_kv.data(), kv.data(), tokens, 2 * kv_dim, hidden);
-        // The device's F32 Ĥ is within m of the twin's; rounding is monotone, so both BF16
-        // values lie in [R(h − m), R(h + m)].
-        std::vector<float> flip(h.size());
-        for (size_t i = 0; i < h.size(); ++i) {
-          const float m = 3e-5f * (1.0f + std::abs(h[i]));
-          flip[i] = cuda::RoundToBf16(h[i] + m) - cuda::RoundToBf16(h[i] - m);
-        }
-        for (int t = 0; t < tokens; ++t) {
-          for (int o = 0; o < 2 * kv_dim; ++o) {
-            float e = 0;
-            for (int j = 0; j < hidden; ++j) {
-              e += std::abs(w_r[o * hidden + j]) * flip[t * hidden + j];
-            }
-            const size_t at = static_cast<size_t>(t) * kv_dim + o % kv_dim;
-            (o < kv_dim ? k : v)[at] = kv[static_cast<size_t>(t) * 2 * kv_dim + o];
-            (o < kv_dim ? ek : ev)[at] = e;
-          }
-        }
+        ExpectPatch(l, &k, &v, &ek, &ev);
       }
       cpu::ApplyRope(k.data(), tokens, kv_heads, head_dim, positions.data(), spec.inv_freq.data());
       // RoPE mixes the pair (i, i + head_dim / 2): either rotated element may carry both slacks.
@@ -389,9 +372,40 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
       }
     }
     return x;
-  };
-  auto check = [&](const std::vector<Bf16>& got_k, const std::vector<Bf16>& got_v,
-                   const Expected& want, Part layer1) {
+  }
+
+  // Layer l's K and V (before RoPE) by the PATCH path, with their slacks.
+  void ExpectPatch(int l, std::vector<float>* k, std::vector<float>* v, std::vector<float>* ek,
+                   std::vector<float>* ev) const {
+    const cuda::RebuildLayerSpec& ls = spec.layers[l];
+    std::vector<float> h(static_cast<size_t>(tokens) * hidden);
+    aligner.Apply(z_h[l].data(), tokens, h.data());
+    // The device multiplies the BF16 roundings of Ĥ and [W_K; W_V] (F32 accumulation).
+    const std::vector<float> h_r = testing::RoundedBf16(h), w_r = testing::RoundedBf16(ls.w_kv);
+    std::vector<float> kv(static_cast<size_t>(tokens) * 2 * kv_dim);
+    cpu::Linear(h_r.data(), w_r.data(), ls.b_kv.data(), kv.data(), tokens, 2 * kv_dim, hidden);
+    // The device's F32 Ĥ is within m of the twin's; rounding is monotone, so both BF16
+    // values lie in [R(h − m), R(h + m)].
+    std::vector<float> flip(h.size());
+    for (size_t i = 0; i < h.size(); ++i) {
+      const float m = 3e-5f * (1.0f + std::abs(h[i]));
+      flip[i] = cuda::RoundToBf16(h[i] + m) - cuda::RoundToBf16(h[i] - m);
+    }
+    for (int t = 0; t < tokens; ++t) {
+      for (int o = 0; o < 2 * kv_dim; ++o) {
+        float e = 0;
+        for (int j = 0; j < hidden; ++j) {
+          e += std::abs(w_r[o * hidden + j]) * flip[t * hidden + j];
+        }
+        const size_t at = static_cast<size_t>(t) * kv_dim + o % kv_dim;
+        (o < kv_dim ? *k : *v)[at] = kv[static_cast<size_t>(t) * 2 * kv_dim + o];
+        (o < kv_dim ? *ek : *ev)[at] = e;
+      }
+    }
+  }
+
+  void Check(const std::vector<Bf16>& got_k, const std::vector<Bf16>& got_v, const Expected& want,
+             Part layer1) const {
     const size_t per_layer = static_cast<size_t>(capacity) * kv_dim;
     for (int l = 0; l < layers; ++l) {
       const bool patch = l == 1 && layer1 == Part::kPatch;
@@ -405,72 +419,38 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
                  Slice(want.written, at, per_layer), Slice(want.slack_v, at, per_layer), atol,
                  kBf16StoreRtol, "V cache");
     }
-  };
+  }
+};
 
-  const std::vector<Bf16> sentinel(elems, cuda::FloatToBf16(kSentinel));
-  DeviceArray<Bf16> k_cache(sentinel), v_cache(sentinel);
-  auto rebuilder = cuda::ScdGpuRebuilder::Create(spec, 32);
-  RequireOk(rebuilder.status());
-  CHECK((*rebuilder)->weight_bytes() > 0);
-  CHECK((*rebuilder)->max_tokens() == 32);
-  CHECK((*rebuilder)->device_bytes() > (*rebuilder)->weight_bytes());
-  CHECK((*rebuilder)->pinned_bytes() > 0);
-  cuda::SequenceCache target;
-  target.k = k_cache.get();
-  target.v = v_cache.get();
-  target.layer_stride = int64_t{capacity} * kv_dim;
-  target.capacity = capacity;
-  target.length = start;
-
-  // Shape errors, which must leave the cache alone: codes for 2 of the 3 layers; positions
-  // [36, 65) past a capacity of 64; 33 tokens, more than the rebuilder takes; a PATCH code for
-  // layer 0, which has no aligner.
-  CHECK_FALSE((*rebuilder)->Rebuild(absl::MakeConstSpan(codes.data(), 2), tokens, target).ok());
+// Shape errors, which must leave the cache alone: codes for 2 of the 3 layers; positions
+// [36, 65) past a capacity of 64; 33 tokens, more than the rebuilder takes; a PATCH code for
+// layer 0, which has no aligner.
+void CheckRejectedCalls(cuda::ScdGpuRebuilder& rebuilder, const RebuilderCase& c,
+                        const std::vector<cuda::LayerCodes>& codes,
+                        const cuda::SequenceCache& target, const DeviceArray<Bf16>& k_cache,
+                        const DeviceArray<Bf16>& v_cache, const std::vector<Bf16>& sentinel) {
+  CHECK_FALSE(rebuilder.Rebuild(absl::MakeConstSpan(codes.data(), 2), c.tokens, target).ok());
   cuda::SequenceCache overflow = target;
-  overflow.length = capacity - tokens + 1;
-  CHECK_FALSE((*rebuilder)->Rebuild(codes, tokens, overflow).ok());
-  CHECK_FALSE((*rebuilder)->Rebuild(codes, 33, target).ok());
+  overflow.length = c.capacity - c.tokens + 1;
+  CHECK_FALSE(rebuilder.Rebuild(codes, c.tokens, overflow).ok());
+  CHECK_FALSE(rebuilder.Rebuild(codes, 33, target).ok());
   std::vector<cuda::LayerCodes> no_aligner = codes;
-  no_aligner[0] = {z_h[1].data(), nullptr, cuda::CodeFormat::kF32, Part::kPatch};
-  const absl::Status refused = (*rebuilder)->Rebuild(no_aligner, tokens, target);
+  no_aligner[0] = {c.z_h[1].data(), nullptr, cuda::CodeFormat::kF32, Part::kPatch};
+  const absl::Status refused = rebuilder.Rebuild(no_aligner, c.tokens, target);
   INFO(refused);
   CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
   CHECK(std::string(refused.message()).find("no PATCH aligner") != std::string::npos);
   RequireSynced();
   CheckClose(Widen(k_cache.ToHost()), Widen(sentinel), 0, 0, "K cache after rejected calls");
   CheckClose(Widen(v_cache.ToHost()), Widen(sentinel), 0, 0, "V cache after rejected calls");
+}
 
-  cuda::RebuildTimes times;
-  RequireOk((*rebuilder)->Rebuild(codes, tokens, target, &times));
-  CHECK(times.total_ms > 0);
-  CHECK(times.gpu_ms >= 0);
-  CHECK(times.stage_ms >= 0);
-  const std::vector<Bf16> got_k = k_cache.ToHost(), got_v = v_cache.ToHost();
-  {
-    INFO("layer 1 as PATCH");
-    check(got_k, got_v, expect(Part::kPatch), Part::kPatch);
-  }
-
-  // The same rebuilder with layer 1 as REUSE (an scd-reuse payload), then as PATCH again: the
-  // part is the call's, and a REUSE call leaves nothing behind for the next PATCH one.
-  {
-    INFO("layer 1 as REUSE");
-    DeviceArray<Bf16> k_reuse(sentinel), v_reuse(sentinel);
-    cuda::SequenceCache into = target;
-    into.k = k_reuse.get();
-    into.v = v_reuse.get();
-    RequireOk((*rebuilder)->Rebuild(codes_for(Part::kReuse), tokens, into));
-    check(k_reuse.ToHost(), v_reuse.ToHost(), expect(Part::kReuse), Part::kReuse);
-    DeviceArray<Bf16> k_again(sentinel), v_again(sentinel);
-    into.k = k_again.get();
-    into.v = v_again.get();
-    RequireOk((*rebuilder)->Rebuild(codes, tokens, into));
-    CheckClose(Widen(k_again.ToHost()), Widen(got_k), 0, 0, "K cache, PATCH after REUSE");
-    CheckClose(Widen(v_again.ToHost()), Widen(got_v), 0, 0, "V cache, PATCH after REUSE");
-  }
-
-  // The same rebuild from codes as they travel (F16, int8 with a scale per row), decoded on the
-  // device: bit-identical to rebuilding from the host's decoding of those bytes as F32.
+// The same rebuild from codes as they travel (F16, int8 with a scale per row), decoded on the
+// device: bit-identical to rebuilding from the host's decoding of those bytes as F32.
+void CheckCodesAsSent(cuda::ScdGpuRebuilder& rebuilder, const RebuilderCase& c,
+                      const std::vector<cuda::LayerCodes>& codes, const cuda::SequenceCache& target,
+                      const std::vector<Bf16>& sentinel) {
+  const int layers = c.layers, tokens = c.tokens;
   for (const Encoding encoding : {Encoding::kF16, Encoding::kInt8Row}) {
     INFO("codes sent as " << EncodingName(encoding));
     std::vector<std::vector<uint8_t>> sent_k(layers), sent_v(layers);
@@ -485,14 +465,14 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
                   .ok());
     };
     for (int l = 0; l < layers; ++l) {
-      const cuda::RebuildLayerSpec& ls = spec.layers[l];
+      const cuda::RebuildLayerSpec& ls = c.spec.layers[l];
       const bool reuse = codes[l].part == Part::kReuse;
       encode(static_cast<const float*>(codes[l].z_k), reuse ? ls.rank_k : ls.code_dim, &sent_k[l],
              &host_k[l]);
       sent[l] = {sent_k[l].data(), nullptr, static_cast<cuda::CodeFormat>(encoding), codes[l].part};
       host[l] = {host_k[l].data(), nullptr, cuda::CodeFormat::kF32, codes[l].part};
       if (reuse) {
-        encode(z_v[l].data(), ls.rank_v, &sent_v[l], &host_v[l]);
+        encode(c.z_v[l].data(), ls.rank_v, &sent_v[l], &host_v[l]);
         sent[l].z_v = sent_v[l].data();
         host[l].z_v = host_v[l].data();
       }
@@ -503,14 +483,71 @@ TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cac
     into_sent.v = v_sent.get();
     into_host.k = k_host.get();
     into_host.v = v_host.get();
-    RequireOk((*rebuilder)->Rebuild(sent, tokens, into_sent));
-    RequireOk((*rebuilder)->Rebuild(host, tokens, into_host));
+    RequireOk(rebuilder.Rebuild(sent, tokens, into_sent));
+    RequireOk(rebuilder.Rebuild(host, tokens, into_host));
     CheckClose(Widen(k_sent.ToHost()), Widen(k_host.ToHost()), 0, 0, "K cache, codes as sent");
     CheckClose(Widen(v_sent.ToHost()), Widen(v_host.ToHost()), 0, 0, "V cache, codes as sent");
   }
+}
+
+}  // namespace
+
+TEST_CASE("CUDA ScdGpuRebuilder matches the CPU REUSE and PATCH paths in the cache", "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  const RebuilderCase c;
+  CHECK(!c.spec.layers[0].has_patch());
+  CHECK(c.spec.layers[1].has_patch());
+  CHECK(c.spec.layers[1].has_reuse());
+  const std::vector<cuda::LayerCodes> codes = c.Codes(Part::kPatch);
+
+  const std::vector<Bf16> sentinel(c.elems, cuda::FloatToBf16(kSentinel));
+  DeviceArray<Bf16> k_cache(sentinel), v_cache(sentinel);
+  auto rebuilder = cuda::ScdGpuRebuilder::Create(c.spec, 32);
+  RequireOk(rebuilder.status());
+  CHECK((*rebuilder)->weight_bytes() > 0);
+  CHECK((*rebuilder)->max_tokens() == 32);
+  CHECK((*rebuilder)->device_bytes() > (*rebuilder)->weight_bytes());
+  CHECK((*rebuilder)->pinned_bytes() > 0);
+  cuda::SequenceCache target;
+  target.k = k_cache.get();
+  target.v = v_cache.get();
+  target.layer_stride = int64_t{c.capacity} * c.kv_dim;
+  target.capacity = c.capacity;
+  target.length = c.start;
+  CheckRejectedCalls(**rebuilder, c, codes, target, k_cache, v_cache, sentinel);
+
+  cuda::RebuildTimes times;
+  RequireOk((*rebuilder)->Rebuild(codes, c.tokens, target, &times));
+  CHECK(times.total_ms > 0);
+  CHECK(times.gpu_ms >= 0);
+  CHECK(times.stage_ms >= 0);
+  const std::vector<Bf16> got_k = k_cache.ToHost(), got_v = v_cache.ToHost();
+  {
+    INFO("layer 1 as PATCH");
+    c.Check(got_k, got_v, c.Expect(Part::kPatch), Part::kPatch);
+  }
+
+  // The same rebuilder with layer 1 as REUSE (an scd-reuse payload), then as PATCH again: the
+  // part is the call's, and a REUSE call leaves nothing behind for the next PATCH one.
+  {
+    INFO("layer 1 as REUSE");
+    DeviceArray<Bf16> k_reuse(sentinel), v_reuse(sentinel);
+    cuda::SequenceCache into = target;
+    into.k = k_reuse.get();
+    into.v = v_reuse.get();
+    RequireOk((*rebuilder)->Rebuild(c.Codes(Part::kReuse), c.tokens, into));
+    c.Check(k_reuse.ToHost(), v_reuse.ToHost(), c.Expect(Part::kReuse), Part::kReuse);
+    DeviceArray<Bf16> k_again(sentinel), v_again(sentinel);
+    into.k = k_again.get();
+    into.v = v_again.get();
+    RequireOk((*rebuilder)->Rebuild(codes, c.tokens, into));
+    CheckClose(Widen(k_again.ToHost()), Widen(got_k), 0, 0, "K cache, PATCH after REUSE");
+    CheckClose(Widen(v_again.ToHost()), Widen(got_v), 0, 0, "V cache, PATCH after REUSE");
+  }
+  CheckCodesAsSent(**rebuilder, c, codes, target, sentinel);
 
   // A spec layer with neither part is refused.
-  cuda::RebuildSpec empty_layer = spec;
+  cuda::RebuildSpec empty_layer = c.spec;
   empty_layer.layers[2] = cuda::RebuildLayerSpec{};
   const absl::Status bad = empty_layer.Validate();
   CHECK(bad.code() == absl::StatusCode::kInvalidArgument);

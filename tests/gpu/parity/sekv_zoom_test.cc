@@ -158,98 +158,144 @@ struct ZoomReach {
   int rank = 0;
 };
 
-// Runs SekvZoom on `layer` and compares it with the twins composed as SekvCache::Select does.
-ZoomReach CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
-  INFO(c.name);
-  ZoomReach reach;
+// What the twins composed as SekvCache::Select does expect of a case: each KV head's kept rows
+// in order, the step's log counts and skips, and the stats after the call.
+struct ZoomWant {
+  std::vector<std::vector<sekv::TokenRef>> rows;
+  std::vector<float> lc;
+  std::vector<uint8_t> skip;
+  std::vector<int64_t> stats;
+};
+
+// A case's inputs as SekvZoom takes them: the tau of each KV head, the candidate budget, and
+// the tokens left per (KV head, span) (the span lengths where the pinned flags are not passed).
+struct ZoomInputs {
+  std::vector<float> tau;
+  int candidate_budget = 0;
+  std::vector<int32_t> remaining;
+};
+
+ZoomInputs MakeZoomInputs(const ZoomLayer& layer, const ZoomCase& c) {
+  const sekv::SpanStore& st = layer.store;
+  const int ns = st.num_spans();
+  ZoomInputs in;
+  in.tau = {c.tau0, c.tau1};
+  in.candidate_budget =
+      c.by_token ? static_cast<int>(std::lround(c.candidate_factor * c.budget)) : c.budget;
+  in.remaining = layer.remaining;
+  if (!c.with_pins) {
+    for (size_t gs = 0; gs < in.remaining.size(); ++gs) {
+      in.remaining[gs] = st.span_length(gs % ns);
+    }
+  }
+  return in;
+}
+
+// KV head g's kept rows among `candidates`, by token (scored, the heaviest kept) or whole
+// spans; *scored: the tokens scored.
+std::vector<sekv::TokenRef> TwinRows(const ZoomLayer& layer, const ZoomCase& c, int g,
+                                     const std::vector<int>& candidates, long* scored) {
   const sekv::SpanStore& st = layer.store;
   const int ns = st.num_spans(), hd = layer.head_dim, group = kZoomGroup;
-  const size_t total = static_cast<size_t>(kZoomKvHeads) * ns;
-  const bool bf16 = c.out_type == cuda::KvType::kBf16;
+  const size_t row0 = static_cast<size_t>(g) * ns;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int candidate_budget =
-      c.by_token ? static_cast<int>(std::lround(c.candidate_factor * c.budget)) : c.budget;
-  const std::vector<float> tau = {c.tau0, c.tau1};
-  std::vector<int32_t> remaining = layer.remaining;
-  if (!c.with_pins) {
-    for (size_t gs = 0; gs < total; ++gs) remaining[gs] = st.span_length(gs % ns);
+  auto flags = [&](int s) -> const uint8_t* {
+    const int64_t at = layer.pin_at[row0 + s];
+    return c.with_pins && at >= 0 ? layer.pins.data() + at : nullptr;
+  };
+  std::vector<sekv::TokenRef> rows;
+  *scored = 0;
+  if (!c.by_token) {
+    for (int s : candidates) {
+      const uint8_t* f = flags(s);
+      for (int i = 0; i < st.span_length(s); ++i) {
+        if (f == nullptr || !f[i]) rows.push_back({s, i});
+      }
+    }
+    return rows;
   }
+  std::vector<sekv::ScoredToken> tokens;
+  std::vector<float> scratch;
+  for (int s : candidates) {
+    sekv::ScoreSpanTokens(st, g, s, layer.q.data() + g * group * hd, group,
+                          layer.lse.data() + g * group, scale, flags(s), &tokens, &scratch);
+  }
+  *scored = static_cast<long>(tokens.size());
+  // The device's exp and FMAs may move a weight by a few ulps: these inputs keep every kept
+  // weight 1e-5 (relative) from the next one, so no order can depend on them.
+  std::vector<float> w;
+  for (const sekv::ScoredToken& x : tokens) w.push_back(x.weight);
+  std::sort(w.begin(), w.end(), std::greater<float>());
+  for (int i = 0; i + 1 < static_cast<int>(w.size()) && i < c.budget; ++i) {
+    INFO("KV head " << g << ": weights " << i << " and " << i + 1 << ": " << w[i] << ", "
+                    << w[i + 1]);
+    REQUIRE(w[i] - w[i + 1] > 1e-5f * w[i]);
+  }
+  sekv::KeepHeaviest(&tokens, c.budget);
+  for (const sekv::ScoredToken& x : tokens) rows.push_back(x.ref);
+  return rows;
+}
 
-  // The twins.
-  std::vector<std::vector<sekv::TokenRef>> want_rows(kZoomKvHeads);
-  std::vector<float> want_lc = layer.base_lc;
-  std::vector<uint8_t> want_skip(total);
-  std::vector<int64_t> want_stats(4 * kZoomKvHeads);
+// The twins over both KV heads, and in *reach how far the case took the zoom-in.
+ZoomWant ZoomTwins(const ZoomLayer& layer, const ZoomCase& c, const ZoomInputs& in,
+                   ZoomReach* reach) {
+  const sekv::SpanStore& st = layer.store;
+  const int ns = st.num_spans();
+  const size_t total = static_cast<size_t>(kZoomKvHeads) * ns;
+  ZoomWant want{std::vector<std::vector<sekv::TokenRef>>(kZoomKvHeads), layer.base_lc,
+                std::vector<uint8_t>(total), std::vector<int64_t>(4 * kZoomKvHeads)};
   long scored_all = 0, kept_all = 0;
   for (int g = 0; g < kZoomKvHeads; ++g) {
     const size_t row0 = static_cast<size_t>(g) * ns;
-    const std::vector<int> lengths(remaining.begin() + row0, remaining.begin() + row0 + ns);
-    const std::vector<int> candidates = sekv::SelectSpans(
-        absl::MakeConstSpan(layer.alpha.data() + row0, ns), lengths, tau[g], candidate_budget);
-    auto flags = [&](int s) -> const uint8_t* {
-      const int64_t at = layer.pin_at[row0 + s];
-      return c.with_pins && at >= 0 ? layer.pins.data() + at : nullptr;
-    };
-    reach.candidates = std::max(reach.candidates, static_cast<int>(candidates.size()));
+    const std::vector<int> lengths(in.remaining.begin() + row0, in.remaining.begin() + row0 + ns);
+    const std::vector<int> candidates =
+        sekv::SelectSpans(absl::MakeConstSpan(layer.alpha.data() + row0, ns), lengths, in.tau[g],
+                          in.candidate_budget);
+    reach->candidates = std::max(reach->candidates, static_cast<int>(candidates.size()));
     std::vector<int> per_thread(256, 0);
     for (int s : candidates) {
-      reach.rank = std::max(reach.rank, st.key_basis(s, g).rank);
-      reach.one_thread = std::max(reach.one_thread, ++per_thread[s % 256]);
+      reach->rank = std::max(reach->rank, st.key_basis(s, g).rank);
+      reach->one_thread = std::max(reach->one_thread, ++per_thread[s % 256]);
     }
-    std::vector<sekv::TokenRef>& rows = want_rows[g];
     long scored = 0;
-    if (c.by_token) {
-      std::vector<sekv::ScoredToken> tokens;
-      std::vector<float> scratch;
-      for (int s : candidates) {
-        sekv::ScoreSpanTokens(st, g, s, layer.q.data() + g * group * hd, group,
-                              layer.lse.data() + g * group, scale, flags(s), &tokens, &scratch);
-      }
-      scored = static_cast<long>(tokens.size());
-      // The device's exp and FMAs may move a weight by a few ulps: these inputs keep every kept
-      // weight 1e-5 (relative) from the next one, so no order can depend on them.
-      std::vector<float> w;
-      for (const sekv::ScoredToken& x : tokens) w.push_back(x.weight);
-      std::sort(w.begin(), w.end(), std::greater<float>());
-      for (int i = 0; i + 1 < static_cast<int>(w.size()) && i < c.budget; ++i) {
-        INFO("KV head " << g << ": weights " << i << " and " << i + 1 << ": " << w[i] << ", "
-                        << w[i + 1]);
-        REQUIRE(w[i] - w[i + 1] > 1e-5f * w[i]);
-      }
-      sekv::KeepHeaviest(&tokens, c.budget);
-      for (const sekv::ScoredToken& x : tokens) rows.push_back(x.ref);
-    } else {
-      for (int s : candidates) {
-        const uint8_t* f = flags(s);
-        for (int i = 0; i < st.span_length(s); ++i) {
-          if (f == nullptr || !f[i]) rows.push_back({s, i});
-        }
-      }
-    }
+    std::vector<sekv::TokenRef>& rows = want.rows[g];
+    rows = TwinRows(layer, c, g, candidates, &scored);
     std::vector<int> kept(ns, 0);
     for (const sekv::TokenRef& r : rows) ++kept[r.span];
     int spans = 0;
     for (int s = 0; s < ns; ++s) {
-      const int left = remaining[row0 + s] - kept[s];
-      want_skip[row0 + s] = remaining[row0 + s] <= 0;
+      const int left = in.remaining[row0 + s] - kept[s];
+      want.skip[row0 + s] = in.remaining[row0 + s] <= 0;
       if (kept[s] == 0) continue;
       ++spans;
-      want_skip[row0 + s] = left <= 0;
-      if (left > 0) want_lc[row0 + s] = std::log(static_cast<float>(left));
+      want.skip[row0 + s] = left <= 0;
+      if (left > 0) want.lc[row0 + s] = std::log(static_cast<float>(left));
     }
     const int64_t add[4] = {1, spans, static_cast<int64_t>(rows.size()), scored};
-    for (int i = 0; i < 4; ++i) want_stats[4 * g + i] = kZoomStats0[i] + add[i];
+    for (int i = 0; i < 4; ++i) want.stats[4 * g + i] = kZoomStats0[i] + add[i];
     scored_all += scored;
     kept_all += static_cast<long>(rows.size());
-    reach.scored = std::max(reach.scored, scored);
-    reach.rows = std::max(reach.rows, static_cast<int>(rows.size()));
+    reach->scored = std::max(reach->scored, scored);
+    reach->rows = std::max(reach->rows, static_cast<int>(rows.size()));
   }
   if (c.expect_rows) {
     CHECK(kept_all > 0);
-    if (c.by_token && candidate_budget > c.budget) CHECK(scored_all > kept_all);  // some dropped
+    if (c.by_token && in.candidate_budget > c.budget) CHECK(scored_all > kept_all);  // some dropped
   }
+  return want;
+}
 
-  // The bases, copied into one pinned or device buffer, and their table [G, num_spans].
+// The layer's bases, copied into one pinned or device buffer (held here), and their table
+// [G, num_spans].
+struct ZoomBases {
+  cuda::PinnedBuffer pinned_blob;
+  std::unique_ptr<DeviceArray<float>> device_blob;
+  std::vector<cuda::SpanBasisRef> refs;
+};
+
+void MakeZoomBases(const ZoomLayer& layer, const ZoomCase& c, ZoomBases* bases) {
+  const sekv::SpanStore& st = layer.store;
+  const int ns = st.num_spans();
   std::vector<float> blob;
   std::vector<size_t> at;  // 4 offsets per (g, s): us_k, vt_k, us_v, vt_v
   for (int g = 0; g < kZoomKvHeads; ++g) {
@@ -264,21 +310,19 @@ ZoomReach CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
       }
     }
   }
-  cuda::PinnedBuffer pinned_blob;
-  std::unique_ptr<DeviceArray<float>> device_blob;
   const float* base = nullptr;
   if (c.pinned_bases) {
-    RequireOk(pinned_blob.Reserve(blob.size() * sizeof(float)));
-    std::memcpy(pinned_blob.data(), blob.data(), blob.size() * sizeof(float));
-    base = pinned_blob.as<float>();
+    RequireOk(bases->pinned_blob.Reserve(blob.size() * sizeof(float)));
+    std::memcpy(bases->pinned_blob.data(), blob.data(), blob.size() * sizeof(float));
+    base = bases->pinned_blob.as<float>();
   } else {
-    device_blob = std::make_unique<DeviceArray<float>>(blob);
-    base = device_blob->get();
+    bases->device_blob = std::make_unique<DeviceArray<float>>(blob);
+    base = bases->device_blob->get();
   }
-  std::vector<cuda::SpanBasisRef> refs(total);
-  for (size_t gs = 0; gs < total; ++gs) {
+  bases->refs.resize(static_cast<size_t>(kZoomKvHeads) * ns);
+  for (size_t gs = 0; gs < bases->refs.size(); ++gs) {
     const int g = static_cast<int>(gs / ns), s = static_cast<int>(gs % ns);
-    cuda::SpanBasisRef& r = refs[gs];
+    cuda::SpanBasisRef& r = bases->refs[gs];
     r.us_k = base + at[4 * gs];
     r.vt_k = base + at[4 * gs + 1];
     r.us_v = base + at[4 * gs + 2];
@@ -288,10 +332,36 @@ ZoomReach CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
     r.rank_k = st.key_basis(s, g).rank;
     r.rank_v = st.value_basis(s, g).rank;
   }
+}
 
+// What SekvZoom wrote, read back: the kept rows (F32, BF16 widened), the expansion table, the
+// step's log counts and skips, and the stats.
+struct ZoomGot {
+  std::vector<float> k, v;
+  std::vector<cuda::AttentionSegment> expansion;
+  std::vector<float> lc;
+  std::vector<uint8_t> skip;
+  std::vector<int64_t> stats;
+};
+
+// The expansion table before the call: only each KV head's first entry's rows may change.
+std::vector<cuda::AttentionSegment> ZoomExpansionBefore() {
+  std::vector<cuda::AttentionSegment> expansion(kZoomKvHeads * kZoomExpansionStride);
+  for (size_t i = 0; i < expansion.size(); ++i) {
+    expansion[i].rows = -1 - static_cast<int>(i);
+    expansion[i].stride = 100 + static_cast<int>(i);
+  }
+  return expansion;
+}
+
+ZoomGot RunSekvZoom(const ZoomLayer& layer, const ZoomCase& c, const ZoomInputs& in,
+                    const std::vector<cuda::SpanBasisRef>& refs) {
+  const int ns = layer.store.num_spans(), hd = layer.head_dim;
+  const size_t total = static_cast<size_t>(kZoomKvHeads) * ns;
+  const bool bf16 = c.out_type == cuda::KvType::kBf16;
   DeviceArray<float> q_dev(layer.q), lse_dev(layer.lse), alpha_dev(layer.alpha);
-  DeviceArray<float> tau_dev(tau);
-  DeviceArray<int32_t> rem_dev(remaining);
+  DeviceArray<float> tau_dev(in.tau);
+  DeviceArray<int32_t> rem_dev(in.remaining);
   DeviceArray<float> base_lc_dev(layer.base_lc);
   DeviceArray<cuda::SpanBasisRef> refs_dev(refs);
   DeviceArray<uint8_t> pins_dev(layer.pins);
@@ -299,25 +369,19 @@ ZoomReach CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
   const std::vector<float> sentinel(std::max<size_t>(out_elems, 1), kSentinel);
   DeviceArray<float> k_f32(sentinel), v_f32(sentinel);
   DeviceArray<Bf16> k_bf16(testing::ToBf16(sentinel)), v_bf16(testing::ToBf16(sentinel));
-  // The expansion table: only each KV head's first entry's rows may change.
-  std::vector<cuda::AttentionSegment> expansion(kZoomKvHeads * kZoomExpansionStride);
-  for (size_t i = 0; i < expansion.size(); ++i) {
-    expansion[i].rows = -1 - static_cast<int>(i);
-    expansion[i].stride = 100 + static_cast<int>(i);
-  }
-  DeviceArray<cuda::AttentionSegment> expansion_dev(expansion);
+  DeviceArray<cuda::AttentionSegment> expansion_dev(ZoomExpansionBefore());
   DeviceArray<float> lc_dev(std::vector<float>(total, 1e9f));  // must be overwritten
   DeviceArray<uint8_t> skip_dev(std::vector<uint8_t>(total, 7));
   std::vector<int64_t> stats0;
   for (int g = 0; g < kZoomKvHeads; ++g) stats0.insert(stats0.end(), kZoomStats0, kZoomStats0 + 4);
   DeviceArray<int64_t> stats_dev(stats0);
-  const int64_t ws_bytes = cuda::SekvZoomWorkspaceBytes(kZoomKvHeads, candidate_budget);
+  const int64_t ws_bytes = cuda::SekvZoomWorkspaceBytes(kZoomKvHeads, in.candidate_budget);
   REQUIRE(ws_bytes > 0);
   DeviceArray<int32_t> ws(static_cast<size_t>(ws_bytes / sizeof(int32_t)));
 
   cuda::ZoomParams params;
   params.budget = c.budget;
-  params.candidate_budget = candidate_budget;
+  params.candidate_budget = in.candidate_budget;
   params.by_token = c.by_token ? 1 : 0;
   void* out_k = bf16 ? static_cast<void*>(k_bf16.get()) : k_f32.get();
   void* out_v = bf16 ? static_cast<void*>(v_bf16.get()) : v_f32.get();
@@ -327,16 +391,26 @@ ZoomReach CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
       params, out_k, out_v, c.out_type, expansion_dev.get(), kZoomExpansionStride, lc_dev.get(),
       skip_dev.get(), stats_dev.get(), ws.get(), ws_bytes, nullptr));
   RequireSynced();
+  return {bf16 ? Widen(k_bf16.ToHost()) : k_f32.ToHost(),
+          bf16 ? Widen(v_bf16.ToHost()) : v_f32.ToHost(),
+          expansion_dev.ToHost(),
+          lc_dev.ToHost(),
+          skip_dev.ToHost(),
+          stats_dev.ToHost()};
+}
 
-  const std::vector<float> got_k = bf16 ? Widen(k_bf16.ToHost()) : k_f32.ToHost();
-  const std::vector<float> got_v = bf16 ? Widen(v_bf16.ToHost()) : v_f32.ToHost();
-  const std::vector<cuda::AttentionSegment> got_expansion = expansion_dev.ToHost();
+// Each KV head's rows: the twin's tokens at their places, then the untouched slots.
+void CheckZoomRows(const ZoomLayer& layer, const ZoomCase& c, const ZoomWant& want,
+                   const ZoomGot& got) {
+  const sekv::SpanStore& st = layer.store;
+  const int hd = layer.head_dim;
+  const bool bf16 = c.out_type == cuda::KvType::kBf16;
   for (int g = 0; g < kZoomKvHeads; ++g) {
-    const std::vector<sekv::TokenRef>& rows = want_rows[g];
+    const std::vector<sekv::TokenRef>& rows = want.rows[g];
     std::string list;
     for (const sekv::TokenRef& r : rows) list += absl::StrCat(" ", r.span, ":", r.offset);
     INFO("KV head " << g << ", rows (span:offset) expected in order:" << list);
-    REQUIRE(got_expansion[g * kZoomExpansionStride].rows == static_cast<int>(rows.size()));
+    REQUIRE(got.expansion[g * kZoomExpansionStride].rows == static_cast<int>(rows.size()));
     // Each row is the twin's token at that place: a token out of place or order shows here.
     std::vector<float> want_k(static_cast<size_t>(c.budget) * hd, kSentinel), want_v = want_k;
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -351,28 +425,41 @@ ZoomReach CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
       wv = testing::RoundedBf16(wv);
     }
     const double atol = bf16 ? kBf16StoreAtol : 1e-5, rtol = bf16 ? kBf16StoreRtol : 1e-4;
-    CheckClose(Slice(got_k, from, n), wk, atol, rtol, "SekvZoom K rows");
-    CheckClose(Slice(got_v, from, n), wv, atol, rtol, "SekvZoom V rows");
-    CheckClose(Slice(got_k, from + n, per_head - n), Slice(want_k, n, per_head - n), 0, 0,
+    CheckClose(Slice(got.k, from, n), wk, atol, rtol, "SekvZoom K rows");
+    CheckClose(Slice(got.v, from, n), wv, atol, rtol, "SekvZoom V rows");
+    CheckClose(Slice(got.k, from + n, per_head - n), Slice(want_k, n, per_head - n), 0, 0,
                "SekvZoom K slots past the kept rows");
-    CheckClose(Slice(got_v, from + n, per_head - n), Slice(want_v, n, per_head - n), 0, 0,
+    CheckClose(Slice(got.v, from + n, per_head - n), Slice(want_v, n, per_head - n), 0, 0,
                "SekvZoom V slots past the kept rows");
   }
+}
+
+// Runs SekvZoom on `layer` and compares it with the twins composed as SekvCache::Select does.
+ZoomReach CheckSekvZoom(const ZoomLayer& layer, const ZoomCase& c) {
+  INFO(c.name);
+  const int ns = layer.store.num_spans();
+  ZoomReach reach;
+  const ZoomInputs in = MakeZoomInputs(layer, c);
+  const ZoomWant want = ZoomTwins(layer, c, in, &reach);
+  ZoomBases bases;
+  MakeZoomBases(layer, c, &bases);
+  const ZoomGot got = RunSekvZoom(layer, c, in, bases.refs);
+
+  CheckZoomRows(layer, c, want, got);
+  const std::vector<cuda::AttentionSegment> expansion = ZoomExpansionBefore();
   for (size_t i = 0; i < expansion.size(); ++i) {
     INFO("expansion entry " << i);
-    if (i % kZoomExpansionStride != 0) CHECK(got_expansion[i].rows == expansion[i].rows);
-    CHECK(got_expansion[i].stride == expansion[i].stride);
+    if (i % kZoomExpansionStride != 0) CHECK(got.expansion[i].rows == expansion[i].rows);
+    CHECK(got.expansion[i].stride == expansion[i].stride);
   }
-  CheckClose(lc_dev.ToHost(), want_lc, 1e-6, 0, "SekvZoom step_lc");
-  const std::vector<uint8_t> got_skip = skip_dev.ToHost();
-  for (size_t gs = 0; gs < total; ++gs) {
+  CheckClose(got.lc, want.lc, 1e-6, 0, "SekvZoom step_lc");
+  for (size_t gs = 0; gs < want.skip.size(); ++gs) {
     INFO("step_skip of span " << gs % ns << ", KV head " << gs / ns);
-    CHECK(int{got_skip[gs]} == int{want_skip[gs]});
+    CHECK(int{got.skip[gs]} == int{want.skip[gs]});
   }
-  const std::vector<int64_t> got_stats = stats_dev.ToHost();
-  for (size_t i = 0; i < want_stats.size(); ++i) {
+  for (size_t i = 0; i < want.stats.size(); ++i) {
     INFO("stats[" << i << "] (KV head " << i / 4 << ", field " << i % 4 << ")");
-    CHECK(got_stats[i] == want_stats[i]);
+    CHECK(got.stats[i] == want.stats[i]);
   }
   return reach;
 }

@@ -269,6 +269,227 @@ absl::Status SpanRebuildRows(const RebuildJob* jobs, int count, int head_dim, St
   return absl::OkStatus();
 }
 
+namespace {
+
+// SekvZoom's arguments as one KV head's pass reads them.
+struct ZoomArgs {
+  const float* q;
+  const float* lse;
+  const float* alpha;
+  const float* tau;
+  const int32_t* remaining;
+  const float* base_lc;
+  const SpanBasisRef* bases;
+  const uint8_t* pinned;
+  int ns, H, G, hd;
+  ZoomParams p;
+  void* out_k;
+  void* out_v;
+  KvType out_type;
+  AttentionSegment* expansion;
+  int expansion_stride;
+  float* step_lc;
+  uint8_t* step_skip;
+  int64_t* stats;
+  const void* workspace;
+  int64_t need;  // SekvZoomWorkspaceBytes
+  bool pageable;
+};
+
+// A candidate's token as the zoom-in weighs it.
+struct ZoomToken {
+  float weight;
+  int cand, span, offset;
+};
+
+// What the kernel reads and writes must be device memory; the bases device or pinned memory
+// (pageable host memory only where the device reads it), with ranks the kernel holds. Every
+// entry of the basis table is checked, read or not this time.
+void RequireZoomMemory(const ZoomArgs& a) {
+  const int64_t total = int64_t{a.G} * a.ns;
+  RequireDevice(static_cast<const int32_t*>(a.workspace), a.need / 4, "SekvZoom workspace");
+  RequireDevice(a.q, int64_t{a.H} * a.hd, "SekvZoom q");
+  RequireDevice(a.lse, a.H, "SekvZoom lse");
+  RequireDevice(a.tau, a.G, "SekvZoom tau");
+  for (const float* x : {a.alpha, a.base_lc, static_cast<const float*>(a.step_lc)}) {
+    RequireDevice(x, total, "SekvZoom per-span arrays (alpha, base_lc, step_lc)");
+  }
+  RequireDevice(a.remaining, total, "SekvZoom remaining");
+  RequireDevice(a.step_skip, total, "SekvZoom step_skip");
+  RequireDevice(a.bases, total, "SekvZoom basis table");
+  RequireDevice(a.stats, int64_t{a.G} * 4, "SekvZoom stats");
+  RequireRows(a.out_k, a.out_type, int64_t{a.G} * a.p.budget * a.hd, "SekvZoom out_k");
+  RequireRows(a.out_v, a.out_type, int64_t{a.G} * a.p.budget * a.hd, "SekvZoom out_v");
+  for (int g = 0; g < a.G; ++g) {
+    RequireDevice(a.expansion + int64_t{g} * a.expansion_stride, 1, "SekvZoom expansion segment");
+  }
+  for (int64_t i = 0; i < total; ++i) {
+    const SpanBasisRef& b = a.bases[i];
+    Require(b.length >= 0 && b.rank_k >= 0 && b.rank_k <= kMaxBasisRank && b.rank_v >= 0 &&
+                b.rank_v <= kMaxBasisRank,
+            "SekvZoom basis length and ranks (at most kMaxBasisRank)");
+    const char* what =
+        "SekvZoom basis: device or pinned memory (pageable host memory only where the "
+        "device reads it)";
+    RequireReadable(b.us_k, int64_t{b.length} * b.rank_k, a.pageable, what);
+    RequireReadable(b.vt_k, int64_t{b.rank_k} * a.hd, a.pageable, what);
+    RequireReadable(b.us_v, int64_t{b.length} * b.rank_v, a.pageable, what);
+    RequireReadable(b.vt_v, int64_t{b.rank_v} * a.hd, a.pageable, what);
+    if (a.pinned != nullptr && b.pinned >= 0) {
+      RequireDevice(a.pinned + b.pinned, b.length, "SekvZoom pinned flags");
+    }
+  }
+}
+
+// 1. SelectSpans for KV head g: descending alpha (ties: lower span), each taken while it fits;
+// the walk ends once the budget left is below the shortest eligible span.
+std::vector<int> ZoomCandidates(const ZoomArgs& a, int g) {
+  const int64_t row0 = int64_t{g} * a.ns;
+  const float* al = a.alpha + row0;
+  const int32_t* rem = a.remaining + row0;
+  const float t = a.tau[g];
+  std::vector<int> order;
+  int shortest = 0;
+  for (int s = 0; s < a.ns; ++s) {
+    if (!(al[s] > t) || rem[s] <= 0) continue;
+    shortest = order.empty() ? rem[s] : std::min(shortest, int(rem[s]));
+    order.push_back(s);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return al[x] > al[y]; });
+  std::vector<int> cand;
+  int used = 0;
+  for (int s : order) {
+    if (a.p.candidate_budget - used < shortest) break;
+    if (used + rem[s] > a.p.candidate_budget) continue;
+    used += rem[s];
+    cand.push_back(s);
+  }
+  return cand;
+}
+
+// 2. The candidates' tokens not pinned; by token, weighted as ScoreSpanTokens does.
+std::vector<ZoomToken> ZoomCandidateTokens(const ZoomArgs& a, int g, const std::vector<int>& cand) {
+  const int64_t row0 = int64_t{g} * a.ns;
+  const int group = a.H / a.G, hd = a.hd;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  std::vector<ZoomToken> tokens;
+  std::vector<float> y;
+  for (int c = 0; c < static_cast<int>(cand.size()); ++c) {
+    const SpanBasisRef& b = a.bases[row0 + cand[c]];
+    const int r = b.rank_k;
+    if (a.p.by_token) {
+      y.assign(static_cast<size_t>(group) * std::max(r, 1), 0.0f);
+      for (int h = 0; h < group; ++h) {
+        const float* qh = a.q + int64_t{g * group + h} * hd;
+        for (int j = 0; j < r; ++j) {
+          float z = 0;
+          for (int d = 0; d < hd; ++d) z += b.vt_k[int64_t{j} * hd + d] * qh[d];
+          y[h * r + j] = z;
+        }
+      }
+    }
+    for (int i = 0; i < b.length; ++i) {
+      if (a.pinned != nullptr && b.pinned >= 0 && a.pinned[b.pinned + i]) continue;
+      double w = 0;
+      if (a.p.by_token) {
+        const float* u = b.us_k + int64_t{i} * r;
+        for (int h = 0; h < group; ++h) {
+          float dot = 0;
+          for (int j = 0; j < r; ++j) dot += u[j] * y[h * r + j];
+          w += std::exp(static_cast<double>(dot * scale - a.lse[g * group + h]));
+        }
+      }
+      tokens.push_back({static_cast<float>(w), c, cand[c], i});
+    }
+  }
+  return tokens;
+}
+
+// 4. The first `kept` tokens' rows for KV head g (ReconstructRow's order of summation),
+// heaviest first; *kept_per: the rows kept of each candidate.
+void WriteZoomRows(const ZoomArgs& a, int g, const std::vector<ZoomToken>& tokens, int kept,
+                   std::vector<int>* kept_per) {
+  const int64_t row0 = int64_t{g} * a.ns;
+  const int hd = a.hd;
+  std::vector<float> k_row(hd), v_row(hd);
+  for (int i = 0; i < kept; ++i) {
+    const ZoomToken& tk = tokens[i];
+    const SpanBasisRef& b = a.bases[row0 + tk.span];
+    ++(*kept_per)[tk.cand];
+    for (int d = 0; d < hd; ++d) {
+      float ka = 0, va = 0;
+      for (int j = 0; j < b.rank_k; ++j) {
+        ka += b.us_k[int64_t{tk.offset} * b.rank_k + j] * b.vt_k[int64_t{j} * hd + d];
+      }
+      for (int j = 0; j < b.rank_v; ++j) {
+        va += b.us_v[int64_t{tk.offset} * b.rank_v + j] * b.vt_v[int64_t{j} * hd + d];
+      }
+      k_row[d] = ka;
+      v_row[d] = va;
+    }
+    const int64_t at = (int64_t{g} * a.p.budget + i) * hd;
+    for (int d = 0; d < hd; ++d) {
+      if (a.out_type == KvType::kBf16) {
+        static_cast<Bf16*>(a.out_k)[at + d] = FloatToBf16(k_row[d]);
+        static_cast<Bf16*>(a.out_v)[at + d] = FloatToBf16(v_row[d]);
+      } else {
+        static_cast<float*>(a.out_k)[at + d] = k_row[d];
+        static_cast<float*>(a.out_v)[at + d] = v_row[d];
+      }
+    }
+  }
+}
+
+// 5. KV head g's summary counts of the step: SekvSummaryStep with (span, tokens kept) as the
+// edits; and its expansion rows and stats.
+void ZoomSummaryStep(const ZoomArgs& a, int g, const std::vector<int>& cand,
+                     const std::vector<int>& kept_per, int kept, int scored) {
+  const int64_t row0 = int64_t{g} * a.ns;
+  const int32_t* rem = a.remaining + row0;
+  for (int s = 0; s < a.ns; ++s) {
+    a.step_lc[row0 + s] = a.base_lc[row0 + s];
+    a.step_skip[row0 + s] = rem[s] <= 0;
+  }
+  int spans = 0;
+  for (size_t c = 0; c < cand.size(); ++c) {
+    if (kept_per[c] == 0) continue;
+    ++spans;
+    const int left = rem[cand[c]] - kept_per[c];
+    a.step_skip[row0 + cand[c]] = left <= 0;
+    if (left > 0) a.step_lc[row0 + cand[c]] = std::log(float(left));
+  }
+  a.expansion[int64_t{g} * a.expansion_stride].rows = kept;
+  int64_t* st = a.stats + int64_t{g} * 4;
+  st[0] += 1;
+  st[1] += spans;
+  st[2] += kept;
+  st[3] += scored;
+}
+
+// One KV head's pass, as one block of the kernel.
+void ZoomKvHead(const ZoomArgs& a, int g) {
+  const std::vector<int> cand = ZoomCandidates(a, g);
+  std::vector<ZoomToken> tokens = ZoomCandidateTokens(a, g, cand);
+  Require(tokens.size() <= static_cast<size_t>(SekvZoomPad(a.p.candidate_budget)),
+          "SekvZoom: the candidates' unpinned tokens fit the workspace (remaining counts "
+          "them)");
+  const int scored = a.p.by_token ? static_cast<int>(tokens.size()) : 0;
+  // 3. KeepHeaviest (ties: lower span, then offset); by span the walk's order as listed.
+  if (a.p.by_token) {
+    std::sort(tokens.begin(), tokens.end(), [](const ZoomToken& x, const ZoomToken& y) {
+      if (x.weight != y.weight) return x.weight > y.weight;
+      if (x.span != y.span) return x.span < y.span;
+      return x.offset < y.offset;
+    });
+  }
+  const int kept = std::min(static_cast<int>(tokens.size()), a.p.budget);
+  std::vector<int> kept_per(cand.size(), 0);
+  WriteZoomRows(a, g, tokens, kept, &kept_per);
+  ZoomSummaryStep(a, g, cand, kept_per, kept, scored);
+}
+
+}  // namespace
+
 // One block of the kernel per KV head, here one pass per KV head in the twins' order.
 absl::Status SekvZoom(const float* q, const float* lse, const float* alpha, const float* tau,
                       const int32_t* remaining, const float* base_lc, const SpanBasisRef* bases,
@@ -281,166 +502,33 @@ absl::Status SekvZoom(const float* q, const float* lse, const float* alpha, cons
   if (absl::Status s = launch_checks::Zoom(ns, p, G, workspace, workspace_bytes); !s.ok()) {
     return s;
   }
-  const int64_t need = SekvZoomWorkspaceBytes(G, p.candidate_budget);
-  const bool pageable = DeviceReadsPageableMemory();
-  standin::Enqueue(stream, [=] {
-    const int64_t total = int64_t{G} * ns;
-    RequireDevice(static_cast<const int32_t*>(workspace), need / 4, "SekvZoom workspace");
-    RequireDevice(q, int64_t{H} * hd, "SekvZoom q");
-    RequireDevice(lse, H, "SekvZoom lse");
-    RequireDevice(tau, G, "SekvZoom tau");
-    for (const float* a : {alpha, base_lc, static_cast<const float*>(step_lc)}) {
-      RequireDevice(a, total, "SekvZoom per-span arrays (alpha, base_lc, step_lc)");
-    }
-    RequireDevice(remaining, total, "SekvZoom remaining");
-    RequireDevice(step_skip, total, "SekvZoom step_skip");
-    RequireDevice(bases, total, "SekvZoom basis table");
-    RequireDevice(stats, int64_t{G} * 4, "SekvZoom stats");
-    RequireRows(out_k, out_type, int64_t{G} * p.budget * hd, "SekvZoom out_k");
-    RequireRows(out_v, out_type, int64_t{G} * p.budget * hd, "SekvZoom out_v");
-    for (int g = 0; g < G; ++g) {
-      RequireDevice(expansion + int64_t{g} * expansion_stride, 1, "SekvZoom expansion segment");
-    }
-    // Every entry of the table, read or not this time: the bases must be memory the device
-    // can read, with ranks the kernel holds (the caller checks those).
-    for (int64_t i = 0; i < total; ++i) {
-      const SpanBasisRef& b = bases[i];
-      Require(b.length >= 0 && b.rank_k >= 0 && b.rank_k <= kMaxBasisRank && b.rank_v >= 0 &&
-                  b.rank_v <= kMaxBasisRank,
-              "SekvZoom basis length and ranks (at most kMaxBasisRank)");
-      const char* what =
-          "SekvZoom basis: device or pinned memory (pageable host memory only where the "
-          "device reads it)";
-      RequireReadable(b.us_k, int64_t{b.length} * b.rank_k, pageable, what);
-      RequireReadable(b.vt_k, int64_t{b.rank_k} * hd, pageable, what);
-      RequireReadable(b.us_v, int64_t{b.length} * b.rank_v, pageable, what);
-      RequireReadable(b.vt_v, int64_t{b.rank_v} * hd, pageable, what);
-      if (pinned != nullptr && b.pinned >= 0) {
-        RequireDevice(pinned + b.pinned, b.length, "SekvZoom pinned flags");
-      }
-    }
-    const int group = H / G;
-    const float scale = 1.0f / std::sqrt(float(hd));
-    struct Token {
-      float weight;
-      int cand, span, offset;
-    };
-    for (int g = 0; g < G; ++g) {
-      const int64_t row0 = int64_t{g} * ns;
-      const float* al = alpha + row0;
-      const int32_t* rem = remaining + row0;
-      const float t = tau[g];
-      // 1. SelectSpans: descending alpha (ties: lower span), each taken while it fits; the
-      // walk ends once the budget left is below the shortest eligible span.
-      std::vector<int> order;
-      int shortest = 0;
-      for (int s = 0; s < ns; ++s) {
-        if (!(al[s] > t) || rem[s] <= 0) continue;
-        shortest = order.empty() ? rem[s] : std::min(shortest, int(rem[s]));
-        order.push_back(s);
-      }
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return al[a] > al[b]; });
-      std::vector<int> cand;
-      int used = 0;
-      for (int s : order) {
-        if (p.candidate_budget - used < shortest) break;
-        if (used + rem[s] > p.candidate_budget) continue;
-        used += rem[s];
-        cand.push_back(s);
-      }
-      // 2. The candidates' tokens not pinned; by token, weighted as ScoreSpanTokens does.
-      std::vector<Token> tokens;
-      std::vector<float> y;
-      for (int c = 0; c < static_cast<int>(cand.size()); ++c) {
-        const SpanBasisRef& b = bases[row0 + cand[c]];
-        const int r = b.rank_k;
-        if (p.by_token) {
-          y.assign(static_cast<size_t>(group) * std::max(r, 1), 0.0f);
-          for (int h = 0; h < group; ++h) {
-            const float* qh = q + int64_t{g * group + h} * hd;
-            for (int j = 0; j < r; ++j) {
-              float z = 0;
-              for (int d = 0; d < hd; ++d) z += b.vt_k[int64_t{j} * hd + d] * qh[d];
-              y[h * r + j] = z;
-            }
-          }
-        }
-        for (int i = 0; i < b.length; ++i) {
-          if (pinned != nullptr && b.pinned >= 0 && pinned[b.pinned + i]) continue;
-          double w = 0;
-          if (p.by_token) {
-            const float* u = b.us_k + int64_t{i} * r;
-            for (int h = 0; h < group; ++h) {
-              float dot = 0;
-              for (int j = 0; j < r; ++j) dot += u[j] * y[h * r + j];
-              w += std::exp(static_cast<double>(dot * scale - lse[g * group + h]));
-            }
-          }
-          tokens.push_back({static_cast<float>(w), c, cand[c], i});
-        }
-      }
-      Require(tokens.size() <= static_cast<size_t>(SekvZoomPad(p.candidate_budget)),
-              "SekvZoom: the candidates' unpinned tokens fit the workspace (remaining counts "
-              "them)");
-      const int scored = p.by_token ? static_cast<int>(tokens.size()) : 0;
-      // 3. KeepHeaviest (ties: lower span, then offset); by span the walk's order as listed.
-      if (p.by_token) {
-        std::sort(tokens.begin(), tokens.end(), [](const Token& a, const Token& b) {
-          if (a.weight != b.weight) return a.weight > b.weight;
-          if (a.span != b.span) return a.span < b.span;
-          return a.offset < b.offset;
-        });
-      }
-      const int kept = std::min(static_cast<int>(tokens.size()), p.budget);
-      // 4. The kept rows (ReconstructRow's order of summation), heaviest first.
-      std::vector<int> kept_per(cand.size(), 0);
-      std::vector<float> k_row(hd), v_row(hd);
-      for (int i = 0; i < kept; ++i) {
-        const Token& tk = tokens[i];
-        const SpanBasisRef& b = bases[row0 + tk.span];
-        ++kept_per[tk.cand];
-        for (int d = 0; d < hd; ++d) {
-          float ka = 0, va = 0;
-          for (int j = 0; j < b.rank_k; ++j) {
-            ka += b.us_k[int64_t{tk.offset} * b.rank_k + j] * b.vt_k[int64_t{j} * hd + d];
-          }
-          for (int j = 0; j < b.rank_v; ++j) {
-            va += b.us_v[int64_t{tk.offset} * b.rank_v + j] * b.vt_v[int64_t{j} * hd + d];
-          }
-          k_row[d] = ka;
-          v_row[d] = va;
-        }
-        const int64_t at = (int64_t{g} * p.budget + i) * hd;
-        for (int d = 0; d < hd; ++d) {
-          if (out_type == KvType::kBf16) {
-            static_cast<Bf16*>(out_k)[at + d] = FloatToBf16(k_row[d]);
-            static_cast<Bf16*>(out_v)[at + d] = FloatToBf16(v_row[d]);
-          } else {
-            static_cast<float*>(out_k)[at + d] = k_row[d];
-            static_cast<float*>(out_v)[at + d] = v_row[d];
-          }
-        }
-      }
-      // 5. The step's summary counts: SekvSummaryStep with (span, tokens kept) as the edits.
-      for (int s = 0; s < ns; ++s) {
-        step_lc[row0 + s] = base_lc[row0 + s];
-        step_skip[row0 + s] = rem[s] <= 0;
-      }
-      int spans = 0;
-      for (size_t c = 0; c < cand.size(); ++c) {
-        if (kept_per[c] == 0) continue;
-        ++spans;
-        const int left = rem[cand[c]] - kept_per[c];
-        step_skip[row0 + cand[c]] = left <= 0;
-        if (left > 0) step_lc[row0 + cand[c]] = std::log(float(left));
-      }
-      expansion[int64_t{g} * expansion_stride].rows = kept;
-      int64_t* st = stats + int64_t{g} * 4;
-      st[0] += 1;
-      st[1] += spans;
-      st[2] += kept;
-      st[3] += scored;
-    }
+  const ZoomArgs args{q,
+                      lse,
+                      alpha,
+                      tau,
+                      remaining,
+                      base_lc,
+                      bases,
+                      pinned,
+                      ns,
+                      H,
+                      G,
+                      hd,
+                      p,
+                      out_k,
+                      out_v,
+                      out_type,
+                      expansion,
+                      expansion_stride,
+                      step_lc,
+                      step_skip,
+                      stats,
+                      workspace,
+                      SekvZoomWorkspaceBytes(G, p.candidate_budget),
+                      DeviceReadsPageableMemory()};
+  standin::Enqueue(stream, [args] {
+    RequireZoomMemory(args);
+    for (int g = 0; g < args.G; ++g) ZoomKvHead(args, g);
   });
   return absl::OkStatus();
 }

@@ -215,6 +215,137 @@ absl::StatusOr<nlohmann::json> MeasureDecodeAttention(bool quick, double copy_gb
   return out;
 }
 
+namespace {
+
+// The zoom-in benchmark's shape (see MeasureSekvZoom).
+struct ZoomBenchShape {
+  int heads, kv_heads, hd;
+  int span = 8, rank = 16, slots, layers = 32;
+  int ns;              // spans a KV head
+  int64_t spans;       // all KV heads'
+  size_t slot_floats;  // K and V: U_rΣ_r, V_rᵀ
+  size_t pool_floats;
+  cuda::ZoomParams zoom;
+};
+
+ZoomBenchShape MakeZoomBenchShape(bool quick, int context) {
+  ZoomBenchShape s;
+  s.heads = quick ? 4 : 32;
+  s.kv_heads = quick ? 2 : 8;
+  s.hd = quick ? 64 : 128;
+  s.slots = quick ? 16 : 512;
+  s.ns = static_cast<int>(context * 0.85) / s.span;
+  s.zoom.budget = quick ? 16 : 64;
+  s.zoom.candidate_budget = 2 * s.zoom.budget;
+  s.zoom.by_token = 1;
+  s.spans = int64_t{s.kv_heads} * s.ns;
+  s.slot_floats = size_t{2} * (s.span * s.rank + s.rank * s.hd);
+  s.pool_floats = s.slot_floats * s.slots * s.kv_heads;
+  return s;
+}
+
+// The zoom-in's inputs and outputs on the device, but for the bases.
+struct ZoomBenchBuffers {
+  cuda::DeviceBuffer q, lse, alpha, tau, remaining, base_lc, step_lc, step_skip, stats, out_k,
+      out_v, expansion, ws;
+  int64_t ws_bytes = 0;
+};
+
+absl::StatusOr<ZoomBenchBuffers> MakeZoomBenchBuffers(const ZoomBenchShape& s) {
+  ZoomBenchBuffers b;
+  std::vector<float> alpha(s.spans);
+  for (int64_t i = 0; i < s.spans; ++i) {
+    alpha[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
+  }
+  SCD_ASSIGN_OR_RETURN(b.q,
+                       Upload(Normal(static_cast<size_t>(s.heads) * s.hd, 31, 1.0f), "zoom q"));
+  SCD_ASSIGN_OR_RETURN(b.lse, Upload(std::vector<float>(s.heads, 8.0f), "zoom lse"));
+  SCD_ASSIGN_OR_RETURN(b.alpha, Upload(alpha, "zoom alpha"));
+  SCD_ASSIGN_OR_RETURN(b.tau, Upload(std::vector<float>(s.kv_heads, 0.0f), "zoom tau"));
+  SCD_ASSIGN_OR_RETURN(b.remaining, Upload(std::vector<int32_t>(s.spans, s.span), "remaining"));
+  SCD_ASSIGN_OR_RETURN(
+      b.base_lc,
+      Upload(std::vector<float>(s.spans, std::log(static_cast<float>(s.span))), "base_lc"));
+  SCD_ASSIGN_OR_RETURN(b.step_lc, cuda::DeviceBuffer::Allocate(sizeof(float) * s.spans, "lc"));
+  SCD_ASSIGN_OR_RETURN(b.step_skip, cuda::DeviceBuffer::Allocate(s.spans, "skip"));
+  SCD_ASSIGN_OR_RETURN(b.stats, Upload(std::vector<int64_t>(4 * s.kv_heads, 0), "stats"));
+  const size_t out_bytes = sizeof(cuda::Bf16) * s.kv_heads * s.zoom.budget * s.hd;
+  SCD_ASSIGN_OR_RETURN(b.out_k, cuda::DeviceBuffer::Allocate(out_bytes, "zoom out k"));
+  SCD_ASSIGN_OR_RETURN(b.out_v, cuda::DeviceBuffer::Allocate(out_bytes, "zoom out v"));
+  SCD_ASSIGN_OR_RETURN(b.expansion,
+                       Upload(std::vector<cuda::AttentionSegment>(s.kv_heads), "expansion"));
+  b.ws_bytes = cuda::SekvZoomWorkspaceBytes(s.kv_heads, s.zoom.candidate_budget);
+  SCD_ASSIGN_OR_RETURN(b.ws, cuda::DeviceBuffer::Allocate(b.ws_bytes, "zoom workspace"));
+  return b;
+}
+
+// The basis table over `pool`: span s of KV head g on slot s % slots of g.
+absl::StatusOr<cuda::DeviceBuffer> ZoomBasisTable(const ZoomBenchShape& s, const float* pool) {
+  std::vector<cuda::SpanBasisRef> refs(s.spans);
+  for (int64_t i = 0; i < s.spans; ++i) {
+    const int g = static_cast<int>(i / s.ns), sp = static_cast<int>(i % s.ns);
+    const float* at = pool + (static_cast<size_t>(g) * s.slots + sp % s.slots) * s.slot_floats;
+    cuda::SpanBasisRef& r = refs[i];
+    r.us_k = at;
+    r.vt_k = at + s.span * s.rank;
+    r.us_v = r.vt_k + s.rank * s.hd;
+    r.vt_v = r.us_v + s.span * s.rank;
+    r.length = s.span;
+    r.rank_k = r.rank_v = s.rank;
+  }
+  return Upload(refs, "zoom basis table");
+}
+
+// The bases one call reads, from the counts every timed call added (each call is the same
+// zoom-in): per KV head, every candidate's key basis for the scores (its tokens all scored:
+// no pins here), then both bases of every span with a kept row.
+absl::StatusOr<double> ZoomBusBytes(const ZoomBenchShape& s, const cuda::DeviceBuffer& stats) {
+  std::vector<int64_t> counts(4 * s.kv_heads);
+  SCD_RETURN_IF_ERROR(
+      cuda::CopyToHostSync(counts.data(), stats.data(), sizeof(int64_t) * counts.size()));
+  const double basis_bytes =
+      sizeof(float) * (static_cast<double>(s.span) * s.rank + static_cast<double>(s.rank) * s.hd);
+  double bus_bytes = 0;
+  for (int g = 0; g < s.kv_heads; ++g) {
+    const double calls = static_cast<double>(counts[4 * g]);  // one routing round a call
+    if (calls <= 0) return absl::InternalError("SekvZoom benchmark: no zoom-in counted");
+    const double candidates = static_cast<double>(counts[4 * g + 3]) / s.span / calls;
+    const double expanded = static_cast<double>(counts[4 * g + 1]) / calls;
+    bus_bytes += (candidates + 2 * expanded) * basis_bytes;
+  }
+  return bus_bytes;
+}
+
+// MeasureSekvZoom's figures, printed and as its JSON.
+nlohmann::json ZoomBenchJson(const ZoomBenchShape& s, int context, float device_ms, float pinned_ms,
+                             double bus_bytes, double copy_gbps) {
+  const double zoom_gbps = bus_bytes / (pinned_ms * 1e-3) / 1e9;
+  std::printf(
+      "  %d spans a KV head, %d KV heads, %d of %d candidate rows kept: bases on the device "
+      "%8.1f us a layer (%.2f ms for %d layers); pinned %8.1f us (%.2f ms); "
+      "zoom_pinned_vs_device=%.2f\n"
+      "  bases read over the bus: %.0f KB a layer, %.2f GB/s; pinned copy to the device "
+      "%.2f GB/s; zoom_bus_vs_copy=%.3f\n",
+      s.ns, s.kv_heads, s.zoom.budget, s.zoom.candidate_budget, device_ms * 1e3,
+      device_ms * s.layers, s.layers, pinned_ms * 1e3, pinned_ms * s.layers, pinned_ms / device_ms,
+      bus_bytes / 1e3, zoom_gbps, copy_gbps, zoom_gbps / copy_gbps);
+  return nlohmann::json{{"context", context},
+                        {"spans_per_kv_head", s.ns},
+                        {"kv_heads", s.kv_heads},
+                        {"budget", s.zoom.budget},
+                        {"candidate_budget", s.zoom.candidate_budget},
+                        {"device_us", device_ms * 1e3},
+                        {"pinned_us", pinned_ms * 1e3},
+                        {"layers", s.layers},
+                        {"pinned_vs_device", pinned_ms / device_ms},
+                        {"bus_bytes", bus_bytes},
+                        {"bus_gbps", zoom_gbps},
+                        {"pinned_copy_gbps", copy_gbps},
+                        {"bus_vs_copy", zoom_gbps / copy_gbps}};
+}
+
+}  // namespace
+
 // The zoom-in of one layer alone (SekvZoom, one block per KV head), on the shape the SEKV
 // benchmarks use at 32K positions (sekv_step_bench.cc: spans of 8 after 15% anchors, bases of
 // rank 16, 64 rows kept of 16 candidate spans a KV head), with the CPU tier's bases in device
@@ -226,119 +357,38 @@ absl::StatusOr<nlohmann::json> MeasureSekvZoom(bool quick, int context) {
               context);
   SCD_ASSIGN_OR_RETURN(const Rig rig, MakeRig(/*with_gemm=*/false));
   const cuda::StreamHandle h = rig.handle();
-  const int heads = quick ? 4 : 32, kv_heads = quick ? 2 : 8, hd = quick ? 64 : 128;
-  const int span = 8, rank = 16, slots = quick ? 16 : 512, layers = 32;
-  const int ns = static_cast<int>(context * 0.85) / span;
-  cuda::ZoomParams zoom;
-  zoom.budget = quick ? 16 : 64;
-  zoom.candidate_budget = 2 * zoom.budget;
-  zoom.by_token = 1;
-  const int64_t spans = int64_t{kv_heads} * ns;
-  const size_t slot_floats = size_t{2} * (span * rank + rank * hd);  // K and V: U_rΣ_r, V_rᵀ
-  const size_t pool_floats = slot_floats * slots * kv_heads;
+  const ZoomBenchShape s = MakeZoomBenchShape(quick, context);
+  SCD_ASSIGN_OR_RETURN(const ZoomBenchBuffers b, MakeZoomBenchBuffers(s));
 
-  std::vector<float> alpha(spans);
-  for (int64_t i = 0; i < spans; ++i) alpha[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
-  SCD_ASSIGN_OR_RETURN(auto q, Upload(Normal(static_cast<size_t>(heads) * hd, 31, 1.0f), "zoom q"));
-  SCD_ASSIGN_OR_RETURN(auto lse, Upload(std::vector<float>(heads, 8.0f), "zoom lse"));
-  SCD_ASSIGN_OR_RETURN(auto alpha_dev, Upload(alpha, "zoom alpha"));
-  SCD_ASSIGN_OR_RETURN(auto tau, Upload(std::vector<float>(kv_heads, 0.0f), "zoom tau"));
-  SCD_ASSIGN_OR_RETURN(auto remaining, Upload(std::vector<int32_t>(spans, span), "remaining"));
-  SCD_ASSIGN_OR_RETURN(
-      auto base_lc,
-      Upload(std::vector<float>(spans, std::log(static_cast<float>(span))), "base_lc"));
-  SCD_ASSIGN_OR_RETURN(auto step_lc, cuda::DeviceBuffer::Allocate(sizeof(float) * spans, "lc"));
-  SCD_ASSIGN_OR_RETURN(auto step_skip, cuda::DeviceBuffer::Allocate(spans, "skip"));
-  SCD_ASSIGN_OR_RETURN(auto stats, Upload(std::vector<int64_t>(4 * kv_heads, 0), "stats"));
-  const size_t out_bytes = sizeof(cuda::Bf16) * kv_heads * zoom.budget * hd;
-  SCD_ASSIGN_OR_RETURN(auto out_k, cuda::DeviceBuffer::Allocate(out_bytes, "zoom out k"));
-  SCD_ASSIGN_OR_RETURN(auto out_v, cuda::DeviceBuffer::Allocate(out_bytes, "zoom out v"));
-  SCD_ASSIGN_OR_RETURN(auto expansion,
-                       Upload(std::vector<cuda::AttentionSegment>(kv_heads), "expansion"));
-  const int64_t ws_bytes = cuda::SekvZoomWorkspaceBytes(kv_heads, zoom.candidate_budget);
-  SCD_ASSIGN_OR_RETURN(auto ws, cuda::DeviceBuffer::Allocate(ws_bytes, "zoom workspace"));
-
-  const std::vector<float> pool_host = Normal(pool_floats, 32, 0.25f);
+  const std::vector<float> pool_host = Normal(s.pool_floats, 32, 0.25f);
   SCD_ASSIGN_OR_RETURN(auto pool_dev, Upload(pool_host, "zoom bases"));
   cuda::PinnedBuffer pool_pinned;
-  SCD_RETURN_IF_ERROR(pool_pinned.Reserve(sizeof(float) * pool_floats));
+  SCD_RETURN_IF_ERROR(pool_pinned.Reserve(sizeof(float) * s.pool_floats));
   std::copy(pool_host.begin(), pool_host.end(), pool_pinned.as<float>());
-  // The basis table over `pool`: span s of KV head g on slot s % slots of g.
-  auto table = [&](const float* pool) {
-    std::vector<cuda::SpanBasisRef> refs(spans);
-    for (int64_t i = 0; i < spans; ++i) {
-      const int g = static_cast<int>(i / ns), s = static_cast<int>(i % ns);
-      const float* at = pool + (static_cast<size_t>(g) * slots + s % slots) * slot_floats;
-      cuda::SpanBasisRef& r = refs[i];
-      r.us_k = at;
-      r.vt_k = at + span * rank;
-      r.us_v = r.vt_k + rank * hd;
-      r.vt_v = r.us_v + span * rank;
-      r.length = span;
-      r.rank_k = r.rank_v = rank;
-    }
-    return Upload(refs, "zoom basis table");
-  };
-  SCD_ASSIGN_OR_RETURN(auto table_dev, table(pool_dev.as<float>()));
-  SCD_ASSIGN_OR_RETURN(auto table_pinned, table(pool_pinned.as<float>()));
+  SCD_ASSIGN_OR_RETURN(auto table_dev, ZoomBasisTable(s, pool_dev.as<float>()));
+  SCD_ASSIGN_OR_RETURN(auto table_pinned, ZoomBasisTable(s, pool_pinned.as<float>()));
   auto time = [&](const cuda::DeviceBuffer& refs) {
-    return BestMsPerCall(rig, quick ? 2 : layers, [&](int) {
-      return cuda::SekvZoom(q.as<float>(), lse.as<float>(), alpha_dev.as<float>(), tau.as<float>(),
-                            remaining.as<int32_t>(), base_lc.as<float>(),
-                            refs.as<cuda::SpanBasisRef>(), /*pinned=*/nullptr, ns, heads, kv_heads,
-                            hd, zoom, out_k.data(), out_v.data(), cuda::KvType::kBf16,
-                            expansion.as<cuda::AttentionSegment>(), /*expansion_stride=*/1,
-                            step_lc.as<float>(), step_skip.as<uint8_t>(), stats.as<int64_t>(),
-                            ws.data(), ws_bytes, h);
+    return BestMsPerCall(rig, quick ? 2 : s.layers, [&](int) {
+      return cuda::SekvZoom(
+          b.q.as<float>(), b.lse.as<float>(), b.alpha.as<float>(), b.tau.as<float>(),
+          b.remaining.as<int32_t>(), b.base_lc.as<float>(), refs.as<cuda::SpanBasisRef>(),
+          /*pinned=*/nullptr, s.ns, s.heads, s.kv_heads, s.hd, s.zoom, b.out_k.data(),
+          b.out_v.data(), cuda::KvType::kBf16, b.expansion.as<cuda::AttentionSegment>(),
+          /*expansion_stride=*/1, b.step_lc.as<float>(), b.step_skip.as<uint8_t>(),
+          b.stats.as<int64_t>(), b.ws.data(), b.ws_bytes, h);
     });
   };
   SCD_ASSIGN_OR_RETURN(const float device_ms, time(table_dev));
   SCD_ASSIGN_OR_RETURN(const float pinned_ms, time(table_pinned));
-  // The bases one call reads, from the counts every call above added (each call is the same
-  // zoom-in): per KV head, every candidate's key basis for the scores (its tokens all scored:
-  // no pins here), then both bases of every span with a kept row.
-  std::vector<int64_t> counts(4 * kv_heads);
-  SCD_RETURN_IF_ERROR(
-      cuda::CopyToHostSync(counts.data(), stats.data(), sizeof(int64_t) * counts.size()));
-  const double basis_bytes = sizeof(float) * (double{span} * rank + double{rank} * hd);
-  double bus_bytes = 0;
-  for (int g = 0; g < kv_heads; ++g) {
-    const double calls = static_cast<double>(counts[4 * g]);  // one routing round a call
-    if (calls <= 0) return absl::InternalError("SekvZoom benchmark: no zoom-in counted");
-    const double candidates = static_cast<double>(counts[4 * g + 3]) / span / calls;
-    const double expanded = static_cast<double>(counts[4 * g + 1]) / calls;
-    bus_bytes += (candidates + 2 * expanded) * basis_bytes;
-  }
+  SCD_ASSIGN_OR_RETURN(const double bus_bytes, ZoomBusBytes(s, b.stats));
   // The bus's own rate in the same run: the whole pinned pool copied to the device.
-  const size_t pool_bytes = sizeof(float) * pool_floats;
+  const size_t pool_bytes = sizeof(float) * s.pool_floats;
   SCD_ASSIGN_OR_RETURN(const float copy_ms, BestMsPerCall(rig, quick ? 1 : 4, [&](int) {
                          return cuda::CopyToDevice(pool_dev.data(), pool_pinned.data(), pool_bytes,
                                                    h);
                        }));
-  const double zoom_gbps = bus_bytes / (pinned_ms * 1e-3) / 1e9;
   const double copy_gbps = static_cast<double>(pool_bytes) / (copy_ms * 1e-3) / 1e9;
-  std::printf(
-      "  %d spans a KV head, %d KV heads, %d of %d candidate rows kept: bases on the device "
-      "%8.1f us a layer (%.2f ms for %d layers); pinned %8.1f us (%.2f ms); "
-      "zoom_pinned_vs_device=%.2f\n"
-      "  bases read over the bus: %.0f KB a layer, %.2f GB/s; pinned copy to the device "
-      "%.2f GB/s; zoom_bus_vs_copy=%.3f\n",
-      ns, kv_heads, zoom.budget, zoom.candidate_budget, device_ms * 1e3, device_ms * layers, layers,
-      pinned_ms * 1e3, pinned_ms * layers, pinned_ms / device_ms, bus_bytes / 1e3, zoom_gbps,
-      copy_gbps, zoom_gbps / copy_gbps);
-  return nlohmann::json{{"context", context},
-                        {"spans_per_kv_head", ns},
-                        {"kv_heads", kv_heads},
-                        {"budget", zoom.budget},
-                        {"candidate_budget", zoom.candidate_budget},
-                        {"device_us", device_ms * 1e3},
-                        {"pinned_us", pinned_ms * 1e3},
-                        {"layers", layers},
-                        {"pinned_vs_device", pinned_ms / device_ms},
-                        {"bus_bytes", bus_bytes},
-                        {"bus_gbps", zoom_gbps},
-                        {"pinned_copy_gbps", copy_gbps},
-                        {"bus_vs_copy", zoom_gbps / copy_gbps}};
+  return ZoomBenchJson(s, context, device_ms, pinned_ms, bus_bytes, copy_gbps);
 }
 
 std::string KernelMarkdown(const nlohmann::json& r) {

@@ -67,6 +67,119 @@ cuda::RebuildSpec RandomRebuildSpec(const ModelConfig& c) {
   return spec;
 }
 
+// Host codes (the payload as it lands on the consumer): REUSE z_k [T, r_K], z_v [T, r_V];
+// PATCH z_k [T, code_dim]; `codes` points into `z`.
+struct HostCodes {
+  std::vector<std::vector<float>> z;
+  std::vector<cuda::LayerCodes> codes;
+  size_t payload_floats = 0;
+};
+
+HostCodes RandomCodes(const cuda::RebuildSpec& spec, int layers, int tokens) {
+  HostCodes h;
+  h.z.resize(2 * layers);
+  h.codes.resize(layers);
+  for (int l = 0; l < layers; ++l) {
+    const cuda::RebuildLayerSpec& s = spec.layers[l];
+    const bool patch = s.has_patch();
+    h.z[2 * l] = Normal(size_t{1} * tokens * (patch ? s.code_dim : s.rank_k), 9000 + 2 * l, 1.0f);
+    if (!patch) h.z[2 * l + 1] = Normal(size_t{1} * tokens * s.rank_v, 9001 + 2 * l, 1.0f);
+    h.codes[l].z_k = h.z[2 * l].data();
+    h.codes[l].z_v = patch ? nullptr : h.z[2 * l + 1].data();
+    h.codes[l].part = patch ? cuda::RebuildPart::kPatch : cuda::RebuildPart::kReuse;
+    h.payload_floats += h.z[2 * l].size() + h.z[2 * l + 1].size();
+  }
+  return h;
+}
+
+// The same codes as the product sends them (the artifact's default int8 with an F16 scale per
+// row, ScdArtifact::code_encoding); `codes` points into `sent`.
+struct Int8Codes {
+  std::vector<std::vector<uint8_t>> sent;
+  std::vector<cuda::LayerCodes> codes;
+  double bytes = 0;
+};
+
+Int8Codes EncodeInt8(const cuda::RebuildSpec& spec, const HostCodes& host, int layers, int tokens) {
+  Int8Codes e;
+  e.sent.resize(2 * layers);
+  e.codes.resize(layers);
+  for (int l = 0; l < layers; ++l) {
+    const cuda::RebuildLayerSpec& s = spec.layers[l];
+    const bool patch = s.has_patch();
+    for (int part = 0; part < (patch ? 1 : 2); ++part) {
+      const int cols = patch ? s.code_dim : (part == 0 ? s.rank_k : s.rank_v);
+      std::vector<uint8_t>& bytes = e.sent[2 * l + part];
+      bytes.resize(EncodedBytes(Encoding::kInt8Row, tokens, cols, 0));
+      EncodeMatrix(Encoding::kInt8Row, host.z[2 * l + part].data(), tokens, cols, 0, bytes.data());
+      e.bytes += static_cast<double>(bytes.size());
+    }
+    e.codes[l] = {e.sent[2 * l].data(), patch ? nullptr : e.sent[2 * l + 1].data(),
+                  cuda::CodeFormat::kInt8Row, host.codes[l].part};
+  }
+  return e;
+}
+
+// A rebuild's medians over kScdReps runs after a warm-up.
+struct RebuildTiming {
+  double total = 0, gpu = 0, stage = 0;
+};
+
+absl::StatusOr<RebuildTiming> TimeRebuild(cuda::ScdGpuRebuilder& rebuilder,
+                                          absl::Span<const cuda::LayerCodes> layer_codes,
+                                          int tokens, const cuda::SequenceCache& target) {
+  cuda::RebuildTimes times;
+  SCD_RETURN_IF_ERROR(rebuilder.Rebuild(layer_codes, tokens, target, &times));  // warm-up
+  std::vector<double> total, gpu, stage;
+  for (int rep = 0; rep < kScdReps; ++rep) {
+    SCD_RETURN_IF_ERROR(rebuilder.Rebuild(layer_codes, tokens, target, &times));
+    total.push_back(times.total_ms);
+    gpu.push_back(times.gpu_ms);
+    stage.push_back(times.stage_ms);
+  }
+  return RebuildTiming{Median(total), Median(gpu), Median(stage)};
+}
+
+// MeasureScdRebuild's figures, printed and as its JSON; the verdict is the int8 run's, the
+// path a decode daemon takes.
+nlohmann::json ScdRebuildJson(int tokens, const std::vector<int>& patch_layers,
+                              const cuda::ScdGpuRebuilder& rebuilder, const RebuildTiming& f32,
+                              const RebuildTiming& int8, double int8_bytes, double payload_bytes,
+                              size_t cache_bytes, double prefill_ms) {
+  const double speedup = prefill_ms / int8.total;
+  const bool pass = speedup >= kScdTargetSpeedup;
+  std::printf(
+      "  scd rebuild %d tokens, int8 codes (%.1f MB): %8.2f ms (stage %.2f, GPU %.2f); F32 codes "
+      "(%.1f MB): %.2f ms (stage %.2f, GPU %.2f); prefill %.2f ms: %.2fx (target >= %.0fx: %s); "
+      "cache %.1f MB BF16, rebuilder weights %.1f MB, device %.1f MB, pinned %.1f MB\n",
+      tokens, int8_bytes / 1e6, int8.total, int8.stage, int8.gpu, payload_bytes / 1e6, f32.total,
+      f32.stage, f32.gpu, prefill_ms, speedup, kScdTargetSpeedup, pass ? "PASS" : "FAIL",
+      2.0 * cache_bytes / 1e6, rebuilder.weight_bytes() / 1e6, rebuilder.device_bytes() / 1e6,
+      rebuilder.pinned_bytes() / 1e6);
+  return nlohmann::json{{"tokens", tokens},
+                        {"patch_layers", patch_layers},
+                        {"rank_k", kScdRankK},
+                        {"rank_v", kScdRankV},
+                        {"patch_code_dim", kScdPatchCodeDim},
+                        {"aligner_hidden_dim", kScdAlignerHidden},
+                        {"payload_bytes", int8_bytes},
+                        {"payload_bytes_f32", payload_bytes},
+                        {"cache_bytes", 2.0 * cache_bytes},
+                        {"rebuilder_weight_bytes", rebuilder.weight_bytes()},
+                        {"rebuilder_device_bytes", rebuilder.device_bytes()},
+                        {"rebuilder_pinned_bytes", rebuilder.pinned_bytes()},
+                        {"rebuild_ms", int8.total},
+                        {"stage_ms", int8.stage},
+                        {"gpu_ms", int8.gpu},
+                        {"rebuild_f32_ms", f32.total},
+                        {"stage_f32_ms", f32.stage},
+                        {"gpu_f32_ms", f32.gpu},
+                        {"prefill_ms", prefill_ms},
+                        {"speedup", speedup},
+                        {"target", kScdTargetSpeedup},
+                        {"verdict", pass ? "PASS" : "FAIL"}};
+}
+
 }  // namespace
 
 absl::StatusOr<nlohmann::json> MeasureScdRebuild(const ModelConfig& c, int tokens,
@@ -83,22 +196,7 @@ absl::StatusOr<nlohmann::json> MeasureScdRebuild(const ModelConfig& c, int token
       kScdRankK, kScdRankV, kScdReps);
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<cuda::ScdGpuRebuilder> rebuilder,
                        cuda::ScdGpuRebuilder::Create(spec, tokens));
-
-  // Host codes (the payload as it lands on the consumer): REUSE z_k [T, r_K], z_v [T, r_V];
-  // PATCH z_k [T, code_dim].
-  std::vector<std::vector<float>> z(2 * c.num_layers);
-  std::vector<cuda::LayerCodes> codes(c.num_layers);
-  size_t payload_floats = 0;
-  for (int l = 0; l < c.num_layers; ++l) {
-    const cuda::RebuildLayerSpec& s = spec.layers[l];
-    const bool patch = s.has_patch();
-    z[2 * l] = Normal(size_t{1} * tokens * (patch ? s.code_dim : s.rank_k), 9000 + 2 * l, 1.0f);
-    if (!patch) z[2 * l + 1] = Normal(size_t{1} * tokens * s.rank_v, 9001 + 2 * l, 1.0f);
-    codes[l].z_k = z[2 * l].data();
-    codes[l].z_v = patch ? nullptr : z[2 * l + 1].data();
-    codes[l].part = patch ? cuda::RebuildPart::kPatch : cuda::RebuildPart::kReuse;
-    payload_floats += z[2 * l].size() + z[2 * l + 1].size();
-  }
+  const HostCodes host = RandomCodes(spec, c.num_layers, tokens);
 
   // The consumer's cache: [L][capacity = T][kv_dim] BF16 for K and for V.
   const int64_t kv = c.kv_dim();
@@ -112,80 +210,18 @@ absl::StatusOr<nlohmann::json> MeasureScdRebuild(const ModelConfig& c, int token
   target.capacity = tokens;
   target.length = 0;
 
-  // Timed twice: codes as F32, and as the product sends them (the artifact's default int8 with
-  // an F16 scale per row, ScdArtifact::code_encoding), decoded on the device. The verdict uses
-  // the int8 run, the path a decode daemon takes.
-  struct Timing {
-    double total = 0, gpu = 0, stage = 0;
-  };
-  auto time_codes = [&](absl::Span<const cuda::LayerCodes> layer_codes) -> absl::StatusOr<Timing> {
-    cuda::RebuildTimes times;
-    SCD_RETURN_IF_ERROR(rebuilder->Rebuild(layer_codes, tokens, target, &times));  // warm-up
-    std::vector<double> total, gpu, stage;
-    for (int rep = 0; rep < kScdReps; ++rep) {
-      SCD_RETURN_IF_ERROR(rebuilder->Rebuild(layer_codes, tokens, target, &times));
-      total.push_back(times.total_ms);
-      gpu.push_back(times.gpu_ms);
-      stage.push_back(times.stage_ms);
-    }
-    return Timing{Median(total), Median(gpu), Median(stage)};
-  };
-  SCD_ASSIGN_OR_RETURN(const Timing f32, time_codes(codes));
-
-  std::vector<std::vector<uint8_t>> sent(2 * c.num_layers);
-  std::vector<cuda::LayerCodes> int8_codes(c.num_layers);
-  double int8_bytes = 0;
-  for (int l = 0; l < c.num_layers; ++l) {
-    const cuda::RebuildLayerSpec& s = spec.layers[l];
-    const bool patch = s.has_patch();
-    for (int part = 0; part < (patch ? 1 : 2); ++part) {
-      const int cols = patch ? s.code_dim : (part == 0 ? s.rank_k : s.rank_v);
-      std::vector<uint8_t>& bytes = sent[2 * l + part];
-      bytes.resize(EncodedBytes(Encoding::kInt8Row, tokens, cols, 0));
-      EncodeMatrix(Encoding::kInt8Row, z[2 * l + part].data(), tokens, cols, 0, bytes.data());
-      int8_bytes += static_cast<double>(bytes.size());
-    }
-    int8_codes[l] = {sent[2 * l].data(), patch ? nullptr : sent[2 * l + 1].data(),
-                     cuda::CodeFormat::kInt8Row, codes[l].part};
-  }
-  SCD_ASSIGN_OR_RETURN(const Timing int8, time_codes(int8_codes));
-
+  // Timed twice: codes as F32, and as the product sends them, decoded on the device.
+  SCD_ASSIGN_OR_RETURN(const RebuildTiming f32,
+                       TimeRebuild(*rebuilder, host.codes, tokens, target));
+  const Int8Codes int8_codes = EncodeInt8(spec, host, c.num_layers, tokens);
+  SCD_ASSIGN_OR_RETURN(const RebuildTiming int8,
+                       TimeRebuild(*rebuilder, int8_codes.codes, tokens, target));
   if (!(int8.total > 0) || !(f32.total > 0)) {
     return absl::InternalError("RebuildTimes::total_ms is not positive");
   }
-  const double speedup = prefill_ms / int8.total;
-  const bool pass = speedup >= kScdTargetSpeedup;
-  const double payload_bytes = 4.0 * static_cast<double>(payload_floats);
-  std::printf(
-      "  scd rebuild %d tokens, int8 codes (%.1f MB): %8.2f ms (stage %.2f, GPU %.2f); F32 codes "
-      "(%.1f MB): %.2f ms (stage %.2f, GPU %.2f); prefill %.2f ms: %.2fx (target >= %.0fx: %s); "
-      "cache %.1f MB BF16, rebuilder weights %.1f MB, device %.1f MB, pinned %.1f MB\n",
-      tokens, int8_bytes / 1e6, int8.total, int8.stage, int8.gpu, payload_bytes / 1e6, f32.total,
-      f32.stage, f32.gpu, prefill_ms, speedup, kScdTargetSpeedup, pass ? "PASS" : "FAIL",
-      2.0 * cache_bytes / 1e6, rebuilder->weight_bytes() / 1e6, rebuilder->device_bytes() / 1e6,
-      rebuilder->pinned_bytes() / 1e6);
-  return nlohmann::json{{"tokens", tokens},
-                        {"patch_layers", patch_layers},
-                        {"rank_k", kScdRankK},
-                        {"rank_v", kScdRankV},
-                        {"patch_code_dim", kScdPatchCodeDim},
-                        {"aligner_hidden_dim", kScdAlignerHidden},
-                        {"payload_bytes", int8_bytes},
-                        {"payload_bytes_f32", payload_bytes},
-                        {"cache_bytes", 2.0 * cache_bytes},
-                        {"rebuilder_weight_bytes", rebuilder->weight_bytes()},
-                        {"rebuilder_device_bytes", rebuilder->device_bytes()},
-                        {"rebuilder_pinned_bytes", rebuilder->pinned_bytes()},
-                        {"rebuild_ms", int8.total},
-                        {"stage_ms", int8.stage},
-                        {"gpu_ms", int8.gpu},
-                        {"rebuild_f32_ms", f32.total},
-                        {"stage_f32_ms", f32.stage},
-                        {"gpu_f32_ms", f32.gpu},
-                        {"prefill_ms", prefill_ms},
-                        {"speedup", speedup},
-                        {"target", kScdTargetSpeedup},
-                        {"verdict", pass ? "PASS" : "FAIL"}};
+  const double payload_bytes = 4.0 * static_cast<double>(host.payload_floats);
+  return ScdRebuildJson(tokens, patch_layers, *rebuilder, f32, int8, int8_codes.bytes,
+                        payload_bytes, cache_bytes, prefill_ms);
 }
 
 }  // namespace scd::cuda_bench

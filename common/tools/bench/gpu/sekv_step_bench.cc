@@ -99,27 +99,27 @@ size_t BasisFloats(int head_dim) {
   return size_t{kSekvSpanLength} * kSekvBasisRank + size_t{kSekvBasisRank} * head_dim;
 }
 
-absl::Status BuildSekvBench(const ModelConfig& c, const SekvShape& sh, int layers,
-                            cuda::StreamHandle h, SekvBench* b) {
-  const int64_t kv = c.kv_dim(), g_count = c.num_kv_heads, hd = c.head_dim;
-  const int64_t n = sh.context, L = c.num_layers, H = c.num_heads;
-  b->layers = layers;
-  auto alloc = [](cuda::DeviceBuffer* buf, double bytes, absl::string_view what) -> absl::Status {
-    SCD_ASSIGN_OR_RETURN(*buf, cuda::DeviceBuffer::Allocate(static_cast<size_t>(bytes), what));
-    return absl::OkStatus();
-  };
+absl::Status Alloc(cuda::DeviceBuffer* buf, double bytes, absl::string_view what) {
+  SCD_ASSIGN_OR_RETURN(*buf, cuda::DeviceBuffer::Allocate(static_cast<size_t>(bytes), what));
+  return absl::OkStatus();
+}
+
+// The full cache and the resident tier of `layers` layers, unit-scale keys and values drawn on
+// the device; the resident tier's summary counts; the full cache's one-sequence table.
+absl::Status BuildSekvCaches(const ModelConfig& c, const SekvShape& sh, int layers,
+                             cuda::StreamHandle h, SekvBench* b) {
+  const int64_t kv = c.kv_dim(), g_count = c.num_kv_heads, n = sh.context;
   const double bf16 = sizeof(cuda::Bf16);
-  SCD_RETURN_IF_ERROR(alloc(&b->full_k, bf16 * layers * n * kv, "full K"));
-  SCD_RETURN_IF_ERROR(alloc(&b->full_v, bf16 * layers * n * kv, "full V"));
-  SCD_RETURN_IF_ERROR(alloc(&b->res_k, bf16 * layers * sh.resident * kv, "sekv K"));
-  SCD_RETURN_IF_ERROR(alloc(&b->res_v, bf16 * layers * sh.resident * kv, "sekv V"));
+  SCD_RETURN_IF_ERROR(Alloc(&b->full_k, bf16 * layers * n * kv, "full K"));
+  SCD_RETURN_IF_ERROR(Alloc(&b->full_v, bf16 * layers * n * kv, "full V"));
+  SCD_RETURN_IF_ERROR(Alloc(&b->res_k, bf16 * layers * sh.resident * kv, "sekv K"));
+  SCD_RETURN_IF_ERROR(Alloc(&b->res_v, bf16 * layers * sh.resident * kv, "sekv V"));
   const int64_t meta = int64_t{layers} * g_count * sh.spans;
-  SCD_RETURN_IF_ERROR(alloc(&b->log_count, 4.0 * meta, "sekv log_count"));
-  SCD_RETURN_IF_ERROR(alloc(&b->skip, 1.0 * meta, "sekv skip"));
+  SCD_RETURN_IF_ERROR(Alloc(&b->log_count, 4.0 * meta, "sekv log_count"));
+  SCD_RETURN_IF_ERROR(Alloc(&b->skip, 1.0 * meta, "sekv skip"));
   SCD_ASSIGN_OR_RETURN(b->remaining,
                        Upload(std::vector<int32_t>(meta, kSekvSpanLength), "sekv remaining"));
 
-  // Contents: unit-scale keys and values drawn on the device.
   SCD_RETURN_IF_ERROR(cuda::FillRandomBf16(b->full_k.as<cuda::Bf16>(), layers * n * kv, 11, 1, h));
   SCD_RETURN_IF_ERROR(cuda::FillRandomBf16(b->full_v.as<cuda::Bf16>(), layers * n * kv, 12, 1, h));
   SCD_RETURN_IF_ERROR(
@@ -136,11 +136,16 @@ absl::Status BuildSekvBench(const ModelConfig& c, const SekvShape& sh, int layer
                        Upload(std::vector<cuda::Bf16*>{b->full_v.as<cuda::Bf16>()}, "table V"));
   SCD_ASSIGN_OR_RETURN(b->table_stride, Upload(std::vector<int64_t>{n * kv}, "table stride"));
   SCD_ASSIGN_OR_RETURN(b->length, Upload(std::vector<int32_t>{static_cast<int32_t>(n)}, "length"));
+  return absl::OkStatus();
+}
 
-  // Segments: per layer and KV head, [anchors, summaries, window] (the resident pass) and the
-  // same plus the expansion rows (the final softmax).
-  SCD_RETURN_IF_ERROR(alloc(&b->expand_k, 4.0 * g_count * kSekvExpandRows * hd, "expand K"));
-  SCD_RETURN_IF_ERROR(alloc(&b->expand_v, 4.0 * g_count * kSekvExpandRows * hd, "expand V"));
+// Segments: per layer and KV head, [anchors, summaries, window] (the resident pass) and the
+// same plus the expansion rows (the final softmax).
+absl::Status BuildSekvSegments(const ModelConfig& c, const SekvShape& sh, int layers,
+                               cuda::StreamHandle h, SekvBench* b) {
+  const int64_t kv = c.kv_dim(), g_count = c.num_kv_heads, hd = c.head_dim;
+  SCD_RETURN_IF_ERROR(Alloc(&b->expand_k, 4.0 * g_count * kSekvExpandRows * hd, "expand K"));
+  SCD_RETURN_IF_ERROR(Alloc(&b->expand_v, 4.0 * g_count * kSekvExpandRows * hd, "expand V"));
   SCD_RETURN_IF_ERROR(cuda::SetDeviceBytes(b->expand_k.data(), 0, b->expand_k.size(), h));
   SCD_RETURN_IF_ERROR(cuda::SetDeviceBytes(b->expand_v.data(), 0, b->expand_v.size(), h));
   std::vector<cuda::AttentionSegment> resident, all;
@@ -176,10 +181,14 @@ absl::Status BuildSekvBench(const ModelConfig& c, const SekvShape& sh, int layer
   }
   SCD_ASSIGN_OR_RETURN(b->seg_resident, Upload(resident, "segments"));
   SCD_ASSIGN_OR_RETURN(b->seg_all, Upload(all, "segments"));
+  return absl::OkStatus();
+}
 
-  // Queries N(0, 1) and routing projections N(0, 0.05²): the gate's bilinear term then has a
-  // standard deviation of 0.05² · √(route_dim · head_dim²) ≈ 1.8 next to ŝ − LSE ≈ −9 at
-  // 32K-128K entries, so α stays well inside (0, 1) and τ separates the spans.
+// Queries N(0, 1) and routing projections N(0, 0.05²): the gate's bilinear term then has a
+// standard deviation of 0.05² · √(route_dim · head_dim²) ≈ 1.8 next to ŝ − LSE ≈ −9 at
+// 32K-128K entries, so α stays well inside (0, 1) and τ separates the spans.
+absl::Status BuildSekvRouting(const ModelConfig& c, SekvBench* b) {
+  const int64_t g_count = c.num_kv_heads, hd = c.head_dim, L = c.num_layers, H = c.num_heads;
   SCD_ASSIGN_OR_RETURN(b->q, Upload(Normal(L * H * hd, 21, 1.0f), "q"));
   SCD_ASSIGN_OR_RETURN(b->p_q, Upload(Normal(L * g_count * kSekvRouteDim * hd, 22, 0.05f), "p_q"));
   SCD_ASSIGN_OR_RETURN(b->p_k, Upload(Normal(L * g_count * kSekvRouteDim * hd, 23, 0.05f), "p_k"));
@@ -188,26 +197,42 @@ absl::Status BuildSekvBench(const ModelConfig& c, const SekvShape& sh, int layer
   gate.w_share = 1.0f;
   SCD_ASSIGN_OR_RETURN(b->gates,
                        Upload(std::vector<cuda::RouterGateParams>(L * g_count, gate), "gates"));
+  return absl::OkStatus();
+}
 
+// A step's scratch: the attention workspaces, the gate's α, the rebuild jobs, and the CPU tier:
+// [G][slot][K, V] bases, each U_rΣ_r [8, 16] then V_rᵀ [16, head_dim].
+absl::Status BuildSekvScratch(const ModelConfig& c, const SekvShape& sh, SekvBench* b) {
+  const int64_t g_count = c.num_kv_heads, hd = c.head_dim, n = sh.context, L = c.num_layers;
+  const int64_t H = c.num_heads;
   b->workspace_floats = cuda::SekvAttentionWorkspaceFloats(H, hd, sh.max_rows);
   b->full_workspace_floats = cuda::DecodeAttentionWorkspaceFloats(1, n, H, g_count, hd);
-  SCD_RETURN_IF_ERROR(alloc(&b->lse, 4.0 * H, "lse"));
-  SCD_RETURN_IF_ERROR(alloc(&b->out, 4.0 * H * hd, "out"));
-  SCD_RETURN_IF_ERROR(alloc(&b->workspace, 4.0 * std::max<int64_t>(1, b->workspace_floats), "ws"));
+  SCD_RETURN_IF_ERROR(Alloc(&b->lse, 4.0 * H, "lse"));
+  SCD_RETURN_IF_ERROR(Alloc(&b->out, 4.0 * H * hd, "out"));
+  SCD_RETURN_IF_ERROR(Alloc(&b->workspace, 4.0 * std::max<int64_t>(1, b->workspace_floats), "ws"));
   SCD_RETURN_IF_ERROR(
-      alloc(&b->full_workspace, 4.0 * std::max<int64_t>(1, b->full_workspace_floats), "ws"));
-  SCD_RETURN_IF_ERROR(alloc(&b->alpha, 4.0 * g_count * sh.spans, "alpha"));
+      Alloc(&b->full_workspace, 4.0 * std::max<int64_t>(1, b->full_workspace_floats), "ws"));
+  SCD_RETURN_IF_ERROR(Alloc(&b->alpha, 4.0 * g_count * sh.spans, "alpha"));
   const int64_t max_jobs = 2 * g_count * kSekvExpandRows;
-  SCD_RETURN_IF_ERROR(alloc(&b->jobs, 1.0 * sizeof(cuda::RebuildJob) * max_jobs, "jobs"));
+  SCD_RETURN_IF_ERROR(Alloc(&b->jobs, 1.0 * sizeof(cuda::RebuildJob) * max_jobs, "jobs"));
   SCD_RETURN_IF_ERROR(b->alpha_host.Reserve(sizeof(float) * g_count * sh.spans));
   SCD_RETURN_IF_ERROR(b->jobs_host.Reserve(sizeof(cuda::RebuildJob) * max_jobs));
-  // CPU tier: [G][slot][K, V] bases, each U_rΣ_r [8, 16] then V_rᵀ [16, head_dim].
   const size_t basis_floats = BasisFloats(c.head_dim);
   const size_t bases_floats = size_t{2} * g_count * kSekvBasisSlots * basis_floats;
   SCD_RETURN_IF_ERROR(b->bases.Reserve(sizeof(float) * bases_floats));
   FillNormal(b->bases.as<float>(), bases_floats, 24, 0.0f, 0.25f);
   b->lengths.assign(sh.spans, kSekvSpanLength);
   b->tau.assign(L * g_count, 0.0f);
+  return absl::OkStatus();
+}
+
+absl::Status BuildSekvBench(const ModelConfig& c, const SekvShape& sh, int layers,
+                            cuda::StreamHandle h, SekvBench* b) {
+  b->layers = layers;
+  SCD_RETURN_IF_ERROR(BuildSekvCaches(c, sh, layers, h, b));
+  SCD_RETURN_IF_ERROR(BuildSekvSegments(c, sh, layers, h, b));
+  SCD_RETURN_IF_ERROR(BuildSekvRouting(c, b));
+  SCD_RETURN_IF_ERROR(BuildSekvScratch(c, sh, b));
   return cuda::SynchronizeStream(h);
 }
 
