@@ -201,15 +201,13 @@ absl::Status Plot::AddHistogram(std::string name, const Histogram& histogram,
   return AddBars(std::move(name), std::move(lefts), std::move(rights), std::move(heights), options);
 }
 
-absl::StatusOr<Plot::Layout> Plot::ComputeLayout() const {
-  if (width_ < 64 || height_ < 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("plot size ", width_, "x", height_, " is below the 64x64 minimum"));
-  }
+absl::StatusOr<Plot::DataExtent> Plot::FindDataExtent() const {
   const bool log_x = x_scale_ == AxisScale::kLog10;
-  double x_lo = std::numeric_limits<double>::infinity(), x_hi = -x_lo;
-  double y_lo = x_lo, y_hi = -x_lo;
-  bool has_bars = false;
+  DataExtent e;
+  e.x_lo = std::numeric_limits<double>::infinity();
+  e.x_hi = -e.x_lo;
+  e.y_lo = e.x_lo;
+  e.y_hi = -e.x_lo;
   for (const Series& s : series_) {
     for (size_t i = 0; i < s.xs.size(); ++i) {
       const double xr = s.style == SeriesStyle::kBars ? s.bar_rights[i] : s.xs[i];
@@ -217,57 +215,45 @@ absl::StatusOr<Plot::Layout> Plot::ComputeLayout() const {
         return absl::InvalidArgumentError(
             absl::StrCat("log x axis: series '", s.name, "' has x[", i, "] = ", s.xs[i], " <= 0"));
       }
-      x_lo = std::min(x_lo, s.xs[i]);
-      x_hi = std::max(x_hi, xr);
-      y_lo = std::min(y_lo, s.ys[i]);
-      y_hi = std::max(y_hi, s.ys[i]);
+      e.x_lo = std::min(e.x_lo, s.xs[i]);
+      e.x_hi = std::max(e.x_hi, xr);
+      e.y_lo = std::min(e.y_lo, s.ys[i]);
+      e.y_hi = std::max(e.y_hi, s.ys[i]);
     }
-    has_bars |= s.style == SeriesStyle::kBars && !s.xs.empty();
+    e.has_bars |= s.style == SeriesStyle::kBars && !s.xs.empty();
   }
-  Layout layout;
-  if (x_range_) {
-    std::tie(x_lo, x_hi) = *x_range_;
-  } else if (std::isfinite(x_lo)) {
-    std::tie(x_lo, x_hi) = has_bars && !log_x && x_hi > x_lo ? std::make_pair(x_lo, x_hi)
-                                                             : PadRange(x_lo, x_hi, x_scale_);
-  } else {
-    std::tie(x_lo, x_hi) = log_x ? std::make_pair(1.0, 10.0) : std::make_pair(0.0, 1.0);
-  }
-  if (y_range_) {
-    std::tie(y_lo, y_hi) = *y_range_;
-  } else if (std::isfinite(y_lo)) {
-    if (has_bars) {  // bars grow from 0, so 0 is on the axis and not padded below
-      y_lo = std::min(y_lo, 0.0);
-      y_hi = std::max(y_hi, 0.0);
-      const auto [plo, phi] = PadRange(y_lo, y_hi, AxisScale::kLinear);
-      y_lo = y_lo < 0 ? plo : 0.0;
-      y_hi = phi;
-    } else {
-      std::tie(y_lo, y_hi) = PadRange(y_lo, y_hi, AxisScale::kLinear);
-    }
-  } else {
-    y_lo = 0;
-    y_hi = 1;
-  }
-  if (!(x_hi > x_lo) || !(y_hi > y_lo)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("empty axis range: x [", x_lo, ", ", x_hi, "], y [", y_lo, ", ", y_hi, "]"));
-  }
-  if (log_x && x_lo <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("log x axis needs x > 0, range starts at ", x_lo));
-  }
-  layout.x_lo = x_lo;
-  layout.x_hi = x_hi;
-  layout.y_lo = y_lo;
-  layout.y_hi = y_hi;
-  layout.font = font_scale_;
+  return e;
+}
 
+std::pair<double, double> Plot::XAxisRange(const DataExtent& e) const {
+  const bool log_x = x_scale_ == AxisScale::kLog10;
+  if (x_range_) return *x_range_;
+  if (std::isfinite(e.x_lo)) {
+    return e.has_bars && !log_x && e.x_hi > e.x_lo ? std::make_pair(e.x_lo, e.x_hi)
+                                                   : PadRange(e.x_lo, e.x_hi, x_scale_);
+  }
+  return log_x ? std::make_pair(1.0, 10.0) : std::make_pair(0.0, 1.0);
+}
+
+std::pair<double, double> Plot::YAxisRange(const DataExtent& e) const {
+  if (y_range_) return *y_range_;
+  if (!std::isfinite(e.y_lo)) return {0.0, 1.0};
+  if (!e.has_bars) return PadRange(e.y_lo, e.y_hi, AxisScale::kLinear);
+  // Bars grow from 0, so 0 is on the axis and not padded below.
+  const double y_lo = std::min(e.y_lo, 0.0);
+  const double y_hi = std::max(e.y_hi, 0.0);
+  const auto [plo, phi] = PadRange(y_lo, y_hi, AxisScale::kLinear);
+  return {y_lo < 0 ? plo : 0.0, phi};
+}
+
+absl::Status Plot::PlaceDataArea(Layout& layout) const {
+  const bool log_x = x_scale_ == AxisScale::kLog10;
   const int f = font_scale_;
   const int x_target = std::clamp(width_ / (40 * f + 30), 3, 10);
   const int y_target = std::clamp(height_ / (20 * f + 30), 3, 10);
-  layout.x_ticks = log_x ? LogTicks(x_lo, x_hi, x_target) : LinearTicks(x_lo, x_hi, x_target);
-  layout.y_ticks = LinearTicks(y_lo, y_hi, y_target);
+  layout.x_ticks = log_x ? LogTicks(layout.x_lo, layout.x_hi, x_target)
+                         : LinearTicks(layout.x_lo, layout.x_hi, x_target);
+  layout.y_ticks = LinearTicks(layout.y_lo, layout.y_hi, y_target);
 
   int y_label_width = 0;
   for (const Tick& t : layout.y_ticks)
@@ -287,6 +273,33 @@ absl::StatusOr<Plot::Layout> Plot::ComputeLayout() const {
     return absl::InvalidArgumentError(
         absl::StrCat("plot ", width_, "x", height_, " leaves no room for data at font scale ", f));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plot::Layout> Plot::ComputeLayout() const {
+  if (width_ < 64 || height_ < 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plot size ", width_, "x", height_, " is below the 64x64 minimum"));
+  }
+  absl::StatusOr<DataExtent> extent = FindDataExtent();
+  if (!extent.ok()) return extent.status();
+  Layout layout;
+  const auto [x_lo, x_hi] = XAxisRange(*extent);
+  const auto [y_lo, y_hi] = YAxisRange(*extent);
+  if (!(x_hi > x_lo) || !(y_hi > y_lo)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("empty axis range: x [", x_lo, ", ", x_hi, "], y [", y_lo, ", ", y_hi, "]"));
+  }
+  if (x_scale_ == AxisScale::kLog10 && x_lo <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log x axis needs x > 0, range starts at ", x_lo));
+  }
+  layout.x_lo = x_lo;
+  layout.x_hi = x_hi;
+  layout.y_lo = y_lo;
+  layout.y_hi = y_hi;
+  layout.font = font_scale_;
+  if (absl::Status st = PlaceDataArea(layout); !st.ok()) return st;
   return layout;
 }
 

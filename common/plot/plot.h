@@ -106,7 +106,21 @@ class Plot {
     int font;
   };
 
+  // The smallest and largest x (bar right edges included) and y over every series.
+  struct DataExtent {
+    double x_lo, x_hi, y_lo, y_hi;
+    bool has_bars = false;
+  };
+
   absl::StatusOr<Layout> ComputeLayout() const;
+  // The extent of the data; refuses an x <= 0 on a log x axis.
+  absl::StatusOr<DataExtent> FindDataExtent() const;
+  // The x axis range: the set one, else the data's (padded unless bars on a linear axis).
+  std::pair<double, double> XAxisRange(const DataExtent& extent) const;
+  // The y axis range: the set one, else the data's padded (from 0 when there are bars).
+  std::pair<double, double> YAxisRange(const DataExtent& extent) const;
+  // Ticks, margins and the data area for `layout`'s axis ranges.
+  absl::Status PlaceDataArea(Layout& layout) const;
   absl::Status AddResolvedSeries(Series series, const SeriesOptions& options);
   double MapX(const Layout& layout, double x) const;
   double MapY(const Layout& layout, double y) const;

@@ -299,85 +299,128 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  // The work buffers of one RunLayers call, carved out of arena_ (see LayerBuffers).
+  struct LayerPointers {
+    float *xn, *tmp, *q, *att, *k, *v, *gate, *gate_up, *qkv, *scratch;
+    float *rope_cos, *rope_sin;  // [rows, head_dim / 2] RoPE table of the rows' positions
+  };
+
+  // Sizes the work buffers for `positions.size()` rows and `groups`' attention, and fills the
+  // RoPE table. Work buffers live in the backend and only grow, so steady-state calls fault no
+  // pages.
+  LayerPointers LayerBuffers(const std::vector<int32_t>& positions,
+                             const std::vector<RowGroup>& groups) {
+    const ModelConfig& c = model_->config;
+    const int rows = static_cast<int>(positions.size());
+    const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
+    const size_t n = static_cast<size_t>(rows);
+    LayerPointers b;
+    b.xn = Buffer(arena_.xn, n * d);
+    b.tmp = Buffer(arena_.tmp, n * d);
+    b.q = Buffer(arena_.q, n * qd);
+    b.att = Buffer(arena_.att, n * qd);
+    b.k = Buffer(arena_.k, n * kvd);
+    b.v = Buffer(arena_.v, n * kvd);
+    b.gate = Buffer(arena_.gate, n * ffn);
+    b.gate_up = Buffer(arena_.gate_up, 2 * n * ffn);
+    b.qkv = Buffer(arena_.qkv, n * (qd + 2 * kvd));
+    long scratch_floats = 0;
+    for (const RowGroup& g : groups) {
+      scratch_floats =
+          std::max(scratch_floats, cpu::AttentionScratchFloats(g.rows, g.start_pos, c.num_heads));
+    }
+    b.scratch = Buffer(arena_.scratch, static_cast<size_t>(scratch_floats));
+    // RoPE angles depend only on position: one table for Q, K and every layer.
+    const size_t half = static_cast<size_t>(c.head_dim / 2);
+    b.rope_cos = Buffer(arena_.rope_cos, n * half);
+    b.rope_sin = Buffer(arena_.rope_sin, n * half);
+    cpu::RopeTable(rows, c.head_dim, positions.data(), inv_freq_.data(), b.rope_cos, b.rope_sin);
+    return b;
+  }
+
+  // Layer `l`'s attention norm and fused QKV projection of `x`, split into b.q, b.k and b.v.
+  void ProjectQkv(int l, int rows, const std::vector<float>& x, const LayerPointers& b) {
+    const ModelConfig& c = model_->config;
+    const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
+    cpu::RmsNorm(x.data(), model_->weights.layers[l].attn_norm.data(), b.xn, rows, d,
+                 c.rms_norm_eps);
+    const Fused& fw = fused_[l];
+    cpu::Linear(b.xn, fw.wqkv.data(), fw.bqkv.empty() ? nullptr : fw.bqkv.data(), b.qkv, rows,
+                qd + 2 * kvd, d);
+    for (int r = 0; r < rows; ++r) {
+      const float* src = b.qkv + static_cast<size_t>(r) * (qd + 2 * kvd);
+      std::memcpy(b.q + static_cast<size_t>(r) * qd, src, qd * sizeof(float));
+      std::memcpy(b.k + static_cast<size_t>(r) * kvd, src + qd, kvd * sizeof(float));
+      std::memcpy(b.v + static_cast<size_t>(r) * kvd, src + qd + kvd, kvd * sizeof(float));
+    }
+  }
+
+  // Layer `l`'s attention into b.att: RoPE on b.q and b.k, each group's K/V written to its
+  // cache and attended causally, the external rows through their RowAttention.
+  absl::Status AttendLayer(int l, int rows, const std::vector<RowGroup>& groups,
+                           absl::Span<RowAttention* const> external, const LayerPointers& b) {
+    const ModelConfig& c = model_->config;
+    const int qd = c.q_dim(), kvd = c.kv_dim();
+    cpu::ApplyRopeTable(b.q, rows, c.num_heads, c.head_dim, b.rope_cos, b.rope_sin);
+    cpu::ApplyRopeTable(b.k, rows, c.num_kv_heads, c.head_dim, b.rope_cos, b.rope_sin);
+    for (const RowGroup& g : groups) {
+      const size_t src = static_cast<size_t>(g.first_row) * kvd;
+      const size_t dst = static_cast<size_t>(g.start_pos) * kvd;
+      const size_t n = static_cast<size_t>(g.rows) * kvd;
+      std::memcpy(g.seq->k_[l].get() + dst, b.k + src, n * sizeof(float));
+      std::memcpy(g.seq->v_[l].get() + dst, b.v + src, n * sizeof(float));
+      cpu::CausalAttention(b.q + static_cast<size_t>(g.first_row) * qd, g.seq->k_[l].get(),
+                           g.seq->v_[l].get(), b.att + static_cast<size_t>(g.first_row) * qd,
+                           g.rows, g.start_pos, c.num_heads, c.num_kv_heads, c.head_dim,
+                           c.sliding_window, b.scratch);
+    }
+    const size_t n = static_cast<size_t>(rows);
+    for (size_t i = 0; i < external.size(); ++i) {
+      const size_t r = n - external.size() + i;
+      SCD_RETURN_IF_ERROR(external[i]->Attend(l, b.q + r * qd, b.k + r * kvd, b.v + r * kvd,
+                                              b.att + r * qd, nullptr));
+    }
+    return absl::OkStatus();
+  }
+
+  // Layer `l`'s SwiGLU feed-forward block on `x`, added to `x` in place.
+  void FeedForward(int l, int rows, const LayerPointers& b, std::vector<float>& x) {
+    const ModelConfig& c = model_->config;
+    const LayerWeights& lw = model_->weights.layers[l];
+    const int d = c.hidden_size, ffn = c.intermediate_size;
+    cpu::RmsNorm(x.data(), lw.ffn_norm.data(), b.xn, rows, d, c.rms_norm_eps);
+    cpu::Linear(b.xn, fused_[l].w_gate_up.data(), nullptr, b.gate_up, rows, 2 * ffn, d);
+    for (int r = 0; r < rows; ++r) {
+      const float* row = b.gate_up + static_cast<size_t>(r) * 2 * ffn;
+      cpu::SwiGlu(row, row + ffn, b.gate + static_cast<size_t>(r) * ffn, ffn);
+    }
+    cpu::Linear(b.gate, lw.w_down.data(), nullptr, b.tmp, rows, d, ffn);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += b.tmp[i];
+  }
+
   // Runs layers [first, end) on the residual stream `x` [rows, d] in place (rows as Forward's).
   absl::Status RunLayers(int first, int end, const std::vector<int32_t>& positions,
                          const std::vector<RowGroup>& groups,
                          absl::Span<RowAttention* const> external, std::vector<LayerStates>* hooks,
                          bool keep_states, bool keep_residual, std::vector<float>* x_inout) {
     const ModelConfig& c = model_->config;
-    const ModelWeights& w = model_->weights;
     std::vector<float>& x = *x_inout;
     const int rows = static_cast<int>(positions.size());
-    const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
-    // Work buffers live in the backend and only grow, so steady-state calls fault no pages.
+    const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
     const size_t n = static_cast<size_t>(rows);
-    float* xn = Buffer(arena_.xn, n * d);
-    float* tmp = Buffer(arena_.tmp, n * d);
-    float* q = Buffer(arena_.q, n * qd);
-    float* att = Buffer(arena_.att, n * qd);
-    float* k = Buffer(arena_.k, n * kvd);
-    float* v = Buffer(arena_.v, n * kvd);
-    float* gate = Buffer(arena_.gate, n * ffn);
-    float* gate_up = Buffer(arena_.gate_up, 2 * n * ffn);
-    float* qkv = Buffer(arena_.qkv, n * (qd + 2 * kvd));
-    long scratch_floats = 0;
-    for (const RowGroup& g : groups) {
-      scratch_floats =
-          std::max(scratch_floats, cpu::AttentionScratchFloats(g.rows, g.start_pos, c.num_heads));
-    }
-    float* scratch = Buffer(arena_.scratch, static_cast<size_t>(scratch_floats));
-    // RoPE angles depend only on position: one table for Q, K and every layer.
-    const size_t half = static_cast<size_t>(c.head_dim / 2);
-    float* rope_cos = Buffer(arena_.rope_cos, n * half);
-    float* rope_sin = Buffer(arena_.rope_sin, n * half);
-    cpu::RopeTable(rows, c.head_dim, positions.data(), inv_freq_.data(), rope_cos, rope_sin);
-
+    const LayerPointers b = LayerBuffers(positions, groups);
     for (int l = first; l < end; ++l) {
-      const LayerWeights& lw = w.layers[l];
       if (hooks != nullptr && keep_residual) (*hooks)[l].residual = x;
-      cpu::RmsNorm(x.data(), lw.attn_norm.data(), xn, rows, d, c.rms_norm_eps);
-      const Fused& fw = fused_[l];
-      cpu::Linear(xn, fw.wqkv.data(), fw.bqkv.empty() ? nullptr : fw.bqkv.data(),
-                  qkv, rows, qd + 2 * kvd, d);
-      for (int r = 0; r < rows; ++r) {
-        const float* src = qkv + static_cast<size_t>(r) * (qd + 2 * kvd);
-        std::memcpy(q + static_cast<size_t>(r) * qd, src, qd * sizeof(float));
-        std::memcpy(k + static_cast<size_t>(r) * kvd, src + qd, kvd * sizeof(float));
-        std::memcpy(v + static_cast<size_t>(r) * kvd, src + qd + kvd, kvd * sizeof(float));
-      }
+      ProjectQkv(l, rows, x, b);
       if (hooks != nullptr && keep_states) {
-        (*hooks)[l].h_in.assign(xn, xn + n * d);
-        (*hooks)[l].k_pre_rope.assign(k, k + n * kvd);
-        (*hooks)[l].v.assign(v, v + n * kvd);
+        (*hooks)[l].h_in.assign(b.xn, b.xn + n * d);
+        (*hooks)[l].k_pre_rope.assign(b.k, b.k + n * kvd);
+        (*hooks)[l].v.assign(b.v, b.v + n * kvd);
       }
-      cpu::ApplyRopeTable(q, rows, c.num_heads, c.head_dim, rope_cos, rope_sin);
-      cpu::ApplyRopeTable(k, rows, c.num_kv_heads, c.head_dim, rope_cos, rope_sin);
-      for (const RowGroup& g : groups) {
-        const size_t src = static_cast<size_t>(g.first_row) * kvd;
-        const size_t dst = static_cast<size_t>(g.start_pos) * kvd;
-        const size_t n = static_cast<size_t>(g.rows) * kvd;
-        std::memcpy(g.seq->k_[l].get() + dst, k + src, n * sizeof(float));
-        std::memcpy(g.seq->v_[l].get() + dst, v + src, n * sizeof(float));
-        cpu::CausalAttention(q + static_cast<size_t>(g.first_row) * qd, g.seq->k_[l].get(),
-                             g.seq->v_[l].get(), att + static_cast<size_t>(g.first_row) * qd,
-                             g.rows, g.start_pos, c.num_heads, c.num_kv_heads, c.head_dim,
-                             c.sliding_window, scratch);
-      }
-      for (size_t i = 0; i < external.size(); ++i) {
-        const size_t r = n - external.size() + i;
-        SCD_RETURN_IF_ERROR(
-            external[i]->Attend(l, q + r * qd, k + r * kvd, v + r * kvd, att + r * qd, nullptr));
-      }
-      cpu::Linear(att, lw.wo.data(), nullptr, tmp, rows, d, qd);
-      for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
-      cpu::RmsNorm(x.data(), lw.ffn_norm.data(), xn, rows, d, c.rms_norm_eps);
-      cpu::Linear(xn, fw.w_gate_up.data(), nullptr, gate_up, rows, 2 * ffn, d);
-      for (int r = 0; r < rows; ++r) {
-        const float* row = gate_up + static_cast<size_t>(r) * 2 * ffn;
-        cpu::SwiGlu(row, row + ffn, gate + static_cast<size_t>(r) * ffn, ffn);
-      }
-      cpu::Linear(gate, lw.w_down.data(), nullptr, tmp, rows, d, ffn);
-      for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+      SCD_RETURN_IF_ERROR(AttendLayer(l, rows, groups, external, b));
+      cpu::Linear(b.att, model_->weights.layers[l].wo.data(), nullptr, b.tmp, rows, d, qd);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += b.tmp[i];
+      FeedForward(l, rows, b, x);
     }
     return absl::OkStatus();
   }

@@ -67,6 +67,138 @@ std::string TensorDigest(const TensorMap& m) {
   return Sha256::ToHex(h.Finish());
 }
 
+// The status for an exception thrown while reading `path`'s metadata (json errors, MetaInt,
+// std::stoi of a patch layer key).
+absl::Status BadMetadata(const std::string& path, const std::exception& e) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": bad artifact metadata: ", e.what()));
+}
+
+// Parses the "scd" metadata into `a`'s scalar fields and checks that they agree; returns the
+// parsed JSON for the patch step.
+absl::StatusOr<nlohmann::json> ParseMetadata(const std::string& path, const std::string& text,
+                                             ScdArtifact& a) {
+  try {
+    nlohmann::json meta = nlohmann::json::parse(text);
+    if (meta.at("format_version").get<int>() != kFormatVersion) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": artifact format version ",
+                                                     meta.at("format_version").dump(),
+                                                     " is not ", kFormatVersion));
+    }
+    a.producer_name = meta.at("producer").at("name");
+    a.producer_digest = meta.at("producer").at("digest");
+    a.consumer_name = meta.at("consumer").at("name");
+    a.consumer_digest = meta.at("consumer").at("digest");
+    a.num_layers = MetaInt(meta.at("num_layers"));
+    a.hidden_size = MetaInt(meta.at("hidden_size"));
+    a.kv_dim = MetaInt(meta.at("kv_dim"));
+    a.rank_k = MetaInt(meta.at("rank_k"));
+    a.rank_v = MetaInt(meta.at("rank_v"));
+    a.rank_h = MetaInt(meta.at("rank_h"));
+    const int code_encoding = MetaInt(meta.at("code_encoding"));
+    if (code_encoding < 0 || code_encoding > 255) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": bad code_encoding"));
+    }
+    SCD_ASSIGN_OR_RETURN(a.code_encoding, EncodingFromByte(static_cast<uint8_t>(code_encoding)));
+    for (const nlohmann::json& l : meta.at("patch_order")) a.patch_order.push_back(MetaInt(l));
+    a.patch_budget = MetaInt(meta.at("patch_budget"));
+    a.recompute_first = MetaInt(meta.at("recompute_block").at(0));
+    a.recompute_end = MetaInt(meta.at("recompute_block").at(1));
+    a.report = meta.at("report");
+    if (a.num_layers <= 0 || a.hidden_size <= 0 || a.kv_dim <= 0 || a.rank_k <= 0 ||
+        a.rank_v <= 0 || a.rank_k > a.kv_dim || a.rank_v > a.kv_dim || a.rank_h < 0 ||
+        a.rank_h > a.hidden_size || a.patch_budget < 0 ||
+        a.patch_budget > static_cast<int>(a.patch_order.size()) ||
+        !(0 <= a.recompute_first && a.recompute_first <= a.recompute_end &&
+          a.recompute_end <= a.num_layers)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": inconsistent artifact metadata"));
+    }
+    return meta;
+  } catch (const std::exception& e) {
+    return BadMetadata(path, e);
+  }
+}
+
+// Reads every layer's REUSE codes into `a.reuse`.
+absl::Status LoadReuseLayers(const std::string& path, const SafetensorsFile& file, ScdArtifact& a) {
+  try {
+    // Layer by layer, so that a num_layers the file has no tensors for fails at the first
+    // missing one instead of allocating num_layers entries up front.
+    for (int l = 0; l < a.num_layers; ++l) {
+      ReuseLayer layer;
+      SCD_RETURN_IF_ERROR(
+          GetCode(file, absl::StrCat("reuse.", l, ".k"), a.kv_dim, a.rank_k, a.kv_dim, &layer.key));
+      SCD_RETURN_IF_ERROR(GetCode(file, absl::StrCat("reuse.", l, ".v"), a.kv_dim, a.rank_v,
+                                  a.kv_dim, &layer.value));
+      a.reuse.push_back(std::move(layer));
+    }
+  } catch (const std::exception& e) {
+    return BadMetadata(path, e);
+  }
+  return absl::OkStatus();
+}
+
+// Reads the PATCH code and aligner of layer `l`: hidden size `d`, code rank `r`, aligner
+// width `m` (0: affine only).
+absl::Status LoadPatchLayer(const SafetensorsFile& file, int l, int d, int r, int m,
+                            PatchLayer& p) {
+  const std::string prefix = absl::StrCat("patch.", l);
+  SCD_RETURN_IF_ERROR(GetCode(file, prefix + ".code", d, r, d, &p.code));
+  p.aligner.code_dim = r;
+  p.aligner.hidden_dim = m;
+  p.aligner.out_dim = d;
+  SCD_RETURN_IF_ERROR(GetVec(file, prefix + ".aligner.a", {r, d}, &p.aligner.a));
+  SCD_RETURN_IF_ERROR(GetVec(file, prefix + ".aligner.c", {d}, &p.aligner.c));
+  if (m > 0) {
+    SCD_RETURN_IF_ERROR(GetVec(file, prefix + ".aligner.w1", {r, m}, &p.aligner.w1));
+    SCD_RETURN_IF_ERROR(GetVec(file, prefix + ".aligner.b1", {m}, &p.aligner.b1));
+    SCD_RETURN_IF_ERROR(GetVec(file, prefix + ".aligner.w2", {m, d}, &p.aligner.w2));
+  }
+  SCD_RETURN_IF_ERROR(GetVec(file, prefix + ".aligner.b2", {d}, &p.aligner.b2));
+  return absl::OkStatus();
+}
+
+// Reads every PATCH layer listed in the metadata into `a.patches` and checks that the patch
+// order names only layers that have one.
+absl::Status LoadPatches(const std::string& path, const SafetensorsFile& file,
+                         const nlohmann::json& meta, ScdArtifact& a) {
+  try {
+    for (const auto& [key, hidden] : meta.at("patch_hidden").items()) {
+      const int l = std::stoi(key);
+      if (l < 0 || l >= a.num_layers) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": patch layer ", l, " out of range"));
+      }
+      PatchLayer p;
+      const int m = MetaInt(hidden);
+      if (m < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": patch layer ", l, " has width ", m));
+      }
+      SCD_RETURN_IF_ERROR(LoadPatchLayer(file, l, a.hidden_size, a.rank_h, m, p));
+      a.patches[l] = std::move(p);
+    }
+    for (int l : a.patch_order) {
+      if (!a.patches.count(l)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": patch order names layer ", l, " which has no PATCH fit"));
+      }
+    }
+  } catch (const std::exception& e) {
+    return BadMetadata(path, e);
+  }
+  return absl::OkStatus();
+}
+
+// The artifact id: the digest of every tensor in the file, recomputed exactly as Save did.
+absl::StatusOr<std::string> LoadedTensorDigest(const SafetensorsFile& file) {
+  TensorMap m;
+  for (const std::string& name : file.TensorNames()) {
+    SCD_ASSIGN_OR_RETURN(std::vector<float> v, file.ReadAsFloat(name));
+    const TensorInfo* info = file.Find(name);
+    m[name] = SafetensorsTensor::FromFloats(DType::kF32, info->shape, v);
+  }
+  return TensorDigest(m);
+}
+
 }  // namespace
 
 absl::Status ScdArtifact::Save(const std::string& path) {
@@ -119,94 +251,10 @@ absl::StatusOr<ScdArtifact> ScdArtifact::Load(const std::string& path) {
         absl::StrCat(path, ": not an SCD calibration artifact (no \"scd\" metadata)"));
   }
   ScdArtifact a;
-  try {
-    const nlohmann::json meta = nlohmann::json::parse(it->second);
-    if (meta.at("format_version").get<int>() != kFormatVersion) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": artifact format version ",
-                                                     meta.at("format_version").dump(),
-                                                     " is not ", kFormatVersion));
-    }
-    a.producer_name = meta.at("producer").at("name");
-    a.producer_digest = meta.at("producer").at("digest");
-    a.consumer_name = meta.at("consumer").at("name");
-    a.consumer_digest = meta.at("consumer").at("digest");
-    a.num_layers = MetaInt(meta.at("num_layers"));
-    a.hidden_size = MetaInt(meta.at("hidden_size"));
-    a.kv_dim = MetaInt(meta.at("kv_dim"));
-    a.rank_k = MetaInt(meta.at("rank_k"));
-    a.rank_v = MetaInt(meta.at("rank_v"));
-    a.rank_h = MetaInt(meta.at("rank_h"));
-    const int code_encoding = MetaInt(meta.at("code_encoding"));
-    if (code_encoding < 0 || code_encoding > 255) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": bad code_encoding"));
-    }
-    SCD_ASSIGN_OR_RETURN(a.code_encoding, EncodingFromByte(static_cast<uint8_t>(code_encoding)));
-    for (const nlohmann::json& l : meta.at("patch_order")) a.patch_order.push_back(MetaInt(l));
-    a.patch_budget = MetaInt(meta.at("patch_budget"));
-    a.recompute_first = MetaInt(meta.at("recompute_block").at(0));
-    a.recompute_end = MetaInt(meta.at("recompute_block").at(1));
-    a.report = meta.at("report");
-    if (a.num_layers <= 0 || a.hidden_size <= 0 || a.kv_dim <= 0 || a.rank_k <= 0 ||
-        a.rank_v <= 0 || a.rank_k > a.kv_dim || a.rank_v > a.kv_dim || a.rank_h < 0 ||
-        a.rank_h > a.hidden_size || a.patch_budget < 0 ||
-        a.patch_budget > static_cast<int>(a.patch_order.size()) ||
-        !(0 <= a.recompute_first && a.recompute_first <= a.recompute_end &&
-          a.recompute_end <= a.num_layers)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": inconsistent artifact metadata"));
-    }
-    // Layer by layer, so that a num_layers the file has no tensors for fails at the first
-    // missing one instead of allocating num_layers entries up front.
-    for (int l = 0; l < a.num_layers; ++l) {
-      ReuseLayer layer;
-      SCD_RETURN_IF_ERROR(GetCode(*file, absl::StrCat("reuse.", l, ".k"), a.kv_dim, a.rank_k,
-                                  a.kv_dim, &layer.key));
-      SCD_RETURN_IF_ERROR(GetCode(*file, absl::StrCat("reuse.", l, ".v"), a.kv_dim, a.rank_v,
-                                  a.kv_dim, &layer.value));
-      a.reuse.push_back(std::move(layer));
-    }
-    for (const auto& [key, hidden] : meta.at("patch_hidden").items()) {
-      const int l = std::stoi(key);
-      if (l < 0 || l >= a.num_layers) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": patch layer ", l, " out of range"));
-      }
-      PatchLayer p;
-      const std::string prefix = absl::StrCat("patch.", l);
-      const int d = a.hidden_size, r = a.rank_h, m = MetaInt(hidden);
-      if (m < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ": patch layer ", l, " has width ", m));
-      }
-      SCD_RETURN_IF_ERROR(GetCode(*file, prefix + ".code", d, r, d, &p.code));
-      p.aligner.code_dim = r;
-      p.aligner.hidden_dim = m;
-      p.aligner.out_dim = d;
-      SCD_RETURN_IF_ERROR(GetVec(*file, prefix + ".aligner.a", {r, d}, &p.aligner.a));
-      SCD_RETURN_IF_ERROR(GetVec(*file, prefix + ".aligner.c", {d}, &p.aligner.c));
-      if (m > 0) {
-        SCD_RETURN_IF_ERROR(GetVec(*file, prefix + ".aligner.w1", {r, m}, &p.aligner.w1));
-        SCD_RETURN_IF_ERROR(GetVec(*file, prefix + ".aligner.b1", {m}, &p.aligner.b1));
-        SCD_RETURN_IF_ERROR(GetVec(*file, prefix + ".aligner.w2", {m, d}, &p.aligner.w2));
-      }
-      SCD_RETURN_IF_ERROR(GetVec(*file, prefix + ".aligner.b2", {d}, &p.aligner.b2));
-      a.patches[l] = std::move(p);
-    }
-    for (int l : a.patch_order) {
-      if (!a.patches.count(l)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ": patch order names layer ", l, " which has no PATCH fit"));
-      }
-    }
-  } catch (const std::exception& e) {  // json errors, MetaInt, std::stoi of a patch layer key
-    return absl::InvalidArgumentError(absl::StrCat(path, ": bad artifact metadata: ", e.what()));
-  }
-  // Recompute the id from the loaded tensors exactly as Save did.
-  TensorMap m;
-  for (const std::string& name : file->TensorNames()) {
-    SCD_ASSIGN_OR_RETURN(std::vector<float> v, file->ReadAsFloat(name));
-    const TensorInfo* info = file->Find(name);
-    m[name] = SafetensorsTensor::FromFloats(DType::kF32, info->shape, v);
-  }
-  a.id = TensorDigest(m);
+  SCD_ASSIGN_OR_RETURN(const nlohmann::json meta, ParseMetadata(path, it->second, a));
+  SCD_RETURN_IF_ERROR(LoadReuseLayers(path, *file, a));
+  SCD_RETURN_IF_ERROR(LoadPatches(path, *file, meta, a));
+  SCD_ASSIGN_OR_RETURN(a.id, LoadedTensorDigest(*file));
   return a;
 }
 

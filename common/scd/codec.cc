@@ -65,6 +65,77 @@ PairDigest ProducerCodec::pair_digest(CodecMode mode) const {
                         ArtifactIdFor(mode, artifact_.get()));
 }
 
+namespace {
+
+// Checks that the producer's prefill states cover all `t` tokens with the hooks `mode` needs.
+absl::Status CheckProducerStates(CodecMode mode, const ModelConfig& c, const PrefillResult& states,
+                                 int t) {
+  const PrefillOptions need = ProducerPrefillOptions(mode);
+  if (states.num_tokens != t || static_cast<int>(states.layers.size()) != c.num_layers ||
+      static_cast<int>(states.surprisal.size()) != t ||
+      (need.residual &&
+       states.layers[0].residual.size() != static_cast<size_t>(t) * c.hidden_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("producer states do not cover the ", t, " tokens with the hooks mode ",
+                     std::string(CodecModeName(mode)), " needs (see ProducerPrefillOptions)"));
+  }
+  return absl::OkStatus();
+}
+
+// Appends layer `l`'s pre-RoPE K and its V as f16 blocks.
+void AppendF16Kv(Payload& p, int l, const LayerStates& s, int t, int kvd) {
+  p.blocks.push_back(MakeBlock(BlockKind::kKey, Encoding::kF16, l, s.k_pre_rope.data(), t, kvd));
+  p.blocks.push_back(MakeBlock(BlockKind::kValue, Encoding::kF16, l, s.v.data(), t, kvd));
+}
+
+// Appends layer `l`'s K and V quantised to 8 bits (`eight`) or 4, in groups of `group`.
+void AppendQuantKv(Payload& p, bool eight, int l, const LayerStates& s, int t, int kvd, int group) {
+  p.blocks.push_back(MakeBlock(BlockKind::kKey, eight ? Encoding::kKeyInt8 : Encoding::kKeyInt4, l,
+                               s.k_pre_rope.data(), t, kvd, group));
+  p.blocks.push_back(MakeBlock(BlockKind::kValue,
+                               eight ? Encoding::kValueInt8 : Encoding::kValueInt4, l, s.v.data(),
+                               t, kvd, std::min(group, kvd)));
+}
+
+// Appends layer `l`'s recompute-mode blocks: the residual at the recomputed block's first
+// layer, f16 K/V for every layer outside the block.
+void AppendRecomputeLayer(Payload& p, const ScdArtifact& a, const ModelConfig& c, int l,
+                          const LayerStates& s, int t) {
+  if (l == a.recompute_first && a.recompute_end > l) {
+    p.blocks.push_back(
+        MakeBlock(BlockKind::kResidual, Encoding::kF16, l, s.residual.data(), t, c.hidden_size));
+  }
+  if (l < a.recompute_first || l >= a.recompute_end) AppendF16Kv(p, l, s, t, c.kv_dim());
+}
+
+// Appends layer `l`'s SCD codes: its PATCH code when `patch_layers` lists it, its REUSE key
+// and value codes otherwise. `z` is scratch kept from layer to layer.
+absl::Status AppendCodeLayer(Payload& p, const ScdArtifact& a, const std::vector<int>& patch_layers,
+                             int l, const LayerStates& s, int t, std::vector<float>& z) {
+  const Encoding enc = a.code_encoding;
+  if (std::find(patch_layers.begin(), patch_layers.end(), l) != patch_layers.end()) {
+    auto it = a.patches.find(l);
+    if (it == a.patches.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", l, " has no PATCH fit"));
+    }
+    const LinearCode& code = it->second.code;
+    z.resize(static_cast<size_t>(t) * code.rank);
+    code.Encode(s.h_in.data(), t, z.data());
+    p.blocks.push_back(MakeBlock(BlockKind::kPatch, enc, l, z.data(), t, code.rank));
+    return absl::OkStatus();
+  }
+  const ReuseLayer& r = a.reuse[l];
+  z.resize(static_cast<size_t>(t) * r.key.rank);
+  r.key.Encode(s.k_pre_rope.data(), t, z.data());
+  p.blocks.push_back(MakeBlock(BlockKind::kKey, enc, l, z.data(), t, r.key.rank));
+  z.resize(static_cast<size_t>(t) * r.value.rank);
+  r.value.Encode(s.v.data(), t, z.data());
+  p.blocks.push_back(MakeBlock(BlockKind::kValue, enc, l, z.data(), t, r.value.rank));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const int32_t> tokens,
                                               const PrefillResult& states,
                                               int start_position) const {
@@ -83,18 +154,10 @@ absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const i
   p.token_ids.assign(tokens.begin(), tokens.end());
   if (mode == CodecMode::kOracle) return p;
 
-  const PrefillOptions need = ProducerPrefillOptions(mode);
-  if (states.num_tokens != t || static_cast<int>(states.layers.size()) != c.num_layers ||
-      static_cast<int>(states.surprisal.size()) != t ||
-      (need.residual && states.layers[0].residual.size() != static_cast<size_t>(t) * c.hidden_size)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "producer states do not cover the ", t, " tokens with the hooks mode ",
-        std::string(CodecModeName(mode)), " needs (see ProducerPrefillOptions)"));
-  }
+  SCD_RETURN_IF_ERROR(CheckProducerStates(mode, c, states, t));
   p.blocks.push_back(MakeBlock(BlockKind::kSurprisal, Encoding::kF16, 0,
                                states.surprisal.data(), t, 1));
   const int kvd = c.kv_dim();
-  const int group = options_.kivi_group;
   std::vector<int> patch_layers;
   if (mode == CodecMode::kScd) {
     patch_layers = options_.patch_layers.value_or(artifact_->PatchLayers());
@@ -104,52 +167,19 @@ absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const i
     const LayerStates& s = states.layers[l];
     switch (mode) {
       case CodecMode::kRaw:
-        p.blocks.push_back(MakeBlock(BlockKind::kKey, Encoding::kF16, l, s.k_pre_rope.data(), t, kvd));
-        p.blocks.push_back(MakeBlock(BlockKind::kValue, Encoding::kF16, l, s.v.data(), t, kvd));
+        AppendF16Kv(p, l, s, t, kvd);
         break;
       case CodecMode::kQuant8:
-      case CodecMode::kQuant4: {
-        const bool eight = mode == CodecMode::kQuant8;
-        p.blocks.push_back(MakeBlock(BlockKind::kKey, eight ? Encoding::kKeyInt8 : Encoding::kKeyInt4,
-                                     l, s.k_pre_rope.data(), t, kvd, group));
-        p.blocks.push_back(MakeBlock(BlockKind::kValue,
-                                     eight ? Encoding::kValueInt8 : Encoding::kValueInt4, l,
-                                     s.v.data(), t, kvd, std::min(group, kvd)));
+      case CodecMode::kQuant4:
+        AppendQuantKv(p, mode == CodecMode::kQuant8, l, s, t, kvd, options_.kivi_group);
         break;
-      }
       case CodecMode::kRecompute:
-        if (l == artifact_->recompute_first && artifact_->recompute_end > l) {
-          p.blocks.push_back(MakeBlock(BlockKind::kResidual, Encoding::kF16, l,
-                                       s.residual.data(), t, c.hidden_size));
-        }
-        if (l < artifact_->recompute_first || l >= artifact_->recompute_end) {
-          p.blocks.push_back(MakeBlock(BlockKind::kKey, Encoding::kF16, l, s.k_pre_rope.data(), t, kvd));
-          p.blocks.push_back(MakeBlock(BlockKind::kValue, Encoding::kF16, l, s.v.data(), t, kvd));
-        }
+        AppendRecomputeLayer(p, *artifact_, c, l, s, t);
         break;
       case CodecMode::kScdReuse:
-      case CodecMode::kScd: {
-        const Encoding enc = artifact_->code_encoding;
-        if (std::find(patch_layers.begin(), patch_layers.end(), l) != patch_layers.end()) {
-          auto it = artifact_->patches.find(l);
-          if (it == artifact_->patches.end()) {
-            return absl::InvalidArgumentError(absl::StrCat("layer ", l, " has no PATCH fit"));
-          }
-          const LinearCode& code = it->second.code;
-          z.resize(static_cast<size_t>(t) * code.rank);
-          code.Encode(s.h_in.data(), t, z.data());
-          p.blocks.push_back(MakeBlock(BlockKind::kPatch, enc, l, z.data(), t, code.rank));
-        } else {
-          const ReuseLayer& r = artifact_->reuse[l];
-          z.resize(static_cast<size_t>(t) * r.key.rank);
-          r.key.Encode(s.k_pre_rope.data(), t, z.data());
-          p.blocks.push_back(MakeBlock(BlockKind::kKey, enc, l, z.data(), t, r.key.rank));
-          z.resize(static_cast<size_t>(t) * r.value.rank);
-          r.value.Encode(s.v.data(), t, z.data());
-          p.blocks.push_back(MakeBlock(BlockKind::kValue, enc, l, z.data(), t, r.value.rank));
-        }
+      case CodecMode::kScd:
+        SCD_RETURN_IF_ERROR(AppendCodeLayer(p, *artifact_, patch_layers, l, s, t, z));
         break;
-      }
       case CodecMode::kOracle:
         break;
     }
@@ -286,6 +316,59 @@ size_t ConsumerCodec::HostBlockRows(const Payload& p) const {
   return std::min(std::max(block / step, size_t{1}) * step, rows);
 }
 
+namespace {
+
+// Rebuilds layer `l`'s pre-RoPE K and V from its PATCH block: decodes the codes into `z`,
+// aligns them into H_in in `h`, and projects H_in with the consumer's own weights.
+absl::Status RebuildPatchLayer(const Payload& p, const PayloadBlock* pb, int l,
+                               const ScdArtifact* artifact, const Model& consumer,
+                               std::vector<float>& z, std::vector<float>& h, ExternalKv& kv) {
+  const ModelConfig& c = consumer.config;
+  const int t = static_cast<int>(p.token_ids.size());
+  const int kvd = c.kv_dim();
+  SCD_ASSIGN_OR_RETURN(const PatchAligner* aligner_ptr, PatchAlignerFor(p, pb, l, artifact));
+  const PatchAligner& aligner = *aligner_ptr;
+  SCD_RETURN_IF_ERROR(pb->DecodeInto(&z));
+  h.resize(static_cast<size_t>(t) * c.hidden_size);
+  aligner.Apply(z.data(), t, h.data());
+  // Regenerate pre-RoPE K and V with the consumer's own projections.
+  const LayerWeights& lw = consumer.weights.layers[l];
+  kv.k_pre_rope[l].resize(static_cast<size_t>(t) * kvd);
+  kv.v[l].resize(static_cast<size_t>(t) * kvd);
+  cpu::Linear(h.data(), lw.wk.data(), lw.bk.empty() ? nullptr : lw.bk.data(),
+              kv.k_pre_rope[l].data(), t, kvd, c.hidden_size);
+  cpu::Linear(h.data(), lw.wv.data(), lw.bv.empty() ? nullptr : lw.bv.data(), kv.v[l].data(), t,
+              kvd, c.hidden_size);
+  return absl::OkStatus();
+}
+
+// Decodes layer `l`'s REUSE key and value codes (through `z` and `z2`) back into K and V.
+absl::Status DecodeCodeLayer(const ReuseLayer& r, const PayloadBlock* kb, const PayloadBlock* vb,
+                             int l, int t, int kvd, const std::string& mode_name,
+                             std::vector<float>& z, std::vector<float>& z2, ExternalKv& kv) {
+  SCD_RETURN_IF_ERROR(ExpectBlockCols(kb, r.key.rank, "key code", l, mode_name));
+  SCD_RETURN_IF_ERROR(ExpectBlockCols(vb, r.value.rank, "value code", l, mode_name));
+  SCD_RETURN_IF_ERROR(kb->DecodeInto(&z));
+  SCD_RETURN_IF_ERROR(vb->DecodeInto(&z2));
+  kv.k_pre_rope[l].resize(static_cast<size_t>(t) * kvd);
+  kv.v[l].resize(static_cast<size_t>(t) * kvd);
+  r.key.Decode(z.data(), t, kv.k_pre_rope[l].data());
+  r.value.Decode(z2.data(), t, kv.v[l].data());
+  return absl::OkStatus();
+}
+
+// Decodes layer `l`'s plain (f16 or quantised) key and value blocks straight into K and V.
+absl::Status DecodeKvLayer(const PayloadBlock* kb, const PayloadBlock* vb, int l, int kvd,
+                           const std::string& mode_name, ExternalKv& kv) {
+  SCD_RETURN_IF_ERROR(ExpectBlockCols(kb, kvd, "key", l, mode_name));
+  SCD_RETURN_IF_ERROR(ExpectBlockCols(vb, kvd, "value", l, mode_name));
+  SCD_RETURN_IF_ERROR(kb->DecodeInto(&kv.k_pre_rope[l]));
+  SCD_RETURN_IF_ERROR(vb->DecodeInto(&kv.v[l]));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ConsumerCodec::RebuildOnHost(const Payload& p, Backend& backend, Sequence& seq,
                                           RebuildStats& st, HostBuffers& buffers) const {
   const ModelConfig& c = consumer_->config;
@@ -294,44 +377,26 @@ absl::Status ConsumerCodec::RebuildOnHost(const Payload& p, Backend& backend, Se
   auto t0 = Clock::now();
   const int kvd = c.kv_dim();
   ExternalKv& kv = buffers.kv;
-  std::vector<float>& h = buffers.h;
-  std::vector<float>& z = buffers.z;
-  std::vector<float>& z2 = buffers.z2;
   kv.num_tokens = t;
   kv.k_pre_rope.resize(c.num_layers);
   kv.v.resize(c.num_layers);
   const PayloadBlock* residual = nullptr;
   int recompute_first = -1, recompute_end = -1;
-  auto expect_cols = [&](const PayloadBlock* b, int cols, const char* what, int l) {
-    return ExpectBlockCols(b, cols, what, l, mode_name);
-  };
   for (int l = 0; l < c.num_layers; ++l) {
     const PayloadBlock* kb = p.Find(BlockKind::kKey, l);
     const PayloadBlock* vb = p.Find(BlockKind::kValue, l);
     const PayloadBlock* pb = p.Find(BlockKind::kPatch, l);
     const PayloadBlock* rb = p.Find(BlockKind::kResidual, l);
     if (rb != nullptr) {
-      SCD_RETURN_IF_ERROR(expect_cols(rb, c.hidden_size, "residual", l));
+      SCD_RETURN_IF_ERROR(ExpectBlockCols(rb, c.hidden_size, "residual", l, mode_name));
       if (residual != nullptr) return absl::InvalidArgumentError("payload has two residual blocks");
       residual = rb;
       recompute_first = l;
     }
     const bool codes = p.mode == CodecMode::kScdReuse || p.mode == CodecMode::kScd;
     if (pb != nullptr) {
-      SCD_ASSIGN_OR_RETURN(const PatchAligner* aligner_ptr,
-                           PatchAlignerFor(p, pb, l, artifact_.get()));
-      const PatchAligner& aligner = *aligner_ptr;
-      SCD_RETURN_IF_ERROR(pb->DecodeInto(&z));
-      h.resize(static_cast<size_t>(t) * c.hidden_size);
-      aligner.Apply(z.data(), t, h.data());
-      // Regenerate pre-RoPE K and V with the consumer's own projections.
-      const LayerWeights& lw = consumer_->weights.layers[l];
-      kv.k_pre_rope[l].resize(static_cast<size_t>(t) * kvd);
-      kv.v[l].resize(static_cast<size_t>(t) * kvd);
-      cpu::Linear(h.data(), lw.wk.data(), lw.bk.empty() ? nullptr : lw.bk.data(),
-                  kv.k_pre_rope[l].data(), t, kvd, c.hidden_size);
-      cpu::Linear(h.data(), lw.wv.data(), lw.bv.empty() ? nullptr : lw.bv.data(),
-                  kv.v[l].data(), t, kvd, c.hidden_size);
+      SCD_RETURN_IF_ERROR(
+          RebuildPatchLayer(p, pb, l, artifact_.get(), *consumer_, buffers.z, buffers.h, kv));
       continue;
     }
     if (kb == nullptr && vb == nullptr && p.mode == CodecMode::kRecompute && recompute_first >= 0) {
@@ -341,20 +406,10 @@ absl::Status ConsumerCodec::RebuildOnHost(const Payload& p, Backend& backend, Se
       continue;
     }
     if (codes) {
-      const ReuseLayer& r = artifact_->reuse[l];
-      SCD_RETURN_IF_ERROR(expect_cols(kb, r.key.rank, "key code", l));
-      SCD_RETURN_IF_ERROR(expect_cols(vb, r.value.rank, "value code", l));
-      SCD_RETURN_IF_ERROR(kb->DecodeInto(&z));
-      SCD_RETURN_IF_ERROR(vb->DecodeInto(&z2));
-      kv.k_pre_rope[l].resize(static_cast<size_t>(t) * kvd);
-      kv.v[l].resize(static_cast<size_t>(t) * kvd);
-      r.key.Decode(z.data(), t, kv.k_pre_rope[l].data());
-      r.value.Decode(z2.data(), t, kv.v[l].data());
+      SCD_RETURN_IF_ERROR(DecodeCodeLayer(artifact_->reuse[l], kb, vb, l, t, kvd, mode_name,
+                                          buffers.z, buffers.z2, kv));
     } else {
-      SCD_RETURN_IF_ERROR(expect_cols(kb, kvd, "key", l));
-      SCD_RETURN_IF_ERROR(expect_cols(vb, kvd, "value", l));
-      SCD_RETURN_IF_ERROR(kb->DecodeInto(&kv.k_pre_rope[l]));
-      SCD_RETURN_IF_ERROR(vb->DecodeInto(&kv.v[l]));
+      SCD_RETURN_IF_ERROR(DecodeKvLayer(kb, vb, l, kvd, mode_name, kv));
     }
   }
   if (p.mode == CodecMode::kRecompute && (residual == nullptr || recompute_end <= recompute_first)) {
@@ -364,9 +419,9 @@ absl::Status ConsumerCodec::RebuildOnHost(const Payload& p, Backend& backend, Se
   t0 = Clock::now();
   SCD_RETURN_IF_ERROR(backend.AppendKv(seq, kv));
   if (residual != nullptr) {
-    SCD_RETURN_IF_ERROR(residual->DecodeInto(&h));
+    SCD_RETURN_IF_ERROR(residual->DecodeInto(&buffers.h));
     SCD_RETURN_IF_ERROR(backend.RecomputeLayers(seq, static_cast<int>(p.start_position),
-                                                recompute_first, recompute_end, h));
+                                                recompute_first, recompute_end, buffers.h));
   }
   st.append_seconds += Since(t0);
   return absl::OkStatus();

@@ -23,9 +23,12 @@ absl::StatusOr<std::unique_ptr<SekvCache>> SekvCache::Create(
                                 std::move(router), teacher);
 }
 
-absl::StatusOr<std::unique_ptr<SekvCache>> SekvCache::CreateWithSegmentation(
-    const CacheShape& shape, const PrefixKv& prefix, Segmentation seg, const SekvOptions& options,
-    std::shared_ptr<const ZoomRouter> router, RouterSampleSink* teacher) {
+namespace {
+
+// Checks that the prefix K/V match `shape`, the segmentation covers the prefix and the budgets
+// are non-negative.
+absl::Status CheckPrefix(const CacheShape& shape, const PrefixKv& prefix, const Segmentation& seg,
+                         const SekvOptions& options) {
   const size_t want = static_cast<size_t>(prefix.num_tokens) * shape.kv_dim();
   if (static_cast<int>(prefix.k.size()) != shape.num_layers ||
       static_cast<int>(prefix.v.size()) != shape.num_layers) {
@@ -43,6 +46,12 @@ absl::StatusOr<std::unique_ptr<SekvCache>> SekvCache::CreateWithSegmentation(
   if (options.expand_budget < 0 || options.cache_tokens < 0) {
     return absl::InvalidArgumentError("sekv expand_budget and cache_tokens must be >= 0");
   }
+  return absl::OkStatus();
+}
+
+// The router to use: `router`, or the default one when null; refused unless it fits `shape`.
+absl::StatusOr<std::shared_ptr<const ZoomRouter>> RouterFor(
+    const CacheShape& shape, std::shared_ptr<const ZoomRouter> router) {
   if (router == nullptr) {
     router = std::make_shared<ZoomRouter>(
         ZoomRouter::Default(shape.num_layers, shape.num_kv_heads, shape.head_dim, 0.05f));
@@ -53,53 +62,38 @@ absl::StatusOr<std::unique_ptr<SekvCache>> SekvCache::CreateWithSegmentation(
         "zoom router shape (", router->num_layers(), " layers, ", router->num_kv_heads(),
         " KV heads, head_dim ", router->head_dim(), ") does not match the model"));
   }
+  return router;
+}
+
+// Checks the zoom-in options: the token candidate factor and the pins.
+absl::Status CheckZoomOptions(const SekvOptions& options) {
   if (options.resolution == ZoomResolution::kToken && !(options.candidate_factor >= 1.0f)) {
     return absl::InvalidArgumentError("sekv candidate_factor must be >= 1");
   }
   if (options.pin_tokens < 0 || (options.pin_tokens > 0 && !options.zoom)) {
     return absl::InvalidArgumentError("sekv pin_tokens must be >= 0, and needs zoom-in");
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SekvCache>> SekvCache::CreateWithSegmentation(
+    const CacheShape& shape, const PrefixKv& prefix, Segmentation seg, const SekvOptions& options,
+    std::shared_ptr<const ZoomRouter> router, RouterSampleSink* teacher) {
+  if (auto st = CheckPrefix(shape, prefix, seg, options); !st.ok()) return st;
+  auto checked_router = RouterFor(shape, std::move(router));
+  if (!checked_router.ok()) return checked_router.status();
+  if (auto st = CheckZoomOptions(options); !st.ok()) return st;
   std::unique_ptr<SekvCache> c(new SekvCache());
   c->shape_ = shape;
   c->options_ = options;
-  SpanStoreOptions so = options.store;
-  so.build_cpu_tier = so.build_cpu_tier && options.zoom;
-  // The layers' stores are independent (summaries and per-span low-rank bases: seconds per
-  // layer at 32K tokens), so they are built in parallel; each is the same on any thread count.
-  c->stores_.resize(shape.num_layers);
-  ParallelFor(shape.num_layers, [&](size_t l) {
-    c->stores_[l] = SpanStore::Build(prefix.k[l].data(), prefix.v[l].data(), prefix.surprisal, seg,
-                                     shape.num_kv_heads, shape.head_dim, so,
-                                     options.generated_reserve);
-  });
-  const int ns = static_cast<int>(seg.spans.size());
-  c->span_offset_.assign(ns + 1, 0);
-  for (int s = 0; s < ns; ++s) c->span_offset_[s + 1] = c->span_offset_[s] + seg.spans[s].length();
-  const size_t per_layer = static_cast<size_t>(shape.num_kv_heads) * ns;
-  c->remaining_.resize(shape.num_layers);
-  c->log_count_.resize(shape.num_layers);
-  for (int l = 0; l < shape.num_layers; ++l) {
-    c->remaining_[l].resize(per_layer);
-    c->log_count_[l].resize(per_layer);
-    for (size_t i = 0; i < per_layer; ++i) {
-      c->remaining_[l][i] = seg.spans[i % ns].length();
-      c->log_count_[l][i] = c->stores_[l].log_span_length()[i % ns];
-    }
-  }
-  const int pins = std::min(options.pin_tokens, c->span_offset_[ns]);
-  c->options_.pin_tokens = pins;
-  c->pins_done_.assign(shape.num_layers, pins == 0);
-  if (pins > 0) {
-    const size_t rows = static_cast<size_t>(shape.num_kv_heads) * pins * shape.head_dim;
-    c->pinned_.assign(
-        shape.num_layers,
-        std::vector<uint8_t>(static_cast<size_t>(shape.num_kv_heads) * c->span_offset_[ns]));
-    c->pin_k_.assign(shape.num_layers, std::vector<float>(rows, 0.0f));
-    c->pin_v_ = c->pin_k_;
-    c->pin_rows_.assign(shape.num_layers, std::vector<int>(shape.num_kv_heads, 0));
-  }
+  c->BuildStores(prefix, seg);
+  c->InitSpanCounts(seg);
+  c->InitPins();
+  const size_t per_layer = static_cast<size_t>(shape.num_kv_heads) * seg.spans.size();
   c->seg_ = std::move(seg);
-  c->router_ = std::move(router);
+  c->router_ = *std::move(checked_router);
   if (options.zoom) {
     const int cap = options.cache_tokens > 0 ? std::max(options.cache_tokens, options.expand_budget)
                                              : options.expand_budget;
@@ -111,6 +105,52 @@ absl::StatusOr<std::unique_ptr<SekvCache>> SekvCache::CreateWithSegmentation(
   c->partial_.resize(shape.num_heads);
   c->expanded_.assign(per_layer, 0);
   return c;
+}
+
+void SekvCache::BuildStores(const PrefixKv& prefix, const Segmentation& seg) {
+  SpanStoreOptions so = options_.store;
+  so.build_cpu_tier = so.build_cpu_tier && options_.zoom;
+  // The layers' stores are independent (summaries and per-span low-rank bases: seconds per
+  // layer at 32K tokens), so they are built in parallel; each is the same on any thread count.
+  stores_.resize(shape_.num_layers);
+  ParallelFor(shape_.num_layers, [&](size_t l) {
+    stores_[l] =
+        SpanStore::Build(prefix.k[l].data(), prefix.v[l].data(), prefix.surprisal, seg,
+                         shape_.num_kv_heads, shape_.head_dim, so, options_.generated_reserve);
+  });
+}
+
+void SekvCache::InitSpanCounts(const Segmentation& seg) {
+  const int ns = static_cast<int>(seg.spans.size());
+  span_offset_.assign(ns + 1, 0);
+  for (int s = 0; s < ns; ++s) span_offset_[s + 1] = span_offset_[s] + seg.spans[s].length();
+  const size_t per_layer = static_cast<size_t>(shape_.num_kv_heads) * ns;
+  remaining_.resize(shape_.num_layers);
+  log_count_.resize(shape_.num_layers);
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    remaining_[l].resize(per_layer);
+    log_count_[l].resize(per_layer);
+    for (size_t i = 0; i < per_layer; ++i) {
+      remaining_[l][i] = seg.spans[i % ns].length();
+      log_count_[l][i] = stores_[l].log_span_length()[i % ns];
+    }
+  }
+}
+
+void SekvCache::InitPins() {
+  const int ns = static_cast<int>(span_offset_.size()) - 1;
+  const int pins = std::min(options_.pin_tokens, span_offset_[ns]);
+  options_.pin_tokens = pins;
+  pins_done_.assign(shape_.num_layers, pins == 0);
+  if (pins > 0) {
+    const size_t rows = static_cast<size_t>(shape_.num_kv_heads) * pins * shape_.head_dim;
+    pinned_.assign(
+        shape_.num_layers,
+        std::vector<uint8_t>(static_cast<size_t>(shape_.num_kv_heads) * span_offset_[ns]));
+    pin_k_.assign(shape_.num_layers, std::vector<float>(rows, 0.0f));
+    pin_v_ = pin_k_;
+    pin_rows_.assign(shape_.num_layers, std::vector<int>(shape_.num_kv_heads, 0));
+  }
 }
 
 void SekvCache::ResidentScores(int l, const float* q) {

@@ -159,6 +159,12 @@ class SekvCache : public KvCache {
 
  private:
   SekvCache() = default;
+  // The span store of every layer, built in parallel from the prefix K/V (shape_, options_ set).
+  void BuildStores(const PrefixKv& prefix, const Segmentation& seg);
+  // span_offset_, and every layer's remaining_ and log_count_ at their unpinned values.
+  void InitSpanCounts(const Segmentation& seg);
+  // Clamps options_.pin_tokens to the prefix and sizes the pin buffers (span_offset_ set).
+  void InitPins();
   void TeacherAttend(int layer, const float* q, float* out);
   // scores_ and lse_ for the resident entries of `layer`: anchors | summaries | window | pins.
   void ResidentScores(int layer, const float* q);

@@ -22,21 +22,21 @@ uint64_t PairKey(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
-struct Symbol {
+}  // namespace
+
+struct BpeModel::Symbol {
   int32_t id;
   int32_t prev;
   int32_t next;
   int32_t len;  // bytes of the word covered; 0 once merged into its left neighbour
 };
 
-struct Candidate {
+struct BpeModel::Candidate {
   int32_t rank;
   int32_t pos;
   int32_t new_id;
   bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
 };
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& json,
                                                              std::string_view path) {
@@ -218,7 +218,15 @@ void BpeModel::TokenizeUncached(std::string_view word, std::vector<int32_t>* ids
   symbols.clear();
   queue.clear();
   symbols.reserve(word.size());
-  auto add = [](int32_t id, int32_t len) {
+  InitialSymbols(word, symbols);
+  MergeSymbols(symbols, queue);
+  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
+    ids->push_back(symbols[i].id);
+  }
+}
+
+void BpeModel::InitialSymbols(std::string_view word, std::vector<Symbol>& symbols) const {
+  auto add = [&symbols](int32_t id, int32_t len) {
     const auto index = static_cast<int32_t>(symbols.size());
     symbols.push_back({id, index - 1, -1, len});
     if (index > 0) symbols[index - 1].next = index;
@@ -253,7 +261,9 @@ void BpeModel::TokenizeUncached(std::string_view word, std::vector<int32_t>* ids
     unk_len += c.len;
   }
   if (unk_len > 0) add(unk_id_, unk_len);
+}
 
+void BpeModel::MergeSymbols(std::vector<Symbol>& symbols, std::vector<Candidate>& queue) const {
   // Min-heap on (rank, position) via std::*_heap with the reversed comparison.
   const auto later = std::greater<Candidate>();
   auto push = [&](Candidate c) {
@@ -291,9 +301,6 @@ void BpeModel::TokenizeUncached(std::string_view word, std::vector<int32_t>* ids
         push({m->rank, top.pos, m->new_id});
       }
     }
-  }
-  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
-    ids->push_back(symbols[i].id);
   }
 }
 

@@ -49,10 +49,19 @@ class BpeModel {
     int32_t new_id;
   };
 
+  struct Symbol;     // one symbol of the word being merged (defined in bpe.cc)
+  struct Candidate;  // a pending merge of two neighbouring symbols (defined in bpe.cc)
+
   BpeModel() = default;
   absl::Status ParseMerges(const Json& merges, std::string_view path);
   void TokenizeCached(std::string_view word, std::vector<int32_t>* ids) const;
   void TokenizeUncached(std::string_view word, std::vector<int32_t>* ids) const;
+  // Appends `word`'s symbols before any merge: vocabulary characters, byte-fallback bytes and
+  // (fused) unk runs.
+  void InitialSymbols(std::string_view word, std::vector<Symbol>& symbols) const;
+  // Applies merges to `symbols` in (rank, position) order until none is left; `queue` holds
+  // the heap.
+  void MergeSymbols(std::vector<Symbol>& symbols, std::vector<Candidate>& queue) const;
   const Merge* FindMerge(int32_t left, int32_t right) const;
 
   std::unordered_map<std::string, int32_t> vocab_;

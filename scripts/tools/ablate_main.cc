@@ -24,6 +24,78 @@ namespace {
 
 constexpr char kProgram[] = "scd-ablate";
 
+// What the sweep gathers, one entry per r_K: the JSON points, the table rows and the series.
+struct Sweep {
+  nlohmann::json json;
+  scd::plot::Table table{{"r_K", "r_V", "EM", "F1", "payload vs raw", "ppl", "KL vs oracle"}};
+  std::vector<double> xs, f1s, kls;
+};
+
+// Loads the calibration passages and collects the pair's statistics once, with the code
+// encoding named by `encoding` set in `o`.
+absl::StatusOr<scd::CalibrationData> CollectData(const scd::ModelPair& pair,
+                                                 const std::string& corpus, int max_tokens,
+                                                 const std::string& encoding,
+                                                 scd::CalibrationOptions& o) {
+  scd::CorpusLoadOptions co;
+  co.max_total_tokens = max_tokens;
+  std::vector<std::string> files = absl::StrSplit(corpus, ',', absl::SkipEmpty());
+  auto passages = scd::LoadCalibrationPassages(files, *pair.tokenizer, co);
+  if (!passages.ok()) return passages.status();
+  auto progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
+  if (encoding != "int8" && encoding != "fp16")
+    return absl::InvalidArgumentError("--code-dtype must be int8 or fp16");
+  o.code_encoding = encoding == "int8" ? scd::Encoding::kInt8Row : scd::Encoding::kF16;
+  return scd::CollectCalibrationData(*pair.producer, *pair.consumer, *passages, o, progress);
+}
+
+// Refits REUSE at r_K = `rk`, r_V = `total_rank` - `rk` and evaluates it in scd-reuse mode.
+absl::StatusOr<scd::ModeReport> EvaluateSplit(const scd::ModelPair& pair,
+                                              const scd::CalibrationData& data,
+                                              scd::CalibrationOptions& o, int rk, int total_rank,
+                                              const scd::EvalConfig& cfg) {
+  o.rank_k = rk;
+  o.rank_v = total_rank - rk;
+  auto a = scd::FitArtifact(data, *pair.producer_model, *pair.consumer_model, o,
+                            /*fit_patches=*/false, nullptr);
+  if (!a.ok()) return a.status();
+  a->id = "ablation-" + std::to_string(rk);
+  auto shared = std::make_shared<const scd::ScdArtifact>(std::move(a).value());
+  auto ev = scd::Evaluator::Create(*pair.producer, *pair.consumer, shared, *pair.tokenizer);
+  if (!ev.ok()) return ev.status();
+  std::cerr << kProgram << ": r_K=" << rk << " r_V=" << total_rank - rk << "\n";
+  auto r = (*ev)->Run(cfg, nullptr);
+  if (!r.ok()) return r.status();
+  return r->front();
+}
+
+// Records one evaluated split in the sweep.
+void AddPoint(int rk, int total_rank, const scd::ModeReport& m, Sweep& sweep) {
+  sweep.json["points"].push_back(
+      {{"rank_k", rk}, {"rank_v", total_rank - rk}, {"result", m.ToJson()}});
+  (void)sweep.table.AddRow({std::to_string(rk), std::to_string(total_rank - rk),
+                            scd::plot::FormatFixed(m.em, 3), scd::plot::FormatFixed(m.f1, 3),
+                            scd::plot::FormatFixed(m.payload_ratio_vs_raw, 3),
+                            scd::plot::FormatFixed(m.ppl, 3), scd::plot::FormatFixed(m.kl, 4)});
+  sweep.xs.push_back(rk);
+  sweep.f1s.push_back(m.f1);
+  sweep.kls.push_back(m.kl);
+  std::cerr << "  F1 " << m.f1 << " KL " << m.kl << "\n";
+}
+
+// Writes PREFIX.json, .md, .csv and the F1 plot PREFIX.png.
+absl::Status WriteOutputs(const std::string& out, int total_rank, const Sweep& sweep) {
+  if (auto st = scd::WriteFileAtomically(out + ".json", sweep.json.dump(2)); !st.ok()) return st;
+  if (auto st = sweep.table.WriteMarkdown(out + ".md"); !st.ok()) return st;
+  if (auto st = sweep.table.WriteCsv(out + ".csv"); !st.ok()) return st;
+  scd::plot::Plot p(900, 600);
+  p.SetTitle("REUSE: r_K vs r_V at r_K + r_V = " + std::to_string(total_rank));
+  p.SetXLabel("r_K (r_V = total - r_K)");
+  p.SetYLabel("bAbI F1");
+  if (auto st = p.AddSeries("scd-reuse F1", sweep.xs, sweep.f1s); !st.ok()) return st;
+  return p.WritePng(out + ".png");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,69 +121,27 @@ int main(int argc, char** argv) {
   if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   auto pair = scd::LoadModelPair(producer_dir, consumer_dir);
   if (!pair.ok()) return flags.Fail(pair.status());
-  auto& pm = pair->producer_model;
-  auto& cm = pair->consumer_model;
-  auto& tokenizer = pair->tokenizer;
-  auto& producer = pair->producer;
-  auto& consumer = pair->consumer;
-  const int kvd = pm->config.kv_dim();
+  const int kvd = pair->producer_model->config.kv_dim();
   if (total_rank < 2 || total_rank > 2 * kvd || step < 1) {
     return flags.Fail("--total-rank must be in [2, 2*kv_dim] and --step >= 1");
   }
-  scd::CorpusLoadOptions co;
-  co.max_total_tokens = max_tokens;
-  std::vector<std::string> files = absl::StrSplit(corpus, ',', absl::SkipEmpty());
-  auto passages = scd::LoadCalibrationPassages(files, *tokenizer, co);
-  if (!passages.ok()) return flags.Fail(passages.status());
-  auto progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
   scd::CalibrationOptions o;
-  if (encoding != "int8" && encoding != "fp16")
-    return flags.Fail("--code-dtype must be int8 or fp16");
-  o.code_encoding = encoding == "int8" ? scd::Encoding::kInt8Row : scd::Encoding::kF16;
-  auto data = scd::CollectCalibrationData(*producer, *consumer, *passages, o, progress);
+  auto data = CollectData(*pair, corpus, max_tokens, encoding, o);
   if (!data.ok()) return flags.Fail(data.status());
 
   cfg.modes = {scd::CodecMode::kScdReuse};
   cfg.babi_files = babi;
   cfg.text_file = text;
-  nlohmann::json json = {{"command", scd::cli::QuotedCommandLine(argc, argv)},
-                         {"total_rank", total_rank},
-                         {"points", nlohmann::json::array()}};
-  scd::plot::Table table({"r_K", "r_V", "EM", "F1", "payload vs raw", "ppl", "KL vs oracle"});
-  std::vector<double> xs, f1s, kls;
+  Sweep sweep;
+  sweep.json = {{"command", scd::cli::QuotedCommandLine(argc, argv)},
+                {"total_rank", total_rank},
+                {"points", nlohmann::json::array()}};
   for (int rk = std::max(1, total_rank - kvd); rk <= std::min(kvd, total_rank - 1); rk += step) {
-    o.rank_k = rk;
-    o.rank_v = total_rank - rk;
-    auto a = scd::FitArtifact(*data, *pm, *cm, o, /*fit_patches=*/false, nullptr);
-    if (!a.ok()) return flags.Fail(a.status());
-    a->id = "ablation-" + std::to_string(rk);
-    auto shared = std::make_shared<const scd::ScdArtifact>(std::move(a).value());
-    auto ev = scd::Evaluator::Create(*producer, *consumer, shared, *tokenizer);
-    if (!ev.ok()) return flags.Fail(ev.status());
-    std::cerr << kProgram << ": r_K=" << rk << " r_V=" << total_rank - rk << "\n";
-    auto r = (*ev)->Run(cfg, nullptr);
-    if (!r.ok()) return flags.Fail(r.status());
-    const scd::ModeReport& m = r->front();
-    json["points"].push_back({{"rank_k", rk}, {"rank_v", total_rank - rk}, {"result", m.ToJson()}});
-    (void)table.AddRow({std::to_string(rk), std::to_string(total_rank - rk),
-                        scd::plot::FormatFixed(m.em, 3), scd::plot::FormatFixed(m.f1, 3),
-                        scd::plot::FormatFixed(m.payload_ratio_vs_raw, 3),
-                        scd::plot::FormatFixed(m.ppl, 3), scd::plot::FormatFixed(m.kl, 4)});
-    xs.push_back(rk);
-    f1s.push_back(m.f1);
-    kls.push_back(m.kl);
-    std::cerr << "  F1 " << m.f1 << " KL " << m.kl << "\n";
+    absl::StatusOr<scd::ModeReport> m = EvaluateSplit(*pair, *data, o, rk, total_rank, cfg);
+    if (!m.ok()) return flags.Fail(m.status());
+    AddPoint(rk, total_rank, *m, sweep);
   }
-  if (auto st = scd::WriteFileAtomically(out + ".json", json.dump(2)); !st.ok())
-    return flags.Fail(st);
-  if (auto st = table.WriteMarkdown(out + ".md"); !st.ok()) return flags.Fail(st);
-  if (auto st = table.WriteCsv(out + ".csv"); !st.ok()) return flags.Fail(st);
-  scd::plot::Plot p(900, 600);
-  p.SetTitle("REUSE: r_K vs r_V at r_K + r_V = " + std::to_string(total_rank));
-  p.SetXLabel("r_K (r_V = total - r_K)");
-  p.SetYLabel("bAbI F1");
-  if (auto st = p.AddSeries("scd-reuse F1", xs, f1s); !st.ok()) return flags.Fail(st);
-  if (auto st = p.WritePng(out + ".png"); !st.ok()) return flags.Fail(st);
-  std::cout << table.ToMarkdown();
+  if (absl::Status st = WriteOutputs(out, total_rank, sweep); !st.ok()) return flags.Fail(st);
+  std::cout << sweep.table.ToMarkdown();
   return 0;
 }

@@ -46,6 +46,105 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+// The model, its tokenizer and a backend for it, and how long loading them took.
+struct Loaded {
+  std::shared_ptr<const scd::Model> model;
+  std::unique_ptr<scd::Tokenizer> tokenizer;
+  std::unique_ptr<scd::Backend> backend;
+  double load_ms = 0;
+};
+
+// Loads the checkpoint in `model_dir`, its tokenizer and a `kind` backend; an error's message
+// is the text to report.
+absl::StatusOr<Loaded> LoadAll(const std::string& model_dir, scd::BackendKind kind) {
+  Loaded l;
+  auto load_start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::shared_ptr<const scd::Model>> model = scd::LoadModel(model_dir);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(),
+                        absl::StrFormat("cannot load model: %s", model.status().ToString()));
+  }
+  l.model = *std::move(model);
+  const std::string tokenizer_path = model_dir + "/tokenizer.json";
+  absl::StatusOr<std::unique_ptr<scd::Tokenizer>> tokenizer =
+      scd::Tokenizer::FromFile(tokenizer_path);
+  if (!tokenizer.ok()) {
+    return absl::Status(tokenizer.status().code(), absl::StrFormat("cannot load tokenizer: %s",
+                                                                   tokenizer.status().ToString()));
+  }
+  l.tokenizer = *std::move(tokenizer);
+  absl::StatusOr<std::unique_ptr<scd::Backend>> backend = scd::CreateBackend(kind, l.model);
+  if (!backend.ok()) return absl::Status(backend.status().code(), backend.status().ToString());
+  l.backend = *std::move(backend);
+  l.load_ms = MillisecondsSince(load_start);
+  return l;
+}
+
+// Encodes the prompt and checks that it is non-empty and fits the model's context.
+absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Loaded& l, const std::string& prompt) {
+  std::vector<int32_t> prompt_ids = l.tokenizer->Encode(prompt);
+  if (prompt_ids.empty()) return absl::InvalidArgumentError("the prompt encodes to no tokens");
+  const int context = l.model->config.max_position_embeddings;
+  if (static_cast<int>(prompt_ids.size()) > context) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the prompt is %d tokens; the model's context holds %d", prompt_ids.size(), context));
+  }
+  return prompt_ids;
+}
+
+// Generates the continuation, printing its text to stdout as each token is chosen.
+absl::StatusOr<scd::GenerateResult> GenerateStreaming(const Loaded& l,
+                                                      const std::vector<int32_t>& prompt_ids,
+                                                      int max_tokens,
+                                                      const scd::SamplingParams& sampling) {
+  scd::StreamDecoder stream(*l.tokenizer);
+  for (int32_t id : prompt_ids) stream.Push(id);  // prime: see the file comment
+  scd::GenerateOptions options;
+  options.max_new_tokens = max_tokens;
+  options.sampling = sampling;
+  bool streamed = false;
+  options.on_token = [&stream, &streamed](int32_t id) {
+    streamed = true;
+    const std::string text = stream.Push(id);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  };
+  absl::StatusOr<scd::GenerateResult> result = scd::Generate(*l.backend, prompt_ids, options);
+  const std::string tail = stream.Flush();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  if (streamed) std::fputc('\n', stdout);
+  std::fflush(stdout);
+  return result;
+}
+
+// The timing summary printed to stderr after the continuation.
+std::string TimingStats(const Loaded& l, int prompt_tokens, const scd::GenerateResult& result) {
+  // The first sampled token comes from the prefill's logits and every later one from one
+  // decode step; a sampled stop id is not returned, so on kStop every returned token was
+  // decoded, otherwise the last one was not.
+  const int generated = static_cast<int>(result.tokens.size());
+  const int decode_tokens =
+      result.finish == scd::FinishReason::kStop ? generated : std::max(0, generated - 1);
+  std::string stats;
+  absl::StrAppendFormat(&stats, "--- %s: %s on %s, loaded in %.0f ms\n", kProgram,
+                        l.model->config.name, l.backend->name(), l.load_ms);
+  absl::StrAppendFormat(&stats, "prompt tokens:    %d\n", prompt_tokens);
+  absl::StrAppendFormat(&stats, "generated tokens: %d (finish: %s)\n", generated,
+                        FinishName(result.finish));
+  absl::StrAppendFormat(&stats, "prefill:          %.2f ms, %.1f tok/s\n",
+                        result.prefill_seconds * 1e3,
+                        result.prefill_seconds > 0 ? prompt_tokens / result.prefill_seconds : 0);
+  if (decode_tokens > 0 && result.decode_seconds > 0) {
+    absl::StrAppendFormat(&stats, "decode:           %.1f tok/s (%d steps, %.2f ms/token)\n",
+                          decode_tokens / result.decode_seconds, decode_tokens,
+                          result.decode_seconds * 1e3 / decode_tokens);
+  } else {
+    absl::StrAppendFormat(&stats, "decode:           no decode steps\n");
+  }
+  return stats;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,72 +167,14 @@ int main(int argc, char** argv) {
   absl::StatusOr<scd::BackendKind> kind = scd::ParseBackendKind(backend_name);
   if (!kind.ok()) return flags.UsageError(kind.status());
 
-  auto load_start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::shared_ptr<const scd::Model>> model = scd::LoadModel(model_dir);
-  if (!model.ok())
-    return flags.Fail(absl::StrFormat("cannot load model: %s", model.status().ToString()));
-  const std::string tokenizer_path = model_dir + "/tokenizer.json";
-  absl::StatusOr<std::unique_ptr<scd::Tokenizer>> tokenizer =
-      scd::Tokenizer::FromFile(tokenizer_path);
-  if (!tokenizer.ok()) {
-    return flags.Fail(absl::StrFormat("cannot load tokenizer: %s", tokenizer.status().ToString()));
-  }
-  absl::StatusOr<std::unique_ptr<scd::Backend>> backend = scd::CreateBackend(*kind, *model);
-  if (!backend.ok()) return flags.Fail(backend.status().ToString());
-  const double load_ms = MillisecondsSince(load_start);
-
-  const std::vector<int32_t> prompt_ids = (*tokenizer)->Encode(prompt);
-  if (prompt_ids.empty()) return flags.Fail("the prompt encodes to no tokens");
-  const int context = (*model)->config.max_position_embeddings;
-  if (static_cast<int>(prompt_ids.size()) > context) {
-    return flags.Fail(absl::StrFormat("the prompt is %d tokens; the model's context holds %d",
-                                      prompt_ids.size(), context));
-  }
-
-  scd::StreamDecoder stream(**tokenizer);
-  for (int32_t id : prompt_ids) stream.Push(id);  // prime: see the file comment
-  scd::GenerateOptions options;
-  options.max_new_tokens = max_tokens;
-  options.sampling = sampling;
-  bool streamed = false;
-  options.on_token = [&stream, &streamed](int32_t id) {
-    streamed = true;
-    const std::string text = stream.Push(id);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    return true;
-  };
-  absl::StatusOr<scd::GenerateResult> result = scd::Generate(**backend, prompt_ids, options);
-  const std::string tail = stream.Flush();
-  std::fwrite(tail.data(), 1, tail.size(), stdout);
-  if (streamed) std::fputc('\n', stdout);
-  std::fflush(stdout);
+  absl::StatusOr<Loaded> loaded = LoadAll(model_dir, *kind);
+  if (!loaded.ok()) return flags.Fail(loaded.status());
+  absl::StatusOr<std::vector<int32_t>> prompt_ids = EncodePrompt(*loaded, prompt);
+  if (!prompt_ids.ok()) return flags.Fail(prompt_ids.status());
+  absl::StatusOr<scd::GenerateResult> result =
+      GenerateStreaming(*loaded, *prompt_ids, max_tokens, sampling);
   if (!result.ok())
     return flags.Fail(absl::StrFormat("generation failed: %s", result.status().ToString()));
-
-  // The first sampled token comes from the prefill's logits and every later one from one
-  // decode step; a sampled stop id is not returned, so on kStop every returned token was
-  // decoded, otherwise the last one was not.
-  const int generated = static_cast<int>(result->tokens.size());
-  const int decode_tokens =
-      result->finish == scd::FinishReason::kStop ? generated : std::max(0, generated - 1);
-  const int prompt_tokens = static_cast<int>(prompt_ids.size());
-  std::string stats;
-  absl::StrAppendFormat(&stats, "--- %s: %s on %s, loaded in %.0f ms\n", kProgram,
-                        (*model)->config.name, (*backend)->name(), load_ms);
-  absl::StrAppendFormat(&stats, "prompt tokens:    %d\n", prompt_tokens);
-  absl::StrAppendFormat(&stats, "generated tokens: %d (finish: %s)\n", generated,
-                        FinishName(result->finish));
-  absl::StrAppendFormat(&stats, "prefill:          %.2f ms, %.1f tok/s\n",
-                        result->prefill_seconds * 1e3,
-                        result->prefill_seconds > 0 ? prompt_tokens / result->prefill_seconds : 0);
-  if (decode_tokens > 0 && result->decode_seconds > 0) {
-    absl::StrAppendFormat(&stats, "decode:           %.1f tok/s (%d steps, %.2f ms/token)\n",
-                          decode_tokens / result->decode_seconds, decode_tokens,
-                          result->decode_seconds * 1e3 / decode_tokens);
-  } else {
-    absl::StrAppendFormat(&stats, "decode:           no decode steps\n");
-  }
-  std::cerr << stats;
+  std::cerr << TimingStats(*loaded, static_cast<int>(prompt_ids->size()), *result);
   return 0;
 }

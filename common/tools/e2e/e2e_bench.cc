@@ -102,6 +102,123 @@ Outcome Ask(scd::v1::Generation::Stub& stub, const E2eBenchOptions& o, const std
   return out;
 }
 
+// Describes the decode daemons that register with the control plane at `grpc_address`.
+cluster::DecodeDaemonSpec DecodeSpec(const E2eBenchOptions& o, const std::string& grpc_address) {
+  cluster::DecodeDaemonSpec spec;
+  spec.model_name = o.specialist_name;
+  spec.model_path = o.specialist_model;
+  spec.artifact = o.artifact;
+  spec.transport = o.transport;
+  spec.control_plane = grpc_address;
+  spec.cluster_token = kToken;
+  spec.drain_timeout = "5s";
+  return spec;
+}
+
+// Stops any running decode daemons and starts a fresh set, tagged with the next generation.
+absl::Status StartDecodes(const E2eBenchOptions& o, const cluster::DecodeDaemonSpec& spec,
+                          Cluster& c, int& generation) {
+  for (auto& d : c.decodes) d->Stop(std::chrono::seconds(10));
+  c.decodes.clear();
+  ++generation;
+  for (int i = 0; i < o.decode_daemons; ++i) {
+    nlohmann::json config = cluster::DecodeDaemonJson(spec, i);
+    config["engine"] = {{"max_batch", 8}, {"max_queue", 64}};
+    absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> d = cluster::StartWithConfig(
+        o.bin_dir + "/scd-decode", config, o.workdir, absl::StrCat("decode-", i, "-", generation));
+    if (!d.ok()) return d.status();
+    c.decodes.push_back(std::move(*d));
+  }
+  return absl::OkStatus();
+}
+
+// Starts the prefill daemon for one cell, restarting the decode daemons once if they do not
+// re-register; a final failure carries the decode daemons' log tails.
+absl::Status StartCellPrefill(const E2eBenchOptions& o, const cluster::DecodeDaemonSpec& spec,
+                              Cluster& c, int& generation, const std::string& mode, double gbps,
+                              bool warm, const std::string& tag, const ProgressFn& progress) {
+  absl::Status started = StartPrefill(o, c, mode, gbps, warm, tag);
+  if (!started.ok()) {
+    // A decode daemon that did not re-register with the restarted prefill daemon in time
+    // is restarted too, so that one stuck daemon cannot void the run; the progress log
+    // shows each restart.
+    if (progress)
+      progress(absl::StrCat("  decode daemons did not re-register; restarting them: ",
+                            started.message().substr(0, 400)));
+    if (absl::Status st = StartDecodes(o, spec, c, generation); !st.ok()) return st;
+    started = StartPrefill(o, c, mode, gbps, warm, tag + "-retry");
+  }
+  if (!started.ok()) {
+    std::string tails;
+    for (auto& d : c.decodes) absl::StrAppend(&tails, "\n", d->log_path(), ":\n", d->LogTail(1500));
+    return absl::Status(started.code(), absl::StrCat(started.message(), tails));
+  }
+  return absl::OkStatus();
+}
+
+// Adds one request's server-side stage timings to the running sums.
+void AddTimings(const scd::v1::Timings& t, StageMeans& s) {
+  s.queue_ms += t.queue_ms();
+  s.prefill_ms += t.prefill_ms();
+  s.encode_ms += t.encode_ms();
+  s.transfer_ms += t.transfer_ms();
+  s.rebuild_ms += t.rebuild_ms();
+  s.suffix_prefill_ms += t.suffix_prefill_ms();
+  s.server_ttft_ms += t.ttft_ms();
+  s.payload_bytes += static_cast<double>(t.payload_bytes());
+}
+
+// Turns the cell's sums into means and its TTFT samples into percentiles.
+void FinishCell(const std::vector<double>& ttfts, double f1_sum, E2eCell& cell) {
+  if (cell.requests > 0) {
+    const double n = cell.requests;
+    StageMeans& s = cell.stages;
+    for (double* v : {&s.queue_ms, &s.prefill_ms, &s.encode_ms, &s.transfer_ms, &s.rebuild_ms,
+                      &s.suffix_prefill_ms, &s.server_ttft_ms, &s.payload_bytes}) {
+      *v /= n;
+    }
+    const loadgen::Distribution ttft = loadgen::Summarize(ttfts);
+    cell.ttft_p50_ms = ttft.p50;
+    cell.ttft_p99_ms = ttft.p99;
+    cell.ttft_mean_ms = ttft.mean;
+  }
+  cell.f1 = cell.scored > 0 ? f1_sum / cell.scored : 0;
+}
+
+// Sends the whole workload through the running cluster and measures one cell.
+E2eCell MeasureCell(const E2eBenchOptions& o, const Cluster& c, const std::string& mode,
+                    double gbps, bool warm, const ProgressFn& progress) {
+  auto stub = scd::v1::Generation::NewStub(
+      grpc::CreateChannel(c.grpc_address, grpc::InsecureChannelCredentials()));
+  E2eCell cell;
+  cell.mode = mode;
+  cell.bandwidth_gbps = gbps;
+  cell.cache = warm ? "warm" : "cold";
+  std::vector<double> ttfts;
+  double f1_sum = 0;
+  for (const SharedPrefixContext& ctx : o.workload) {
+    for (size_t q = 0; q < ctx.questions.size(); ++q) {
+      Outcome r = Ask(*stub, o, ctx.questions[q].prompt);
+      if (!r.ok) {
+        ++cell.errors;
+        if (progress) progress(absl::StrCat("  error: ", r.error));
+        continue;
+      }
+      if (o.score_f1) {
+        f1_sum += eval::TokenF1(eval::ExtractAnswer(r.text), ctx.questions[q].answer);
+        ++cell.scored;
+      }
+      if (warm && q == 0) continue;  // fills the cache
+      ++cell.requests;
+      ttfts.push_back(r.ttft_ms);
+      cell.cache_hits += r.timings.prefix_cache_hit() ? 1 : 0;
+      AddTimings(r.timings, cell.stages);
+    }
+  }
+  FinishCell(ttfts, f1_sum, cell);
+  return cell;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const ProgressFn& progress) {
@@ -112,29 +229,8 @@ absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const
   c.grpc_address = absl::StrCat("127.0.0.1:", *port);
   // The decode daemons start first and keep retrying registration until a prefill daemon is up.
   int generation = 0;
-  cluster::DecodeDaemonSpec spec;
-  spec.model_name = o.specialist_name;
-  spec.model_path = o.specialist_model;
-  spec.artifact = o.artifact;
-  spec.transport = o.transport;
-  spec.control_plane = c.grpc_address;
-  spec.cluster_token = kToken;
-  spec.drain_timeout = "5s";
-  auto start_decodes = [&]() -> absl::Status {
-    for (auto& d : c.decodes) d->Stop(std::chrono::seconds(10));
-    c.decodes.clear();
-    ++generation;
-    for (int i = 0; i < o.decode_daemons; ++i) {
-      nlohmann::json config = cluster::DecodeDaemonJson(spec, i);
-      config["engine"] = {{"max_batch", 8}, {"max_queue", 64}};
-      absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> d = cluster::StartWithConfig(
-          o.bin_dir + "/scd-decode", config, o.workdir, absl::StrCat("decode-", i, "-", generation));
-      if (!d.ok()) return d.status();
-      c.decodes.push_back(std::move(*d));
-    }
-    return absl::OkStatus();
-  };
-  if (absl::Status st = start_decodes(); !st.ok()) return st;
+  const cluster::DecodeDaemonSpec spec = DecodeSpec(o, c.grpc_address);
+  if (absl::Status st = StartDecodes(o, spec, c, generation); !st.ok()) return st;
   std::vector<E2eCell> cells;
   int cell_index = 0;
   const int total_cells = static_cast<int>(o.modes.size() * o.bandwidths_gbps.size()) * ((o.warm ? 1 : 0) + (o.cold ? 1 : 0));
@@ -144,70 +240,12 @@ absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const
         if ((warm && !o.warm) || (!warm && !o.cold)) continue;
         ++cell_index;
         const std::string tag = absl::StrCat(mode, "-", gbps, "g-", warm ? "warm" : "cold");
-        absl::Status started = StartPrefill(o, c, mode, gbps, warm, tag);
-        if (!started.ok()) {
-          // A decode daemon that did not re-register with the restarted prefill daemon in time
-          // is restarted too, so that one stuck daemon cannot void the run; the progress log
-          // shows each restart. (The stuck re-registrations seen once per full run were
-          // heartbeats that the stopping prefill daemon answered CANCELLED, fixed in
-          // ControlPlaneClient; this stays as a safety net.)
-          if (progress) progress(absl::StrCat("  decode daemons did not re-register; restarting them: ",
-                                              started.message().substr(0, 400)));
-          if (absl::Status st = start_decodes(); !st.ok()) return st;
-          started = StartPrefill(o, c, mode, gbps, warm, tag + "-retry");
+        if (absl::Status st =
+                StartCellPrefill(o, spec, c, generation, mode, gbps, warm, tag, progress);
+            !st.ok()) {
+          return st;
         }
-        if (!started.ok()) {
-          std::string tails;
-          for (auto& d : c.decodes) absl::StrAppend(&tails, "\n", d->log_path(), ":\n", d->LogTail(1500));
-          return absl::Status(started.code(), absl::StrCat(started.message(), tails));
-        }
-        auto stub = scd::v1::Generation::NewStub(grpc::CreateChannel(c.grpc_address, grpc::InsecureChannelCredentials()));
-        E2eCell cell;
-        cell.mode = mode;
-        cell.bandwidth_gbps = gbps;
-        cell.cache = warm ? "warm" : "cold";
-        std::vector<double> ttfts;
-        double f1_sum = 0;
-        for (const SharedPrefixContext& ctx : o.workload) {
-          for (size_t q = 0; q < ctx.questions.size(); ++q) {
-            Outcome r = Ask(*stub, o, ctx.questions[q].prompt);
-            if (!r.ok) {
-              ++cell.errors;
-              if (progress) progress(absl::StrCat("  error: ", r.error));
-              continue;
-            }
-            if (o.score_f1) {
-              f1_sum += eval::TokenF1(eval::ExtractAnswer(r.text), ctx.questions[q].answer);
-              ++cell.scored;
-            }
-            if (warm && q == 0) continue;  // fills the cache
-            ++cell.requests;
-            ttfts.push_back(r.ttft_ms);
-            cell.cache_hits += r.timings.prefix_cache_hit() ? 1 : 0;
-            StageMeans& s = cell.stages;
-            s.queue_ms += r.timings.queue_ms();
-            s.prefill_ms += r.timings.prefill_ms();
-            s.encode_ms += r.timings.encode_ms();
-            s.transfer_ms += r.timings.transfer_ms();
-            s.rebuild_ms += r.timings.rebuild_ms();
-            s.suffix_prefill_ms += r.timings.suffix_prefill_ms();
-            s.server_ttft_ms += r.timings.ttft_ms();
-            s.payload_bytes += static_cast<double>(r.timings.payload_bytes());
-          }
-        }
-        if (cell.requests > 0) {
-          const double n = cell.requests;
-          StageMeans& s = cell.stages;
-          for (double* v : {&s.queue_ms, &s.prefill_ms, &s.encode_ms, &s.transfer_ms, &s.rebuild_ms,
-                            &s.suffix_prefill_ms, &s.server_ttft_ms, &s.payload_bytes}) {
-            *v /= n;
-          }
-          const loadgen::Distribution ttft = loadgen::Summarize(ttfts);
-          cell.ttft_p50_ms = ttft.p50;
-          cell.ttft_p99_ms = ttft.p99;
-          cell.ttft_mean_ms = ttft.mean;
-        }
-        cell.f1 = cell.scored > 0 ? f1_sum / cell.scored : 0;
+        E2eCell cell = MeasureCell(o, c, mode, gbps, warm, progress);
         if (progress) {
           progress(absl::StrFormat("[%d/%d] %-9s %6.0f Gbit/s %s: TTFT p50 %.1f ms p99 %.1f ms, payload %.0f KB, F1 %.3f, %d errors",
                                    cell_index, total_cells, mode, gbps, cell.cache, cell.ttft_p50_ms,

@@ -101,116 +101,112 @@ absl::StatusOr<SaturationLevel> MeasureLevel(const loadgen::LoadOptions& load,
   return level;
 }
 
-}  // namespace
-
-std::vector<SoakCheck> EvaluateSoak(const SoakOptions& o, const nlohmann::json& report,
-                                    const std::vector<std::string>& daemons,
-                                    const std::vector<bool>& alive) {
-  std::vector<SoakCheck> checks;
-  {
-    const nlohmann::json& r = report["requests"];
-    const int64_t issued = r["issued"].get<int64_t>(), failed = r["failed"].get<int64_t>(),
-                  lost = r["lost"].get<int64_t>();
-    SoakCheck c{"zero failed or lost requests", failed == 0 && lost == 0 && issued > 0,
-                absl::StrCat(issued, " issued, ", r["ok"].get<int64_t>(), " ok, ", failed,
-                             " failed, ", lost, " lost")};
-    if (failed > 0 && r.contains("error_examples")) {
-      c.detail += absl::StrCat("; e.g. ", report["requests"]["error_examples"].dump());
-    }
-    checks.push_back(std::move(c));
+// Checks that every request issued succeeded, with error examples when some failed.
+SoakCheck RequestsCheck(const nlohmann::json& report) {
+  const nlohmann::json& r = report["requests"];
+  const int64_t issued = r["issued"].get<int64_t>(), failed = r["failed"].get<int64_t>(),
+                lost = r["lost"].get<int64_t>();
+  SoakCheck c{"zero failed or lost requests", failed == 0 && lost == 0 && issued > 0,
+              absl::StrCat(issued, " issued, ", r["ok"].get<int64_t>(), " ok, ", failed,
+                           " failed, ", lost, " lost")};
+  if (failed > 0 && r.contains("error_examples")) {
+    c.detail += absl::StrCat("; e.g. ", report["requests"]["error_examples"].dump());
   }
-  {
-    int dead = 0;
-    std::string names;
-    for (size_t i = 0; i < alive.size(); ++i) {
-      if (!alive[i]) absl::StrAppend(&names, names.empty() ? "" : ", ", daemons[i]), ++dead;
-    }
-    checks.push_back({"every daemon still running", dead == 0,
-                      dead == 0 ? absl::StrCat(alive.size(), " of ", alive.size(), " running")
-                                : absl::StrCat("exited: ", names)});
-  }
-  {
-    // Per daemon, over the samples after the warm-up, in windows of drift_window_s: the
-    // median of each window against the first window's median. Medians, because under
-    // Poisson load a single sample also measures how many requests happen to be in flight
-    // (each holds its KV and activations until it ends); a leak moves every window. The
-    // largest single-sample excursion is reported alongside, not judged.
-    const nlohmann::json& samples = report["timeseries"]["rss_samples"];
-    bool ok = !daemons.empty();
-    std::string detail;
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      const size_t n = v.size();
-      return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    };
-    for (size_t d = 0; d < daemons.size(); ++d) {
-      std::vector<std::vector<double>> windows;
-      double peak = 0;
-      for (const nlohmann::json& s : samples) {
-        const double t = s["t_s"].get<double>();
-        const double kib = s["kib"][d].get<double>();
-        if (t < o.rss_warmup_s || kib <= 0) continue;
-        const size_t w = static_cast<size_t>((t - o.rss_warmup_s) / o.drift_window_s);
-        if (windows.size() <= w) windows.resize(w + 1);
-        windows[w].push_back(kib);
-        peak = std::max(peak, kib);
-      }
-      std::vector<double> medians;
-      for (const std::vector<double>& w : windows) {
-        if (!w.empty()) medians.push_back(median(w));
-      }
-      if (medians.size() < 2) {
-        ok = false;
-        absl::StrAppend(&detail, detail.empty() ? "" : "; ", daemons[d],
-                        ": fewer than two windows after the warm-up");
-        continue;
-      }
-      const double ref = medians.front();
-      double worst = 0;
-      for (double m : medians) worst = std::max(worst, std::abs(m - ref) / ref);
-      ok = ok && worst <= o.rss_tolerance;
-      absl::StrAppend(&detail, detail.empty() ? "" : "; ", daemons[d], ": ", Fmt(ref / 1024),
-                      " -> ", Fmt(medians.back() / 1024), " MiB, worst window ",
-                      Fmt(100 * worst, 2), "% (", medians.size(), " windows; peak sample ",
-                      Fmt(peak / 1024), " MiB)");
-    }
-    checks.push_back({absl::StrCat("RSS flat within ", Fmt(100 * o.rss_tolerance, 0),
-                                   "% after ", Fmt(o.rss_warmup_s, 0), " s (", Fmt(o.drift_window_s, 0),
-                                   "-s window medians)"),
-                      ok, detail});
-  }
-  {
-    const nlohmann::json& drift = report["ttft_drift"];
-    if (drift.is_null()) {
-      checks.push_back({"p99 TTFT drift", false, "no drift figure (too few requests)"});
-    } else {
-      const double change = drift["relative_change"].get<double>();
-      checks.push_back(
-          {absl::StrCat("p99 TTFT drift below ", Fmt(100 * o.ttft_drift_tolerance, 0),
-                        "% (first vs last ", Fmt(o.drift_window_s, 0), " s)"),
-           std::abs(change) < o.ttft_drift_tolerance,
-           absl::StrCat(Fmt(drift["first_p99_ms"].get<double>()), " ms -> ",
-                        Fmt(drift["last_p99_ms"].get<double>()), " ms (",
-                        change >= 0 ? "+" : "", Fmt(100 * change, 1), "%; ",
-                        drift["first_count"].get<int64_t>(), " and ",
-                        drift["last_count"].get<int64_t>(), " requests)")});
-    }
-  }
-  return checks;
+  return c;
 }
 
-absl::StatusOr<SoakResult> RunSoak(const SoakOptions& o, const SoakProgressFn& progress) {
-  if (o.prompts.empty()) return absl::InvalidArgumentError("soak: no prompts");
-  if (!(o.load_fraction > 0 && o.load_fraction <= 1)) {
-    return absl::InvalidArgumentError("soak: load fraction must be in (0, 1]");
+// Checks that no daemon exited during the run, naming those that did.
+SoakCheck AliveCheck(const std::vector<std::string>& daemons, const std::vector<bool>& alive) {
+  int dead = 0;
+  std::string names;
+  for (size_t i = 0; i < alive.size(); ++i) {
+    if (!alive[i]) absl::StrAppend(&names, names.empty() ? "" : ", ", daemons[i]), ++dead;
   }
-  SoakCluster c;
-  if (absl::Status s = StartCluster(o, c); !s.ok()) return s;
-  progress(absl::StrCat("soak: 1 prefill daemon (pid ", c.prefill->pid(), ", HTTP port ",
-                        c.http_port, ") and ", c.decodes.size(), " decode daemons registered"));
+  return {"every daemon still running", dead == 0,
+          dead == 0 ? absl::StrCat(alive.size(), " of ", alive.size(), " running")
+                    : absl::StrCat("exited: ", names)};
+}
 
-  SoakResult result;
-  // Saturation sweep.
+// The median of `v` (non-empty).
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The medians of daemon `d`'s RSS samples after the warm-up, one per non-empty drift window;
+// `peak` receives the largest single sample.
+std::vector<double> RssWindowMedians(const SoakOptions& o, const nlohmann::json& samples, size_t d,
+                                     double& peak) {
+  std::vector<std::vector<double>> windows;
+  peak = 0;
+  for (const nlohmann::json& s : samples) {
+    const double t = s["t_s"].get<double>();
+    const double kib = s["kib"][d].get<double>();
+    if (t < o.rss_warmup_s || kib <= 0) continue;
+    const size_t w = static_cast<size_t>((t - o.rss_warmup_s) / o.drift_window_s);
+    if (windows.size() <= w) windows.resize(w + 1);
+    windows[w].push_back(kib);
+    peak = std::max(peak, kib);
+  }
+  std::vector<double> medians;
+  for (const std::vector<double>& w : windows) {
+    if (!w.empty()) medians.push_back(Median(w));
+  }
+  return medians;
+}
+
+// Checks that each daemon's RSS stays flat after the warm-up.
+SoakCheck RssCheck(const SoakOptions& o, const nlohmann::json& report,
+                   const std::vector<std::string>& daemons) {
+  // Per daemon, over the samples after the warm-up, in windows of drift_window_s: the
+  // median of each window against the first window's median. Medians, because under
+  // Poisson load a single sample also measures how many requests happen to be in flight
+  // (each holds its KV and activations until it ends); a leak moves every window. The
+  // largest single-sample excursion is reported alongside, not judged.
+  const nlohmann::json& samples = report["timeseries"]["rss_samples"];
+  bool ok = !daemons.empty();
+  std::string detail;
+  for (size_t d = 0; d < daemons.size(); ++d) {
+    double peak = 0;
+    const std::vector<double> medians = RssWindowMedians(o, samples, d, peak);
+    if (medians.size() < 2) {
+      ok = false;
+      absl::StrAppend(&detail, detail.empty() ? "" : "; ", daemons[d],
+                      ": fewer than two windows after the warm-up");
+      continue;
+    }
+    const double ref = medians.front();
+    double worst = 0;
+    for (double m : medians) worst = std::max(worst, std::abs(m - ref) / ref);
+    ok = ok && worst <= o.rss_tolerance;
+    absl::StrAppend(&detail, detail.empty() ? "" : "; ", daemons[d], ": ", Fmt(ref / 1024), " -> ",
+                    Fmt(medians.back() / 1024), " MiB, worst window ", Fmt(100 * worst, 2), "% (",
+                    medians.size(), " windows; peak sample ", Fmt(peak / 1024), " MiB)");
+  }
+  return {
+      absl::StrCat("RSS flat within ", Fmt(100 * o.rss_tolerance, 0), "% after ",
+                   Fmt(o.rss_warmup_s, 0), " s (", Fmt(o.drift_window_s, 0), "-s window medians)"),
+      ok, detail};
+}
+
+// Checks that p99 TTFT did not drift between the first and the last window.
+SoakCheck TtftDriftCheck(const SoakOptions& o, const nlohmann::json& report) {
+  const nlohmann::json& drift = report["ttft_drift"];
+  if (drift.is_null()) return {"p99 TTFT drift", false, "no drift figure (too few requests)"};
+  const double change = drift["relative_change"].get<double>();
+  return {absl::StrCat("p99 TTFT drift below ", Fmt(100 * o.ttft_drift_tolerance, 0),
+                       "% (first vs last ", Fmt(o.drift_window_s, 0), " s)"),
+          std::abs(change) < o.ttft_drift_tolerance,
+          absl::StrCat(Fmt(drift["first_p99_ms"].get<double>()), " ms -> ",
+                       Fmt(drift["last_p99_ms"].get<double>()), " ms (", change >= 0 ? "+" : "",
+                       Fmt(100 * change, 1), "%; ", drift["first_count"].get<int64_t>(), " and ",
+                       drift["last_count"].get<int64_t>(), " requests)")};
+}
+
+// Raises closed-loop concurrency until throughput stops growing by 5%; records the best rate.
+absl::Status SweepConcurrency(const SoakOptions& o, const SoakCluster& c,
+                              const SoakProgressFn& progress, SoakResult& result) {
   for (int concurrency : o.saturation_concurrency) {
     loadgen::LoadOptions load = BaseLoad(o, c.http_port);
     load.concurrency = concurrency;
@@ -229,10 +225,13 @@ absl::StatusOr<SoakResult> RunSoak(const SoakOptions& o, const SoakProgressFn& p
     result.saturation_rate = std::max(best, level.requests_per_s);
     if (best > 0 && level.requests_per_s < 1.05 * best) break;
   }
-  if (!(result.saturation_rate > 0)) {
-    return absl::FailedPreconditionError("soak: no request succeeded in the saturation sweep");
-  }
-  // Open-loop probes (see soak.h).
+  return absl::OkStatus();
+}
+
+// Steps open-loop Poisson rates up from half the closed-loop rate until the cluster falls
+// behind; the saturation rate becomes the last rate it kept up with (see soak.h).
+absl::Status ProbeOpenLoop(const SoakOptions& o, const SoakCluster& c,
+                           const SoakProgressFn& progress, SoakResult& result) {
   const double closed_loop = result.saturation_rate;
   double first_p50 = 0, sustained = 0, first_achieved = 0;
   for (double rate = 0.5 * closed_loop; rate <= 1.05 * closed_loop; rate *= 1.15) {
@@ -259,8 +258,13 @@ absl::StatusOr<SoakResult> RunSoak(const SoakOptions& o, const SoakProgressFn& p
   }
   // When even the first probe fell behind, what it completed is the best estimate.
   result.saturation_rate = sustained > 0 ? sustained : first_achieved;
+  return absl::OkStatus();
+}
 
-  // The soak itself.
+// Runs the soak load itself at the configured fraction of the saturation rate, sampling every
+// daemon's RSS, and stores the daemons' names and the load report in `result`.
+absl::Status RunSoakLoad(const SoakOptions& o, const SoakCluster& c, const SoakProgressFn& progress,
+                         SoakResult& result) {
   result.soak_rate = o.load_fraction * result.saturation_rate;
   loadgen::LoadOptions load = BaseLoad(o, c.http_port);
   load.rate = result.soak_rate;
@@ -287,12 +291,12 @@ absl::StatusOr<SoakResult> RunSoak(const SoakOptions& o, const SoakProgressFn& p
   context.num_prompts = static_cast<int>(o.prompts.size());
   context.drift_window_s = o.drift_window_s;
   result.report = loadgen::BuildReport(load, *run, context);
+  return absl::OkStatus();
+}
 
-  std::vector<bool> alive = {c.prefill->running()};
-  for (auto& d : c.decodes) alive.push_back(d->running());
-  result.checks = EvaluateSoak(o, result.report, result.daemons, alive);
-
-  // Clean shutdown: SIGTERM, exit 0, decode daemons first (the prefill daemon is their peer).
+// Stops every daemon with SIGTERM, decode daemons first (the prefill daemon is their peer),
+// and checks that each exits 0.
+SoakCheck StopCluster(SoakCluster& c, const std::vector<std::string>& daemons) {
   std::string exits;
   bool clean = true;
   auto stop = [&](cluster::DaemonProcess& d, const std::string& name) {
@@ -301,9 +305,46 @@ absl::StatusOr<SoakResult> RunSoak(const SoakOptions& o, const SoakProgressFn& p
     absl::StrAppend(&exits, exits.empty() ? "" : ", ", name, " ",
                     code.has_value() ? absl::StrCat(*code) : "hung");
   };
-  for (size_t i = 0; i < c.decodes.size(); ++i) stop(*c.decodes[i], result.daemons[i + 1]);
+  for (size_t i = 0; i < c.decodes.size(); ++i) stop(*c.decodes[i], daemons[i + 1]);
   stop(*c.prefill, "prefill");
-  result.checks.push_back({"SIGTERM: every daemon exits 0", clean, exits});
+  return {"SIGTERM: every daemon exits 0", clean, exits};
+}
+
+}  // namespace
+
+std::vector<SoakCheck> EvaluateSoak(const SoakOptions& o, const nlohmann::json& report,
+                                    const std::vector<std::string>& daemons,
+                                    const std::vector<bool>& alive) {
+  std::vector<SoakCheck> checks;
+  checks.push_back(RequestsCheck(report));
+  checks.push_back(AliveCheck(daemons, alive));
+  checks.push_back(RssCheck(o, report, daemons));
+  checks.push_back(TtftDriftCheck(o, report));
+  return checks;
+}
+
+absl::StatusOr<SoakResult> RunSoak(const SoakOptions& o, const SoakProgressFn& progress) {
+  if (o.prompts.empty()) return absl::InvalidArgumentError("soak: no prompts");
+  if (!(o.load_fraction > 0 && o.load_fraction <= 1)) {
+    return absl::InvalidArgumentError("soak: load fraction must be in (0, 1]");
+  }
+  SoakCluster c;
+  if (absl::Status s = StartCluster(o, c); !s.ok()) return s;
+  progress(absl::StrCat("soak: 1 prefill daemon (pid ", c.prefill->pid(), ", HTTP port ",
+                        c.http_port, ") and ", c.decodes.size(), " decode daemons registered"));
+
+  SoakResult result;
+  if (absl::Status s = SweepConcurrency(o, c, progress, result); !s.ok()) return s;
+  if (!(result.saturation_rate > 0)) {
+    return absl::FailedPreconditionError("soak: no request succeeded in the saturation sweep");
+  }
+  if (absl::Status s = ProbeOpenLoop(o, c, progress, result); !s.ok()) return s;
+  if (absl::Status s = RunSoakLoad(o, c, progress, result); !s.ok()) return s;
+
+  std::vector<bool> alive = {c.prefill->running()};
+  for (auto& d : c.decodes) alive.push_back(d->running());
+  result.checks = EvaluateSoak(o, result.report, result.daemons, alive);
+  result.checks.push_back(StopCluster(c, result.daemons));
 
   result.passed = std::all_of(result.checks.begin(), result.checks.end(),
                               [](const SoakCheck& check) { return check.passed; });
