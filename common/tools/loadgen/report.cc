@@ -109,15 +109,10 @@ plot::Canvas StackVertically(const std::vector<plot::Canvas>& parts) {
   return out;
 }
 
-}  // namespace
-
-json BuildReport(const LoadOptions& options, const RunResult& result,
-                 const ReportContext& context) {
-  const RunStats stats = ComputeStats(result.records, context.slo);
-  const RunStats warm = ComputeStats(result.warmup, Slo{});
+// The report's "config": the run as configured.
+json ConfigJson(const LoadOptions& options, const ReportContext& context) {
   const bool open_loop = options.rate > 0;
-
-  json config{{"url", context.url},
+  return json{{"url", context.url},
               {"model", options.body.model},
               {"api", options.body.api == Api::kChat ? "chat" : "completions"},
               {"endpoint", ApiPath(options.body.api)},
@@ -135,10 +130,27 @@ json BuildReport(const LoadOptions& options, const RunResult& result,
               {"shuffle", options.shuffle},
               {"interval_s", options.interval_s},
               {"extra_body", options.body.extra_body}};
+}
 
+// The report's "requests": counts by outcome and status, and a few error examples.
+json RequestsJson(const RunResult& result, const RunStats& stats) {
   json http_status = json::object();
   for (const auto& [code, n] : stats.http_status) http_status[std::to_string(code)] = n;
+  return json{{"issued", stats.issued},
+              {"completed", static_cast<int64_t>(result.records.size())},
+              {"ok", stats.ok()},
+              {"failed", stats.failed()},
+              {"lost", stats.issued - static_cast<int64_t>(result.records.size())},
+              {"outcomes", OutcomeCounts(stats)},
+              {"http_status", std::move(http_status)},
+              {"error_examples", ErrorExamples(result.records, 5)},
+              {"stopped_early", result.stopped}};
+}
 
+// The report's "schedule": how closely the requests followed the arrival process.
+json ScheduleJson(const LoadOptions& options, const RunResult& result, const RunStats& stats,
+                  const ReportContext& context) {
+  const bool open_loop = options.rate > 0;
   int64_t late = 0;
   for (const RequestRecord& r : result.records) {
     if (r.lag_s() > context.late_threshold_s) ++late;
@@ -146,37 +158,46 @@ json BuildReport(const LoadOptions& options, const RunResult& result,
   const double achieved_rate = result.issue_span_s > 0 && stats.issued > 1
                                    ? static_cast<double>(stats.issued - 1) / result.issue_span_s
                                    : 0;
+  return json{{"mode", open_loop ? "poisson" : "closed_loop"},
+              {"target_rate", open_loop ? json(options.rate) : json(nullptr)},
+              {"achieved_rate", achieved_rate},
+              {"lag_ms", DistributionJson(stats.lag_s, 1e3)},
+              {"late_threshold_ms", context.late_threshold_s * 1e3},
+              {"late_requests", late},
+              {"fell_behind", open_loop && stats.lag_s.p99 > context.late_threshold_s},
+              {"peak_in_flight", result.peak_in_flight},
+              {"client_threads", result.threads_started}};
+}
 
-  json drift = nullptr;
-  if (std::optional<TtftDrift> d = ComputeTtftDrift(result.records, context.drift_window_s)) {
-    drift = {{"window_s", d->window_s},
-             {"first_p99_ms", d->first_p99_s * 1e3},
-             {"last_p99_ms", d->last_p99_s * 1e3},
-             {"first_count", d->first_count},
-             {"last_count", d->last_count},
-             {"relative_change", d->relative_change}};
-  }
+// The report's "ttft_drift": p99 TTFT of the first window against the last; null when short.
+json DriftJson(const RunResult& result, const ReportContext& context) {
+  std::optional<TtftDrift> d = ComputeTtftDrift(result.records, context.drift_window_s);
+  if (!d) return nullptr;
+  return json{{"window_s", d->window_s},
+              {"first_p99_ms", d->first_p99_s * 1e3},
+              {"last_p99_ms", d->last_p99_s * 1e3},
+              {"first_count", d->first_count},
+              {"last_count", d->last_count},
+              {"relative_change", d->relative_change}};
+}
 
+}  // namespace
+
+json BuildReport(const LoadOptions& options, const RunResult& result,
+                 const ReportContext& context) {
+  const RunStats stats = ComputeStats(result.records, context.slo);
+  const RunStats warm = ComputeStats(result.warmup, Slo{});
   return json{
       {"tool", "scd-loadgen"},
       {"schema_version", 1},
       {"command", context.command},
       {"started_at", result.started_at},
-      {"config", std::move(config)},
+      {"config", ConfigJson(options, context)},
       {"slo",
        {{"ttft_ms", context.slo.ttft_s > 0 ? json(context.slo.ttft_s * 1e3) : json(nullptr)},
         {"itl_ms", context.slo.itl_s > 0 ? json(context.slo.itl_s * 1e3) : json(nullptr)},
         {"itl_criterion", "mean inter-token latency of each request"}}},
-      {"requests",
-       {{"issued", stats.issued},
-        {"completed", static_cast<int64_t>(result.records.size())},
-        {"ok", stats.ok()},
-        {"failed", stats.failed()},
-        {"lost", stats.issued - static_cast<int64_t>(result.records.size())},
-        {"outcomes", OutcomeCounts(stats)},
-        {"http_status", std::move(http_status)},
-        {"error_examples", ErrorExamples(result.records, 5)},
-        {"stopped_early", result.stopped}}},
+      {"requests", RequestsJson(result, stats)},
       {"warmup", {{"issued", warm.issued}, {"ok", warm.ok()}, {"failed", warm.failed()}}},
       {"duration_s", stats.duration_s},
       {"issue_span_s", result.issue_span_s},
@@ -195,17 +216,8 @@ json BuildReport(const LoadOptions& options, const RunResult& result,
        {{"requests_per_s", stats.goodput_rps},
         {"requests", stats.good},
         {"fraction", stats.slo_attainment}}},
-      {"schedule",
-       {{"mode", open_loop ? "poisson" : "closed_loop"},
-        {"target_rate", open_loop ? json(options.rate) : json(nullptr)},
-        {"achieved_rate", achieved_rate},
-        {"lag_ms", DistributionJson(stats.lag_s, 1e3)},
-        {"late_threshold_ms", context.late_threshold_s * 1e3},
-        {"late_requests", late},
-        {"fell_behind", open_loop && stats.lag_s.p99 > context.late_threshold_s},
-        {"peak_in_flight", result.peak_in_flight},
-        {"client_threads", result.threads_started}}},
-      {"ttft_drift", std::move(drift)},
+      {"schedule", ScheduleJson(options, result, stats, context)},
+      {"ttft_drift", DriftJson(result, context)},
       {"timeseries", TimeSeriesJson(options, result)}};
 }
 

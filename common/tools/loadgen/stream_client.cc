@@ -159,23 +159,27 @@ void StreamReader::OnEvent(const std::string& payload, double now_s) {
   }
 }
 
-void SendStreamingRequest(const ClientOptions& options, Api api, const std::string& body,
-                          std::chrono::steady_clock::time_point origin, RequestRecord& record) {
-  using Clock = std::chrono::steady_clock;
-  auto seconds_since_origin = [origin] {
-    return std::chrono::duration<double>(Clock::now() - origin).count();
-  };
-  const auto timeout = std::chrono::microseconds(static_cast<int64_t>(options.timeout_s * 1e6));
-  const auto connect_timeout = std::chrono::microseconds(
-      static_cast<int64_t>(std::min(options.connect_timeout_s, options.timeout_s) * 1e6));
+namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// What one streaming exchange left behind: the response's status and id, the stream read so
+// far, an error body, and how the transfer ended.
+struct Exchange {
   StreamReader reader;
   bool got_response = false;
   bool deadline_hit = false;
   int status = 0;
   std::string request_id;
   std::string error_body;
+  std::string content_type;
+  httplib::Error error = httplib::Error::Success;
+  Clock::time_point deadline;
+};
 
+// The POST of `body`, streaming into `x` (its handlers stop the transfer past x.deadline).
+httplib::Request MakeRequest(const ClientOptions& options, Api api, const std::string& body,
+                             std::chrono::steady_clock::time_point origin, Exchange& x) {
   httplib::Request req;
   req.method = "POST";
   req.path = options.target.path_prefix + ApiPath(api);
@@ -183,79 +187,95 @@ void SendStreamingRequest(const ClientOptions& options, Api api, const std::stri
   req.set_header("Content-Type", "application/json");
   req.set_header("Accept", "text/event-stream");
   if (!options.api_key.empty()) req.set_header("Authorization", "Bearer " + options.api_key);
-  req.response_handler = [&](const httplib::Response& response) {
-    got_response = true;
-    status = response.status;
-    request_id = response.get_header_value("X-Request-Id");
+  req.response_handler = [&x](const httplib::Response& response) {
+    x.got_response = true;
+    x.status = response.status;
+    x.request_id = response.get_header_value("X-Request-Id");
     return true;
   };
-  Clock::time_point deadline;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    const double now_s = seconds_since_origin();
-    if (Clock::now() > deadline) {
-      deadline_hit = true;
+  req.content_receiver = [&x, origin](const char* data, size_t n, uint64_t, uint64_t) {
+    const double now_s = std::chrono::duration<double>(Clock::now() - origin).count();
+    if (Clock::now() > x.deadline) {
+      x.deadline_hit = true;
       return false;  // aborts the transfer
     }
-    if (status == 200) {
-      reader.Feed(std::string_view(data, n), now_s);
-    } else if (error_body.size() < kMaxErrorBody) {
-      error_body.append(data, std::min(n, kMaxErrorBody - error_body.size()));
+    if (x.status == 200) {
+      x.reader.Feed(std::string_view(data, n), now_s);
+    } else if (x.error_body.size() < kMaxErrorBody) {
+      x.error_body.append(data, std::min(n, kMaxErrorBody - x.error_body.size()));
     }
     return true;
   };
+  return req;
+}
 
+// The record's outcome and error from how the exchange ended (start and end already set).
+void SetOutcome(const ClientOptions& options, const Exchange& x, RequestRecord& record) {
+  const StreamReader& reader = x.reader;
+  const bool past_deadline = x.deadline_hit || record.e2e_s() >= options.timeout_s * 0.999;
+  if (x.error != httplib::Error::Success && past_deadline) {
+    record.outcome = Outcome::kTimeout;
+    record.error = absl::StrCat("no outcome within --timeout ", options.timeout_s, " s",
+                                x.got_response ? "" : " (no response headers)");
+  } else if (!x.got_response) {
+    record.outcome = Outcome::kConnectionError;
+    record.error =
+        absl::StrCat(DescribeError(x.error), record.error.empty() ? "" : ": ", record.error);
+  } else if (x.status != 200) {
+    record.outcome = Outcome::kHttpError;
+    record.error = absl::StrCat("HTTP ", x.status, ": ", ErrorMessage(x.error_body));
+  } else if (reader.failed()) {
+    record.outcome = Outcome::kStreamError;
+    record.error = reader.error();
+  } else if (x.error != httplib::Error::Success) {
+    record.outcome = Outcome::kStreamError;
+    record.error = absl::StrCat("connection lost mid-stream after ", reader.events(),
+                                " events: ", DescribeError(x.error));
+  } else if (!reader.done()) {
+    record.outcome = Outcome::kStreamError;
+    record.error = absl::StrCat("stream ended without data: [DONE] after ", reader.events(),
+                                " events (Content-Type: ", x.content_type, ")");
+  } else {
+    record.outcome = Outcome::kOk;
+    record.error.clear();
+  }
+}
+
+}  // namespace
+
+void SendStreamingRequest(const ClientOptions& options, Api api, const std::string& body,
+                          std::chrono::steady_clock::time_point origin, RequestRecord& record) {
+  auto seconds_since_origin = [origin] {
+    return std::chrono::duration<double>(Clock::now() - origin).count();
+  };
+  const auto timeout = std::chrono::microseconds(static_cast<int64_t>(options.timeout_s * 1e6));
+  const auto connect_timeout = std::chrono::microseconds(
+      static_cast<int64_t>(std::min(options.connect_timeout_s, options.timeout_s) * 1e6));
+  Exchange x;
+  httplib::Request req = MakeRequest(options, api, body, origin, x);
   httplib::Response res;
-  httplib::Error error = httplib::Error::Success;
   record.start_s = seconds_since_origin();
-  deadline = Clock::now() + timeout;
+  x.deadline = Clock::now() + timeout;
   try {
     httplib::Client client(options.target.base);
     client.set_keep_alive(false);
     client.set_connection_timeout(connect_timeout);
     client.set_read_timeout(timeout);
     client.set_write_timeout(timeout);
-    client.send(req, res, error);      // false exactly when error is set
+    client.send(req, res, x.error);    // false exactly when error is set
   } catch (const std::exception& e) {  // httplib throws for a malformed host
-    error = httplib::Error::Unknown;
+    x.error = httplib::Error::Unknown;
     record.error = e.what();
   }
   record.end_s = seconds_since_origin();
-
-  record.http_status = status;
-  record.request_id = request_id;
-  record.chunk_times_s = reader.content_times();
-  record.prompt_tokens = reader.prompt_tokens();
-  record.completion_tokens = reader.completion_tokens();
-  record.finish_reason = reader.finish_reason();
-
-  const bool past_deadline = deadline_hit || record.e2e_s() >= options.timeout_s * 0.999;
-  if (error != httplib::Error::Success && past_deadline) {
-    record.outcome = Outcome::kTimeout;
-    record.error = absl::StrCat("no outcome within --timeout ", options.timeout_s, " s",
-                                got_response ? "" : " (no response headers)");
-  } else if (!got_response) {
-    record.outcome = Outcome::kConnectionError;
-    record.error =
-        absl::StrCat(DescribeError(error), record.error.empty() ? "" : ": ", record.error);
-  } else if (status != 200) {
-    record.outcome = Outcome::kHttpError;
-    record.error = absl::StrCat("HTTP ", status, ": ", ErrorMessage(error_body));
-  } else if (reader.failed()) {
-    record.outcome = Outcome::kStreamError;
-    record.error = reader.error();
-  } else if (error != httplib::Error::Success) {
-    record.outcome = Outcome::kStreamError;
-    record.error = absl::StrCat("connection lost mid-stream after ", reader.events(),
-                                " events: ", DescribeError(error));
-  } else if (!reader.done()) {
-    record.outcome = Outcome::kStreamError;
-    record.error =
-        absl::StrCat("stream ended without data: [DONE] after ", reader.events(),
-                     " events (Content-Type: ", res.get_header_value("Content-Type"), ")");
-  } else {
-    record.outcome = Outcome::kOk;
-    record.error.clear();
-  }
+  x.content_type = res.get_header_value("Content-Type");
+  record.http_status = x.status;
+  record.request_id = x.request_id;
+  record.chunk_times_s = x.reader.content_times();
+  record.prompt_tokens = x.reader.prompt_tokens();
+  record.completion_tokens = x.reader.completion_tokens();
+  record.finish_reason = x.reader.finish_reason();
+  SetOutcome(options, x, record);
 }
 
 }  // namespace scd::loadgen
