@@ -6,6 +6,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <future>
+#include <memory>
 #include <thread>
 
 #include <httplib.h>
@@ -45,6 +46,27 @@ json SlowDecodeConfig(const std::string& control_plane) {
   return c;
 }
 
+// Two streams of `max_tokens` at once; returns once both have an event (or after 20 s).
+std::pair<std::future<SseResult>, std::future<SseResult>> TwoStartedStreams(int port,
+                                                                            int max_tokens) {
+  auto started = std::make_shared<std::atomic<int>>(0);
+  auto run = [=] {
+    bool counted = false;
+    return HttpStream(port, "/v1/completions", StreamBody(max_tokens), [&](const std::string&) {
+      if (!counted) {
+        counted = true;
+        ++*started;
+      }
+      return true;
+    });
+  };
+  auto streams = std::make_pair(std::async(std::launch::async, run), std::async(std::launch::async, run));
+  const auto until = std::chrono::steady_clock::now() + seconds(20);
+  while (started->load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(10));
+  REQUIRE(started->load() == 2);
+  return streams;
+}
+
 }  // namespace
 
 TEST_CASE("A decode daemon killed mid-stream: its stream migrates and continues unchanged",
@@ -60,23 +82,7 @@ TEST_CASE("A decode daemon killed mid-stream: its stream migrates and continues 
   const SseResult reference = HttpStream(prefill.http_port, "/v1/completions", StreamBody(120));
   REQUIRE(reference.done());
   REQUIRE(StreamError(reference).empty());
-  std::atomic<int> started{0};
-  auto run = [&] {
-    bool counted = false;
-    return HttpStream(prefill.http_port, "/v1/completions", StreamBody(120),
-                      [&](const std::string&) {
-                        if (!counted) {
-                          counted = true;
-                          ++started;
-                        }
-                        return true;
-                      });
-  };
-  auto s1 = std::async(std::launch::async, run);
-  auto s2 = std::async(std::launch::async, run);
-  const auto until = std::chrono::steady_clock::now() + seconds(20);
-  while (started.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(10));
-  REQUIRE(started.load() == 2);
+  auto [s1, s2] = TwoStartedStreams(prefill.http_port, 120);
   a.process->Signal(SIGKILL);
   for (SseResult r : {s1.get(), s2.get()}) {
     INFO("error: " << StreamError(r));
@@ -101,22 +107,7 @@ TEST_CASE("A killed decode daemon fails its stream fast and later requests route
   // Two long streams (least-loaded routing puts one on each daemon); kill daemon A once both
   // have produced tokens. The stream on A must end with an error event, promptly; the one on
   // B must complete.
-  std::atomic<int> started{0};
-  auto run = [&] {
-    return HttpStream(prefill.http_port, "/v1/completions", StreamBody(200), [&](const std::string&) {
-      static thread_local bool counted = false;
-      if (!counted) {
-        counted = true;
-        ++started;
-      }
-      return true;
-    });
-  };
-  auto s1 = std::async(std::launch::async, run);
-  auto s2 = std::async(std::launch::async, run);
-  const auto until = std::chrono::steady_clock::now() + seconds(20);
-  while (started.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(10));
-  REQUIRE(started.load() == 2);
+  auto [s1, s2] = TwoStartedStreams(prefill.http_port, 200);
   const auto killed_at = std::chrono::steady_clock::now();
   a.process->Signal(SIGKILL);
   SseResult r1 = s1.get();
