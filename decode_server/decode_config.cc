@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/config/cuda_kernel_keys.h"
+#include "common/config/http_keys.h"
 #include "common/config/option_keys.h"
 #include "common/rpc/registry_config.h"
 #include "common/sekv/budget_plan.h"
@@ -76,10 +77,12 @@ void ReadControlPlane(ConfigReader& r, const config::PathKeys& path, DecodeDaemo
   ConfigReader http = r.Child("http");
   config::ReadString(http, "host", &c->http_host);
   config::ReadInt(http, "port", &c->http_port, -1, 65535);
+  config::ReadHttpConnectionKeys(http, &c->http_connections);
 
   ConfigReader cp = r.Child("control_plane");
   config::ReadString(cp, "address", &c->control_plane.target);
   config::ReadString(cp, "cluster_token", &c->control_plane.cluster_token);
+  config::ReadBool(cp, "dev_insecure", &c->dev_insecure);
   config::ReadDuration(cp, "register_wait", &c->register_wait, 0, 86400);
   config::ReadDuration(cp, "lease", &c->lease, 2, 3600);
   rpc::ReadRegistryKeys(cp, path, &c->registry);

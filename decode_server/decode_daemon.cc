@@ -9,6 +9,7 @@
 #include "common/base/status_macros.h"
 #include "common/daemon/event_log.h"
 #include "common/model/weights.h"
+#include "common/rpc/cluster_token.h"
 #include "common/scd/wire_format.h"
 #include "common/sekv/sekv_artifact.h"
 #include "decode_server/decode_config.h"
@@ -35,6 +36,14 @@ absl::StatusOr<std::unique_ptr<DecodeDaemon>> DecodeDaemon::Create(DecodeDaemonC
     return absl::InvalidArgumentError(
         "config needs 'model.artifact' (the pair's calibration artifact) or "
         "'model.producer_path' (the base checkpoint, for the pair digest)");
+  }
+  SCD_RETURN_IF_ERROR(rpc::CheckClusterToken(config.control_plane.cluster_token,
+                                             config.dev_insecure));
+  const std::string& token = config.control_plane.cluster_token;
+  if (config.dev_insecure && !rpc::CheckClusterToken(token, false).ok()) {
+    daemon::LogWarning("dev_insecure", {{"message",
+                                         "control_plane.dev_insecure: serving with a cluster "
+                                         "token that is no secret; development only"}});
   }
   if (config.instance_id.empty()) {
     config.instance_id = absl::StrCat(config.model_name, "-", getpid(), "-", RandomSuffix());
@@ -129,17 +138,34 @@ absl::Status DecodeDaemon::StartDataPlane() {
   data_plane_address_ = c.data_plane_advertise.empty()
                             ? listener_->address()
                             : absl::StrCat(c.data_plane_transport, "://", c.data_plane_advertise);
-  mailbox_ = std::make_unique<PayloadMailbox>(listener_.get(), c.mailbox);
+  SCD_ASSIGN_OR_RETURN(
+      metrics::CounterFamily * refused,
+      metrics_.AddCounterFamily("scd_payload_rejected_total",
+                                "Data-plane payloads refused, by reason: no_token (the sender "
+                                "is no authenticated prefill daemon), token_mismatch (not the "
+                                "token its Decode call names).",
+                                {"reason"}));
+  payload_refusals_ = std::make_unique<daemon::RefusalLog>("payload_refused", refused);
+  mailbox_ = std::make_unique<PayloadMailbox>(listener_.get(), c.mailbox, payload_refusals_.get());
   return absl::OkStatus();
 }
 
 // The gRPC Decode service.
 absl::Status DecodeDaemon::StartDecodeService() {
   const DecodeDaemonConfig& c = config_;
+  SCD_ASSIGN_OR_RETURN(auth_, rpc::PeerAuthenticator::Create(c.rpc_tls));
+  SCD_ASSIGN_OR_RETURN(
+      metrics::CounterFamily * refused,
+      metrics_.AddCounterFamily("scd_decode_rejected_total",
+                                "Decode calls refused before they were read, by reason: "
+                                "no_certificate, untrusted_certificate (mutual TLS), token.",
+                                {"reason"}));
+  call_refusals_ = std::make_unique<daemon::RefusalLog>("decode_call_refused", refused);
+  DecodeServiceGuard guard{auth_.get(), c.control_plane.cluster_token, call_refusals_.get()};
   service_ = std::make_unique<DecodeService>(engine_.get(), mailbox_.get(), tokenizer_.get(),
-                                             c.service, &metrics_);
+                                             c.service, &metrics_, std::move(guard));
   rpc::GrpcServerOptions go = c.grpc;
-  SCD_ASSIGN_OR_RETURN(go.credentials, rpc::MakeServerCredentials(c.rpc_tls));
+  go.credentials = auth_->credentials();
   SCD_ASSIGN_OR_RETURN(grpc_, rpc::StartGrpcServer(go, {service_.get()}));
   rpc_address_ = c.rpc_advertise.empty() ? grpc_.address : c.rpc_advertise;
   return absl::OkStatus();
@@ -149,7 +175,7 @@ absl::Status DecodeDaemon::StartDecodeService() {
 absl::Status DecodeDaemon::StartHttp() {
   const DecodeDaemonConfig& c = config_;
   if (c.http_port < 0) return absl::OkStatus();
-  http::HttpServerOptions ho;
+  http::HttpServerOptions ho = c.http_connections;
   ho.host = c.http_host;
   ho.port = c.http_port;
   ho.metrics = &metrics_;

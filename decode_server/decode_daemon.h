@@ -11,6 +11,11 @@
 //
 // Shutdown(drain): deregister first (no new routes), refuse new calls, let running requests
 // finish up to `drain`, then stop everything; nothing in flight is dropped silently.
+//
+// Peers: the Decode service admits only callers with the cluster's client certificate (with
+// grpc.tls.ca) and the cluster token; the data plane hands a payload only to the call naming
+// its transfer token (decode_service.h, payload_mailbox.h). A daemon without a usable cluster
+// token does not start unless control_plane.dev_insecure is set (rpc/cluster_token.h).
 #ifndef SCD_DECODE_SERVER_DECODE_DAEMON_H_
 #define SCD_DECODE_SERVER_DECODE_DAEMON_H_
 
@@ -28,6 +33,7 @@
 #include "common/rpc/registry_config.h"
 #include "common/rpc/credentials.h"
 #include "common/rpc/grpc_server.h"
+#include "common/rpc/peer_auth.h"
 #include "common/runtime/backend.h"
 #include "common/scd/artifact.h"
 #include "common/scd/codec.h"
@@ -72,10 +78,15 @@ struct DecodeDaemonConfig {
   // Health and metrics over HTTP; port -1 turns it off.
   std::string http_host = "127.0.0.1";
   int http_port = -1;
+  // http.header_timeout, body_timeout, write_timeout, max_connections_per_client.
+  http::HttpServerOptions http_connections;
 
   // Control plane: target (control_plane.address), channel, cluster_token; the instance is
   // filled at start.
   rpc::ControlPlaneClientOptions control_plane;
+  // Starts with an empty, example or short cluster token (rpc/cluster_token.h): development
+  // clusters on a trusted network only.
+  bool dev_insecure = false;
   absl::Duration register_wait = absl::Seconds(30);
   rpc::RegistryOptions registry;  // control_plane.registry and the etcd keys
   // With etcd: the lease of this daemon's key (it disappears this long after the daemon dies).
@@ -142,7 +153,10 @@ class DecodeDaemon {
   std::unique_ptr<DecodeEngine> engine_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<transport::Listener> listener_;
+  std::unique_ptr<daemon::RefusalLog> payload_refusals_;  // scd_payload_rejected_total
   std::unique_ptr<PayloadMailbox> mailbox_;
+  std::unique_ptr<rpc::PeerAuthenticator> auth_;       // the Decode service's callers
+  std::unique_ptr<daemon::RefusalLog> call_refusals_;  // scd_decode_rejected_total
   std::unique_ptr<DecodeService> service_;
   rpc::GrpcServer grpc_;
   std::unique_ptr<http::HttpServer> http_;

@@ -1,11 +1,13 @@
 // See decode_service.h.
 #include "decode_server/decode_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
@@ -55,8 +57,12 @@ void FillTimings(const DecodeTimings& t, double decode_ms, scd::v1::Timings* out
 
 DecodeService::DecodeService(DecodeEngine* engine, PayloadMailbox* mailbox,
                              const Tokenizer* tokenizer, DecodeServiceOptions options,
-                             metrics::Registry* metrics)
-    : engine_(engine), mailbox_(mailbox), tokenizer_(tokenizer), options_(std::move(options)) {
+                             metrics::Registry* metrics, DecodeServiceGuard guard)
+    : engine_(engine),
+      mailbox_(mailbox),
+      tokenizer_(tokenizer),
+      options_(std::move(options)),
+      guard_(std::move(guard)) {
   if (metrics == nullptr) return;
   auto seconds = metrics::ExponentialBuckets(0.0005, 2, 16);
   requests_ = metrics
@@ -119,6 +125,11 @@ absl::Status DecodeService::Validate(const scd::v1::DecodeRequest& r) const {
       return absl::InvalidArgumentError(absl::StrCat("stop token id ", id, " is outside the vocabulary"));
     }
   }
+  if (r.transfer_id() != 0 && r.transfer_token().size() != transport::kTransferTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("transfer_token must be ",
+                                                   transport::kTransferTokenBytes,
+                                                   " bytes with a transfer_id"));
+  }
   if (r.deadline_ms() < 0) return absl::InvalidArgumentError("deadline_ms must be >= 0");
   if (r.resumed_tokens() < 0 || r.resumed_tokens() >= r.suffix_token_ids_size()) {
     return absl::InvalidArgumentError(
@@ -175,7 +186,9 @@ absl::StatusOr<DecodeJob> DecodeService::MakeJob(const scd::v1::DecodeRequest& r
   job.request_id = next_job_id_.fetch_add(1);
   job.deadline = received + budget;
   if (request.transfer_id() != 0) {
-    auto bytes = mailbox_->Take(request.transfer_id(),
+    transport::TransferToken token{};  // Validate checked its size
+    std::copy(request.transfer_token().begin(), request.transfer_token().end(), token.begin());
+    auto bytes = mailbox_->Take(request.transfer_id(), token,
                                 std::min(job.deadline, received + options_.payload_wait));
     if (!bytes.ok()) return bytes.status();
     job.payload = std::move(*bytes);
@@ -274,6 +287,11 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
     explicit InFlight(std::atomic<int>& c) : n(c) { ++n; }
     ~InFlight() { --n; }
   } in_flight(in_flight_);
+  if (guard_.auth != nullptr) {
+    // Before anything of the request is read (the refusal is logged and counted there).
+    grpc::Status admitted = guard_.auth->Check(*context, guard_.cluster_token, guard_.refusals);
+    if (!admitted.ok()) return admitted;
+  }
   if (!accepting_.load())
     return Refuse(*request, absl::UnavailableError("decode daemon is draining"));
   if (absl::Status st = Validate(*request); !st.ok()) return Refuse(*request, st);

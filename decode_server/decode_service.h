@@ -9,6 +9,12 @@
 // anything later is a final StreamError event, so tokens already sent are not lost.
 // A cancelled call (the prefill daemon's client went away, or a stop string matched) cancels
 // the engine job, which frees its batch slot at the next step.
+//
+// Who may call: with mutual TLS, only holders of a certificate of the cluster's CA, and with a
+// cluster token, only calls carrying it (peer_auth.h); anyone else gets UNAUTHENTICATED before
+// the request is read, and the refusal is logged (decode_call_refused) and counted
+// (scd_decode_rejected_total{reason}). A data-plane payload goes only to the call naming its
+// transfer token (payload_mailbox.h).
 #ifndef SCD_DECODE_SERVER_DECODE_SERVICE_H_
 #define SCD_DECODE_SERVER_DECODE_SERVICE_H_
 
@@ -17,13 +23,22 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "common/daemon/refusal_log.h"
 #include "common/metrics/registry.h"
+#include "common/rpc/peer_auth.h"
 #include "common/serving/decode_engine.h"
 #include "common/tokenizer/tokenizer.h"
 #include "decode_server/payload_mailbox.h"
 #include "proto/scd.grpc.pb.h"
 
 namespace scd {
+
+// Who may call the service (see the file comment). Not owned; must outlive the service.
+struct DecodeServiceGuard {
+  const rpc::PeerAuthenticator* auth = nullptr;  // null: no check (tests)
+  std::string cluster_token;                     // empty: none required
+  daemon::RefusalLog* refusals = nullptr;
+};
 
 struct DecodeServiceOptions {
   std::string model_name;                              // requests must name it
@@ -36,7 +51,8 @@ class DecodeService final : public scd::v1::Decode::Service {
  public:
   // Nothing is owned; all must outlive the service. `metrics` may be null.
   DecodeService(DecodeEngine* engine, PayloadMailbox* mailbox, const Tokenizer* tokenizer,
-                DecodeServiceOptions options, metrics::Registry* metrics);
+                DecodeServiceOptions options, metrics::Registry* metrics,
+                DecodeServiceGuard guard = {});
 
   grpc::Status Generate(grpc::ServerContext* context, const scd::v1::DecodeRequest* request,
                         grpc::ServerWriter<scd::v1::DecodeEvent>* writer) override;
@@ -65,6 +81,7 @@ class DecodeService final : public scd::v1::Decode::Service {
   PayloadMailbox* const mailbox_;
   const Tokenizer* const tokenizer_;
   const DecodeServiceOptions options_;
+  const DecodeServiceGuard guard_;
   std::atomic<bool> accepting_{true};
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_job_id_{1};

@@ -6,9 +6,20 @@
 #include "absl/strings/str_cat.h"
 
 namespace scd {
+namespace {
 
-PayloadMailbox::PayloadMailbox(transport::Listener* listener, PayloadMailboxOptions options)
-    : listener_(listener), options_(options) {
+const char* RefusalMessage(const std::string& reason) {
+  return reason == "no_token"
+             ? "the payload carries no transfer token: its sender is not an authenticated "
+               "prefill daemon"
+             : "the payload's transfer token is not the one its Decode call names";
+}
+
+}  // namespace
+
+PayloadMailbox::PayloadMailbox(transport::Listener* listener, PayloadMailboxOptions options,
+                               daemon::RefusalLog* refusals)
+    : listener_(listener), options_(options), refusals_(refusals) {
   listener_->SetPeerClosedCallback([this](const std::string& peer) { PeerClosed(peer); });
   thread_ = std::thread([this] { Loop(); });
 }
@@ -32,41 +43,62 @@ void PayloadMailbox::Loop() {
     // A short wait keeps expiry prompt when nothing arrives.
     absl::StatusOr<transport::Message> m =
         listener_->Receive(absl::Now() + absl::Milliseconds(200));
-    std::lock_guard<std::mutex> lock(mu_);
-    ExpireLocked(absl::Now());
-    if (!m.ok()) {
-      if (stopped_ || m.status().code() == absl::StatusCode::kCancelled) return;
-      continue;  // DEADLINE_EXCEEDED: nothing arrived this second
-    }
-    if (m->request_id == 0) continue;  // lost before its header: nobody to tell
-    Item item;
-    item.arrived = absl::Now();
-    item.status = m->status;
-    item.peer = m->peer;
-    if (m->status.ok()) {
-      item.bytes.assign(m->data.get(), m->data.get() + m->size);
-      stats_.bytes += item.bytes.size();
-      ++stats_.received;
-    } else {
-      ++stats_.corrupted;
-    }
-    auto old = items_.find(m->request_id);
-    if (old != items_.end()) {
-      stats_.bytes -= old->second.bytes.size();
-      items_.erase(old);
-    }
-    items_.emplace(m->request_id, std::move(item));
-    while (stats_.bytes > options_.max_bytes && !items_.empty()) {
-      auto oldest = items_.begin();
-      for (auto it = items_.begin(); it != items_.end(); ++it) {
-        if (it->second.arrived < oldest->second.arrived) oldest = it;
+    bool filed = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ExpireLocked(absl::Now());
+      if (!m.ok()) {
+        if (stopped_ || m.status().code() == absl::StatusCode::kCancelled) return;
+        continue;  // DEADLINE_EXCEEDED: nothing arrived this second
       }
-      stats_.bytes -= oldest->second.bytes.size();
-      items_.erase(oldest);
-      ++stats_.evicted;
+      if (m->request_id == 0) continue;  // lost before its header: nobody to tell
+      filed = FileLocked(*m);
     }
-    arrived_.notify_all();
+    if (filed) {
+      arrived_.notify_all();
+    } else {
+      Record({{m->peer, m->request_id, "no_token"}});
+    }
   }
+}
+
+bool PayloadMailbox::FileLocked(transport::Message& m) {
+  if (!transport::HasToken(m.token)) {
+    ++stats_.rejected;
+    return false;
+  }
+  Item item;
+  item.arrived = absl::Now();
+  item.status = m.status;
+  item.peer = m.peer;
+  item.token = m.token;
+  if (m.status.ok()) {
+    item.bytes.assign(m.data.get(), m.data.get() + m.size);
+    stats_.bytes += item.bytes.size();
+    ++stats_.received;
+  } else {
+    ++stats_.corrupted;
+  }
+  // The same id and token again replaces the first; another token is kept beside it.
+  auto [lo, hi] = items_.equal_range(m.request_id);
+  for (auto it = lo; it != hi; ++it) {
+    if (it->second.token == m.token) {
+      stats_.bytes -= it->second.bytes.size();
+      items_.erase(it);
+      break;
+    }
+  }
+  items_.emplace(m.request_id, std::move(item));
+  while (stats_.bytes > options_.max_bytes && !items_.empty()) {
+    auto oldest = items_.begin();
+    for (auto it = items_.begin(); it != items_.end(); ++it) {
+      if (it->second.arrived < oldest->second.arrived) oldest = it;
+    }
+    stats_.bytes -= oldest->second.bytes.size();
+    items_.erase(oldest);
+    ++stats_.evicted;
+  }
+  return true;
 }
 
 void PayloadMailbox::PeerClosed(const std::string& peer) {
@@ -98,28 +130,66 @@ void PayloadMailbox::ExpireLocked(absl::Time now) {
   }
 }
 
+std::vector<PayloadMailbox::Refused> PayloadMailbox::RefuseOthersLocked(
+    uint64_t transfer_id, const transport::TransferToken& token) {
+  std::vector<Refused> refused;
+  auto [it, hi] = items_.equal_range(transfer_id);
+  while (it != hi) {
+    if (it->second.token == token) {
+      ++it;
+      continue;
+    }
+    refused.push_back({it->second.peer, transfer_id, "token_mismatch"});
+    stats_.bytes -= it->second.bytes.size();
+    ++stats_.rejected;
+    it = items_.erase(it);
+  }
+  return refused;
+}
+
+void PayloadMailbox::Record(const std::vector<Refused>& refused) {
+  if (refusals_ == nullptr) return;
+  for (const Refused& r : refused) {
+    refusals_->Refuse(r.peer, r.reason, RefusalMessage(r.reason), {{"transfer_id", r.transfer_id}});
+  }
+}
+
 absl::StatusOr<std::vector<uint8_t>> PayloadMailbox::Take(uint64_t transfer_id,
+                                                          const transport::TransferToken& token,
                                                           absl::Time deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    auto it = items_.find(transfer_id);
-    if (it != items_.end()) {
+    auto [lo, hi] = items_.equal_range(transfer_id);
+    auto it = lo;
+    while (it != hi && it->second.token != token) ++it;
+    if (it != hi) {
       Item item = std::move(it->second);
       items_.erase(it);
       stats_.bytes -= item.bytes.size();
+      const std::vector<Refused> refused = RefuseOthersLocked(transfer_id, token);
+      if (item.status.ok()) ++stats_.taken;
+      lock.unlock();
+      Record(refused);
       if (!item.status.ok()) {
         return absl::Status(item.status.code(),
-                            absl::StrCat("payload ", transfer_id, " arrived broken: ",
-                                         std::string(item.status.message())));
+                            absl::StrCat("payload ", transfer_id,
+                                         " arrived broken: ", std::string(item.status.message())));
       }
-      ++stats_.taken;
       return std::move(item.bytes);
     }
     if (stopped_) return absl::UnavailableError("decode daemon is shutting down");
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::NotFoundError(absl::StrCat("payload ", transfer_id,
-                                              " never arrived on the data plane"));
+      const std::vector<Refused> refused = RefuseOthersLocked(transfer_id, token);
+      lock.unlock();
+      Record(refused);
+      if (!refused.empty()) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("payload ", transfer_id, " arrived from ", refused.front().peer,
+                         " with a transfer token that is not this call's: refused"));
+      }
+      return absl::NotFoundError(
+          absl::StrCat("payload ", transfer_id, " never arrived on the data plane"));
     }
     arrived_.wait_for(lock, std::chrono::milliseconds(
                                 std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - now))));

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/elapsed.h"
+#include "common/base/status_macros.h"
 #include "common/daemon/event_log.h"
 #include "common/rpc/status_translation.h"
 #include "common/scd/payload_prefix.h"
@@ -108,7 +109,8 @@ GenerationPipeline::GenerationPipeline(
       registry_(registry),
       cache_(cache),
       sender_(std::move(sender)),
-      metrics_(std::make_unique<Metrics>()) {
+      metrics_(std::make_unique<Metrics>()),
+      admission_(options_.max_queue_wait, options_.producer_max_queue, registry, m) {
   std::random_device rd;
   next_transfer_id_.store((static_cast<uint64_t>(rd()) << 32 | rd()) | 1);
   if (m == nullptr) return;
@@ -143,7 +145,7 @@ void GenerationPipeline::CountError(const std::string& model, const absl::Status
   }
 }
 
-absl::StatusOr<PreparedRequest> GenerationPipeline::Prepare(GenerationRequest request) const {
+absl::StatusOr<PreparedRequest> GenerationPipeline::Prepare(GenerationRequest request) {
   auto it = specialists_->find(request.model);
   if (it == specialists_->end()) {
     std::string known;
@@ -163,20 +165,19 @@ absl::StatusOr<PreparedRequest> GenerationPipeline::Prepare(GenerationRequest re
     p.tokens = tokenizer_->Encode(request.prompt, true);
   }
   if (p.tokens.empty()) return absl::InvalidArgumentError("the prompt tokenizes to nothing");
-  const int t = static_cast<int>(p.tokens.size());
-  if (t >= context) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "This model's maximum context length is ", context, " tokens; the prompt has ", t,
-        " tokens (at least one more is needed to generate)."));
-  }
-  // The API edge resolved the budget within limits.max_tokens (request_fields.h).
-  p.max_tokens = std::min(request.sampling.max_tokens, context - t);
+  // The API edge resolved the budget within limits.max_tokens; here, where the prompt's length
+  // is first known, it is checked against the context, for both APIs (request_fields.h).
+  absl::StatusOr<int> budget =
+      http::FitMaxTokensToContext(request.sampling, static_cast<int>(p.tokens.size()), context);
+  if (!budget.ok()) return budget.status();
+  p.max_tokens = *budget;
   for (const std::string& s : request.sampling.stop) p.stop.push_back(s);
   if (registry_->LiveInstanceCount(request.model) == 0) {
     return absl::UnavailableError(absl::StrCat("no decode daemon is registered for model '",
                                                request.model, "'"));
   }
   p.deadline = request.arrived + options_.request_timeout;
+  SCD_ASSIGN_OR_RETURN(p.admission, admission_.Admit(request.model, request.request_id));
   p.request = std::move(request);
   return p;
 }
@@ -430,8 +431,11 @@ absl::Status GenerationPipeline::FillDecodeRequest(const PreparedRequest& r, con
       req->set_inline_payload(payload.bytes.data(), payload.bytes.size());
     } else {
       const uint64_t id = next_transfer_id_.fetch_add(2);
+      // Fresh per transfer: the decode daemon hands the payload only to the call naming it.
+      const transport::TransferToken token = transport::NewTransferToken();
       const auto t0 = Clock::now();
-      absl::Status st = sender_->Send(route.data_plane_address, id, payload.bytes, r.deadline);
+      absl::Status st =
+          sender_->Send(route.data_plane_address, id, token, payload.bytes, r.deadline);
       if (!st.ok()) return st;
       outcome->timings.set_transfer_ms(MsSince(t0));
       if (metrics_->transfer != nullptr) {
@@ -441,6 +445,7 @@ absl::Status GenerationPipeline::FillDecodeRequest(const PreparedRequest& r, con
             ->Observe(outcome->timings.transfer_ms() / 1e3);
       }
       req->set_transfer_id(id);
+      req->set_transfer_token(token.data(), token.size());
     }
   }
   outcome->timings.set_payload_bytes(payload.bytes.size());
@@ -520,8 +525,23 @@ GenerationOutcome GenerationPipeline::Succeed(const PreparedRequest& r, const En
                                    {"completion_tokens", outcome.completion_tokens},
                                    {"cache_hit", payload.cache_hit},
                                    {"ttft_ms", outcome.timings.ttft_ms()},
+                                   {"predicted_ttft_ms",
+                                    r.admission != nullptr
+                                        ? absl::ToDoubleMilliseconds(r.admission->predicted_ttft())
+                                        : 0.0},
                                    {"e2e_ms", e2e * 1e3}});
   return outcome;
+}
+
+void GenerationPipeline::ObserveDecode(const PreparedRequest& r, const GenerationOutcome& outcome) {
+  const scd::v1::Timings& t = outcome.timings;
+  if (t.ttft_ms() <= 0) return;  // no text was streamed: no first-token time
+  // The slot is held from the first-token work on the decode daemon to the stream's end.
+  const absl::Duration first_token_work =
+      absl::Milliseconds(t.rebuild_ms() + t.suffix_prefill_ms() + t.sekv_build_ms());
+  const absl::Time first_token = r.request.arrived + absl::Milliseconds(t.ttft_ms());
+  admission_.ObserveDecode(r.specialist->config.name, first_token_work,
+                           first_token_work + (absl::Now() - first_token));
 }
 
 void GenerationPipeline::CountMigrations(const std::string& model, int migrations,
@@ -549,7 +569,15 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Run(const PreparedRequest&
 
   scd::v1::Timings timings;
   absl::StatusOr<Encoded> payload = BuildPayload(r, &timings);
-  if (!payload.ok()) return Fail(r, payload.status());
+  if (r.admission != nullptr) r.admission->LeaveProducer();
+  if (!payload.ok()) {
+    if (payload.status().code() == absl::StatusCode::kResourceExhausted) {
+      admission_.CountShed(model, "prefill_queue");
+    }
+    return Fail(r, payload.status());
+  }
+  // The producer held for the prefill alone (zero for a cache hit or an oracle payload).
+  admission_.ObserveProducer(absl::Milliseconds(timings.prefill_ms()));
   if (metrics_->payload_bytes != nullptr && !payload->bytes.empty()) {
     metrics_->payload_bytes->WithLabels({model, mode}).value()->Observe(static_cast<double>(payload->bytes.size()));
     if (!payload->cache_hit) {
@@ -646,6 +674,7 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Dispatch(const PreparedReq
         a.fallback_daemon.held() && (a.current == &a.oracle || FallBack(r, a))) {
       lease = std::move(a.fallback_daemon);  // the only daemon left, as oracle
     }
+    if (r.admission != nullptr) r.admission->LeaveDispatch();
     if (!lease.ok()) {
       if (!a.last.ok() && lease.status().code() == absl::StatusCode::kUnavailable) {
         return fail(absl::UnavailableError(absl::StrCat(std::string(a.last.message()),
@@ -661,6 +690,7 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Dispatch(const PreparedReq
     if (st.ok()) {
       outcome.decode_instance = instance;
       CountMigrations(model, a.migrations, "completed");
+      if (a.migrations == 0) ObserveDecode(r, outcome);
       return Succeed(r, payload, std::move(outcome));
     }
     if (st.code() == absl::StatusCode::kCancelled && sink.Cancelled()) return fail(st);

@@ -2,7 +2,10 @@
 // (OpenAI) and gRPC (Generation) front ends:
 //
 //   Prepare  model → Specialist (NOT_FOUND), chat template, tokenize, context check
-//            (INVALID_ARGUMENT), a live decode daemon for the model (UNAVAILABLE, fail fast)
+//            (INVALID_ARGUMENT), a live decode daemon for the model (UNAVAILABLE, fail fast),
+//            admission: a request predicted not to see its first token well within
+//            limits.max_queue_wait, or behind a full prefill queue, is refused
+//            (RESOURCE_EXHAUSTED with a retry delay, admission.h)
 //   Run      shared-prefix cache lookup ── hit: reuse the cached codes (cut to the shared
 //            block prefix), the consumer prefills the rest itself
 //                                      └─ miss: base-model prefill of prompt[0, T-1), encode
@@ -44,6 +47,7 @@
 #include "common/runtime/backend.h"
 #include "common/serving/prefix_cache.h"
 #include "common/tokenizer/tokenizer.h"
+#include "prefill_server/admission.h"
 #include "prefill_server/payload_sender.h"
 #include "prefill_server/specialist.h"
 #include "proto/scd.grpc.pb.h"
@@ -70,6 +74,7 @@ struct PreparedRequest {
   std::vector<std::string> stop;   // the request's stop strings plus the template's
   int max_tokens = 0;              // clamped to the context left after the prompt
   absl::Time deadline;
+  std::shared_ptr<AdmissionTicket> admission;  // its place in the queues admission counts
 };
 
 struct GenerationDelta {
@@ -98,6 +103,9 @@ struct GenerationOutcome {
 struct GenerationPipelineOptions {
   absl::Duration request_timeout = absl::Minutes(5);
   int producer_max_queue = 64;   // requests waiting for the base model; more get 429
+  // The time to first token admission keeps admitted requests under, refusing the rest at
+  // once (429, admission.h); zero turns that off (limits.max_queue_wait).
+  absl::Duration max_queue_wait = absl::Seconds(5);
   size_t inline_max_bytes = 0;   // payloads up to this size ride in the RPC, not the data plane
   // Prefix cache: a hit is used only when the consumer's own prefill stays this short.
   int max_consumer_suffix = 128;
@@ -125,7 +133,7 @@ class GenerationPipeline {
                      std::unique_ptr<PayloadSender> sender, metrics::Registry* metrics);
   ~GenerationPipeline();
 
-  absl::StatusOr<PreparedRequest> Prepare(GenerationRequest request) const;
+  absl::StatusOr<PreparedRequest> Prepare(GenerationRequest request);
   absl::StatusOr<GenerationOutcome> Run(const PreparedRequest& request, GenerationSink& sink);
 
   int in_flight() const { return in_flight_.load(); }
@@ -162,6 +170,8 @@ class GenerationPipeline {
   void CountMigrations(const std::string& model, int migrations, const std::string& outcome);
   std::shared_ptr<scd::v1::Decode::Stub> StubFor(const std::string& rpc_address);
   void CountError(const std::string& model, const absl::Status& st);
+  // A completed request's decode-side times, for admission's estimate.
+  void ObserveDecode(const PreparedRequest& r, const GenerationOutcome& outcome);
 
   const GenerationPipelineOptions options_;
   Backend* const producer_;
@@ -171,6 +181,7 @@ class GenerationPipeline {
   PrefixCache* const cache_;
   std::unique_ptr<PayloadSender> sender_;
   std::unique_ptr<Metrics> metrics_;
+  Admission admission_;
 
   std::mutex producer_mu_;  // one base-model prefill at a time
   std::atomic<int> producer_waiting_{0};

@@ -3,10 +3,9 @@
 
 #include <openssl/crypto.h>
 
-#include <random>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/request_id.h"
 #include "common/base/status_macros.h"
 #include "common/http/openai_error.h"
 #include "common/http/request_fields.h"
@@ -17,14 +16,6 @@ namespace {
 
 bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
-
-std::string NewRequestId() {
-  static const char kAlphabet[] = "0123456789abcdef";
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  std::string id = "req-";
-  for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[rng() % 16]);
-  return id;
 }
 
 class WriterSink final : public GenerationSink {
@@ -97,8 +88,7 @@ absl::StatusOr<GenerationRequest> GenerationService::Translate(const scd::v1::Ge
   // proto3: an unset max_tokens reads 0, "none given".
   const std::optional<int64_t> max_tokens =
       r.max_tokens() != 0 ? std::optional<int64_t>(r.max_tokens()) : std::nullopt;
-  SCD_RETURN_IF_ERROR(
-      http::ResolveMaxTokens("max_tokens", max_tokens, limits_, &g.sampling.max_tokens));
+  SCD_RETURN_IF_ERROR(http::ResolveMaxTokens("max_tokens", max_tokens, limits_, &g.sampling));
   const auto& s = r.sampling();
   if (s.has_temperature()) {
     SCD_RETURN_IF_ERROR(http::CheckTemperature(s.temperature()));
@@ -118,6 +108,11 @@ absl::StatusOr<GenerationRequest> GenerationService::Translate(const scd::v1::Ge
 grpc::Status GenerationService::Generate(grpc::ServerContext* context,
                                          const scd::v1::GenerateRequest* request,
                                          grpc::ServerWriter<scd::v1::GenerateEvent>* writer) {
+  if (auth_ != nullptr) {
+    if (grpc::Status admitted = auth_->Check(*context, "", refusals_); !admitted.ok()) {
+      return admitted;
+    }
+  }
   const std::string request_id = NewRequestId();
   context->AddInitialMetadata("x-request-id", request_id);
   if (!accepting_.load()) return rpc::ToGrpcStatus(absl::UnavailableError("the server is shutting down"));
@@ -127,7 +122,13 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context,
   g->request_id = request_id;
   g->arrived = absl::Now();
   absl::StatusOr<PreparedRequest> prepared = pipeline_->Prepare(std::move(*g));
-  if (!prepared.ok()) return rpc::ToGrpcStatus(prepared.status());
+  if (!prepared.ok()) {
+    // Shed by admission: the retry delay goes out as a trailer, in seconds like Retry-After.
+    if (const int retry_after = RetryAfterSeconds(prepared.status()); retry_after > 0) {
+      context->AddTrailingMetadata("retry-after", absl::StrCat(retry_after));
+    }
+    return rpc::ToGrpcStatus(prepared.status());
+  }
   WriterSink sink(context, writer, request->return_token_ids());
   bool any_output = false;
   struct Tracking final : GenerationSink {

@@ -3,7 +3,6 @@
 
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/http/openai_error.h"
@@ -53,6 +52,15 @@ OpenAiFrontend::OpenAiFrontend(http::HttpServer* server, GenerationPipeline* pip
     for (const std::string& name : model_names_) cards.push_back({name, created_, "scd-serve"});
     res.SetJson(200, http::DumpJson(http::ModelListJson(cards)));
   });
+  server->GetPrefix("/v1/models/", [this](const http::HttpRequest& req, http::HttpResponse& res) {
+    const std::string id = req.path().substr(std::string("/v1/models/").size());
+    for (const std::string& name : model_names_) {
+      if (name == id) return res.SetJson(200, http::DumpJson(http::ModelJson({name, created_})));
+    }
+    res.SetError(http::WithErrorCode(
+        absl::NotFoundError(absl::StrCat("The model '", id, "' does not exist")),
+        "model_not_found"));
+  });
   server->Post("/v1/completions", [this](const http::HttpRequest& req, http::HttpResponse& res) {
     Handle(false, req, res);
   });
@@ -69,6 +77,9 @@ int OpenAiFrontend::WaitForWorkers(std::chrono::milliseconds timeout) {
 }
 
 void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpResponse& res) {
+  if (absl::Status st = http::CheckJsonContentType(req.header("Content-Type")); !st.ok()) {
+    return res.SetError(st);
+  }
   GenerationRequest g;
   g.arrived = absl::Now();
   g.request_id = req.request_id();
@@ -95,11 +106,12 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
   if (!prepared.ok()) {
     absl::Status st = prepared.status();
     if (st.code() == absl::StatusCode::kNotFound) st = http::WithErrorCode(st, "model_not_found");
-    if (st.code() == absl::StatusCode::kInvalidArgument &&
-        absl::StrContains(st.message(), "maximum context length")) {
-      st = http::WithErrorCode(st, "context_length_exceeded");
+    res.SetError(st);
+    // Shed by admission: the delay it derived replaces SetError's generic one.
+    if (const int retry_after = RetryAfterSeconds(st); retry_after > 0) {
+      res.SetHeader("Retry-After", absl::StrCat(retry_after));
     }
-    return res.SetError(st);
+    return;
   }
   const http::ApiKind kind = chat ? http::ApiKind::kChatCompletion : http::ApiKind::kCompletion;
   http::ResponseInfo info = http::NewResponseInfo(kind, prepared->request.model);

@@ -1,8 +1,10 @@
 // OpenAiFrontend: the prefill daemon's OpenAI-compatible HTTP routes over the
 // GenerationPipeline: POST /v1/completions and /v1/chat/completions (streaming with SSE, and
-// stream_options.include_usage, or one JSON body), GET /v1/models. Validation errors, unknown
-// models and missing decode daemons are answered before any byte of a stream (4xx/503 with an
-// OpenAI error body); a failure after the stream started arrives as an OpenAI error event.
+// stream_options.include_usage, or one JSON body), GET /v1/models. A POST body that is not
+// sent as application/json gets 415 (http::CheckJsonContentType). Validation errors, unknown
+// models, missing decode daemons and requests shed by admission (429 with the Retry-After it
+// derived) are answered before any byte of a stream (4xx/503 with an OpenAI error body); a
+// failure after the stream started arrives as an OpenAI error event.
 //
 // A streaming request runs on its own worker thread (the HTTP pool thread drains the SSE
 // queue); workers are counted so that Drain can wait for them at shutdown.

@@ -46,13 +46,14 @@ void PayloadSender::Drop(const std::string& address, const transport::Connection
 }
 
 absl::Status PayloadSender::Send(const std::string& address, uint64_t transfer_id,
+                                 const transport::TransferToken& token,
                                  absl::Span<const uint8_t> bytes, absl::Time deadline) {
   absl::StatusOr<std::shared_ptr<transport::Connection>> c = ConnectionTo(address, deadline);
   if (!c.ok()) {
     return absl::Status(c.status().code(), absl::StrCat("data plane connect to ", address, ": ",
                                                         std::string(c.status().message())));
   }
-  absl::Status st = (*c)->Send(transfer_id, bytes, deadline);
+  absl::Status st = (*c)->Send(transfer_id, token, bytes, deadline);
   if (!st.ok()) {
     if (st.code() != absl::StatusCode::kDataLoss) Drop(address, c->get());
     return absl::Status(st.code(), absl::StrCat("data plane send to ", address, ": ",

@@ -27,10 +27,11 @@ class PayloadSender {
                          absl::Duration connect_timeout = absl::Seconds(30))
       : transport_(std::move(transport)), connect_timeout_(connect_timeout) {}
 
-  // Sends `bytes` to `address` ("tcp://..." or "ucx://..."). Errors are the transport's,
-  // annotated with the address.
+  // Sends `bytes` to `address` ("tcp://..." or "ucx://...") with the transfer's token, which
+  // its Decode call must name. Errors are the transport's, annotated with the address.
   absl::Status Send(const std::string& address, uint64_t transfer_id,
-                    absl::Span<const uint8_t> bytes, absl::Time deadline);
+                    const transport::TransferToken& token, absl::Span<const uint8_t> bytes,
+                    absl::Time deadline);
 
   // Drops every connection (shutdown).
   void CloseAll();

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/config/cuda_kernel_keys.h"
+#include "common/config/http_keys.h"
 #include "common/config/option_keys.h"
 #include "common/rpc/registry_config.h"
 #include "common/transport/bandwidth_limiter.h"
@@ -22,6 +23,7 @@ void ReadHttp(ConfigReader& r, PrefillDaemonConfig* c) {
   config::ReadInt(http, "port", &c->http_port, 0, 65535);
   config::ReadInt(http, "threads", &c->http_threads, 2, 4096);
   config::ReadString(http, "api_key", &c->api_key);
+  config::ReadHttpConnectionKeys(http, &c->http_connections);
 
   ConfigReader limits = r.Child("limits");
   http::RequestLimits& l = c->limits;
@@ -35,6 +37,7 @@ void ReadHttp(ConfigReader& r, PrefillDaemonConfig* c) {
   config::ReadInt(limits, "max_messages", &l.max_messages, 1, 1 << 20);
   config::ReadDuration(limits, "request_timeout", &c->pipeline.request_timeout, 0.001, 86400);
   config::ReadInt(limits, "prefill_queue", &c->pipeline.producer_max_queue, 0, 1 << 20);
+  config::ReadDuration(limits, "max_queue_wait", &c->pipeline.max_queue_wait, 0, 3600);
   config::ReadInt(limits, "migration_limit", &c->pipeline.migration_limit, 0, 8);
 }
 
@@ -48,6 +51,7 @@ void ReadGrpc(ConfigReader& r, const config::PathKeys& path, PrefillDaemonConfig
 
   ConfigReader cp = r.Child("control_plane");
   config::ReadString(cp, "cluster_token", &c->cluster_token);
+  config::ReadBool(cp, "dev_insecure", &c->dev_insecure);
   config::ReadDuration(cp, "heartbeat_interval", &c->heartbeat_interval, 0.01, 3600);
   config::ReadDuration(cp, "lease", &c->lease, 0.02, 36000);
   if (c->lease <= c->heartbeat_interval) {
@@ -71,6 +75,7 @@ void ReadDataPlane(ConfigReader& r, const config::PathKeys& path, PrefillDaemonC
   c->transport.stall_timeout = c->transport.peer_timeout;
   ConfigReader dtls = dp.Child("decode_tls");
   config::ReadTlsPaths(dtls, path, &c->pipeline.decode_channel.tls);
+  config::ReadString(dtls, "server_name", &c->pipeline.decode_channel.tls_server_name);
 
   ConfigReader pc = r.Child("prefix_cache");
   config::ReadBool(pc, "enabled", &c->pipeline.prefix_cache);

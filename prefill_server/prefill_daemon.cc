@@ -10,6 +10,7 @@
 #include "common/base/status_macros.h"
 #include "common/daemon/event_log.h"
 #include "common/model/weights.h"
+#include "common/rpc/cluster_token.h"
 
 namespace scd {
 
@@ -19,6 +20,12 @@ absl::StatusOr<std::unique_ptr<PrefillDaemon>> PrefillDaemon::Create(PrefillDaem
   }
   if (config.specialists.empty()) {
     return absl::InvalidArgumentError("config key 'specialists' must list at least one specialist");
+  }
+  SCD_RETURN_IF_ERROR(rpc::CheckClusterToken(config.cluster_token, config.dev_insecure));
+  if (config.dev_insecure && !rpc::CheckClusterToken(config.cluster_token, false).ok()) {
+    daemon::LogWarning("dev_insecure", {{"message",
+                                         "control_plane.dev_insecure: serving with a cluster "
+                                         "token that is no secret; development only"}});
   }
   std::unique_ptr<PrefillDaemon> d(new PrefillDaemon(std::move(config)));
   if (absl::Status st = d->Start(); !st.ok()) {
@@ -55,6 +62,7 @@ absl::Status PrefillDaemon::Start() {
     specialists_[sc.name] = std::move(s);
   }
 
+  SCD_RETURN_IF_ERROR(StartPeerAuth());
   SCD_RETURN_IF_ERROR(StartRegistry());
 
   cache_ = std::make_unique<PrefixCache>(c.prefix_cache_bytes, c.prefix_block_tokens);
@@ -64,21 +72,16 @@ absl::Status PrefillDaemon::Start() {
   po.payload_block_tokens = c.prefix_block_tokens;
   po.decode_channel.keepalive_time = c.grpc_keepalive_time;
   po.decode_channel.keepalive_timeout = c.grpc_keepalive_timeout;
+  if (!c.cluster_token.empty()) {  // decode daemons admit Decode calls that carry it
+    po.decode_channel.call_metadata[rpc::kClusterTokenMetadata] = c.cluster_token;
+  }
   pipeline_ = std::make_unique<GenerationPipeline>(
       po, producer_.get(), tokenizer_.get(), &specialists_, registry_.get(), cache_.get(),
       std::make_unique<PayloadSender>(std::move(transport), c.transport.peer_timeout), &metrics_);
 
-  generation_ = std::make_unique<GenerationService>(pipeline_.get(), c.api_key, c.limits);
-  rpc::GrpcServerOptions go;
-  go.address = c.grpc_listen;
-  go.keepalive_time = c.grpc_keepalive_time;
-  go.keepalive_timeout = c.grpc_keepalive_timeout;
-  SCD_ASSIGN_OR_RETURN(go.credentials, rpc::MakeServerCredentials(c.grpc_tls));
-  std::vector<grpc::Service*> services = {generation_.get()};
-  if (control_plane_ != nullptr) services.push_back(control_plane_.get());  // embedded registry
-  SCD_ASSIGN_OR_RETURN(grpc_, rpc::StartGrpcServer(go, services));
+  SCD_RETURN_IF_ERROR(StartGrpc());
 
-  http::HttpServerOptions ho;
+  http::HttpServerOptions ho = c.http_connections;
   ho.host = c.http_host;
   ho.port = c.http_port;
   ho.api_key = c.api_key;
@@ -113,6 +116,37 @@ absl::Status PrefillDaemon::Start() {
   return absl::OkStatus();
 }
 
+absl::Status PrefillDaemon::StartGrpc() {
+  const PrefillDaemonConfig& c = config_;
+  generation_ = std::make_unique<GenerationService>(pipeline_.get(), c.api_key, c.limits,
+                                                    auth_.get(), generation_refusals_.get());
+  rpc::GrpcServerOptions go;
+  go.address = c.grpc_listen;
+  go.keepalive_time = c.grpc_keepalive_time;
+  go.keepalive_timeout = c.grpc_keepalive_timeout;
+  go.credentials = auth_->credentials();
+  std::vector<grpc::Service*> services = {generation_.get()};
+  if (control_plane_ != nullptr) services.push_back(control_plane_.get());  // embedded registry
+  SCD_ASSIGN_OR_RETURN(grpc_, rpc::StartGrpcServer(go, services));
+  return absl::OkStatus();
+}
+
+absl::Status PrefillDaemon::StartPeerAuth() {
+  SCD_ASSIGN_OR_RETURN(auth_, rpc::PeerAuthenticator::Create(config_.grpc_tls));
+  SCD_ASSIGN_OR_RETURN(
+      metrics::CounterFamily * generation,
+      metrics_.AddCounterFamily("scd_generation_rejected_total",
+                                "Generation API calls refused for their client certificate "
+                                "(mutual TLS), by reason: no_certificate, untrusted_certificate.",
+                                {"reason"}));
+  generation_refusals_ =
+      std::make_unique<daemon::RefusalLog>("generation_call_refused", generation);
+  if (config_.registry.etcd()) return absl::OkStatus();  // no control plane served here
+  SCD_ASSIGN_OR_RETURN(metrics::CounterFamily * registry, rpc::AddRegistryRejected(&metrics_));
+  registry_refusals_ = std::make_unique<daemon::RefusalLog>("control_plane_refused", registry);
+  return absl::OkStatus();
+}
+
 absl::Status PrefillDaemon::StartRegistry() {
   const PrefillDaemonConfig& c = config_;
   rpc::DecodeRegistryOptions ro;
@@ -122,7 +156,8 @@ absl::Status PrefillDaemon::StartRegistry() {
   ro.expected_pair_digests = pair_digests();
   if (!c.registry.etcd()) {
     SCD_ASSIGN_OR_RETURN(registry_, rpc::DecodeRegistry::Create(ro));
-    control_plane_ = std::make_unique<rpc::ControlPlaneService>(registry_.get());
+    control_plane_ = std::make_unique<rpc::ControlPlaneService>(
+        registry_.get(), rpc::ControlPlaneGuard{auth_.get(), registry_refusals_.get()});
     return absl::OkStatus();
   }
   // etcd owns liveness: an instance lives as long as its key (its lease). While etcd is

@@ -5,6 +5,12 @@
 // it hosts no registry: it watches the decode daemons' keys in etcd and writes its own
 // (common/rpc/etcd_registry.h), so any number of prefill daemons serve side by side.
 //
+// Peers: with grpc.tls.ca only callers with a certificate of that CA reach the control plane
+// or the Generation API (per call, so that each refusal is logged and counted:
+// common/rpc/peer_auth.h); Decode calls carry the cluster token, and each data-plane payload
+// a random transfer token that its Decode call names. A daemon without a usable cluster token
+// does not start unless control_plane.dev_insecure is set (rpc/cluster_token.h).
+//
 // /ready is 200 only when the models are loaded (they are, once Create returns) and at least
 // one compatible decode daemon is known; otherwise 503. Shutdown(drain): /ready turns 503 and
 // new requests are refused (503 / UNAVAILABLE), running requests get up to `drain` to finish,
@@ -30,6 +36,7 @@
 #include "common/rpc/etcd_registry.h"
 #include "common/rpc/registry_config.h"
 #include "common/rpc/grpc_server.h"
+#include "common/rpc/peer_auth.h"
 #include "common/runtime/backend.h"
 #include "common/serving/prefix_cache.h"
 #include "common/tokenizer/tokenizer.h"
@@ -54,6 +61,8 @@ struct PrefillDaemonConfig {
   int http_port = 8000;  // 0: any free port
   int http_threads = 64;
   std::string api_key;   // empty: no authentication
+  // http.header_timeout, body_timeout, write_timeout, max_connections_per_client.
+  http::HttpServerOptions http_connections;
   http::RequestLimits limits;
 
   std::string grpc_listen = "127.0.0.1:7000";
@@ -63,6 +72,9 @@ struct PrefillDaemonConfig {
   absl::Duration grpc_keepalive_timeout = absl::Seconds(10);
 
   std::string cluster_token;
+  // Starts with an empty, example or short cluster token (rpc/cluster_token.h): development
+  // clusters on a trusted network only.
+  bool dev_insecure = false;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration lease = absl::Seconds(5);
   rpc::RegistryOptions registry;  // control_plane.registry and the etcd keys
@@ -98,6 +110,10 @@ class PrefillDaemon {
  private:
   explicit PrefillDaemon(PrefillDaemonConfig config) : config_(std::move(config)) {}
   absl::Status Start();
+  // Who may call the gRPC services: the credentials and the logs of refused callers.
+  absl::Status StartPeerAuth();
+  // The Generation service and, with the embedded registry, the control plane, on one port.
+  absl::Status StartGrpc();
   // The embedded registry and its ControlPlane service, or the etcd membership.
   absl::Status StartRegistry();
   // With etcd: this daemon's own key, P/prefill/<instance_id>.
@@ -111,6 +127,9 @@ class PrefillDaemon {
   std::unique_ptr<Backend> producer_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::map<std::string, std::unique_ptr<Specialist>> specialists_;
+  std::unique_ptr<rpc::PeerAuthenticator> auth_;  // the gRPC callers' certificates
+  std::unique_ptr<daemon::RefusalLog> registry_refusals_;    // scd_registry_rejected_total
+  std::unique_ptr<daemon::RefusalLog> generation_refusals_;  // scd_generation_rejected_total
   std::unique_ptr<rpc::DecodeRegistry> registry_;
   std::unique_ptr<rpc::ControlPlaneService> control_plane_;  // embedded registry only
   std::unique_ptr<rpc::EtcdClient> etcd_;                    // etcd registry only, with:

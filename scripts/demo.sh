@@ -5,6 +5,9 @@
 # curl, prints the raw SSE stream and the assembled answer, then stops both with SIGTERM.
 # Environment: BUILD_DIR (default build), HTTP_PORT (8000), GRPC_PORT (7000) and
 # DECODE_PORT_BASE (7101: gRPC, +100 data plane, +200 HTTP) to move off busy ports.
+# The configs' cluster token is an example, not a secret, so both daemons run with
+# --control_plane.dev_insecure=true (a development cluster on loopback; docs/CONFIG.md,
+# "Securing a cluster").
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -34,11 +37,12 @@ trap cleanup EXIT
 
 printf '==> starting the prefill daemon (logs: %s/prefill.log)\n' "${LOG_DIR}" >&2
 "${BUILD_DIR}/bin/scd-prefill" --config configs/prefill.yaml --http.port="${HTTP_PORT}" \
-  --grpc.listen="127.0.0.1:${GRPC_PORT}" 2>"${LOG_DIR}/prefill.log" &
+  --grpc.listen="127.0.0.1:${GRPC_PORT}" --control_plane.dev_insecure=true \
+  2>"${LOG_DIR}/prefill.log" &
 pids+=($!)
 printf '==> starting the decode daemon (logs: %s/decode.log)\n' "${LOG_DIR}" >&2
 "${BUILD_DIR}/bin/scd-decode" --config configs/decode-babi-qa.yaml \
-  --control_plane.address="127.0.0.1:${GRPC_PORT}" \
+  --control_plane.address="127.0.0.1:${GRPC_PORT}" --control_plane.dev_insecure=true \
   --grpc.listen="127.0.0.1:${DECODE_PORT_BASE}" \
   --data_plane.listen="127.0.0.1:$((DECODE_PORT_BASE + 100))" \
   --http.port="$((DECODE_PORT_BASE + 200))" 2>"${LOG_DIR}/decode.log" &

@@ -20,7 +20,7 @@ PACKAGES=(
   libabsl-dev nlohmann-json3-dev catch2 libopenblas-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libucx-dev
-  libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev libpng-dev
+  libcpp-httplib-dev libboost-dev libssl-dev zlib1g-dev libbrotli-dev libpng-dev
   prometheus
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizer runtimes for scripts/fuzz.sh
   iproute2 nftables  # test_netfaults: `ip netns`, veth, `tc` (tbf) and random loss (no netem here)

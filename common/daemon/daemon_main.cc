@@ -2,6 +2,7 @@
 #include "common/daemon/daemon_main.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 
@@ -21,6 +22,12 @@ int RunDaemon(int argc, char** argv, const std::string& component, const DaemonH
   // run checks this). Both before any thread exists, so every arena gets them.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // Every client connection is a descriptor, and the HTTP front door holds thousands of idle
+  // ones; the soft limit (often 1024) goes up to the hard one the operator allows.
+  if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   // Before any thread exists, so that every thread inherits the mask.
   BlockShutdownSignals();
   ConfigureEventLog(component);

@@ -1,49 +1,44 @@
-// HttpServer over cpp-httplib (see http_server.h). httplib gives us the hooks we need:
-//   - the pre-routing handler runs first for every parsed request: it stamps the request id
-//     and the start time (thread-local: one pool thread serves a request from routing to the
-//     logger call, which httplib makes after the last byte is written);
-//   - the error handler fills an OpenAI body into every >= 400 response that has none (the
-//     404s and 413s httplib produces itself);
-//   - a chunked content provider is called in a loop on the connection's thread until it
-//     returns false or calls sink.done(); its write fails once the peer has gone, which is how
-//     SseStream learns of a disconnect; the resource releaser runs when the response is
-//     destroyed, whatever happened, so a stream is always either delivered or cancelled.
-// The API key is checked in our route wrapper rather than in pre-routing: pre-routing runs
-// before httplib reads the body, and answering there would leave the unread body on a
-// keep-alive connection to be parsed as the next request.
+// HttpServer on Boost.Asio (see http_server.h): an acceptor and every connection's reads,
+// writes and timers run on `io_threads` threads, each connection on its own strand
+// (http_connection.h); route handlers run on a pool of `num_threads` threads, because they may
+// block. The server keeps the books a drain needs: handlers running, streams open, connections
+// open per client address.
 #include "common/http/http_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
-
-#include <random>
-#include <string_view>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <optional>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/http/http_connection.h"
 #include "common/http/openai_error.h"
-#include "common/http/sse.h"
 
 namespace scd::http {
+namespace net = boost::asio;
+
+struct HttpServer::Io {
+  net::io_context context;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  // The acceptor has a context and a thread of its own, so that connections are accepted at
+  // once even while the I/O threads are busy (a burst of reconnects must not fill the kernel's
+  // accept queue, where a new client's SYN would wait a second for its retransmit).
+  net::io_context accept_context;
+  net::ip::tcp::acceptor acceptor{accept_context};
+  std::thread accept_thread;
+  std::unique_ptr<net::thread_pool> handlers;
+  std::vector<std::thread> threads;
+  // Open connections, for Shutdown (guarded by HttpServer::mutex_).
+  std::map<HttpConnection*, std::weak_ptr<HttpConnection>> live;
+};
+
 namespace {
-
-constexpr char kRequestIdHeader[] = "X-Request-Id";
-
-thread_local std::chrono::steady_clock::time_point t_request_start;
-
-std::string NewRequestId() {
-  thread_local std::mt19937_64 rng(std::random_device{}() ^
-                                   std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id(32, '0');
-  uint64_t bits = 0;
-  for (size_t i = 0; i < id.size(); ++i) {
-    if (i % 16 == 0) bits = rng();
-    id[i] = kHex[bits & 0xf];
-    bits >>= 4;
-  }
-  return id;
-}
 
 // Compares in time independent of where the strings first differ.
 bool ConstantTimeEquals(const std::string& a, const std::string& b) {
@@ -53,131 +48,55 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-void WriteError(httplib::Response& res, const absl::Status& status) {
+void WriteError(ResponseData* response, const absl::Status& status) {
   const HttpError error = ToHttpError(status);
-  res.status = error.status;
-  res.set_content(error.body, "application/json");
-  if (error.status == 429 || error.status == 503) res.set_header("Retry-After", "1");
+  response->status = error.status;
+  response->body = error.body;
+  response->content_type = "application/json";
+  if (error.status == 429 || error.status == 503)
+    response->headers.emplace_back("Retry-After", "1");
 }
 
-// The status httplib's own error responses stand for.
-absl::Status StatusForHttpError(const httplib::Request& req, int http_status,
-                                size_t max_body_bytes) {
-  switch (http_status) {
-    case 404:
-      return WithErrorCode(
-          absl::NotFoundError(absl::StrCat("No route for ", req.method, " ", req.path)),
-          "route_not_found");
-    case 413:
-      return WithErrorCode(
-          WithHttpStatus(absl::InvalidArgumentError(absl::StrCat(
-                             "Request body exceeds the limit of ", max_body_bytes, " bytes")),
-                         413),
-          "payload_too_large");
-    case 400:
-      return absl::InvalidArgumentError("Malformed HTTP request");
-    default:
-      return WithHttpStatus(
-          absl::UnknownError(absl::StrCat("HTTP error ", http_status, " for ", req.path)),
-          http_status);
+absl::Status ValidateOptions(const HttpServerOptions& o) {
+  if (o.host.empty()) return absl::InvalidArgumentError("http: 'host' must not be empty");
+  if (o.port < 0 || o.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("http: 'port' must be in [0, 65535], got ", o.port));
   }
+  if (o.max_body_bytes == 0) {
+    return absl::InvalidArgumentError("http: 'max_body_bytes' must be positive");
+  }
+  if (o.num_threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("http: 'num_threads' must be at least 1, got ", o.num_threads));
+  }
+  if (o.io_threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("http: 'io_threads' must be at least 1, got ", o.io_threads));
+  }
+  if (o.header_timeout_seconds < 1 || o.read_timeout_seconds < 1 || o.write_timeout_seconds < 1) {
+    return absl::InvalidArgumentError("http: header, read and write timeouts must be at least 1 s");
+  }
+  if (o.max_connections_per_client < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("http: 'max_connections_per_client' must be at least 1, got ",
+                     o.max_connections_per_client));
+  }
+  if (o.sse_keepalive.count() < 1) {
+    return absl::InvalidArgumentError("http: 'sse_keepalive' must be positive");
+  }
+  return absl::OkStatus();
 }
-
-// httplib 0.11 listens with a backlog of 5: a burst of connects (a load test starting 100
-// streams) would overflow it and stall clients for a SYN retransmit (1 s). The listening
-// socket is a protected member, so a subclass widens the backlog after binding.
-class WideBacklogServer : public httplib::Server {
- public:
-  void WidenBacklog() { ::listen(svr_sock_, SOMAXCONN); }
-};
 
 }  // namespace
 
-// ---- SseStream ----
-
-bool SseStream::Send(std::string payload) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (finished_ || cancelled_) return false;
-  queue_.push_back(SseEvent(payload));
-  changed_.notify_all();
-  return true;
-}
-
-void SseStream::Finish() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (finished_ || cancelled_) return;
-  queue_.push_back(SseEvent(kSseDonePayload));
-  finished_ = true;
-  changed_.notify_all();
-}
-
-void SseStream::Fail(const absl::Status& status) {
-  Send(DumpJson(ErrorJson(status)));
-  Finish();
-}
-
-bool SseStream::cancelled() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return cancelled_;
-}
-
-void SseStream::OnCancel(std::function<void()> callback) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!cancelled_) {
-      if (!delivered_) on_cancel_.push_back(std::move(callback));
-      return;
-    }
-  }
-  callback();
-}
-
-bool SseStream::WaitCancelled(std::chrono::milliseconds timeout) const {
-  std::unique_lock<std::mutex> lock(mutex_);
-  return changed_.wait_for(lock, timeout, [&] { return cancelled_; });
-}
-
-SseStream::Pull SseStream::Next(std::chrono::milliseconds wait, std::string* out) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait_for(lock, wait, [&] { return cancelled_ || finished_ || !queue_.empty(); });
-  if (cancelled_) return Pull::kCancelled;
-  if (!queue_.empty()) {
-    out->clear();
-    for (const std::string& event : queue_) out->append(event);
-    queue_.clear();
-    return Pull::kData;
-  }
-  if (finished_) {
-    delivered_ = true;
-    return Pull::kDone;
-  }
-  return Pull::kIdle;
-}
-
-void SseStream::Cancel() {
-  std::vector<std::function<void()>> callbacks;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (cancelled_ || delivered_) return;
-    cancelled_ = true;
-    callbacks.swap(on_cancel_);
-    changed_.notify_all();
-  }
-  for (auto& callback : callbacks) callback();
-}
-
-bool SseStream::Delivered() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return delivered_;
-}
-
 // ---- HttpRequest / HttpResponse ----
 
-const std::string& HttpRequest::method() const { return request_.method; }
-const std::string& HttpRequest::path() const { return request_.path; }
-const std::string& HttpRequest::body() const { return request_.body; }
 std::string HttpRequest::header(const std::string& name) const {
-  return request_.get_header_value(name);
+  for (const auto& [key, value] : request_.headers) {
+    if (absl::EqualsIgnoreCase(key, name)) return value;
+  }
+  return "";
 }
 
 void HttpResponse::SetJson(int status, const std::string& body) {
@@ -187,136 +106,71 @@ void HttpResponse::SetJson(int status, const std::string& body) {
 void HttpResponse::SetContent(int status, const std::string& body,
                               const std::string& content_type) {
   response_.status = status;
-  response_.set_content(body, content_type);
+  response_.body = body;
+  response_.content_type = content_type;
 }
 
-void HttpResponse::SetError(const absl::Status& status) { WriteError(response_, status); }
+void HttpResponse::SetError(const absl::Status& status) { WriteError(&response_, status); }
 
 void HttpResponse::SetHeader(const std::string& name, const std::string& value) {
-  response_.set_header(name, value);
+  for (auto& [key, old] : response_.headers) {
+    if (absl::EqualsIgnoreCase(key, name)) {
+      old = value;
+      return;
+    }
+  }
+  response_.headers.emplace_back(name, value);
 }
 
 std::shared_ptr<SseStream> HttpResponse::StartSse() {
   std::shared_ptr<SseStream> stream(new SseStream(request_id_));
-  HttpServer* server = &server_;
-  server->StreamStarted(stream);
-  const std::chrono::milliseconds keepalive = server->options_.sse_keepalive;
+  server_.StreamStarted(stream);
   response_.status = 200;
-  response_.set_header("Cache-Control", "no-cache");
-  response_.set_header("X-Accel-Buffering", "no");  // tell proxies not to buffer the stream
-  response_.set_chunked_content_provider(
-      "text/event-stream",
-      [stream, keepalive](size_t /*offset*/, httplib::DataSink& sink) {
-        std::string chunk;
-        switch (stream->Next(keepalive, &chunk)) {
-          case SseStream::Pull::kIdle:
-            chunk = SseComment("keep-alive");
-            [[fallthrough]];
-          case SseStream::Pull::kData:
-            if (!sink.is_writable() || !sink.write(chunk.data(), chunk.size())) {
-              stream->Cancel();  // the client is gone
-              return false;
-            }
-            return true;
-          case SseStream::Pull::kDone:
-            sink.done();
-            return true;
-          case SseStream::Pull::kCancelled:
-            return false;
-        }
-        return false;
-      },
-      [stream, server](bool /*success*/) {
-        if (!stream->Delivered()) stream->Cancel();
-        server->StreamEnded(stream.get());
-      });
+  response_.stream = stream;
   return stream;
 }
 
-// ---- HttpServer ----
+// ---- HttpServer: set-up and routes ----
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions options) {
-  if (options.host.empty()) return absl::InvalidArgumentError("http: 'host' must not be empty");
-  if (options.port < 0 || options.port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("http: 'port' must be in [0, 65535], got ", options.port));
-  }
-  if (options.max_body_bytes == 0) {
-    return absl::InvalidArgumentError("http: 'max_body_bytes' must be positive");
-  }
-  if (options.num_threads < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("http: 'num_threads' must be at least 1, got ", options.num_threads));
-  }
-  if (options.read_timeout_seconds < 1 || options.write_timeout_seconds < 1) {
-    return absl::InvalidArgumentError("http: read and write timeouts must be at least 1 s");
-  }
-  if (options.sse_keepalive.count() < 1) {
-    return absl::InvalidArgumentError("http: 'sse_keepalive' must be positive");
-  }
-  metrics::Registry* registry = options.metrics;
+  if (absl::Status st = ValidateOptions(options); !st.ok()) return st;
   std::unique_ptr<HttpServer> server(new HttpServer(std::move(options)));
-  if (registry != nullptr) {
-    absl::StatusOr<metrics::CounterFamily*> requests = registry->AddCounterFamily(
-        "scd_http_requests_total", "HTTP requests answered, by method, route and status code.",
-        {"method", "route", "code"});
-    if (!requests.ok()) return requests.status();
-    absl::StatusOr<metrics::HistogramFamily*> seconds = registry->AddHistogramFamily(
-        "scd_http_request_duration_seconds",
-        "Time from routing to the last byte of the response (whole stream for SSE).", {"route"},
-        metrics::ExponentialBuckets(0.001, 2, 17));  // 1 ms .. ~65 s
-    if (!seconds.ok()) return seconds.status();
-    server->requests_total_ = *requests;
-    server->request_seconds_ = *seconds;
-  }
+  if (absl::Status st = server->RegisterMetrics(); !st.ok()) return st;
   return server;
 }
 
 HttpServer::HttpServer(HttpServerOptions options)
-    : options_(std::move(options)), server_(std::make_unique<WideBacklogServer>()) {
-  const int threads = options_.num_threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_->set_payload_max_length(options_.max_body_bytes);
-  server_->set_read_timeout(options_.read_timeout_seconds, 0);
-  server_->set_write_timeout(options_.write_timeout_seconds, 0);
-  server_->set_keep_alive_timeout(2);  // an idle keep-alive connection delays Stop this long
-  server_->set_tcp_nodelay(true);      // stream chunks must not wait for Nagle
-  // httplib's default sets SO_REUSEPORT, which would let a second daemon bind our port and
-  // silently share its traffic; SO_REUSEADDR alone still allows a quick restart.
-  server_->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  server_->set_pre_routing_handler([](const httplib::Request&, httplib::Response& res) {
-    t_request_start = std::chrono::steady_clock::now();
-    res.set_header(kRequestIdHeader, NewRequestId());
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  const size_t max_body = options_.max_body_bytes;
-  server_->set_error_handler(httplib::Server::HandlerWithResponse(
-      [max_body](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        const int http_status = res.status;
-        WriteError(res, StatusForHttpError(req, http_status, max_body));
-        res.status = http_status;
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  server_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown exception";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        WriteError(res, absl::InternalError(absl::StrCat("Internal error: ", what)));
-      });
-  server_->set_logger(
-      [this](const httplib::Request& req, const httplib::Response& res) { Log(req, res); });
-}
+    : options_(std::move(options)), io_(std::make_unique<Io>()) {}
 
 HttpServer::~HttpServer() { Stop(); }
+
+absl::Status HttpServer::RegisterMetrics() {
+  metrics::Registry* registry = options_.metrics;
+  if (registry == nullptr) return absl::OkStatus();
+  absl::StatusOr<metrics::CounterFamily*> requests = registry->AddCounterFamily(
+      "scd_http_requests_total", "HTTP requests answered, by method, route and status code.",
+      {"method", "route", "code"});
+  if (!requests.ok()) return requests.status();
+  absl::StatusOr<metrics::HistogramFamily*> seconds = registry->AddHistogramFamily(
+      "scd_http_request_duration_seconds",
+      "Time from routing to the last byte of the response (whole stream for SSE).", {"route"},
+      metrics::ExponentialBuckets(0.001, 2, 17));  // 1 ms .. ~65 s
+  if (!seconds.ok()) return seconds.status();
+  absl::StatusOr<metrics::Gauge*> connections =
+      registry->AddGauge("scd_http_connections", "Open client connections to the HTTP server.");
+  if (!connections.ok()) return connections.status();
+  absl::StatusOr<metrics::CounterFamily*> refused = registry->AddCounterFamily(
+      "scd_http_connections_refused_total",
+      "Connections or requests the HTTP server refused itself, by reason (too_many_connections, "
+      "request_timeout, payload_too_large, malformed).",
+      {"reason"});
+  if (!refused.ok()) return refused.status();
+  requests_total_ = *requests;
+  request_seconds_ = *seconds;
+  connections_gauge_ = *connections;
+  refused_total_ = *refused;
+  return absl::OkStatus();
+}
 
 void HttpServer::Get(const std::string& path, Handler handler) {
   AddRoute("GET", path, std::move(handler), /*public_route=*/false);
@@ -324,6 +178,16 @@ void HttpServer::Get(const std::string& path, Handler handler) {
 
 void HttpServer::Post(const std::string& path, Handler handler) {
   AddRoute("POST", path, std::move(handler), /*public_route=*/false);
+}
+
+void HttpServer::GetPrefix(const std::string& prefix, Handler handler) {
+  get_prefix_routes_[prefix] = Route{prefix + "{id}", std::move(handler), false};
+}
+
+void HttpServer::AddRoute(const std::string& method, const std::string& path, Handler handler,
+                          bool public_route) {
+  (method == "GET" ? get_routes_ : post_routes_)[path] =
+      Route{path, std::move(handler), public_route};
 }
 
 void HttpServer::AddHealthRoute() {
@@ -358,57 +222,74 @@ void HttpServer::AddMetricsRoute(const metrics::Registry* registry) {
       /*public_route=*/true);
 }
 
-void HttpServer::AddRoute(const std::string& method, const std::string& path, Handler handler,
-                          bool public_route) {
-  route_paths_.insert(path);
-  // httplib matches routes as regular expressions; escape so that the path matches literally.
-  std::string pattern;
-  for (char c : path) {
-    if (std::string_view(".^$|()[]{}*+?\\").find(c) != std::string_view::npos) pattern += '\\';
-    pattern += c;
+const HttpServer::Route* HttpServer::FindRoute(const std::string& method,
+                                               const std::string& path) const {
+  if (method == "GET" || method == "POST") {
+    const auto& routes = method == "GET" ? get_routes_ : post_routes_;
+    if (auto it = routes.find(path); it != routes.end()) return &it->second;
   }
-  auto wrapped = [this, handler = std::move(handler), public_route](const httplib::Request& req,
-                                                                    httplib::Response& res) {
-    Dispatch(handler, public_route, req, res);
-  };
-  if (method == "GET") {
-    server_->Get(pattern, std::move(wrapped));
-  } else {
-    server_->Post(pattern, std::move(wrapped));
+  if (method != "GET") return nullptr;
+  for (const auto& [prefix, route] : get_prefix_routes_) {
+    if (path.size() > prefix.size() && absl::StartsWith(path, prefix)) return &route;
   }
+  return nullptr;
 }
 
-void HttpServer::Dispatch(const Handler& handler, bool public_route, const httplib::Request& req,
-                          httplib::Response& res) {
-  if (!public_route && draining()) {
-    WriteError(res, absl::UnavailableError("The server is shutting down"));
-    return;
+// ---- HttpServer: answering ----
+
+void HttpServer::RunHandler(std::function<void()> work) {
+  net::post(*io_->handlers, std::move(work));
+}
+
+void HttpServer::Dispatch(const Route* route, const RequestData& request,
+                          const std::string& request_id, ResponseData* response) {
+  if (route == nullptr) {
+    return WriteError(
+        response, WithErrorCode(absl::NotFoundError(absl::StrCat("No route for ", request.method,
+                                                                 " ", request.path)),
+                                "route_not_found"));
   }
-  if (!public_route && !Authorized(req)) {
-    res.set_header("WWW-Authenticate", "Bearer");
-    WriteError(res,
-               WithErrorCode(absl::UnauthenticatedError("Missing or invalid API key; send it as "
-                                                        "'Authorization: Bearer <key>'"),
-                             "invalid_api_key"));
-    return;
+  if (!route->public_route && draining()) {
+    return WriteError(response, absl::UnavailableError("The server is shutting down"));
+  }
+  if (!route->public_route && !Authorized(request)) {
+    response->headers.emplace_back("WWW-Authenticate", "Bearer");
+    return WriteError(
+        response, WithErrorCode(absl::UnauthenticatedError("Missing or invalid API key; send it as "
+                                                           "'Authorization: Bearer <key>'"),
+                                "invalid_api_key"));
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++active_handlers_;
   }
-  struct Done {
-    HttpServer* server;
-    ~Done() { server->FinishedOne(); }
-  } done{this};
-  const std::string request_id = res.get_header_value(kRequestIdHeader);
-  HttpRequest request(req, request_id);
-  HttpResponse response(res, *this, request_id);
-  handler(request, response);
+  HttpRequest req(request, request_id);
+  HttpResponse res(*response, *this, request_id);
+  try {
+    route->handler(req, res);
+  } catch (const std::exception& e) {
+    WriteError(response, absl::InternalError(absl::StrCat("Internal error: ", e.what())));
+  } catch (...) {
+    WriteError(response, absl::InternalError("Internal error: unknown exception"));
+  }
+  if (response->stream == nullptr && response->status >= 400 && response->body.empty()) {
+    WriteError(response,
+               WithHttpStatus(absl::UnknownError(absl::StrCat("HTTP error ", response->status,
+                                                              " for ", request.path)),
+                              response->status));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  --active_handlers_;
+  idle_.notify_all();
 }
 
-bool HttpServer::Authorized(const httplib::Request& req) const {
+bool HttpServer::Authorized(const RequestData& request) const {
   if (options_.api_key.empty()) return true;
-  return ConstantTimeEquals(req.get_header_value("Authorization"), "Bearer " + options_.api_key);
+  std::string authorization;
+  for (const auto& [key, value] : request.headers) {
+    if (absl::EqualsIgnoreCase(key, "Authorization")) authorization = value;
+  }
+  return ConstantTimeEquals(authorization, "Bearer " + options_.api_key);
 }
 
 void HttpServer::StreamStarted(const std::shared_ptr<SseStream>& stream) {
@@ -422,68 +303,118 @@ void HttpServer::StreamEnded(SseStream* stream) {
   idle_.notify_all();
 }
 
-void HttpServer::FinishedOne() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  --active_handlers_;
-  idle_.notify_all();
-}
-
 int HttpServer::in_flight() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return active_handlers_ + static_cast<int>(streams_.size());
 }
 
-void HttpServer::Log(const httplib::Request& req, const httplib::Response& res) {
+int HttpServer::connections() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return connections_;
+}
+
+void HttpServer::Log(const RequestData& request, const std::string& request_id, int status,
+                     std::chrono::steady_clock::time_point start) {
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_request_start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (requests_total_ != nullptr) {
-    const std::string route = route_paths_.count(req.path) > 0 ? req.path : "unmatched";
-    if (auto counter = requests_total_->WithLabels({req.method, route, absl::StrCat(res.status)});
+    const Route* route = FindRoute(request.method, request.path);
+    const std::string label = route != nullptr ? route->label : "unmatched";
+    if (auto counter = requests_total_->WithLabels({request.method, label, absl::StrCat(status)});
         counter.ok()) {
       (*counter)->Increment();
     }
-    if (auto histogram = request_seconds_->WithLabels({route}); histogram.ok()) {
+    if (auto histogram = request_seconds_->WithLabels({label}); histogram.ok()) {
       (*histogram)->Observe(seconds);
     }
   }
   if (options_.access_log) {
     AccessLogEntry entry;
-    entry.request_id = res.get_header_value(kRequestIdHeader);
-    entry.method = req.method;
-    entry.path = req.path;
-    entry.remote_addr = req.remote_addr;
-    entry.status = res.status;
+    entry.request_id = request_id;
+    entry.method = request.method;
+    entry.path = request.path;
+    entry.remote_addr = request.remote_addr;
+    entry.status = status;
     entry.seconds = seconds;
     options_.access_log(entry);
   }
+}
+
+// ---- HttpServer: connections ----
+
+void HttpServer::Accept() {
+  io_->acceptor.async_accept(net::make_strand(io_->context), [this](boost::system::error_code ec,
+                                                                    net::ip::tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !io_->acceptor.is_open()) return;
+    if (!ec) {
+      boost::system::error_code endpoint_error;
+      const auto remote = socket.remote_endpoint(endpoint_error);
+      std::string address = endpoint_error ? "" : remote.address().to_string();
+      socket.set_option(net::ip::tcp::no_delay(true), endpoint_error);  // no Nagle on chunks
+      auto connection = std::make_shared<HttpConnection>(*this, std::move(socket), address);
+      connection->Start(/*refuse=*/!ConnectionOpened(address, connection));
+    }
+    Accept();  // an accept error (out of descriptors) must not stop the server
+  });
+}
+
+bool HttpServer::ConnectionOpened(const std::string& address,
+                                  const std::shared_ptr<HttpConnection>& connection) {
+  bool over = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    io_->live[connection.get()] = connection;
+    ++connections_;
+    over = ++connections_by_address_[address] > options_.max_connections_per_client;
+  }
+  if (connections_gauge_ != nullptr) connections_gauge_->Add(1);
+  if (over) CountRefused("too_many_connections");
+  return !over;
+}
+
+void HttpServer::ConnectionClosed(const std::string& address, HttpConnection* connection) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    io_->live.erase(connection);
+    --connections_;
+    if (--connections_by_address_[address] <= 0) connections_by_address_.erase(address);
+  }
+  if (connections_gauge_ != nullptr) connections_gauge_->Add(-1);
+}
+
+void HttpServer::CountRefused(const std::string& reason) {
+  if (refused_total_ == nullptr) return;
+  if (auto counter = refused_total_->WithLabels({reason}); counter.ok()) (*counter)->Increment();
 }
 
 absl::Status HttpServer::Start() {
   if (started_ || draining()) {
     return absl::FailedPreconditionError("http: the server was already started or stopped");
   }
-  int port = -1;
-  if (options_.port == 0) {
-    port = server_->bind_to_any_port(options_.host);
-  } else if (server_->bind_to_port(options_.host, options_.port)) {
-    port = options_.port;
+  boost::system::error_code ec;
+  const auto address = net::ip::make_address(options_.host, ec);
+  net::ip::tcp::acceptor& acceptor = io_->acceptor;
+  const net::ip::tcp::endpoint endpoint(address, static_cast<unsigned short>(options_.port));
+  if (!ec) acceptor.open(endpoint.protocol(), ec);
+  // SO_REUSEADDR allows a quick restart; SO_REUSEPORT stays off, so a port in use fails.
+  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+    return absl::UnavailableError(absl::StrCat("http: cannot listen on ", options_.host, ":",
+                                               options_.port, ": ", ec.message()));
   }
-  if (port <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("http: cannot listen on ", options_.host, ":", options_.port));
-  }
-  static_cast<WideBacklogServer*>(server_.get())->WidenBacklog();
-  port_ = port;
+  port_ = acceptor.local_endpoint().port();
   started_ = true;
-  listener_ = std::thread([this] {
-    server_->listen_after_bind();
-    listener_done_ = true;
-  });
-  // httplib's stop() is a no-op until the accept loop runs, so do not return before it does.
-  while (!server_->is_running() && !listener_done_) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  io_->handlers = std::make_unique<net::thread_pool>(options_.num_threads);
+  io_->work.emplace(io_->context.get_executor());
+  Accept();
+  io_->accept_thread = std::thread([this] { io_->accept_context.run(); });
+  for (int i = 0; i < options_.io_threads; ++i) {
+    io_->threads.emplace_back([this] { io_->context.run(); });
   }
-  if (listener_done_) return absl::UnavailableError("http: the accept loop exited at start");
   return absl::OkStatus();
 }
 
@@ -492,6 +423,7 @@ void HttpServer::Shutdown(std::chrono::milliseconds drain) {
     draining_ = true;
     if (!started_) return;
     std::vector<std::shared_ptr<SseStream>> remaining;
+    std::vector<std::shared_ptr<HttpConnection>> open;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       idle_.wait_for(lock, drain, [&] { return active_handlers_ == 0 && streams_.empty(); });
@@ -500,8 +432,42 @@ void HttpServer::Shutdown(std::chrono::milliseconds drain) {
       }
     }
     for (auto& stream : remaining) stream->Cancel();
-    server_->stop();
-    if (listener_.joinable()) listener_.join();
+    net::post(io_->accept_context, [this] {
+      boost::system::error_code ignored;
+      io_->acceptor.close(ignored);
+    });
+    io_->accept_thread.join();  // the accept loop ends with the acceptor
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto& [raw, weak] : io_->live) {
+        if (auto connection = weak.lock()) open.push_back(connection);
+      }
+    }
+    for (auto& connection : open) connection->Close();
+    open.clear();
+    io_->handlers->join();  // handlers still running finish; their answers go nowhere
+    io_->work.reset();
+    io_->context.stop();
+    for (std::thread& thread : io_->threads) thread.join();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto& [raw, weak] : io_->live) {
+        if (auto connection = weak.lock()) open.push_back(connection);
+      }
+    }
+    for (auto& connection : open) connection->Disarm();
+    open.clear();
+    // Connections die with the handlers still queued on the context; a stream started by a
+    // handler that outlived the drain is cancelled here.
+    io_.reset(new Io());  // releases the old context's pending handlers
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto& [raw, weak] : streams_) {
+        if (std::shared_ptr<SseStream> stream = weak.lock()) remaining.push_back(stream);
+      }
+      streams_.clear();
+    }
+    for (auto& stream : remaining) stream->Cancel();
   });
 }
 

@@ -7,6 +7,8 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/http/openai_error.h"
 #include "common/http/request_fields.h"
@@ -185,8 +187,7 @@ absl::Status ReadCommon(const json& body, const RequestLimits& limits, const cha
   constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   if (absl::Status s = ReadInt(body, max_tokens_key, kMin, kMax, &max_tokens); !s.ok()) return s;
-  if (absl::Status s = ResolveMaxTokens(max_tokens_key, max_tokens, limits, &sampling->max_tokens);
-      !s.ok()) {
+  if (absl::Status s = ResolveMaxTokens(max_tokens_key, max_tokens, limits, sampling); !s.ok()) {
     return s;
   }
   if (absl::Status s = ReadNumber(body, "temperature", CheckTemperature, &sampling->temperature);
@@ -330,6 +331,21 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_vie
     return s;
   }
   return request;
+}
+
+absl::Status CheckJsonContentType(std::string_view content_type) {
+  const absl::string_view header(content_type.data(), content_type.size());
+  const absl::string_view media_type =
+      absl::StripAsciiWhitespace(header.substr(0, header.find(';')));
+  if (absl::EqualsIgnoreCase(media_type, "application/json")) return absl::OkStatus();
+  constexpr size_t kShown = 100;  // of the header echoed back
+  const std::string what =
+      header.empty() ? "The request has no Content-Type"
+                     : absl::StrCat("Unsupported Content-Type '", header.substr(0, kShown),
+                                    header.size() > kShown ? "...'" : "'");
+  absl::Status status = absl::InvalidArgumentError(
+      absl::StrCat(what, ": the body must be JSON, sent with Content-Type: application/json"));
+  return WithHttpStatus(WithErrorCode(status, "unsupported_media_type"), 415);
 }
 
 }  // namespace scd::http

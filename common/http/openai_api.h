@@ -48,6 +48,12 @@ struct ChatCompletionRequest {
   bool include_usage = false;
 };
 
+// The routes that take a JSON body check its Content-Type first: "application/json", in any
+// case, with or without parameters ("; charset=utf-8"). Anything else, or none, is
+// InvalidArgument answered with 415 and the code "unsupported_media_type", naming the type
+// that came (OpenAI answers the same; a form-encoded body, curl -d's default, is not JSON).
+absl::Status CheckJsonContentType(std::string_view content_type);
+
 // Parse and validate. InvalidArgument naming the field for a malformed or out-of-range
 // request; a body over limits.max_body_bytes is InvalidArgument answered with 413.
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,

@@ -122,12 +122,13 @@ std::vector<std::string> StreamEncoder::Finish(FinishReason finish, const Usage&
   return payloads;
 }
 
+json ModelJson(const ModelCard& m) {
+  return json{{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", m.owned_by}};
+}
+
 json ModelListJson(const std::vector<ModelCard>& models) {
   json data = json::array();
-  for (const ModelCard& m : models) {
-    data.push_back(
-        json{{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", m.owned_by}});
-  }
+  for (const ModelCard& m : models) data.push_back(ModelJson(m));
   return json{{"object", "list"}, {"data", std::move(data)}};
 }
 

@@ -75,7 +75,9 @@ struct ModelCard {
   int64_t created = 0;
   std::string owned_by = "scd-serve";
 };
-// {"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}, ...]}
+// {"id", "object": "model", "created", "owned_by"}: GET /v1/models/{id}.
+nlohmann::json ModelJson(const ModelCard& model);
+// {"object": "list", "data": [ModelJson, ...]}: GET /v1/models.
 nlohmann::json ModelListJson(const std::vector<ModelCard>& models);
 
 }  // namespace scd::http

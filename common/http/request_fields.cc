@@ -19,14 +19,40 @@ absl::Status CheckMaxTokens(std::string_view field, int64_t value, int limit) {
 }
 
 absl::Status ResolveMaxTokens(std::string_view field, std::optional<int64_t> given,
-                              const RequestLimits& limits, int* max_tokens) {
+                              const RequestLimits& limits, SamplingParams* sampling) {
   if (given.has_value()) {
     if (absl::Status s = CheckMaxTokens(field, *given, limits.max_tokens); !s.ok()) return s;
-    *max_tokens = static_cast<int>(*given);
+    sampling->max_tokens = static_cast<int>(*given);
+    sampling->max_tokens_field = std::string(field);
     return absl::OkStatus();
   }
-  *max_tokens = std::min(limits.default_max_tokens, limits.max_tokens);
+  sampling->max_tokens = std::min(limits.default_max_tokens, limits.max_tokens);
+  sampling->max_tokens_field.clear();
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> FitMaxTokensToContext(const SamplingParams& sampling, int prompt_tokens,
+                                          int context) {
+  if (prompt_tokens >= context) {
+    return WithErrorCode(
+        absl::InvalidArgumentError(absl::StrCat(
+            "This model's maximum context length is ", context, " tokens; the prompt has ",
+            prompt_tokens, " tokens (at least one more is needed to generate).")),
+        "context_length_exceeded");
+  }
+  const int room = context - prompt_tokens;
+  if (sampling.max_tokens_field.empty()) return std::min(sampling.max_tokens, room);
+  if (sampling.max_tokens > room) {
+    const std::string& field = sampling.max_tokens_field;
+    return WithErrorCode(
+        absl::InvalidArgumentError(absl::StrCat(
+            "This model's maximum context length is ", context, " tokens; this request asks for ",
+            int64_t{prompt_tokens} + sampling.max_tokens, " (", prompt_tokens, " in the prompt, ",
+            sampling.max_tokens, " in ", field, "). Shorten the prompt or set ", field,
+            " to at most ", room, ".")),
+        "context_length_exceeded");
+  }
+  return sampling.max_tokens;
 }
 
 absl::Status CheckTemperature(double value) {

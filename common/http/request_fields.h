@@ -10,6 +10,9 @@
 //
 // max_tokens: a value given must be in [1, limit]; none given takes the server's default. In
 // gRPC (proto3) an unset int32 reads 0, so there 0 is "none given" and takes the default.
+// Against the model's context, once the prompt is tokenized (FitMaxTokensToContext): a budget
+// the request gave must fit beside the prompt, or the request is refused as OpenAI refuses it;
+// the default budget is cut to the room the prompt leaves.
 #ifndef SCD_COMMON_HTTP_REQUEST_FIELDS_H_
 #define SCD_COMMON_HTTP_REQUEST_FIELDS_H_
 
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 namespace scd::http {
@@ -41,6 +45,9 @@ struct RequestLimits {
 // Decoding controls, in range once checked.
 struct SamplingParams {
   int max_tokens = 0;        // in [1, RequestLimits::max_tokens]
+  // The field the request gave max_tokens in ("max_tokens", "max_completion_tokens"); empty
+  // when it gave none and max_tokens is the server's default.
+  std::string max_tokens_field;
   float temperature = 1.0f;  // [0, 2]; 0 is greedy
   float top_p = 1.0f;        // (0, 1]
   int top_k = 0;             // 0 = off (the request's -1 or 0); otherwise >= 1
@@ -51,9 +58,17 @@ struct SamplingParams {
 // `field` names the token budget as the request gave it ("max_tokens",
 // "max_completion_tokens"). In [1, limit].
 absl::Status CheckMaxTokens(std::string_view field, int64_t value, int limit);
-// The budget a request gets: `given` when set (checked), else the default, within the limit.
+// The budget a request gets, into sampling->max_tokens: `given` when set (checked; `field`
+// then goes to sampling->max_tokens_field), else the default, within the limit.
 absl::Status ResolveMaxTokens(std::string_view field, std::optional<int64_t> given,
-                              const RequestLimits& limits, int* max_tokens);
+                              const RequestLimits& limits, SamplingParams* sampling);
+// The budget of a request whose prompt has `prompt_tokens` tokens, on a model whose context
+// holds `context` positions: a prompt that leaves no room, or a budget the request gave with
+// prompt_tokens + max_tokens > context, is InvalidArgument naming the numbers (code
+// "context_length_exceeded"); a default budget is cut to context - prompt_tokens. Called where
+// the prompt is first tokenized, which both APIs pass through (GenerationPipeline::Prepare).
+absl::StatusOr<int> FitMaxTokensToContext(const SamplingParams& sampling, int prompt_tokens,
+                                          int context);
 absl::Status CheckTemperature(double value);  // [0, 2]
 absl::Status CheckTopP(double value);         // (0, 1]
 // >= -1 and within int32: -1 and 0 turn top-k off (SamplingParams::top_k 0).

@@ -1,13 +1,52 @@
-// ControlPlaneService: scd.v1 messages <-> DecodeRegistry calls, absl::Status -> grpc::Status.
+// ControlPlaneService: scd.v1 messages <-> DecodeRegistry calls, absl::Status -> grpc::Status,
+// and every refusal recorded with the caller's address.
 #include "common/rpc/control_plane_service.h"
 
 #include "common/rpc/status_translation.h"
 
 namespace scd::rpc {
 
-grpc::Status ControlPlaneService::Register(grpc::ServerContext* /*context*/,
+absl::StatusOr<metrics::CounterFamily*> AddRegistryRejected(metrics::Registry* registry) {
+  return registry->AddCounterFamily(
+      "scd_registry_rejected_total",
+      "Decode daemons refused by the control plane or the etcd watch (never routed to), by "
+      "reason: no_certificate, untrusted_certificate (mutual TLS), token, digest, model, "
+      "malformed.",
+      {"reason"});
+}
+
+std::string RegistryRefusalReason(const absl::Status& refusal) {
+  switch (refusal.code()) {
+    case absl::StatusCode::kPermissionDenied:
+      return "token";
+    case absl::StatusCode::kFailedPrecondition:
+      return "digest";
+    case absl::StatusCode::kNotFound:
+      return "model";
+    default:
+      return "malformed";
+  }
+}
+
+grpc::Status ControlPlaneService::Admit(const grpc::ServerContext& context) const {
+  if (guard_.auth == nullptr) return grpc::Status::OK;
+  return guard_.auth->Check(context, /*cluster_token=*/"", guard_.refusals);
+}
+
+grpc::Status ControlPlaneService::Refuse(const grpc::ServerContext& context,
+                                         const absl::Status& refusal,
+                                         const std::string& instance_id) const {
+  if (guard_.refusals != nullptr) {
+    guard_.refusals->Refuse(context.peer(), RegistryRefusalReason(refusal),
+                            std::string(refusal.message()), {{"instance_id", instance_id}});
+  }
+  return ToGrpcStatus(refusal);
+}
+
+grpc::Status ControlPlaneService::Register(grpc::ServerContext* context,
                                            const scd::v1::RegisterRequest* request,
                                            scd::v1::RegisterResponse* response) {
+  if (grpc::Status admitted = Admit(*context); !admitted.ok()) return admitted;
   DecodeInstanceInfo info;
   info.instance_id = request->instance_id();
   info.model_name = request->model_name();
@@ -16,7 +55,7 @@ grpc::Status ControlPlaneService::Register(grpc::ServerContext* /*context*/,
   info.data_plane_address = request->data_plane_address();
   info.rpc_address = request->rpc_address();
   absl::StatusOr<RegisterOutcome> outcome = registry_->Register(info, request->cluster_token());
-  if (!outcome.ok()) return ToGrpcStatus(outcome.status());
+  if (!outcome.ok()) return Refuse(*context, outcome.status(), info.instance_id);
   response->set_accepted(true);
   response->set_reason(outcome->refreshed ? "re-registered" : "registered");
   response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(outcome->heartbeat_interval));
@@ -24,24 +63,26 @@ grpc::Status ControlPlaneService::Register(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status ControlPlaneService::Heartbeat(grpc::ServerContext* /*context*/,
+grpc::Status ControlPlaneService::Heartbeat(grpc::ServerContext* context,
                                             const scd::v1::HeartbeatRequest* request,
                                             scd::v1::HeartbeatResponse* response) {
+  if (grpc::Status admitted = Admit(*context); !admitted.ok()) return admitted;
   absl::StatusOr<bool> known =
       registry_->Heartbeat(request->instance_id(), request->cluster_token(),
                            request->active_requests(), request->queue_depth());
-  if (!known.ok()) return ToGrpcStatus(known.status());
+  if (!known.ok()) return Refuse(*context, known.status(), request->instance_id());
   response->set_ok(*known);
   response->set_reregister(!*known);
   return grpc::Status::OK;
 }
 
-grpc::Status ControlPlaneService::Deregister(grpc::ServerContext* /*context*/,
+grpc::Status ControlPlaneService::Deregister(grpc::ServerContext* context,
                                              const scd::v1::DeregisterRequest* request,
                                              scd::v1::DeregisterResponse* response) {
+  if (grpc::Status admitted = Admit(*context); !admitted.ok()) return admitted;
   absl::StatusOr<bool> removed =
       registry_->Deregister(request->instance_id(), request->cluster_token());
-  if (!removed.ok()) return ToGrpcStatus(removed.status());
+  if (!removed.ok()) return Refuse(*context, removed.status(), request->instance_id());
   response->set_removed(*removed);
   return grpc::Status::OK;
 }

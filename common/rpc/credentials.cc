@@ -4,8 +4,11 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/support/channel_arguments.h>
+#include <grpcpp/support/client_interceptor.h>
 
+#include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -39,10 +42,42 @@ absl::Status CheckCertKeyPair(const TlsPaths& paths) {
   return absl::OkStatus();
 }
 
+// Adds fixed metadata to every call's initial metadata (ChannelOptions::call_metadata).
+class MetadataInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit MetadataInterceptor(const std::map<std::string, std::string>* metadata)
+      : metadata_(metadata) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      std::multimap<std::string, std::string>* sent = methods->GetSendInitialMetadata();
+      for (const auto& [key, value] : *metadata_) sent->emplace(key, value);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::map<std::string, std::string>* const metadata_;
+};
+
+class MetadataInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit MetadataInterceptorFactory(std::map<std::string, std::string> metadata)
+      : metadata_(std::move(metadata)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* /*info*/) override {
+    return new MetadataInterceptor(&metadata_);
+  }
+
+ private:
+  const std::map<std::string, std::string> metadata_;  // lives as long as the channel
+};
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TlsPaths& paths) {
+    const TlsPaths& paths, ClientCertificateCheck check) {
   if (!paths.enabled()) return grpc::InsecureServerCredentials();
   if (absl::Status s = CheckCertKeyPair(paths); !s.ok()) return s;
   if (paths.cert.empty()) {
@@ -62,7 +97,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     absl::StatusOr<std::string> ca = ReadPem("ca_cert", paths.ca_cert);
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *std::move(ca);
-    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    // Per call: the handshake asks for the certificate (and TLS proves the client holds its
+    // key), PeerAuthenticator judges it, so that a refusal reaches the log.
+    options.client_certificate_request =
+        check == ClientCertificateCheck::kInHandshake
+            ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY;
   }
   return grpc::SslServerCredentials(options);
 }
@@ -117,7 +157,11 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ta
   if (!options.tls_server_name.empty() && options.tls.enabled()) {
     args.SetSslTargetNameOverride(options.tls_server_name);
   }
-  return grpc::CreateCustomChannel(target, *credentials, args);
+  if (options.call_metadata.empty()) return grpc::CreateCustomChannel(target, *credentials, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<MetadataInterceptorFactory>(options.call_metadata));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(target, *credentials, args,
+                                                                 std::move(interceptors));
 }
 
 }  // namespace scd::rpc

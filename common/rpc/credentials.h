@@ -4,8 +4,9 @@
 // partial or unreadable configuration is an error naming the key and the file, found at
 // start-up rather than as a vague handshake failure on the first call.
 //
-// Mutual TLS: a server given `ca_cert` requires and verifies client certificates signed by
-// it; a channel given `cert` and `key` presents them.
+// Mutual TLS: a server given `ca_cert` requires client certificates signed by it (verified in
+// the handshake, or per call: ClientCertificateCheck); a channel given `cert` and `key`
+// presents them.
 #ifndef SCD_COMMON_RPC_CREDENTIALS_H_
 #define SCD_COMMON_RPC_CREDENTIALS_H_
 
@@ -13,6 +14,7 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -34,11 +36,16 @@ struct TlsPaths {
   bool enabled() const { return !ca_cert.empty() || !cert.empty() || !key.empty(); }
 };
 
+// How a server given `ca_cert` treats client certificates: verified in the TLS handshake, or
+// only requested there and verified per call by the services (PeerAuthenticator, which logs
+// and counts each refusal; the daemons' servers).
+enum class ClientCertificateCheck { kInHandshake, kPerCall };
+
 // Insecure credentials when `paths` is empty; TLS otherwise. InvalidArgument for a partial
 // configuration (cert without key, a server without cert), NotFound for a missing file,
 // InvalidArgument for a file that is not PEM; every message names the key and the path.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TlsPaths& paths);
+    const TlsPaths& paths, ClientCertificateCheck check = ClientCertificateCheck::kInHandshake);
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsPaths& paths);
 
@@ -64,6 +71,9 @@ struct ChannelOptions {
   // Whether pings go out while no call is in flight. etcd's server refuses them (a Go gRPC
   // server without PermitWithoutStream answers them with GOAWAY "too_many_pings").
   bool keepalive_without_calls = true;
+  // Metadata added to every call on the channel (the cluster token on Decode calls). Sent on
+  // plaintext channels too, unlike gRPC's call credentials.
+  std::map<std::string, std::string> call_metadata;
 };
 
 // A channel to `target` ("host:port") with the credentials and settings of `options`.

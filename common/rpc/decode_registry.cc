@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/rpc/cluster_token.h"
 
 namespace scd::rpc {
 namespace {
@@ -82,15 +83,8 @@ DecodeRegistry::DecodeRegistry(DecodeRegistryOptions options)
     : options_(std::move(options)), expected_digests_(options_.expected_pair_digests) {}
 
 bool DecodeRegistry::TokenMatches(const std::string& token) const {
-  const std::string& expected = options_.cluster_token;
-  if (expected.empty()) return true;
   // Constant time in the token's contents, so response timing does not leak a prefix.
-  unsigned diff = token.size() == expected.size() ? 0u : 1u;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const char c = i < token.size() ? token[i] : '\0';
-    diff |= static_cast<unsigned char>(c ^ expected[i]);
-  }
-  return diff == 0;
+  return ClusterTokenMatches(options_.cluster_token, token);
 }
 
 void DecodeRegistry::ExpireLocked(absl::Time now) {
@@ -196,6 +190,9 @@ absl::StatusOr<bool> DecodeRegistry::Heartbeat(const std::string& instance_id,
   entry.reported_active = std::max(0, active_requests);
   entry.reported_queue_depth = std::max(0, queue_depth);
   entry.in_flight_at_report = entry.in_flight;
+  if (entry.reported_queue_depth > 0) {
+    entry.full_slots = std::max(entry.full_slots, entry.reported_active);
+  }
   return true;
 }
 
@@ -292,6 +289,9 @@ std::vector<DecodeInstanceStatus> DecodeRegistry::Instances() {
     status.in_flight = entry.in_flight;
     status.reported_active = entry.reported_active;
     status.reported_queue_depth = entry.reported_queue_depth;
+    status.load = Load(entry.in_flight, entry.reported_active, entry.reported_queue_depth,
+                       entry.in_flight_at_report);
+    status.full_slots = entry.full_slots;
     status.registered_at = entry.registered_at;
     status.last_heartbeat = entry.last_heartbeat;
     status.quarantined = entry.quarantined_until > now;

@@ -52,6 +52,10 @@ struct DecodeInstanceStatus {
   int in_flight = 0;             // routed by this registry and not yet released
   int reported_active = 0;       // from the last heartbeat
   int reported_queue_depth = 0;  // from the last heartbeat
+  int load = 0;                  // what Pick weighs: in_flight + the reported requests not ours
+  // The most requests it reported running while it also reported a queue: its batch slots,
+  // once seen full. 0: never seen full.
+  int full_slots = 0;
   absl::Time registered_at;
   absl::Time last_heartbeat;
   bool quarantined = false;  // MarkFailed and the quarantine has not ended
@@ -170,6 +174,7 @@ class DecodeRegistry {
     int reported_active = 0;
     int reported_queue_depth = 0;
     int in_flight_at_report = 0;  // our in_flight when the last heartbeat arrived
+    int full_slots = 0;           // see DecodeInstanceStatus
     absl::Time registered_at;
     absl::Time last_heartbeat;
     absl::Time quarantined_until = absl::InfinitePast();

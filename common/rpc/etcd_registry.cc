@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/sha256.h"
+#include "common/rpc/control_plane_service.h"
 #include "common/daemon/event_log.h"
 #include "nlohmann/json.hpp"
 
@@ -49,6 +50,14 @@ bool ConstantTimeEqual(const std::string& a, const std::string& b) {
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
+}
+
+// The rpc_address a refused announcement claims, for the log; empty when it has none.
+std::string ClaimedRpcAddress(const std::string& value) {
+  const json j = json::parse(value, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return "";
+  auto it = j.find("rpc_address");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 bool IsRefusal(const absl::Status& st) {
@@ -124,7 +133,7 @@ EtcdMetrics::EtcdMetrics(metrics::Registry* r) {
   registrations = r->AddCounter("scd_etcd_registrations_total", "Times this daemon granted a lease and wrote its key in etcd (1, more after etcd lost it).").value();
   watching = r->AddGauge("scd_etcd_watch_up", "1 while the watch on the decode daemons' keys is established.").value();
   resyncs = r->AddCounter("scd_etcd_watch_syncs_total", "Full reads of the decode daemons' keys (1 at start, one more after each lost watch).").value();
-  rejected = r->AddCounterFamily("scd_registry_rejected_total", "Decode announcements refused (never routed to), by reason: token, digest, model, malformed.", {"reason"}).value();
+  rejected = AddRegistryRejected(r).value();
   errors = r->AddCounter("scd_etcd_errors_total", "etcd calls that failed (the daemon keeps serving with what it last saw, and retries).").value();
 }
 
@@ -422,7 +431,9 @@ bool EtcdDecodeMembership::Apply(const std::string& key, const std::string& valu
                                  int64_t revision) {
   absl::StatusOr<DecodeAnnouncement> a = ParseDecodeAnnouncement(value, options_.cluster_token);
   if (!a.ok()) {
-    Reject(key, revision, a.status().code() == absl::StatusCode::kPermissionDenied ? "token" : "malformed", a.status());
+    Reject(key, revision,
+           a.status().code() == absl::StatusCode::kPermissionDenied ? "token" : "malformed",
+           a.status(), ClaimedRpcAddress(value));
     return false;
   }
   if (key != EtcdDecodeKey(options_.prefix, a->info.model_name, a->info.instance_id)) {
@@ -434,13 +445,7 @@ bool EtcdDecodeMembership::Apply(const std::string& key, const std::string& valu
   if (it == admitted_.end()) {
     absl::StatusOr<RegisterOutcome> r = registry_->Register(a->info, options_.cluster_token);
     if (!r.ok()) {
-      const absl::StatusCode c = r.status().code();
-      Reject(key, revision,
-             c == absl::StatusCode::kFailedPrecondition ? "digest"
-             : c == absl::StatusCode::kNotFound         ? "model"
-             : c == absl::StatusCode::kPermissionDenied ? "token"
-                                                        : "malformed",
-             r.status());
+      Reject(key, revision, RegistryRefusalReason(r.status()), r.status(), a->info.rpc_address);
       return false;
     }
     admitted_[key] = a->info.instance_id;
@@ -467,7 +472,8 @@ void EtcdDecodeMembership::Remove(const std::string& key) {
 }
 
 void EtcdDecodeMembership::Reject(const std::string& key, int64_t revision,
-                                  const std::string& reason, const absl::Status& why) {
+                                  const std::string& reason, const absl::Status& why,
+                                  const std::string& rpc_address) {
   {
     scd::MutexLock lock(&mu_);
     auto [it, fresh] = rejected_revision_.emplace(key, revision);
@@ -477,7 +483,9 @@ void EtcdDecodeMembership::Reject(const std::string& key, int64_t revision,
   }
   const EtcdMetrics* m = options_.metrics;
   if (m != nullptr && m->rejected != nullptr) m->rejected->WithLabels({reason}).value()->Increment();
+  // etcd does not say who wrote the key: the address is the one the announcement claims.
   daemon::LogWarning("decode_announcement_rejected", {{"key", key},
+                                                      {"rpc_address", rpc_address},
                                                       {"reason", reason},
                                                       {"message", std::string(why.message())}});
 }

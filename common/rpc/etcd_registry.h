@@ -171,8 +171,10 @@ class EtcdDecodeMembership {
   // Admits or refreshes the instance behind `key`; false when refused.
   bool Apply(const std::string& key, const std::string& value, int64_t revision);
   void Remove(const std::string& key);
+  // Logs (once per key and revision) and counts a refused announcement; `rpc_address` is the
+  // one it claims, when it could be read.
   void Reject(const std::string& key, int64_t revision, const std::string& reason,
-              const absl::Status& why);
+              const absl::Status& why, const std::string& rpc_address = "");
   bool SleepUnlessStopped(absl::Duration d);
 
   EtcdClient* const client_;

@@ -1,5 +1,7 @@
 // StartGrpcServer: ServerBuilder with our credentials and message limits; a failed bind
-// becomes an error naming the address instead of a null server.
+// becomes an error naming the address instead of a null server. The port is exclusive: gRPC
+// sets SO_REUSEPORT by default, which lets a second daemon bind a port already serving and
+// share its connections (and a second decode daemon register beside the first), so it is off.
 #include "common/rpc/grpc_server.h"
 
 #include <grpcpp/server_builder.h>
@@ -21,6 +23,7 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options,
   builder.AddListeningPort(
       options.address,
       options.credentials ? options.credentials : grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   auto ms = [](absl::Duration d) { return static_cast<int>(absl::ToInt64Milliseconds(d)); };
@@ -38,8 +41,9 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options,
   result.server = builder.BuildAndStart();
   if (result.server == nullptr || port == 0) {
     if (result.server != nullptr) result.server->Shutdown();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen for gRPC on '", options.address, "' (address in use?)"));
+    return absl::UnavailableError(absl::StrCat("cannot listen for gRPC on ", options.address,
+                                               ": the address is already in use (another "
+                                               "daemon?) or is not one of this host's"));
   }
   result.port = port;
   result.address = absl::StrCat(options.address.substr(0, colon + 1), port);

@@ -1,7 +1,7 @@
 // Starting a gRPC server on one address with the project's credentials and limits. Both
 // daemons host several services on one port (the prefill daemon: ControlPlane and
 // Generation; a decode daemon: Decode), so this takes a list. Port 0 picks a free port, which
-// the result reports (tests bind 127.0.0.1:0).
+// the result reports (tests bind 127.0.0.1:0). A port already in use is refused.
 #ifndef SCD_COMMON_RPC_GRPC_SERVER_H_
 #define SCD_COMMON_RPC_GRPC_SERVER_H_
 
@@ -41,7 +41,8 @@ struct GrpcServer {
 };
 
 // Registers `services` (not owned; they must outlive the server) and starts serving.
-// Unavailable naming the address when it cannot be bound.
+// Unavailable naming the address when it cannot be bound, also when another process (or
+// another server here) already listens on it: the port is never shared (no SO_REUSEPORT).
 absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options,
                                            const std::vector<grpc::Service*>& services);
 

@@ -37,7 +37,7 @@ EncodedHeader EncodeHeader(const FrameHeader& header) {
   p[6] = static_cast<uint8_t>(header.type);
   p[7] = 0;
   Put32(p + 8, header.status_code);
-  Put32(p + 12, 0);
+  Put32(p + 12, header.token_crc);
   Put64(p + 16, header.sequence);
   Put64(p + 24, header.request_id);
   Put64(p + 32, header.body_length);
@@ -74,6 +74,7 @@ absl::StatusOr<FrameHeader> DecodeHeader(absl::Span<const uint8_t> bytes, uint64
   }
   header.type = static_cast<FrameType>(type);
   header.status_code = static_cast<uint32_t>(GetLe(p + 8, 4));
+  header.token_crc = static_cast<uint32_t>(GetLe(p + 12, 4));
   header.sequence = GetLe(p + 16, 8);
   header.request_id = GetLe(p + 24, 8);
   header.body_length = GetLe(p + 32, 8);
@@ -92,6 +93,25 @@ absl::Status VerifyBody(const FrameHeader& header, absl::Span<const uint8_t> bod
   return absl::DataLossError(absl::StrFormat(
       "request %d: body checksum mismatch (CRC32C 0x%08x over %d bytes, frame says 0x%08x)",
       header.request_id, crc, body.size(), header.body_crc));
+}
+
+FrameHeader MakeData(uint64_t request_id, const TransferToken& token,
+                     absl::Span<const uint8_t> body) {
+  FrameHeader header;
+  header.type = FrameType::kData;
+  header.request_id = request_id;
+  header.body_length = body.size();
+  header.body_crc = Crc32c(body.data(), body.size());
+  header.token_crc = Crc32c(token.data(), token.size());
+  return header;
+}
+
+absl::Status VerifyToken(const FrameHeader& header, const TransferToken& token) {
+  const uint32_t crc = Crc32c(token.data(), token.size());
+  if (crc == header.token_crc) return absl::OkStatus();
+  return absl::DataLossError(absl::StrFormat(
+      "request %d: corrupt transfer token (CRC32C 0x%08x, frame says 0x%08x)", header.request_id,
+      crc, header.token_crc));
 }
 
 FrameHeader MakeAck(const FrameHeader& data, const absl::Status& verdict, std::string* body) {

@@ -2,11 +2,11 @@
 #include "common/transport/frame_sender.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/base/crc32c.h"
 
 namespace scd::transport {
 
@@ -17,19 +17,15 @@ FrameSender::FrameSender(const TransportOptions& options, std::shared_ptr<Bandwi
       write_(std::move(write)),
       on_broken_(std::move(on_broken)) {}
 
-absl::Status FrameSender::Send(uint64_t request_id, absl::Span<const uint8_t> bytes,
-                               absl::Time deadline) {
+absl::Status FrameSender::Send(uint64_t request_id, const TransferToken& token,
+                               absl::Span<const uint8_t> bytes, absl::Time deadline) {
   if (bytes.size() > options_.max_message_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("request ", request_id, ": ", bytes.size(),
                                                    " bytes exceed max_message_bytes (",
                                                    options_.max_message_bytes, ")"));
   }
   // The checksum is computed before waiting for the wire, overlapping other senders' frames.
-  FrameHeader header;
-  header.type = FrameType::kData;
-  header.request_id = request_id;
-  header.body_length = bytes.size();
-  header.body_crc = Crc32c(bytes.data(), bytes.size());
+  FrameHeader header = MakeData(request_id, token, bytes);
   std::vector<uint8_t> tampered;
   if (options_.tamper_for_testing) {
     tampered.assign(bytes.begin(), bytes.end());
@@ -50,7 +46,12 @@ absl::Status FrameSender::Send(uint64_t request_id, absl::Span<const uint8_t> by
   }
   acks_.Expect(header.sequence);
   bool started = false;
-  const absl::Status written = WriteFrame(EncodeHeader(header), bytes, deadline, &started);
+  // One write for the header and the token that follows it.
+  std::array<uint8_t, kFrameHeaderBytes + kTransferTokenBytes> prefix;
+  const EncodedHeader encoded = EncodeHeader(header);
+  std::copy(encoded.begin(), encoded.end(), prefix.begin());
+  std::copy(token.begin(), token.end(), prefix.begin() + kFrameHeaderBytes);
+  const absl::Status written = WriteFrame(prefix, bytes, deadline, &started);
   {
     scd::MutexLock lock(&mu_);
     writing_ = false;
@@ -76,8 +77,9 @@ void FrameSender::Break(const absl::Status& reason) {
   if (on_broken_) on_broken_(acks_.failure());
 }
 
-absl::Status FrameSender::WriteFrame(const EncodedHeader& header, absl::Span<const uint8_t> body,
-                                     absl::Time deadline, bool* started) {
+absl::Status FrameSender::WriteFrame(absl::Span<const uint8_t> header,
+                                     absl::Span<const uint8_t> body, absl::Time deadline,
+                                     bool* started) {
   const bool paced = limiter_ != nullptr && !limiter_->unlimited();
   *started = !paced;
   if (!paced) {

@@ -38,7 +38,8 @@ class FrameSender {
               WriteFn write, BrokenFn on_broken);
 
   // Connection::Send semantics (transport.h).
-  absl::Status Send(uint64_t request_id, absl::Span<const uint8_t> bytes, absl::Time deadline);
+  absl::Status Send(uint64_t request_id, const TransferToken& token,
+                    absl::Span<const uint8_t> bytes, absl::Time deadline);
 
   // Marks the connection broken with `reason` (the first reason wins) and calls on_broken.
   void Break(const absl::Status& reason);
@@ -48,9 +49,9 @@ class FrameSender {
   const PendingAcks& acks() const { return acks_; }
 
  private:
-  // Writes header and body, paced by the limiter. *started: whether any byte was handed to
-  // the wire (before that, a failure leaves the stream intact).
-  absl::Status WriteFrame(const EncodedHeader& header, absl::Span<const uint8_t> body,
+  // Writes header (with the token, frame.h) and body, paced by the limiter. *started: whether
+  // any byte was handed to the wire (before that, a failure leaves the stream intact).
+  absl::Status WriteFrame(absl::Span<const uint8_t> header, absl::Span<const uint8_t> body,
                           absl::Time deadline, bool* started);
 
   const TransportOptions& options_;

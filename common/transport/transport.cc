@@ -2,12 +2,31 @@
 // implementation; callers pick one by name ("tcp" or "ucx") from their config.
 #include "common/transport/transport.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "common/transport/bandwidth_limiter.h"
 #include "common/transport/tcp/tcp_transport.h"
 #include "common/transport/ucx/ucx_transport.h"
 
 namespace scd::transport {
+
+TransferToken NewTransferToken() {
+  TransferToken token;
+  size_t got = 0;
+  while (got < token.size()) {
+    const ssize_t n = getrandom(token.data() + got, token.size() - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (errno != EINTR) {
+      std::abort();  // no kernel randomness: a guessable token must never be sent
+    }
+  }
+  return token;
+}
 
 absl::Status ValidateOptions(const TransportOptions& options) {
   if (absl::Status st = CheckBandwidthGbps(options.bandwidth_gbps); !st.ok()) return st;

@@ -13,9 +13,13 @@
 //     delivered one.
 //   * Every blocking call takes a deadline; a dead peer yields an error, never a hang.
 //   * All methods are thread-safe; several messages may be in flight on one connection.
+//   * A message carries the sender's transfer token to the receiver unchanged. The transport
+//     does not judge it: a receiver hands a message only to whoever names its token (the
+//     decode daemon's PayloadMailbox, to the authenticated Decode call that names it).
 #ifndef SCD_COMMON_TRANSPORT_TRANSPORT_H_
 #define SCD_COMMON_TRANSPORT_TRANSPORT_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -29,6 +33,15 @@
 #include "absl/types/span.h"
 
 namespace scd::transport {
+
+// A transfer's token: random per transfer (NewTransferToken), sent in the DATA frame and,
+// over an authenticated channel, to whoever may claim the message. All zero: none.
+inline constexpr size_t kTransferTokenBytes = 16;
+using TransferToken = std::array<uint8_t, kTransferTokenBytes>;
+
+// A fresh token from the kernel's random source (getrandom(2)); 128 bits cannot be guessed.
+TransferToken NewTransferToken();
+inline bool HasToken(const TransferToken& token) { return token != TransferToken{}; }
 
 struct TransportOptions {
   // Send-side cap in Gbit/s (10^9 bit/s), shared by every connection of one Transport, to
@@ -64,6 +77,7 @@ absl::Status ValidateOptions(const TransportOptions& options);
 // One received message, or the report of one that was lost.
 struct Message {
   uint64_t request_id = 0;  // 0 when the loss happened before a valid header arrived
+  TransferToken token{};    // the sender's; zero when lost before the token arrived
   // OK: `body` holds the sender's bytes, checksum verified. DATA_LOSS: the checksum failed.
   // UNAVAILABLE / DEADLINE_EXCEEDED: the peer died or stalled mid-message.
   absl::Status status;
@@ -79,12 +93,17 @@ class Connection {
  public:
   virtual ~Connection() = default;
 
-  // Sends one message and waits for the receiver's acknowledgement. OK: delivered and
-  // verified. DATA_LOSS: the receiver's checksum failed. DEADLINE_EXCEEDED: the deadline
-  // passed (a frame cut off mid-way also breaks the connection). UNAVAILABLE: the peer or the
-  // connection is gone. CANCELLED: Close() was called. `bytes` must stay valid until return.
-  virtual absl::Status Send(uint64_t request_id, absl::Span<const uint8_t> bytes,
-                            absl::Time deadline) = 0;
+  // Sends one message with its transfer token and waits for the receiver's acknowledgement.
+  // OK: delivered and verified. DATA_LOSS: the receiver's checksum failed. DEADLINE_EXCEEDED:
+  // the deadline passed (a frame cut off mid-way also breaks the connection). UNAVAILABLE: the
+  // peer or the connection is gone. CANCELLED: Close() was called. `bytes` must stay valid
+  // until return.
+  virtual absl::Status Send(uint64_t request_id, const TransferToken& token,
+                            absl::Span<const uint8_t> bytes, absl::Time deadline) = 0;
+  // A message without a token (transport tests and benchmarks; a decode daemon refuses it).
+  absl::Status Send(uint64_t request_id, absl::Span<const uint8_t> bytes, absl::Time deadline) {
+    return Send(request_id, TransferToken{}, bytes, deadline);
+  }
 
   // Breaks the connection; in-flight and later Sends fail. Idempotent.
   virtual void Close() = 0;

@@ -26,9 +26,11 @@
 namespace scd::cuda {
 namespace {
 
+using internal::AccumulateVecRow;
 using internal::AsStream;
 using internal::CeilDiv;
 using internal::ChunkSoftmax;
+using internal::ClearVecOutput;
 using internal::kVecThreads;
 using internal::kVecUnroll;
 using internal::LoadBf16x8;
@@ -142,6 +144,68 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The K and V rows a vectorized block reads: the chunk's n rows from k and v (this lane's 8
+// dims of each), kv_dim elements apart.
+struct DecodeVecRows {
+  const Bf16* k;
+  const Bf16* v;
+  int kv_dim, n;
+  bool aligned;  // both 16-byte aligned (LoadBf16x8)
+
+  // This lane's 16 bytes of K or V (`x`) in each row of the pass at `base`; zeros past the chunk.
+  __device__ __forceinline__ void LoadPass(const Bf16* x, const VecLanes& lanes, int base,
+                                           uint4 (&raw)[kVecUnroll]) const {
+#pragma unroll
+    for (int u = 0; u < kVecUnroll; ++u) {
+      const int j = lanes.RowAt(base, u);
+      if (j < n) {
+        raw[u] = LoadBf16x8(x + static_cast<int64_t>(j) * kv_dim, aligned);
+      } else {
+        raw[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+};
+
+// Scores of the rows of the pass at `base` into s_s (the group's rows of `chunk`). Every lane of
+// the warp must call it (VecRowDots shuffles).
+template <int kGroup>
+__device__ __forceinline__ void ScoreDecodePass(const DecodeVecRows& rows, const VecLanes& lanes,
+                                                int base, const float (&qr)[kGroup][8], float scale,
+                                                int chunk, float* s_s) {
+  uint4 raw[kVecUnroll];
+  rows.LoadPass(rows.k, lanes, base, raw);
+#pragma unroll
+  for (int u = 0; u < kVecUnroll; ++u) {
+    float kf[8], s[kGroup];
+    Widen8(raw[u], kf);
+    VecRowDots<kGroup>(qr, kf, lanes.lanes_per_row, s);
+    const int j = lanes.RowAt(base, u);
+    if (lanes.part == 0 && j < rows.n) {
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) s_s[h * chunk + j] = s[h] * scale;
+    }
+  }
+}
+
+// acc += e^{s - m} v over the rows of the pass at `base`.
+template <int kGroup>
+__device__ __forceinline__ void AccumulateDecodePass(const DecodeVecRows& rows,
+                                                     const VecLanes& lanes, int base,
+                                                     const float* s_s, int chunk,
+                                                     float (&acc)[kGroup][8]) {
+  uint4 raw[kVecUnroll];
+  rows.LoadPass(rows.v, lanes, base, raw);
+#pragma unroll
+  for (int u = 0; u < kVecUnroll; ++u) {
+    const int j = lanes.RowAt(base, u);
+    if (j >= rows.n) continue;
+    float vf[8];
+    Widen8(raw[u], vf);
+    AccumulateVecRow<kGroup>(s_s, chunk, j, vf, acc);
+  }
+}
+
 // The vectorized split kernel (DecodeImpl::kVectorized), for the same (split, KV head,
 // sequence) blocks and partial states as the generic one, in attention_split.cuh's layout.
 template <int kGroup>
@@ -170,62 +234,21 @@ __global__ void __launch_bounds__(kVecThreads)
   // Rows are kv_dim (a multiple of 8) elements apart, so the first row decides for all.
   const bool aligned =
       ((reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) & 15) == 0;
-  // Rows base + row_in_warp + u * rows_per_pass, u < kVecUnroll: base is the same for the whole
-  // warp, so every lane takes part in the shuffles.
+  const DecodeVecRows rows{k, v, kv_dim, n, aligned};
   const int stride = lanes.rows_per_pass * kVecUnroll;
-  auto row_at = [&](int base, int u) { return base + lanes.row_in_warp + u * lanes.rows_per_pass; };
-  // This lane's 16 bytes of K or V (`x`) in each row of pass `base`; zeros past the chunk.
-  auto load_pass = [&](const Bf16* x, int base, uint4(&raw)[kVecUnroll]) {
-#pragma unroll
-    for (int u = 0; u < kVecUnroll; ++u) {
-      const int j = row_at(base, u);
-      raw[u] = j < n ? LoadBf16x8(x + static_cast<int64_t>(j) * kv_dim, aligned)
-                     : make_uint4(0, 0, 0, 0);
-    }
-  };
 
   float qr[kGroup][8];
   LoadVecQueries<kGroup>(q + b * q_stride + static_cast<int64_t>(g) * kGroup * hd, hd, lanes, qr);
   for (int base = lanes.warp_first; base < n; base += stride) {
-    uint4 raw[kVecUnroll];
-    load_pass(k, base, raw);
-#pragma unroll
-    for (int u = 0; u < kVecUnroll; ++u) {
-      float kf[8], s[kGroup];
-      Widen8(raw[u], kf);
-      VecRowDots<kGroup>(qr, kf, lanes.lanes_per_row, s);
-      const int j = row_at(base, u);
-      if (lanes.part == 0 && j < n) {
-#pragma unroll
-        for (int h = 0; h < kGroup; ++h) s_s[h * chunk + j] = s[h] * scale;
-      }
-    }
+    ScoreDecodePass<kGroup>(rows, lanes, base, qr, scale, chunk, s_s);
   }
   __syncthreads();
   ChunkSoftmax(s_s, chunk, n, kGroup, slot0, splits, ws_m, ws_l);
 
   float acc[kGroup][8];
-#pragma unroll
-  for (int h = 0; h < kGroup; ++h) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[h][i] = 0.0f;
-  }
+  ClearVecOutput<kGroup>(acc);
   for (int base = lanes.warp_first; base < n; base += stride) {
-    uint4 raw[kVecUnroll];
-    load_pass(v, base, raw);
-#pragma unroll
-    for (int u = 0; u < kVecUnroll; ++u) {
-      const int j = row_at(base, u);
-      if (j >= n) continue;
-      float vf[8];
-      Widen8(raw[u], vf);
-#pragma unroll
-      for (int h = 0; h < kGroup; ++h) {
-        const float p = s_s[h * chunk + j];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[h][i] += p * vf[i];
-      }
-    }
+    AccumulateDecodePass<kGroup>(rows, lanes, base, s_s, chunk, acc);
   }
   StoreVecOutput<kGroup>(acc, lanes, hd, smem, ws_o, slot0, splits);
 }

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention_prefill_tc.h"
+#include "kernels/cuda/attention_prefill_tile.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/launch_checks.h"
 #include "kernels/cuda/ops.h"
@@ -22,6 +23,8 @@ namespace scd::cuda {
 namespace {
 
 using internal::AsStream;
+using internal::PrefillTile;
+using internal::PrefillTileAt;
 
 constexpr int kBq = 16;  // queries per block
 constexpr int kBk = 32;  // keys per tile (one per lane in the softmax step)
@@ -37,109 +40,140 @@ size_t GenericSmemBytes(int hd) {
   return floats * sizeof(float);
 }
 
+// The block's shared memory, laid out as GenericSmemBytes says.
+struct GenericShared {
+  float *q, *k, *v, *s, *o, *m, *l, *alpha;
+};
+
+__device__ __forceinline__ GenericShared GenericSharedAt(float* smem, int hd) {
+  GenericShared sh;
+  sh.q = smem;
+  sh.k = sh.q + kBq * hd;
+  sh.v = sh.k + kBk * (hd + 1);
+  sh.s = sh.v + kBk * hd;
+  sh.o = sh.s + kBq * kBk;
+  sh.m = sh.o + kBq * hd;
+  sh.l = sh.m + kBq;
+  sh.alpha = sh.l + kBq;
+  return sh;
+}
+
+// The block's queries of head h (zeros past the last), o = 0, m = -inf, l = 0.
+__device__ __forceinline__ void LoadQueries(const float* q, int64_t q_stride, int h, int hd,
+                                            const PrefillTile& tile, const GenericShared& sh) {
+  const int tid = threadIdx.x;
+  for (int idx = tid; idx < kBq * hd; idx += kThreads) {
+    const int r = idx / hd, d = idx - r * hd;
+    sh.q[idx] = r < tile.rows ? q[(tile.t0 + r) * q_stride + h * hd + d] : 0.0f;
+    sh.o[idx] = 0.0f;
+  }
+  if (tid < kBq) {
+    sh.m[tid] = -INFINITY;
+    sh.l[tid] = 0.0f;
+  }
+}
+
+// Keys [kt, kt + kBk) of K and V widened to F32 (zeros from key_end on); `col` is the KV head's
+// first element of a row.
+__device__ __forceinline__ void LoadKvTile(const Bf16* k, const Bf16* v, int kv_dim, int col,
+                                           int hd, int kt, int key_end, const GenericShared& sh) {
+  for (int idx = threadIdx.x; idx < kBk * hd; idx += kThreads) {
+    const int j = idx / hd, d = idx - j * hd;
+    const int key = kt + j;
+    float kv = 0.0f, vv = 0.0f;
+    if (key < key_end) {
+      const int64_t off = static_cast<int64_t>(key) * kv_dim + col + d;
+      kv = internal::LoadBf16(k + off);
+      vv = internal::LoadBf16(v + off);
+    }
+    sh.k[j * (hd + 1) + d] = kv;
+    sh.v[j * hd + d] = vv;
+  }
+}
+
+// Scores of the tile's keys with the causal / sliding-window mask.
+__device__ __forceinline__ void ScoreTile(const PrefillTile& tile, int kt, int hd, int window,
+                                          float scale, const GenericShared& sh) {
+  for (int e = threadIdx.x; e < kBq * kBk; e += kThreads) {
+    const int r = e / kBk, j = e - r * kBk;
+    const int key = kt + j, pos = tile.first_pos + r;
+    float s = -INFINITY;
+    if (r < tile.rows && key <= pos && (window <= 0 || key > pos - window)) {
+      float dot = 0.0f;
+      const float* qr = sh.q + r * hd;
+      const float* kr = sh.k + j * (hd + 1);
+      for (int d = 0; d < hd; ++d) dot += qr[d] * kr[d];
+      s = dot * scale;
+    }
+    sh.s[e] = s;
+  }
+}
+
+// Online softmax update, one warp per row, one key per lane: the scores become p, m and l move
+// on, alpha is the rescale of the row's o. Every lane of a warp must call it (shuffles).
+__device__ __forceinline__ void SoftmaxUpdate(const GenericShared& sh) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int r = warp; r < kBq; r += kWarps) {
+    const float s = sh.s[r * kBk + lane];
+    const float m_old = sh.m[r];
+    const float m_new = fmaxf(m_old, internal::WarpMax(s));
+    float p = 0.0f, alpha = 1.0f;
+    if (m_new != -INFINITY) {
+      p = s == -INFINITY ? 0.0f : expf(s - m_new);
+      alpha = expf(m_old - m_new);  // 0 when m_old is -inf
+    }
+    sh.s[r * kBk + lane] = p;
+    const float sum = internal::WarpSum(p);
+    // Every lane has read m[r] and l[r] before lane 0 overwrites them: the shuffles above do
+    // not order shared-memory accesses (compute-sanitizer's racecheck flags it otherwise).
+    __syncwarp();
+    if (lane == 0) {
+      sh.l[r] = sh.l[r] * alpha + sum;
+      sh.m[r] = m_new;
+      sh.alpha[r] = alpha;
+    }
+  }
+}
+
+// o = alpha o + P V for every (row, dim).
+__device__ __forceinline__ void AccumulateTile(int hd, const GenericShared& sh) {
+  for (int idx = threadIdx.x; idx < kBq * hd; idx += kThreads) {
+    const int r = idx / hd, d = idx - r * hd;
+    const float* pr = sh.s + r * kBk;
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int j = 0; j < kBk; ++j) acc += pr[j] * sh.v[j * hd + d];
+    sh.o[idx] = sh.o[idx] * sh.alpha[r] + acc;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads)
     PrefillAttentionKernel(const float* __restrict__ q, int64_t q_stride,
                            const Bf16* __restrict__ k, const Bf16* __restrict__ v,
                            float* __restrict__ out, int64_t out_stride, int tokens, int start,
                            int num_heads, int num_kv_heads, int hd, int window, float scale) {
   extern __shared__ float smem[];
-  float* q_s = smem;
-  float* k_s = q_s + kBq * hd;
-  float* v_s = k_s + kBk * (hd + 1);
-  float* s_s = v_s + kBk * hd;
-  float* o_s = s_s + kBq * kBk;
-  float* m_s = o_s + kBq * hd;
-  float* l_s = m_s + kBq;
-  float* alpha_s = l_s + kBq;
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const GenericShared sh = GenericSharedAt(smem, hd);
   const int h = blockIdx.y;
   const int g = h / (num_heads / num_kv_heads);
-  const int t0 = blockIdx.x * kBq;
-  const int rows = min(kBq, tokens - t0);
+  const PrefillTile tile = PrefillTileAt(blockIdx.x * kBq, kBq, tokens, start, window);
   const int kv_dim = num_kv_heads * hd;
-  const int first_pos = start + t0;
-  const int key_end = first_pos + rows;  // exclusive
-  const int key_begin = window > 0 ? max(0, first_pos - window + 1) : 0;
 
-  for (int idx = tid; idx < kBq * hd; idx += kThreads) {
-    const int r = idx / hd, d = idx - r * hd;
-    q_s[idx] = r < rows ? q[(t0 + r) * q_stride + h * hd + d] : 0.0f;
-    o_s[idx] = 0.0f;
-  }
-  if (tid < kBq) {
-    m_s[tid] = -INFINITY;
-    l_s[tid] = 0.0f;
-  }
-
-  for (int kt = key_begin; kt < key_end; kt += kBk) {
+  LoadQueries(q, q_stride, h, hd, tile, sh);
+  for (int kt = tile.key_begin; kt < tile.key_end; kt += kBk) {
     __syncthreads();  // previous tile fully consumed; q/o/m/l initialised
-    for (int idx = tid; idx < kBk * hd; idx += kThreads) {
-      const int j = idx / hd, d = idx - j * hd;
-      const int key = kt + j;
-      float kv = 0.0f, vv = 0.0f;
-      if (key < key_end) {
-        const int64_t off = static_cast<int64_t>(key) * kv_dim + g * hd + d;
-        kv = internal::LoadBf16(k + off);
-        vv = internal::LoadBf16(v + off);
-      }
-      k_s[j * (hd + 1) + d] = kv;
-      v_s[j * hd + d] = vv;
-    }
+    LoadKvTile(k, v, kv_dim, g * hd, hd, kt, tile.key_end, sh);
     __syncthreads();
-
-    // Scores with the causal / sliding-window mask.
-    for (int e = tid; e < kBq * kBk; e += kThreads) {
-      const int r = e / kBk, j = e - r * kBk;
-      const int key = kt + j, pos = first_pos + r;
-      float s = -INFINITY;
-      if (r < rows && key <= pos && (window <= 0 || key > pos - window)) {
-        float dot = 0.0f;
-        const float* qr = q_s + r * hd;
-        const float* kr = k_s + j * (hd + 1);
-        for (int d = 0; d < hd; ++d) dot += qr[d] * kr[d];
-        s = dot * scale;
-      }
-      s_s[e] = s;
-    }
+    ScoreTile(tile, kt, hd, window, scale, sh);
     __syncthreads();
-
-    // Online softmax update, one warp per row, one key per lane.
-    for (int r = warp; r < kBq; r += kWarps) {
-      const float s = s_s[r * kBk + lane];
-      const float m_old = m_s[r];
-      const float m_new = fmaxf(m_old, internal::WarpMax(s));
-      float p = 0.0f, alpha = 1.0f;
-      if (m_new != -INFINITY) {
-        p = s == -INFINITY ? 0.0f : expf(s - m_new);
-        alpha = expf(m_old - m_new);  // 0 when m_old is -inf
-      }
-      s_s[r * kBk + lane] = p;
-      const float sum = internal::WarpSum(p);
-      // Every lane has read m_s[r] and l_s[r] before lane 0 overwrites them: the shuffles above
-      // do not order shared-memory accesses (compute-sanitizer's racecheck flags it otherwise).
-      __syncwarp();
-      if (lane == 0) {
-        l_s[r] = l_s[r] * alpha + sum;
-        m_s[r] = m_new;
-        alpha_s[r] = alpha;
-      }
-    }
+    SoftmaxUpdate(sh);
     __syncthreads();
-
-    for (int idx = tid; idx < kBq * hd; idx += kThreads) {
-      const int r = idx / hd, d = idx - r * hd;
-      const float* pr = s_s + r * kBk;
-      float acc = 0.0f;
-#pragma unroll 8
-      for (int j = 0; j < kBk; ++j) acc += pr[j] * v_s[j * hd + d];
-      o_s[idx] = o_s[idx] * alpha_s[r] + acc;
-    }
+    AccumulateTile(hd, sh);
   }
   __syncthreads();
-  for (int idx = tid; idx < rows * hd; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < tile.rows * hd; idx += kThreads) {
     const int r = idx / hd, d = idx - r * hd;
-    out[(t0 + r) * out_stride + h * hd + d] = o_s[idx] / l_s[r];
+    out[(tile.t0 + r) * out_stride + h * hd + d] = sh.o[idx] / sh.l[r];
   }
 }
 

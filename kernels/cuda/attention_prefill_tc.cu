@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "kernels/cuda/attention_prefill_tc.h"
+#include "kernels/cuda/attention_prefill_tile.cuh"
 #include "kernels/cuda/device_common.cuh"
 
 namespace scd::cuda::internal {
@@ -43,139 +44,187 @@ struct Tile {
                 "shared-memory regions must keep 128-byte alignment");
 };
 
+// The block's shared-memory regions, in Tile<HD>'s order.
+struct TcShared {
+  bf16 *q, *k, *v;
+  float* s;
+  bf16* p;
+  float* o;
+};
+
+template <int HD>
+__device__ __forceinline__ TcShared TcSharedAt(unsigned char* smem) {
+  using T = Tile<HD>;
+  TcShared sh;
+  sh.q = reinterpret_cast<bf16*>(smem);
+  sh.k = reinterpret_cast<bf16*>(smem + T::kQBytes);
+  sh.v = reinterpret_cast<bf16*>(smem + T::kQBytes + T::kKvBytes);
+  sh.s = reinterpret_cast<float*>(smem + T::kQBytes + 2 * T::kKvBytes);
+  sh.p = reinterpret_cast<bf16*>(smem + T::kQBytes + 2 * T::kKvBytes + T::kSBytes);
+  sh.o = reinterpret_cast<float*>(smem + T::kQBytes + 2 * T::kKvBytes + T::kSBytes + T::kPBytes);
+  return sh;
+}
+
+// The block's queries of head h in BF16 (zeros past the last) and O = 0.
+template <int HD>
+__device__ __forceinline__ void LoadQueries(const float* q, int64_t q_stride, int h,
+                                            const PrefillTile& tile, const TcShared& sh) {
+  using T = Tile<HD>;
+  for (int idx = threadIdx.x; idx < kBq * HD; idx += kThreads) {
+    const int r = idx / HD, d = idx - r * HD;
+    const float value = r < tile.rows ? q[(tile.t0 + r) * q_stride + h * HD + d] : 0.0f;
+    sh.q[r * T::kQkvPitch + d] = __float2bfloat16_rn(value);
+    sh.o[r * T::kOPitch + d] = 0.0f;
+  }
+}
+
+// Keys [kt, kt + kBk) of K and V as stored, in 16-byte chunks (zeros from key_end on); `col` is
+// the KV head's first element of a row.
+template <int HD>
+__device__ __forceinline__ void LoadKvTile(const Bf16* k, const Bf16* v, int kv_dim, int col,
+                                           int kt, int key_end, const TcShared& sh) {
+  using T = Tile<HD>;
+  constexpr int kChunks = HD / 8;  // 16-byte chunks per K/V row
+  for (int idx = threadIdx.x; idx < kBk * kChunks; idx += kThreads) {
+    const int j = idx / kChunks, c = (idx - j * kChunks) * 8;
+    const int key = kt + j;
+    uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+    if (key < key_end) {
+      const int64_t off = static_cast<int64_t>(key) * kv_dim + col + c;
+      kv = *reinterpret_cast<const uint4*>(k + off);
+      vv = *reinterpret_cast<const uint4*>(v + off);
+    }
+    *reinterpret_cast<uint4*>(sh.k + j * T::kQkvPitch + c) = kv;
+    *reinterpret_cast<uint4*>(sh.v + j * T::kQkvPitch + c) = vv;
+  }
+}
+
+// S = Q K^T for this warp's 16 rows. Every lane of the warp must call it (WMMA).
+template <int HD>
+__device__ __forceinline__ void ScoreRows(int warp, const TcShared& sh) {
+  using T = Tile<HD>;
+  for (int nt = 0; nt < kBk / 16; ++nt) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
+      wmma::load_matrix_sync(a, sh.q + warp * 16 * T::kQkvPitch + kk * 16, T::kQkvPitch);
+      wmma::load_matrix_sync(b, sh.k + nt * 16 * T::kQkvPitch + kk * 16, T::kQkvPitch);
+      wmma::mma_sync(acc, a, b, acc);
+    }
+    wmma::store_matrix_sync(sh.s + warp * 16 * T::kSPitch + nt * 16, acc, T::kSPitch,
+                            wmma::mem_row_major);
+  }
+}
+
+// Softmax state of one row, held by a lane pair: row `row`, columns/dims of half `half`.
+struct PairRow {
+  int row, half, pos;
+  bool valid;
+  float m, l;  // running max and normaliser
+};
+
+// The online softmax step of the pair's row over keys [kt, kt + kBk), each lane taking 32 of
+// the 64 columns: P (BF16) into p, l summing the rounded P, the row's half of O rescaled. Every
+// lane of the warp must call it (shuffles).
+template <int HD>
+__device__ __forceinline__ void SoftmaxPairRow(PairRow& st, int kt, int key_end, int window,
+                                               float scale, const TcShared& sh) {
+  using T = Tile<HD>;
+  const float* srow = sh.s + st.row * T::kSPitch + st.half * 32;
+  float vals[32];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int c = 0; c < 32; ++c) {
+    const int key = kt + st.half * 32 + c;
+    const bool keep =
+        st.valid && key < key_end && key <= st.pos && (window <= 0 || key > st.pos - window);
+    vals[c] = keep ? srow[c] * scale : -INFINITY;
+    mx = fmaxf(mx, vals[c]);
+  }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  const float m_new = fmaxf(st.m, mx);
+  float alpha = 1.0f, sum = 0.0f;
+  bf16* prow = sh.p + st.row * T::kPPitch + st.half * 32;
+  if (m_new == -INFINITY) {
+#pragma unroll
+    for (int c = 0; c < 32; ++c) prow[c] = __float2bfloat16_rn(0.0f);
+  } else {
+    alpha = expf(st.m - m_new);
+#pragma unroll
+    for (int c = 0; c < 32; ++c) {
+      const bf16 p = __float2bfloat16_rn(vals[c] == -INFINITY ? 0.0f : expf(vals[c] - m_new));
+      prow[c] = p;
+      sum += __bfloat162float(p);
+    }
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  st.l = st.l * alpha + sum;
+  st.m = m_new;
+  float* orow = sh.o + st.row * T::kOPitch + st.half * (HD / 2);
+#pragma unroll 8
+  for (int d = 0; d < HD / 2; ++d) orow[d] *= alpha;
+}
+
+// O += P V for this warp's 16 rows. Every lane of the warp must call it (WMMA).
+template <int HD>
+__device__ __forceinline__ void AccumulateRows(int warp, const TcShared& sh) {
+  using T = Tile<HD>;
+  for (int nt = 0; nt < HD / 16; ++nt) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    float* o_tile = sh.o + warp * 16 * T::kOPitch + nt * 16;
+    wmma::load_matrix_sync(acc, o_tile, T::kOPitch, wmma::mem_row_major);
+#pragma unroll
+    for (int kk = 0; kk < kBk / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
+      wmma::load_matrix_sync(a, sh.p + warp * 16 * T::kPPitch + kk * 16, T::kPPitch);
+      wmma::load_matrix_sync(b, sh.v + kk * 16 * T::kQkvPitch + nt * 16, T::kQkvPitch);
+      wmma::mma_sync(acc, a, b, acc);
+    }
+    wmma::store_matrix_sync(o_tile, acc, T::kOPitch, wmma::mem_row_major);
+  }
+}
+
 template <int HD>
 __global__ void __launch_bounds__(kThreads)
     PrefillAttentionTcKernel(const float* __restrict__ q, int64_t q_stride,
                              const Bf16* __restrict__ k, const Bf16* __restrict__ v,
                              float* __restrict__ out, int64_t out_stride, int tokens, int start,
                              int num_heads, int num_kv_heads, int window, float scale) {
-  using T = Tile<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* q_s = reinterpret_cast<bf16*>(smem);
-  bf16* k_s = reinterpret_cast<bf16*>(smem + T::kQBytes);
-  bf16* v_s = reinterpret_cast<bf16*>(smem + T::kQBytes + T::kKvBytes);
-  float* s_s = reinterpret_cast<float*>(smem + T::kQBytes + 2 * T::kKvBytes);
-  bf16* p_s = reinterpret_cast<bf16*>(smem + T::kQBytes + 2 * T::kKvBytes + T::kSBytes);
-  float* o_s =
-      reinterpret_cast<float*>(smem + T::kQBytes + 2 * T::kKvBytes + T::kSBytes + T::kPBytes);
-
+  const TcShared sh = TcSharedAt<HD>(smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int h = blockIdx.y;
   const int g = h / (num_heads / num_kv_heads);
-  const int t0 = blockIdx.x * kBq;
-  const int rows = min(kBq, tokens - t0);
+  const PrefillTile tile = PrefillTileAt(blockIdx.x * kBq, kBq, tokens, start, window);
   const int kv_dim = num_kv_heads * HD;
-  const int first_pos = start + t0;
-  const int key_end = first_pos + rows;
-  const int key_begin = window > 0 ? max(0, first_pos - window + 1) : 0;
 
-  for (int idx = tid; idx < kBq * HD; idx += kThreads) {
-    const int r = idx / HD, d = idx - r * HD;
-    const float value = r < rows ? q[(t0 + r) * q_stride + h * HD + d] : 0.0f;
-    q_s[r * T::kQkvPitch + d] = __float2bfloat16_rn(value);
-    o_s[r * T::kOPitch + d] = 0.0f;
-  }
-
-  // Softmax state of one row, held by a lane pair: row my_row, columns/dims of half my_half.
-  const int my_row = warp * 16 + (lane >> 1);
-  const int my_half = lane & 1;
-  const int my_pos = first_pos + my_row;
-  const bool row_valid = my_row < rows;
-  float m = -INFINITY, l = 0.0f;
-
-  constexpr int kChunks = HD / 8;  // 16-byte chunks per K/V row
-  for (int kt = key_begin; kt < key_end; kt += kBk) {
+  LoadQueries<HD>(q, q_stride, h, tile, sh);
+  PairRow st;
+  st.row = warp * 16 + (lane >> 1);
+  st.half = lane & 1;
+  st.pos = tile.first_pos + st.row;
+  st.valid = st.row < tile.rows;
+  st.m = -INFINITY;
+  st.l = 0.0f;
+  for (int kt = tile.key_begin; kt < tile.key_end; kt += kBk) {
     __syncthreads();  // previous tile consumed (and Q/O initialised on the first pass)
-    for (int idx = tid; idx < kBk * kChunks; idx += kThreads) {
-      const int j = idx / kChunks, c = (idx - j * kChunks) * 8;
-      const int key = kt + j;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      if (key < key_end) {
-        const int64_t off = static_cast<int64_t>(key) * kv_dim + g * HD + c;
-        kv = *reinterpret_cast<const uint4*>(k + off);
-        vv = *reinterpret_cast<const uint4*>(v + off);
-      }
-      *reinterpret_cast<uint4*>(k_s + j * T::kQkvPitch + c) = kv;
-      *reinterpret_cast<uint4*>(v_s + j * T::kQkvPitch + c) = vv;
-    }
+    LoadKvTile<HD>(k, v, kv_dim, g * HD, kt, tile.key_end, sh);
     __syncthreads();
-
-    // S = Q K^T for this warp's 16 rows.
-    for (int nt = 0; nt < kBk / 16; ++nt) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
-        wmma::load_matrix_sync(a, q_s + warp * 16 * T::kQkvPitch + kk * 16, T::kQkvPitch);
-        wmma::load_matrix_sync(b, k_s + nt * 16 * T::kQkvPitch + kk * 16, T::kQkvPitch);
-        wmma::mma_sync(acc, a, b, acc);
-      }
-      wmma::store_matrix_sync(s_s + warp * 16 * T::kSPitch + nt * 16, acc, T::kSPitch,
-                              wmma::mem_row_major);
-    }
+    ScoreRows<HD>(warp, sh);
     __syncwarp();
-
-    // Online softmax: each lane of the pair takes 32 of the 64 columns.
-    {
-      const float* srow = s_s + my_row * T::kSPitch + my_half * 32;
-      float vals[32];
-      float mx = -INFINITY;
-#pragma unroll
-      for (int c = 0; c < 32; ++c) {
-        const int key = kt + my_half * 32 + c;
-        const bool keep =
-            row_valid && key < key_end && key <= my_pos && (window <= 0 || key > my_pos - window);
-        vals[c] = keep ? srow[c] * scale : -INFINITY;
-        mx = fmaxf(mx, vals[c]);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      const float m_new = fmaxf(m, mx);
-      float alpha = 1.0f, sum = 0.0f;
-      bf16* prow = p_s + my_row * T::kPPitch + my_half * 32;
-      if (m_new == -INFINITY) {
-#pragma unroll
-        for (int c = 0; c < 32; ++c) prow[c] = __float2bfloat16_rn(0.0f);
-      } else {
-        alpha = expf(m - m_new);
-#pragma unroll
-        for (int c = 0; c < 32; ++c) {
-          const bf16 p = __float2bfloat16_rn(vals[c] == -INFINITY ? 0.0f : expf(vals[c] - m_new));
-          prow[c] = p;
-          sum += __bfloat162float(p);
-        }
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      l = l * alpha + sum;
-      m = m_new;
-      float* orow = o_s + my_row * T::kOPitch + my_half * (HD / 2);
-#pragma unroll 8
-      for (int d = 0; d < HD / 2; ++d) orow[d] *= alpha;
-    }
+    SoftmaxPairRow<HD>(st, kt, tile.key_end, window, scale, sh);
     __syncwarp();
-
-    // O += P V for this warp's rows.
-    for (int nt = 0; nt < HD / 16; ++nt) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      float* o_tile = o_s + warp * 16 * T::kOPitch + nt * 16;
-      wmma::load_matrix_sync(acc, o_tile, T::kOPitch, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kBk / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
-        wmma::load_matrix_sync(a, p_s + warp * 16 * T::kPPitch + kk * 16, T::kPPitch);
-        wmma::load_matrix_sync(b, v_s + kk * 16 * T::kQkvPitch + nt * 16, T::kQkvPitch);
-        wmma::mma_sync(acc, a, b, acc);
-      }
-      wmma::store_matrix_sync(o_tile, acc, T::kOPitch, wmma::mem_row_major);
-    }
+    AccumulateRows<HD>(warp, sh);
   }
   __syncthreads();
-  if (row_valid) {
-    const float inv = 1.0f / l;
-    const float* orow = o_s + my_row * T::kOPitch + my_half * (HD / 2);
-    float* dst = out + (t0 + my_row) * out_stride + h * HD + my_half * (HD / 2);
+  if (st.valid) {
+    const float inv = 1.0f / st.l;
+    const float* orow = sh.o + st.row * Tile<HD>::kOPitch + st.half * (HD / 2);
+    float* dst = out + (tile.t0 + st.row) * out_stride + h * HD + st.half * (HD / 2);
     for (int d = 0; d < HD / 2; ++d) dst[d] = orow[d] * inv;
   }
 }

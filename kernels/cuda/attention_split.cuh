@@ -79,6 +79,12 @@ struct VecLanes {
   int warp_first;     // first row of this thread's warp in a pass
   int row_in_warp;    // this thread's row within its warp's rows
   int part;           // this lane's dims: [8 part, 8 part + 8)
+
+  // This thread's row u (< kVecUnroll) of the pass whose warp starts at `base`: base is the same
+  // for the whole warp, so every lane takes part in the row's shuffles.
+  __device__ __forceinline__ int RowAt(int base, int u) const {
+    return base + row_in_warp + u * rows_per_pass;
+  }
 };
 
 __device__ __forceinline__ VecLanes VecLayout(int hd) {
@@ -166,6 +172,29 @@ __device__ __forceinline__ void LoadVecQueries(const float* q, int hd, const Vec
   for (int h = 0; h < kGroup; ++h) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) qr[h][i] = q[h * hd + 8 * l.part + i];
+  }
+}
+
+// The output accumulators, zeroed.
+template <int kGroup>
+__device__ __forceinline__ void ClearVecOutput(float (&acc)[kGroup][8]) {
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[h][i] = 0.0f;
+  }
+}
+
+// acc[h] += p_h v for one row (chunk row j) of this lane's 8 dims of V, p_h its weight e^{s - m}
+// in s_s's row of head h.
+template <int kGroup>
+__device__ __forceinline__ void AccumulateVecRow(const float* s_s, int chunk, int j,
+                                                 const float (&vf)[8], float (&acc)[kGroup][8]) {
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) {
+    const float p = s_s[h * chunk + j];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[h][i] += p * vf[i];
   }
 }
 

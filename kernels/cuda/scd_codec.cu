@@ -23,7 +23,99 @@ using internal::AsStream;
 using internal::CeilDiv;
 
 constexpr int kTokens = launch_checks::kReuseTokens;  // tokens per block
-constexpr int kThreads = 128;  // threads per block
+constexpr int kThreads = 128;                         // threads per block
+
+// The block's tokens [t0, t0 + nt) and their cache rows.
+struct ReuseTokens {
+  const int32_t* row_seq;
+  const int32_t* positions;
+  KvCacheTable cache;
+  int layer, kv_dim, t0, nt;
+
+  // Token t's row of K (`bases` cache.k) or V (cache.v) in the cache.
+  __device__ __forceinline__ Bf16* Row(Bf16* const* bases, int t) const {
+    const int r = t0 + t;
+    const int seq = row_seq[r];
+    return bases[seq] + layer * cache.layer_stride[seq] +
+           static_cast<int64_t>(positions[r]) * kv_dim;
+  }
+};
+
+// The block's shared memory: codes [kTokens][rank] of K and V, RoPE tables [kTokens][half].
+struct ReuseShared {
+  float *zk, *zv, *cos, *sin;
+};
+
+// The tokens' codes (zeros past the batch's last row) and RoPE tables into shared memory. Every
+// thread of the block must call it: it ends with RopeTable's barrier, which publishes the codes.
+__device__ __forceinline__ void StageCodes(const float* z_k, const float* z_v, int rank_k,
+                                           int rank_v, const ReuseTokens& tokens, int half,
+                                           const float* inv_freq, const ReuseShared& s) {
+  const int t0 = tokens.t0, nt = tokens.nt;
+  for (int i = threadIdx.x; i < kTokens * rank_k; i += blockDim.x) {
+    s.zk[i] = i < nt * rank_k ? z_k[static_cast<int64_t>(t0) * rank_k + i] : 0.0f;
+  }
+  for (int i = threadIdx.x; i < kTokens * rank_v; i += blockDim.x) {
+    s.zv[i] = i < nt * rank_v ? z_v[static_cast<int64_t>(t0) * rank_v + i] : 0.0f;
+  }
+  for (int t = 0; t < kTokens; ++t) {
+    internal::RopeTable(t < nt ? tokens.positions[t0 + t] : 0, inv_freq, half, s.cos + t * half,
+                        s.sin + t * half);
+  }
+}
+
+// K's RoPE pair (i, i + half) of KV head h for every token: z·D, then + μ (the twin's order),
+// rotated and stored as BF16.
+__device__ __forceinline__ void RebuildKeyPair(const LowRankDecoder& key, int h, int i, int half,
+                                               int head_dim, const ReuseShared& s,
+                                               const ReuseTokens& tokens) {
+  const int ia = h * head_dim + i, ib = ia + half;
+  float a[kTokens], b[kTokens];
+  const float mu_a = key.mu[ia], mu_b = key.mu[ib];
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t) {
+    a[t] = 0.0f;
+    b[t] = 0.0f;
+  }
+  for (int j = 0; j < key.rank; ++j) {
+    const float da = key.decoder[static_cast<int64_t>(j) * tokens.kv_dim + ia];
+    const float db = key.decoder[static_cast<int64_t>(j) * tokens.kv_dim + ib];
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      const float z = s.zk[t * key.rank + j];
+      a[t] = fmaf(z, da, a[t]);
+      b[t] = fmaf(z, db, b[t]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t) {
+    if (t >= tokens.nt) break;
+    Bf16* dst = tokens.Row(tokens.cache.k, t);
+    const float x0 = a[t] + mu_a, x1 = b[t] + mu_b;
+    const float c = s.cos[t * half + i], sn = s.sin[t * half + i];
+    dst[ia] = internal::ToBf16(x0 * c - x1 * sn);
+    dst[ib] = internal::ToBf16(x1 * c + x0 * sn);
+  }
+}
+
+// V's column `col` for every token: z·D + μ, stored as BF16.
+__device__ __forceinline__ void RebuildValueColumn(const LowRankDecoder& value, int col,
+                                                   const float* zv_s, const ReuseTokens& tokens) {
+  float a[kTokens];
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t) a[t] = 0.0f;
+  for (int j = 0; j < value.rank; ++j) {
+    const float d = value.decoder[static_cast<int64_t>(j) * tokens.kv_dim + col];
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) a[t] = fmaf(zv_s[t * value.rank + j], d, a[t]);
+  }
+  const float mu = value.mu[col];
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t) {
+    if (t >= tokens.nt) break;
+    tokens.Row(tokens.cache.v, t)[col] = internal::ToBf16(a[t] + mu);
+  }
+}
 
 __global__ void __launch_bounds__(kThreads)
     ReuseDecodeKernel(const float* __restrict__ z_k, const float* __restrict__ z_v, int rows,
@@ -34,76 +126,21 @@ __global__ void __launch_bounds__(kThreads)
   const int half = head_dim / 2;
   const int kv_dim = num_kv_heads * head_dim;
   const int t0 = blockIdx.x * kTokens;
-  const int nt = min(kTokens, rows - t0);
-  float* zk_s = smem;                          // [kTokens][key.rank]
-  float* zv_s = zk_s + kTokens * key.rank;     // [kTokens][value.rank]
-  float* cos_s = zv_s + kTokens * value.rank;  // [kTokens][half]
-  float* sin_s = cos_s + kTokens * half;       // [kTokens][half]
-  for (int i = threadIdx.x; i < kTokens * key.rank; i += blockDim.x) {
-    zk_s[i] = i < nt * key.rank ? z_k[static_cast<int64_t>(t0) * key.rank + i] : 0.0f;
-  }
-  for (int i = threadIdx.x; i < kTokens * value.rank; i += blockDim.x) {
-    zv_s[i] = i < nt * value.rank ? z_v[static_cast<int64_t>(t0) * value.rank + i] : 0.0f;
-  }
-  for (int t = 0; t < kTokens; ++t) {  // RopeTable ends with __syncthreads (covers the loads)
-    internal::RopeTable(t < nt ? positions[t0 + t] : 0, inv_freq, half, cos_s + t * half,
-                        sin_s + t * half);
-  }
-
+  const ReuseTokens tokens{row_seq, positions, cache, layer, kv_dim, t0, min(kTokens, rows - t0)};
+  ReuseShared s;
+  s.zk = smem;                          // [kTokens][key.rank]
+  s.zv = s.zk + kTokens * key.rank;     // [kTokens][value.rank]
+  s.cos = s.zv + kTokens * value.rank;  // [kTokens][half]
+  s.sin = s.cos + kTokens * half;       // [kTokens][half]
+  StageCodes(z_k, z_v, key.rank, value.rank, tokens, half, inv_freq, s);
   // K: one RoPE pair per thread and step.
   for (int idx = threadIdx.x; idx < num_kv_heads * half; idx += blockDim.x) {
-    const int h = idx / half, i = idx - h * half;
-    const int ia = h * head_dim + i, ib = ia + half;
-    float a[kTokens], b[kTokens];
-    const float mu_a = key.mu[ia], mu_b = key.mu[ib];
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      a[t] = 0.0f;
-      b[t] = 0.0f;
-    }
-    for (int j = 0; j < key.rank; ++j) {
-      const float da = key.decoder[static_cast<int64_t>(j) * kv_dim + ia];
-      const float db = key.decoder[static_cast<int64_t>(j) * kv_dim + ib];
-#pragma unroll
-      for (int t = 0; t < kTokens; ++t) {
-        const float z = zk_s[t * key.rank + j];
-        a[t] = fmaf(z, da, a[t]);
-        b[t] = fmaf(z, db, b[t]);
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      if (t >= nt) break;
-      const int r = t0 + t;
-      const int seq = row_seq[r];
-      Bf16* dst = cache.k[seq] + layer * cache.layer_stride[seq] +
-                  static_cast<int64_t>(positions[r]) * kv_dim;
-      const float x0 = a[t] + mu_a, x1 = b[t] + mu_b;  // z·D, then + μ (the twin's order)
-      const float c = cos_s[t * half + i], s = sin_s[t * half + i];
-      dst[ia] = internal::ToBf16(x0 * c - x1 * s);
-      dst[ib] = internal::ToBf16(x1 * c + x0 * s);
-    }
+    const int h = idx / half;
+    RebuildKeyPair(key, h, idx - h * half, half, head_dim, s, tokens);
   }
   // V: one column per thread and step.
   for (int col = threadIdx.x; col < kv_dim; col += blockDim.x) {
-    float a[kTokens];
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) a[t] = 0.0f;
-    for (int j = 0; j < value.rank; ++j) {
-      const float d = value.decoder[static_cast<int64_t>(j) * kv_dim + col];
-#pragma unroll
-      for (int t = 0; t < kTokens; ++t) a[t] = fmaf(zv_s[t * value.rank + j], d, a[t]);
-    }
-    const float mu = value.mu[col];
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      if (t >= nt) break;
-      const int r = t0 + t;
-      const int seq = row_seq[r];
-      Bf16* dst = cache.v[seq] + layer * cache.layer_stride[seq] +
-                  static_cast<int64_t>(positions[r]) * kv_dim;
-      dst[col] = internal::ToBf16(a[t] + mu);
-    }
+    RebuildValueColumn(value, col, s.zv, tokens);
   }
 }
 

@@ -269,6 +269,296 @@ __device__ __forceinline__ unsigned long long SpanKey(float a, int s) {
          (0xffffffffull - static_cast<unsigned>(s));
 }
 
+// KV head g's spans: their gates, tokens left and bases, and the step's threshold.
+struct ZoomHead {
+  int g, ns, group;
+  int64_t row0;        // g * ns: the head's first entry of the [KV head][span] arrays
+  const float* al;     // gate value per span
+  const int32_t* rem;  // tokens left per span
+  float t;             // tau
+  const SpanBasisRef* bases;
+  const uint8_t* pinned;
+
+  __device__ __forceinline__ bool Eligible(int s) const {
+    return al[s] > t && al[s] >= 0.0f && rem[s] > 0;
+  }
+  __device__ __forceinline__ bool Unpinned(const SpanBasisRef& ref, int i) const {
+    return pinned == nullptr || ref.pinned < 0 || !pinned[ref.pinned + i];
+  }
+  __device__ __forceinline__ SpanBasisRef Basis(int s) const { return bases[row0 + s]; }
+};
+
+// The head's scratch in the workspace: kSekvZoomArrays arrays of `pad` (SekvZoomPad) entries.
+struct ZoomScratch {
+  int pad;
+  int* cand;   // candidate spans, the walk's order
+  int* start;  // first token slot of each candidate; later its kept rows' end
+  int* kept;   // tokens of each candidate, then slot cursors, then kept rows
+  float* w;    // token weight; later the kept rows
+  int* tc;     // token's candidate
+  int* to;     // token's offset in its span
+  int* perm;   // tokens, heaviest first when sorted
+};
+
+__device__ __forceinline__ ZoomScratch ZoomScratchOf(int32_t* workspace, int64_t per_head, int g) {
+  ZoomScratch z;
+  z.pad = static_cast<int>(per_head / kSekvZoomArrays);
+  z.cand = workspace + g * per_head;
+  z.start = z.cand + z.pad;
+  z.kept = z.start + z.pad;
+  z.w = reinterpret_cast<float*>(z.kept + z.pad);
+  z.tc = reinterpret_cast<int*>(z.w + z.pad);
+  z.to = z.tc + z.pad;
+  z.perm = z.to + z.pad;
+  return z;
+}
+
+// A look through the thread's spans again: the kZoomTop largest keys below `below`.
+__device__ __forceinline__ void LookBelow(const ZoomHead& head, unsigned long long below,
+                                          TopKeys& mine) {
+  mine.Clear();
+  for (int s = threadIdx.x; s < head.ns; s += kZoomThreads) {
+    if (!head.Eligible(s)) continue;
+    const unsigned long long k = SpanKey(head.al[s], s);
+    if (k < below) mine.Offer(k);
+  }
+  mine.more = mine.key[kZoomTop - 1] != 0;
+}
+
+// 1. Candidate spans (SelectSpans) into cand, their count returned: the walk ends once the
+// budget left (cb) is below the shortest eligible span, since then nothing else fits. Each
+// thread keeps the kZoomTop largest keys of its own spans below the last one taken, and only the
+// thread whose key was taken moves on to its next (keys are distinct), looking through its
+// spans again only once it has taken all kZoomTop; so a step of the walk is one block-wide
+// maximum. Every thread of the block must call it (BlockMaxU64).
+__device__ __forceinline__ int SelectCandidates(const ZoomHead& head, int cb, const ZoomScratch& z,
+                                                unsigned long long* red_s) {
+  const int tid = threadIdx.x;
+  TopKeys mine;
+  mine.Clear();
+  unsigned long long short_key = 0;
+  for (int s = tid; s < head.ns; s += kZoomThreads) {
+    if (!head.Eligible(s)) continue;
+    const unsigned long long k = 0xffffffffull - static_cast<unsigned>(head.rem[s]);
+    if (k > short_key) short_key = k;
+    mine.Offer(SpanKey(head.al[s], s));
+  }
+  mine.more = mine.key[kZoomTop - 1] != 0;
+  short_key = BlockMaxU64(short_key, red_s);
+  const long long shortest =
+      short_key == 0 ? -1 : static_cast<long long>(0xffffffffull - short_key);
+  int nc = 0, used = 0;
+  while (shortest >= 0 && cb - used >= shortest && nc < z.pad) {
+    const unsigned long long best = BlockMaxU64(mine.key[0], red_s);
+    if (best == 0) break;
+    if (mine.key[0] == best) {
+      mine.Pop();
+      if (mine.key[0] == 0 && mine.more) LookBelow(head, best, mine);
+    }
+    const int s = static_cast<int>(0xffffffffull - (best & 0xffffffffull));
+    if (used + head.rem[s] <= cb) {
+      used += head.rem[s];
+      if (tid == 0) z.cand[nc] = s;
+      ++nc;
+    }
+  }
+  return nc;
+}
+
+// 2. The candidates' tokens not pinned, each candidate's slots contiguous: counted a warp a
+// candidate, their offsets by a block-wide scan, then listed (in any order within a candidate:
+// step 3 sorts them by a total order); their count returned, kept zeroed. Every thread of the
+// block must call it, with cand published.
+__device__ __forceinline__ int ListTokens(const ZoomHead& head, int nc, const ZoomScratch& z,
+                                          ZoomScan::TempStorage& scan_s, int* carry_s) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int c = warp; c < nc; c += kZoomWarps) {
+    const SpanBasisRef ref = head.Basis(z.cand[c]);
+    int count = 0;
+    for (int i = lane; i < ref.length; i += 32) count += head.Unpinned(ref, i) ? 1 : 0;
+    count = WarpSumInt(count);
+    if (lane == 0) z.kept[c] = count;
+  }
+  __syncthreads();
+  const int n_tok = min(BlockExclusiveScan(z.kept, nc, z.start, z.kept, scan_s, carry_s), z.pad);
+  for (int c = warp; c < nc; c += kZoomWarps) {
+    const SpanBasisRef ref = head.Basis(z.cand[c]);
+    for (int i = lane; i < ref.length; i += 32) {
+      if (!head.Unpinned(ref, i)) continue;
+      const int slot = atomicAdd(&z.kept[c], 1);
+      if (slot < z.pad) {
+        z.tc[slot] = c;
+        z.to[slot] = i;
+        z.w[slot] = 0.0f;
+      }
+    }
+  }
+  __syncthreads();
+  for (int c = tid; c < nc; c += kZoomThreads) z.kept[c] = 0;
+  return n_tok;
+}
+
+// The weights of candidate c's tokens, slots [begin, end), in the low-rank coordinates:
+// y_h = V_rᵀ q_h (a warp a (head, rank) pair, its lanes across head_dim), then
+// <q_h, k_t> = us_t · y_h; the key basis staged first, one pass over the bus. Every thread of
+// the block must call it (StageArrays); the next StageArrays' leading barrier orders its reads
+// of y_s before y_s is rewritten.
+__device__ __forceinline__ void WeighCandidate(const ZoomHead& head, const SpanBasisRef& ref,
+                                               int begin, int end, const float* q, const float* lse,
+                                               int hd, float scale, const ZoomScratch& z,
+                                               float* y_s, float* stage_s) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = head.g, group = head.group;
+  const int r = min(ref.rank_k, kZoomMaxRank);
+  const float* at[2];
+  StageArrays<2>(
+      {ref.vt_k, ref.us_k},
+      {static_cast<int64_t>(ref.rank_k) * hd, static_cast<int64_t>(ref.length) * ref.rank_k},
+      stage_s, at);
+  for (int idx = warp; idx < group * r; idx += kZoomWarps) {
+    const int h = idx / r, j = idx - h * r;
+    const float* v = at[0] + static_cast<int64_t>(j) * hd;
+    const float* qh = q + static_cast<int64_t>(g * group + h) * hd;
+    float zsum = 0.0f;
+    for (int col = lane; col < hd; col += 32) zsum += v[col] * qh[col];
+    zsum = internal::WarpSum(zsum);
+    if (lane == 0) y_s[h * r + j] = zsum;
+  }
+  __syncthreads();
+  for (int slot = begin + tid; slot < end; slot += kZoomThreads) {
+    const float* u = at[1] + static_cast<int64_t>(z.to[slot]) * ref.rank_k;
+    double w = 0.0;
+    for (int h = 0; h < group; ++h) {
+      float dot = 0.0f;
+      for (int j = 0; j < r; ++j) dot += u[j] * y_s[h * r + j];
+      w += exp(static_cast<double>(dot * scale - lse[g * group + h]));
+    }
+    z.w[slot] = static_cast<float>(w);
+  }
+}
+
+// The order of step 3: tokens past n_tok (padding) last; by token, heaviest first with ties to
+// the lower span, then offset; by span, the walk's order, then offset.
+__device__ __forceinline__ bool TokenBefore(int a, int b, int n_tok, bool by_token,
+                                            const ZoomScratch& z) {
+  if (a >= n_tok) return false;
+  if (b >= n_tok) return true;
+  if (by_token) {
+    if (z.w[a] != z.w[b]) return z.w[a] > z.w[b];
+    const int sa = z.cand[z.tc[a]], sb = z.cand[z.tc[b]];
+    if (sa != sb) return sa < sb;
+  } else if (z.tc[a] != z.tc[b]) {
+    return z.tc[a] < z.tc[b];
+  }
+  return z.to[a] < z.to[b];
+}
+
+// 3. The tokens in TokenBefore's order: a bitonic sort of a permutation (perm) over the next
+// power of two. Every thread of the block must call it (barriers).
+__device__ __forceinline__ void SortTokens(int n_tok, bool by_token, const ZoomScratch& z) {
+  const int tid = threadIdx.x;
+  int size = 1;
+  while (size < n_tok) size <<= 1;
+  __syncthreads();
+  for (int i = tid; i < size; i += kZoomThreads) z.perm[i] = i;
+  __syncthreads();
+  for (int k = 2; k <= size; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = tid; i < size; i += kZoomThreads) {
+        const int ixj = i ^ j;
+        if (ixj <= i) continue;
+        const int a = z.perm[i], b = z.perm[ixj];
+        const bool ascending = (i & k) == 0;
+        if (ascending ? TokenBefore(b, a, n_tok, by_token, z)
+                      : TokenBefore(a, b, n_tok, by_token, z)) {
+          z.perm[i] = b;
+          z.perm[ixj] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// The first `kept` tokens' rows grouped by candidate: rows[start[c] − kept[c], start[c]) are
+// the places (in the weight order) of candidate c's kept rows. The weights are done with, so
+// rows is their array, and start (done with since the scores) is the cursor. Every thread of
+// the block must call it (barriers, scan).
+__device__ __forceinline__ int* GroupKeptRows(int kept, int nc, const ZoomScratch& z,
+                                              ZoomScan::TempStorage& scan_s, int* carry_s) {
+  const int tid = threadIdx.x;
+  for (int i = tid; i < kept; i += kZoomThreads) atomicAdd(&z.kept[z.tc[z.perm[i]]], 1);
+  __syncthreads();
+  BlockExclusiveScan(z.kept, nc, z.start, nullptr, scan_s, carry_s);
+  int* rows_s = reinterpret_cast<int*>(z.w);
+  for (int i = tid; i < kept; i += kZoomThreads) {
+    rows_s[atomicAdd(&z.start[z.tc[z.perm[i]]], 1)] = i;
+  }
+  __syncthreads();
+  return rows_s;
+}
+
+// Where step 4 writes: row pos of KV head g's `budget` rows of out_k and out_v.
+struct ZoomOut {
+  void* k;
+  void* v;
+  KvType type;
+  int64_t budget;
+};
+
+// 4. Candidate c's n_c kept rows of K and V (ReconstructRow's order of summation), rows
+// rows_s[first, first + n_c): the span's K and V bases staged together in one pass, then its
+// kept rows of both. Every thread of the block must call it (StageArrays).
+__device__ __forceinline__ void RebuildSpanRows(const SpanBasisRef& ref, int first, int n_c,
+                                                const int* rows_s, int g, int hd,
+                                                const ZoomScratch& z, const ZoomOut& out,
+                                                float* stage_s) {
+  const float* at[4];
+  StageArrays<4>({ref.vt_k, ref.vt_v, ref.us_k, ref.us_v},
+                 {static_cast<int64_t>(ref.rank_k) * hd, static_cast<int64_t>(ref.rank_v) * hd,
+                  static_cast<int64_t>(ref.length) * ref.rank_k,
+                  static_cast<int64_t>(ref.length) * ref.rank_v},
+                 stage_s, at);
+  const int per_part = n_c * hd;
+  for (int idx = threadIdx.x; idx < 2 * per_part; idx += kZoomThreads) {
+    const int part = idx < per_part ? 0 : 1;
+    const int rest = idx - part * per_part;
+    const int k = rest / hd, col = rest - k * hd;
+    const int pos = rows_s[first + k];
+    const int r = part == 0 ? ref.rank_k : ref.rank_v;
+    const float* vt = part == 0 ? at[0] : at[1];
+    const float* u = (part == 0 ? at[2] : at[3]) + static_cast<int64_t>(z.to[z.perm[pos]]) * r;
+    float acc = 0.0f;
+    for (int j = 0; j < r; ++j) acc += u[j] * vt[static_cast<int64_t>(j) * hd + col];
+    const int64_t out_at = (static_cast<int64_t>(g) * out.budget + pos) * hd + col;
+    void* dst = part == 0 ? out.k : out.v;
+    if (out.type == KvType::kBf16) {
+      static_cast<Bf16*>(dst)[out_at] = internal::ToBf16(acc);
+    } else {
+      static_cast<float*>(dst)[out_at] = acc;
+    }
+  }
+}
+
+// 5. The step's summary counts (SekvSummaryStep with the kept tokens as edits).
+__device__ __forceinline__ void WriteSummaryCounts(const ZoomHead& head, const float* base_lc,
+                                                   int nc, const ZoomScratch& z, float* step_lc,
+                                                   uint8_t* step_skip) {
+  const int tid = threadIdx.x;
+  for (int s = tid; s < head.ns; s += kZoomThreads) {
+    step_lc[head.row0 + s] = base_lc[head.row0 + s];
+    step_skip[head.row0 + s] = head.rem[s] <= 0;
+  }
+  __syncthreads();
+  for (int c = tid; c < nc; c += kZoomThreads) {
+    if (z.kept[c] == 0) continue;
+    const int s = z.cand[c];
+    const int left = head.rem[s] - z.kept[c];
+    step_skip[head.row0 + s] = left <= 0;
+    if (left > 0) step_lc[head.row0 + s] = logf(static_cast<float>(left));
+  }
+}
+
 __global__ void __launch_bounds__(kZoomThreads)
     SekvZoomKernel(const float* __restrict__ q, const float* __restrict__ lse,
                    const float* __restrict__ alpha, const float* __restrict__ tau,
@@ -284,234 +574,37 @@ __global__ void __launch_bounds__(kZoomThreads)
   __shared__ float stage_s[kZoomStage];
   __shared__ ZoomScan::TempStorage scan_s;
   __shared__ int carry_s;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = blockIdx.x;
-  // The head's scratch (SekvZoomPad entries per array): candidates and tokens.
-  const int pad = static_cast<int>(workspace_per_head / kSekvZoomArrays);
-  int32_t* ws = workspace + g * workspace_per_head;
-  int* cand_s = ws;             // candidate spans, the walk's order
-  int* start_s = cand_s + pad;  // first token slot of each candidate; later its kept rows' end
-  int* kept_s = start_s + pad;  // tokens of each candidate, then slot cursors, then kept rows
-  float* w_s = reinterpret_cast<float*>(kept_s + pad);  // token weight; later the kept rows
-  int* tc_s = reinterpret_cast<int*>(w_s + pad);        // token's candidate
-  int* to_s = tc_s + pad;                               // token's offset in its span
-  int* perm_s = to_s + pad;                             // tokens, heaviest first when sorted
-  const int group = num_heads / num_kv_heads;
+  const int g = blockIdx.x;
   const int64_t row0 = static_cast<int64_t>(g) * ns;
-  const float* al = alpha + row0;
-  const int32_t* rem = remaining + row0;
-  const float t = tau[g];
-  const int cb = p.candidate_budget;
-  auto eligible = [&](int s) { return al[s] > t && al[s] >= 0.0f && rem[s] > 0; };
-  auto unpinned = [&](const SpanBasisRef& ref, int i) {
-    return pinned == nullptr || ref.pinned < 0 || !pinned[ref.pinned + i];
-  };
+  const ZoomHead head{
+      g, ns, num_heads / num_kv_heads, row0, alpha + row0, remaining + row0, tau[g], bases, pinned};
+  // The head's scratch (SekvZoomPad entries per array): candidates and tokens.
+  const ZoomScratch z = ZoomScratchOf(workspace, workspace_per_head, g);
 
-  // 1. Candidate spans (SelectSpans): the walk ends once the budget left is below the shortest
-  // eligible span, since then nothing else fits. Each thread keeps the kZoomTop largest keys of
-  // its own spans below the last one taken, and only the thread whose key was taken moves on to
-  // its next (keys are distinct), looking through its spans again only once it has taken all
-  // kZoomTop; so a step of the walk is one block-wide maximum.
-  TopKeys mine;
-  mine.Clear();
-  auto look_below = [&](unsigned long long below) {  // a look through the thread's spans again
-    mine.Clear();
-    for (int s = tid; s < ns; s += kZoomThreads) {
-      if (!eligible(s)) continue;
-      const unsigned long long k = SpanKey(al[s], s);
-      if (k < below) mine.Offer(k);
-    }
-    mine.more = mine.key[kZoomTop - 1] != 0;
-  };
-  unsigned long long short_key = 0;
-  for (int s = tid; s < ns; s += kZoomThreads) {
-    if (!eligible(s)) continue;
-    const unsigned long long k = 0xffffffffull - static_cast<unsigned>(rem[s]);
-    if (k > short_key) short_key = k;
-    mine.Offer(SpanKey(al[s], s));
-  }
-  mine.more = mine.key[kZoomTop - 1] != 0;
-  short_key = BlockMaxU64(short_key, red_s);
-  const long long shortest =
-      short_key == 0 ? -1 : static_cast<long long>(0xffffffffull - short_key);
-  int nc = 0, used = 0;
-  while (shortest >= 0 && cb - used >= shortest && nc < pad) {
-    const unsigned long long best = BlockMaxU64(mine.key[0], red_s);
-    if (best == 0) break;
-    if (mine.key[0] == best) {
-      mine.Pop();
-      if (mine.key[0] == 0 && mine.more) look_below(best);
-    }
-    const int s = static_cast<int>(0xffffffffull - (best & 0xffffffffull));
-    if (used + rem[s] <= cb) {
-      used += rem[s];
-      if (tid == 0) cand_s[nc] = s;
-      ++nc;
-    }
-  }
+  const int nc = SelectCandidates(head, p.candidate_budget, z, red_s);
   __syncthreads();
-
-  // 2. The candidates' tokens not pinned, each candidate's slots contiguous: counted a warp a
-  // candidate, their offsets by a block-wide scan, then listed (in any order within a
-  // candidate: step 3 sorts them by a total order).
-  for (int c = warp; c < nc; c += kZoomWarps) {
-    const SpanBasisRef ref = bases[row0 + cand_s[c]];
-    int count = 0;
-    for (int i = lane; i < ref.length; i += 32) count += unpinned(ref, i) ? 1 : 0;
-    count = WarpSumInt(count);
-    if (lane == 0) kept_s[c] = count;
-  }
-  __syncthreads();
-  const int n_tok = min(BlockExclusiveScan(kept_s, nc, start_s, kept_s, scan_s, &carry_s), pad);
-  for (int c = warp; c < nc; c += kZoomWarps) {
-    const SpanBasisRef ref = bases[row0 + cand_s[c]];
-    for (int i = lane; i < ref.length; i += 32) {
-      if (!unpinned(ref, i)) continue;
-      const int slot = atomicAdd(&kept_s[c], 1);
-      if (slot < pad) {
-        tc_s[slot] = c;
-        to_s[slot] = i;
-        w_s[slot] = 0.0f;
-      }
-    }
-  }
-  __syncthreads();
-  for (int c = tid; c < nc; c += kZoomThreads) kept_s[c] = 0;
+  const int n_tok = ListTokens(head, nc, z, scan_s, &carry_s);
   if (p.by_token) {
-    // Weights in the low-rank coordinates: y_h = V_rᵀ q_h, then <q_h, k_t> = us_t · y_h; the
-    // candidate's key basis staged first, one pass over the bus.
     for (int c = 0; c < nc; ++c) {
-      const int begin = min(start_s[c], n_tok);
-      const int end = c + 1 < nc ? min(start_s[c + 1], n_tok) : n_tok;
+      const int begin = min(z.start[c], n_tok);
+      const int end = c + 1 < nc ? min(z.start[c + 1], n_tok) : n_tok;
       if (begin == end) continue;
-      const SpanBasisRef ref = bases[row0 + cand_s[c]];
-      const int r = min(ref.rank_k, kZoomMaxRank);
-      const float* at[2];
-      StageArrays<2>(
-          {ref.vt_k, ref.us_k},
-          {static_cast<int64_t>(ref.rank_k) * hd, static_cast<int64_t>(ref.length) * ref.rank_k},
-          stage_s, at);
-      // A warp a (head, rank) pair, its lanes across head_dim.
-      for (int idx = warp; idx < group * r; idx += kZoomWarps) {
-        const int h = idx / r, j = idx - h * r;
-        const float* v = at[0] + static_cast<int64_t>(j) * hd;
-        const float* qh = q + static_cast<int64_t>(g * group + h) * hd;
-        float z = 0.0f;
-        for (int col = lane; col < hd; col += 32) z += v[col] * qh[col];
-        z = internal::WarpSum(z);
-        if (lane == 0) y_s[h * r + j] = z;
-      }
-      __syncthreads();
-      for (int slot = begin + tid; slot < end; slot += kZoomThreads) {
-        const float* u = at[1] + static_cast<int64_t>(to_s[slot]) * ref.rank_k;
-        double w = 0.0;
-        for (int h = 0; h < group; ++h) {
-          float dot = 0.0f;
-          for (int j = 0; j < r; ++j) dot += u[j] * y_s[h * r + j];
-          w += exp(static_cast<double>(dot * scale - lse[g * group + h]));
-        }
-        w_s[slot] = static_cast<float>(w);
-      }
-      // The next StageArrays' leading barrier orders these reads before y_s is rewritten.
+      WeighCandidate(head, head.Basis(z.cand[c]), begin, end, q, lse, hd, scale, z, y_s, stage_s);
     }
   }
-
-  // 3. Order the tokens (bitonic sort of a permutation; padding sorts last): by token, heaviest
-  // first with ties to the lower span, then offset; by span, the walk's order.
-  int size = 1;
-  while (size < n_tok) size <<= 1;
-  __syncthreads();
-  for (int i = tid; i < size; i += kZoomThreads) perm_s[i] = i;
-  __syncthreads();
-  auto before = [&](int a, int b) {
-    if (a >= n_tok) return false;
-    if (b >= n_tok) return true;
-    if (p.by_token) {
-      if (w_s[a] != w_s[b]) return w_s[a] > w_s[b];
-      const int sa = cand_s[tc_s[a]], sb = cand_s[tc_s[b]];
-      if (sa != sb) return sa < sb;
-    } else if (tc_s[a] != tc_s[b]) {
-      return tc_s[a] < tc_s[b];
-    }
-    return to_s[a] < to_s[b];
-  };
-  for (int k = 2; k <= size; k <<= 1) {
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int i = tid; i < size; i += kZoomThreads) {
-        const int ixj = i ^ j;
-        if (ixj <= i) continue;
-        const int a = perm_s[i], b = perm_s[ixj];
-        const bool ascending = (i & k) == 0;
-        if (ascending ? before(b, a) : before(a, b)) {
-          perm_s[i] = b;
-          perm_s[ixj] = a;
-        }
-      }
-      __syncthreads();
-    }
-  }
-  // The kept rows grouped by candidate: rows_s[start_s[c] − kept_s[c], start_s[c]) are the
-  // places (in the weight order) of candidate c's kept rows. The weights are done with, so
-  // rows_s is their array, and start_s (done with since the scores) is the cursor.
+  SortTokens(n_tok, p.by_token, z);
   const int kept = min(n_tok, p.budget);
-  for (int i = tid; i < kept; i += kZoomThreads) atomicAdd(&kept_s[tc_s[perm_s[i]]], 1);
-  __syncthreads();
-  BlockExclusiveScan(kept_s, nc, start_s, nullptr, scan_s, &carry_s);
-  int* rows_s = reinterpret_cast<int*>(w_s);
-  for (int i = tid; i < kept; i += kZoomThreads) {
-    rows_s[atomicAdd(&start_s[tc_s[perm_s[i]]], 1)] = i;
-  }
-  __syncthreads();
-
-  // 4. The kept rows, span by span (ReconstructRow's order of summation): the span's K and V
-  // bases staged together in one pass, then its kept rows of both.
+  const int* rows_s = GroupKeptRows(kept, nc, z, scan_s, &carry_s);
+  const ZoomOut out{out_k, out_v, out_type, p.budget};
   int spans = 0;
   for (int c = 0; c < nc; ++c) {
-    const int n_c = kept_s[c];
+    const int n_c = z.kept[c];
     if (n_c == 0) continue;
     ++spans;
-    const int first = start_s[c] - n_c;
-    const SpanBasisRef ref = bases[row0 + cand_s[c]];
-    const float* at[4];
-    StageArrays<4>({ref.vt_k, ref.vt_v, ref.us_k, ref.us_v},
-                   {static_cast<int64_t>(ref.rank_k) * hd, static_cast<int64_t>(ref.rank_v) * hd,
-                    static_cast<int64_t>(ref.length) * ref.rank_k,
-                    static_cast<int64_t>(ref.length) * ref.rank_v},
-                   stage_s, at);
-    const int per_part = n_c * hd;
-    for (int idx = tid; idx < 2 * per_part; idx += kZoomThreads) {
-      const int part = idx < per_part ? 0 : 1;
-      const int rest = idx - part * per_part;
-      const int k = rest / hd, col = rest - k * hd;
-      const int pos = rows_s[first + k];
-      const int r = part == 0 ? ref.rank_k : ref.rank_v;
-      const float* vt = part == 0 ? at[0] : at[1];
-      const float* u = (part == 0 ? at[2] : at[3]) + static_cast<int64_t>(to_s[perm_s[pos]]) * r;
-      float acc = 0.0f;
-      for (int j = 0; j < r; ++j) acc += u[j] * vt[static_cast<int64_t>(j) * hd + col];
-      const int64_t out_at = (static_cast<int64_t>(g) * p.budget + pos) * hd + col;
-      void* dst = part == 0 ? out_k : out_v;
-      if (out_type == KvType::kBf16) {
-        static_cast<Bf16*>(dst)[out_at] = internal::ToBf16(acc);
-      } else {
-        static_cast<float*>(dst)[out_at] = acc;
-      }
-    }
+    RebuildSpanRows(head.Basis(z.cand[c]), z.start[c] - n_c, n_c, rows_s, g, hd, z, out, stage_s);
   }
-
-  // 5. The step's summary counts (SekvSummaryStep with the kept tokens as edits).
-  for (int s = tid; s < ns; s += kZoomThreads) {
-    step_lc[row0 + s] = base_lc[row0 + s];
-    step_skip[row0 + s] = rem[s] <= 0;
-  }
-  __syncthreads();
-  for (int c = tid; c < nc; c += kZoomThreads) {
-    if (kept_s[c] == 0) continue;
-    const int s = cand_s[c];
-    const int left = rem[s] - kept_s[c];
-    step_skip[row0 + s] = left <= 0;
-    if (left > 0) step_lc[row0 + s] = logf(static_cast<float>(left));
-  }
-  if (tid == 0) {
+  WriteSummaryCounts(head, base_lc, nc, z, step_lc, step_skip);
+  if (threadIdx.x == 0) {
     expansion[static_cast<int64_t>(g) * expansion_stride].rows = kept;
     int64_t* st = stats + static_cast<int64_t>(g) * 4;
     st[0] += 1;

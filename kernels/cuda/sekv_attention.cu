@@ -24,8 +24,10 @@
 namespace scd::cuda {
 namespace {
 
+using internal::AccumulateVecRow;
 using internal::AsStream;
 using internal::ChunkSoftmax;
+using internal::ClearVecOutput;
 using internal::kVecThreads;
 using internal::kVecUnroll;
 using internal::Load8;
@@ -62,6 +64,97 @@ __device__ void LoadSegmentTable(const AttentionSegment* segs, int g, int num_se
   __syncthreads();
 }
 
+// The block's chunk: entries [begin, end) of KV head g's concatenation (n of them, none when
+// n <= 0), and the segments' table in shared memory.
+struct SegmentChunk {
+  const AttentionSegment* seg_s;
+  const int* off_s;
+  int num_segments;
+  int begin, end, n;
+  int64_t slot0;  // partial state of the group's query head i: slot0 + i * splits
+
+  // Segment sgi's entries in the chunk: [Lo(sgi), Hi(sgi)), empty when Lo >= Hi.
+  __device__ __forceinline__ int Lo(int sgi) const { return max(begin, off_s[sgi]); }
+  __device__ __forceinline__ int Hi(int sgi) const { return min(end, off_s[sgi + 1]); }
+};
+
+// The table of KV head g (LoadSegmentTable, so every thread of the block must call it) and the
+// chunk of the block's split, blockIdx.x.
+__device__ __forceinline__ SegmentChunk LoadChunk(const AttentionSegment* segs, int g,
+                                                  int num_segments, int group, int chunk,
+                                                  int splits, AttentionSegment* seg_s, int* off_s) {
+  const int split = blockIdx.x;
+  LoadSegmentTable(segs, g, num_segments, seg_s, off_s);
+  SegmentChunk c{seg_s, off_s, num_segments, split * chunk, 0, 0, 0};
+  c.end = min(off_s[num_segments], c.begin + chunk);
+  c.n = c.end - c.begin;
+  c.slot0 = static_cast<int64_t>(g) * group * splits + split;
+  return c;
+}
+
+// Score of entry j of the chunk (row `row` of segment sg) for every head of the group, q_s
+// holding their queries: lanes across head_dim, -inf for a skipped row. Every lane of the warp
+// must call it (WarpSum).
+__device__ __forceinline__ void ScoreEntry(const AttentionSegment& sg, int row, int j,
+                                           const float* q_s, int group, int hd, float scale,
+                                           int chunk, float* s_s) {
+  const int lane = threadIdx.x & 31;
+  if (sg.skip != nullptr && sg.skip[row] != 0) {
+    if (lane == 0) {
+      for (int i = 0; i < group; ++i) s_s[i * chunk + j] = -INFINITY;
+    }
+    return;
+  }
+  float acc[kMaxGroup];
+#pragma unroll
+  for (int i = 0; i < kMaxGroup; ++i) acc[i] = 0.0f;
+  const int64_t base = static_cast<int64_t>(row) * sg.stride;
+  for (int d = lane; d < hd; d += 32) {
+    const float kd = LoadAs(sg.k, sg.type, base + d);
+#pragma unroll
+    for (int i = 0; i < kMaxGroup; ++i) {
+      if (i < group) acc[i] += q_s[i * hd + d] * kd;
+    }
+  }
+  const float lc = sg.log_count != nullptr ? sg.log_count[row] : 0.0f;
+#pragma unroll
+  for (int i = 0; i < kMaxGroup; ++i) {
+    if (i < group) {
+      const float s = internal::WarpSum(acc[i]);
+      if (lane == 0) s_s[i * chunk + j] = s * scale + lc;
+    }
+  }
+}
+
+// Output dim d of the chunk's unnormalised output, Σ e^{s - m} v[d], for every head of the
+// group (in registers): the chunk's V rows in turn, skipped rows left out.
+__device__ __forceinline__ void WriteOutputDim(const SegmentChunk& c, int d, int group, int hd,
+                                               int chunk, int splits, const float* s_s,
+                                               float* ws_o) {
+  float acc[kMaxGroup];
+#pragma unroll
+  for (int i = 0; i < kMaxGroup; ++i) acc[i] = 0.0f;
+  for (int sgi = 0; sgi < c.num_segments; ++sgi) {
+    const int lo = c.Lo(sgi), hi = c.Hi(sgi);
+    if (lo >= hi) continue;
+    const AttentionSegment sg = c.seg_s[sgi];
+    for (int e = lo; e < hi; ++e) {
+      const int row = e - c.off_s[sgi];
+      const int j = e - c.begin;
+      if (sg.skip != nullptr && sg.skip[row] != 0) continue;
+      const float vd = LoadAs(sg.v, sg.type, static_cast<int64_t>(row) * sg.stride + d);
+#pragma unroll
+      for (int i = 0; i < kMaxGroup; ++i) {
+        if (i < group) acc[i] += s_s[i * chunk + j] * vd;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxGroup; ++i) {
+    if (i < group) ws_o[(c.slot0 + i * splits) * hd + d] = acc[i];
+  }
+}
+
 __global__ void __launch_bounds__(kThreads)
     SekvAttentionSplitKernel(const float* __restrict__ q, const AttentionSegment* __restrict__ segs,
                              int num_segments, int num_heads, int num_kv_heads, int hd, float scale,
@@ -73,84 +166,33 @@ __global__ void __launch_bounds__(kThreads)
   const int group = num_heads / num_kv_heads;
   float* q_s = smem;               // [group][hd]
   float* s_s = smem + group * hd;  // [group][chunk]
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int split = blockIdx.x, g = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int g = blockIdx.y;
   for (int idx = tid; idx < group * hd; idx += kThreads) {
     q_s[idx] = q[static_cast<int64_t>(g) * group * hd + idx];
   }
-  LoadSegmentTable(segs, g, num_segments, seg_s, off_s);
-  const int begin = split * chunk;
-  const int end = min(off_s[num_segments], begin + chunk);
-  const int n = end - begin;
-  const int64_t slot0 = static_cast<int64_t>(g) * group * splits + split;
-  if (n <= 0) {
-    WriteEmptyChunk(slot0, splits, group, hd, want_out, ws_o, ws_m, ws_l);
+  const SegmentChunk c = LoadChunk(segs, g, num_segments, group, chunk, splits, seg_s, off_s);
+  if (c.n <= 0) {
+    WriteEmptyChunk(c.slot0, splits, group, hd, want_out, ws_o, ws_m, ws_l);
     return;
   }
 
   // Scores: one warp per entry, lanes across head_dim, every head of the group at once.
   for (int sgi = 0; sgi < num_segments; ++sgi) {
-    const int lo = max(begin, off_s[sgi]), hi = min(end, off_s[sgi + 1]);
+    const int lo = c.Lo(sgi), hi = c.Hi(sgi);
     if (lo >= hi) continue;
     const AttentionSegment sg = seg_s[sgi];
     for (int e = lo + warp; e < hi; e += kWarps) {
-      const int row = e - off_s[sgi];
-      const int j = e - begin;
-      if (sg.skip != nullptr && sg.skip[row] != 0) {
-        if (lane == 0) {
-          for (int i = 0; i < group; ++i) s_s[i * chunk + j] = -INFINITY;
-        }
-        continue;
-      }
-      float acc[kMaxGroup];
-#pragma unroll
-      for (int i = 0; i < kMaxGroup; ++i) acc[i] = 0.0f;
-      const int64_t base = static_cast<int64_t>(row) * sg.stride;
-      for (int d = lane; d < hd; d += 32) {
-        const float kd = LoadAs(sg.k, sg.type, base + d);
-#pragma unroll
-        for (int i = 0; i < kMaxGroup; ++i) {
-          if (i < group) acc[i] += q_s[i * hd + d] * kd;
-        }
-      }
-      const float lc = sg.log_count != nullptr ? sg.log_count[row] : 0.0f;
-#pragma unroll
-      for (int i = 0; i < kMaxGroup; ++i) {
-        if (i < group) {
-          const float s = internal::WarpSum(acc[i]);
-          if (lane == 0) s_s[i * chunk + j] = s * scale + lc;
-        }
-      }
+      ScoreEntry(sg, e - off_s[sgi], e - c.begin, q_s, group, hd, scale, chunk, s_s);
     }
   }
   __syncthreads();
-  ChunkSoftmax(s_s, chunk, n, group, slot0, splits, ws_m, ws_l);
+  ChunkSoftmax(s_s, chunk, c.n, group, c.slot0, splits, ws_m, ws_l);
   if (!want_out) return;
 
   // Unnormalised output: threads across head_dim (coalesced V rows), the group in registers.
   for (int d = tid; d < hd; d += kThreads) {
-    float acc[kMaxGroup];
-#pragma unroll
-    for (int i = 0; i < kMaxGroup; ++i) acc[i] = 0.0f;
-    for (int sgi = 0; sgi < num_segments; ++sgi) {
-      const int lo = max(begin, off_s[sgi]), hi = min(end, off_s[sgi + 1]);
-      if (lo >= hi) continue;
-      const AttentionSegment sg = seg_s[sgi];
-      for (int e = lo; e < hi; ++e) {
-        const int row = e - off_s[sgi];
-        const int j = e - begin;
-        if (sg.skip != nullptr && sg.skip[row] != 0) continue;
-        const float vd = LoadAs(sg.v, sg.type, static_cast<int64_t>(row) * sg.stride + d);
-#pragma unroll
-        for (int i = 0; i < kMaxGroup; ++i) {
-          if (i < group) acc[i] += s_s[i * chunk + j] * vd;
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kMaxGroup; ++i) {
-      if (i < group) ws_o[(slot0 + i * splits) * hd + d] = acc[i];
-    }
+    WriteOutputDim(c, d, group, hd, chunk, splits, s_s, ws_o);
   }
 }
 
@@ -160,6 +202,90 @@ __device__ __forceinline__ bool SegmentAligned(const AttentionSegment& sg) {
   const int elem = sg.type == KvType::kBf16 ? 2 : 4;
   const uintptr_t bases = reinterpret_cast<uintptr_t>(sg.k) | reinterpret_cast<uintptr_t>(sg.v);
   return (bases & 15) == 0 && (static_cast<int64_t>(sg.stride) * elem) % 16 == 0;
+}
+
+// One pass of the vectorized kernel over rows of one segment: sg, its first entry `first` in
+// the concatenation, its entries in the chunk before `hi`, the warp's first entry `base`.
+struct SegmentPass {
+  const AttentionSegment& sg;
+  int first, hi, base;
+  bool aligned;  // SegmentAligned(sg)
+
+  // For this thread's rows of the pass: live[u] when the row is in the chunk and not skipped,
+  // and then this lane's 8 values of K or V (`x`); zeros for the others.
+  __device__ __forceinline__ void Load(const void* x, const VecLanes& lanes,
+                                       float (&out)[kVecUnroll][8],
+                                       bool (&live)[kVecUnroll]) const {
+    const int64_t col = 8 * lanes.part;
+#pragma unroll
+    for (int u = 0; u < kVecUnroll; ++u) {
+      const int e = lanes.RowAt(base, u), row = e - first;
+      live[u] = e < hi && (sg.skip == nullptr || sg.skip[row] == 0);
+      if (live[u]) {
+        Load8(x, sg.type, static_cast<int64_t>(row) * sg.stride + col, aligned, out[u]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) out[u][i] = 0.0f;
+      }
+    }
+  }
+};
+
+// body(pass) for every pass over the rows of every segment in the chunk; a warp's rows of one
+// pass lie in one segment.
+template <typename Body>
+__device__ __forceinline__ void ForEachSegmentPass(const SegmentChunk& c, const VecLanes& lanes,
+                                                   Body&& body) {
+  const int stride = lanes.rows_per_pass * kVecUnroll;
+  for (int sgi = 0; sgi < c.num_segments; ++sgi) {
+    const int lo = c.Lo(sgi), hi = c.Hi(sgi);
+    if (lo >= hi) continue;
+    const AttentionSegment sg = c.seg_s[sgi];
+    const bool aligned = SegmentAligned(sg);
+    for (int base = lo + lanes.warp_first; base < hi; base += stride) {
+      body(SegmentPass{sg, c.off_s[sgi], hi, base, aligned});
+    }
+  }
+}
+
+// Scores of a pass's rows into s_s (log_count added, -inf for skipped rows). Every lane of the
+// warp must call it (VecRowDots shuffles).
+template <int kGroup>
+__device__ __forceinline__ void ScoreSegmentPass(const SegmentPass& pass, const VecLanes& lanes,
+                                                 const float (&qr)[kGroup][8], float scale,
+                                                 int begin, int chunk, float* s_s) {
+  float kf[kVecUnroll][8];
+  bool live[kVecUnroll];
+  pass.Load(pass.sg.k, lanes, kf, live);
+#pragma unroll
+  for (int u = 0; u < kVecUnroll; ++u) {
+    float s[kGroup];
+    VecRowDots<kGroup>(qr, kf[u], lanes.lanes_per_row, s);
+    const int e = lanes.RowAt(pass.base, u), row = e - pass.first;
+    if (lanes.part == 0 && e < pass.hi) {
+      const float lc = pass.sg.log_count != nullptr && live[u] ? pass.sg.log_count[row] : 0.0f;
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) {
+        s_s[h * chunk + e - begin] = live[u] ? s[h] * scale + lc : -INFINITY;
+      }
+    }
+  }
+}
+
+// acc += e^{s - m} v over a pass's live rows.
+template <int kGroup>
+__device__ __forceinline__ void AccumulateSegmentPass(const SegmentPass& pass,
+                                                      const VecLanes& lanes, const float* s_s,
+                                                      int begin, int chunk,
+                                                      float (&acc)[kGroup][8]) {
+  float vf[kVecUnroll][8];
+  bool live[kVecUnroll];
+  pass.Load(pass.sg.v, lanes, vf, live);
+#pragma unroll
+  for (int u = 0; u < kVecUnroll; ++u) {
+    if (!live[u]) continue;  // skipped rows' V is never read (it may be anything)
+    AccumulateVecRow<kGroup>(s_s, chunk, lanes.RowAt(pass.base, u) - begin, vf[u], acc);
+  }
 }
 
 // The vectorized split kernel (DecodeImpl::kVectorized), for the same blocks and partial
@@ -177,102 +303,28 @@ __global__ void __launch_bounds__(kVecThreads)
   __shared__ int off_s[kMaxSegments + 1];
   float* s_s = smem;  // [kGroup][chunk]: scores, then e^{s - m}; then StoreVecOutput's sums
   const VecLanes lanes = VecLayout(hd);
-  const int split = blockIdx.x, g = blockIdx.y;
-  LoadSegmentTable(segs, g, num_segments, seg_s, off_s);
-  const int begin = split * chunk;
-  const int end = min(off_s[num_segments], begin + chunk);
-  const int n = end - begin;
-  const int64_t slot0 = static_cast<int64_t>(g) * kGroup * splits + split;
-  if (n <= 0) {
-    WriteEmptyChunk(slot0, splits, kGroup, hd, want_out, ws_o, ws_m, ws_l);
+  const int g = blockIdx.y;
+  const SegmentChunk c = LoadChunk(segs, g, num_segments, kGroup, chunk, splits, seg_s, off_s);
+  if (c.n <= 0) {
+    WriteEmptyChunk(c.slot0, splits, kGroup, hd, want_out, ws_o, ws_m, ws_l);
     return;
   }
-  const int stride = lanes.rows_per_pass * kVecUnroll;
-  const int64_t col = 8 * lanes.part;
-  // Entry e of the concatenation, for pass `base` and unrolled row u; the whole warp shares
-  // base, so every lane takes part in the shuffles.
-  auto entry_at = [&](int base, int u) {
-    return base + lanes.row_in_warp + u * lanes.rows_per_pass;
-  };
-  // For each row of pass `base` in segment sg (its first entry at `first`, entries before `hi`
-  // in this chunk): live[u] when the row is in the chunk and not skipped, and then this lane's 8
-  // values of K or V (`x`); zeros for the others.
-  auto load_pass = [&](const AttentionSegment& sg, const void* x, int first, int hi, int base,
-                       bool aligned, float(&out)[kVecUnroll][8], bool(&live)[kVecUnroll]) {
-#pragma unroll
-    for (int u = 0; u < kVecUnroll; ++u) {
-      const int e = entry_at(base, u), row = e - first;
-      live[u] = e < hi && (sg.skip == nullptr || sg.skip[row] == 0);
-      if (live[u]) {
-        Load8(x, sg.type, static_cast<int64_t>(row) * sg.stride + col, aligned, out[u]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) out[u][i] = 0.0f;
-      }
-    }
-  };
-
-  // body(sg, first, hi, base, aligned) for every pass over the rows of every segment in this
-  // chunk: segment sg, its first entry `first`, its entries in the chunk before `hi`.
-  auto each_pass = [&](auto&& body) {
-    for (int sgi = 0; sgi < num_segments; ++sgi) {
-      const int lo = max(begin, off_s[sgi]), hi = min(end, off_s[sgi + 1]);
-      if (lo >= hi) continue;
-      const AttentionSegment sg = seg_s[sgi];
-      const bool aligned = SegmentAligned(sg);
-      for (int base = lo + lanes.warp_first; base < hi; base += stride) {
-        body(sg, off_s[sgi], hi, base, aligned);
-      }
-    }
-  };
 
   float qr[kGroup][8];
   LoadVecQueries<kGroup>(q + static_cast<int64_t>(g) * kGroup * hd, hd, lanes, qr);
-  each_pass([&](const AttentionSegment& sg, int first, int hi, int base, bool aligned) {
-    float kf[kVecUnroll][8];
-    bool live[kVecUnroll];
-    load_pass(sg, sg.k, first, hi, base, aligned, kf, live);
-#pragma unroll
-    for (int u = 0; u < kVecUnroll; ++u) {
-      float s[kGroup];
-      VecRowDots<kGroup>(qr, kf[u], lanes.lanes_per_row, s);
-      const int e = entry_at(base, u), row = e - first;
-      if (lanes.part == 0 && e < hi) {
-        const float lc = sg.log_count != nullptr && live[u] ? sg.log_count[row] : 0.0f;
-#pragma unroll
-        for (int h = 0; h < kGroup; ++h) {
-          s_s[h * chunk + e - begin] = live[u] ? s[h] * scale + lc : -INFINITY;
-        }
-      }
-    }
+  ForEachSegmentPass(c, lanes, [&](const SegmentPass& pass) {
+    ScoreSegmentPass<kGroup>(pass, lanes, qr, scale, c.begin, chunk, s_s);
   });
   __syncthreads();
-  ChunkSoftmax(s_s, chunk, n, kGroup, slot0, splits, ws_m, ws_l);
+  ChunkSoftmax(s_s, chunk, c.n, kGroup, c.slot0, splits, ws_m, ws_l);
   if (!want_out) return;
 
   float acc[kGroup][8];
-#pragma unroll
-  for (int h = 0; h < kGroup; ++h) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[h][i] = 0.0f;
-  }
-  each_pass([&](const AttentionSegment& sg, int first, int hi, int base, bool aligned) {
-    float vf[kVecUnroll][8];
-    bool live[kVecUnroll];
-    load_pass(sg, sg.v, first, hi, base, aligned, vf, live);
-#pragma unroll
-    for (int u = 0; u < kVecUnroll; ++u) {
-      if (!live[u]) continue;  // skipped rows' V is never read (it may be anything)
-      const int j = entry_at(base, u) - begin;
-#pragma unroll
-      for (int h = 0; h < kGroup; ++h) {
-        const float p = s_s[h * chunk + j];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[h][i] += p * vf[u][i];
-      }
-    }
+  ClearVecOutput<kGroup>(acc);
+  ForEachSegmentPass(c, lanes, [&](const SegmentPass& pass) {
+    AccumulateSegmentPass<kGroup>(pass, lanes, s_s, c.begin, chunk, acc);
   });
-  StoreVecOutput<kGroup>(acc, lanes, hd, smem, ws_o, slot0, splits);
+  StoreVecOutput<kGroup>(acc, lanes, hd, smem, ws_o, c.slot0, splits);
 }
 
 __global__ void SekvAttentionCombineKernel(const float* __restrict__ ws_o,

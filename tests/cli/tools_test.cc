@@ -42,6 +42,7 @@ std::vector<Tool> Tools() {
       {"scd-soak", "", "scd-soak", "--contexts"},
       {"scd-cluster-bench", "", "scd-cluster-bench", "--streams"},
       {"scd-registry-bench", "", "scd-registry-bench", "--decode"},
+      {"scd-front-door-bench", "", "scd-front-door-bench", "--slow"},
       {"scd-sekv-bench", "", "scd-sekv-bench", "--steps"},
       {"scd-bench", "runtime", "scd-bench runtime", "--tokens"},
       {"scd-bench", "chunked-prefill", "scd-bench chunked-prefill", "--streams"},

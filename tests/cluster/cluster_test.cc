@@ -34,6 +34,7 @@ json EtcdControlPlane(const std::string& endpoints) {
           {"etcd_endpoints", endpoints},
           {"etcd_prefix", "/scd-test"},
           {"cluster_token", "test-token"},
+          {"dev_insecure", true},
           {"lease", "2s"}};
 }
 

@@ -48,7 +48,9 @@ nlohmann::json PrefillConfig(const std::string& mode) {
   c["base_model"] = ModelDir("stories260K");
   c["http"] = {{"host", "127.0.0.1"}, {"port", 0}, {"threads", 16}};
   c["grpc"] = {{"listen", "127.0.0.1:0"}};
+  // A fixed token is no secret: the daemons start with it only as a development cluster.
   c["control_plane"] = {{"cluster_token", "test-token"},
+                        {"dev_insecure", true},
                         {"heartbeat_interval", "200ms"},
                         {"lease", "1s"}};
   c["limits"] = {{"max_tokens", 512}, {"default_max_tokens", 16}, {"request_timeout", "30s"}};
@@ -69,6 +71,7 @@ nlohmann::json DecodeConfig(const std::string& control_plane) {
   c["http"] = {{"port", 0}};
   c["control_plane"] = {{"address", control_plane},
                         {"cluster_token", "test-token"},
+                        {"dev_insecure", true},
                         {"register_wait", "10s"}};
   c["engine"] = {{"max_batch", 8}, {"max_queue", 32}};
   c["drain_timeout"] = "10s";

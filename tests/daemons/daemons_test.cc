@@ -49,14 +49,8 @@ const char kStory[] =
     "Sandra moved to the garden. John moved to the office. Sandra journeyed to the bathroom. "
     "Mary moved to the hallway. Daniel travelled to the office. ";
 
-}  // namespace
-
-TEST_CASE("Daemon pair serves the bundled pair end to end", "[daemons]") {
-  const std::string dir = TempDir();
-  PrefillHandle prefill = StartPrefill(dir, PrefillConfig("scd"));
-  const int port = prefill.http_port;
-
-  // Before any decode daemon: live, not ready, and requests fail fast with 503.
+// Before any decode daemon: live, not ready, and requests fail fast with 503.
+void CheckWithoutDecodeDaemon(int port) {
   CHECK(HttpGet(port, "/health").status == 200);
   HttpResult not_ready = HttpGet(port, "/ready");
   CHECK(not_ready.status == 503);
@@ -66,196 +60,237 @@ TEST_CASE("Daemon pair serves the bundled pair end to end", "[daemons]") {
   CHECK(fast.status == 503);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
   CHECK(ErrorMessage(fast.body).find("no decode daemon") != std::string::npos);
+}
+
+// /v1/models lists the one model served.
+void CheckModelList(int port) {
+  HttpResult models = HttpGet(port, "/v1/models");
+  REQUIRE(models.status == 200);
+  json j = json::parse(models.body);
+  REQUIRE(j["data"].size() == 1);
+  CHECK(j["data"][0]["id"] == "stories260K-babi-qa");
+}
+
+// Streaming completion: equals the offline codec path, token for token.
+void CheckStreamingCompletion(int port) {
+  const std::string prompt = std::string(kStory) + "Where is Mary?";
+  ReferenceOutput ref = ReferenceGreedy("scd", prompt, 24);
+  SseResult s = HttpStream(port, "/v1/completions", CompletionBody(prompt, 24, true));
+  REQUIRE(s.status == 200);
+  REQUIRE(s.done());
+  CHECK(s.Text() == ref.text);
+  // include_usage: the last chunk before [DONE] has empty choices and the usage.
+  json usage = json::parse(s.events[s.events.size() - 2]);
+  CHECK(usage["choices"].empty());
+  CHECK(usage["usage"]["prompt_tokens"] == static_cast<int>(ref.prompt.size()));
+  CHECK(usage["usage"]["completion_tokens"] == static_cast<int>(ref.generated.size()));
+}
+
+// Non-streaming chat completion.
+void CheckChatCompletion(int port) {
+  json body = {{"model", "stories260K-babi-qa"},
+               {"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}},
+               {"max_tokens", 8},
+               {"temperature", 0}};
+  HttpResult r = HttpPost(port, "/v1/chat/completions", body.dump());
+  REQUIRE(r.status == 200);
+  CHECK(!r.headers["x-request-id"].empty());
+  json j = json::parse(r.body);
+  CHECK(j["object"] == "chat.completion");
+  CHECK(j["choices"][0]["message"]["role"] == "assistant");
+  CHECK(j["usage"]["completion_tokens"].get<int>() <= 8);
+}
+
+// Stop strings end the text before the match, with finish_reason "stop".
+void CheckStopStrings(int port) {
+  const std::string prompt = std::string(kStory) + "Where is Mary?";
+  ReferenceOutput ref = ReferenceGreedy("scd", prompt, 24);
+  REQUIRE(ref.text.size() > 6);
+  const std::string stop = ref.text.substr(3, 3);
+  json body = json::parse(CompletionBody(prompt, 24, false));
+  body["stop"] = stop;
+  HttpResult r = HttpPost(port, "/v1/completions", body.dump());
+  REQUIRE(r.status == 200);
+  json j = json::parse(r.body);
+  CHECK(j["choices"][0]["text"] == ref.text.substr(0, ref.text.find(stop)));
+  CHECK(j["choices"][0]["finish_reason"] == "stop");
+}
+
+// Bad input: each a 4xx with a message, and the daemon keeps serving.
+void CheckBadHttpInput(int port) {
+  HttpResult malformed = HttpPost(port, "/v1/completions", "{\"model\": ");
+  CHECK(malformed.status == 400);
+  CHECK(!ErrorMessage(malformed.body).empty());
+  HttpResult bad_field = HttpPost(
+      port, "/v1/completions", R"({"model":"stories260K-babi-qa","prompt":"x","max_tokens":-3})");
+  CHECK(bad_field.status == 400);
+  CHECK(ErrorMessage(bad_field.body).find("max_tokens") != std::string::npos);
+  HttpResult unknown = HttpPost(port, "/v1/completions", CompletionBody("Hi", 4, false, "gpt-9"));
+  CHECK(unknown.status == 404);
+  CHECK(ErrorMessage(unknown.body).find("gpt-9") != std::string::npos);
+  std::string long_prompt;
+  for (int i = 0; i < 300; ++i) long_prompt += "Mary went to the garden. ";
+  HttpResult too_long = HttpPost(port, "/v1/completions", CompletionBody(long_prompt, 4, true));
+  CHECK(too_long.status == 400);
+  CHECK(ErrorMessage(too_long.body).find("maximum context length") != std::string::npos);
+}
+
+// gRPC Generate: streamed deltas, request id, timings; errors as status codes.
+void CheckGrpcGenerate(const PrefillHandle& prefill, const DecodeHandle& decode) {
+  scd::v1::GenerateRequest req;
+  req.set_model("stories260K-babi-qa");
+  req.set_prompt(std::string(kStory) + "Where is Mary?");
+  req.set_max_tokens(24);
+  req.mutable_sampling()->set_temperature(0);
+  GrpcOutcome g = GrpcGenerate(prefill.grpc_address, req);
+  REQUIRE(g.status.ok());
+  CHECK(!g.request_id.empty());
+  CHECK(g.text == ReferenceGreedy("scd", req.prompt(), 24).text);
+  REQUIRE(g.events.back().has_done());
+  const auto& done = g.events.back().done();
+  CHECK(done.request_id() == g.request_id);
+  CHECK(done.decode_instance() == decode.instance_id);
+  CHECK(done.timings().payload_bytes() > 0);
+  CHECK(done.timings().ttft_ms() > 0);
+  CHECK(done.timings().rebuild_ms() > 0);
+  CHECK((done.timings().prefill_ms() > 0 || done.timings().prefix_cache_hit()));
+
+  scd::v1::GenerateRequest bad;
+  bad.set_model("stories260K-babi-qa");
+  CHECK(GrpcGenerate(prefill.grpc_address, bad).status.error_code() ==
+        grpc::StatusCode::INVALID_ARGUMENT);
+  bad.set_prompt("hello");
+  bad.set_model("nope");
+  CHECK(GrpcGenerate(prefill.grpc_address, bad).status.error_code() == grpc::StatusCode::NOT_FOUND);
+}
+
+// The same bad field is refused in the same words through HTTP and gRPC.
+void CheckSameRefusalOverHttpAndGrpc(int port, const std::string& grpc_address) {
+  struct Case {
+    json field;                                          // the HTTP body's field
+    std::function<void(scd::v1::GenerateRequest*)> set;  // the same in gRPC
+  };
+  const std::vector<Case> cases = {
+      {{{"max_tokens", -3}}, [](auto* r) { r->set_max_tokens(-3); }},
+      {{{"max_tokens", 100000}}, [](auto* r) { r->set_max_tokens(100000); }},
+      {{{"temperature", 3}}, [](auto* r) { r->mutable_sampling()->set_temperature(3); }},
+      {{{"top_p", 0}}, [](auto* r) { r->mutable_sampling()->set_top_p(0); }},
+      {{{"top_k", -2}}, [](auto* r) { r->mutable_sampling()->set_top_k(-2); }},
+      {{{"stop", {"a", "b", "c", "d", "e"}}},
+       [](auto* r) {
+         for (const char* s : {"a", "b", "c", "d", "e"}) r->add_stop(s);
+       }},
+      {{{"stop", {"a", ""}}},
+       [](auto* r) {
+         r->add_stop("a");
+         r->add_stop("");
+       }},
+  };
+  for (const Case& c : cases) {
+    json body = {{"model", "stories260K-babi-qa"}, {"prompt", "Where is Mary?"}};
+    body.update(c.field);
+    HttpResult http = HttpPost(port, "/v1/completions", body.dump());
+    scd::v1::GenerateRequest req;
+    req.set_model("stories260K-babi-qa");
+    req.set_prompt("Where is Mary?");
+    c.set(&req);
+    GrpcOutcome g = GrpcGenerate(grpc_address, req);
+    INFO(body.dump() << " -> " << http.body);
+    CHECK(http.status == 400);
+    CHECK(g.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(g.status.error_message() == ErrorMessage(http.body));
+  }
+}
+
+// Shared prefix: a second question about the same story reuses the cached codes.
+void CheckSharedPrefix(int port, const std::string& grpc_address) {
+  scd::v1::GenerateRequest a;
+  a.set_model("stories260K-babi-qa");
+  a.set_prompt(std::string(kStory) + "Where is Sandra?");
+  a.set_max_tokens(4);
+  a.mutable_sampling()->set_temperature(0);
+  scd::v1::GenerateRequest b = a;
+  b.set_prompt(std::string(kStory) + "Where is John?");
+  GrpcOutcome first = GrpcGenerate(grpc_address, a);
+  GrpcOutcome second = GrpcGenerate(grpc_address, b);
+  REQUIRE(first.status.ok());
+  REQUIRE(second.status.ok());
+  CHECK(second.events.back().done().timings().prefix_cache_hit());
+  CHECK(second.events.back().done().timings().prefill_ms() == 0);
+  const std::string metrics = HttpGet(port, "/metrics").body;
+  CHECK(MetricValue(metrics, "scd_prefix_cache_hits_total{model=\"stories260K-babi-qa\"}")
+            .value_or(0) >= 1);
+}
+
+// /metrics on both daemons passes promtool and carries the documented series.
+void CheckMetrics(int port, int decode_port) {
+  const std::string metrics = HttpGet(port, "/metrics").body;
+  // Each daemon's info series names its backend and device.
+  CHECK(metrics.find("scd_prefill_backend_info{backend=\"cpu\",device=\"host CPU (") !=
+        std::string::npos);
+  CHECK(HttpGet(decode_port, "/metrics")
+            .body.find("scd_decode_backend_info{backend=\"cpu\",device=\"host CPU (") !=
+        std::string::npos);
+  for (const char* name :
+       {"scd_time_to_first_token_seconds_bucket", "scd_inter_token_latency_seconds_bucket",
+        "scd_transfer_seconds_bucket", "scd_payload_bytes_bucket", "scd_requests_total",
+        "scd_request_errors_total", "scd_patch_layer_uses_total"}) {
+    INFO(name);
+    CHECK(metrics.find(name) != std::string::npos);
+  }
+  std::string dummy;
+  if (RunCommand("command -v promtool", &dummy) == 0) {
+    int rc = 0;
+    std::string out = PromtoolCheck(metrics, &rc);
+    INFO(out);
+    CHECK(rc == 0);
+    out = PromtoolCheck(HttpGet(decode_port, "/metrics").body, &rc);
+    INFO(out);
+    CHECK(rc == 0);
+  } else {
+    WARN("promtool is not installed (Debian package prometheus); skipping the lint");
+  }
+}
+
+// Every series family either daemon exports is named in docs/CONFIG.md.
+void CheckMetricFamiliesDocumented(int port, int decode_port) {
+  const std::string docs = ReadFileOrFail(SourceFile("docs/CONFIG.md"));
+  for (const int daemon_port : {port, decode_port}) {
+    std::istringstream lines(HttpGet(daemon_port, "/metrics").body);
+    int families = 0;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("# HELP ", 0) != 0) continue;
+      const std::string name = line.substr(7, line.find(' ', 7) - 7);
+      ++families;
+      INFO("port " << daemon_port << ": " << name);
+      CHECK(docs.find("`" + name) != std::string::npos);
+    }
+    CHECK(families >= 15);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Daemon pair serves the bundled pair end to end", "[daemons]") {
+  const std::string dir = TempDir();
+  PrefillHandle prefill = StartPrefill(dir, PrefillConfig("scd"));
+  const int port = prefill.http_port;
+
+  CheckWithoutDecodeDaemon(port);
 
   DecodeHandle decode = StartDecode(dir, DecodeConfig(prefill.grpc_address));
   REQUIRE(WaitForReady(port, 200, std::chrono::seconds(10)));
   REQUIRE(WaitForReady(decode.http_port, 200, std::chrono::seconds(10)));
-
-
-  {  // /v1/models
-    HttpResult models = HttpGet(port, "/v1/models");
-    REQUIRE(models.status == 200);
-    json j = json::parse(models.body);
-    REQUIRE(j["data"].size() == 1);
-    CHECK(j["data"][0]["id"] == "stories260K-babi-qa");
-  }
-  {  // Streaming completion: equals the offline codec path, token for token.
-    const std::string prompt = std::string(kStory) + "Where is Mary?";
-    ReferenceOutput ref = ReferenceGreedy("scd", prompt, 24);
-    SseResult s = HttpStream(port, "/v1/completions", CompletionBody(prompt, 24, true));
-    REQUIRE(s.status == 200);
-    REQUIRE(s.done());
-    CHECK(s.Text() == ref.text);
-    // include_usage: the last chunk before [DONE] has empty choices and the usage.
-    json usage = json::parse(s.events[s.events.size() - 2]);
-    CHECK(usage["choices"].empty());
-    CHECK(usage["usage"]["prompt_tokens"] == static_cast<int>(ref.prompt.size()));
-    CHECK(usage["usage"]["completion_tokens"] == static_cast<int>(ref.generated.size()));
-  }
-  {  // Non-streaming chat completion.
-    json body = {{"model", "stories260K-babi-qa"},
-                 {"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}},
-                 {"max_tokens", 8},
-                 {"temperature", 0}};
-    HttpResult r = HttpPost(port, "/v1/chat/completions", body.dump());
-    REQUIRE(r.status == 200);
-    CHECK(!r.headers["x-request-id"].empty());
-    json j = json::parse(r.body);
-    CHECK(j["object"] == "chat.completion");
-    CHECK(j["choices"][0]["message"]["role"] == "assistant");
-    CHECK(j["usage"]["completion_tokens"].get<int>() <= 8);
-  }
-  {  // Stop strings end the text before the match, with finish_reason "stop".
-    const std::string prompt = std::string(kStory) + "Where is Mary?";
-    ReferenceOutput ref = ReferenceGreedy("scd", prompt, 24);
-    REQUIRE(ref.text.size() > 6);
-    const std::string stop = ref.text.substr(3, 3);
-    json body = json::parse(CompletionBody(prompt, 24, false));
-    body["stop"] = stop;
-    HttpResult r = HttpPost(port, "/v1/completions", body.dump());
-    REQUIRE(r.status == 200);
-    json j = json::parse(r.body);
-    CHECK(j["choices"][0]["text"] == ref.text.substr(0, ref.text.find(stop)));
-    CHECK(j["choices"][0]["finish_reason"] == "stop");
-  }
-  {  // Bad input: each a 4xx with a message, and the daemon keeps serving.
-    HttpResult malformed = HttpPost(port, "/v1/completions", "{\"model\": ");
-    CHECK(malformed.status == 400);
-    CHECK(!ErrorMessage(malformed.body).empty());
-    HttpResult bad_field = HttpPost(port, "/v1/completions",
-                                    R"({"model":"stories260K-babi-qa","prompt":"x","max_tokens":-3})");
-    CHECK(bad_field.status == 400);
-    CHECK(ErrorMessage(bad_field.body).find("max_tokens") != std::string::npos);
-    HttpResult unknown = HttpPost(port, "/v1/completions", CompletionBody("Hi", 4, false, "gpt-9"));
-    CHECK(unknown.status == 404);
-    CHECK(ErrorMessage(unknown.body).find("gpt-9") != std::string::npos);
-    std::string long_prompt;
-    for (int i = 0; i < 300; ++i) long_prompt += "Mary went to the garden. ";
-    HttpResult too_long = HttpPost(port, "/v1/completions", CompletionBody(long_prompt, 4, true));
-    CHECK(too_long.status == 400);
-    CHECK(ErrorMessage(too_long.body).find("maximum context length") != std::string::npos);
-  }
-  {  // gRPC Generate: streamed deltas, request id, timings; errors as status codes.
-    scd::v1::GenerateRequest req;
-    req.set_model("stories260K-babi-qa");
-    req.set_prompt(std::string(kStory) + "Where is Mary?");
-    req.set_max_tokens(24);
-    req.mutable_sampling()->set_temperature(0);
-    GrpcOutcome g = GrpcGenerate(prefill.grpc_address, req);
-    REQUIRE(g.status.ok());
-    CHECK(!g.request_id.empty());
-    CHECK(g.text == ReferenceGreedy("scd", req.prompt(), 24).text);
-    REQUIRE(g.events.back().has_done());
-    const auto& done = g.events.back().done();
-    CHECK(done.request_id() == g.request_id);
-    CHECK(done.decode_instance() == decode.instance_id);
-    CHECK(done.timings().payload_bytes() > 0);
-    CHECK(done.timings().ttft_ms() > 0);
-    CHECK(done.timings().rebuild_ms() > 0);
-    CHECK((done.timings().prefill_ms() > 0 || done.timings().prefix_cache_hit()));
-
-    scd::v1::GenerateRequest bad;
-    bad.set_model("stories260K-babi-qa");
-    CHECK(GrpcGenerate(prefill.grpc_address, bad).status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    bad.set_prompt("hello");
-    bad.set_model("nope");
-    CHECK(GrpcGenerate(prefill.grpc_address, bad).status.error_code() == grpc::StatusCode::NOT_FOUND);
-  }
-  {  // The same bad field is refused in the same words through HTTP and gRPC.
-    struct Case {
-      json field;                                          // the HTTP body's field
-      std::function<void(scd::v1::GenerateRequest*)> set;  // the same in gRPC
-    };
-    const std::vector<Case> cases = {
-        {{{"max_tokens", -3}}, [](auto* r) { r->set_max_tokens(-3); }},
-        {{{"max_tokens", 100000}}, [](auto* r) { r->set_max_tokens(100000); }},
-        {{{"temperature", 3}}, [](auto* r) { r->mutable_sampling()->set_temperature(3); }},
-        {{{"top_p", 0}}, [](auto* r) { r->mutable_sampling()->set_top_p(0); }},
-        {{{"top_k", -2}}, [](auto* r) { r->mutable_sampling()->set_top_k(-2); }},
-        {{{"stop", {"a", "b", "c", "d", "e"}}},
-         [](auto* r) {
-           for (const char* s : {"a", "b", "c", "d", "e"}) r->add_stop(s);
-         }},
-        {{{"stop", {"a", ""}}},
-         [](auto* r) {
-           r->add_stop("a");
-           r->add_stop("");
-         }},
-    };
-    for (const Case& c : cases) {
-      json body = {{"model", "stories260K-babi-qa"}, {"prompt", "Where is Mary?"}};
-      body.update(c.field);
-      HttpResult http = HttpPost(port, "/v1/completions", body.dump());
-      scd::v1::GenerateRequest req;
-      req.set_model("stories260K-babi-qa");
-      req.set_prompt("Where is Mary?");
-      c.set(&req);
-      GrpcOutcome g = GrpcGenerate(prefill.grpc_address, req);
-      INFO(body.dump() << " -> " << http.body);
-      CHECK(http.status == 400);
-      CHECK(g.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-      CHECK(g.status.error_message() == ErrorMessage(http.body));
-    }
-  }
-  {  // Shared prefix: a second question about the same story reuses the cached codes.
-    scd::v1::GenerateRequest a;
-    a.set_model("stories260K-babi-qa");
-    a.set_prompt(std::string(kStory) + "Where is Sandra?");
-    a.set_max_tokens(4);
-    a.mutable_sampling()->set_temperature(0);
-    scd::v1::GenerateRequest b = a;
-    b.set_prompt(std::string(kStory) + "Where is John?");
-    GrpcOutcome first = GrpcGenerate(prefill.grpc_address, a);
-    GrpcOutcome second = GrpcGenerate(prefill.grpc_address, b);
-    REQUIRE(first.status.ok());
-    REQUIRE(second.status.ok());
-    CHECK(second.events.back().done().timings().prefix_cache_hit());
-    CHECK(second.events.back().done().timings().prefill_ms() == 0);
-    const std::string metrics = HttpGet(port, "/metrics").body;
-    CHECK(MetricValue(metrics, "scd_prefix_cache_hits_total{model=\"stories260K-babi-qa\"}").value_or(0) >= 1);
-  }
-  {  // /metrics on both daemons passes promtool and carries the documented series.
-    const std::string metrics = HttpGet(port, "/metrics").body;
-    // Each daemon's info series names its backend and device.
-    CHECK(metrics.find("scd_prefill_backend_info{backend=\"cpu\",device=\"host CPU (") !=
-          std::string::npos);
-    CHECK(HttpGet(decode.http_port, "/metrics")
-              .body.find("scd_decode_backend_info{backend=\"cpu\",device=\"host CPU (") !=
-          std::string::npos);
-    for (const char* name : {"scd_time_to_first_token_seconds_bucket", "scd_inter_token_latency_seconds_bucket",
-                             "scd_transfer_seconds_bucket", "scd_payload_bytes_bucket", "scd_requests_total",
-                             "scd_request_errors_total", "scd_patch_layer_uses_total"}) {
-      INFO(name);
-      CHECK(metrics.find(name) != std::string::npos);
-    }
-    std::string dummy;
-    if (RunCommand("command -v promtool", &dummy) == 0) {
-      int rc = 0;
-      std::string out = PromtoolCheck(metrics, &rc);
-      INFO(out);
-      CHECK(rc == 0);
-      out = PromtoolCheck(HttpGet(decode.http_port, "/metrics").body, &rc);
-      INFO(out);
-      CHECK(rc == 0);
-    } else {
-      WARN("promtool is not installed (Debian package prometheus); skipping the lint");
-    }
-  }
-  {  // Every series family either daemon exports is named in docs/CONFIG.md.
-    const std::string docs = ReadFileOrFail(SourceFile("docs/CONFIG.md"));
-    for (const int daemon_port : {port, decode.http_port}) {
-      std::istringstream lines(HttpGet(daemon_port, "/metrics").body);
-      int families = 0;
-      for (std::string line; std::getline(lines, line);) {
-        if (line.rfind("# HELP ", 0) != 0) continue;
-        const std::string name = line.substr(7, line.find(' ', 7) - 7);
-        ++families;
-        INFO("port " << daemon_port << ": " << name);
-        CHECK(docs.find("`" + name) != std::string::npos);
-      }
-      CHECK(families >= 15);
-    }
-  }
+  CheckModelList(port);
+  CheckStreamingCompletion(port);
+  CheckChatCompletion(port);
+  CheckStopStrings(port);
+  CheckBadHttpInput(port);
+  CheckGrpcGenerate(prefill, decode);
+  CheckSameRefusalOverHttpAndGrpc(port, prefill.grpc_address);
+  CheckSharedPrefix(port, prefill.grpc_address);
+  CheckMetrics(port, decode.http_port);
+  CheckMetricFamiliesDocumented(port, decode.http_port);
   // SIGTERM: both drain and exit 0.
   decode.process->Signal(SIGTERM);
   CHECK(decode.process->Wait(std::chrono::seconds(15)) == std::optional<int>(0));

@@ -279,6 +279,7 @@ TEST_CASE("The official openai npm client streams a chat from the real daemons",
   auto [rc, output] = run("sk-daemon-test");
   INFO("node output:\n" << output);
   CHECK(rc == 0);
+  CHECK(output.rfind("MODEL stories260K-babi-qa model\nMISSING 404\n", 0) == 0);
   CHECK(output.find("\nUSAGE ") != std::string::npos);
   CHECK(output.find("\nFINISH ") != std::string::npos);
   CHECK(output.find("USAGE undefined") == std::string::npos);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/base/status_macros.h"
 
 namespace scd::testing {
 namespace {
@@ -74,6 +75,83 @@ absl::StatusOr<std::string> ExpandBraced(const std::string& word,
   return out;
 }
 
+// One word of a command line with its quotes removed; `bare_variable` marks an unquoted word
+// that is exactly $NAME.
+struct CommandWord {
+  std::string text;
+  bool bare_variable = false;
+};
+
+// The character that `\c` stands for; escapes systemd knows but the units here never use
+// are errors.
+absl::StatusOr<char> Unescape(char c) {
+  switch (c) {
+    case 'n':
+      return '\n';
+    case 't':
+      return '\t';
+    case '\\':
+    case '"':
+    case '\'':
+    case ' ':
+      return c;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("escape \\", std::string(1, c), " is not understood by this test"));
+  }
+}
+
+bool IsBareVariable(const std::string& text) {
+  if (text.size() < 2 || text[0] != '$' || !IsNameStart(text[1])) return false;
+  for (size_t k = 1; k < text.size(); ++k) {
+    if (!IsNameChar(text[k])) return false;
+  }
+  return true;
+}
+
+// Reads the word that starts at command[i] (not a space) up to the next unquoted space, and
+// leaves `i` there.
+absl::StatusOr<CommandWord> ReadCommandWord(const std::string& command, size_t& i) {
+  CommandWord word;
+  bool quoted = false;
+  char quote = 0;
+  for (; i < command.size(); ++i) {
+    const char c = command[i];
+    if (quote == 0 && std::isspace(static_cast<unsigned char>(c))) break;
+    if (quote == 0 && (c == '"' || c == '\'')) {
+      quote = c;
+      quoted = true;
+    } else if (quote != 0 && c == quote) {
+      quote = 0;
+    } else if (c == '\\' && quote != '\'') {
+      if (++i >= command.size()) {
+        return absl::InvalidArgumentError("trailing backslash in a command line");
+      }
+      SCD_ASSIGN_OR_RETURN(const char unescaped, Unescape(command[i]));
+      word.text.push_back(unescaped);
+    } else {
+      word.text.push_back(c);
+    }
+  }
+  if (quote != 0) return absl::InvalidArgumentError("unterminated quote in a command line");
+  word.bare_variable = !quoted && IsBareVariable(word.text);
+  return word;
+}
+
+absl::StatusOr<std::vector<CommandWord>> SplitCommandWords(const std::string& command) {
+  std::vector<CommandWord> words;
+  size_t i = 0;
+  while (i < command.size()) {
+    if (std::isspace(static_cast<unsigned char>(command[i]))) {
+      ++i;
+      continue;
+    }
+    SCD_ASSIGN_OR_RETURN(CommandWord word, ReadCommandWord(command, i));
+    words.push_back(std::move(word));
+  }
+  return words;
+}
+
 }  // namespace
 
 std::vector<std::string> SystemdUnit::All(const std::string& section,
@@ -132,81 +210,22 @@ absl::StatusOr<SystemdUnit> ParseSystemdUnit(const std::string& text) {
 absl::StatusOr<std::vector<std::string>> SplitSystemdCommand(
     const std::string& command, const std::string& instance,
     const std::map<std::string, std::string>& env) {
-  // Words with quotes removed; `bare_variable` marks an unquoted word that is exactly $NAME.
-  struct Word {
-    std::string text;
-    bool bare_variable = false;
-  };
-  std::vector<Word> words;
-  size_t i = 0;
-  const size_t n = command.size();
-  while (i < n) {
-    while (i < n && std::isspace(static_cast<unsigned char>(command[i]))) ++i;
-    if (i >= n) break;
-    Word word;
-    bool quoted = false;
-    char quote = 0;
-    for (; i < n; ++i) {
-      const char c = command[i];
-      if (quote == 0 && std::isspace(static_cast<unsigned char>(c))) break;
-      if (quote == 0 && (c == '"' || c == '\'')) {
-        quote = c;
-        quoted = true;
-        continue;
-      }
-      if (quote != 0 && c == quote) {
-        quote = 0;
-        continue;
-      }
-      if (c == '\\' && quote != '\'') {
-        if (++i >= n) return absl::InvalidArgumentError("trailing backslash in a command line");
-        switch (command[i]) {
-          case 'n':
-            word.text.push_back('\n');
-            break;
-          case 't':
-            word.text.push_back('\t');
-            break;
-          case '\\':
-          case '"':
-          case '\'':
-          case ' ':
-            word.text.push_back(command[i]);
-            break;
-          default:
-            return absl::InvalidArgumentError(absl::StrCat("escape \\", std::string(1, command[i]),
-                                                           " is not understood by this test"));
-        }
-        continue;
-      }
-      word.text.push_back(c);
-    }
-    if (quote != 0) return absl::InvalidArgumentError("unterminated quote in a command line");
-    word.bare_variable =
-        !quoted && word.text.size() > 1 && word.text[0] == '$' && IsNameStart(word.text[1]);
-    for (size_t k = 1; word.bare_variable && k < word.text.size(); ++k) {
-      if (!IsNameChar(word.text[k])) word.bare_variable = false;
-    }
-    words.push_back(std::move(word));
-  }
-
+  SCD_ASSIGN_OR_RETURN(std::vector<CommandWord> words, SplitCommandWords(command));
   std::vector<std::string> out;
-  for (const Word& word : words) {
-    absl::StatusOr<std::string> text = ExpandSpecifiers(word.text, instance);
-    if (!text.ok()) return text.status();
+  for (const CommandWord& word : words) {
+    SCD_ASSIGN_OR_RETURN(std::string text, ExpandSpecifiers(word.text, instance));
     if (word.bare_variable) {
-      auto it = env.find(text->substr(1));
+      auto it = env.find(text.substr(1));
       if (it == env.end()) {
-        return absl::NotFoundError(absl::StrCat("variable ", *text, " is not defined"));
+        return absl::NotFoundError(absl::StrCat("variable ", text, " is not defined"));
       }
       for (absl::string_view part : absl::StrSplit(it->second, ' ', absl::SkipEmpty())) {
         out.emplace_back(part);
       }
       continue;
     }
-    absl::StatusOr<std::string> expanded = ExpandBraced(*text, env);
-    if (!expanded.ok()) return expanded.status();
-    out.push_back(*std::move(expanded));
+    SCD_ASSIGN_OR_RETURN(std::string expanded, ExpandBraced(text, env));
+    out.push_back(std::move(expanded));
   }
   return out;
 }

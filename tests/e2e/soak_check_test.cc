@@ -33,7 +33,7 @@ const SoakCheck& Find(const std::vector<SoakCheck>& checks, const std::string& p
   return checks.front();
 }
 
-TEST_CASE("Soak checks: flat RSS with bursts passes, a leak and drift fail", "[cpu]") {
+TEST_CASE("Soak checks: flat RSS with bursts passes, a leak and a p99 rise fail", "[cpu]") {
   SoakOptions o;  // 60 s warm-up and windows, 5% RSS, 10% drift
   const std::vector<std::string> daemons = {"prefill", "decode-0"};
   // 30 MiB floor with a +40% burst every 100 s: window medians stay at the floor.
@@ -57,6 +57,18 @@ TEST_CASE("Soak checks: flat RSS with bursts passes, a leak and drift fail", "[c
   CHECK_FALSE(Find(checks, "p99 TTFT drift").passed);  // +12%
   CHECK_FALSE(Find(checks, "every daemon").passed);
   CHECK_THAT(Find(checks, "every daemon").detail, Catch::Contains("decode-0"));
+
+  // p99 TTFT improving is not drift, however far it falls: 100 -> 73.4 ms (-26.6%) passes.
+  checks = EvaluateSoak(o, Report(1000, 0, 73.4, bursty), daemons, {true, true});
+  const SoakCheck& fell = Find(checks, "p99 TTFT drift");
+  CHECK(fell.passed);
+  CHECK_THAT(fell.detail, Catch::Contains("-26.6%") && Catch::Contains("noise"));
+  CHECK_THAT(fell.name, Catch::Contains("rise below 10%") && Catch::Contains("a fall passes"));
+  // At the bound it fails (+10.0%); just under it passes.
+  checks = EvaluateSoak(o, Report(1000, 0, 110, bursty), daemons, {true, true});
+  CHECK_FALSE(Find(checks, "p99 TTFT drift").passed);
+  checks = EvaluateSoak(o, Report(1000, 0, 109.9, bursty), daemons, {true, true});
+  CHECK(Find(checks, "p99 TTFT drift").passed);
 
   checks = EvaluateSoak(o, Report(1000, 3, 100, bursty), daemons, {true, true});
   CHECK_FALSE(Find(checks, "zero failed").passed);

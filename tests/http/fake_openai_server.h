@@ -50,6 +50,13 @@ class FakeOpenAiServer {
       ++handler_calls;
       res.SetJson(200, DumpJson(ModelListJson({ModelCard{kModel, 1700000000, "scd-serve"}})));
     });
+    server_->GetPrefix("/v1/models/", [this](const HttpRequest& req, HttpResponse& res) {
+      ++handler_calls;
+      if (req.path() != std::string("/v1/models/") + kModel) {
+        return res.SetError(WithErrorCode(absl::NotFoundError("no such model"), "model_not_found"));
+      }
+      res.SetJson(200, DumpJson(ModelJson(ModelCard{kModel, 1700000000, "scd-serve"})));
+    });
     server_->Post("/v1/chat/completions", [this](const HttpRequest& req, HttpResponse& res) {
       ++handler_calls;
       absl::StatusOr<ChatCompletionRequest> parsed = ParseChatCompletionRequest(req.body(), limits);

@@ -68,7 +68,8 @@ TEST_CASE("the official openai npm client streams a chat completion", "[slow]") 
   INFO("node output:\n" << output);
   CHECK(rc == 0);
   CHECK(output ==
-        fake::FakeText(kTokens) + "\nUSAGE " + std::to_string(kTokens) + " " +
+        std::string("MODEL ") + fake::kModel + " model\nMISSING 404\n" + fake::FakeText(kTokens) +
+            "\nUSAGE " + std::to_string(kTokens) + " " +
             std::to_string(std::string("You tell short stories.Once upon a time").size()) +
             "\nFINISH length\n");
 

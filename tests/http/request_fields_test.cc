@@ -1,7 +1,7 @@
 // The shared request-field checks (request_fields.h) that the OpenAI HTTP API and the gRPC
-// Generation and Decode services all call: each range, the default budget, and errors that
-// name the field. tests/daemons checks that both front doors answer a bad field in the same
-// words.
+// Generation and Decode services all call: each range, the default budget, the budget against
+// the context, and errors that name the field. tests/daemons checks that both front doors
+// answer a bad field in the same words.
 #include "common/http/request_fields.h"
 
 #include <string>
@@ -20,21 +20,59 @@ TEST_CASE("max_tokens: a given value in [1, limit], none given takes the default
   RequestLimits limits;
   limits.max_tokens = 512;
   limits.default_max_tokens = 16;
-  int max_tokens = 0;
-  REQUIRE(ResolveMaxTokens("max_tokens", std::nullopt, limits, &max_tokens).ok());
-  CHECK(max_tokens == 16);
-  REQUIRE(ResolveMaxTokens("max_tokens", 512, limits, &max_tokens).ok());
-  CHECK(max_tokens == 512);
+  SamplingParams sampling;
+  REQUIRE(ResolveMaxTokens("max_tokens", std::nullopt, limits, &sampling).ok());
+  CHECK(sampling.max_tokens == 16);
+  CHECK(sampling.max_tokens_field.empty());
+  REQUIRE(ResolveMaxTokens("max_tokens", 512, limits, &sampling).ok());
+  CHECK(sampling.max_tokens == 512);
+  CHECK(sampling.max_tokens_field == "max_tokens");
   for (const int64_t bad : {int64_t{0}, int64_t{-3}, int64_t{513}}) {
-    const absl::Status s = ResolveMaxTokens("max_completion_tokens", bad, limits, &max_tokens);
+    const absl::Status s = ResolveMaxTokens("max_completion_tokens", bad, limits, &sampling);
     CHECK(absl::IsInvalidArgument(s));
     CHECK(ErrorParam(s) == std::optional<std::string>("max_completion_tokens"));
     CHECK(Message(s) ==
           "Invalid 'max_completion_tokens': must be between 1 and 512, got " + std::to_string(bad));
   }
   limits.default_max_tokens = 1000;  // above the ceiling: the ceiling
-  REQUIRE(ResolveMaxTokens("max_tokens", std::nullopt, limits, &max_tokens).ok());
-  CHECK(max_tokens == 512);
+  REQUIRE(ResolveMaxTokens("max_tokens", std::nullopt, limits, &sampling).ok());
+  CHECK(sampling.max_tokens == 512);
+  CHECK(sampling.max_tokens_field.empty());
+}
+
+TEST_CASE("max_tokens against the context: a given budget must fit, a default one is cut",
+          "[cpu]") {
+  RequestLimits limits;
+  limits.max_tokens = 4096;
+  limits.default_max_tokens = 256;
+  SamplingParams given, chat, by_default;
+  REQUIRE(ResolveMaxTokens("max_tokens", 200, limits, &given).ok());
+  REQUIRE(ResolveMaxTokens("max_completion_tokens", 200, limits, &chat).ok());
+  REQUIRE(ResolveMaxTokens("max_tokens", std::nullopt, limits, &by_default).ok());
+  // Prompt + budget == context fits exactly.
+  CHECK(FitMaxTokensToContext(given, 312, 512).value_or(0) == 200);
+  // One token over: refused, naming the context, both numbers and their sum.
+  const absl::StatusOr<int> over = FitMaxTokensToContext(given, 313, 512);
+  REQUIRE(absl::IsInvalidArgument(over.status()));
+  CHECK(ErrorCode(over.status()) == std::optional<std::string>("context_length_exceeded"));
+  CHECK(Message(over.status()) ==
+        "This model's maximum context length is 512 tokens; this request asks for 513 (313 in "
+        "the prompt, 200 in max_tokens). Shorten the prompt or set max_tokens to at most 199.");
+  CHECK_THAT(Message(FitMaxTokensToContext(chat, 400, 512).status()),
+             Catch::Contains("200 in max_completion_tokens") &&
+                 Catch::Contains("max_completion_tokens to at most 112"));
+  // No budget given: the default, cut to the room the prompt leaves, as before.
+  CHECK(FitMaxTokensToContext(by_default, 100, 512).value_or(0) == 256);
+  CHECK(FitMaxTokensToContext(by_default, 400, 512).value_or(0) == 112);
+  CHECK(FitMaxTokensToContext(by_default, 511, 512).value_or(0) == 1);
+  // A prompt that fills the context leaves nothing to generate, budget or not.
+  for (const SamplingParams& s : {given, by_default}) {
+    const absl::StatusOr<int> full = FitMaxTokensToContext(s, 512, 512);
+    CHECK(absl::IsInvalidArgument(full.status()));
+    CHECK(ErrorCode(full.status()) == std::optional<std::string>("context_length_exceeded"));
+    CHECK_THAT(Message(full.status()), Catch::Contains("maximum context length is 512") &&
+                                           Catch::Contains("the prompt has 512 tokens"));
+  }
 }
 
 TEST_CASE("Sampling fields: temperature, top_p, top_k", "[cpu]") {
@@ -78,8 +116,9 @@ TEST_CASE("The HTTP API's errors are the shared checks' errors", "[cpu]") {
   const absl::StatusOr<CompletionRequest> r =
       ParseCompletionRequest(R"({"model": "m", "prompt": "hi", "max_tokens": 600})", limits);
   REQUIRE(!r.ok());
+  SamplingParams sampling;
+  CHECK(r.status() == ResolveMaxTokens("max_tokens", 600, limits, &sampling));
   int unused = 0;
-  CHECK(r.status() == ResolveMaxTokens("max_tokens", 600, limits, &unused));
   const absl::StatusOr<CompletionRequest> t =
       ParseCompletionRequest(R"({"model": "m", "prompt": "hi", "top_k": -5})", limits);
   REQUIRE(!t.ok());

@@ -90,29 +90,14 @@ int ClosedPort() {
   return ntohs(addr.sin_port);
 }
 
-TEST_CASE("closed loop: counts, ids, TTFT >= the first-token delay, usage", "[cpu]") {
-  FakeLlmOptions fake_options;
-  fake_options.first_token_delay = std::chrono::milliseconds(40);
-  fake_options.token_delay = std::chrono::milliseconds(3);
-  FakeLlmServer fake(fake_options);
-  LoadOptions options = Options(fake.url());
-  options.concurrency = 4;
-  options.requests = 16;
-  options.warmup = 2;
-  int progress_calls = 0;
-  absl::StatusOr<RunResult> result =
-      RunLoad(options, Prompts(5), [&](const Progress&) { ++progress_calls; });
-  REQUIRE(result.ok());
-  CHECK(progress_calls >= 2);  // the warm-up's and the measured phase's final reports at least
-  REQUIRE(result->warmup.size() == 2);
-  REQUIRE(result->records.size() == 16);
-  CHECK(fake.arrivals() == 18);
-  CHECK(fake.max_streams_at_once() <= 4);
-
+// The closed loop's 16 measured requests after 2 warm-up ones, over 5 prompts, against a fake
+// that waits 40 ms for the first of 5 tokens: each record streamed all 5 with a TTFT past the
+// delay, and the client's request ids are the server's, without duplicates.
+void CheckClosedLoopRecords(const RunResult& result, const FakeLlmServer& fake) {
   std::set<std::string> client_ids;
-  for (const RequestRecord& r : result->warmup) client_ids.insert(r.request_id);
-  for (size_t i = 0; i < result->records.size(); ++i) {
-    const RequestRecord& r = result->records[i];
+  for (const RequestRecord& r : result.warmup) client_ids.insert(r.request_id);
+  for (size_t i = 0; i < result.records.size(); ++i) {
+    const RequestRecord& r = result.records[i];
     INFO("request " << i << ": " << r.error);
     CHECK(r.index == static_cast<int64_t>(i));
     CHECK(r.ok());
@@ -131,13 +116,17 @@ TEST_CASE("closed loop: counts, ids, TTFT >= the first-token delay, usage", "[cp
   const std::vector<std::string> server_ids = fake.request_ids();
   CHECK(client_ids == std::set<std::string>(server_ids.begin(), server_ids.end()));
   CHECK(client_ids.size() == 18);  // no duplicates
+}
 
+// The report of that run has every documented key and statistic, and counts what was run.
+void CheckClosedLoopReport(const LoadOptions& options, const RunResult& result,
+                           const std::string& url) {
   ReportContext context;
-  context.url = fake.url();
+  context.url = url;
   context.prompts = "synthetic";
   context.num_prompts = 5;
   context.slo.ttft_s = 10;  // generous: everything is good
-  const nlohmann::json report = BuildReport(options, *result, context);
+  const nlohmann::json report = BuildReport(options, result, context);
   for (const char* key :
        {"tool", "schema_version", "command", "started_at", "config", "slo", "requests", "warmup",
         "duration_s", "issue_span_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "throughput",
@@ -170,6 +159,28 @@ TEST_CASE("closed loop: counts, ids, TTFT >= the first-token delay, usage", "[cp
   const std::string summary = SummaryText(report);
   CHECK(summary.find("16 requests") != std::string::npos);
   CHECK(summary.find("TTFT ms") != std::string::npos);
+}
+
+TEST_CASE("closed loop: counts, ids, TTFT >= the first-token delay, usage", "[cpu]") {
+  FakeLlmOptions fake_options;
+  fake_options.first_token_delay = std::chrono::milliseconds(40);
+  fake_options.token_delay = std::chrono::milliseconds(3);
+  FakeLlmServer fake(fake_options);
+  LoadOptions options = Options(fake.url());
+  options.concurrency = 4;
+  options.requests = 16;
+  options.warmup = 2;
+  int progress_calls = 0;
+  absl::StatusOr<RunResult> result =
+      RunLoad(options, Prompts(5), [&](const Progress&) { ++progress_calls; });
+  REQUIRE(result.ok());
+  CHECK(progress_calls >= 2);  // the warm-up's and the measured phase's final reports at least
+  REQUIRE(result->warmup.size() == 2);
+  REQUIRE(result->records.size() == 16);
+  CHECK(fake.arrivals() == 18);
+  CHECK(fake.max_streams_at_once() <= 4);
+  CheckClosedLoopRecords(*result, fake);
+  CheckClosedLoopReport(options, *result, fake.url());
 }
 
 TEST_CASE("every failure mode is its own outcome, counted once", "[cpu]") {

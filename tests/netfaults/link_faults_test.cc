@@ -52,6 +52,50 @@ std::string LongStreamBody() {
       .dump();
 }
 
+// Whether the prefill daemon's log has a decode_retry away from decode-1 for `reason`.
+bool RetriedOffDecodeOne(DaemonProcess& prefill, const std::string& reason) {
+  bool retried = false;
+  for (const json& j : prefill.LogLines()) {
+    if (j.value("event", "") == "decode_retry" && j.value("failed_instance", "") == "decode-1" &&
+        j.value("message", "").find(reason) != std::string::npos) {
+      retried = true;
+    }
+  }
+  return retried;
+}
+
+// Decode-1 (its link down, at 64 kbit/s) notices it lost the control plane; when the link
+// returns at full rate it registers again.
+void CheckRejoinsWhenLinkReturns(NetnsLab& lab, DaemonProcess& d1) {
+  const std::optional<double> lost =
+      WaitFor([&] { return DecodeReadyStatus(lab, 1) == 503; }, seconds(10));
+  CHECK(lost.has_value());
+  REQUIRE(lab.SetRate(1, "").empty());
+  REQUIRE(lab.SetLink(1, true).empty());
+  const std::optional<double> back =
+      WaitFor([&] { return DecodeReadyStatus(lab, 1) == 200; }, seconds(20));
+  REQUIRE(back.has_value());
+  CHECK(*back < 15);
+  Report("mid-transfer link down: decode-1 re-registered after link up", *back, "s");
+  // Both changes are in its log (sampled every 100 ms).
+  CHECK(CountEvents(d1, "registration_lost") >= 1);
+  CHECK(WaitFor([&] { return CountEvents(d1, "registered") >= 1; }, seconds(2)).has_value());
+}
+
+// Decode-1 serves again (sequential requests alternate between equally loaded replicas), with
+// the undisturbed answer `ref_text` to `prompt`.
+void CheckDecodeOneServesAgain(const NetnsLab& lab, const std::string& prompt,
+                               const std::string& ref_text) {
+  const std::string ok1 = "scd_decode_requests_total{outcome=\"ok\"}";
+  const double served_before = DecodeMetric(lab, 1, ok1).value_or(0);
+  for (int i = 0; i < 6 && DecodeMetric(lab, 1, ok1).value_or(0) == served_before; ++i) {
+    const Outcome o = Classify(Complete(prompt));
+    CHECK(o.completed());
+    CHECK(o.text == ref_text);
+  }
+  CHECK(DecodeMetric(lab, 1, ok1).value_or(0) > served_before);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -98,42 +142,12 @@ TEST_CASE(
   CHECK(ob.text == ref_b.text);
   CHECK(SecondsSince(sent) < kRequestTimeoutS);
   // The retry happened because the transfer to decode-1 broke (not the RPC, not the prefill).
-  bool retried_transfer = false;
-  for (const json& j : prefill.process->LogLines()) {
-    if (j.value("event", "") == "decode_retry" && j.value("failed_instance", "") == "decode-1" &&
-        j.value("message", "").find("data plane send") != std::string::npos) {
-      retried_transfer = true;
-    }
-  }
-  CHECK(retried_transfer);
+  CHECK(RetriedOffDecodeOne(*prefill.process, "data plane send"));
   CHECK(failover_s < 15);
   Report("mid-transfer link down: request completed on the other replica after", failover_s, "s");
 
-  // Decode-1 notices it lost the control plane; when the link returns it registers again.
-  const std::optional<double> lost =
-      WaitFor([&] { return DecodeReadyStatus(*lab, 1) == 503; }, seconds(10));
-  CHECK(lost.has_value());
-  REQUIRE(lab->SetRate(1, "").empty());
-  REQUIRE(lab->SetLink(1, true).empty());
-  const std::optional<double> back =
-      WaitFor([&] { return DecodeReadyStatus(*lab, 1) == 200; }, seconds(20));
-  REQUIRE(back.has_value());
-  CHECK(*back < 15);
-  Report("mid-transfer link down: decode-1 re-registered after link up", *back, "s");
-  // Both changes are in its log (sampled every 100 ms).
-  CHECK(CountEvents(*d1.process, "registration_lost") >= 1);
-  CHECK(
-      WaitFor([&] { return CountEvents(*d1.process, "registered") >= 1; }, seconds(2)).has_value());
-
-  // Decode-1 serves again (sequential requests alternate between equally loaded replicas).
-  const std::string ok1 = "scd_decode_requests_total{outcome=\"ok\"}";
-  const double served_before = DecodeMetric(*lab, 1, ok1).value_or(0);
-  for (int i = 0; i < 6 && DecodeMetric(*lab, 1, ok1).value_or(0) == served_before; ++i) {
-    const Outcome o = Classify(Complete(prompt_a));
-    CHECK(o.completed());
-    CHECK(o.text == ref_a.text);
-  }
-  CHECK(DecodeMetric(*lab, 1, ok1).value_or(0) > served_before);
+  CheckRejoinsWhenLinkReturns(*lab, *d1.process);
+  CheckDecodeOneServesAgain(*lab, prompt_a, ref_a.text);
   Report("mid-transfer link down: all daemons exited after SIGTERM within",
          StopAllAndCheck({d1.process.get(), d2.process.get(), prefill.process.get()}), "s");
 }
@@ -262,6 +276,69 @@ TEST_CASE(
          StopAllAndCheck({d1.process.get(), prefill.process.get()}), "s");
 }
 
+namespace {
+
+// Relays in the prefill namespace for decode-1's three connections: the control plane, the
+// Decode RPC and the data plane.
+struct DecodeRelays {
+  std::unique_ptr<TcpRelay> control, rpc, data;
+  // decode-1's config, with every address pointed at its relay.
+  json RelayedDecodeConfig() const {
+    json dc = LabDecodeConfig(1);
+    dc["control_plane"]["address"] = control->address();
+    dc["grpc"]["advertise"] = rpc->address();
+    dc["data_plane"]["advertise"] = data->address();
+    return dc;
+  }
+};
+
+DecodeRelays StartDecodeRelays() {
+  const std::string here = NetnsLab::PrefillSide(1);
+  std::string why;
+  DecodeRelays r;
+  r.control = TcpRelay::Start("", here, 7100, "127.0.0.1", kPrefillGrpcPort, &why);
+  REQUIRE(r.control != nullptr);
+  r.rpc = TcpRelay::Start("", here, 7101, NetnsLab::DecodeSide(1), kDecodeRpcPort, &why);
+  REQUIRE(r.rpc != nullptr);
+  r.data = TcpRelay::Start("", here, 7102, NetnsLab::DecodeSide(1), kDecodeDataPort, &why);
+  REQUIRE(r.data != nullptr);
+  return r;
+}
+
+// Six requests one after another: their outcomes, and the mean transfer and request times.
+struct SixRequests {
+  std::vector<Outcome> outcomes;
+  double mean_transfer_s = 0, mean_e2e_s = 0;
+};
+
+SixRequests RunSixRequests() {
+  const std::string transfer_sum =
+      "scd_transfer_seconds_sum{model=\"stories260K-babi-qa\",mode=\"scd\"}";
+  const std::string transfer_count =
+      "scd_transfer_seconds_count{model=\"stories260K-babi-qa\",mode=\"scd\"}";
+  SixRequests r;
+  const double sum0 = PrefillMetric(transfer_sum).value_or(0);
+  const double n0 = PrefillMetric(transfer_count).value_or(0);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 6; ++i) r.outcomes.push_back(Classify(Complete(LongPrompt(160 + 32 * i, i))));
+  r.mean_e2e_s = SecondsSince(t0) / 6;
+  const double n = PrefillMetric(transfer_count).value_or(0) - n0;
+  r.mean_transfer_s = n > 0 ? (PrefillMetric(transfer_sum).value_or(0) - sum0) / n : 0;
+  return r;
+}
+
+void ReportLatencyAndLoss(const SixRequests& clean, const SixRequests& impaired, long dropped) {
+  Report("latency+loss: packets dropped (5% both ways)", static_cast<double>(dropped), "packets");
+  Report("latency+loss: mean transfer, clean link", clean.mean_transfer_s * 1e3, "ms");
+  Report("latency+loss: mean transfer, +50 ms each way and 5% loss", impaired.mean_transfer_s * 1e3,
+         "ms");
+  Report("latency+loss: mean request, clean link", clean.mean_e2e_s * 1e3, "ms");
+  Report("latency+loss: mean request, +50 ms each way and 5% loss", impaired.mean_e2e_s * 1e3,
+         "ms");
+}
+
+}  // namespace
+
 TEST_CASE("Latency and random loss on the link: every transfer completes with the right answer",
           "[netfaults]") {
   NETFAULTS_LAB(lab, 1);
@@ -275,48 +352,19 @@ TEST_CASE("Latency and random loss on the link: every transfer completes with th
   PrefillHandle prefill = StartPrefill(dir, pc);
   // Every byte between the daemons crosses a relay in the prefill namespace: the control
   // plane, the Decode RPC and the data plane.
-  const std::string here = NetnsLab::PrefillSide(1);
-  std::string why;
-  auto control = TcpRelay::Start("", here, 7100, "127.0.0.1", kPrefillGrpcPort, &why);
-  REQUIRE(control != nullptr);
-  auto rpc = TcpRelay::Start("", here, 7101, NetnsLab::DecodeSide(1), kDecodeRpcPort, &why);
-  REQUIRE(rpc != nullptr);
-  auto data = TcpRelay::Start("", here, 7102, NetnsLab::DecodeSide(1), kDecodeDataPort, &why);
-  REQUIRE(data != nullptr);
-  json dc = LabDecodeConfig(1);
-  dc["control_plane"]["address"] = control->address();
-  dc["grpc"]["advertise"] = rpc->address();
-  dc["data_plane"]["advertise"] = data->address();
-  DecodeHandle d1 = StartDecode(dir, dc, "decode-1", lab->decode_ns(1));
+  const DecodeRelays relays = StartDecodeRelays();
+  DecodeHandle d1 = StartDecode(dir, relays.RelayedDecodeConfig(), "decode-1", lab->decode_ns(1));
   REQUIRE(WaitFor([&] { return AllDecodeReady(*lab, 1); }, seconds(15)).has_value());
 
-  const std::string transfer_sum =
-      "scd_transfer_seconds_sum{model=\"stories260K-babi-qa\",mode=\"scd\"}";
-  const std::string transfer_count =
-      "scd_transfer_seconds_count{model=\"stories260K-babi-qa\",mode=\"scd\"}";
-  struct Run {
-    std::vector<Outcome> outcomes;
-    double mean_transfer_s = 0, mean_e2e_s = 0;
-  };
-  auto run = [&] {
-    Run r;
-    const double sum0 = PrefillMetric(transfer_sum).value_or(0);
-    const double n0 = PrefillMetric(transfer_count).value_or(0);
-    const auto t0 = Clock::now();
-    for (int i = 0; i < 6; ++i)
-      r.outcomes.push_back(Classify(Complete(LongPrompt(160 + 32 * i, i))));
-    r.mean_e2e_s = SecondsSince(t0) / 6;
-    const double n = PrefillMetric(transfer_count).value_or(0) - n0;
-    r.mean_transfer_s = n > 0 ? (PrefillMetric(transfer_sum).value_or(0) - sum0) / n : 0;
-    return r;
-  };
-  const Run clean = run();
+  const SixRequests clean = RunSixRequests();
   for (const Outcome& o : clean.outcomes) REQUIRE(o.completed());
 
   // 50 ms each way on every connection, and 5% of the packets on the veth dropped both ways.
-  for (TcpRelay* relay : {control.get(), rpc.get(), data.get()}) relay->SetDelay(milliseconds(50));
+  for (TcpRelay* relay : {relays.control.get(), relays.rpc.get(), relays.data.get()}) {
+    relay->SetDelay(milliseconds(50));
+  }
   REQUIRE(lab->SetLoss(1, 5).empty());
-  const Run impaired = run();
+  const SixRequests impaired = RunSixRequests();
   const long dropped = lab->DroppedPackets(1);
   REQUIRE(lab->SetLoss(1, 0).empty());
   for (size_t i = 0; i < impaired.outcomes.size(); ++i) {
@@ -337,13 +385,7 @@ TEST_CASE("Latency and random loss on the link: every transfer completes with th
             },
             seconds(2))
             .has_value());
-  Report("latency+loss: packets dropped (5% both ways)", static_cast<double>(dropped), "packets");
-  Report("latency+loss: mean transfer, clean link", clean.mean_transfer_s * 1e3, "ms");
-  Report("latency+loss: mean transfer, +50 ms each way and 5% loss", impaired.mean_transfer_s * 1e3,
-         "ms");
-  Report("latency+loss: mean request, clean link", clean.mean_e2e_s * 1e3, "ms");
-  Report("latency+loss: mean request, +50 ms each way and 5% loss", impaired.mean_e2e_s * 1e3,
-         "ms");
+  ReportLatencyAndLoss(clean, impaired, dropped);
   StopAllAndCheck({d1.process.get(), prefill.process.get()});
 }
 

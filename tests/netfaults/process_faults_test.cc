@@ -47,6 +47,86 @@ std::string RefusalLine(const std::string& log) {
   return "(none)";
 }
 
+// After the prefill daemon's kill -9 at `killed`: both decode daemons notice, decode-1 frees
+// the call it was streaming, decode-2 drops the payload whose RPC will never come. Each figure
+// is the time from the kill until the check first saw it (checked in turn).
+void CheckPeerStateDropped(const NetnsLab& lab, Clock::time_point killed) {
+  // Both decode daemons notice the control plane is gone.
+  const bool noticed =
+      WaitFor([&] { return AllDecodeReady(lab, 2, 503); }, seconds(10)).has_value();
+  const double noticed_s = SecondsSince(killed);
+  CHECK(noticed);
+  CHECK(WaitFor([&] { return DecodeMetric(lab, 1, "scd_decode_registered").value_or(1) == 0; },
+                seconds(2))
+            .has_value());  // the gauge follows within its 100 ms sampling
+  // decode-1: the call it was streaming is cancelled and its slot freed.
+  const bool stream_freed =
+      WaitFor(
+          [&] {
+            return DecodeMetric(lab, 1, "scd_decode_active_requests").value_or(1) == 0 &&
+                   DecodeMetric(lab, 1, "scd_decode_requests_total{outcome=\"cancelled\"}")
+                           .value_or(0) == 1;
+          },
+          seconds(10))
+          .has_value();
+  const double stream_freed_s = SecondsSince(killed);
+  CHECK(stream_freed);
+  // decode-2: the payload whose RPC will never come is dropped once its sender hung up
+  // (payload_wait, 2 s here), not after the 60 s mailbox TTL.
+  const bool payload_dropped =
+      WaitFor(
+          [&] {
+            return DecodeMetric(lab, 2, "scd_decode_pending_payloads").value_or(1) == 0 &&
+                   DecodeMetric(lab, 2, "scd_decode_payloads_total{outcome=\"orphaned\"}")
+                           .value_or(0) == 1;
+          },
+          seconds(10))
+          .has_value();
+  const double payload_dropped_s = SecondsSince(killed);
+  CHECK(payload_dropped);
+  CHECK(payload_dropped_s < 8);
+  Report("prefill kill -9: both decode daemons unregistered (/ready 503) by", noticed_s, "s");
+  Report("prefill kill -9: decode-1 stream cancelled, slot freed by", stream_freed_s, "s");
+  Report("prefill kill -9: decode-2 dropped the orphaned payload by", payload_dropped_s, "s");
+}
+
+// The prefill daemon restarted on the same addresses (`pc`): both decode daemons register
+// with it by themselves.
+PrefillHandle RestartAndRejoin(const NetnsLab& lab, const std::string& dir, const json& pc,
+                               DaemonProcess& d1, DaemonProcess& d2) {
+  const auto restart = Clock::now();
+  PrefillHandle again = StartPrefill(dir, pc, "prefill-2");
+  const double started_s = SecondsSince(restart);
+  const std::optional<double> rejoined =
+      WaitFor([&] { return AllDecodeReady(lab, 2); }, seconds(20));
+  REQUIRE(rejoined.has_value());
+  CHECK(*rejoined < 15);
+  CHECK(WaitForReady(kPrefillHttpPort, 200, seconds(5)));
+  Report("prefill kill -9: restarted prefill daemon up after", started_s, "s");
+  Report("prefill kill -9: both decode daemons re-registered after that", *rejoined, "s");
+  CHECK(
+      WaitFor(
+          [&] { return CountEvents(d1, "registered") >= 1 && CountEvents(d2, "registered") >= 1; },
+          seconds(2))
+          .has_value());
+  return again;
+}
+
+// Both decode daemons serve the new prefill daemon.
+void CheckBothDecodeServe(const NetnsLab& lab) {
+  const std::string ok = "scd_decode_requests_total{outcome=\"ok\"}";
+  for (int i = 0; i < 8 && (DecodeMetric(lab, 1, ok).value_or(0) == 0 ||
+                            DecodeMetric(lab, 2, ok).value_or(0) == 0);
+       ++i) {
+    const Outcome o = Classify(
+        HttpPost(kPrefillHttpPort, "/v1/completions", CompletionBody(LongPrompt(60, i), 4, false)));
+    INFO("request " << i << ": " << o.status << " " << o.error);
+    CHECK(o.completed());
+  }
+  CHECK(DecodeMetric(lab, 1, ok).value_or(0) >= 1);
+  CHECK(DecodeMetric(lab, 2, ok).value_or(0) >= 1);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -99,78 +179,118 @@ TEST_CASE(
   CHECK(s1.wait_for(seconds(10)) == std::future_status::ready);
   CHECK(s2.wait_for(seconds(10)) == std::future_status::ready);
 
-  // Each figure is the time from the kill until the check first saw it (checked in turn).
-  // Both decode daemons notice the control plane is gone.
-  const bool noticed =
-      WaitFor([&] { return AllDecodeReady(*lab, 2, 503); }, seconds(10)).has_value();
-  const double noticed_s = SecondsSince(killed);
-  CHECK(noticed);
-  CHECK(WaitFor([&] { return DecodeMetric(*lab, 1, "scd_decode_registered").value_or(1) == 0; },
-                seconds(2))
-            .has_value());  // the gauge follows within its 100 ms sampling
-  // decode-1: the call it was streaming is cancelled and its slot freed.
-  const bool stream_freed =
-      WaitFor(
-          [&] {
-            return DecodeMetric(*lab, 1, "scd_decode_active_requests").value_or(1) == 0 &&
-                   DecodeMetric(*lab, 1, "scd_decode_requests_total{outcome=\"cancelled\"}")
-                           .value_or(0) == 1;
-          },
-          seconds(10))
-          .has_value();
-  const double stream_freed_s = SecondsSince(killed);
-  CHECK(stream_freed);
-  // decode-2: the payload whose RPC will never come is dropped once its sender hung up
-  // (payload_wait, 2 s here), not after the 60 s mailbox TTL.
-  const bool payload_dropped =
-      WaitFor(
-          [&] {
-            return DecodeMetric(*lab, 2, "scd_decode_pending_payloads").value_or(1) == 0 &&
-                   DecodeMetric(*lab, 2, "scd_decode_payloads_total{outcome=\"orphaned\"}")
-                           .value_or(0) == 1;
-          },
-          seconds(10))
-          .has_value();
-  const double payload_dropped_s = SecondsSince(killed);
-  CHECK(payload_dropped);
-  CHECK(payload_dropped_s < 8);
-  Report("prefill kill -9: both decode daemons unregistered (/ready 503) by", noticed_s, "s");
-  Report("prefill kill -9: decode-1 stream cancelled, slot freed by", stream_freed_s, "s");
-  Report("prefill kill -9: decode-2 dropped the orphaned payload by", payload_dropped_s, "s");
-
+  CheckPeerStateDropped(*lab, killed);
   // The prefill daemon comes back on the same addresses; nobody restarts the decode daemons.
   hold->SetPaused(false);
-  const auto restart = Clock::now();
-  PrefillHandle again = StartPrefill(dir, pc, "prefill-2");
-  const double started_s = SecondsSince(restart);
-  const std::optional<double> rejoined =
-      WaitFor([&] { return AllDecodeReady(*lab, 2); }, seconds(20));
-  REQUIRE(rejoined.has_value());
-  CHECK(*rejoined < 15);
-  CHECK(WaitForReady(kPrefillHttpPort, 200, seconds(5)));
-  Report("prefill kill -9: restarted prefill daemon up after", started_s, "s");
-  Report("prefill kill -9: both decode daemons re-registered after that", *rejoined, "s");
-  CHECK(WaitFor(
-            [&] {
-              return CountEvents(*d1.process, "registered") >= 1 &&
-                     CountEvents(*d2.process, "registered") >= 1;
-            },
-            seconds(2))
-            .has_value());
-  // Both serve the new prefill daemon.
-  const std::string ok = "scd_decode_requests_total{outcome=\"ok\"}";
-  for (int i = 0; i < 8 && (DecodeMetric(*lab, 1, ok).value_or(0) == 0 ||
-                            DecodeMetric(*lab, 2, ok).value_or(0) == 0);
-       ++i) {
-    const Outcome o = Classify(
-        HttpPost(kPrefillHttpPort, "/v1/completions", CompletionBody(LongPrompt(60, i), 4, false)));
-    INFO("request " << i << ": " << o.status << " " << o.error);
-    CHECK(o.completed());
-  }
-  CHECK(DecodeMetric(*lab, 1, ok).value_or(0) >= 1);
-  CHECK(DecodeMetric(*lab, 2, ok).value_or(0) >= 1);
+  PrefillHandle again = RestartAndRejoin(*lab, dir, pc, *d1.process, *d2.process);
+  CheckBothDecodeServe(*lab);
   StopAllAndCheck({d1.process.get(), d2.process.get(), again.process.get()});
 }
+
+namespace {
+
+// The load of the decode kill: kLoadRequests streams of kLoadTokens tokens at once over
+// kLoadPrompts prompts.
+constexpr int kLoadPrompts = 4, kLoadRequests = 32, kLoadTokens = 24;
+using LoadResult = std::future<std::pair<Outcome, double>>;
+
+// Undisturbed answers (greedy): a completion under load must match them exactly, so a
+// retried request that repeated or skipped tokens would show.
+std::vector<std::string> UndisturbedAnswers() {
+  std::vector<std::string> reference;
+  for (int v = 0; v < kLoadPrompts; ++v) {
+    const Outcome o = Classify(HttpStream(kPrefillHttpPort, "/v1/completions",
+                                          CompletionBody(LongPrompt(48, v), kLoadTokens, true)));
+    REQUIRE(o.completed());
+    reference.push_back(o.text);
+  }
+  return reference;
+}
+
+// Starts the load: each request's outcome and seconds; `streaming` counts the requests that
+// have had their first chunk.
+std::vector<LoadResult> StartLoad(std::atomic<int>& streaming) {
+  std::vector<LoadResult> load;
+  for (int r = 0; r < kLoadRequests; ++r) {
+    load.push_back(std::async(std::launch::async, [&streaming, r] {
+      bool counted = false;
+      const auto sent = Clock::now();
+      const SseResult s = HttpStream(
+          kPrefillHttpPort, "/v1/completions",
+          CompletionBody(LongPrompt(48, r % kLoadPrompts), kLoadTokens, true),
+          [&](const std::string&) {
+            if (!counted) ++streaming;
+            counted = true;
+            return true;
+          },
+          seconds(60));
+      return std::make_pair(Classify(s), SecondsSince(sent));
+    }));
+  }
+  return load;
+}
+
+// What the clients saw: each request's one outcome, and the slowest request's seconds.
+struct LoadTally {
+  int completed = 0, errored = 0, lost = 0, duplicated = 0, wrong_text = 0;
+  double slowest = 0;
+};
+
+LoadTally TallyLoad(std::vector<LoadResult>& load, const std::vector<std::string>& reference) {
+  LoadTally t;
+  for (int r = 0; r < kLoadRequests; ++r) {
+    const auto [o, took] = load[r].get();
+    t.slowest = std::max(t.slowest, took);
+    INFO("request " << r << ": status " << o.status << ", finishes " << o.finishes << ", errors "
+                    << o.errors << ", error '" << o.error << "'");
+    if (o.finishes + o.errors > 1) {
+      ++t.duplicated;  // two terminal events for one request
+    } else if (o.completed()) {
+      ++t.completed;
+      if (o.text != reference[r % kLoadPrompts]) ++t.wrong_text;
+    } else if (o.failed_clearly()) {
+      ++t.errored;
+      CHECK(o.error.find("decode daemon") != std::string::npos);
+    } else {
+      ++t.lost;  // no response, or a stream that ended without a terminal event
+    }
+  }
+  return t;
+}
+
+// The server counted the same as the clients: every request once (`requests_series` had
+// `requests_before` before the load), and as many errors as clients saw.
+void CheckServerCounts(const std::string& requests_series, double requests_before,
+                       const LoadTally& t) {
+  CHECK(PrefillMetric(requests_series).value_or(0) - requests_before == kLoadRequests);
+  double server_errors = 0;
+  for (const char* code : {"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "UNKNOWN", "DATA_LOSS",
+                           "NOT_FOUND", "ABORTED", "RESOURCE_EXHAUSTED", "CANCELLED"}) {
+    server_errors +=
+        PrefillMetric("scd_request_errors_total{model=\"stories260K-babi-qa\",code=\"" +
+                      std::string(code) + "\"}")
+            .value_or(0);
+  }
+  CHECK(server_errors == t.errored);
+}
+
+void ReportLoadRun(const LoadTally& t, double migrated, double drained_s, double whole_s) {
+  const double retries =
+      PrefillMetric("scd_decode_retries_total{model=\"stories260K-babi-qa\"}").value_or(0);
+  Report("decode kill -9 under load: requests", kLoadRequests, "");
+  Report("decode kill -9 under load: completed (text identical to the undisturbed run)",
+         t.completed, "");
+  Report("decode kill -9 under load: explicit errors", t.errored, "");
+  Report("decode kill -9 under load: lost", t.lost, "");
+  Report("decode kill -9 under load: duplicated", t.duplicated, "");
+  Report("decode kill -9 under load: retried on the other replica before the first token", retries,
+         "");
+  Report("decode kill -9 under load: migrated mid-stream to the other replica", migrated, "");
+  Report("decode kill -9 under load: last outcome after the kill", drained_s, "s");
+  Report("decode kill -9 under load: whole load run", whole_s, "s");
+}
+
+}  // namespace
 
 TEST_CASE("kill -9 of a decode daemon under load: every request has exactly one outcome",
           "[netfaults]") {
@@ -189,16 +309,7 @@ TEST_CASE("kill -9 of a decode daemon under load: every request has exactly one 
   DecodeHandle d2 = StartDecode(dir, dc2, "decode-2", lab->decode_ns(2));
   REQUIRE(WaitFor([&] { return AllDecodeReady(*lab, 2); }, seconds(15)).has_value());
 
-  // Undisturbed answers (greedy): a completion under load must match them exactly, so a
-  // retried request that repeated or skipped tokens would show.
-  constexpr int kPrompts = 4, kRequests = 32, kTokens = 24;
-  std::vector<std::string> reference;
-  for (int v = 0; v < kPrompts; ++v) {
-    const Outcome o = Classify(HttpStream(kPrefillHttpPort, "/v1/completions",
-                                          CompletionBody(LongPrompt(48, v), kTokens, true)));
-    REQUIRE(o.completed());
-    reference.push_back(o.text);
-  }
+  const std::vector<std::string> reference = UndisturbedAnswers();
   const std::string requests_series =
       "scd_requests_total{model=\"stories260K-babi-qa\",mode=\"scd\"}";
   const double requests_before = PrefillMetric(requests_series).value_or(0);
@@ -207,24 +318,8 @@ TEST_CASE("kill -9 of a decode daemon under load: every request has exactly one 
   const std::string d1_gaps = "scd_decode_inter_token_seconds_count";
   const double d1_gaps_before = DecodeMetric(*lab, 1, d1_gaps).value_or(0);
   std::atomic<int> streaming{0};
-  std::vector<std::future<std::pair<Outcome, double>>> load;
   const auto start = Clock::now();
-  for (int r = 0; r < kRequests; ++r) {
-    load.push_back(std::async(std::launch::async, [&, r] {
-      bool counted = false;
-      const auto sent = Clock::now();
-      const SseResult s = HttpStream(
-          kPrefillHttpPort, "/v1/completions",
-          CompletionBody(LongPrompt(48, r % kPrompts), kTokens, true),
-          [&](const std::string&) {
-            if (!counted) ++streaming;
-            counted = true;
-            return true;
-          },
-          seconds(60));
-      return std::make_pair(Classify(s), SecondsSince(sent));
-    }));
-  }
+  std::vector<LoadResult> load = StartLoad(streaming);
   // Kill decode-1 while it is mid-generation on several streams (its inter-token histogram
   // counts tokens after each stream's first; the active gauge, sampled every 100 ms, says some
   // are still running) and others still wait for their first token.
@@ -239,61 +334,23 @@ TEST_CASE("kill -9 of a decode daemon under load: every request has exactly one 
   d1.process->Signal(SIGKILL);
   const auto killed = Clock::now();
 
-  int completed = 0, errored = 0, lost = 0, duplicated = 0, wrong_text = 0;
-  double slowest = 0;
-  for (int r = 0; r < kRequests; ++r) {
-    const auto [o, took] = load[r].get();
-    slowest = std::max(slowest, took);
-    INFO("request " << r << ": status " << o.status << ", finishes " << o.finishes << ", errors "
-                    << o.errors << ", error '" << o.error << "'");
-    if (o.finishes + o.errors > 1) {
-      ++duplicated;  // two terminal events for one request
-    } else if (o.completed()) {
-      ++completed;
-      if (o.text != reference[r % kPrompts]) ++wrong_text;
-    } else if (o.failed_clearly()) {
-      ++errored;
-      CHECK(o.error.find("decode daemon") != std::string::npos);
-    } else {
-      ++lost;  // no response, or a stream that ended without a terminal event
-    }
-  }
+  const LoadTally t = TallyLoad(load, reference);
   const double drained_s = SecondsSince(killed);
-  CHECK(lost == 0);
-  CHECK(duplicated == 0);
-  CHECK(wrong_text == 0);
-  CHECK(completed + errored == kRequests);
+  CHECK(t.lost == 0);
+  CHECK(t.duplicated == 0);
+  CHECK(t.wrong_text == 0);
+  CHECK(t.completed + t.errored == kLoadRequests);
   // Streams that had tokens from decode-1 migrate to decode-2 with what they streamed
   // (limits.migration_limit 1), and those without a token yet are retried: all complete.
-  CHECK(errored == 0);
-  const double migrated = PrefillMetric(
-      "scd_migrations_total{specialist=\"stories260K-babi-qa\",outcome=\"completed\"}").value_or(0);
+  CHECK(t.errored == 0);
+  const double migrated =
+      PrefillMetric(
+          "scd_migrations_total{specialist=\"stories260K-babi-qa\",outcome=\"completed\"}")
+          .value_or(0);
   CHECK(migrated > 0);
-  CHECK(slowest < kRequestTimeoutS);
-  // The server counted the same: every request once, and as many errors as clients saw.
-  CHECK(PrefillMetric(requests_series).value_or(0) - requests_before == kRequests);
-  double server_errors = 0;
-  for (const char* code : {"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "UNKNOWN", "DATA_LOSS",
-                           "NOT_FOUND", "ABORTED", "RESOURCE_EXHAUSTED", "CANCELLED"}) {
-    server_errors +=
-        PrefillMetric("scd_request_errors_total{model=\"stories260K-babi-qa\",code=\"" +
-                      std::string(code) + "\"}")
-            .value_or(0);
-  }
-  CHECK(server_errors == errored);
-  const double retries =
-      PrefillMetric("scd_decode_retries_total{model=\"stories260K-babi-qa\"}").value_or(0);
-  Report("decode kill -9 under load: requests", kRequests, "");
-  Report("decode kill -9 under load: completed (text identical to the undisturbed run)", completed,
-         "");
-  Report("decode kill -9 under load: explicit errors", errored, "");
-  Report("decode kill -9 under load: lost", lost, "");
-  Report("decode kill -9 under load: duplicated", duplicated, "");
-  Report("decode kill -9 under load: retried on the other replica before the first token", retries,
-         "");
-  Report("decode kill -9 under load: migrated mid-stream to the other replica", migrated, "");
-  Report("decode kill -9 under load: last outcome after the kill", drained_s, "s");
-  Report("decode kill -9 under load: whole load run", SecondsSince(start), "s");
+  CHECK(t.slowest < kRequestTimeoutS);
+  CheckServerCounts(requests_series, requests_before, t);
+  ReportLoadRun(t, migrated, drained_s, SecondsSince(start));
   StopAllAndCheck({d2.process.get(), prefill.process.get()});
 }
 

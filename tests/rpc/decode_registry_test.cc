@@ -266,9 +266,28 @@ TEST_CASE("Reported load from other routers counts, our own is not counted twice
   REQUIRE(*registry->Heartbeat("a", kToken, 1, 0));
   REQUIRE(*registry->Heartbeat("b", kToken, 2, 0));
   CHECK(PickId(*registry) == "a");  // a: 1, b: 2
+  // Instances() shows the same loads that Pick weighs (admission reads them there).
+  CHECK(registry->Instances().at(0).load == 1);
+  CHECK(registry->Instances().at(1).load == 2);
   // Our request ends before the next heartbeat: a drops to 0, not below.
   ours->Release();
+  CHECK(registry->Instances().at(0).load == 0);
   CHECK(PickId(*registry) == "a");
+}
+
+TEST_CASE("Batch slots are the most running reported beside a queue", "[cpu]") {
+  FakeClock clock;
+  auto registry = MakeRegistry(&clock);
+  REQUIRE(registry->Register(MakeInstance("a", 64), kToken).ok());
+  auto full_slots = [&] { return registry->Instances().at(0).full_slots; };
+  REQUIRE(*registry->Heartbeat("a", kToken, 6, 0));  // room to spare: slots unknown
+  CHECK(full_slots() == 0);
+  REQUIRE(*registry->Heartbeat("a", kToken, 8, 3));  // full at 8
+  CHECK(full_slots() == 8);
+  REQUIRE(*registry->Heartbeat("a", kToken, 2, 0));  // emptier later: still 8
+  CHECK(full_slots() == 8);
+  REQUIRE(*registry->Heartbeat("a", kToken, 7, 1));  // full at 7 (less memory): the most stays
+  CHECK(full_slots() == 8);
 }
 
 TEST_CASE("A lease from an expired registration does not touch its successor", "[cpu]") {

@@ -10,6 +10,7 @@
 #include "common/rpc/etcd_client.h"
 #include "common/rpc/etcd_registry.h"
 #include "common/tools/cluster/etcd_cluster.h"
+#include "tests/rpc/rpc_test_support.h"
 #include "tests/rpc/tls_fixtures.h"
 #include "tests/test_support.h"
 
@@ -147,6 +148,7 @@ TEST_CASE("membership admits announced decode daemons and refuses the rest", "[c
   REQUIRE(membership.WaitSynced(absl::Seconds(10)));
   CHECK(registry->LiveInstanceCount("babi") == 1);
 
+  testing::StderrCapture captured;  // the refusals' log lines
   DecodeInstanceInfo wrong_digest = Instance("wrong-digest");
   wrong_digest.pair_digest = std::string(64, 'b');
   REQUIRE(client->Put(EtcdDecodeKey("/scd", "babi", "wrong-digest"),
@@ -158,9 +160,22 @@ TEST_CASE("membership admits announced decode daemons and refuses the rest", "[c
     auto r = membership.rejected();
     return r["digest"] == 1 && r["token"] == 1 && r["malformed"] == 1;
   }));
+  captured.Restore();
   CHECK(registry->LiveInstanceCount("babi") == 1);
   CHECK(metrics.Render().find("scd_registry_rejected_total{reason=\"digest\"} 1") !=
         std::string::npos);
+  // The announcement made with another token: one line naming the key, the address it
+  // claims, and the reason; one count.
+  CHECK(metrics.Render().find("scd_registry_rejected_total{reason=\"token\"} 1") !=
+        std::string::npos);
+  int token_lines = 0;
+  for (const nlohmann::json& line : captured.Lines("decode_announcement_rejected")) {
+    if (line.value("reason", "") != "token") continue;
+    ++token_lines;
+    CHECK(line.value("key", "") == EtcdDecodeKey("/scd", "babi", "wrong-token"));
+    CHECK(line.value("rpc_address", "") == Instance("wrong-token").rpc_address);
+  }
+  CHECK(token_lines == 1);
 
   // The lease's end (the announcer revokes it on shutdown) removes the instance.
   good->Shutdown();

@@ -1,15 +1,22 @@
 // Shared pieces of the tests/rpc tests: a fake clock for lease expiry, polling with a timeout
-// for background threads, and a control-plane server (registry + service + real gRPC server
-// on 127.0.0.1) that tests can stop and restart on the same port.
+// for background threads, the event log captured from stderr, and a control-plane server
+// (registry + service + real gRPC server on 127.0.0.1) that tests can stop and restart on the
+// same port.
 #ifndef SCD_TESTS_RPC_RPC_TEST_SUPPORT_H_
 #define SCD_TESTS_RPC_RPC_TEST_SUPPORT_H_
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -17,6 +24,8 @@
 #include "common/rpc/control_plane_service.h"
 #include "common/rpc/decode_registry.h"
 #include "common/rpc/grpc_server.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_support.h"
 
 namespace scd::rpc::testing {
 
@@ -56,6 +65,40 @@ inline bool WaitFor(const std::function<bool()>& condition,
   return condition();
 }
 
+// Sends this process's stderr (the event log) to a file while it lives; Lines() parses what
+// was written, one JSON object per line.
+class StderrCapture {
+ public:
+  StderrCapture() : path_(scd::testing::TempDir() + "/stderr.log") {
+    fflush(stderr);
+    saved_ = dup(STDERR_FILENO);
+    const int file = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(dup2(file, STDERR_FILENO) == STDERR_FILENO);
+    close(file);
+  }
+  ~StderrCapture() { Restore(); }
+  // The lines written so far whose "event" is `event`.
+  std::vector<nlohmann::json> Lines(const std::string& event) const {
+    std::vector<nlohmann::json> lines;
+    std::istringstream text(scd::testing::ReadFileOrFail(path_));
+    for (std::string line; std::getline(text, line);) {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.value("event", "") == event) lines.push_back(std::move(j));
+    }
+    return lines;
+  }
+  void Restore() {
+    if (saved_ < 0) return;
+    dup2(saved_, STDERR_FILENO);
+    close(saved_);
+    saved_ = -1;
+  }
+
+ private:
+  std::string path_;
+  int saved_ = -1;
+};
+
 inline DecodeInstanceInfo MakeInstance(const std::string& id, int capacity = 4,
                                        const std::string& model = kModel,
                                        const std::string& digest = kDigest) {
@@ -86,13 +129,14 @@ struct ControlPlaneServer {
 
   static std::unique_ptr<ControlPlaneServer> Start(
       DecodeRegistryOptions options, const std::string& address = "127.0.0.1:0",
-      std::shared_ptr<grpc::ServerCredentials> credentials = nullptr) {
+      std::shared_ptr<grpc::ServerCredentials> credentials = nullptr,
+      ControlPlaneGuard guard = {}) {
     auto result = std::make_unique<ControlPlaneServer>();
     absl::StatusOr<std::unique_ptr<DecodeRegistry>> registry =
         DecodeRegistry::Create(std::move(options));
     REQUIRE(registry.ok());
     result->registry = *std::move(registry);
-    result->service = std::make_unique<ControlPlaneService>(result->registry.get());
+    result->service = std::make_unique<ControlPlaneService>(result->registry.get(), guard);
     GrpcServerOptions server_options;
     server_options.address = address;
     server_options.credentials = std::move(credentials);

@@ -179,18 +179,74 @@ TextbookSvd Textbook(const float* x, int n, int d, int stride, int r) {
   return t;
 }
 
-TEST_CASE("TruncatedSvd at SEKV's shapes agrees with the textbook SVD", "[cpu]") {
-  // One KV head of a 4-head cache (head_dim 36, so row stride 144), spans of 1 token to
-  // several times head_dim: both Gram sides, Jacobi and QL orders. Full-rank noise, and a
-  // rank-3 signal with a little noise, as keys of similar tokens look.
-  const int d = 36, stride = 4 * d, rows = 200;
-  const auto noise = Normal(static_cast<size_t>(rows) * stride, 91);
+// Keys of similar tokens: a rank-3 signal over `rows` rows of `stride` floats (each head of
+// `d` columns the same signal) with a little of `noise` added.
+std::vector<float> RankThreeKeys(const std::vector<float>& noise, int rows, int d, int stride) {
   const auto a = Normal(rows * 3, 92), b = Normal(3 * d, 93);
   std::vector<float> low(noise.size());
   for (int i = 0; i < rows; ++i)
     for (int c = 0; c < stride; ++c)
       low[i * stride + c] = a[i * 3] * b[c % d] + a[i * 3 + 1] * b[d + c % d] +
                             a[i * 3 + 2] * b[2 * d + c % d] + 0.01f * noise[i * stride + c];
+  return low;
+}
+
+// Through an arena, TruncatedSvd gives `lr`'s floats, in the arena, within MaxBasisFloats.
+void CheckArenaBasis(const float* block, int n, int d, int stride, const LowRankBasis& lr) {
+  BasisArena arena;
+  const LowRankBasis la = TruncatedSvd(block, n, d, stride, 0.99, 16, &arena);
+  REQUIRE(la.owned == nullptr);
+  REQUIRE(la.rank == lr.rank);
+  REQUIRE(std::equal(la.us, la.us + la.us_size(), lr.us));
+  REQUIRE(std::equal(la.vt, la.vt + la.vt_size(), lr.vt));
+  REQUIRE(arena.allocated() == la.us_size() + la.vt_size());
+  REQUIRE(arena.allocated() <= MaxBasisFloats(n, d, 16));
+  const std::vector<BasisArena::Block> blocks = arena.blocks();
+  REQUIRE(blocks.size() == 1);
+  REQUIRE(blocks[0].data == la.us);
+  REQUIRE(blocks[0].floats == arena.allocated());
+}
+
+// `lr` (energy 0.99, rank at most 16) against the textbook SVD of the same block: its rank,
+// energy, orthogonal factors and rebuilt block.
+void CheckAgainstTextbook(const float* block, int n, int d, int stride, const LowRankBasis& lr) {
+  const TextbookSvd t = Textbook(block, n, d, stride, lr.rank);
+  // The rank rule on the textbook spectrum, unless the cut falls within rounding.
+  double total = 0, kept = 0;
+  for (double s : t.sigma) total += s * s;
+  int want = 0;
+  while (want < 16 && want < int(t.sigma.size()) && kept < 0.99 * total) {
+    kept += t.sigma[want] * t.sigma[want];
+    ++want;
+  }
+  if (std::fabs(kept - 0.99 * total) > 1e-6 * total) REQUIRE(lr.rank == want);
+  REQUIRE(lr.energy_kept == Approx(kept / total).epsilon(1e-9));
+  // Vᵀ's rows are orthonormal, UΣ's columns are orthogonal with norms σ.
+  for (int j = 0; j < lr.rank; ++j) {
+    for (int k = j; k < lr.rank; ++k) {
+      double vv = 0, uu = 0;
+      for (int c = 0; c < d; ++c) vv += double(lr.vt[j * d + c]) * lr.vt[k * d + c];
+      for (int i = 0; i < n; ++i) uu += double(lr.us[i * lr.rank + j]) * lr.us[i * lr.rank + k];
+      REQUIRE(vv == Approx(j == k ? 1.0 : 0.0).margin(1e-5));
+      const double s2 = j == k ? t.sigma[j] * t.sigma[j] : 0.0;
+      REQUIRE(uu == Approx(s2).margin(1e-5 * total));
+    }
+  }
+  // The rebuilt block is X's projection on its top singular directions.
+  std::vector<float> y(static_cast<size_t>(n) * d);
+  lr.Reconstruct(y.data(), d);
+  const double scale = std::sqrt(total / (n * d));
+  for (size_t i = 0; i < y.size(); ++i)
+    REQUIRE(y[i] == Approx(t.projection[i]).margin(1e-5 * scale));
+}
+
+TEST_CASE("TruncatedSvd at SEKV's shapes agrees with the textbook SVD", "[cpu]") {
+  // One KV head of a 4-head cache (head_dim 36, so row stride 144), spans of 1 token to
+  // several times head_dim: both Gram sides, Jacobi and QL orders. Full-rank noise, and a
+  // rank-3 signal with a little noise, as keys of similar tokens look.
+  const int d = 36, stride = 4 * d, rows = 200;
+  const auto noise = Normal(static_cast<size_t>(rows) * stride, 91);
+  const std::vector<float> low = RankThreeKeys(noise, rows, d, stride);
   const std::vector<float>* inputs[] = {&noise, &low};
   for (const std::vector<float>* x : inputs) {
     for (const int n : {1, 5, kJacobiMaxOrder, kJacobiMaxOrder + 1, 20, d, d + 1, 3 * d}) {
@@ -202,49 +258,8 @@ TEST_CASE("TruncatedSvd at SEKV's shapes agrees with the textbook SVD", "[cpu]")
       REQUIRE(lr.us_size() == size_t(n) * lr.rank);
       REQUIRE(lr.vt_size() == size_t(lr.rank) * d);
       REQUIRE(lr.owned != nullptr);  // no arena: the basis holds its floats
-      {
-        // Through an arena: the same floats, in the arena, within MaxBasisFloats.
-        BasisArena arena;
-        const LowRankBasis la = TruncatedSvd(block, n, d, stride, 0.99, 16, &arena);
-        REQUIRE(la.owned == nullptr);
-        REQUIRE(la.rank == lr.rank);
-        REQUIRE(std::equal(la.us, la.us + la.us_size(), lr.us));
-        REQUIRE(std::equal(la.vt, la.vt + la.vt_size(), lr.vt));
-        REQUIRE(arena.allocated() == la.us_size() + la.vt_size());
-        REQUIRE(arena.allocated() <= MaxBasisFloats(n, d, 16));
-        const std::vector<BasisArena::Block> blocks = arena.blocks();
-        REQUIRE(blocks.size() == 1);
-        REQUIRE(blocks[0].data == la.us);
-        REQUIRE(blocks[0].floats == arena.allocated());
-      }
-      const TextbookSvd t = Textbook(block, n, d, stride, lr.rank);
-      // The rank rule on the textbook spectrum, unless the cut falls within rounding.
-      double total = 0, kept = 0;
-      for (double s : t.sigma) total += s * s;
-      int want = 0;
-      while (want < 16 && want < int(t.sigma.size()) && kept < 0.99 * total) {
-        kept += t.sigma[want] * t.sigma[want];
-        ++want;
-      }
-      if (std::fabs(kept - 0.99 * total) > 1e-6 * total) REQUIRE(lr.rank == want);
-      REQUIRE(lr.energy_kept == Approx(kept / total).epsilon(1e-9));
-      // Vᵀ's rows are orthonormal, UΣ's columns are orthogonal with norms σ.
-      for (int j = 0; j < lr.rank; ++j) {
-        for (int k = j; k < lr.rank; ++k) {
-          double vv = 0, uu = 0;
-          for (int c = 0; c < d; ++c) vv += double(lr.vt[j * d + c]) * lr.vt[k * d + c];
-          for (int i = 0; i < n; ++i) uu += double(lr.us[i * lr.rank + j]) * lr.us[i * lr.rank + k];
-          REQUIRE(vv == Approx(j == k ? 1.0 : 0.0).margin(1e-5));
-          const double s2 = j == k ? t.sigma[j] * t.sigma[j] : 0.0;
-          REQUIRE(uu == Approx(s2).margin(1e-5 * total));
-        }
-      }
-      // The rebuilt block is X's projection on its top singular directions.
-      std::vector<float> y(static_cast<size_t>(n) * d);
-      lr.Reconstruct(y.data(), d);
-      const double scale = std::sqrt(total / (n * d));
-      for (size_t i = 0; i < y.size(); ++i)
-        REQUIRE(y[i] == Approx(t.projection[i]).margin(1e-5 * scale));
+      CheckArenaBasis(block, n, d, stride, lr);
+      CheckAgainstTextbook(block, n, d, stride, lr);
     }
   }
   SECTION("a zero block, and a block of one row repeated") {
@@ -369,6 +384,59 @@ TEST_CASE("SymmetricEigen (tridiagonal QL above kJacobiMaxOrder) agrees with Jac
   }
 }
 
+// Each span's summary is the surprisal-weighted mean of its keys and the plain mean of its
+// values, with the log of its length beside.
+void CheckSpanSummaries(const SpanStore& st, const Segmentation& seg, const std::vector<float>& s,
+                        const std::vector<float>& k, const std::vector<float>& v, int kvd) {
+  for (int sp = 0; sp < st.num_spans(); ++sp) {
+    const TokenSpan span = seg.spans[sp];
+    double wsum = 0;
+    for (int i = span.begin; i < span.end; ++i) wsum += std::max(s[i], 1e-3f);
+    for (int c = 0; c < kvd; ++c) {
+      double kk = 0, vv = 0;
+      for (int i = span.begin; i < span.end; ++i) {
+        kk += std::max(s[i], 1e-3f) / wsum * k[i * kvd + c];
+        vv += v[i * kvd + c] / span.length();
+      }
+      REQUIRE(st.summary_k()[sp * kvd + c] == Approx(kk).margin(1e-5));
+      REQUIRE(st.summary_v()[sp * kvd + c] == Approx(vv).margin(1e-5));
+    }
+    REQUIRE(st.log_span_length()[sp] == Approx(std::log(float(span.length()))));
+  }
+}
+
+// The CPU tier's bases live in the store's arena, whose blocks hold every factor and nothing
+// else, and Memory() counts their bytes.
+void CheckBasisArena(const SpanStore& st, int heads) {
+  const MemoryBreakdown m = st.Memory();
+  REQUIRE(m.cpu_bases > 0);
+  size_t basis_bytes = 0;
+  for (int sp = 0; sp < st.num_spans(); ++sp) {
+    for (int h = 0; h < heads; ++h) {
+      basis_bytes += st.key_basis(sp, h).bytes() + st.value_basis(sp, h).bytes();
+      REQUIRE(st.key_basis(sp, h).owned == nullptr);  // in the store's arena
+    }
+  }
+  REQUIRE(m.cpu_bases == basis_bytes);
+  const std::vector<BasisArena::Block> blocks = st.basis_blocks();
+  size_t block_floats = 0;
+  for (const BasisArena::Block& b : blocks) block_floats += b.floats;
+  REQUIRE(block_floats * sizeof(float) == basis_bytes);
+  auto in_blocks = [&](const float* p, size_t n) {
+    return std::any_of(blocks.begin(), blocks.end(), [&](const BasisArena::Block& b) {
+      return p >= b.data && p + n <= b.data + b.floats;
+    });
+  };
+  for (int sp = 0; sp < st.num_spans(); ++sp) {
+    for (int h = 0; h < heads; ++h) {
+      for (const LowRankBasis* b : {&st.key_basis(sp, h), &st.value_basis(sp, h)}) {
+        REQUIRE(in_blocks(b->us, b->us_size()));
+        REQUIRE(in_blocks(b->vt, b->vt_size()));
+      }
+    }
+  }
+}
+
 TEST_CASE("span store: summaries, tiers and memory accounting", "[cpu]") {
   const int t = 40, heads = 2, hd = 4, kvd = heads * hd;
   const auto k = Normal(t * kvd, 11), v = Normal(t * kvd, 12);
@@ -384,22 +452,7 @@ TEST_CASE("span store: summaries, tiers and memory accounting", "[cpu]") {
   REQUIRE(st.num_anchors() == 2);
   REQUIRE(st.num_spans() == 2);
   REQUIRE(st.window_rows() == 10);
-  // Summary = surprisal-weighted mean of keys, plain mean of values.
-  for (int sp = 0; sp < 2; ++sp) {
-    const TokenSpan span = seg.spans[sp];
-    double wsum = 0;
-    for (int i = span.begin; i < span.end; ++i) wsum += std::max(s[i], 1e-3f);
-    for (int c = 0; c < kvd; ++c) {
-      double kk = 0, vv = 0;
-      for (int i = span.begin; i < span.end; ++i) {
-        kk += std::max(s[i], 1e-3f) / wsum * k[i * kvd + c];
-        vv += v[i * kvd + c] / span.length();
-      }
-      REQUIRE(st.summary_k()[sp * kvd + c] == Approx(kk).margin(1e-5));
-      REQUIRE(st.summary_v()[sp * kvd + c] == Approx(vv).margin(1e-5));
-    }
-    REQUIRE(st.log_span_length()[sp] == Approx(std::log(float(span.length()))));
-  }
+  CheckSpanSummaries(st, seg, s, k, v, kvd);
   // CPU tier at full energy rebuilds the span exactly.
   std::vector<float> rk(19 * hd), rv(19 * hd);
   st.Rebuild(1, 1, rk.data(), rv.data());
@@ -414,33 +467,7 @@ TEST_CASE("span store: summaries, tiers and memory accounting", "[cpu]") {
   REQUIRE(m.summaries == (2 * kvd * 2 + 2) * sizeof(float));
   REQUIRE(m.window == 10 * kvd * 2 * sizeof(float));
   REQUIRE(m.full_kv == size_t(t) * kvd * 2 * sizeof(float));
-  REQUIRE(m.cpu_bases > 0);
-  size_t basis_bytes = 0;
-  for (int sp = 0; sp < 2; ++sp) {
-    for (int h = 0; h < heads; ++h) {
-      basis_bytes += st.key_basis(sp, h).bytes() + st.value_basis(sp, h).bytes();
-      REQUIRE(st.key_basis(sp, h).owned == nullptr);  // in the store's arena
-    }
-  }
-  REQUIRE(m.cpu_bases == basis_bytes);
-  // ... whose blocks hold every factor and nothing else.
-  const std::vector<BasisArena::Block> blocks = st.basis_blocks();
-  size_t block_floats = 0;
-  for (const BasisArena::Block& b : blocks) block_floats += b.floats;
-  REQUIRE(block_floats * sizeof(float) == basis_bytes);
-  auto in_blocks = [&](const float* p, size_t n) {
-    return std::any_of(blocks.begin(), blocks.end(), [&](const BasisArena::Block& b) {
-      return p >= b.data && p + n <= b.data + b.floats;
-    });
-  };
-  for (int sp = 0; sp < 2; ++sp) {
-    for (int h = 0; h < heads; ++h) {
-      for (const LowRankBasis* b : {&st.key_basis(sp, h), &st.value_basis(sp, h)}) {
-        REQUIRE(in_blocks(b->us, b->us_size()));
-        REQUIRE(in_blocks(b->vt, b->vt_size()));
-      }
-    }
-  }
+  CheckBasisArena(st, heads);
   // A store moves with its arena: the bases still rebuild the span.
   SpanStore grown = std::move(st);
   std::vector<float> again_k(19 * hd), again_v(19 * hd);

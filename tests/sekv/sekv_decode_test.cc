@@ -189,90 +189,108 @@ class CacheRow : public RowAttention {
   int fail_;
 };
 
-TEST_CASE(
-    "a CPU backend step of its sequences and external rows gives each what it gets alone "
-    "(Backend::DecodeMixed)",
-    "[cpu]") {
-  // Prompt 0 in a backend sequence (and a twin decoded alone), prompt 1 in two identical SEKV
-  // caches at 0.4 (one an external row of the mixed step, one stepped by the decoder alone),
-  // prompt 2 in a full cache, likewise.
-  auto model = TinyModel();
-  auto dec = SekvDecoder::Create(model);
-  REQUIRE(dec.ok());
-  const int lengths[] = {70, 120, 95};
+// Prompt 0 in a backend sequence (and a twin decoded alone), prompt 1 in two identical SEKV
+// caches at 0.4 (one an external row of the mixed step, one stepped by the decoder alone),
+// prompt 2 in a full cache, likewise. Each prompt has 10 more tokens to decode.
+struct MixedStep {
+  MixedStep();
+  Backend& backend() { return *pf[0].backend; }
+
+  std::shared_ptr<const Model> model = TinyModel();
+  std::unique_ptr<SekvDecoder> dec;
+  const int lengths[3] = {70, 120, 95};
   std::vector<std::vector<int32_t>> ids;
   std::vector<Prefilled> pf;
+  std::unique_ptr<Sequence> twin;
+  std::vector<std::unique_ptr<KvCache>> mixed, alone;
+};
+
+MixedStep::MixedStep() {
+  auto created = SekvDecoder::Create(model);
+  REQUIRE(created.ok());
+  dec = std::move(created).value();
   for (int r = 0; r < 3; ++r) {
     ids.push_back(Tokens(lengths[r] + 10, 40 + r));
-    pf.push_back(Prefill(model, **dec, ids[r], lengths[r]));
+    pf.push_back(Prefill(model, *dec, ids[r], lengths[r]));
   }
-  Backend& backend = *pf[0].backend;
-  auto twin = backend.NewSequence(lengths[0] + 10).value();
+  twin = backend().NewSequence(lengths[0] + 10).value();
   PrefillResult pr;
-  REQUIRE(backend.Prefill(*twin, absl::MakeConstSpan(ids[0]).first(lengths[0]), {}, &pr).ok());
+  REQUIRE(backend().Prefill(*twin, absl::MakeConstSpan(ids[0]).first(lengths[0]), {}, &pr).ok());
   const BudgetPlan plan = PlanBudget(pf[1].prefix.surprisal, 0.4, SekvOptions{}, BudgetShares{}, 8);
-  std::vector<std::unique_ptr<KvCache>> mixed, alone;
   for (auto* set : {&mixed, &alone}) {
-    auto c = SekvCache::CreateWithSegmentation((*dec)->shape(), pf[1].prefix, plan.segmentation,
+    auto c = SekvCache::CreateWithSegmentation(dec->shape(), pf[1].prefix, plan.segmentation,
                                                plan.sekv, nullptr);
     REQUIRE(c.ok());
     set->push_back(std::move(c).value());
-    set->push_back(std::make_unique<FullKvCache>((*dec)->shape(), pf[2].prefix));
+    set->push_back(std::make_unique<FullKvCache>(dec->shape(), pf[2].prefix));
   }
-  CacheRow row1(*mixed[0]), row2(*mixed[1]);
+}
+
+// Ten mixed steps: the sequence's greedy token is its twin's, each external row's logits the
+// decoder's step of its twin cache alone.
+void StepMixedAgainstAlone(MixedStep& f) {
+  CacheRow row1(*f.mixed[0]), row2(*f.mixed[1]);
   RowAttention* const rows[] = {&row1, &row2};
-  Sequence* const seqs[] = {pf[0].seq.get()};
-  Sequence* const twins[] = {twin.get()};
+  Sequence* const seqs[] = {f.pf[0].seq.get()};
+  Sequence* const twins[] = {f.twin.get()};
   const SampleDraw greedy[] = {SampleDraw{}};
   for (int i = 0; i < 10; ++i) {
     INFO("step " << i);
-    const int32_t seq_token[] = {ids[0][lengths[0] + i]};
-    const int32_t ext_tokens[] = {ids[1][lengths[1] + i], ids[2][lengths[2] + i]};
-    const int positions[] = {lengths[1] + i, lengths[2] + i};
+    const int32_t seq_token[] = {f.ids[0][f.lengths[0] + i]};
+    const int32_t ext_tokens[] = {f.ids[1][f.lengths[1] + i], f.ids[2][f.lengths[2] + i]};
+    const int positions[] = {f.lengths[1] + i, f.lengths[2] + i};
     ExternalRows external;
     external.tokens = ext_tokens;
     external.positions = positions;
     external.attention = rows;
     std::vector<int32_t> next;
     std::vector<std::vector<float>> ext_logits;
-    REQUIRE(backend.DecodeMixed(seqs, seq_token, greedy, &next, external, &ext_logits).ok());
+    REQUIRE(f.backend().DecodeMixed(seqs, seq_token, greedy, &next, external, &ext_logits).ok());
     REQUIRE(next.size() == 1);
     REQUIRE(ext_logits.size() == 2);
     std::vector<float> ref;
-    REQUIRE(backend.Decode(twins, seq_token, &ref).ok());
+    REQUIRE(f.backend().Decode(twins, seq_token, &ref).ok());
     CHECK(next[0] == std::max_element(ref.begin(), ref.end()) - ref.begin());
-    CHECK(pf[0].seq->length() == twin->length());
+    CHECK(f.pf[0].seq->length() == f.twin->length());
     for (int r = 0; r < 2; ++r) {
-      REQUIRE((*dec)->Step(ext_tokens[r], positions[r], *alone[r], &ref).ok());
+      REQUIRE(f.dec->Step(ext_tokens[r], positions[r], *f.alone[r], &ref).ok());
       CHECK(MaxDiff(ext_logits[r], ref) < 1e-4);
     }
   }
-  // External rows alone (no sequence) are a step too.
-  {
-    const int32_t tok[] = {ids[2][lengths[2] + 10 - 1]};
-    const int pos[] = {lengths[2] + 10};
-    RowAttention* const one[] = {&row2};
-    ExternalRows external;
-    external.tokens = tok;
-    external.positions = pos;
-    external.attention = one;
-    std::vector<int32_t> next;
-    std::vector<std::vector<float>> ext_logits;
-    REQUIRE(backend.DecodeMixed({}, {}, {}, &next, external, &ext_logits).ok());
-    CHECK(next.empty());
-    std::vector<float> ref;
-    REQUIRE((*dec)->Step(tok[0], pos[0], *alone[1], &ref).ok());
-    CHECK(MaxDiff(ext_logits[0], ref) < 1e-4);
-  }
-  // Bad input is refused before anything runs; a failing row fails the step, and the
-  // sequence stays where it was.
-  const int length = pf[0].seq->length();
+}
+
+// External rows alone (no sequence) are a step too.
+void StepExternalRowsAlone(MixedStep& f) {
+  CacheRow row2(*f.mixed[1]);
+  const int32_t tok[] = {f.ids[2][f.lengths[2] + 10 - 1]};
+  const int pos[] = {f.lengths[2] + 10};
+  RowAttention* const one[] = {&row2};
+  ExternalRows external;
+  external.tokens = tok;
+  external.positions = pos;
+  external.attention = one;
+  std::vector<int32_t> next;
+  std::vector<std::vector<float>> ext_logits;
+  REQUIRE(f.backend().DecodeMixed({}, {}, {}, &next, external, &ext_logits).ok());
+  CHECK(next.empty());
+  std::vector<float> ref;
+  REQUIRE(f.dec->Step(tok[0], pos[0], *f.alone[1], &ref).ok());
+  CHECK(MaxDiff(ext_logits[0], ref) < 1e-4);
+}
+
+// Bad input (a token or position out of range, a missing row) is refused before anything
+// runs; a failing row fails the step, and the sequence stays where it was.
+void CheckMixedStepRefusals(MixedStep& f) {
+  const int length = f.pf[0].seq->length();
+  Sequence* const seqs[] = {f.pf[0].seq.get()};
+  const SampleDraw greedy[] = {SampleDraw{}};
   const int32_t seq_token[] = {5};
-  CacheRow failing(*mixed[1], /*fail_layer=*/1);
+  CacheRow row2(*f.mixed[1]);
+  CacheRow failing(*f.mixed[1], /*fail_layer=*/1);
   for (int c = 0; c < 4; ++c) {
     INFO("case " << c);
-    const int32_t tok[] = {c == 0 ? model->config.vocab_size : 7};
-    const int pos[] = {c == 1 ? model->config.max_position_embeddings : 200};
+    const int32_t tok[] = {c == 0 ? f.model->config.vocab_size : 7};
+    const int pos[] = {c == 1 ? f.model->config.max_position_embeddings : 200};
     RowAttention* const bad[] = {c == 2 ? nullptr : (c == 3 ? &failing : &row2)};
     ExternalRows external;
     external.tokens = tok;
@@ -281,12 +299,22 @@ TEST_CASE(
     std::vector<int32_t> next;
     std::vector<std::vector<float>> ext_logits;
     const absl::Status st =
-        backend.DecodeMixed(seqs, seq_token, greedy, &next, external, &ext_logits);
+        f.backend().DecodeMixed(seqs, seq_token, greedy, &next, external, &ext_logits);
     CHECK(st.code() == (c == 0 || c == 2 ? absl::StatusCode::kInvalidArgument
                         : c == 1         ? absl::StatusCode::kOutOfRange
                                          : absl::StatusCode::kInternal));
-    CHECK(pf[0].seq->length() == length);
+    CHECK(f.pf[0].seq->length() == length);
   }
+}
+
+TEST_CASE(
+    "a CPU backend step of its sequences and external rows gives each what it gets alone "
+    "(Backend::DecodeMixed)",
+    "[cpu]") {
+  MixedStep f;
+  StepMixedAgainstAlone(f);
+  StepExternalRowsAlone(f);
+  CheckMixedStepRefusals(f);
 }
 
 TEST_CASE("MakePrefix takes an rvalue's rows over and gives what a copy gives", "[cpu]") {

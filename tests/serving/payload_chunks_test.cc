@@ -52,120 +52,164 @@ std::vector<float> SuffixLogits(Backend& consumer, Sequence& seq,
   return r.logits;
 }
 
-}  // namespace
+// The calibrated bundled pair with a producer and two consumer codecs (the default one and one
+// that rebuilds in host blocks of 20 rows), and a 139-token prompt: the payload covers its
+// first 130 tokens, the consumer prefills the last 10.
+struct ChunkPair {
+  ChunkPair();
 
-TEST_CASE(
-    "A payload rebuilt in engine chunks or codec blocks leaves the cache its whole rebuild leaves",
-    "[cpu]") {
-  auto producer_model = Load("models/stories260K");
-  auto consumer_model = Load("models/stories260K-babi-qa");
-  auto producer = Cpu(producer_model);
-  auto consumer = Cpu(consumer_model);
-  auto artifact = std::make_shared<const ScdArtifact>(testing::QuickArtifact(*producer, *consumer));
+  std::shared_ptr<const Model> producer_model = Load("models/stories260K");
+  std::shared_ptr<const Model> consumer_model = Load("models/stories260K-babi-qa");
+  std::unique_ptr<Backend> producer = Cpu(producer_model);
+  std::unique_ptr<Backend> consumer = Cpu(consumer_model);
+  std::shared_ptr<const ScdArtifact> artifact;
+  std::unique_ptr<ProducerCodec> enc;
+  std::unique_ptr<ConsumerCodec> dec, blocked;
+  std::vector<int32_t> prompt, context, suffix;
+  PrefillResult states;
+};
+
+ChunkPair::ChunkPair() {
+  artifact = std::make_shared<const ScdArtifact>(testing::QuickArtifact(*producer, *consumer));
   REQUIRE(artifact->recompute_end > artifact->recompute_first);
-  auto enc = ProducerCodec::Create(producer_model, consumer_model->digest, artifact).value();
-  auto dec = ConsumerCodec::Create(consumer_model, producer_model->digest, artifact).value();
+  enc = ProducerCodec::Create(producer_model, consumer_model->digest, artifact).value();
+  dec = ConsumerCodec::Create(consumer_model, producer_model->digest, artifact).value();
   CodecOptions in_blocks;
   in_blocks.cpu_block_rows = 20;
-  auto blocked =
+  blocked =
       ConsumerCodec::Create(consumer_model, producer_model->digest, artifact, in_blocks).value();
-  const std::vector<int32_t> prompt = testing::SampledPassages(*producer, 1, 139, 31)[0];
-  const std::vector<int32_t> context(prompt.begin(), prompt.end() - 10);  // 130 rows
-  const std::vector<int32_t> suffix(prompt.end() - 10, prompt.end());
-  PrefillResult states;
-  {
-    auto seq = producer->NewSequence(static_cast<int>(context.size())).value();
-    REQUIRE(producer->Prefill(*seq, context, ProducerPrefillOptions(CodecMode::kRecompute), &states)
-                .ok());
+  prompt = testing::SampledPassages(*producer, 1, 139, 31)[0];
+  context.assign(prompt.begin(), prompt.end() - 10);  // 130 rows
+  suffix.assign(prompt.end() - 10, prompt.end());
+  auto seq = producer->NewSequence(static_cast<int>(context.size())).value();
+  REQUIRE(producer->Prefill(*seq, context, ProducerPrefillOptions(CodecMode::kRecompute), &states)
+              .ok());
+}
+
+// The whole payload rebuilt at once: the K/V it captures and the suffix's logits on top.
+struct WholeRebuild {
+  ExternalKv kv;
+  std::vector<float> logits;
+};
+
+WholeRebuild RebuildWhole(ChunkPair& f, const Payload& payload) {
+  auto whole_seq = f.consumer->NewSequence(static_cast<int>(f.prompt.size())).value();
+  CountingCapture whole_capture(*f.consumer);
+  REQUIRE(f.dec->Rebuild(payload, whole_capture, *whole_seq).ok());
+  CHECK(whole_capture.appends == 1);  // 130 rows: far below the default block
+  WholeRebuild whole;
+  whole.kv = whole_capture.TakeCaptured();
+  whole.logits = SuffixLogits(*f.consumer, *whole_seq, f.suffix);
+  return whole;
+}
+
+// The codec's blocks of 20 rows (KIVI: 32, their group); recompute payloads stay whole. The
+// captured K/V and the suffix's logits are the whole rebuild's within `bound`.
+void CheckCodecBlocks(ChunkPair& f, CodecMode mode, const Payload& payload,
+                      const WholeRebuild& whole, double bound) {
+  const bool kivi = mode == CodecMode::kQuant8 || mode == CodecMode::kQuant4;
+  auto seq = f.consumer->NewSequence(static_cast<int>(f.prompt.size())).value();
+  CountingCapture capture(*f.consumer);
+  RebuildStats stats;
+  REQUIRE(f.blocked->Rebuild(payload, capture, *seq, &stats).ok());
+  CHECK(seq->length() == static_cast<int>(f.context.size()));
+  const size_t block = mode == CodecMode::kRecompute ? 130 : kivi ? 32 : 20;
+  CHECK(f.blocked->HostBlockRows(payload) == block);
+  CHECK(f.dec->HostBlockRows(payload) == 130);
+  CHECK(capture.appends == (mode == CodecMode::kRecompute ? 1 : kivi ? 5 : 7));
+  CHECK(stats.decode_seconds > 0);
+  const ExternalKv kv = capture.TakeCaptured();
+  CHECK(capture.captured().num_tokens == 0);
+  REQUIRE(kv.num_tokens == whole.kv.num_tokens);
+  REQUIRE(kv.k_pre_rope.size() == whole.kv.k_pre_rope.size());
+  for (size_t l = 0; l < kv.k_pre_rope.size(); ++l) {
+    INFO("layer " << l);
+    CHECK(LargestDifference(kv.k_pre_rope[l], whole.kv.k_pre_rope[l]) <= bound);
+    CHECK(LargestDifference(kv.v[l], whole.kv.v[l]) <= bound);
   }
-  for (const CodecMode mode : {CodecMode::kRaw, CodecMode::kQuant8, CodecMode::kQuant4,
-                               CodecMode::kRecompute, CodecMode::kScdReuse, CodecMode::kScd}) {
-    INFO(CodecModeName(mode));
-    const Payload payload = enc->Encode(mode, context, states).value();
-    auto whole_seq = consumer->NewSequence(static_cast<int>(prompt.size())).value();
-    CountingCapture whole_capture(*consumer);
-    REQUIRE(dec->Rebuild(payload, whole_capture, *whole_seq).ok());
-    CHECK(whole_capture.appends == 1);  // 130 rows: far below the default block
-    const ExternalKv whole_kv = whole_capture.TakeCaptured();
-    const std::vector<float> want = SuffixLogits(*consumer, *whole_seq, suffix);
-    // The same bytes rebuilt row by row; only the GEMMs' blocking (and, for recompute, the
-    // block's attention split by chunks) may round differently.
-    const bool kivi = mode == CodecMode::kQuant8 || mode == CodecMode::kQuant4;
-    const bool per_row = mode == CodecMode::kRaw || kivi;  // decoded row by row, no GEMM
-    const double bound = per_row ? 0.0 : 2e-4;
+  const double worst = LargestDifference(SuffixLogits(*f.consumer, *seq, f.suffix), whole.logits);
+  INFO("codec blocks: largest logit difference " << worst);
+  CHECK(worst <= bound);
+}
 
-    {  // The codec's blocks of 20 rows (KIVI: 32, their group); recompute payloads stay whole.
-      auto seq = consumer->NewSequence(static_cast<int>(prompt.size())).value();
-      CountingCapture capture(*consumer);
-      RebuildStats stats;
-      REQUIRE(blocked->Rebuild(payload, capture, *seq, &stats).ok());
-      CHECK(seq->length() == static_cast<int>(context.size()));
-      const size_t block = mode == CodecMode::kRecompute ? 130 : kivi ? 32 : 20;
-      CHECK(blocked->HostBlockRows(payload) == block);
-      CHECK(dec->HostBlockRows(payload) == 130);
-      CHECK(capture.appends == (mode == CodecMode::kRecompute ? 1 : kivi ? 5 : 7));
-      CHECK(stats.decode_seconds > 0);
-      const ExternalKv kv = capture.TakeCaptured();
-      CHECK(capture.captured().num_tokens == 0);
-      REQUIRE(kv.num_tokens == whole_kv.num_tokens);
-      REQUIRE(kv.k_pre_rope.size() == whole_kv.k_pre_rope.size());
-      for (size_t l = 0; l < kv.k_pre_rope.size(); ++l) {
-        INFO("layer " << l);
-        CHECK(LargestDifference(kv.k_pre_rope[l], whole_kv.k_pre_rope[l]) <= bound);
-        CHECK(LargestDifference(kv.v[l], whole_kv.v[l]) <= bound);
-      }
-      const double worst = LargestDifference(SuffixLogits(*consumer, *seq, suffix), want);
-      INFO("codec blocks: largest logit difference " << worst);
-      CHECK(worst <= bound);
-    }
-
-    PayloadChunks chunks(payload);
-    // KIVI keys split at their group (CodecOptions::kivi_group, 32); the others anywhere.
-    CHECK(chunks.granularity() == (kivi ? 32u : 1u));
-    REQUIRE(chunks.remaining() == context.size());
-    auto seq = consumer->NewSequence(static_cast<int>(prompt.size())).value();
-    std::vector<size_t> rows;
-    while (chunks.remaining() > 0) {
-      const auto n = chunks.Advance(*dec, *consumer, *seq, 20);
-      INFO(n.status());
-      REQUIRE(n.ok());
-      rows.push_back(*n);
-      CHECK(seq->length() == static_cast<int>(context.size() - chunks.remaining()));
-    }
-    CHECK(rows == (kivi ? std::vector<size_t>{32, 32, 32, 32, 2}
-                        : std::vector<size_t>{20, 20, 20, 20, 20, 20, 10}));
-    CHECK(chunks.Advance(*dec, *consumer, *seq, 20).value() == 0);
-    const double worst = LargestDifference(SuffixLogits(*consumer, *seq, suffix), want);
-    INFO("engine chunks: largest logit difference " << worst);
-    CHECK(worst <= (mode == CodecMode::kRecompute ? 2e-4 : bound));
+// The engine's chunks of 20 rows, rounded to the payload's granularity: the suffix's logits
+// are the whole rebuild's within `bound` (recompute: 2e-4, its attention split by chunks).
+void CheckEngineChunks(ChunkPair& f, CodecMode mode, const Payload& payload,
+                       const WholeRebuild& whole, double bound) {
+  const bool kivi = mode == CodecMode::kQuant8 || mode == CodecMode::kQuant4;
+  PayloadChunks chunks(payload);
+  // KIVI keys split at their group (CodecOptions::kivi_group, 32); the others anywhere.
+  CHECK(chunks.granularity() == (kivi ? 32u : 1u));
+  REQUIRE(chunks.remaining() == f.context.size());
+  auto seq = f.consumer->NewSequence(static_cast<int>(f.prompt.size())).value();
+  std::vector<size_t> rows;
+  while (chunks.remaining() > 0) {
+    const auto n = chunks.Advance(*f.dec, *f.consumer, *seq, 20);
+    INFO(n.status());
+    REQUIRE(n.ok());
+    rows.push_back(*n);
+    CHECK(seq->length() == static_cast<int>(f.context.size() - chunks.remaining()));
   }
+  CHECK(rows == (kivi ? std::vector<size_t>{32, 32, 32, 32, 2}
+                      : std::vector<size_t>{20, 20, 20, 20, 20, 20, 10}));
+  CHECK(chunks.Advance(*f.dec, *f.consumer, *seq, 20).value() == 0);
+  const double worst = LargestDifference(SuffixLogits(*f.consumer, *seq, f.suffix), whole.logits);
+  INFO("engine chunks: largest logit difference " << worst);
+  CHECK(worst <= (mode == CodecMode::kRecompute ? 2e-4 : bound));
+}
 
+// A sequence too short for the payload, a negative block and a payload for another pair are
+// refused before anything lands; an oracle payload has nothing to rebuild.
+void CheckChunkRefusals(ChunkPair& f) {
   // A sequence too short for the payload is refused before any block lands in it.
   {
-    const Payload raw = enc->Encode(CodecMode::kRaw, context, states).value();
-    auto short_seq = consumer->NewSequence(static_cast<int>(context.size()) - 1).value();
-    CHECK(blocked->Rebuild(raw, *consumer, *short_seq).code() == absl::StatusCode::kOutOfRange);
+    const Payload raw = f.enc->Encode(CodecMode::kRaw, f.context, f.states).value();
+    auto short_seq = f.consumer->NewSequence(static_cast<int>(f.context.size()) - 1).value();
+    CHECK(f.blocked->Rebuild(raw, *f.consumer, *short_seq).code() == absl::StatusCode::kOutOfRange);
     CHECK(short_seq->length() == 0);
   }
   // A negative block is refused.
   CodecOptions negative;
   negative.cpu_block_rows = -1;
-  CHECK(ConsumerCodec::Create(consumer_model, producer_model->digest, artifact, negative)
+  CHECK(ConsumerCodec::Create(f.consumer_model, f.producer_model->digest, f.artifact, negative)
             .status()
             .code() == absl::StatusCode::kInvalidArgument);
 
   // A payload made for another pair fails at its first chunk and leaves the sequence empty.
   auto wiki = Load("models/stories260K-wiki");
   auto wiki_backend = Cpu(wiki);
-  auto wiki_codec = ConsumerCodec::Create(wiki, producer_model->digest, nullptr).value();
-  PayloadChunks foreign(enc->Encode(CodecMode::kRaw, context, states).value());
-  auto wseq = wiki_backend->NewSequence(static_cast<int>(prompt.size())).value();
+  auto wiki_codec = ConsumerCodec::Create(wiki, f.producer_model->digest, nullptr).value();
+  PayloadChunks foreign(f.enc->Encode(CodecMode::kRaw, f.context, f.states).value());
+  auto wseq = wiki_backend->NewSequence(static_cast<int>(f.prompt.size())).value();
   CHECK(foreign.Advance(*wiki_codec, *wiki_backend, *wseq, 20).status().code() ==
         absl::StatusCode::kFailedPrecondition);
   CHECK(wseq->length() == 0);
-  CHECK(foreign.remaining() == context.size());
+  CHECK(foreign.remaining() == f.context.size());
   // An oracle payload has nothing to rebuild: its tokens are prefilled.
-  CHECK(PayloadChunks(enc->Encode(CodecMode::kOracle, context, states).value()).remaining() == 0);
+  CHECK(PayloadChunks(f.enc->Encode(CodecMode::kOracle, f.context, f.states).value()).remaining() ==
+        0);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "A payload rebuilt in engine chunks or codec blocks leaves the cache its whole rebuild leaves",
+    "[cpu]") {
+  ChunkPair f;
+  for (const CodecMode mode : {CodecMode::kRaw, CodecMode::kQuant8, CodecMode::kQuant4,
+                               CodecMode::kRecompute, CodecMode::kScdReuse, CodecMode::kScd}) {
+    INFO(CodecModeName(mode));
+    const Payload payload = f.enc->Encode(mode, f.context, f.states).value();
+    const WholeRebuild whole = RebuildWhole(f, payload);
+    // The same bytes rebuilt row by row; only the GEMMs' blocking (and, for recompute, the
+    // block's attention split by chunks) may round differently.
+    const bool kivi = mode == CodecMode::kQuant8 || mode == CodecMode::kQuant4;
+    const bool per_row = mode == CodecMode::kRaw || kivi;  // decoded row by row, no GEMM
+    const double bound = per_row ? 0.0 : 2e-4;
+    CheckCodecBlocks(f, mode, payload, whole, bound);
+    CheckEngineChunks(f, mode, payload, whole, bound);
+  }
+  CheckChunkRefusals(f);
 }
 
 }  // namespace scd

@@ -159,15 +159,15 @@ TEST_CASE(
   CHECK(run(0, 0) == 1);    // no host budget: the full reservation stays
 }
 
-TEST_CASE(
-    "Plain requests pass a SEKV request that waits for host memory alone, but never take the "
-    "KV memory or the batch slot it waits beside",
-    "[cpu]") {
-  SekvFixture f;
-  constexpr int kLong = 200, kShort = 60, kTokens = 8;
-  // Prompts under 100 tokens take the plain path; the host budget holds one long prompt's
-  // reservation, not two; the first build is held until the test releases it.
-  auto options = [&](Gate* gate, int64_t kv_budget) {
+namespace {
+
+// Two long SEKV prompts, then a short one. Prompts under 100 tokens take the plain path; the
+// host budget holds one long prompt's reservation, not two; the first build is held until the
+// test opens `gate`.
+struct PassingRequests {
+  static constexpr int kLong = 200, kShort = 60, kTokens = 8;
+
+  static DecodeEngineOptions Options(const SekvFixture& f, Gate* gate, int64_t kv_budget) {
     DecodeEngineOptions o = SekvFixture::Options(0.4);
     o.sekv.min_prompt_tokens = 100;
     const ModelConfig& c = f.model->config;
@@ -184,15 +184,16 @@ TEST_CASE(
       if (builds->fetch_add(1) == 0) gate->Hold();
     };
     return o;
-  };
-  // Two long prompts, then a short one.
-  auto submit = [&](DecodeEngine& engine, DecodeEventCollector& ev) {
+  }
+
+  static void Submit(DecodeEngine& engine, DecodeEventCollector& ev) {
     REQUIRE(engine.Submit(Job(1, kLong, kTokens), ev.For(1)).ok());
     REQUIRE(engine.Submit(Job(2, kLong, kTokens), ev.For(2)).ok());
     REQUIRE(engine.Submit(Job(3, kShort, kTokens), ev.For(3)).ok());
-  };
+  }
+
   // Request 3 stays queued behind request 2 while request 1's build is held; then all end.
-  auto held_back = [&](DecodeEngine& engine, DecodeEventCollector& ev, Gate& gate) {
+  static void CheckHeldBack(DecodeEngine& engine, DecodeEventCollector& ev, Gate& gate) {
     REQUIRE(WaitUntil([&] { return engine.stats().sekv_host_waits == 1; }));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     CHECK(engine.queued() == 2);
@@ -202,50 +203,63 @@ TEST_CASE(
     ev.WaitFor(3);
     for (uint64_t id : {1, 2, 3}) CHECK(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
     CHECK(engine.stats().admitted_past_host_wait == 0);
-  };
-  // Without a KV budget: request 2 (long) waits for request 1's host memory; request 3
-  // (short, plain) passes it and ends while request 1's build is still held.
-  {
-    Gate gate;
-    auto engine = f.ProducerFixture::Engine(options(&gate, 0));
-    DecodeEventCollector ev;
-    submit(*engine, ev);
-    REQUIRE(WaitUntil([&] { return Ended(ev, 3); }));
-    CHECK(ev.final_events[3].kind == DecodeEvent::Kind::kDone);
-    CHECK(ev.tokens[3].size() == static_cast<size_t>(kTokens));
-    CHECK(engine->queued() == 1);  // request 2
-    CHECK(TokensOf(ev, 1) == 0);
-    DecodeEngineStats s = engine->stats();
-    CHECK(s.admitted_past_host_wait == 1);
-    CHECK(s.sekv_host_waits == 1);
-    gate.Open();
-    ev.WaitFor(3);
-    for (uint64_t id : {1, 2}) CHECK(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
   }
+};
+
+// Without a KV budget: request 2 (long) waits for request 1's host memory; request 3 (short,
+// plain) passes it and ends while request 1's build is still held.
+void CheckPlainPassesHostWait(SekvFixture& f) {
+  Gate gate;
+  auto engine = f.ProducerFixture::Engine(PassingRequests::Options(f, &gate, 0));
+  DecodeEventCollector ev;
+  PassingRequests::Submit(*engine, ev);
+  REQUIRE(WaitUntil([&] { return Ended(ev, 3); }));
+  CHECK(ev.final_events[3].kind == DecodeEvent::Kind::kDone);
+  CHECK(ev.tokens[3].size() == static_cast<size_t>(PassingRequests::kTokens));
+  CHECK(engine->queued() == 1);  // request 2
+  CHECK(TokensOf(ev, 1) == 0);
+  DecodeEngineStats s = engine->stats();
+  CHECK(s.admitted_past_host_wait == 1);
+  CHECK(s.sekv_host_waits == 1);
+  gate.Open();
+  ev.WaitFor(3);
+  for (uint64_t id : {1, 2}) CHECK(ev.final_events[id].kind == DecodeEvent::Kind::kDone);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "Plain requests pass a SEKV request that waits for host memory alone, but never take the "
+    "KV memory or the batch slot it waits beside",
+    "[cpu]") {
+  SekvFixture f;
+  using P = PassingRequests;
+  CheckPlainPassesHostWait(f);
   // With a KV budget that holds the two long requests' caches and less than the short one's
   // beside them: request 3 stays behind request 2, so that request 2's KV memory is there when
   // its host memory is.
   {
     auto backend = CreateBackend(BackendKind::kCpu, f.model).value();
     const auto kv = [&](int prompt) {
-      return static_cast<int64_t>(backend->SequenceBytes(prompt + kTokens));
+      return static_cast<int64_t>(backend->SequenceBytes(prompt + P::kTokens));
     };
     Gate gate;
-    auto engine = f.ProducerFixture::Engine(options(&gate, 2 * kv(kLong) + kv(kShort) / 2));
+    auto engine =
+        f.ProducerFixture::Engine(P::Options(f, &gate, 2 * kv(P::kLong) + kv(P::kShort) / 2));
     DecodeEventCollector ev;
-    submit(*engine, ev);
-    held_back(*engine, ev, gate);
+    P::Submit(*engine, ev);
+    P::CheckHeldBack(*engine, ev, gate);
   }
   // Nor the batch slot it waits for: with max_batch 2, request 1 holds one, and request 3
   // would take the other.
   {
     Gate gate;
-    DecodeEngineOptions o = options(&gate, 0);
+    DecodeEngineOptions o = P::Options(f, &gate, 0);
     o.max_batch = 2;
     auto engine = f.ProducerFixture::Engine(o);
     DecodeEventCollector ev;
-    submit(*engine, ev);
-    held_back(*engine, ev, gate);
+    P::Submit(*engine, ev);
+    P::CheckHeldBack(*engine, ev, gate);
   }
 }
 

@@ -175,6 +175,72 @@ TEST_CASE("SEKV session builds the hierarchy from the payload's K/V and surprisa
   CHECK(argmax_s == argmax_f);
 }
 
+namespace {
+
+// Rows rebuilt from the payload (every mode but oracle), in chunks of 16 rows rounded to the
+// payload's granularity: 1 for raw F16, KIVI keys' group of 32 for quant4.
+void CheckRebuildChunks(SekvPrefill& chunked, CodecMode mode, bool with_payload) {
+  const size_t rebuilt = with_payload && mode != CodecMode::kOracle ? 100 : 0;
+  REQUIRE(chunked.rebuild_remaining() == rebuilt);
+  if (rebuilt > 0) {  // the rows come first
+    CHECK(chunked.Advance(16).status().code() == absl::StatusCode::kFailedPrecondition);
+  }
+  std::vector<size_t> rows;
+  while (chunked.rebuild_remaining() > 0) {
+    const auto n = chunked.AdvanceRebuild(16);
+    REQUIRE(n.ok());
+    rows.push_back(*n);
+  }
+  if (mode == CodecMode::kRaw) {
+    CHECK(rows == std::vector<size_t>{16, 16, 16, 16, 16, 16, 4});
+  } else if (mode == CodecMode::kQuant4) {
+    CHECK(rows == std::vector<size_t>{32, 32, 32, 4});
+  } else {
+    CHECK(rows.empty());
+  }
+}
+
+// Tokens the consumer prefills itself, in chunks of 16 that never span the oracle payload's
+// end: an oracle payload's 100, then the suffix but its last token.
+void CheckPrefillChunks(SekvPrefill& chunked, size_t payload_own, size_t head) {
+  REQUIRE(chunked.remaining() == payload_own + head);
+  std::vector<size_t> pieces;
+  while (chunked.remaining() > 0) {
+    const auto n = chunked.Advance(16);
+    REQUIRE(n.ok());
+    pieces.push_back(*n);
+  }
+  const size_t expected_pieces = (payload_own + 15) / 16 + (head + 15) / 16;
+  CHECK(pieces.size() == expected_pieces);
+  CHECK(*std::max_element(pieces.begin(), pieces.end()) == 16);
+}
+
+// The chunks' prompt is the one piece's: the same last token, surprisal within 1e-3 and K/V
+// within 1e-4 (a payload's rows: the same bytes rebuilt).
+void CheckSamePrompt(const SekvPrompt& got, const SekvPrompt& whole) {
+  REQUIRE(got.kv.num_tokens == whole.kv.num_tokens);
+  CHECK(got.last_token == whole.last_token);
+  REQUIRE(got.surprisal.size() == whole.surprisal.size());
+  for (size_t i = 0; i < got.surprisal.size(); ++i) {
+    INFO("position " << i);
+    CHECK(got.surprisal[i] == Approx(whole.surprisal[i]).margin(1e-3));
+  }
+  REQUIRE(got.kv.k_pre_rope.size() == whole.kv.k_pre_rope.size());
+  double worst = 0;
+  for (size_t l = 0; l < got.kv.k_pre_rope.size(); ++l) {
+    REQUIRE(got.kv.k_pre_rope[l].size() == whole.kv.k_pre_rope[l].size());
+    REQUIRE(got.kv.v[l].size() == whole.kv.v[l].size());
+    for (size_t i = 0; i < got.kv.k_pre_rope[l].size(); ++i) {
+      worst =
+          std::max(worst, std::abs(double(got.kv.k_pre_rope[l][i]) - whole.kv.k_pre_rope[l][i]));
+      worst = std::max(worst, std::abs(double(got.kv.v[l][i]) - whole.kv.v[l][i]));
+    }
+  }
+  CHECK(worst < 1e-4);
+}
+
+}  // namespace
+
 TEST_CASE("A SEKV prompt rebuilt and prefilled in chunks gives what one piece gives", "[cpu]") {
   SekvFixture f;
   auto backend = CreateBackend(BackendKind::kCpu, f.model).value();
@@ -194,60 +260,11 @@ TEST_CASE("A SEKV prompt rebuilt and prefilled in chunks gives what one piece gi
       auto chunked = SekvPrefill::Begin(
           *backend, *codec, p != nullptr ? std::optional<Payload>(*p) : std::nullopt, whole_suffix);
       REQUIRE(chunked.ok());
-      // Rows rebuilt from the payload (every mode but oracle), in chunks of 16 rows rounded to
-      // the payload's granularity: 1 for raw F16, KIVI keys' group of 32 for quant4.
-      const size_t rebuilt = with_payload && mode != CodecMode::kOracle ? 100 : 0;
-      REQUIRE((*chunked)->rebuild_remaining() == rebuilt);
-      if (rebuilt > 0) {  // the rows come first
-        CHECK((*chunked)->Advance(16).status().code() == absl::StatusCode::kFailedPrecondition);
-      }
-      std::vector<size_t> rows;
-      while ((*chunked)->rebuild_remaining() > 0) {
-        const auto n = (*chunked)->AdvanceRebuild(16);
-        REQUIRE(n.ok());
-        rows.push_back(*n);
-      }
-      if (mode == CodecMode::kRaw) {
-        CHECK(rows == std::vector<size_t>{16, 16, 16, 16, 16, 16, 4});
-      } else if (mode == CodecMode::kQuant4) {
-        CHECK(rows == std::vector<size_t>{32, 32, 32, 4});
-      } else {
-        CHECK(rows.empty());
-      }
-      // Tokens the consumer prefills itself: an oracle payload's, then the suffix but its last.
+      CheckRebuildChunks(**chunked, mode, with_payload);
       const size_t payload_own = with_payload && mode == CodecMode::kOracle ? 100 : 0;
-      const size_t head = whole_suffix.size() - 1;
-      REQUIRE((*chunked)->remaining() == payload_own + head);
-      std::vector<size_t> pieces;
-      while ((*chunked)->remaining() > 0) {
-        const auto n = (*chunked)->Advance(16);
-        REQUIRE(n.ok());
-        pieces.push_back(*n);
-      }
-      // Chunks of 16 that never span the oracle payload's end.
-      const size_t expected_pieces = (payload_own + 15) / 16 + (head + 15) / 16;
-      CHECK(pieces.size() == expected_pieces);
-      CHECK(*std::max_element(pieces.begin(), pieces.end()) == 16);
+      CheckPrefillChunks(**chunked, payload_own, whole_suffix.size() - 1);
       const SekvPrompt got = (*chunked)->Take();
-      REQUIRE(got.kv.num_tokens == whole->kv.num_tokens);
-      CHECK(got.last_token == whole->last_token);
-      REQUIRE(got.surprisal.size() == whole->surprisal.size());
-      for (size_t i = 0; i < got.surprisal.size(); ++i) {
-        INFO("position " << i);
-        CHECK(got.surprisal[i] == Approx(whole->surprisal[i]).margin(1e-3));
-      }
-      REQUIRE(got.kv.k_pre_rope.size() == whole->kv.k_pre_rope.size());
-      double worst = 0;
-      for (size_t l = 0; l < got.kv.k_pre_rope.size(); ++l) {
-        REQUIRE(got.kv.k_pre_rope[l].size() == whole->kv.k_pre_rope[l].size());
-        REQUIRE(got.kv.v[l].size() == whole->kv.v[l].size());
-        for (size_t i = 0; i < got.kv.k_pre_rope[l].size(); ++i) {
-          worst = std::max(worst,
-                           std::abs(double(got.kv.k_pre_rope[l][i]) - whole->kv.k_pre_rope[l][i]));
-          worst = std::max(worst, std::abs(double(got.kv.v[l][i]) - whole->kv.v[l][i]));
-        }
-      }
-      CHECK(worst < 1e-4);  // a payload's rows: the same bytes rebuilt, the same K/V
+      CheckSamePrompt(got, *whole);
       // Each part's time is its own: the rebuild (or an oracle payload's prefill), the suffix.
       CHECK((with_payload ? got.times.rebuild_ms > 0 : got.times.rebuild_ms == 0));
       CHECK(got.times.suffix_prefill_ms > 0);
@@ -260,6 +277,83 @@ TEST_CASE("A SEKV prompt rebuilt and prefilled in chunks gives what one piece gi
   CHECK((*p)->AdvanceRebuild(0).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
+namespace {
+
+// 200 prompt tokens, 199 in the cache before the build: prefilled, or 192 rows rebuilt from a
+// raw payload and the suffix's 7 prefilled.
+DecodeJob LongPromptJob(SekvFixture& f, bool with_payload) {
+  const std::vector<int32_t> prompt = SyntheticPrompt(200, 2);
+  DecodeJob long_prompt;
+  long_prompt.request_id = 2;
+  if (with_payload) {
+    long_prompt.payload = SerializePayload(
+        f.Encode(CodecMode::kRaw, std::vector<int32_t>(prompt.begin(), prompt.begin() + 192)));
+    long_prompt.suffix.assign(prompt.begin() + 192, prompt.end());
+  } else {
+    long_prompt.suffix = prompt;
+  }
+  long_prompt.max_tokens = 6;
+  long_prompt.stop_ids = {-1};
+  return long_prompt;
+}
+
+// The long prompt (request 2) served beside a running request (1): its tokens, the running
+// request's tokens between Submit's return and the start of the long prompt's hierarchy build
+// (right after its prefill), and the engine's counters over it.
+struct LongPromptRun {
+  std::vector<int32_t> tokens;
+  size_t meanwhile = 0;
+  DecodeEngineStats before, after;
+};
+
+LongPromptRun RunLongPrompt(SekvFixture& f, bool with_payload, int chunk) {
+  DecodeEventCollector ev;
+  std::atomic<int> builds{0};
+  std::atomic<size_t> at_build{0};
+  DecodeEngineOptions o;
+  o.sekv.enabled = true;
+  o.sekv.budget = 0.4;
+  o.prefill_chunk = chunk;
+  o.rebuild_chunk = chunk;
+  // Steps of 5 ms at least: the build's thread, which counts the running request's tokens,
+  // may start a few tiny steps late on a loaded machine.
+  o.min_step_interval = absl::Milliseconds(5);
+  o.sekv.before_build = [&] {
+    if (builds.fetch_add(1) == 1) at_build = TokensOf(ev, 1);
+  };
+  auto engine = f.ProducerFixture::Engine(o);
+  DecodeJob running;
+  running.request_id = 1;
+  running.suffix = SyntheticPrompt(40, 1);
+  running.max_tokens = 400;
+  running.stop_ids = {-1};
+  REQUIRE(engine->Submit(std::move(running), ev.For(1)).ok());
+  REQUIRE(WaitUntil([&] { return TokensOf(ev, 1) >= 2; }));
+  DecodeJob long_prompt = LongPromptJob(f, with_payload);
+  LongPromptRun run;
+  run.before = engine->stats();
+  // Counted from Submit's return: Submit parses the payload first, on this thread, while
+  // the running request keeps decoding.
+  REQUIRE(engine->Submit(std::move(long_prompt), ev.For(2)).ok());
+  const size_t before = TokensOf(ev, 1);
+  {
+    std::unique_lock<std::mutex> lock(ev.mu);
+    REQUIRE(ev.cv.wait_for(lock, std::chrono::seconds(60),
+                           [&] { return ev.final_events.count(2) == 1; }));
+  }
+  engine->Cancel(1);
+  ev.WaitFor(2);
+  REQUIRE(ev.final_events[2].kind == DecodeEvent::Kind::kDone);
+  CHECK(ev.tokens[2].size() == 6);
+  CHECK(engine->starting() == 0);
+  run.tokens = ev.tokens[2];
+  run.meanwhile = at_build.load() - before;
+  run.after = engine->stats();
+  return run;
+}
+
+}  // namespace
+
 TEST_CASE(
     "A long SEKV prompt is prefilled, a long payload rebuilt, in chunks between the running "
     "requests' steps",
@@ -270,72 +364,11 @@ TEST_CASE(
     for (const int chunk : {16, 0}) {
       INFO((with_payload ? "raw payload" : "no payload")
            << ", prefill_chunk and rebuild_chunk " << chunk);
-      DecodeEventCollector ev;
-      auto tokens_of = [&](uint64_t id) {
-        std::lock_guard<std::mutex> lock(ev.mu);
-        return ev.tokens[id].size();
-      };
-      // The running request's tokens when the long prompt's hierarchy build starts, that is
-      // right after its prefill.
-      std::atomic<int> builds{0};
-      std::atomic<size_t> at_build{0};
-      DecodeEngineOptions o;
-      o.sekv.enabled = true;
-      o.sekv.budget = 0.4;
-      o.prefill_chunk = chunk;
-      o.rebuild_chunk = chunk;
-      // Steps of 5 ms at least: the build's thread, which counts the running request's tokens,
-      // may start a few tiny steps late on a loaded machine.
-      o.min_step_interval = absl::Milliseconds(5);
-      o.sekv.before_build = [&] {
-        if (builds.fetch_add(1) == 1) at_build = tokens_of(1);
-      };
-      auto engine = f.ProducerFixture::Engine(o);
-      DecodeJob running;
-      running.request_id = 1;
-      running.suffix = SyntheticPrompt(40, 1);
-      running.max_tokens = 400;
-      running.stop_ids = {-1};
-      REQUIRE(engine->Submit(std::move(running), ev.For(1)).ok());
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (tokens_of(1) < 2 && std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-      REQUIRE(tokens_of(1) >= 2);
-      // 200 prompt tokens, 199 in the cache before the build: prefilled, or 192 rows rebuilt
-      // from a raw payload and the suffix's 7 prefilled.
-      const std::vector<int32_t> prompt = SyntheticPrompt(200, 2);
-      DecodeJob long_prompt;
-      long_prompt.request_id = 2;
-      if (with_payload) {
-        long_prompt.payload = SerializePayload(
-            f.Encode(CodecMode::kRaw, std::vector<int32_t>(prompt.begin(), prompt.begin() + 192)));
-        long_prompt.suffix.assign(prompt.begin() + 192, prompt.end());
-      } else {
-        long_prompt.suffix = prompt;
-      }
-      long_prompt.max_tokens = 6;
-      long_prompt.stop_ids = {-1};
-      const DecodeEngineStats stats_before = engine->stats();
-      // Counted from Submit's return: Submit parses the payload first, on this thread, while
-      // the running request keeps decoding.
-      REQUIRE(engine->Submit(std::move(long_prompt), ev.For(2)).ok());
-      const size_t before = tokens_of(1);
-      {
-        std::unique_lock<std::mutex> lock(ev.mu);
-        REQUIRE(ev.cv.wait_for(lock, std::chrono::seconds(60),
-                               [&] { return ev.final_events.count(2) == 1; }));
-      }
-      engine->Cancel(1);
-      ev.WaitFor(2);
-      REQUIRE(ev.final_events[2].kind == DecodeEvent::Kind::kDone);
-      CHECK(ev.tokens[2].size() == 6);
-      const size_t meanwhile = at_build.load() - before;
-
+      const LongPromptRun run = RunLongPrompt(f, with_payload, chunk);
+      const size_t meanwhile = run.meanwhile;
       INFO(meanwhile << " tokens of the running request during the long prompt's prefill");
-      const DecodeEngineStats stats = engine->stats();
-      const long prefills = stats.prefill_chunks - stats_before.prefill_chunks;
-      const long rebuilds = stats.rebuild_chunks - stats_before.rebuild_chunks;
+      const long prefills = run.after.prefill_chunks - run.before.prefill_chunks;
+      const long rebuilds = run.after.rebuild_chunks - run.before.rebuild_chunks;
       if (chunk > 0) {
         // No payload: 13 prefills, one per loop iteration, a decode step after each of the
         // first 12. A raw payload: 12 rebuilds of 16 rows, the last iteration's with the
@@ -343,16 +376,15 @@ TEST_CASE(
         CHECK(prefills == (with_payload ? 1 : 13));
         CHECK(rebuilds == (with_payload ? 12 : 0));
         CHECK(meanwhile >= (with_payload ? 9u : 10u));  // one may come before Submit returns
-        tokens_at_chunk16 = ev.tokens[2];
+        tokens_at_chunk16 = run.tokens;
       } else {
         CHECK(prefills == 1);
         CHECK(rebuilds == (with_payload ? 1 : 0));
         CHECK(meanwhile <= 2);
-        CHECK(ev.tokens[2] == tokens_at_chunk16);  // chunked or not, the same tokens
+        CHECK(run.tokens == tokens_at_chunk16);  // chunked or not, the same tokens
       }
-      CHECK(stats.rebuild_rows - stats_before.rebuild_rows == (with_payload ? 192 : 0));
-      CHECK(stats.prefill_tokens - stats_before.prefill_tokens == (with_payload ? 7 : 199));
-      CHECK(engine->starting() == 0);
+      CHECK(run.after.rebuild_rows - run.before.rebuild_rows == (with_payload ? 192 : 0));
+      CHECK(run.after.prefill_tokens - run.before.prefill_tokens == (with_payload ? 7 : 199));
     }
   }
 }

@@ -138,8 +138,9 @@ TEST_CASE("unsupported component types are named in the error", "[cpu]") {
   }
 }
 
-TEST_CASE("wrong field types and dangling references are named", "[cpu]") {
-  json base = testing::Gpt2FixtureJson();
+// The model's fields: a vocabulary id of the wrong type or sign, a merge that is not a pair of
+// known tokens, a vocabulary that is not an object, an unknown unk_token.
+void ExpectModelFieldsNamed(const json& base) {
   {
     json t = base;
     t["model"]["vocab"]["h"] = "seven";
@@ -175,6 +176,11 @@ TEST_CASE("wrong field types and dangling references are named", "[cpu]") {
     t["model"]["unk_token"] = "<nope>";
     ExpectInvalid(t, "model.unk_token");
   }
+}
+
+// added_tokens of the wrong shape, a post-processor naming a special token that is not there,
+// and a pre-tokenizer without its type.
+void ExpectTokenReferencesNamed(const json& base) {
   {
     json t = base;
     t["added_tokens"] = "none";
@@ -200,8 +206,11 @@ TEST_CASE("wrong field types and dangling references are named", "[cpu]") {
     t["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"kind", "ByteLevel"}}}}};
     ExpectInvalid(t, "pre_tokenizer.pretokenizers[0].type");
   }
-  // A Sequence of each component kind: its list must be an array, and an element's error names
-  // its place, inside a nested Sequence too.
+}
+
+// A Sequence of each component kind: its list must be an array, and an element's error names
+// its place, inside a nested Sequence too.
+void ExpectSequenceListsNamed(const json& base) {
   const std::pair<std::string, std::string> sequences[] = {{"normalizer", "normalizers"},
                                                            {"pre_tokenizer", "pretokenizers"},
                                                            {"decoder", "decoders"},
@@ -216,6 +225,13 @@ TEST_CASE("wrong field types and dangling references are named", "[cpu]") {
     t[component] = {{"type", "Sequence"}, {list, json::array({inner})}};
     ExpectInvalid(t, component + "." + list + "[0]." + list + "[0].type");
   }
+}
+
+TEST_CASE("wrong field types and dangling references are named", "[cpu]") {
+  json base = testing::Gpt2FixtureJson();
+  ExpectModelFieldsNamed(base);
+  ExpectTokenReferencesNamed(base);
+  ExpectSequenceListsNamed(base);
   {
     json t = base;
     t["decoder"] = {{"type", "Strip"}, {"content", "ab"}, {"start", 1}, {"stop", 0}};

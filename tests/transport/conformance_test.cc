@@ -1,9 +1,10 @@
 // The transport conformance test (docs/STYLE.md: every transport passes one shared test). Each
 // check is written once against the Transport interface and instantiated for TCP ([tcp]) and
-// UCX ([ucx]): byte-exact round trips up to 64 MB, 16 concurrent senders, a sender that dies
+// UCX ([ucx]): byte-exact round trips up to 64 MB with their transfer tokens, 16 concurrent
+// senders, a sender that dies
 // mid-message (closed locally, and a child process killed with SIGKILL), a receiver that dies
 // mid-message, a corrupted body caught by the checksum, dead and silent addresses, deadlines
-// and back-pressure, and the bandwidth cap's accuracy on the wire.
+// and back-pressure, a port already listened on, and the bandwidth cap's accuracy on the wire.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -80,16 +81,22 @@ void RoundTrip(const std::string& kind) {
   uint64_t id = 100;
   for (size_t size : sizes) {
     const std::vector<uint8_t> payload = Pattern(id, size);
-    const absl::Status sent = pair.connection->Send(id, payload, In(absl::Seconds(30)));
+    const TransferToken token = NewTransferToken();
+    const absl::Status sent = pair.connection->Send(id, token, payload, In(absl::Seconds(30)));
     INFO("size " << size << ": " << sent.ToString());
     REQUIRE(sent.ok());
     Message message = ReceiveOrFail(*pair.listener);
     CHECK(message.status.ok());
     CHECK(message.request_id == id);
+    CHECK(message.token == token);
     CHECK(message.peer.rfind(kind + "://127.0.0.1:", 0) == 0);
     CHECK(HoldsPattern(message, id, size));
     ++id;
   }
+  // A message sent without a token arrives with none (the receiver decides what that means).
+  REQUIRE(pair.connection->Send(id, Pattern(id, 10), In(absl::Seconds(10))).ok());
+  Message untokened = ReceiveOrFail(*pair.listener);
+  CHECK_FALSE(HasToken(untokened.token));
   CHECK(pair.connection->health().ok());
 }
 TRANSPORT_CONFORMANCE("small and large payloads round-trip byte-exact", RoundTrip)
@@ -405,6 +412,25 @@ void BadArguments(const std::string& kind) {
   CHECK(std::string(pair.server->name()) == kind);
 }
 TRANSPORT_CONFORMANCE("bad addresses and oversized messages are refused", BadArguments)
+
+// A second transport (as another daemon would) cannot listen on a port already listened on:
+// the error names the address and is not INVALID_ARGUMENT (a daemon exits 1, not 2, as for a
+// config mistake), and the first listener keeps its messages.
+void ExclusivePort(const std::string& kind) {
+  Pair pair;
+  if (!MakePair(kind, &pair)) return;
+  std::unique_ptr<Transport> other = MakeTransport(kind);
+  REQUIRE(other != nullptr);
+  const std::string& taken = pair.listener->address();
+  auto second = other->Listen(taken);
+  REQUIRE_FALSE(second.ok());
+  CHECK_FALSE(absl::IsInvalidArgument(second.status()));
+  CHECK_THAT(std::string(second.status().message()), Catch::Contains(taken));
+  REQUIRE(pair.connection->Send(9, Pattern(9, 4096), In(absl::Seconds(10))).ok());
+  Message m = ReceiveOrFail(*pair.listener);
+  CHECK(HoldsPattern(m, 9, 4096));
+}
+TRANSPORT_CONFORMANCE("a port already listened on is refused, naming it", ExclusivePort)
 
 void BandwidthCap(const std::string& kind) {
   TransportOptions capped;

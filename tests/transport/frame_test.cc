@@ -47,6 +47,35 @@ TEST_CASE("frame headers round-trip and every flipped bit is caught", "[cpu][tra
   CHECK(absl::IsInvalidArgument(DecodeHeader(absl::MakeSpan(bytes.data(), 47), 1).status()));
 }
 
+TEST_CASE("a DATA frame seals its transfer token; tokens are random", "[cpu][transport]") {
+  const std::vector<uint8_t> body = {9, 8, 7};
+  const TransferToken token = NewTransferToken();
+  CHECK(HasToken(token));
+  CHECK(NewTransferToken() != token);
+  const FrameHeader header = MakeData(11, token, body);
+  CHECK(header.type == FrameType::kData);
+  CHECK(VerifyBody(header, body).ok());
+  auto decoded = DecodeHeader(EncodeHeader(header), body.size());
+  REQUIRE(decoded.ok());
+  CHECK(decoded->token_crc == header.token_crc);
+  CHECK(VerifyToken(*decoded, token).ok());
+  TransferToken flipped = token;
+  flipped[15] ^= 0x80;
+  const absl::Status bad = VerifyToken(*decoded, flipped);
+  CHECK(absl::IsDataLoss(bad));
+  CHECK(std::string(bad.message()).find("request 11") != std::string::npos);
+
+  // The version field is checked: a version-1 header (no token) is refused by number.
+  EncodedHeader v1 = EncodeHeader(header);
+  v1[4] = 1;
+  const uint32_t crc = Crc32c(v1.data(), kFrameHeaderBytes - 4);
+  for (int i = 0; i < 4; ++i) v1[kFrameHeaderBytes - 4 + i] = static_cast<uint8_t>(crc >> (8 * i));
+  const absl::Status old = DecodeHeader(v1, body.size()).status();
+  CHECK(absl::IsDataLoss(old));
+  CHECK(std::string(old.message()).find("unsupported frame version 1 (this build speaks 2)") !=
+        std::string::npos);
+}
+
 TEST_CASE("bodies are verified and ACKs carry the verdict", "[cpu][transport]") {
   const std::vector<uint8_t> body = {1, 2, 3, 4, 5};
   FrameHeader header;

@@ -1,6 +1,7 @@
 // TCP-only checks that write raw bytes to the listener, independent of our own sender:
-// a body corrupted on the wire is rejected with a DATA_LOSS ACK carrying the request id, and
-// a corrupted header drops only its own connection while other connections keep working.
+// a body corrupted on the wire is rejected with a DATA_LOSS ACK carrying the request id, a
+// corrupted header or transfer token drops only its own connection while other connections
+// keep working, and a version-1 frame (no token) is refused by its version.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -48,6 +49,13 @@ void WriteAll(int fd, const void* data, size_t size) {
   REQUIRE(send(fd, data, size, MSG_NOSIGNAL) == static_cast<ssize_t>(size));
 }
 
+// A version-2 DATA frame's header and token, as our sender writes them (frame.h).
+void WriteDataHeader(int fd, const FrameHeader& header, const TransferToken& token) {
+  const EncodedHeader encoded = EncodeHeader(header);
+  WriteAll(fd, encoded.data(), encoded.size());
+  WriteAll(fd, token.data(), token.size());
+}
+
 TEST_CASE("tcp: a body corrupted on the wire gets a DATA_LOSS ACK", "[transport][tcp]") {
   auto transport = MakeTransport("tcp");
   auto listener = transport->Listen("tcp://127.0.0.1:0");
@@ -55,14 +63,11 @@ TEST_CASE("tcp: a body corrupted on the wire gets a DATA_LOSS ACK", "[transport]
   const int fd = RawConnect((*listener)->address());
 
   std::vector<uint8_t> body = Pattern(21, 5000);
-  FrameHeader header;
+  const TransferToken token = NewTransferToken();
+  FrameHeader header = MakeData(21, token, body);
   header.sequence = 1;
-  header.request_id = 21;
-  header.body_length = body.size();
-  header.body_crc = Crc32c(body.data(), body.size());
   body[4321] ^= 0x01;  // flipped after the checksum, as a bad link would
-  const EncodedHeader encoded = EncodeHeader(header);
-  WriteAll(fd, encoded.data(), encoded.size());
+  WriteDataHeader(fd, header, token);
   WriteAll(fd, body.data(), body.size());
 
   EncodedHeader ack_bytes;
@@ -81,16 +86,14 @@ TEST_CASE("tcp: a body corrupted on the wire gets a DATA_LOSS ACK", "[transport]
   Message report = ReceiveOrFail(**listener);
   INFO(report.status.ToString());
   CHECK(report.request_id == 21);
+  CHECK(report.token == token);  // the loss report names the transfer it belongs to
   CHECK(absl::IsDataLoss(report.status));
 
   // The same raw connection is still in sync: a good frame is accepted and ACKed OK.
   body = Pattern(22, 100);
+  header = MakeData(22, token, body);
   header.sequence = 2;
-  header.request_id = 22;
-  header.body_length = body.size();
-  header.body_crc = Crc32c(body.data(), body.size());
-  const EncodedHeader good = EncodeHeader(header);
-  WriteAll(fd, good.data(), good.size());
+  WriteDataHeader(fd, header, token);
   WriteAll(fd, body.data(), body.size());
   REQUIRE(recv(fd, ack_bytes.data(), ack_bytes.size(), MSG_WAITALL) ==
           static_cast<ssize_t>(ack_bytes.size()));
@@ -99,7 +102,46 @@ TEST_CASE("tcp: a body corrupted on the wire gets a DATA_LOSS ACK", "[transport]
   CHECK(ack->status_code == 0);
   Message next = ReceiveOrFail(**listener);
   CHECK(next.request_id == 22);
+  CHECK(next.token == token);
   CHECK(HoldsPattern(next, 22, 100));
+  close(fd);
+}
+
+TEST_CASE("tcp: a corrupted transfer token drops the connection", "[transport][tcp]") {
+  auto transport = MakeTransport("tcp");
+  auto listener = transport->Listen("tcp://127.0.0.1:0");
+  REQUIRE(listener.ok());
+  const int fd = RawConnect((*listener)->address());
+  const std::vector<uint8_t> body = Pattern(41, 100);
+  TransferToken token = NewTransferToken();
+  const FrameHeader header = MakeData(41, token, body);
+  token[5] ^= 0x04;  // after the header sealed its CRC
+  WriteDataHeader(fd, header, token);
+  Message report = ReceiveOrFail(**listener);
+  INFO(report.status.ToString());
+  CHECK(report.request_id == 0);  // nothing of the frame is trusted
+  CHECK(absl::IsDataLoss(report.status));
+  CHECK(std::string(report.status.message()).find("transfer token") != std::string::npos);
+  char byte;
+  CHECK(recv(fd, &byte, 1, 0) == 0);
+  close(fd);
+}
+
+TEST_CASE("tcp: a version-1 frame is refused by its version", "[transport][tcp]") {
+  auto transport = MakeTransport("tcp");
+  auto listener = transport->Listen("tcp://127.0.0.1:0");
+  REQUIRE(listener.ok());
+  const int fd = RawConnect((*listener)->address());
+  EncodedHeader v1 = EncodeHeader(MakeData(51, TransferToken{}, {}));
+  v1[4] = 1;  // the version field, then the header CRC resealed as a version-1 sender would
+  const uint32_t crc = Crc32c(v1.data(), kFrameHeaderBytes - 4);
+  for (int i = 0; i < 4; ++i) v1[kFrameHeaderBytes - 4 + i] = static_cast<uint8_t>(crc >> (8 * i));
+  WriteAll(fd, v1.data(), v1.size());
+  Message report = ReceiveOrFail(**listener);
+  INFO(report.status.ToString());
+  CHECK(absl::IsDataLoss(report.status));
+  CHECK(std::string(report.status.message()).find("unsupported frame version 1") !=
+        std::string::npos);
   close(fd);
 }
 
@@ -112,6 +154,7 @@ TEST_CASE("tcp: a corrupted header drops only its own connection", "[transport][
 
   const int fd = RawConnect((*listener)->address());
   FrameHeader header;
+  header.type = FrameType::kData;
   header.request_id = 31;
   header.body_length = 1 << 30;
   EncodedHeader encoded = EncodeHeader(header);

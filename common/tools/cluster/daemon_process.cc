@@ -35,6 +35,11 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::s
   for (std::string& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
   const std::string netns_path = netns.empty() ? "" : "/run/netns/" + netns;
+  // Emptied here, before the fork: a caller that reads the log for the daemon's start-up event
+  // must not find an earlier run's in the moment before the child opens it.
+  if (const int old_log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644); old_log >= 0) {
+    close(old_log);
+  }
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   if (pid == 0) {

@@ -37,6 +37,9 @@ struct DecodeDaemonSpec {
 nlohmann::json DecodeDaemonJson(const DecodeDaemonSpec& spec, int index);
 
 // Writes `config` to `dir`/`name`.json and starts `binary` on it; its log is `dir`/`name`.log.
+// The daemons of a local cluster run on loopback with the drivers' fixed cluster tokens, which
+// are no secrets: the written config sets control_plane.dev_insecure, without which a daemon
+// refuses such a token (common/rpc/cluster_token.h).
 absl::StatusOr<std::unique_ptr<DaemonProcess>> StartWithConfig(const std::string& binary,
                                                                const nlohmann::json& config,
                                                                const std::string& dir,

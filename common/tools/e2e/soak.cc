@@ -190,18 +190,25 @@ SoakCheck RssCheck(const SoakOptions& o, const nlohmann::json& report,
       ok, detail};
 }
 
-// Checks that p99 TTFT did not drift between the first and the last window.
+// Checks that p99 TTFT did not rise between the first and the last window by more than the
+// tolerance. One-sided: only a rise is drift (a fall, say from a warmer cache, passes), and
+// the output says how the bound compares with the noise (soak.h): a single run's
+// first-vs-last p99 moves by about the bound from noise alone on a small host.
 SoakCheck TtftDriftCheck(const SoakOptions& o, const nlohmann::json& report) {
   const nlohmann::json& drift = report["ttft_drift"];
   if (drift.is_null()) return {"p99 TTFT drift", false, "no drift figure (too few requests)"};
   const double change = drift["relative_change"].get<double>();
-  return {absl::StrCat("p99 TTFT drift below ", Fmt(100 * o.ttft_drift_tolerance, 0),
-                       "% (first vs last ", Fmt(o.drift_window_s, 0), " s)"),
-          std::abs(change) < o.ttft_drift_tolerance,
+  const std::string bound = Fmt(100 * o.ttft_drift_tolerance, 0);
+  return {absl::StrCat("p99 TTFT drift: rise below ", bound, "% (first vs last ",
+                       Fmt(o.drift_window_s, 0), " s; a fall passes)"),
+          change < o.ttft_drift_tolerance,
           absl::StrCat(Fmt(drift["first_p99_ms"].get<double>()), " ms -> ",
                        Fmt(drift["last_p99_ms"].get<double>()), " ms (", change >= 0 ? "+" : "",
                        Fmt(100 * change, 1), "%; ", drift["first_count"].get<int64_t>(), " and ",
-                       drift["last_count"].get<int64_t>(), " requests)")};
+                       drift["last_count"].get<int64_t>(), " requests); the +", bound,
+                       "% bound is about the run-to-run noise of a one-window p99 on a 2-core "
+                       "host (docs/RESULTS.md, Soak): rerun before reading a narrow failure as "
+                       "drift")};
 }
 
 // Raises closed-loop concurrency until throughput stops growing by 5%; records the best rate.

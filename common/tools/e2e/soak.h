@@ -17,7 +17,12 @@
 //    - RSS flat: after rss_warmup_s, the median RSS of every drift_window_s window within
 //      rss_tolerance of the first window's, for every daemon (a single sample also counts
 //      the requests in flight at that moment; the peak sample is reported, not judged);
-//    - p99 TTFT of the last drift_window_s within ttft_drift_tolerance of the first's.
+//    - p99 TTFT of the last drift_window_s at most ttft_drift_tolerance above the first's.
+//      One-sided: drift is a degradation (a leak, a growing queue), and a p99 that fell is
+//      not one. The default bound is of the order of the noise itself: with no trend, the
+//      first and last minutes' p99 differed by up to +10.5% and -18.3% between runs on the
+//      2-core host of docs/RESULTS.md ("Soak"), so a rise just past the bound calls for a
+//      rerun before it is read as drift; a real leak keeps rising over a longer run.
 //    Finally each daemon gets SIGTERM and must exit 0.
 #ifndef SCD_COMMON_TOOLS_E2E_SOAK_H_
 #define SCD_COMMON_TOOLS_E2E_SOAK_H_
@@ -53,7 +58,7 @@ struct SoakOptions {
   double rss_warmup_s = 60;
   double rss_tolerance = 0.05;
   double drift_window_s = 60;
-  double ttft_drift_tolerance = 0.10;
+  double ttft_drift_tolerance = 0.10;  // largest rise of the last window's p99 (one-sided)
 };
 
 struct SaturationLevel {

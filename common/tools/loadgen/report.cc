@@ -212,6 +212,11 @@ json BuildReport(const LoadOptions& options, const RunResult& result,
         {"prompt_tokens", stats.prompt_tokens},
         {"completion_tokens", stats.completion_tokens},
         {"usage_missing", stats.usage_missing}}},
+      {"shed",
+       {{"requests", stats.shed},
+        {"fraction", stats.issued > 0 ? static_cast<double>(stats.shed) / stats.issued : 0.0},
+        {"answer_ms", DistributionJson(stats.shed_answer_s, 1e3)},
+        {"retry_after_s", DistributionJson(stats.retry_after_s, 1)}}},
       {"goodput",
        {{"requests_per_s", stats.goodput_rps},
         {"requests", stats.good},
@@ -262,6 +267,15 @@ std::string SummaryText(const json& report) {
                         tp["requests_per_s"].get<double>(), tp["output_tokens_per_s"].get<double>(),
                         gp["requests_per_s"].get<double>(), 100 * gp["fraction"].get<double>(),
                         Ms(slo["ttft_ms"]), Ms(slo["itl_ms"]));
+  const json& shed = report["shed"];
+  if (shed["requests"].get<int64_t>() > 0) {
+    absl::StrAppendFormat(&text,
+                          "  shed (429) %d = %.1f%% of requests, refused in p50 %s ms p99 %s ms; "
+                          "Retry-After p50 %s s max %s s\n",
+                          shed["requests"].get<int64_t>(), 100 * shed["fraction"].get<double>(),
+                          Ms(shed["answer_ms"]["p50"]), Ms(shed["answer_ms"]["p99"]),
+                          Ms(shed["retry_after_s"]["p50"]), Ms(shed["retry_after_s"]["max"]));
+  }
   const json& sched = report["schedule"];
   if (sched["target_rate"].is_number()) {
     absl::StrAppendFormat(&text,

@@ -18,6 +18,8 @@
 //   "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms": latency objects (definitions in stats.h),
 //   "throughput": {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s",
 //                  "prompt_tokens", "completion_tokens", "usage_missing"},
+//   "shed":     {"requests", "fraction" (of issued), "answer_ms" (latency object: start to the
+//                429), "retry_after_s" (the same object's keys, in seconds)},
 //   "goodput":  {"requests_per_s", "requests", "fraction"},
 //   "schedule": {"mode", "target_rate", "achieved_rate", "lag_ms" (latency object),
 //                "late_threshold_ms", "late_requests", "fell_behind", "peak_in_flight",
@@ -61,7 +63,8 @@ nlohmann::json BuildReport(const LoadOptions& options, const RunResult& result,
 // One RecordJson line per request, warm-up first.
 absl::Status WriteRecordsJsonl(const RunResult& result, const std::string& path);
 
-// A few lines for the terminal: counts, percentiles, throughput, goodput, schedule lag.
+// A few lines for the terminal: counts, percentiles, throughput, goodput, requests shed (429),
+// schedule lag.
 std::string SummaryText(const nlohmann::json& report);
 
 // Histogram of the ok requests' TTFT (ms) with the p50/p90/p99 marked; log-spaced bins when

@@ -52,6 +52,7 @@ nlohmann::json RecordJson(const RequestRecord& r) {
                         {"end_s", r.end_s},
                         {"outcome", OutcomeName(r.outcome)},
                         {"http_status", r.http_status},
+                        {"retry_after_s", count_or_null(r.retry_after_s)},
                         {"error", r.error},
                         {"request_id", r.request_id},
                         {"ttft_ms", ms_or_null(r.has_content(), r.has_content() ? r.ttft_s() : 0)},

@@ -6,7 +6,8 @@
 // Outcomes, decided in this order:
 //   timeout           the per-request deadline (--timeout) passed first;
 //   connection_error  no HTTP response arrived (refused, reset, TLS, connect timeout, ...);
-//   http_error        a response with a status other than 200 (counted per status code);
+//   http_error        a response with a status other than 200 (counted per status code;
+//                     a 429 is a refusal for load, "shed", reported apart as well);
 //   stream_error      a 200 stream that did not end properly: an OpenAI error event, an
 //                     unparsable chunk, or the connection ending before `data: [DONE]`;
 //   ok                a 200 stream that ended with `data: [DONE]`.
@@ -41,6 +42,7 @@ struct RequestRecord {
 
   Outcome outcome = Outcome::kConnectionError;
   int http_status = 0;     // 0 when no response arrived
+  int retry_after_s = -1;  // a non-200 response's Retry-After in whole seconds; -1 when absent
   std::string error;       // one-line detail; empty when ok
   std::string request_id;  // the X-Request-Id response header ("" when absent)
 
@@ -64,9 +66,9 @@ struct RequestRecord {
 };
 
 // One JSON object per record (the --records JSONL line): index, warmup, prompt_index, group,
-// scheduled_s, start_s, end_s, outcome, http_status, error, request_id, ttft_ms (null without
-// content), e2e_ms, itl_mean_ms, itl_max_ms, chunks, prompt_tokens, completion_tokens
-// (null when not reported), finish_reason.
+// scheduled_s, start_s, end_s, outcome, http_status, retry_after_s (null when absent), error,
+// request_id, ttft_ms (null without content), e2e_ms, itl_mean_ms, itl_max_ms, chunks,
+// prompt_tokens, completion_tokens (null when not reported), finish_reason.
 nlohmann::json RecordJson(const RequestRecord& record);
 
 }  // namespace scd::loadgen

@@ -49,13 +49,18 @@ bool MeetsSlo(const RequestRecord& r, const Slo& slo) {
 
 RunStats ComputeStats(const std::vector<RequestRecord>& records, const Slo& slo) {
   RunStats s;
-  std::vector<double> ttft, itl, tpot, e2e, lag;
+  std::vector<double> ttft, itl, tpot, e2e, lag, shed_answer, retry_after;
   double first_start = std::numeric_limits<double>::infinity();
   double last_end = -std::numeric_limits<double>::infinity();
   for (const RequestRecord& r : records) {
     ++s.issued;
     ++s.outcomes[static_cast<int>(r.outcome)];
     if (r.outcome == Outcome::kHttpError) ++s.http_status[r.http_status];
+    if (r.outcome == Outcome::kHttpError && r.http_status == 429) {
+      ++s.shed;
+      shed_answer.push_back(r.e2e_s());
+      if (r.retry_after_s >= 0) retry_after.push_back(r.retry_after_s);
+    }
     first_start = std::min(first_start, r.start_s);
     last_end = std::max(last_end, r.end_s);
     lag.push_back(std::max(0.0, r.lag_s()));
@@ -81,6 +86,8 @@ RunStats ComputeStats(const std::vector<RequestRecord>& records, const Slo& slo)
   s.tpot_s = Summarize(std::move(tpot));
   s.e2e_s = Summarize(std::move(e2e));
   s.lag_s = Summarize(std::move(lag));
+  s.shed_answer_s = Summarize(std::move(shed_answer));
+  s.retry_after_s = Summarize(std::move(retry_after));
   if (s.issued > 0) {
     s.duration_s = std::max(0.0, last_end - first_start);
     s.slo_attainment = static_cast<double>(s.good) / static_cast<double>(s.issued);

@@ -12,6 +12,8 @@
 //   TPOT   per ok request with > 1 output token: (e2e - TTFT) / (output tokens - 1);
 //   e2e    outcome time - start, ok requests only;
 //   duration  first request start to last outcome; throughputs divide by it;
+//   shed      http_error requests answered 429, the server's refusal for load: how many, how
+//             soon the refusal came (its e2e) and the Retry-After it carried;
 //   goodput   ok requests that meet the SLO, per second of duration: TTFT <= slo.ttft and
 //             mean ITL (the request's own mean gap, DistServe's TPOT-style per-request
 //             criterion) <= slo.itl; a bound of 0 is no bound, so without an SLO goodput is
@@ -52,6 +54,9 @@ struct RunStats {
   int64_t issued = 0;
   std::array<int64_t, kNumOutcomes> outcomes{};  // indexed by Outcome
   std::map<int, int64_t> http_status;            // http_error requests by status code
+  int64_t shed = 0;                              // of those, 429
+  Distribution shed_answer_s;                    // their start to the 429
+  Distribution retry_after_s;                    // their Retry-After, where sent
   Distribution ttft_s, itl_s, tpot_s, e2e_s;
   Distribution lag_s;             // start - scheduled, all requests
   int64_t prompt_tokens = 0;      // summed over ok requests (usage)

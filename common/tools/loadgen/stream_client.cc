@@ -171,6 +171,7 @@ struct Exchange {
   bool deadline_hit = false;
   int status = 0;
   std::string request_id;
+  std::string retry_after;  // the Retry-After header, as sent
   std::string error_body;
   std::string content_type;
   httplib::Error error = httplib::Error::Success;
@@ -191,6 +192,7 @@ httplib::Request MakeRequest(const ClientOptions& options, Api api, const std::s
     x.got_response = true;
     x.status = response.status;
     x.request_id = response.get_header_value("X-Request-Id");
+    x.retry_after = response.get_header_value("Retry-After");
     return true;
   };
   req.content_receiver = [&x, origin](const char* data, size_t n, uint64_t, uint64_t) {
@@ -271,6 +273,11 @@ void SendStreamingRequest(const ClientOptions& options, Api api, const std::stri
   x.content_type = res.get_header_value("Content-Type");
   record.http_status = x.status;
   record.request_id = x.request_id;
+  // Only the delay-seconds form of Retry-After; an HTTP-date leaves it absent.
+  int retry_after = -1;
+  if (x.status != 200 && absl::SimpleAtoi(x.retry_after, &retry_after) && retry_after >= 0) {
+    record.retry_after_s = retry_after;
+  }
   record.chunk_times_s = x.reader.content_times();
   record.prompt_tokens = x.reader.prompt_tokens();
   record.completion_tokens = x.reader.completion_tokens();

@@ -81,7 +81,8 @@ struct ClientOptions {
 
 // Sends `body` to target + ApiPath(api), streaming, and fills `record`'s start_s, end_s,
 // outcome, http_status, error, request_id, chunk times, token counts and finish reason. Times
-// are seconds since `origin`. Never throws; every failure becomes an outcome.
+// are seconds since `origin`, and a refusal's Retry-After (delay-seconds form) goes to
+// retry_after_s. Never throws; every failure becomes an outcome.
 void SendStreamingRequest(const ClientOptions& options, Api api, const std::string& body,
                           std::chrono::steady_clock::time_point origin, RequestRecord& record);
 

@@ -52,7 +52,9 @@ absl::Status ReadFully(int fd, void* data, size_t size, absl::Time deadline, abs
 // Non-blocking TCP connect to `address`, finished before `deadline`.
 absl::StatusOr<ScopedFd> ConnectTcp(const sockaddr_in& address, absl::Time deadline);
 
-// A non-blocking listening socket on `address` (SO_REUSEADDR).
+// A non-blocking listening socket on `address`. SO_REUSEADDR lets a restarted daemon rebind
+// past connections in TIME_WAIT; there is no SO_REUSEPORT, so a port that another socket
+// listens on is refused (EADDRINUSE) instead of shared.
 absl::StatusOr<ScopedFd> ListenTcp(const sockaddr_in& address);
 
 // TCP_NODELAY; TCP_USER_TIMEOUT and keepalive so that a peer silent for about `peer_timeout`

@@ -83,9 +83,10 @@ class TcpConnection : public Connection {
     reader_.join();
   }
 
-  absl::Status Send(uint64_t request_id, absl::Span<const uint8_t> bytes,
-                    absl::Time deadline) override {
-    return sender_.Send(request_id, bytes, deadline);
+  using Connection::Send;
+  absl::Status Send(uint64_t request_id, const TransferToken& token,
+                    absl::Span<const uint8_t> bytes, absl::Time deadline) override {
+    return sender_.Send(request_id, token, bytes, deadline);
   }
 
   void Close() override { sender_.Break(absl::CancelledError("connection closed locally")); }
@@ -246,14 +247,29 @@ class TcpListener : public Listener {
     if (peer_closed_) peer_closed_(peer);
   }
 
-  // Loss reports name the peer and keep the request id when the header was valid.
-  void Report(const Peer& peer, uint64_t request_id, const absl::Status& why) {
+  // Loss reports name the peer and keep the request id when the header was valid, and the
+  // token when it had arrived.
+  void Report(const Peer& peer, uint64_t request_id, const absl::Status& why,
+              const TransferToken& token = {}) {
     Message report;
     report.request_id = request_id;
+    report.token = token;
     report.status =
         absl::Status(why.code(), absl::StrCat("from ", peer.address, ": ", why.message()));
     report.peer = peer.address;
     inbox_.PushReport(std::move(report));
+  }
+
+  // The transfer token after a DATA header, checked against the header's CRC of it. An error
+  // drops the connection (a bad token CRC is a damaged header: the stream is lost).
+  absl::Status ReadToken(int fd, const FrameHeader& header, TransferToken* token) {
+    absl::Status read = ReadFully(fd, token->data(), token->size(), absl::InfiniteFuture(),
+                                  options_.stall_timeout);
+    if (read.ok()) read = VerifyToken(header, *token);
+    if (read.ok()) return read;
+    return absl::Status(read.code(), absl::StrCat("request ", header.request_id,
+                                                  ": transfer token: ", read.message(),
+                                                  "; connection dropped"));
   }
 
   void Serve(const Peer& peer) {
@@ -282,10 +298,15 @@ class TcpListener : public Listener {
       Message message;
       message.request_id = header->request_id;
       message.peer = peer.address;
+      if (absl::Status read = ReadToken(fd, *header, &message.token); !read.ok()) {
+        if (!closing_.load()) Report(peer, 0, read);  // a damaged frame's id is not trusted
+        return;
+      }
       if (!AllocateBody(header->body_length, &message)) {
         Report(peer, header->request_id,
                absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", header->body_length,
-                                                         " bytes; connection dropped")));
+                                                         " bytes; connection dropped")),
+               message.token);
         return;
       }
       size_t got = 0;
@@ -296,7 +317,8 @@ class TcpListener : public Listener {
           Report(peer, header->request_id,
                  absl::Status(body.code(),
                               absl::StrCat("request ", header->request_id, " cut off after ", got,
-                                           " of ", message.size, " body bytes: ", body.message())));
+                                           " of ", message.size, " body bytes: ", body.message())),
+                 message.token);
         }
         return;
       }
@@ -304,7 +326,7 @@ class TcpListener : public Listener {
       if (verdict.ok()) {
         if (!inbox_.Push(std::move(message))) return;  // closed
       } else {
-        Report(peer, header->request_id, verdict);
+        Report(peer, header->request_id, verdict, message.token);
       }
       std::string text;
       const EncodedHeader ack = EncodeHeader(MakeAck(*header, verdict, &text));

@@ -224,9 +224,10 @@ class UcxConnection : public Connection {
 
   ~UcxConnection() override { client_->Shutdown(absl::CancelledError("connection closed")); }
 
-  absl::Status Send(uint64_t request_id, absl::Span<const uint8_t> bytes,
-                    absl::Time deadline) override {
-    return client_->sender().Send(request_id, bytes, deadline);
+  using Connection::Send;
+  absl::Status Send(uint64_t request_id, const TransferToken& token,
+                    absl::Span<const uint8_t> bytes, absl::Time deadline) override {
+    return client_->sender().Send(request_id, token, bytes, deadline);
   }
 
   void Close() override { client_->sender().Break(absl::CancelledError("connection closed")); }

@@ -39,7 +39,7 @@ class ListenerCore;
 
 // One accepted endpoint and where its byte stream stands.
 struct ServerEp {
-  enum class State { kHeader, kBody, kAwaitingSpace, kClosed };
+  enum class State { kHeader, kToken, kBody, kAwaitingSpace, kClosed };
 
   std::shared_ptr<ListenerCore> core;
   ucp_ep_h ep = nullptr;
@@ -47,6 +47,7 @@ struct ServerEp {
   State state = State::kHeader;
   EncodedHeader header_bytes{};
   FrameHeader header;
+  TransferToken token{};  // the DATA frame's, once received
   Message message;  // the body being received, or verified and waiting for inbox space
 };
 
@@ -178,9 +179,25 @@ class ListenerCore : public std::enable_shared_from_this<ListenerCore> {
       return CloseEp(sep);
     }
     sep->header = *header;
+    sep->token = TransferToken{};
+    sep->state = ServerEp::State::kToken;
+    UcxStreamRecv(sep->ep, sep->token.data(), sep->token.size(),
+                  [sep](ucs_status_t s) { sep->core->OnToken(sep, s); });
+  }
+
+  // The transfer token after a DATA header; a bad one is a damaged header (frame.h).
+  void OnToken(const std::shared_ptr<ServerEp>& sep, ucs_status_t status) {
+    if (sep->state == ServerEp::State::kClosed) return;
+    if (status != UCS_OK) return Fail(sep, UcxStatus(status, "receiving a transfer token"));
+    if (absl::Status intact = VerifyToken(sep->header, sep->token); !intact.ok()) {
+      Report(*sep, 0, absl::Status(intact.code(),
+                                   absl::StrCat(intact.message(), "; connection dropped")));
+      return CloseEp(sep);
+    }
     Message& message = sep->message;
     message = Message();
     message.request_id = sep->header.request_id;
+    message.token = sep->token;
     message.peer = sep->peer;
     if (!AllocateBody(sep->header.body_length, &message)) {
       Report(*sep, message.request_id,
@@ -228,9 +245,11 @@ class ListenerCore : public std::enable_shared_from_this<ListenerCore> {
     CloseEp(sep);
   }
 
+  // Loss reports keep the request id when the header was valid, and the token once it came.
   void Report(const ServerEp& sep, uint64_t request_id, const absl::Status& why) {
     Message report;
     report.request_id = request_id;
+    if (request_id != 0) report.token = sep.token;
     report.status = absl::Status(why.code(), absl::StrCat("from ", sep.peer, ": ", why.message()));
     report.peer = sep.peer;
     inbox_.PushReport(std::move(report));

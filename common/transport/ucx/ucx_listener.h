@@ -16,6 +16,8 @@
 namespace scd::transport {
 
 // Listens on "ucx://host:port" (port 0 = ephemeral; address() reports the bound port).
+// UCX's socket listener binds without SO_REUSEPORT: a port another socket listens on is
+// refused (UNAVAILABLE, naming the address), as the TCP transport refuses it.
 absl::StatusOr<std::unique_ptr<Listener>> ListenUcx(std::shared_ptr<UcxWorker> worker,
                                                     const std::string& address,
                                                     const TransportOptions& options);

@@ -103,14 +103,113 @@ TEST_CASE("CUDA tensor-core prefill attention matches cpu::CausalAttention", "[c
   }
 }
 
+namespace {
+
+struct DecodeCase {
+  int heads, kv_heads, head_dim, window;
+  std::vector<int> lengths;
+  bool unaligned = false;  // the caches start 2 bytes past a 16-byte boundary
+};
+
+constexpr int kDecodeLayers = 2, kDecodeLayer = 1;
+
+// A batch's K/V caches on the device (BF16, kDecodeLayers layers of `capacity` rows each, `lead`
+// elements in), and cpu::CausalAttention's output for each row's query (`q`) over layer
+// kDecodeLayer of its cache.
+struct DecodeCaches {
+  DecodeCaches(const DecodeCase& c, const std::vector<float>& q, int capacity, int lead) {
+    const int batch = static_cast<int>(c.lengths.size());
+    const int q_dim = c.heads * c.head_dim, kv_dim = c.kv_heads * c.head_dim;
+    want.resize(static_cast<size_t>(batch) * q_dim);
+    for (int b = 0; b < batch; ++b) {
+      const size_t elems = static_cast<size_t>(kDecodeLayers) * capacity * kv_dim + lead;
+      const std::vector<float> k = testing::RoundedBf16(testing::RandomFloats(elems, 40 + b, 2));
+      const std::vector<float> v = testing::RoundedBf16(testing::RandomFloats(elems, 50 + b));
+      k_caches.emplace_back(testing::ToBf16(k));
+      v_caches.emplace_back(testing::ToBf16(v));
+      k_ptrs.push_back(k_caches.back().get() + lead);
+      v_ptrs.push_back(v_caches.back().get() + lead);
+      const size_t layer_at = static_cast<size_t>(kDecodeLayer) * capacity * kv_dim + lead;
+      std::vector<float> scratch(cpu::AttentionScratchFloats(1, c.lengths[b] - 1, c.heads));
+      cpu::CausalAttention(q.data() + b * q_dim, k.data() + layer_at, v.data() + layer_at,
+                           want.data() + b * q_dim, 1, c.lengths[b] - 1, c.heads, c.kv_heads,
+                           c.head_dim, c.window, scratch.data());
+    }
+  }
+
+  std::vector<DeviceArray<Bf16>> k_caches, v_caches;
+  std::vector<Bf16*> k_ptrs, v_ptrs;
+  std::vector<float> want;
+};
+
+// DecodeAttention through `impl` on `c`, with each plan: the output is the CPU's within 2e-5
+// absolute and 1e-4 relative.
+void CheckDecodeImpl(const DecodeCase& c, cuda::DecodeImpl impl, const std::vector<int>& plans,
+                     const cuda::KvCacheTable& table, const DeviceArray<int32_t>& lengths,
+                     const std::vector<float>& q, const std::vector<float>& want) {
+  const int batch = static_cast<int>(c.lengths.size());
+  const int q_dim = c.heads * c.head_dim;
+  for (const int planned : plans) {
+    INFO("planned for max_length " << planned);
+    const int64_t ws_floats =
+        cuda::DecodeAttentionWorkspaceFloats(batch, planned, c.heads, c.kv_heads, c.head_dim);
+    DeviceArray<float> ws(ws_floats), q_dev(q), out_dev(want.size());
+    testing::RequireOk(cuda::DecodeAttention(
+        q_dev.get(), q_dim, table, kDecodeLayer, lengths.get(), batch, planned, c.heads, c.kv_heads,
+        c.head_dim, c.window, impl, out_dev.get(), q_dim, ws.get(), ws_floats, nullptr));
+    testing::RequireSynced();
+    testing::CheckClose(out_dev.ToHost(), want, 2e-5, 1e-4, "DecodeAttention");
+  }
+}
+
+void CheckDecode(const DecodeCase& c) {
+  const int batch = static_cast<int>(c.lengths.size());
+  INFO("heads " << c.heads << "/" << c.kv_heads << " head_dim " << c.head_dim << " window "
+                << c.window << " batch " << batch << (c.unaligned ? " unaligned" : ""));
+  const int q_dim = c.heads * c.head_dim, kv_dim = c.kv_heads * c.head_dim;
+  int max_length = 0;
+  for (int len : c.lengths) max_length = std::max(max_length, len);
+  const int capacity = max_length + 7;
+  const std::vector<float> q = testing::RandomFloats(static_cast<size_t>(batch) * q_dim, 31, 2.0f);
+  const DecodeCaches caches(c, q, capacity, c.unaligned ? 1 : 0);
+  DeviceArray<Bf16*> k_dev(caches.k_ptrs), v_dev(caches.v_ptrs);
+  DeviceArray<int64_t> strides(std::vector<int64_t>(batch, int64_t{capacity} * kv_dim));
+  DeviceArray<int32_t> lengths(std::vector<int32_t>(c.lengths.begin(), c.lengths.end()));
+  cuda::KvCacheTable table;
+  table.k = k_dev.get();
+  table.v = v_dev.get();
+  table.layer_stride = strides.get();
+  const bool vectorized =
+      cuda::launch_checks::VectorizedAttentionSupports(c.heads / c.kv_heads, c.head_dim);
+  // Both kernels (kAuto's choice between them is launch_checks_test's, and the backend's
+  // tests run kAuto).
+  for (const cuda::DecodeImpl impl : {cuda::DecodeImpl::kGeneric, cuda::DecodeImpl::kVectorized}) {
+    INFO("impl " << static_cast<int>(impl));
+    if (impl == cuda::DecodeImpl::kVectorized && !vectorized) {
+      // Refused before anything is launched, not run on a shape it cannot take.
+      CHECK(cuda::DecodeAttention(nullptr, 0, table, kDecodeLayer, nullptr, batch, max_length,
+                                  c.heads, c.kv_heads, c.head_dim, c.window, impl, nullptr, 0,
+                                  nullptr, 1 << 30, nullptr)
+                .code() == absl::StatusCode::kInvalidArgument);
+      continue;
+    }
+    // Planned for the batch's own longest row, and for a far longer one (the CUDA backend
+    // plans for a length bucket, split_plan::DecodeLengthBucket): rows spread their keys
+    // over the splits either way. Both kernels cut the keys with the same SplitKeys, so
+    // the generic one, which kAuto leaves to the shapes the vectorized one cannot take, is
+    // run on the row's own plan only there (it keeps the race check's time down).
+    std::vector<int> plans = {max_length};
+    if (impl == cuda::DecodeImpl::kVectorized || !vectorized) {
+      plans.push_back(4 * cuda::split_plan::DecodeLengthBucket(max_length));
+    }
+    CheckDecodeImpl(c, impl, plans, table, lengths, q, caches.want);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("CUDA split-K decode attention matches cpu::CausalAttention", "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();
-  struct DecodeCase {
-    int heads, kv_heads, head_dim, window;
-    std::vector<int> lengths;
-    bool unaligned = false;  // the caches start 2 bytes past a 16-byte boundary
-  };
-  const int layers = 2, layer = 1;
   for (const DecodeCase& c :
        {DecodeCase{8, 4, 8, 0, {1, 16, 300}},        // stories260K shape
         DecodeCase{32, 8, 128, 0, {1, 300, 1000}},   // Llama-3 heads, empty splits
@@ -121,77 +220,7 @@ TEST_CASE("CUDA split-K decode attention matches cpu::CausalAttention", "[cuda]"
         DecodeCase{2, 2, 256, 0, {300, 65}},         // head_dim 256: a warp per row
         DecodeCase{32, 2, 32, 0, {200}},             // group 16 (generic only)
         DecodeCase{8, 4, 64, 0, {400, 3}, true}}) {  // unaligned caches
-    const int batch = static_cast<int>(c.lengths.size());
-    INFO("heads " << c.heads << "/" << c.kv_heads << " head_dim " << c.head_dim << " window "
-                  << c.window << " batch " << batch << (c.unaligned ? " unaligned" : ""));
-    const int q_dim = c.heads * c.head_dim, kv_dim = c.kv_heads * c.head_dim;
-    int max_length = 0;
-    for (int len : c.lengths) max_length = std::max(max_length, len);
-    const int capacity = max_length + 7;
-    const int lead = c.unaligned ? 1 : 0;
-    const std::vector<float> q =
-        testing::RandomFloats(static_cast<size_t>(batch) * q_dim, 31, 2.0f);
-
-    std::vector<DeviceArray<Bf16>> k_caches, v_caches;
-    std::vector<Bf16*> k_ptrs, v_ptrs;
-    std::vector<float> want(static_cast<size_t>(batch) * q_dim);
-    for (int b = 0; b < batch; ++b) {
-      const size_t elems = static_cast<size_t>(layers) * capacity * kv_dim + lead;
-      const std::vector<float> k = testing::RoundedBf16(testing::RandomFloats(elems, 40 + b, 2));
-      const std::vector<float> v = testing::RoundedBf16(testing::RandomFloats(elems, 50 + b));
-      k_caches.emplace_back(testing::ToBf16(k));
-      v_caches.emplace_back(testing::ToBf16(v));
-      k_ptrs.push_back(k_caches.back().get() + lead);
-      v_ptrs.push_back(v_caches.back().get() + lead);
-      const size_t layer_at = static_cast<size_t>(layer) * capacity * kv_dim + lead;
-      std::vector<float> scratch(cpu::AttentionScratchFloats(1, c.lengths[b] - 1, c.heads));
-      cpu::CausalAttention(q.data() + b * q_dim, k.data() + layer_at, v.data() + layer_at,
-                           want.data() + b * q_dim, 1, c.lengths[b] - 1, c.heads, c.kv_heads,
-                           c.head_dim, c.window, scratch.data());
-    }
-    DeviceArray<Bf16*> k_dev(k_ptrs), v_dev(v_ptrs);
-    DeviceArray<int64_t> strides(std::vector<int64_t>(batch, int64_t{capacity} * kv_dim));
-    DeviceArray<int32_t> lengths(std::vector<int32_t>(c.lengths.begin(), c.lengths.end()));
-    cuda::KvCacheTable table;
-    table.k = k_dev.get();
-    table.v = v_dev.get();
-    table.layer_stride = strides.get();
-    const bool vectorized =
-        cuda::launch_checks::VectorizedAttentionSupports(c.heads / c.kv_heads, c.head_dim);
-    // Both kernels (kAuto's choice between them is launch_checks_test's, and the backend's
-    // tests run kAuto).
-    for (const cuda::DecodeImpl impl :
-         {cuda::DecodeImpl::kGeneric, cuda::DecodeImpl::kVectorized}) {
-      INFO("impl " << static_cast<int>(impl));
-      if (impl == cuda::DecodeImpl::kVectorized && !vectorized) {
-        // Refused before anything is launched, not run on a shape it cannot take.
-        CHECK(cuda::DecodeAttention(nullptr, 0, table, layer, nullptr, batch, max_length, c.heads,
-                                    c.kv_heads, c.head_dim, c.window, impl, nullptr, 0, nullptr,
-                                    1 << 30, nullptr)
-                  .code() == absl::StatusCode::kInvalidArgument);
-        continue;
-      }
-      // Planned for the batch's own longest row, and for a far longer one (the CUDA backend
-      // plans for a length bucket, split_plan::DecodeLengthBucket): rows spread their keys
-      // over the splits either way. Both kernels cut the keys with the same SplitKeys, so
-      // the generic one, which kAuto leaves to the shapes the vectorized one cannot take, is
-      // run on the row's own plan only there (it keeps the race check's time down).
-      std::vector<int> plans = {max_length};
-      if (impl == cuda::DecodeImpl::kVectorized || !vectorized) {
-        plans.push_back(4 * cuda::split_plan::DecodeLengthBucket(max_length));
-      }
-      for (const int planned : plans) {
-        INFO("planned for max_length " << planned);
-        const int64_t ws_floats =
-            cuda::DecodeAttentionWorkspaceFloats(batch, planned, c.heads, c.kv_heads, c.head_dim);
-        DeviceArray<float> ws(ws_floats), q_dev(q), out_dev(want.size());
-        testing::RequireOk(cuda::DecodeAttention(
-            q_dev.get(), q_dim, table, layer, lengths.get(), batch, planned, c.heads, c.kv_heads,
-            c.head_dim, c.window, impl, out_dev.get(), q_dim, ws.get(), ws_floats, nullptr));
-        testing::RequireSynced();
-        testing::CheckClose(out_dev.ToHost(), want, 2e-5, 1e-4, "DecodeAttention");
-      }
-    }
+    CheckDecode(c);
   }
 }
 

@@ -432,6 +432,74 @@ TEST_CASE("CUDA backend refuses kernel choices its model cannot run", "[cuda]") 
   CHECK(cuda::KernelChoicesOf(*cpu).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
+namespace {
+
+int64_t Ops(const cuda::OpProfile& p, cuda::OpClass c) { return p.ops[static_cast<int>(c)]; }
+
+// Σ of the classes against the pass: both are differences of the same events.
+void CheckClassesSumToPass(const cuda::OpProfile& p) {
+  double sum = 0;
+  for (int k = 0; k < cuda::kOpClasses; ++k) {
+    INFO(cuda::kOpClassNames[k]);
+    CHECK(p.ms[k] >= 0.0);
+    sum += p.ms[k];
+  }
+  CHECK(sum == Approx(p.pass_ms).epsilon(1e-4).margin(1e-3));
+}
+
+// A profiled prefill (with the layer-state hooks) of a model of `L` layers: every operation in
+// its class.
+void CheckPrefillProfile(const cuda::OpProfile& p, int64_t L) {
+  CHECK(p.passes == 1);
+  CHECK(Ops(p, cuda::OpClass::kEmbed) == 1);
+  CHECK(Ops(p, cuda::OpClass::kNorm) == 2 * L);
+  CHECK(Ops(p, cuda::OpClass::kQkv) == L);
+  CHECK(Ops(p, cuda::OpClass::kRopeKv) == 2 * L);
+  CHECK(Ops(p, cuda::OpClass::kAttention) == L);
+  CHECK(Ops(p, cuda::OpClass::kElementwise) == 4 * L);  // with the hooks' two copies
+  CHECK(Ops(p, cuda::OpClass::kOutProj) == L);
+  CHECK(Ops(p, cuda::OpClass::kGateUp) == L);
+  CHECK(Ops(p, cuda::OpClass::kDown) == L);
+  CHECK(Ops(p, cuda::OpClass::kLogits) == 2);
+  for (const cuda::OpClass sekv :
+       {cuda::OpClass::kSekvGate, cuda::OpClass::kSekvZoom, cuda::OpClass::kSekvResident}) {
+    CHECK(Ops(p, sekv) == 0);  // GpuSekv's own
+  }
+  CHECK(p.pass_ms > 0.0);
+  CheckClassesSumToPass(p);
+}
+
+// Profiled decode steps of `seq` (tokens 9, 10, 11) run eagerly, with the graphed steps' logits
+// (`plain_steps`), and are profiled one pass each. The decode-graph statistics after them.
+DecodeGraphStats CheckProfiledStepsEager(Backend& gpu, Sequence* seq,
+                                         const std::vector<std::vector<float>>& plain_steps,
+                                         const DecodeGraphStats& graphed, int64_t L) {
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> logits;
+    testing::RequireOk(gpu.Decode(absl::MakeConstSpan(&seq, 1), {9 + step}, &logits));
+    CHECK(logits == plain_steps[step]);
+  }
+  const DecodeGraphStats eager = gpu.decode_graph_stats();
+  CHECK(eager.captures == graphed.captures);
+  CHECK(eager.replays == graphed.replays);
+  CHECK(eager.eager_steps == graphed.eager_steps + 3);
+  absl::StatusOr<cuda::OpProfile> p = cuda::TakeOpProfile(gpu);
+  REQUIRE(p.ok());
+  CHECK(p->passes == 3);
+  CHECK(Ops(*p, cuda::OpClass::kEmbed) == 3);
+  CHECK(Ops(*p, cuda::OpClass::kAttention) == 3 * L);
+  CHECK(Ops(*p, cuda::OpClass::kElementwise) == 3 * 2 * L);
+  CHECK(Ops(*p, cuda::OpClass::kLogits) == 3 * 2);
+  CheckClassesSumToPass(*p);
+  p = cuda::TakeOpProfile(gpu);  // taken: nothing left
+  REQUIRE(p.ok());
+  CHECK(p->passes == 0);
+  CHECK(p->pass_ms == 0.0);
+  return eager;
+}
+
+}  // namespace
+
 TEST_CASE("CUDA backend times every operation of a pass when profiling is on", "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();
   const ModelConfig config = testing::ParityConfig(Architecture::kLlama);
@@ -439,24 +507,11 @@ TEST_CASE("CUDA backend times every operation of a pass when profiling is on", "
   auto gpu = Make(BackendKind::kCuda, model);
   const std::vector<int32_t> ids = SomeTokens(24, config.vocab_size, 2);
   const int64_t L = config.num_layers;
-  // Σ of the classes against the pass: both are differences of the same events.
-  auto check_sum = [](const cuda::OpProfile& p) {
-    double sum = 0;
-    for (int k = 0; k < cuda::kOpClasses; ++k) {
-      INFO(cuda::kOpClassNames[k]);
-      CHECK(p.ms[k] >= 0.0);
-      sum += p.ms[k];
-    }
-    CHECK(sum == Approx(p.pass_ms).epsilon(1e-4).margin(1e-3));
-  };
-  auto ops = [](const cuda::OpProfile& p, cuda::OpClass c) { return p.ops[static_cast<int>(c)]; };
 
   // Unprofiled first: the prefill and three graphed steps.
   PrefillOptions hooks;
   hooks.layer_states = true;
   const PrefillAndSteps plain = RunPrefillAndSteps(*gpu, ids, hooks, 9, 3);
-  const PrefillResult& plain_prefill = plain.prefill;
-  const std::vector<std::vector<float>>& plain_steps = plain.steps;
   const DecodeGraphStats graphed = gpu->decode_graph_stats();
   REQUIRE(graphed.captures > 0);
   const absl::StatusOr<cuda::OpProfile> nothing = cuda::TakeOpProfile(*gpu);
@@ -468,54 +523,17 @@ TEST_CASE("CUDA backend times every operation of a pass when profiling is on", "
   auto timed = NewSeq(*gpu, 64);
   PrefillResult timed_prefill;
   testing::RequireOk(gpu->Prefill(*timed, ids, hooks, &timed_prefill));
-  CHECK(timed_prefill.logits == plain_prefill.logits);
+  CHECK(timed_prefill.logits == plain.prefill.logits);
   absl::StatusOr<cuda::OpProfile> p = cuda::TakeOpProfile(*gpu);
   REQUIRE(p.ok());
-  CHECK(p->passes == 1);
-  CHECK(ops(*p, cuda::OpClass::kEmbed) == 1);
-  CHECK(ops(*p, cuda::OpClass::kNorm) == 2 * L);
-  CHECK(ops(*p, cuda::OpClass::kQkv) == L);
-  CHECK(ops(*p, cuda::OpClass::kRopeKv) == 2 * L);
-  CHECK(ops(*p, cuda::OpClass::kAttention) == L);
-  CHECK(ops(*p, cuda::OpClass::kElementwise) == 4 * L);  // with the hooks' two copies
-  CHECK(ops(*p, cuda::OpClass::kOutProj) == L);
-  CHECK(ops(*p, cuda::OpClass::kGateUp) == L);
-  CHECK(ops(*p, cuda::OpClass::kDown) == L);
-  CHECK(ops(*p, cuda::OpClass::kLogits) == 2);
-  for (const cuda::OpClass sekv :
-       {cuda::OpClass::kSekvGate, cuda::OpClass::kSekvZoom, cuda::OpClass::kSekvResident}) {
-    CHECK(ops(*p, sekv) == 0);  // GpuSekv's own
-  }
-  CHECK(p->pass_ms > 0.0);
-  check_sum(*p);
-
-  // Profiled decode steps run eagerly, with the graphed steps' logits.
-  Sequence* ts = timed.get();
-  for (int step = 0; step < 3; ++step) {
-    std::vector<float> logits;
-    testing::RequireOk(gpu->Decode(absl::MakeConstSpan(&ts, 1), {9 + step}, &logits));
-    CHECK(logits == plain_steps[step]);
-  }
-  const DecodeGraphStats eager = gpu->decode_graph_stats();
-  CHECK(eager.captures == graphed.captures);
-  CHECK(eager.replays == graphed.replays);
-  CHECK(eager.eager_steps == graphed.eager_steps + 3);
-  p = cuda::TakeOpProfile(*gpu);
-  REQUIRE(p.ok());
-  CHECK(p->passes == 3);
-  CHECK(ops(*p, cuda::OpClass::kEmbed) == 3);
-  CHECK(ops(*p, cuda::OpClass::kAttention) == 3 * L);
-  CHECK(ops(*p, cuda::OpClass::kElementwise) == 3 * 2 * L);
-  CHECK(ops(*p, cuda::OpClass::kLogits) == 3 * 2);
-  check_sum(*p);
-  p = cuda::TakeOpProfile(*gpu);  // taken: nothing left
-  REQUIRE(p.ok());
-  CHECK(p->passes == 0);
-  CHECK(p->pass_ms == 0.0);
+  CheckPrefillProfile(*p, L);
+  const DecodeGraphStats eager =
+      CheckProfiledStepsEager(*gpu, timed.get(), plain.steps, graphed, L);
 
   // Off again: nothing gathered, and the steps replay graphs.
   testing::RequireOk(cuda::SetOpProfiling(*gpu, false));
   std::vector<float> logits;
+  Sequence* ts = timed.get();
   testing::RequireOk(gpu->Decode(absl::MakeConstSpan(&ts, 1), {20}, &logits));
   CHECK(gpu->decode_graph_stats().eager_steps == eager.eager_steps);
   p = cuda::TakeOpProfile(*gpu);

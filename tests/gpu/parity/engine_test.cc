@@ -37,71 +37,134 @@ struct Request {
   CodecMode mode = CodecMode::kOracle;
 };
 
+// A suffix-only prompt, an oracle payload with a short suffix, a longer suffix, a raw payload.
+std::vector<Request> FourRequests() {
+  return {{1, SyntheticPrompt(40, 1), 0},
+          {2, SyntheticPrompt(103, 2), 100},
+          {3, SyntheticPrompt(70, 3), 0},
+          {4, SyntheticPrompt(60, 4), 50, CodecMode::kRaw}};
+}
+
+// Mode 0: the plain path; 1: the SEKV path; 2: both (sekv.min_prompt_tokens 65: the two
+// longer prompts on the SEKV path, the others plain, decoded in mixed steps while both run;
+// steps slowed to 20 ms so that they do).
+size_t MinSekvPrompt(int mode) { return mode == 2 ? 65 : 0; }
+
+std::unique_ptr<DecodeEngine> CudaEngine(const testing::ProducerFixture& f, int mode) {
+  DecodeEngineOptions o;
+  o.max_batch = 4;
+  o.prefill_chunk = 16;
+  o.rebuild_chunk = 16;
+  o.sekv.enabled = mode > 0;
+  o.sekv.budget = 0.4;
+  o.sekv.min_prompt_tokens = static_cast<int>(MinSekvPrompt(mode));
+  if (mode == 2) o.min_step_interval = absl::Milliseconds(20);
+  auto engine =
+      DecodeEngine::Create(testing::MakeBackend(BackendKind::kCuda, f.model),
+                           ConsumerCodec::Create(f.model, f.model->digest, nullptr).value(), o);
+  REQUIRE(engine.ok());
+  return std::move(engine).value();
+}
+
+void SubmitAll(DecodeEngine& engine, testing::ProducerFixture& f,
+               const std::vector<Request>& requests, DecodeEventCollector& ev) {
+  for (const Request& r : requests) {
+    DecodeJob job;
+    job.request_id = r.id;
+    if (r.payload_tokens > 0) {
+      const std::vector<int32_t> prefix(r.prompt.begin(), r.prompt.begin() + r.payload_tokens);
+      job.payload = SerializePayload(f.Encode(r.mode, prefix));
+    }
+    job.suffix.assign(r.prompt.begin() + r.payload_tokens, r.prompt.end());
+    job.max_tokens = kTokens;
+    job.stop_ids = {-1};
+    REQUIRE(engine.Submit(std::move(job), ev.For(r.id)).ok());
+  }
+}
+
+// At most 16 tokens a loop iteration, shared first come first served: an oracle payload's
+// tokens, then the suffix (on the SEKV path, but its last token), never one chunk across both.
+// A request's first chunk may take what the one before it left. The raw payload's rows are
+// rebuilt 16 at a time, and the KV budget is the default one.
+void CheckChunks(const DecodeEngineStats& stats, const std::vector<Request>& requests, int mode) {
+  long tokens = 0, chunks = 0;
+  for (const Request& r : requests) {
+    const bool on_sekv = mode > 0 && r.prompt.size() >= MinSekvPrompt(mode);
+    const size_t rest = r.prompt.size() - r.payload_tokens - (on_sekv ? 1 : 0);
+    const size_t own = r.mode == CodecMode::kOracle ? r.payload_tokens : 0;  // prefilled
+    tokens += static_cast<long>(own + rest);
+    chunks += static_cast<long>((own + 15) / 16 + (rest + 15) / 16);
+  }
+  // The KV budget by default: 0.9 of the device's free memory when the engine was made (on
+  // a GPU, what cudaMemGetInfo said).
+  CHECK(stats.kv_budget_bytes > 0);
+  CHECK(stats.kv_budget_bytes <=
+        static_cast<int64_t>(0.9 * static_cast<double>(cuda::MemoryInfo().value().total_bytes)));
+  CHECK(stats.rebuild_rows == 50);  // the raw payload's rows, 16 at a time
+  CHECK(stats.rebuild_chunks == 4);
+  CHECK(stats.prefill_tokens == tokens);
+  CHECK(stats.prefill_chunks >= (tokens + 15) / 16);
+  CHECK(stats.prefill_chunks <= chunks + static_cast<long>(requests.size()));
+}
+
+// Teacher-forced on the CPU: the logits after the prompt and each GPU token but the last pick
+// the GPU's tokens wherever their lead is decisive.
+void CheckTeacherForced(testing::ProducerFixture& f, const Request& r,
+                        const std::vector<int32_t>& got) {
+  const int vocab = f.model->config.vocab_size;
+  std::vector<int32_t> forced = r.prompt;
+  forced.insert(forced.end(), got.begin(), got.end() - 1);
+  auto seq = f.reference->NewSequence(static_cast<int>(forced.size())).value();
+  PrefillOptions all;
+  all.all_logits = true;
+  PrefillResult pr;
+  REQUIRE(f.reference->Prefill(*seq, forced, all, &pr).ok());
+  int decisive = 0;
+  for (int i = 0; i < kTokens; ++i) {
+    const float* row = pr.logits.data() + (r.prompt.size() - 1 + static_cast<size_t>(i)) * vocab;
+    if (testing::TopTwoMargin(row, vocab) < kGreedyMargin) continue;
+    ++decisive;
+    INFO("token " << i);
+    CHECK(got[i] == ArgMax(absl::MakeConstSpan(row, vocab)));
+  }
+  CHECK(decisive > 0);
+}
+
+// The SEKV path's statistics: every request through GpuSekv within the GPU budget, its CPU
+// tier read where it lies (no pinned copy).
+void CheckSekvStats(const testing::ProducerFixture& f, const DecodeEngineStats& stats,
+                    const std::vector<Request>& requests) {
+  CHECK(stats.sekv_requests == static_cast<long>(requests.size()));
+  CHECK(stats.mixed_steps == 0);
+  // Each build registered its CPU tier, and the mirror read it there: no pinned copy.
+  CHECK(stats.sekv_cpu_tier_copies == 0);
+  REQUIRE(stats.sekv_full_kv_bytes > 0);
+  CHECK(stats.sekv_gpu_bytes / stats.sekv_full_kv_bytes <= 0.40);
+  // The GPU path measures against the CUDA backend's BF16 cache (2 bytes an element; the
+  // CPU path's is F32): the full cache of every request's positions after its first step.
+  const ModelConfig& c = f.model->config;
+  double elements = 0;
+  for (const Request& r : requests) {
+    elements += static_cast<double>(r.prompt.size()) * c.num_layers * 2 * c.kv_dim();
+  }
+  CHECK(stats.sekv_full_kv_bytes / elements >= 2.0);
+  CHECK(stats.sekv_full_kv_bytes / elements < 2.2);
+}
+
 }  // namespace
 
 TEST_CASE("The decode engine on the CUDA backend serves chunked, batched requests", "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();
   testing::ProducerFixture f;
-  const int vocab = f.model->config.vocab_size;
-  const std::vector<Request> requests = {{1, SyntheticPrompt(40, 1), 0},
-                                         {2, SyntheticPrompt(103, 2), 100},
-                                         {3, SyntheticPrompt(70, 3), 0},
-                                         {4, SyntheticPrompt(60, 4), 50, CodecMode::kRaw}};
-  // Mode 0: the plain path; 1: the SEKV path; 2: both (sekv.min_prompt_tokens 65: the two
-  // longer prompts on the SEKV path, the others plain, decoded in mixed steps while both run;
-  // steps slowed to 20 ms so that they do).
+  const std::vector<Request> requests = FourRequests();
   for (const int mode : {0, 1, 2}) {
-    const bool sekv = mode > 0;
-    const size_t min_prompt = mode == 2 ? 65 : 0;
     INFO((mode == 0 ? "plain path" : mode == 1 ? "SEKV path" : "both paths"));
-    DecodeEngineOptions o;
-    o.max_batch = 4;
-    o.prefill_chunk = 16;
-    o.rebuild_chunk = 16;
-    o.sekv.enabled = sekv;
-    o.sekv.budget = 0.4;
-    o.sekv.min_prompt_tokens = static_cast<int>(min_prompt);
-    if (mode == 2) o.min_step_interval = absl::Milliseconds(20);
-    auto engine =
-        DecodeEngine::Create(testing::MakeBackend(BackendKind::kCuda, f.model),
-                             ConsumerCodec::Create(f.model, f.model->digest, nullptr).value(), o);
-    REQUIRE(engine.ok());
+    std::unique_ptr<DecodeEngine> engine = CudaEngine(f, mode);
     DecodeEventCollector ev;
-    for (const Request& r : requests) {
-      DecodeJob job;
-      job.request_id = r.id;
-      if (r.payload_tokens > 0) {
-        const std::vector<int32_t> prefix(r.prompt.begin(), r.prompt.begin() + r.payload_tokens);
-        job.payload = SerializePayload(f.Encode(r.mode, prefix));
-      }
-      job.suffix.assign(r.prompt.begin() + r.payload_tokens, r.prompt.end());
-      job.max_tokens = kTokens;
-      job.stop_ids = {-1};
-      REQUIRE((*engine)->Submit(std::move(job), ev.For(r.id)).ok());
-    }
+    SubmitAll(*engine, f, requests, ev);
     ev.WaitFor(requests.size());
-    // At most 16 tokens a loop iteration, shared first come first served: an oracle
-    // payload's tokens, then the suffix (on the SEKV path, but its last token), never one
-    // chunk across both. A request's first chunk may take what the one before it left.
-    long tokens = 0, chunks = 0;
-    for (const Request& r : requests) {
-      const bool on_sekv = sekv && r.prompt.size() >= min_prompt;
-      const size_t rest = r.prompt.size() - r.payload_tokens - (on_sekv ? 1 : 0);
-      const size_t own = r.mode == CodecMode::kOracle ? r.payload_tokens : 0;  // prefilled
-      tokens += static_cast<long>(own + rest);
-      chunks += static_cast<long>((own + 15) / 16 + (rest + 15) / 16);
-    }
-    const DecodeEngineStats stats = (*engine)->stats();
-    // The KV budget by default: 0.9 of the device's free memory when the engine was made (on
-    // a GPU, what cudaMemGetInfo said).
-    CHECK(stats.kv_budget_bytes > 0);
-    CHECK(stats.kv_budget_bytes <=
-          static_cast<int64_t>(0.9 * static_cast<double>(cuda::MemoryInfo().value().total_bytes)));
-    CHECK(stats.rebuild_rows == 50);  // the raw payload's rows, 16 at a time
-    CHECK(stats.rebuild_chunks == 4);
-    CHECK(stats.prefill_tokens == tokens);
-    CHECK(stats.prefill_chunks >= (tokens + 15) / 16);
-    CHECK(stats.prefill_chunks <= chunks + static_cast<long>(requests.size()));
+    const DecodeEngineStats stats = engine->stats();
+    CheckChunks(stats, requests, mode);
     for (const Request& r : requests) {
       INFO("request " << r.id);
       const DecodeEvent& done = ev.final_events[r.id];
@@ -110,46 +173,15 @@ TEST_CASE("The decode engine on the CUDA backend serves chunked, batched request
       CHECK(done.prompt_tokens == static_cast<int>(r.prompt.size()));
       const std::vector<int32_t>& got = ev.tokens[r.id];
       REQUIRE(got.size() == static_cast<size_t>(kTokens));
-      if (sekv && r.prompt.size() >= min_prompt) continue;
-      // Teacher-forced on the CPU: the logits after the prompt and each GPU token but the last.
-      std::vector<int32_t> forced = r.prompt;
-      forced.insert(forced.end(), got.begin(), got.end() - 1);
-      auto seq = f.reference->NewSequence(static_cast<int>(forced.size())).value();
-      PrefillOptions all;
-      all.all_logits = true;
-      PrefillResult pr;
-      REQUIRE(f.reference->Prefill(*seq, forced, all, &pr).ok());
-      int decisive = 0;
-      for (int i = 0; i < kTokens; ++i) {
-        const float* row =
-            pr.logits.data() + (r.prompt.size() - 1 + static_cast<size_t>(i)) * vocab;
-        if (testing::TopTwoMargin(row, vocab) < kGreedyMargin) continue;
-        ++decisive;
-        INFO("token " << i);
-        CHECK(got[i] == ArgMax(absl::MakeConstSpan(row, vocab)));
-      }
-      CHECK(decisive > 0);
+      if (mode > 0 && r.prompt.size() >= MinSekvPrompt(mode)) continue;
+      CheckTeacherForced(f, r, got);
     }
     if (mode == 2) {
       CHECK(stats.sekv_requests == 2);
       CHECK(stats.mixed_steps > 0);  // GpuSekv::StepMixed: the weights read once for both
       CHECK(stats.sekv_cpu_tier_copies == 0);
-    } else if (sekv) {
-      CHECK(stats.sekv_requests == static_cast<long>(requests.size()));
-      CHECK(stats.mixed_steps == 0);
-      // Each build registered its CPU tier, and the mirror read it there: no pinned copy.
-      CHECK(stats.sekv_cpu_tier_copies == 0);
-      REQUIRE(stats.sekv_full_kv_bytes > 0);
-      CHECK(stats.sekv_gpu_bytes / stats.sekv_full_kv_bytes <= 0.40);
-      // The GPU path measures against the CUDA backend's BF16 cache (2 bytes an element; the
-      // CPU path's is F32): the full cache of every request's positions after its first step.
-      const ModelConfig& c = f.model->config;
-      double elements = 0;
-      for (const Request& r : requests) {
-        elements += static_cast<double>(r.prompt.size()) * c.num_layers * 2 * c.kv_dim();
-      }
-      CHECK(stats.sekv_full_kv_bytes / elements >= 2.0);
-      CHECK(stats.sekv_full_kv_bytes / elements < 2.2);
+    } else if (mode == 1) {
+      CheckSekvStats(f, stats, requests);
     } else {
       CHECK(stats.max_batch_seen >= 2);  // the requests were batched
     }

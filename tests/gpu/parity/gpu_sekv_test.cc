@@ -197,92 +197,209 @@ TEST_CASE("GpuSekv layer attention matches SekvCache::Attend", "[cuda]") {
   }
 }
 
+namespace {
+
+// stories260K on the CUDA backend, with its SEKV decoder and a CPU backend that prefills the
+// prompts.
+struct SekvModel {
+  SekvModel() {
+    auto created = SekvDecoder::Create(model);
+    REQUIRE(created.ok());
+    decoder = std::move(created).value();
+  }
+  // BOS, then `n - 1` seeded tokens of the base vocabulary.
+  std::vector<int32_t> Prompt(int n, uint64_t seed) const {
+    std::vector<int32_t> p = testing::RandomInts(n, seed, model->config.vocab_size - 3);
+    for (int32_t& x : p) x += 3;
+    p.front() = 1;
+    return p;
+  }
+  // The K/V and surprisal of prompt[0, length) from the CPU prefill (the session's step 1-2).
+  PrefixKv Prefix(const std::vector<int32_t>& prompt, int length) const {
+    auto seq = cpu->NewSequence(length).value();
+    PrefillOptions po;
+    po.layer_states = po.surprisal = true;
+    PrefillResult pr;
+    testing::RequireOk(cpu->Prefill(*seq, absl::MakeConstSpan(prompt).first(length), po, &pr));
+    auto prefix = decoder->MakePrefix(pr.layers, length, pr.surprisal);
+    REQUIRE(prefix.ok());
+    return std::move(prefix).value();
+  }
+
+  std::shared_ptr<const Model> model = testing::LoadSharedModel("models/stories260K");
+  std::unique_ptr<Backend> cpu = testing::MakeBackend(BackendKind::kCpu, model);
+  std::unique_ptr<Backend> gpu = testing::MakeBackend(BackendKind::kCuda, model);
+  std::unique_ptr<SekvDecoder> decoder;
+};
+
+// An 80-token prompt, its prefix, and 8 tokens to decode after it.
+struct DecodeInputs {
+  explicit DecodeInputs(const SekvModel& m)
+      : prompt(m.Prompt(80, 3)),
+        next(testing::RandomInts(8, 4, m.model->config.vocab_size - 3)),
+        prefix(m.Prefix(prompt, static_cast<int>(prompt.size()))) {
+    for (int32_t& x : next) x += 3;
+  }
+  int t() const { return static_cast<int>(prompt.size()); }
+
+  std::vector<int32_t> prompt, next;
+  PrefixKv prefix;
+};
+
+// One GpuSekv step, profiled (cuda::SetOpProfiling): GpuSekv marks its parts of each layer's
+// attention. Its logits.
+std::vector<float> ProfiledStep(SekvModel& m, GpuSekv& gpu, int32_t token, int position,
+                                bool zoom) {
+  std::vector<float> got;
+  testing::RequireOk(cuda::SetOpProfiling(*m.gpu, true));
+  testing::RequireOk(gpu.Step(token, position, &got));
+  const absl::StatusOr<cuda::OpProfile> p = cuda::TakeOpProfile(*m.gpu);
+  testing::RequireOk(cuda::SetOpProfiling(*m.gpu, false));
+  REQUIRE(p.ok());
+  const int64_t layers = m.model->config.num_layers;
+  auto ops = [&](cuda::OpClass c) { return p->ops[static_cast<int>(c)]; };
+  CHECK(p->passes == 1);
+  CHECK(ops(cuda::OpClass::kSekvGate) == (zoom ? layers : 0));
+  CHECK(ops(cuda::OpClass::kSekvZoom) == layers);  // the zoom-in, or the counts alone
+  CHECK(ops(cuda::OpClass::kSekvResident) == layers);
+  CHECK(ops(cuda::OpClass::kAttention) == 2 * layers);  // before the gate; the merge
+  CHECK(ops(cuda::OpClass::kQkv) == layers);
+  return got;
+}
+
+// Decodes `in.next` through a host SekvCache and a GpuSekv over an identical one: the logits
+// agree at every step, and with the CUDA backend's own full-KV decode when `against_full`.
+void CompareWholeModelDecode(SekvModel& m, const DecodeInputs& in, const SekvOptions& o,
+                             bool against_full, GpuTier tier, GpuZoom zoom = GpuZoom::kDevice) {
+  auto host = SekvCache::Create(m.decoder->shape(), in.prefix, o, nullptr);
+  auto mirrored = SekvCache::Create(m.decoder->shape(), in.prefix, o, nullptr);
+  REQUIRE(host.ok());
+  REQUIRE(mirrored.ok());
+  auto gpu = GpuSekv::Create(*m.gpu, **mirrored, tier, zoom);
+  INFO(gpu.status());
+  REQUIRE(gpu.ok());
+  std::unique_ptr<Sequence> full;
+  if (against_full) {
+    full = m.gpu->NewSequence(in.t() + static_cast<int>(in.next.size())).value();
+    PrefillResult ignored;
+    testing::RequireOk(m.gpu->Prefill(*full, in.prompt, PrefillOptions{}, &ignored));
+  }
+  for (size_t i = 0; i < in.next.size(); ++i) {
+    const int position = in.t() + static_cast<int>(i);
+    std::vector<float> want;
+    testing::RequireOk(m.decoder->Step(in.next[i], position, **host, &want));
+    const std::vector<float> got = ProfiledStep(m, **gpu, in.next[i], position, o.zoom);
+    testing::CheckLogits(Centred(got), Centred(want), kLogitMaxAbs, kLogitMeanAbs,
+                         "GPU SEKV vs CPU SEKV, step " + std::to_string(i));
+    if (against_full) {
+      std::vector<float> reference;
+      Sequence* seqs[] = {full.get()};
+      testing::RequireOk(m.gpu->Decode(seqs, {&in.next[i], 1}, &reference));
+      testing::CheckLogits(Centred(got), Centred(reference), kLogitMaxAbs, kLogitMeanAbs,
+                           "GPU SEKV vs CUDA full KV, step " + std::to_string(i));
+    }
+  }
+}
+
+}  // namespace
+
 TEST_CASE("GPU SEKV decode of stories260K follows the CPU SEKV decode and the full cache",
           "[cuda]") {
   SCD_SKIP_WITHOUT_CUDA();
-  auto model = testing::LoadSharedModel("models/stories260K");
-  auto cpu = testing::MakeBackend(BackendKind::kCpu, model);
-  auto gpu_backend = testing::MakeBackend(BackendKind::kCuda, model);
-  auto decoder = SekvDecoder::Create(model);
-  REQUIRE(decoder.ok());
-  const int vocab = model->config.vocab_size;
-  std::vector<int32_t> prompt = testing::RandomInts(80, 3, vocab - 3);
-  for (int32_t& x : prompt) x += 3;
-  prompt.front() = 1;
-  std::vector<int32_t> next = testing::RandomInts(8, 4, vocab - 3);
-  for (int32_t& x : next) x += 3;
-  const int t = static_cast<int>(prompt.size());
-
-  // The prompt's K/V and surprisal from the CPU prefill (the session's step 1-2).
-  auto seq = cpu->NewSequence(t).value();
-  PrefillOptions po;
-  po.layer_states = po.surprisal = true;
-  PrefillResult pr;
-  testing::RequireOk(cpu->Prefill(*seq, prompt, po, &pr));
-  auto prefix = (*decoder)->MakePrefix(pr.layers, t, pr.surprisal);
-  REQUIRE(prefix.ok());
-
-  auto run = [&](const SekvOptions& o, bool against_full, GpuTier tier,
-                 GpuZoom zoom = GpuZoom::kDevice) {
-    auto host = SekvCache::Create((*decoder)->shape(), *prefix, o, nullptr);
-    auto mirrored = SekvCache::Create((*decoder)->shape(), *prefix, o, nullptr);
-    REQUIRE(host.ok());
-    REQUIRE(mirrored.ok());
-    auto gpu = GpuSekv::Create(*gpu_backend, **mirrored, tier, zoom);
-    INFO(gpu.status());
-    REQUIRE(gpu.ok());
-    std::unique_ptr<Sequence> full;
-    if (against_full) {
-      full = gpu_backend->NewSequence(t + static_cast<int>(next.size())).value();
-      PrefillResult ignored;
-      testing::RequireOk(gpu_backend->Prefill(*full, prompt, PrefillOptions{}, &ignored));
-    }
-    for (size_t i = 0; i < next.size(); ++i) {
-      const int position = t + static_cast<int>(i);
-      std::vector<float> want, got;
-      testing::RequireOk((*decoder)->Step(next[i], position, **host, &want));
-      // Profiled (cuda::SetOpProfiling): GpuSekv marks its parts of each layer's attention.
-      testing::RequireOk(cuda::SetOpProfiling(*gpu_backend, true));
-      testing::RequireOk((*gpu)->Step(next[i], position, &got));
-      const absl::StatusOr<cuda::OpProfile> p = cuda::TakeOpProfile(*gpu_backend);
-      testing::RequireOk(cuda::SetOpProfiling(*gpu_backend, false));
-      REQUIRE(p.ok());
-      const int64_t layers = model->config.num_layers;
-      auto ops = [&](cuda::OpClass c) { return p->ops[static_cast<int>(c)]; };
-      CHECK(p->passes == 1);
-      CHECK(ops(cuda::OpClass::kSekvGate) == (o.zoom ? layers : 0));
-      CHECK(ops(cuda::OpClass::kSekvZoom) == layers);  // the zoom-in, or the counts alone
-      CHECK(ops(cuda::OpClass::kSekvResident) == layers);
-      CHECK(ops(cuda::OpClass::kAttention) == 2 * layers);  // before the gate; the merge
-      CHECK(ops(cuda::OpClass::kQkv) == layers);
-      testing::CheckLogits(Centred(got), Centred(want), kLogitMaxAbs, kLogitMeanAbs,
-                           "GPU SEKV vs CPU SEKV, step " + std::to_string(i));
-      if (against_full) {
-        std::vector<float> reference;
-        Sequence* seqs[] = {full.get()};
-        testing::RequireOk(gpu_backend->Decode(seqs, {&next[i], 1}, &reference));
-        testing::CheckLogits(Centred(got), Centred(reference), kLogitMaxAbs, kLogitMeanAbs,
-                             "GPU SEKV vs CUDA full KV, step " + std::to_string(i));
-      }
-    }
-  };
+  SekvModel m;
+  const DecodeInputs in(m);
   for (const GpuTier tier : {GpuTier::kF32, GpuTier::kBf16}) {
     const std::string name = tier == GpuTier::kF32 ? "F32 tier: " : "BF16 tier: ";
     SECTION(name + "every token expanded (lossless bases): the full cache's logits") {
       SekvOptions o;
       o.store.energy = 1.0;
-      o.expand_budget = t;
+      o.expand_budget = in.t();
       o.tau_override = 0.0f;
-      run(o, /*against_full=*/true, tier);
-      run(o, /*against_full=*/true, tier, GpuZoom::kHost);
+      CompareWholeModelDecode(m, in, o, /*against_full=*/true, tier);
+      CompareWholeModelDecode(m, in, o, /*against_full=*/true, tier, GpuZoom::kHost);
     }
     SECTION(name + "summaries only") {
       SekvOptions o;
       o.zoom = false;
-      run(o, /*against_full=*/false, tier);
+      CompareWholeModelDecode(m, in, o, /*against_full=*/false, tier);
     }
   }
 }
+
+namespace {
+
+// SEKV caches of prefixes under `o`, each with its BF16 mirror on `backend`, of the zoom given
+// beside it.
+struct Mirrors {
+  void Add(Backend& backend, const SekvModel& m, const std::vector<PrefixKv>& prefixes,
+           const std::vector<GpuZoom>& zooms, const SekvOptions& o) {
+    for (size_t r = 0; r < prefixes.size(); ++r) {
+      auto c = SekvCache::Create(m.decoder->shape(), prefixes[r], o, nullptr);
+      REQUIRE(c.ok());
+      caches.push_back(std::move(c).value());
+      auto mirror = GpuSekv::Create(backend, *caches.back(), GpuTier::kBf16, zooms[r]);
+      testing::RequireOk(mirror.status());
+      mirrors.push_back(std::move(mirror).value());
+    }
+  }
+
+  std::vector<std::unique_ptr<SekvCache>> caches;
+  std::vector<std::unique_ptr<GpuSekv>> mirrors;
+};
+
+// Three prompts of different lengths, 6 tokens to decode after each, and their prefixes.
+struct ThreePrompts {
+  explicit ThreePrompts(const SekvModel& m) {
+    for (int r = 0; r < 3; ++r) {
+      prompts.push_back(m.Prompt(lengths[r] + 6, 10 + r));
+      prefixes.push_back(m.Prefix(prompts.back(), lengths[r]));
+    }
+  }
+  const int lengths[3] = {60, 90, 75};
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<PrefixKv> prefixes;
+};
+
+// Each prompt in two identical caches under `o`, one mirror stepped alone and one in
+// GpuSekv::StepBatch with the others: every row of the batch gets its own step.
+void CheckBatchAgainstAlone(SekvModel& m, const ThreePrompts& p, const SekvOptions& o) {
+  const std::vector<GpuZoom> zooms = {GpuZoom::kDevice, GpuZoom::kHost, GpuZoom::kDevice};
+  Mirrors set;  // [alone 0..2, batched 0..2]
+  set.Add(*m.gpu, m, p.prefixes, zooms, o);
+  set.Add(*m.gpu, m, p.prefixes, zooms, o);
+  GpuSekv* const batch[] = {set.mirrors[3].get(), set.mirrors[4].get(), set.mirrors[5].get()};
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> tokens;
+    std::vector<int> positions;
+    for (int r = 0; r < 3; ++r) {
+      tokens.push_back(p.prompts[r][p.lengths[r] + i]);
+      positions.push_back(p.lengths[r] + i);
+    }
+    std::vector<std::vector<float>> together;
+    testing::RequireOk(GpuSekv::StepBatch(batch, tokens, positions, &together));
+    REQUIRE(together.size() == 3);
+    for (int r = 0; r < 3; ++r) {
+      std::vector<float> alone;
+      testing::RequireOk(set.mirrors[r]->Step(tokens[r], positions[r], &alone));
+      testing::CheckLogits(
+          Centred(together[r]), Centred(alone), kLogitMaxAbs, kLogitMeanAbs,
+          "row " + std::to_string(r) + " of the batch vs alone, step " + std::to_string(i));
+    }
+  }
+  for (int r = 0; r < 3; ++r) {  // the host caches took the same rows, and zoomed alike
+    CHECK(set.caches[3 + r]->Memory().window == set.caches[r]->Memory().window);
+    CHECK(set.caches[3 + r]->zoom_stats().expanded_tokens ==
+          set.caches[r]->zoom_stats().expanded_tokens);
+  }
+  // A batch refuses mismatched inputs before it runs.
+  std::vector<std::vector<float>> none;
+  const int32_t two_tokens[] = {5, 6};
+  const int one_position[] = {p.lengths[0] + 6};
+  CHECK(GpuSekv::StepBatch(absl::MakeConstSpan(batch, 2), two_tokens, one_position, &none).code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
 
 TEST_CASE("GPU SEKV mirrors stepped as one batch give each mirror's own step", "[cuda]") {
   // Three prompts of different lengths; each has two identical caches, one mirror stepped
@@ -295,87 +412,90 @@ TEST_CASE("GPU SEKV mirrors stepped as one batch give each mirror's own step", "
   // few 1e-2 (measured on the stand-ins: mean |d| up to 0.012 in the BF16 tier); hence
   // backend_test's bounds. A row given another row's attention is off by far more.
   SCD_SKIP_WITHOUT_CUDA();
-  auto model = testing::LoadSharedModel("models/stories260K");
-  auto backend = testing::MakeBackend(BackendKind::kCuda, model);
-  auto decoder = SekvDecoder::Create(model);
-  REQUIRE(decoder.ok());
-  auto cpu = testing::MakeBackend(BackendKind::kCpu, model);
-  const int vocab = model->config.vocab_size;
-  const int lengths[] = {60, 90, 75};
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<PrefixKv> prefixes;
-  for (int r = 0; r < 3; ++r) {
-    std::vector<int32_t> p = testing::RandomInts(lengths[r] + 6, 10 + r, vocab - 3);
-    for (int32_t& x : p) x += 3;
-    p.front() = 1;
-    auto seq = cpu->NewSequence(lengths[r]).value();
-    PrefillOptions po;
-    po.layer_states = po.surprisal = true;
-    PrefillResult pr;
-    testing::RequireOk(cpu->Prefill(*seq, absl::MakeConstSpan(p).first(lengths[r]), po, &pr));
-    auto prefix = (*decoder)->MakePrefix(pr.layers, lengths[r], pr.surprisal);
-    REQUIRE(prefix.ok());
-    prefixes.push_back(std::move(prefix).value());
-    prompts.push_back(std::move(p));
-  }
-  auto run = [&](const SekvOptions& o) {
-    std::vector<std::unique_ptr<SekvCache>> caches;  // [alone 0..2, batched 0..2]
-    std::vector<std::unique_ptr<GpuSekv>> mirrors;
-    for (int set = 0; set < 2; ++set) {
-      for (int r = 0; r < 3; ++r) {
-        auto c = SekvCache::Create((*decoder)->shape(), prefixes[r], o, nullptr);
-        REQUIRE(c.ok());
-        caches.push_back(std::move(c).value());
-        auto m = GpuSekv::Create(*backend, *caches.back(), GpuTier::kBf16,
-                                 r == 1 ? GpuZoom::kHost : GpuZoom::kDevice);
-        testing::RequireOk(m.status());
-        mirrors.push_back(std::move(m).value());
-      }
-    }
-    GpuSekv* const batch[] = {mirrors[3].get(), mirrors[4].get(), mirrors[5].get()};
-    for (int i = 0; i < 6; ++i) {
-      std::vector<int32_t> tokens;
-      std::vector<int> positions;
-      for (int r = 0; r < 3; ++r) {
-        tokens.push_back(prompts[r][lengths[r] + i]);
-        positions.push_back(lengths[r] + i);
-      }
-      std::vector<std::vector<float>> together;
-      testing::RequireOk(GpuSekv::StepBatch(batch, tokens, positions, &together));
-      REQUIRE(together.size() == 3);
-      for (int r = 0; r < 3; ++r) {
-        std::vector<float> alone;
-        testing::RequireOk(mirrors[r]->Step(tokens[r], positions[r], &alone));
-        testing::CheckLogits(
-            Centred(together[r]), Centred(alone), kLogitMaxAbs, kLogitMeanAbs,
-            "row " + std::to_string(r) + " of the batch vs alone, step " + std::to_string(i));
-      }
-    }
-    for (int r = 0; r < 3; ++r) {  // the host caches took the same rows, and zoomed alike
-      CHECK(caches[3 + r]->Memory().window == caches[r]->Memory().window);
-      CHECK(caches[3 + r]->zoom_stats().expanded_tokens == caches[r]->zoom_stats().expanded_tokens);
-    }
-    // A batch refuses mismatched inputs before it runs.
-    std::vector<std::vector<float>> none;
-    const int32_t two_tokens[] = {5, 6};
-    const int one_position[] = {lengths[0] + 6};
-    CHECK(
-        GpuSekv::StepBatch(absl::MakeConstSpan(batch, 2), two_tokens, one_position, &none).code() ==
-        absl::StatusCode::kInvalidArgument);
-  };
+  SekvModel m;
+  const ThreePrompts prompts(m);
   SECTION("every token expanded (lossless bases)") {
     SekvOptions o;
     o.store.energy = 1.0;
     o.expand_budget = 90;
     o.tau_override = 0.0f;
-    run(o);
+    CheckBatchAgainstAlone(m, prompts, o);
   }
   SECTION("summaries only") {
     SekvOptions o;
     o.zoom = false;
-    run(o);
+    CheckBatchAgainstAlone(m, prompts, o);
   }
 }
+
+namespace {
+
+constexpr int kMixedSteps = 5;
+
+// Prompt 0 in two backend sequences (the mixed step's, then its twin), prompts 1 and 2 in
+// mirrors (the mixed step's, then each one's twin), every token expanded with lossless bases.
+struct MixedStepSetup {
+  explicit MixedStepSetup(SekvModel& m) {
+    for (int r = 0; r < 3; ++r) prompts.push_back(m.Prompt(lengths[r] + kMixedSteps, 30 + r));
+    for (int set = 0; set < 2; ++set) {
+      seqs.push_back(m.gpu->NewSequence(lengths[0] + kMixedSteps).value());
+      PrefillResult pr;
+      testing::RequireOk(
+          m.gpu->Prefill(*seqs.back(), absl::MakeConstSpan(prompts[0]).first(lengths[0]), {}, &pr));
+    }
+    SekvOptions o;
+    o.store.energy = 1.0;
+    o.expand_budget = 90;
+    o.tau_override = 0.0f;
+    for (int set = 0; set < 2; ++set) {  // [mixed 1, 2, alone 1, 2]
+      const std::vector<PrefixKv> prefixes = {m.Prefix(prompts[1], lengths[1]),
+                                              m.Prefix(prompts[2], lengths[2])};
+      mirrors.Add(*m.gpu, m, prefixes, {GpuZoom::kDevice, GpuZoom::kHost}, o);
+    }
+  }
+
+  const int lengths[3] = {50, 80, 65};
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  Mirrors mirrors;
+};
+
+// kMixedSteps mixed steps: the sequence's token is its twin's greedy pick, or one within the
+// rounding of it, and each mirror's logits are its twin's stepped alone.
+void CheckMixedSteps(SekvModel& m, MixedStepSetup& f) {
+  Sequence* const step_seqs[] = {f.seqs[0].get()};
+  Sequence* const twin[] = {f.seqs[1].get()};
+  GpuSekv* const step_mirrors[] = {f.mirrors.mirrors[0].get(), f.mirrors.mirrors[1].get()};
+  const SampleDraw greedy[] = {SampleDraw{}};
+  for (int i = 0; i < kMixedSteps; ++i) {
+    const int32_t seq_token[] = {f.prompts[0][f.lengths[0] + i]};
+    const int32_t tokens[] = {f.prompts[1][f.lengths[1] + i], f.prompts[2][f.lengths[2] + i]};
+    const int positions[] = {f.lengths[1] + i, f.lengths[2] + i};
+    std::vector<int32_t> next;
+    std::vector<std::vector<float>> logits;
+    testing::RequireOk(GpuSekv::StepMixed(*m.gpu, step_seqs, seq_token, greedy, &next, step_mirrors,
+                                          tokens, positions, &logits));
+    REQUIRE(next.size() == 1);
+    REQUIRE(logits.size() == 2);
+    std::vector<float> ref;
+    testing::RequireOk(m.gpu->Decode(twin, seq_token, &ref));
+    const float best = *std::max_element(ref.begin(), ref.end());
+    CHECK(ref[next[0]] >= best - 0.05f);
+    CHECK(f.seqs[0]->length() == f.seqs[1]->length());
+    for (int r = 0; r < 2; ++r) {
+      std::vector<float> alone;
+      testing::RequireOk(f.mirrors.mirrors[2 + r]->Step(tokens[r], positions[r], &alone));
+      testing::CheckLogits(
+          Centred(logits[r]), Centred(alone), kLogitMaxAbs, kLogitMeanAbs,
+          "mirror " + std::to_string(r) + " of the mixed step vs alone, step " + std::to_string(i));
+    }
+  }
+  for (int r = 0; r < 2; ++r) {  // the host caches took the same rows
+    CHECK(f.mirrors.caches[r]->Memory().window == f.mirrors.caches[2 + r]->Memory().window);
+  }
+}
+
+}  // namespace
 
 TEST_CASE(
     "GPU SEKV mirrors stepped with the backend's own sequences (StepMixed) give each row its own "
@@ -385,98 +505,24 @@ TEST_CASE(
   // mirrors (each with a twin stepped alone), every token expanded with lossless bases so that
   // no selection flips on the GEMM's rounding (see the batch test above for the bounds).
   SCD_SKIP_WITHOUT_CUDA();
-  auto model = testing::LoadSharedModel("models/stories260K");
-  auto backend = testing::MakeBackend(BackendKind::kCuda, model);
-  auto decoder = SekvDecoder::Create(model);
-  REQUIRE(decoder.ok());
-  auto cpu = testing::MakeBackend(BackendKind::kCpu, model);
-  const int vocab = model->config.vocab_size;
-  const int lengths[] = {50, 80, 65};
-  constexpr int kSteps = 5;
-  std::vector<std::vector<int32_t>> prompts;
-  for (int r = 0; r < 3; ++r) {
-    std::vector<int32_t> p = testing::RandomInts(lengths[r] + kSteps, 30 + r, vocab - 3);
-    for (int32_t& x : p) x += 3;
-    p.front() = 1;
-    prompts.push_back(std::move(p));
-  }
-  std::vector<std::unique_ptr<Sequence>> seqs;  // the mixed step's, then its twin
-  for (int set = 0; set < 2; ++set) {
-    seqs.push_back(backend->NewSequence(lengths[0] + kSteps).value());
-    PrefillResult pr;
-    testing::RequireOk(
-        backend->Prefill(*seqs.back(), absl::MakeConstSpan(prompts[0]).first(lengths[0]), {}, &pr));
-  }
-  SekvOptions o;
-  o.store.energy = 1.0;
-  o.expand_budget = 90;
-  o.tau_override = 0.0f;
-  std::vector<std::unique_ptr<SekvCache>> caches;  // [mixed 1, 2, alone 1, 2]
-  std::vector<std::unique_ptr<GpuSekv>> mirrors;
-  for (int set = 0; set < 2; ++set) {
-    for (int r = 1; r < 3; ++r) {
-      auto seq = cpu->NewSequence(lengths[r]).value();
-      PrefillOptions po;
-      po.layer_states = po.surprisal = true;
-      PrefillResult pr;
-      testing::RequireOk(
-          cpu->Prefill(*seq, absl::MakeConstSpan(prompts[r]).first(lengths[r]), po, &pr));
-      auto prefix = (*decoder)->MakePrefix(pr.layers, lengths[r], pr.surprisal);
-      REQUIRE(prefix.ok());
-      auto c = SekvCache::Create((*decoder)->shape(), *prefix, o, nullptr);
-      REQUIRE(c.ok());
-      caches.push_back(std::move(c).value());
-      auto m = GpuSekv::Create(*backend, *caches.back(), GpuTier::kBf16,
-                               r == 1 ? GpuZoom::kDevice : GpuZoom::kHost);
-      testing::RequireOk(m.status());
-      mirrors.push_back(std::move(m).value());
-    }
-  }
-  CHECK(mirrors[0]->OnBackend(*backend));
-  CHECK(!mirrors[0]->OnBackend(*cpu));
-  Sequence* const step_seqs[] = {seqs[0].get()};
-  Sequence* const twin[] = {seqs[1].get()};
-  GpuSekv* const step_mirrors[] = {mirrors[0].get(), mirrors[1].get()};
-  const SampleDraw greedy[] = {SampleDraw{}};
-  const int64_t eager_before = backend->decode_graph_stats().eager_steps;
-  for (int i = 0; i < kSteps; ++i) {
-    const int32_t seq_token[] = {prompts[0][lengths[0] + i]};
-    const int32_t tokens[] = {prompts[1][lengths[1] + i], prompts[2][lengths[2] + i]};
-    const int positions[] = {lengths[1] + i, lengths[2] + i};
-    std::vector<int32_t> next;
-    std::vector<std::vector<float>> logits;
-    testing::RequireOk(GpuSekv::StepMixed(*backend, step_seqs, seq_token, greedy, &next,
-                                          step_mirrors, tokens, positions, &logits));
-    REQUIRE(next.size() == 1);
-    REQUIRE(logits.size() == 2);
-    // The sequence's token is its twin's greedy pick, or one within the rounding of it.
-    std::vector<float> ref;
-    testing::RequireOk(backend->Decode(twin, seq_token, &ref));
-    const float best = *std::max_element(ref.begin(), ref.end());
-    CHECK(ref[next[0]] >= best - 0.05f);
-    CHECK(seqs[0]->length() == seqs[1]->length());
-    for (int r = 0; r < 2; ++r) {
-      std::vector<float> alone;
-      testing::RequireOk(mirrors[2 + r]->Step(tokens[r], positions[r], &alone));
-      testing::CheckLogits(
-          Centred(logits[r]), Centred(alone), kLogitMaxAbs, kLogitMeanAbs,
-          "mirror " + std::to_string(r) + " of the mixed step vs alone, step " + std::to_string(i));
-    }
-  }
-  for (int r = 0; r < 2; ++r) {  // the host caches took the same rows
-    CHECK(caches[r]->Memory().window == caches[2 + r]->Memory().window);
-  }
+  SekvModel m;
+  MixedStepSetup f(m);
+  GpuSekv* const step_mirrors[] = {f.mirrors.mirrors[0].get(), f.mirrors.mirrors[1].get()};
+  CHECK(step_mirrors[0]->OnBackend(*m.gpu));
+  CHECK(!step_mirrors[0]->OnBackend(*m.cpu));
+  const int64_t eager_before = m.gpu->decode_graph_stats().eager_steps;
+  CheckMixedSteps(m, f);
   // A mixed step runs eagerly (its attention waits on the host); the twin's steps may replay.
-  CHECK(backend->decode_graph_stats().eager_steps >= eager_before + kSteps);
+  CHECK(m.gpu->decode_graph_stats().eager_steps >= eager_before + kMixedSteps);
   // A mirror of another backend is refused before anything runs.
-  auto other = testing::MakeBackend(BackendKind::kCuda, model);
+  auto other = testing::MakeBackend(BackendKind::kCuda, m.model);
   std::vector<int32_t> next;
   std::vector<std::vector<float>> logits;
   const int32_t tokens[] = {5, 6};
-  const int positions[] = {lengths[1] + kSteps, lengths[2] + kSteps};
+  const int positions[] = {f.lengths[1] + kMixedSteps, f.lengths[2] + kMixedSteps};
   CHECK(GpuSekv::StepMixed(*other, {}, {}, {}, &next, step_mirrors, tokens, positions, &logits)
             .code() == absl::StatusCode::kInvalidArgument);
-  CHECK(seqs[0]->length() == lengths[0] + kSteps);
+  CHECK(f.seqs[0]->length() == f.lengths[0] + kMixedSteps);
 }
 
 TEST_CASE("GpuSekv reads a CPU tier mapped ahead on another thread, as one it maps itself",

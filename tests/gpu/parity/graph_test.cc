@@ -89,101 +89,131 @@ TEST_CASE("CUDA decode length buckets", "[cuda]") {
   CHECK(DecodeLengthBucket((1 << 30) + 5) == (1 << 30) + 5);
 }
 
-TEST_CASE("CUDA graphed decode steps equal eager steps bitwise", "[cuda]") {
-  SCD_SKIP_WITHOUT_CUDA();
-  for (Architecture arch : {Architecture::kLlama, Architecture::kMistral}) {
-    INFO("architecture " << static_cast<int>(arch));
+namespace {
+
+// An eager and a graphed CUDA backend of one synthetic model, each with three sequences (the
+// longest just under the 256 bucket's end), their samplers and next tokens.
+struct GraphPair {
+  explicit GraphPair(Architecture arch) {
     auto model = MakeSyntheticModel(GraphConfig(arch), 21, 0.1f);
-    auto eager = testing::MakeBackend(BackendKind::kCuda, model);
-    auto graphed = testing::MakeBackend(BackendKind::kCuda, model);
+    eager = testing::MakeBackend(BackendKind::kCuda, model);
+    graphed = testing::MakeBackend(BackendKind::kCuda, model);
     cuda::DecodeGraphOptions off;
     off.enabled = false;
     RequireOk(cuda::SetDecodeGraphs(*eager, off));
     CHECK(Stats(*graphed).active);  // on by default
-
-    // Three sequences per backend; the longest starts just under the 256 bucket's end.
     const int lengths[] = {250, 40, 7};
-    std::vector<std::unique_ptr<Sequence>> es, gs;
     for (int i = 0; i < 3; ++i) {
       es.push_back(Prefilled(*eager, lengths[i], i));
       gs.push_back(Prefilled(*graphed, lengths[i], i));
     }
-    std::vector<Sampler> samplers = {Sampler({0.0f, 0, 1.0f, 1}), Sampler({0.9f, 0, 1.0f, 2}),
-                                     Sampler({1.1f, 30, 0.9f, 3})};
-    std::vector<int32_t> next = {5, 6, 7};
-    // Batches of 3, 2 and 1 in turn (a shape each), twelve steps: across 256 -> 512.
-    const std::vector<std::vector<int>> pattern = {{0, 1, 2}, {0, 1, 2}, {0, 2}, {0}};
-    for (int step = 0; step < 12; ++step) {
-      INFO("step " << step);
-      const std::vector<int>& rows = pattern[step % pattern.size()];
-      std::vector<Sequence*> eb, gb;
-      std::vector<int32_t> tokens;
-      std::vector<SampleDraw> draws;
-      for (int r : rows) {
-        eb.push_back(es[r].get());
-        gb.push_back(gs[r].get());
-        tokens.push_back(next[r]);
-        draws.push_back(samplers[r].Draw());
-      }
-      if (step % 3 == 2) {  // logits back
-        std::vector<float> el, gl;
-        RequireOk(eager->Decode(eb, tokens, &el));
-        RequireOk(graphed->Decode(gb, tokens, &gl));
-        CHECK(BitwiseEqual(el, gl));
-        for (size_t i = 0; i < rows.size(); ++i) next[rows[i]] = (tokens[i] + 11) % 300;
-      } else {  // sampled on the device
-        std::vector<int32_t> en, gn;
-        RequireOk(eager->DecodeSample(eb, tokens, draws, &en));
-        RequireOk(graphed->DecodeSample(gb, tokens, draws, &gn));
-        CHECK(en == gn);
-        for (size_t i = 0; i < rows.size(); ++i) next[rows[i]] = gn[i];
-      }
-    }
-    CHECK(gs[0]->length() > 256);  // the bucket was crossed
-    CHECK(gs[0]->length() == es[0]->length());
-    const DecodeGraphStats g = Stats(*graphed), e = Stats(*eager);
-    CHECK(e.captures == 0);
-    CHECK(e.device_bytes == 0);
-    CHECK(e.eager_steps == 12);
-    CHECK_FALSE(e.active);
-    // Steps 0-5 (longest length <= 256): batches 3, 3, 2, 1, 3, 3 record three graphs and
-    // replay three; from step 6 the 512 bucket's larger workspace moves a recorded buffer, so
-    // the three shapes are recorded again (steps 6, 7, 8) and replayed (9, 10, 11). Decode and
-    // DecodeSample share their graphs.
-    INFO("captures " << g.captures << ", replays " << g.replays);
-    CHECK(g.capture_failures == 0);
-    CHECK(g.eager_steps == 0);
-    CHECK(g.captures == 6);
-    CHECK(g.replays == 6);
-    CHECK(g.last_nodes >= static_cast<size_t>(GraphConfig(arch).num_layers) * 8);
+  }
 
-    // A batch limit runs larger batches eagerly; one cached graph evicts on every new shape.
-    cuda::DecodeGraphOptions small;
-    small.max_batch = 2;
-    small.max_graphs = 1;
-    RequireOk(cuda::SetDecodeGraphs(*graphed, small));
-    const DecodeGraphStats before = Stats(*graphed);
-    CHECK(before.cached == 0);
-    CHECK(before.device_bytes == 0);  // dropped with the graphs
-    for (int step = 0; step < 4; ++step) {
-      const std::vector<int>& rows = pattern[step];
-      std::vector<Sequence*> eb, gb;
-      std::vector<int32_t> tokens;
-      for (int r : rows) {
-        eb.push_back(es[r].get());
-        gb.push_back(gs[r].get());
-        tokens.push_back(next[r]);
-      }
-      std::vector<float> el, gl;
-      RequireOk(eager->Decode(eb, tokens, &el));
-      RequireOk(graphed->Decode(gb, tokens, &gl));
-      CHECK(BitwiseEqual(el, gl));
+  std::unique_ptr<Backend> eager, graphed;
+  std::vector<std::unique_ptr<Sequence>> es, gs;
+  std::vector<Sampler> samplers = {Sampler({0.0f, 0, 1.0f, 1}), Sampler({0.9f, 0, 1.0f, 2}),
+                                   Sampler({1.1f, 30, 0.9f, 3})};
+  std::vector<int32_t> next = {5, 6, 7};
+};
+
+// Batches of 3, 2 and 1 in turn (a shape each).
+std::vector<std::vector<int>> BatchPattern() { return {{0, 1, 2}, {0, 1, 2}, {0, 2}, {0}}; }
+
+// Twelve steps of both backends, across 256 -> 512: logits back every third step, sampled on
+// the device otherwise, bitwise equal each time.
+void StepBothTwelveTimes(GraphPair& p) {
+  const std::vector<std::vector<int>> pattern = BatchPattern();
+  for (int step = 0; step < 12; ++step) {
+    INFO("step " << step);
+    const std::vector<int>& rows = pattern[step % pattern.size()];
+    std::vector<Sequence*> eb, gb;
+    std::vector<int32_t> tokens;
+    std::vector<SampleDraw> draws;
+    for (int r : rows) {
+      eb.push_back(p.es[r].get());
+      gb.push_back(p.gs[r].get());
+      tokens.push_back(p.next[r]);
+      draws.push_back(p.samplers[r].Draw());
     }
-    const DecodeGraphStats after = Stats(*graphed);
-    CHECK(after.eager_steps - before.eager_steps == 2);  // the two batches of 3
-    CHECK(after.captures - before.captures == 2);        // batches of 2, then 1
-    CHECK(after.evictions - before.evictions == 1);
-    CHECK(after.cached == 1);
+    if (step % 3 == 2) {  // logits back
+      std::vector<float> el, gl;
+      RequireOk(p.eager->Decode(eb, tokens, &el));
+      RequireOk(p.graphed->Decode(gb, tokens, &gl));
+      CHECK(BitwiseEqual(el, gl));
+      for (size_t i = 0; i < rows.size(); ++i) p.next[rows[i]] = (tokens[i] + 11) % 300;
+    } else {  // sampled on the device
+      std::vector<int32_t> en, gn;
+      RequireOk(p.eager->DecodeSample(eb, tokens, draws, &en));
+      RequireOk(p.graphed->DecodeSample(gb, tokens, draws, &gn));
+      CHECK(en == gn);
+      for (size_t i = 0; i < rows.size(); ++i) p.next[rows[i]] = gn[i];
+    }
+  }
+}
+
+// The eager backend never recorded; the graphed one recorded each shape once per bucket and
+// replayed it.
+void CheckRecordedAndReplayed(const GraphPair& p, Architecture arch) {
+  CHECK(p.gs[0]->length() > 256);  // the bucket was crossed
+  CHECK(p.gs[0]->length() == p.es[0]->length());
+  const DecodeGraphStats g = Stats(*p.graphed), e = Stats(*p.eager);
+  CHECK(e.captures == 0);
+  CHECK(e.device_bytes == 0);
+  CHECK(e.eager_steps == 12);
+  CHECK_FALSE(e.active);
+  // Steps 0-5 (longest length <= 256): batches 3, 3, 2, 1, 3, 3 record three graphs and
+  // replay three; from step 6 the 512 bucket's larger workspace moves a recorded buffer, so
+  // the three shapes are recorded again (steps 6, 7, 8) and replayed (9, 10, 11). Decode and
+  // DecodeSample share their graphs.
+  INFO("captures " << g.captures << ", replays " << g.replays);
+  CHECK(g.capture_failures == 0);
+  CHECK(g.eager_steps == 0);
+  CHECK(g.captures == 6);
+  CHECK(g.replays == 6);
+  CHECK(g.last_nodes >= static_cast<size_t>(GraphConfig(arch).num_layers) * 8);
+}
+
+// A batch limit runs larger batches eagerly; one cached graph evicts on every new shape.
+void CheckBatchLimitAndEviction(GraphPair& p) {
+  cuda::DecodeGraphOptions small;
+  small.max_batch = 2;
+  small.max_graphs = 1;
+  RequireOk(cuda::SetDecodeGraphs(*p.graphed, small));
+  const DecodeGraphStats before = Stats(*p.graphed);
+  CHECK(before.cached == 0);
+  CHECK(before.device_bytes == 0);  // dropped with the graphs
+  const std::vector<std::vector<int>> pattern = BatchPattern();
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<int>& rows = pattern[step];
+    std::vector<Sequence*> eb, gb;
+    std::vector<int32_t> tokens;
+    for (int r : rows) {
+      eb.push_back(p.es[r].get());
+      gb.push_back(p.gs[r].get());
+      tokens.push_back(p.next[r]);
+    }
+    std::vector<float> el, gl;
+    RequireOk(p.eager->Decode(eb, tokens, &el));
+    RequireOk(p.graphed->Decode(gb, tokens, &gl));
+    CHECK(BitwiseEqual(el, gl));
+  }
+  const DecodeGraphStats after = Stats(*p.graphed);
+  CHECK(after.eager_steps - before.eager_steps == 2);  // the two batches of 3
+  CHECK(after.captures - before.captures == 2);        // batches of 2, then 1
+  CHECK(after.evictions - before.evictions == 1);
+  CHECK(after.cached == 1);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA graphed decode steps equal eager steps bitwise", "[cuda]") {
+  SCD_SKIP_WITHOUT_CUDA();
+  for (Architecture arch : {Architecture::kLlama, Architecture::kMistral}) {
+    INFO("architecture " << static_cast<int>(arch));
+    GraphPair p(arch);
+    StepBothTwelveTimes(p);
+    CheckRecordedAndReplayed(p, arch);
+    CheckBatchLimitAndEviction(p);
   }
 }
 

@@ -63,107 +63,154 @@ struct SegmentSpec {
   bool unaligned = false;  // K and V start one element past a 16-byte boundary
 };
 
-// Runs SekvAttention on `specs` with both outputs, with lse alone and with out alone, through
-// each split kernel (generic and vectorized), and compares each with the blockwise twin.
-// `all_skipped` (>= 0) marks every summary row of that KV head skipped; its other segments must be
-// empty, so its query heads have no entry.
-void CheckSekvAttention(const std::vector<SegmentSpec>& specs, int all_skipped, uint64_t seed) {
-  const int hd = kHeadDim, kv_dim = kKvHeads * hd, group = kHeads / kKvHeads;
-  const int ns = static_cast<int>(specs.size());
-  const std::vector<float> q = RandomFloats(static_cast<size_t>(kHeads) * hd, seed++, 2.0f);
-  std::vector<cuda::AttentionSegment> segments(static_cast<size_t>(kKvHeads) * ns);
-  std::vector<sekv::AttentionBlock> blocks(segments.size());  // the twin's, on the same data
-  std::vector<const uint8_t*> skips(segments.size(), nullptr);
-  std::vector<std::vector<float>> host_k(ns), host_v(ns), host_lc(ns);
-  std::vector<std::vector<uint8_t>> host_skip(ns);
-  std::vector<DeviceArray<float>> f32s;
-  std::vector<DeviceArray<Bf16>> bf16s;
-  std::vector<DeviceArray<uint8_t>> skip_devs;
+// The segments of `specs` for every KV head on the device (slot g·ns + s), and the same data on
+// the host as the twin's blocks and skip masks. `all_skipped` (>= 0) marks every summary row of
+// that KV head skipped.
+class SekvSegments {
+ public:
+  SekvSegments(const std::vector<SegmentSpec>& specs, int all_skipped, uint64_t seed)
+      : ns_(static_cast<int>(specs.size())),
+        segments_(static_cast<size_t>(kKvHeads) * ns_),
+        blocks_(segments_.size()),
+        skips_(segments_.size(), nullptr),
+        host_k_(ns_),
+        host_v_(ns_),
+        host_lc_(ns_),
+        host_skip_(ns_) {
+    for (int s = 0; s < ns_; ++s) AddSlot(specs[s], s, all_skipped, seed);
+  }
+
+  const std::vector<cuda::AttentionSegment>& segments() const { return segments_; }
+  // The twin's block and skip mask of KV head g's slot s.
+  const sekv::AttentionBlock& block(int g, int s) const { return blocks_[Slot(g, s)]; }
+  const uint8_t* skip(int g, int s) const { return skips_[Slot(g, s)]; }
+  int max_rows() const { return std::max(totals_[0], totals_[1]); }
+
+ private:
+  size_t Slot(int g, int s) const { return static_cast<size_t>(g) * ns_ + s; }
   // Uploads x (BF16 or F32) and returns the address of element `offset` for every KV head.
-  auto upload = [&](const std::vector<float>& x, bool bf16, std::array<size_t, kKvHeads> offset) {
+  std::array<const void*, kKvHeads> Upload(const std::vector<float>& x, bool bf16,
+                                           std::array<size_t, kKvHeads> offset) {
     std::array<const void*, kKvHeads> at;
-    if (bf16) bf16s.emplace_back(testing::ToBf16(x));
-    if (!bf16) f32s.emplace_back(x);
+    if (bf16) bf16s_.emplace_back(testing::ToBf16(x));
+    if (!bf16) f32s_.emplace_back(x);
     for (int g = 0; g < kKvHeads; ++g) {
-      at[g] = bf16 ? static_cast<const void*>(bf16s.back().get() + offset[g])
-                   : static_cast<const void*>(f32s.back().get() + offset[g]);
+      at[g] = bf16 ? static_cast<const void*>(bf16s_.back().get() + offset[g])
+                   : static_cast<const void*>(f32s_.back().get() + offset[g]);
     }
     return at;
-  };
-  std::array<int, kKvHeads> totals = {};
-  for (int s = 0; s < ns; ++s) {
-    const SegmentSpec& sp = specs[s];
-    for (int g = 0; g < kKvHeads; ++g) totals[g] += sp.rows[g];
-    const int rows_max = std::max(sp.rows[0], sp.rows[1]);
-    if (rows_max == 0) continue;  // an unused slot: rows 0, null pointers
-    const bool bf16 = sp.type == cuda::KvType::kBf16;
-    const size_t lead = sp.unaligned ? 1 : 0;
-    const size_t elems = static_cast<size_t>(rows_max) * kv_dim + lead;  // either layout
-    host_k[s] = RandomFloats(elems, seed++, 2.0f);
-    host_v[s] = RandomFloats(elems, seed++);
-    if (bf16) {  // the twin reads the values the kernel reads
-      host_k[s] = testing::RoundedBf16(host_k[s]);
-      host_v[s] = testing::RoundedBf16(host_v[s]);
+  }
+  // Slot s's log-counts (uploaded; their addresses) and skip mask, [kv_heads][rows_max] each.
+  std::array<const void*, kKvHeads> UploadSummary(int s, int rows_max, int all_skipped,
+                                                  uint64_t& seed,
+                                                  std::array<size_t, kKvHeads> row0) {
+    const std::vector<int32_t> counts = testing::RandomInts(kKvHeads * rows_max, seed++, 40);
+    host_lc_[s].resize(counts.size());
+    host_skip_[s].resize(counts.size());
+    for (size_t i = 0; i < counts.size(); ++i) {
+      const int g = static_cast<int>(i / rows_max), row = static_cast<int>(i % rows_max);
+      host_lc_[s][i] = std::log(1.0f + static_cast<float>(counts[i]));
+      host_skip_[s][i] = g == all_skipped || (row * 7 + g) % 5 == 2;
     }
-    std::array<size_t, kKvHeads> offset, row0;
-    for (int g = 0; g < kKvHeads; ++g) {
-      offset[g] = lead + static_cast<size_t>(g) * (sp.shared ? hd : rows_max * hd);
-      row0[g] = static_cast<size_t>(g) * rows_max;
-    }
-    const auto k_at = upload(host_k[s], bf16, offset), v_at = upload(host_v[s], bf16, offset);
-    std::array<const void*, kKvHeads> lc_at = {};
+    const std::array<const void*, kKvHeads> at = Upload(host_lc_[s], false, row0);
+    skip_devs_.emplace_back(host_skip_[s]);
+    return at;
+  }
+  void AddSlot(const SegmentSpec& sp, int s, int all_skipped, uint64_t& seed);
+
+  int ns_;
+  std::vector<cuda::AttentionSegment> segments_;
+  std::vector<sekv::AttentionBlock> blocks_;  // the twin's, on the same data
+  std::vector<const uint8_t*> skips_;
+  std::array<int, kKvHeads> totals_ = {};
+  // What the pointers above point into.
+  std::vector<std::vector<float>> host_k_, host_v_, host_lc_;
+  std::vector<std::vector<uint8_t>> host_skip_;
+  std::vector<DeviceArray<float>> f32s_;
+  std::vector<DeviceArray<Bf16>> bf16s_;
+  std::vector<DeviceArray<uint8_t>> skip_devs_;
+};
+
+void SekvSegments::AddSlot(const SegmentSpec& sp, int s, int all_skipped, uint64_t& seed) {
+  const int hd = kHeadDim, kv_dim = kKvHeads * hd;
+  for (int g = 0; g < kKvHeads; ++g) totals_[g] += sp.rows[g];
+  const int rows_max = std::max(sp.rows[0], sp.rows[1]);
+  if (rows_max == 0) return;  // an unused slot: rows 0, null pointers
+  const bool bf16 = sp.type == cuda::KvType::kBf16;
+  const size_t lead = sp.unaligned ? 1 : 0;
+  const size_t elems = static_cast<size_t>(rows_max) * kv_dim + lead;  // either layout
+  host_k_[s] = RandomFloats(elems, seed++, 2.0f);
+  host_v_[s] = RandomFloats(elems, seed++);
+  if (bf16) {  // the twin reads the values the kernel reads
+    host_k_[s] = testing::RoundedBf16(host_k_[s]);
+    host_v_[s] = testing::RoundedBf16(host_v_[s]);
+  }
+  std::array<size_t, kKvHeads> offset, row0;
+  for (int g = 0; g < kKvHeads; ++g) {
+    offset[g] = lead + static_cast<size_t>(g) * (sp.shared ? hd : rows_max * hd);
+    row0[g] = static_cast<size_t>(g) * rows_max;
+  }
+  const auto k_at = Upload(host_k_[s], bf16, offset), v_at = Upload(host_v_[s], bf16, offset);
+  std::array<const void*, kKvHeads> lc_at = {};
+  if (sp.summary) lc_at = UploadSummary(s, rows_max, all_skipped, seed, row0);
+  for (int g = 0; g < kKvHeads; ++g) {
+    cuda::AttentionSegment& seg = segments_[Slot(g, s)];
+    sekv::AttentionBlock& b = blocks_[Slot(g, s)];
+    seg.k = k_at[g];
+    seg.v = v_at[g];
+    seg.rows = b.rows = sp.rows[g];
+    seg.stride = b.stride = sp.shared ? kv_dim : hd;
+    seg.type = sp.type;
+    b.k = host_k_[s].data() + offset[g];
+    b.v = host_v_[s].data() + offset[g];
     if (sp.summary) {
-      const std::vector<int32_t> counts = testing::RandomInts(kKvHeads * rows_max, seed++, 40);
-      host_lc[s].resize(counts.size());
-      host_skip[s].resize(counts.size());
-      for (size_t i = 0; i < counts.size(); ++i) {
-        const int g = static_cast<int>(i / rows_max), row = static_cast<int>(i % rows_max);
-        host_lc[s][i] = std::log(1.0f + static_cast<float>(counts[i]));
-        host_skip[s][i] = g == all_skipped || (row * 7 + g) % 5 == 2;
-      }
-      lc_at = upload(host_lc[s], false, row0);
-      skip_devs.emplace_back(host_skip[s]);
-    }
-    for (int g = 0; g < kKvHeads; ++g) {
-      const size_t slot = static_cast<size_t>(g) * ns + s;
-      cuda::AttentionSegment& seg = segments[slot];
-      sekv::AttentionBlock& b = blocks[slot];
-      seg.k = k_at[g];
-      seg.v = v_at[g];
-      seg.rows = b.rows = sp.rows[g];
-      seg.stride = b.stride = sp.shared ? kv_dim : hd;
-      seg.type = sp.type;
-      b.k = host_k[s].data() + offset[g];
-      b.v = host_v[s].data() + offset[g];
-      if (sp.summary) {
-        seg.log_count = static_cast<const float*>(lc_at[g]);
-        seg.skip = skip_devs.back().get() + row0[g];
-        b.log_count = host_lc[s].data() + row0[g];
-        skips[slot] = host_skip[s].data() + row0[g];
-      }
+      seg.log_count = static_cast<const float*>(lc_at[g]);
+      seg.skip = skip_devs_.back().get() + row0[g];
+      b.log_count = host_lc_[s].data() + row0[g];
+      skips_[Slot(g, s)] = host_skip_[s].data() + row0[g];
     }
   }
-  const int max_rows = std::max(totals[0], totals[1]);
+}
 
+// The blockwise twin: every query head's output and log-sum-exp over its KV head's segments.
+void BlockwiseSekvAttention(const std::vector<float>& q, const SekvSegments& segs, int ns,
+                            std::vector<float>* out, std::vector<float>* lse) {
+  const int hd = kHeadDim, group = kHeads / kKvHeads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> want_out(static_cast<size_t>(kHeads) * hd), want_lse(kHeads), scores;
+  out->assign(static_cast<size_t>(kHeads) * hd, 0.0f);
+  lse->assign(kHeads, 0.0f);
+  std::vector<float> scores;
   for (int h = 0; h < kHeads; ++h) {
     const int g = h / group;
     sekv::PartialAttention p;
     p.Reset(hd);
     for (int s = 0; s < ns; ++s) {
-      const sekv::AttentionBlock& b = blocks[static_cast<size_t>(g) * ns + s];
+      const sekv::AttentionBlock& b = segs.block(g, s);
       if (b.rows == 0) continue;
       scores.resize(b.rows);
       sekv::ScoreBlock(q.data() + h * hd, b, hd, scale, scores.data());
-      sekv::AccumulateScored(scores.data(), b, hd, skips[static_cast<size_t>(g) * ns + s], &p);
+      sekv::AccumulateScored(scores.data(), b, hd, segs.skip(g, s), &p);
     }
-    sekv::FinishAttention(p, hd, want_out.data() + h * hd);
-    want_lse[h] = static_cast<float>(sekv::LogSumExp(p));
+    sekv::FinishAttention(p, hd, out->data() + h * hd);
+    (*lse)[h] = static_cast<float>(sekv::LogSumExp(p));
   }
+}
+
+// Runs SekvAttention on `specs` with both outputs, with lse alone and with out alone, through
+// each split kernel (generic and vectorized), and compares each with the blockwise twin.
+// `all_skipped` (>= 0) marks every summary row of that KV head skipped; its other segments must be
+// empty, so its query heads have no entry.
+void CheckSekvAttention(const std::vector<SegmentSpec>& specs, int all_skipped, uint64_t seed) {
+  const int hd = kHeadDim, group = kHeads / kKvHeads;
+  const int ns = static_cast<int>(specs.size());
+  const std::vector<float> q = RandomFloats(static_cast<size_t>(kHeads) * hd, seed++, 2.0f);
+  const SekvSegments segs(specs, all_skipped, seed);
+  const int max_rows = segs.max_rows();
+  std::vector<float> want_out, want_lse;
+  BlockwiseSekvAttention(q, segs, ns, &want_out, &want_lse);
 
   DeviceArray<float> q_dev(q);
-  DeviceArray<cuda::AttentionSegment> seg_dev(segments);
+  DeviceArray<cuda::AttentionSegment> seg_dev(segs.segments());
   REQUIRE(cuda::launch_checks::VectorizedAttentionSupports(group, hd));
   const int64_t ws_floats = cuda::SekvAttentionWorkspaceFloats(kHeads, hd, max_rows);
   REQUIRE(ws_floats >= 0);

@@ -363,87 +363,99 @@ TEST_CASE("GpuSekv::Memory counts the device's rows in the tier's element type",
   CHECK(mz.full_kv == m16.full_kv);
 }
 
+namespace {
+
+std::unique_ptr<SekvCache> NewCache(const ZoomFixture& f) {
+  auto cache = SekvCache::CreateWithSegmentation(f.shape, f.prefix, f.seg, f.o, nullptr);
+  REQUIRE(cache.ok());
+  return std::move(cache).value();
+}
+
+// True when every layer's arena blocks read as pinned memory, false when none does.
+bool ArenaRegistered(const SekvCache& cache, int layers) {
+  int pinned = 0, blocks = 0;
+  for (int l = 0; l < layers; ++l) {
+    for (const BasisArena::Block& b : cache.store(l).basis_blocks()) {
+      ++blocks;
+      pinned += cuda::standin::IsPinned(b.data, sizeof(float) * b.floats) ? 1 : 0;
+    }
+  }
+  REQUIRE(blocks >= layers);
+  REQUIRE((pinned == 0 || pinned == blocks));
+  return pinned == blocks;
+}
+
+// A mirror of a fresh cache: how it reads the CPU tier and why it could not register it, the
+// bases' bytes on the device and on the host, and each layer's attention output of one step.
+struct TierRun {
+  CpuTierAccess access;
+  absl::Status error;
+  size_t device_bases, host_bases;
+  std::vector<float> out;
+};
+
+// One step of every layer, the zoom on the device unless `zoom` says otherwise.
+TierRun RunOneStep(ZoomFixture& f, GpuZoom zoom = GpuZoom::kDevice) {
+  const CacheShape& shape = f.shape;
+  const std::unique_ptr<SekvCache> cache = NewCache(f);
+  auto gpu = GpuSekv::Create(f.backend, *cache, GpuTier::kF32, zoom);
+  REQUIRE(gpu.ok());
+  TierRun r{(*gpu)->cpu_tier_access(), (*gpu)->registration_error(), 0, 0, {}};
+  CHECK(ArenaRegistered(*cache, shape.num_layers) == (r.access == CpuTierAccess::kRegistered));
+  const cuda::DeviceBuffer buffer = StepInputs(shape);
+  float* d = buffer.as<float>();
+  std::vector<float> out(shape.q_dim());
+  const float *q = d, *k = d + shape.q_dim(), *v = k + shape.kv_dim();
+  for (int l = 0; l < shape.num_layers; ++l) {
+    REQUIRE((*gpu)->Attend(l, q, k, v, d + 3 * shape.q_dim(), nullptr).ok());
+    REQUIRE(
+        cuda::CopyToHostSync(out.data(), d + 3 * shape.q_dim(), sizeof(float) * out.size()).ok());
+    r.out.insert(r.out.end(), out.begin(), out.end());
+  }
+  REQUIRE((*gpu)->Settle(nullptr).ok());
+  REQUIRE(cache->zoom_stats().expanded_tokens > 0);
+  r.device_bases = (*gpu)->Memory().cpu_bases;
+  r.host_bases = cache->Memory().cpu_bases;
+  gpu->reset();
+  // Unregistered with the mirror, before the cache goes.
+  CHECK_FALSE(ArenaRegistered(*cache, shape.num_layers));
+  return r;
+}
+
+// Two requests' mirrors at once: each arena's pages are its own, so both register. A mirror
+// destroyed with its last step still queued: its own registrations go after its device
+// buffers, whose freeing waits for the device.
+void CheckTwoMirrorsRegister(ZoomFixture& f) {
+  const std::unique_ptr<SekvCache> a = NewCache(f), b = NewCache(f);
+  auto ga = GpuSekv::Create(f.backend, *a, GpuTier::kF32, GpuZoom::kDevice);
+  auto gb = GpuSekv::Create(f.backend, *b, GpuTier::kF32, GpuZoom::kDevice);
+  REQUIRE(ga.ok());
+  REQUIRE(gb.ok());
+  CHECK((*ga)->cpu_tier_access() == CpuTierAccess::kRegistered);
+  CHECK((*gb)->cpu_tier_access() == CpuTierAccess::kRegistered);
+  CHECK((*gb)->registration_error().ok());
+  const cuda::DeviceBuffer buffer = StepInputs(f.shape);
+  for (int step = 0; step < 2; ++step) AttendEveryLayer(**gb, f.shape, buffer.as<float>());
+  gb->reset();
+  CHECK_FALSE(ArenaRegistered(*b, f.shape.num_layers));
+}
+
+}  // namespace
+
 TEST_CASE("GpuSekv's device zoom reads the CPU tier where it lies, else from a pinned copy",
           "[cpu]") {
   ZoomFixture f(3, 8, 4, 8, 200, /*pins=*/4, /*budget=*/6);
-  auto& [backend, shape, prefix, seg, o] = f;
-  auto new_cache = [&] {
-    auto cache = SekvCache::CreateWithSegmentation(shape, prefix, seg, o, nullptr);
-    REQUIRE(cache.ok());
-    return std::move(cache).value();
-  };
-  // True when every layer's arena blocks read as pinned memory, false when none does.
-  auto registered = [&](const SekvCache& cache) {
-    int pinned = 0, blocks = 0;
-    for (int l = 0; l < shape.num_layers; ++l) {
-      for (const BasisArena::Block& b : cache.store(l).basis_blocks()) {
-        ++blocks;
-        pinned += cuda::standin::IsPinned(b.data, sizeof(float) * b.floats) ? 1 : 0;
-      }
-    }
-    REQUIRE(blocks >= shape.num_layers);
-    REQUIRE((pinned == 0 || pinned == blocks));
-    return pinned == blocks;
-  };
-  struct Run {
-    CpuTierAccess access;
-    absl::Status error;
-    size_t device_bases, host_bases;
-    std::vector<float> out;  // each layer's attention output of one step
-  };
-  // One step of every layer, the zoom on the device unless `zoom` says otherwise.
-  auto run = [&](GpuZoom zoom = GpuZoom::kDevice) {
-    const std::unique_ptr<SekvCache> cache = new_cache();
-    auto gpu = GpuSekv::Create(backend, *cache, GpuTier::kF32, zoom);
-    REQUIRE(gpu.ok());
-    Run r{(*gpu)->cpu_tier_access(), (*gpu)->registration_error(), 0, 0, {}};
-    CHECK(registered(*cache) == (r.access == CpuTierAccess::kRegistered));
-    const cuda::DeviceBuffer buffer = StepInputs(shape);
-    float* d = buffer.as<float>();
-    std::vector<float> out(shape.q_dim());
-    const float *q = d, *k = d + shape.q_dim(), *v = k + shape.kv_dim();
-    for (int l = 0; l < shape.num_layers; ++l) {
-      REQUIRE((*gpu)->Attend(l, q, k, v, d + 3 * shape.q_dim(), nullptr).ok());
-      REQUIRE(
-          cuda::CopyToHostSync(out.data(), d + 3 * shape.q_dim(), sizeof(float) * out.size()).ok());
-      r.out.insert(r.out.end(), out.begin(), out.end());
-    }
-    REQUIRE((*gpu)->Settle(nullptr).ok());
-    REQUIRE(cache->zoom_stats().expanded_tokens > 0);
-    r.device_bases = (*gpu)->Memory().cpu_bases;
-    r.host_bases = cache->Memory().cpu_bases;
-    gpu->reset();
-    CHECK_FALSE(registered(*cache));  // unregistered with the mirror, before the cache goes
-    return r;
-  };
-
   // By default the stand-in device takes registrations: no copy.
-  const Run in_place = run();
+  const TierRun in_place = RunOneStep(f);
   CHECK(in_place.access == CpuTierAccess::kRegistered);
   CHECK(in_place.error.ok());
   CHECK(in_place.device_bases == in_place.host_bases);
-  {
-    // Two requests' mirrors at once: each arena's pages are its own, so both register.
-    const std::unique_ptr<SekvCache> a = new_cache(), b = new_cache();
-    auto ga = GpuSekv::Create(backend, *a, GpuTier::kF32, GpuZoom::kDevice);
-    auto gb = GpuSekv::Create(backend, *b, GpuTier::kF32, GpuZoom::kDevice);
-    REQUIRE(ga.ok());
-    REQUIRE(gb.ok());
-    CHECK((*ga)->cpu_tier_access() == CpuTierAccess::kRegistered);
-    CHECK((*gb)->cpu_tier_access() == CpuTierAccess::kRegistered);
-    CHECK((*gb)->registration_error().ok());
-    // A mirror destroyed with its last step still queued: its own registrations go after its
-    // device buffers, whose freeing waits for the device.
-    const cuda::DeviceBuffer buffer = StepInputs(shape);
-    for (int step = 0; step < 2; ++step) AttendEveryLayer(**gb, shape, buffer.as<float>());
-    gb->reset();
-    CHECK_FALSE(registered(*b));
-  }
+  CheckTwoMirrorsRegister(f);
   {
     // A device that refuses registration reads a pinned copy: the CPU tier twice, the same
     // attention.
     const cuda::standin::StandInDevice refuses(/*registers=*/false, /*reads_pageable=*/false);
-    const Run copied = run();
+    const TierRun copied = RunOneStep(f);
     CHECK(copied.access == CpuTierAccess::kPinnedCopy);
     CHECK(copied.error.code() == absl::StatusCode::kUnimplemented);
     CHECK(copied.device_bases == 2 * copied.host_bases);
@@ -452,13 +464,13 @@ TEST_CASE("GpuSekv's device zoom reads the CPU tier where it lies, else from a p
   {
     // A device that reads pageable memory reads the bases with neither.
     const cuda::standin::StandInDevice ats(/*registers=*/true, /*reads_pageable=*/true);
-    const Run pageable = run();
+    const TierRun pageable = RunOneStep(f);
     CHECK(pageable.access == CpuTierAccess::kPageable);
     CHECK(pageable.device_bases == pageable.host_bases);
     CHECK(pageable.out == in_place.out);
   }
   // The host zoom reads the CPU tier on the host.
-  CHECK(run(GpuZoom::kHost).access == CpuTierAccess::kNone);
+  CHECK(RunOneStep(f, GpuZoom::kHost).access == CpuTierAccess::kNone);
   CHECK(std::string(CpuTierAccessName(CpuTierAccess::kPinnedCopy)) == "pinned copy");
 }
 

@@ -333,6 +333,184 @@ struct SmallDevice {
   size_t need = 0;  // a request's reservation: what its sequence takes from the device
 };
 
+// The engine of the scratch-memory case below: SEKV prompts prefilled 256 tokens at a time.
+struct ScratchServing {
+  explicit ScratchServing(const SmallDevice& d) : d(d) {
+    o.prefill_chunk = 256;
+    o.max_batch = 4;
+    o.sekv.min_prompt_tokens = 200;  // 300-token prompts take the SEKV path, 40-token ones not
+    o.min_step_interval = absl::Milliseconds(3);  // so that requests overlap
+  }
+  absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeEngine(std::unique_ptr<Backend> backend) const {
+    std::shared_ptr<const Model> model(std::shared_ptr<const Model>(), &backend->model());
+    return DecodeEngine::Create(std::move(backend),
+                                ConsumerCodec::Create(model, model->digest, nullptr).value(), o);
+  }
+  // A raw K/V payload of a 100-token prefix, from the same model on the CPU backend: the
+  // engine rebuilds it through AppendKv, 8 rows at a time.
+  std::vector<uint8_t> RawPayload(int seed) const {
+    const std::vector<int32_t> prefix = testing::SyntheticPrompt(100, seed);
+    auto seq = producer_backend->NewSequence(100).value();
+    PrefillResult states;
+    REQUIRE(
+        producer_backend->Prefill(*seq, prefix, ProducerPrefillOptions(CodecMode::kRaw), &states)
+            .ok());
+    return SerializePayload(producer->Encode(CodecMode::kRaw, prefix, states).value());
+  }
+  // Eight requests at once: SEKV prompts, and plain ones of 40 tokens after a raw payload (of
+  // 100) or alone, in turn; waits for all.
+  void Serve(DecodeEngine& engine, testing::DecodeEventCollector* ev) const {
+    for (uint64_t id = 1; id <= 8; ++id) {
+      DecodeJob job;
+      job.request_id = id;
+      job.suffix = testing::SyntheticPrompt(id % 2 == 1 ? d.prompt : 40, static_cast<int>(id));
+      if (id % 4 == 2) job.payload = RawPayload(static_cast<int>(id));
+      job.max_tokens = d.max_tokens;
+      job.stop_ids = {-1};
+      REQUIRE(engine.Submit(std::move(job), ev->For(id)).ok());
+    }
+    ev->WaitFor(8);
+    engine.Drain();
+  }
+
+  const SmallDevice& d;
+  DecodeEngineOptions o = SmallDevice::Options(true);
+  std::unique_ptr<Backend> producer_backend = CreateBackend(BackendKind::kCpu, d.model).value();
+  std::unique_ptr<ProducerCodec> producer =
+      ProducerCodec::Create(d.model, d.model->digest, nullptr).value();
+};
+
+// On a large device: the workspace reserved at start holds the prefill's `scratch`, and serving
+// adds only the decode graphs to it. The bytes reserved.
+size_t CheckReservedAtStart(const ScratchServing& serving, size_t scratch) {
+  auto backend = CreateBackend(BackendKind::kCuda, serving.d.model).value();
+  const size_t with_weights = DeviceBytesInUse();
+  const size_t pinned_before = cuda::standin::PinnedBytesInUse();
+  auto engine = serving.MakeEngine(std::move(backend));
+  REQUIRE(engine.ok());
+  const DecodeEngineStats at_start = (*engine)->stats();
+  const size_t reserved = DeviceBytesInUse() - with_weights;
+  CHECK(static_cast<double>(reserved) >= at_start.workspace_device_bytes);
+  CHECK(static_cast<double>(reserved) < at_start.workspace_device_bytes + kRoundingSlack);
+  CHECK(static_cast<size_t>(at_start.workspace_device_bytes) > scratch);
+  CHECK(cuda::standin::PinnedBytesInUse() - pinned_before ==
+        static_cast<size_t>(at_start.workspace_host_bytes));
+  // The budget: the share of the free memory after the reservation.
+  const double free_now = static_cast<double>(cuda::MemoryInfo().value().free_bytes);
+  CHECK(at_start.kv_budget_bytes == static_cast<int64_t>(0.9 * free_now));
+  testing::DecodeEventCollector ev;
+  serving.Serve(**engine, &ev);
+  const DecodeEngineStats s = (*engine)->stats();
+  CHECK(s.completed == 8);
+  CHECK(s.sekv_requests == 4);
+  CHECK(s.rebuild_rows == 2 * 100);
+  CHECK(s.max_batch_seen >= 2);
+  CHECK(s.max_batch_seen <= 4);
+  // Every request's cache and mirror freed, and the workspace as it was at start: no call
+  // grew it. The decode graphs recorded meanwhile hold the rest, out of the memory the
+  // budget left free.
+  CHECK(s.graphs.captures > 0);
+  CHECK(s.graphs.device_bytes > 0);
+  CHECK(DeviceBytesInUse() == with_weights + reserved + s.graphs.device_bytes);
+  CHECK(cuda::standin::PinnedBytesInUse() - pinned_before ==
+        static_cast<size_t>(at_start.workspace_host_bytes));
+  return reserved;
+}
+
+// The bundled pair, its artifact, and payloads of 40 tokens rebuilt 16 rows at a time.
+struct RebuildServing {
+  RebuildServing() {
+    auto loaded = ScdArtifact::Load(
+        testing::SourceFile("configs/calibration/stories260K-babi-qa.scd.safetensors"));
+    INFO(loaded.status());
+    REQUIRE(loaded.ok());
+    artifact = std::make_shared<const ScdArtifact>(std::move(loaded).value());
+    encoder = ProducerCodec::Create(producer_model, consumer_model->digest, artifact).value();
+    o.prefill_chunk = 32;
+    o.rebuild_chunk = 16;
+    o.max_batch = 2;
+    o.min_step_interval = absl::Milliseconds(3);  // so that requests overlap
+  }
+  std::vector<uint8_t> PayloadBytes(CodecMode mode, int seed) const {
+    const std::vector<int32_t> prefix = testing::SyntheticPrompt(40, seed);
+    auto seq = producer_cpu->NewSequence(40).value();
+    PrefillResult states;
+    REQUIRE(
+        producer_cpu->Prefill(*seq, prefix, ProducerPrefillOptions(CodecMode::kScd), &states).ok());
+    return SerializePayload(encoder->Encode(mode, prefix, states).value());
+  }
+  absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeEngine(std::unique_ptr<Backend> backend) const {
+    return DecodeEngine::Create(
+        std::move(backend),
+        ConsumerCodec::Create(consumer_model, producer_model->digest, artifact).value(), o);
+  }
+
+  std::shared_ptr<const ScdArtifact> artifact;
+  std::shared_ptr<const Model> producer_model = testing::LoadSharedModel("models/stories260K");
+  std::shared_ptr<const Model> consumer_model =
+      testing::LoadSharedModel("models/stories260K-babi-qa");
+  std::unique_ptr<Backend> producer_cpu = CreateBackend(BackendKind::kCpu, producer_model).value();
+  std::unique_ptr<ProducerCodec> encoder;
+  DecodeEngineOptions o;
+};
+
+// Six requests after scd and scd-reuse payloads in turn: one rebuilder serves both, no chunk
+// allocates.
+void ServeScdPayloads(const RebuildServing& serving, DecodeEngine& engine,
+                      const DecodeEngineStats& at_start) {
+  testing::DecodeEventCollector ev;
+  for (uint64_t id = 1; id <= 6; ++id) {
+    DecodeJob job;
+    job.request_id = id;
+    job.payload = serving.PayloadBytes(id % 2 == 1 ? CodecMode::kScd : CodecMode::kScdReuse,
+                                       static_cast<int>(id));
+    job.suffix = {5, 6, 7};
+    job.max_tokens = 4;
+    job.stop_ids = {-1};
+    REQUIRE(engine.Submit(std::move(job), ev.For(id)).ok());
+  }
+  ev.WaitFor(6);
+  engine.Drain();
+  for (const auto& [id, e] : ev.final_events) {
+    INFO("request " << id << ": " << e.error);
+    CHECK(e.error.ok());
+  }
+  const DecodeEngineStats s = engine.stats();
+  CHECK(s.completed == 6);
+  CHECK(s.rebuild_rows == 6 * 40);
+  CHECK(s.rebuild_chunks == 6 * 3);  // 16 + 16 + 8 rows
+  CHECK(s.rebuild_device_bytes == at_start.rebuild_device_bytes);
+  CHECK(s.rebuild_host_bytes == at_start.rebuild_host_bytes);
+}
+
+// On a large device: beside the backend's workspace, the rebuilder (every layer's REUSE
+// decoders, the selected layers' aligners and [W_K; W_V], and its buffers for 16 rows) is
+// taken at start, before the KV budget's reading. The bytes reserved, and the rebuilder's.
+std::pair<size_t, size_t> CheckRebuilderReservedAtStart(const RebuildServing& serving) {
+  const size_t pinned_before = cuda::standin::PinnedBytesInUse();
+  auto backend = CreateBackend(BackendKind::kCuda, serving.consumer_model).value();
+  const size_t with_weights = DeviceBytesInUse();
+  auto engine = serving.MakeEngine(std::move(backend));
+  REQUIRE(engine.ok());
+  const DecodeEngineStats at_start = (*engine)->stats();
+  CHECK(at_start.rebuild_device_bytes > 0);
+  CHECK(at_start.rebuild_host_bytes > 0);
+  const size_t reserved = DeviceBytesInUse() - with_weights;
+  const double both =
+      static_cast<double>(at_start.workspace_device_bytes + at_start.rebuild_device_bytes);
+  CHECK(static_cast<double>(reserved) >= both);
+  CHECK(static_cast<double>(reserved) < both + kRoundingSlack + 64 * 256);
+  const size_t pinned =
+      static_cast<size_t>(at_start.workspace_host_bytes + at_start.rebuild_host_bytes);
+  CHECK(cuda::standin::PinnedBytesInUse() - pinned_before == pinned);
+  const double free_now = static_cast<double>(cuda::MemoryInfo().value().free_bytes);
+  CHECK(at_start.kv_budget_bytes == static_cast<int64_t>(0.9 * free_now));
+  ServeScdPayloads(serving, **engine, at_start);
+  CHECK(DeviceBytesInUse() == with_weights + reserved + (*engine)->stats().graphs.device_bytes);
+  CHECK(cuda::standin::PinnedBytesInUse() - pinned_before == pinned);
+  return {reserved, static_cast<size_t>(at_start.rebuild_device_bytes)};
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -428,13 +606,9 @@ TEST_CASE(
   // SEKV prompts prefilled 256 tokens at a time: each chunk's K/V and H_in (the hooks) and
   // its logits for the surprisal take more device memory than a request's whole cache.
   SmallDevice d(/*prompt=*/300, /*max_tokens=*/8, /*sekv=*/true);
-  DecodeEngineOptions o = SmallDevice::Options(true);
-  o.prefill_chunk = 256;
-  o.max_batch = 4;
-  o.sekv.min_prompt_tokens = 200;  // 300-token prompts take the SEKV path, 40-token ones not
-  o.min_step_interval = absl::Milliseconds(3);  // so that requests overlap
+  const ScratchServing serving(d);
   const ModelConfig& c = d.model->config;
-  const WorkspaceShape shape = DecodeEngine::WorkspaceFor(c, o);
+  const WorkspaceShape shape = DecodeEngine::WorkspaceFor(c, serving.o);
   CHECK(shape.prefill_tokens == 256);
   CHECK(shape.prefill_surprisal);
   CHECK(shape.prefill_layer_states);
@@ -447,85 +621,17 @@ TEST_CASE(
   INFO("a request's KV cache " << d.need << " bytes, the prefill's hooks " << hooks
                                << " and logits " << logits);
   REQUIRE(hooks + logits > d.need);
-
-  auto make_engine = [&](std::unique_ptr<Backend> backend) {
-    std::shared_ptr<const Model> model(std::shared_ptr<const Model>(), &backend->model());
-    return DecodeEngine::Create(std::move(backend),
-                                ConsumerCodec::Create(model, model->digest, nullptr).value(), o);
-  };
-  // Raw K/V payloads of 100-token prefixes, from the same model on the CPU backend: the
-  // engine rebuilds them through AppendKv, 8 rows at a time.
-  auto producer_backend = CreateBackend(BackendKind::kCpu, d.model).value();
-  auto producer = ProducerCodec::Create(d.model, d.model->digest, nullptr).value();
-  auto raw_payload = [&](int seed) {
-    const std::vector<int32_t> prefix = testing::SyntheticPrompt(100, seed);
-    auto seq = producer_backend->NewSequence(100).value();
-    PrefillResult states;
-    REQUIRE(
-        producer_backend->Prefill(*seq, prefix, ProducerPrefillOptions(CodecMode::kRaw), &states)
-            .ok());
-    return SerializePayload(producer->Encode(CodecMode::kRaw, prefix, states).value());
-  };
-  // Eight requests at once: SEKV prompts, and plain ones of 40 tokens after a raw payload (of
-  // 100) or alone, in turn; waits for all.
-  auto serve = [&](DecodeEngine& engine, testing::DecodeEventCollector* ev) {
-    for (uint64_t id = 1; id <= 8; ++id) {
-      DecodeJob job;
-      job.request_id = id;
-      job.suffix = testing::SyntheticPrompt(id % 2 == 1 ? d.prompt : 40, static_cast<int>(id));
-      if (id % 4 == 2) job.payload = raw_payload(static_cast<int>(id));
-      job.max_tokens = d.max_tokens;
-      job.stop_ids = {-1};
-      REQUIRE(engine.Submit(std::move(job), ev->For(id)).ok());
-    }
-    ev->WaitFor(8);
-    engine.Drain();
-  };
-  // The reservation, as measured on a large device.
-  auto backend = CreateBackend(BackendKind::kCuda, d.model).value();
-  const size_t with_weights = DeviceBytesInUse();
-  const size_t pinned_before = cuda::standin::PinnedBytesInUse();
-  size_t reserved = 0;
-  {
-    auto engine = make_engine(std::move(backend));
-    REQUIRE(engine.ok());
-    const DecodeEngineStats at_start = (*engine)->stats();
-    reserved = DeviceBytesInUse() - with_weights;
-    CHECK(static_cast<double>(reserved) >= at_start.workspace_device_bytes);
-    CHECK(static_cast<double>(reserved) < at_start.workspace_device_bytes + kRoundingSlack);
-    CHECK(static_cast<size_t>(at_start.workspace_device_bytes) > hooks + logits);
-    CHECK(cuda::standin::PinnedBytesInUse() - pinned_before ==
-          static_cast<size_t>(at_start.workspace_host_bytes));
-    // The budget: the share of the free memory after the reservation.
-    const double free_now = static_cast<double>(cuda::MemoryInfo().value().free_bytes);
-    CHECK(at_start.kv_budget_bytes == static_cast<int64_t>(0.9 * free_now));
-    testing::DecodeEventCollector ev;
-    serve(**engine, &ev);
-    const DecodeEngineStats s = (*engine)->stats();
-    CHECK(s.completed == 8);
-    CHECK(s.sekv_requests == 4);
-    CHECK(s.rebuild_rows == 2 * 100);
-    CHECK(s.max_batch_seen >= 2);
-    CHECK(s.max_batch_seen <= 4);
-    // Every request's cache and mirror freed, and the workspace as it was at start: no call
-    // grew it. The decode graphs recorded meanwhile hold the rest, out of the memory the
-    // budget left free.
-    CHECK(s.graphs.captures > 0);
-    CHECK(s.graphs.device_bytes > 0);
-    CHECK(DeviceBytesInUse() == with_weights + reserved + s.graphs.device_bytes);
-    CHECK(cuda::standin::PinnedBytesInUse() - pinned_before ==
-          static_cast<size_t>(at_start.workspace_host_bytes));
-  }
+  const size_t reserved = CheckReservedAtStart(serving, hooks + logits);
   CHECK(DeviceBytesInUse() == d.empty);
 
   SECTION("a device with room for the weights, the workspace and 2.5 caches serves them all") {
     auto small = CreateBackend(BackendKind::kCuda, d.model).value();
     const size_t caches = static_cast<size_t>(2.5 * static_cast<double>(d.need));
     cuda::standin::SetDeviceMemoryBytes(DeviceBytesInUse() + reserved + caches);
-    auto engine = make_engine(std::move(small));
+    auto engine = serving.MakeEngine(std::move(small));
     REQUIRE(engine.ok());
     testing::DecodeEventCollector ev;
-    serve(**engine, &ev);
+    serving.Serve(**engine, &ev);
     const DecodeEngineStats s = (*engine)->stats();
     CHECK(s.completed == 8);
     CHECK(s.failed == 0);
@@ -536,7 +642,7 @@ TEST_CASE(
   SECTION("a device without room for the workspace refuses to start, and says what to lower") {
     auto small = CreateBackend(BackendKind::kCuda, d.model).value();
     cuda::standin::SetDeviceMemoryBytes(DeviceBytesInUse() + reserved / 2);
-    auto engine = make_engine(std::move(small));
+    auto engine = serving.MakeEngine(std::move(small));
     REQUIRE(!engine.ok());
     CHECK(engine.status().code() == absl::StatusCode::kResourceExhausted);
     const std::string message(engine.status().message());
@@ -546,10 +652,6 @@ TEST_CASE(
     CHECK(message.find("out of memory") != std::string::npos);
   }
 }
-
-}  // namespace scd
-
-namespace scd {
 
 TEST_CASE(
     "The CUDA backend's reserved workspace holds a decode step of every batch and length up to "
@@ -595,10 +697,6 @@ TEST_CASE(
   CHECK(backend->decode_graph_stats().cached == 4);
   CHECK(DeviceBytesInUse() == in_use + backend->decode_graph_stats().device_bytes);
 }
-
-}  // namespace scd
-
-namespace scd {
 
 TEST_CASE(
     "The CUDA decode graphs' device memory is counted and given back, and a graph the device "
@@ -673,104 +771,20 @@ TEST_CASE(
   CHECK(DeviceBytesInUse() == before);
 }
 
-}  // namespace scd
-
-namespace scd {
-
 TEST_CASE(
     "The engine reserves the SCD GPU rebuild's memory for a payload chunk at start, and scd and "
     "scd-reuse payloads then allocate none of it",
     "[cpu]") {
-  // The bundled pair and its calibration artifact; payloads of 40 tokens, rebuilt on the GPU
-  // path 16 rows at a time.
-  auto loaded = ScdArtifact::Load(
-      testing::SourceFile("configs/calibration/stories260K-babi-qa.scd.safetensors"));
-  INFO(loaded.status());
-  REQUIRE(loaded.ok());
-  auto artifact = std::make_shared<const ScdArtifact>(std::move(loaded).value());
-  auto producer_model = testing::LoadSharedModel("models/stories260K");
-  auto consumer_model = testing::LoadSharedModel("models/stories260K-babi-qa");
-  auto producer_backend = CreateBackend(BackendKind::kCpu, producer_model).value();
-  auto encoder = ProducerCodec::Create(producer_model, consumer_model->digest, artifact).value();
-  auto payload = [&](CodecMode mode, int seed) {
-    const std::vector<int32_t> prefix = testing::SyntheticPrompt(40, seed);
-    auto seq = producer_backend->NewSequence(40).value();
-    PrefillResult states;
-    REQUIRE(
-        producer_backend->Prefill(*seq, prefix, ProducerPrefillOptions(CodecMode::kScd), &states)
-            .ok());
-    return SerializePayload(encoder->Encode(mode, prefix, states).value());
-  };
-  DecodeEngineOptions o;
-  o.prefill_chunk = 32;
-  o.rebuild_chunk = 16;
-  o.max_batch = 2;
-  o.min_step_interval = absl::Milliseconds(3);  // so that requests overlap
-  auto make_engine = [&](std::unique_ptr<Backend> backend) {
-    return DecodeEngine::Create(
-        std::move(backend),
-        ConsumerCodec::Create(consumer_model, producer_model->digest, artifact).value(), o);
-  };
+  const RebuildServing serving;
   const size_t pinned_before = cuda::standin::PinnedBytesInUse();
-  auto backend = CreateBackend(BackendKind::kCuda, consumer_model).value();
-  const size_t with_weights = DeviceBytesInUse();
-  size_t reserved = 0, rebuild_device = 0;
-  {
-    auto engine = make_engine(std::move(backend));
-    REQUIRE(engine.ok());
-    const DecodeEngineStats at_start = (*engine)->stats();
-    CHECK(at_start.rebuild_device_bytes > 0);
-    CHECK(at_start.rebuild_host_bytes > 0);
-    rebuild_device = static_cast<size_t>(at_start.rebuild_device_bytes);
-    // Beside the backend's workspace, the rebuilder (every layer's REUSE decoders, the selected
-    // layers' aligners and [W_K; W_V], and its buffers for 16 rows) is taken at start, before
-    // the KV budget's reading.
-    reserved = DeviceBytesInUse() - with_weights;
-    const double both =
-        static_cast<double>(at_start.workspace_device_bytes + at_start.rebuild_device_bytes);
-    CHECK(static_cast<double>(reserved) >= both);
-    CHECK(static_cast<double>(reserved) < both + kRoundingSlack + 64 * 256);
-    CHECK(cuda::standin::PinnedBytesInUse() - pinned_before ==
-          static_cast<size_t>(at_start.workspace_host_bytes + at_start.rebuild_host_bytes));
-    const double free_now = static_cast<double>(cuda::MemoryInfo().value().free_bytes);
-    CHECK(at_start.kv_budget_bytes == static_cast<int64_t>(0.9 * free_now));
-
-    // Six requests after payloads, scd and scd-reuse in turn: one rebuilder serves both
-    // layouts, and no chunk allocates.
-    testing::DecodeEventCollector ev;
-    for (uint64_t id = 1; id <= 6; ++id) {
-      DecodeJob job;
-      job.request_id = id;
-      job.payload =
-          payload(id % 2 == 1 ? CodecMode::kScd : CodecMode::kScdReuse, static_cast<int>(id));
-      job.suffix = {5, 6, 7};
-      job.max_tokens = 4;
-      job.stop_ids = {-1};
-      REQUIRE((*engine)->Submit(std::move(job), ev.For(id)).ok());
-    }
-    ev.WaitFor(6);
-    (*engine)->Drain();
-    for (const auto& [id, e] : ev.final_events) {
-      INFO("request " << id << ": " << e.error);
-      CHECK(e.error.ok());
-    }
-    const DecodeEngineStats s = (*engine)->stats();
-    CHECK(s.completed == 6);
-    CHECK(s.rebuild_rows == 6 * 40);
-    CHECK(s.rebuild_chunks == 6 * 3);  // 16 + 16 + 8 rows
-    CHECK(s.rebuild_device_bytes == at_start.rebuild_device_bytes);
-    CHECK(s.rebuild_host_bytes == at_start.rebuild_host_bytes);
-    CHECK(DeviceBytesInUse() == with_weights + reserved + s.graphs.device_bytes);
-    CHECK(cuda::standin::PinnedBytesInUse() - pinned_before ==
-          static_cast<size_t>(at_start.workspace_host_bytes + at_start.rebuild_host_bytes));
-  }
+  const auto [reserved, rebuild_device] = CheckRebuilderReservedAtStart(serving);
   CHECK(cuda::standin::PinnedBytesInUse() == pinned_before);
 
   SECTION("a device with room for the backend's workspace but not the rebuilder refuses to start") {
-    auto small = CreateBackend(BackendKind::kCuda, consumer_model).value();
+    auto small = CreateBackend(BackendKind::kCuda, serving.consumer_model).value();
     cuda::standin::SetDeviceMemoryBytes(DeviceBytesInUse() + (reserved - rebuild_device) +
                                         rebuild_device / 2);
-    auto engine = make_engine(std::move(small));
+    auto engine = serving.MakeEngine(std::move(small));
     cuda::standin::SetDeviceMemoryBytes(size_t{64} << 30);
     REQUIRE(!engine.ok());
     CHECK(engine.status().code() == absl::StatusCode::kResourceExhausted);

@@ -5,8 +5,10 @@
 //   SCD_OPENAI_API_KEY    sent as the Bearer key (default "none")
 //   SCD_OPENAI_MODEL      model name (default "fake-model")
 //   SCD_OPENAI_MAX_TOKENS (default 8)
-// Output: the streamed text on one line, then "USAGE <completion_tokens> <prompt_tokens>"
-// and "FINISH <finish_reason>". On an API error: "ERROR <status> <type> <message>", exit 2.
+// Output: "MODEL <id> <object>" from models.retrieve of the model, "MISSING <status>" from
+// models.retrieve of a model the server does not have, the streamed text on one line, then
+// "USAGE <completion_tokens> <prompt_tokens>" and "FINISH <finish_reason>". On an API error:
+// "ERROR <status> <type> <message>", exit 2.
 import OpenAI from 'openai';
 
 const baseURL = process.env.SCD_OPENAI_BASE_URL;
@@ -21,9 +23,19 @@ const client = new OpenAI({
   timeout: 30000,
 });
 
+const modelName = process.env.SCD_OPENAI_MODEL || 'fake-model';
 try {
+  const model = await client.models.retrieve(modelName);
+  console.log(`MODEL ${model.id} ${model.object}`);
+  try {
+    await client.models.retrieve(`${modelName}-missing`);
+    console.log('MISSING none');
+  } catch (err) {
+    if (!(err instanceof OpenAI.APIError) || err.status === 401) throw err;
+    console.log(`MISSING ${err.status}`);
+  }
   const stream = await client.chat.completions.create({
-    model: process.env.SCD_OPENAI_MODEL || 'fake-model',
+    model: modelName,
     messages: [
       { role: 'system', content: 'You tell short stories.' },
       { role: 'user', content: 'Once upon a time' },
