@@ -1,10 +1,9 @@
 // See generation_service.h.
 #include "prefill_server/generation_service.h"
 
-#include <openssl/crypto.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/constant_time.h"
 #include "common/base/request_id.h"
 #include "common/base/status_macros.h"
 #include "common/http/openai_error.h"
@@ -13,10 +12,6 @@
 
 namespace scd {
 namespace {
-
-bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
 
 class WriterSink final : public GenerationSink {
  public:
@@ -54,13 +49,16 @@ absl::Status GenerationService::Authorize(grpc::ServerContext* context,
       if (absl::StartsWithIgnoreCase(value, "Bearer ")) presented = value.substr(7);
     }
   }
-  if (presented.empty()) return absl::UnauthenticatedError("an API key is required (authorization: Bearer <key>)");
-  if (!ConstantTimeEquals(presented, api_key_)) return absl::UnauthenticatedError("the API key is not valid");
+  if (presented.empty())
+    return absl::UnauthenticatedError("an API key is required (authorization: Bearer <key>)");
+  if (!ConstantTimeEquals(presented, api_key_))
+    return absl::UnauthenticatedError("the API key is not valid");
   return absl::OkStatus();
 }
 
 // The request's fields through request_fields.h's checks, as the HTTP API checks them.
-absl::StatusOr<GenerationRequest> GenerationService::Translate(const scd::v1::GenerateRequest& r) const {
+absl::StatusOr<GenerationRequest> GenerationService::Translate(
+    const scd::v1::GenerateRequest& r) const {
   GenerationRequest g;
   if (r.model().empty()) return http::FieldError("model", "a model name is required");
   SCD_RETURN_IF_ERROR(http::CheckModelName(r.model(), limits_));
@@ -83,7 +81,8 @@ absl::StatusOr<GenerationRequest> GenerationService::Translate(const scd::v1::Ge
     }
   }
   if (bytes > limits_.max_prompt_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the prompt exceeds ", limits_.max_prompt_bytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt exceeds ", limits_.max_prompt_bytes, " bytes"));
   }
   // proto3: an unset max_tokens reads 0, "none given".
   const std::optional<int64_t> max_tokens =
@@ -115,7 +114,8 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context,
   }
   const std::string request_id = NewRequestId();
   context->AddInitialMetadata("x-request-id", request_id);
-  if (!accepting_.load()) return rpc::ToGrpcStatus(absl::UnavailableError("the server is shutting down"));
+  if (!accepting_.load())
+    return rpc::ToGrpcStatus(absl::UnavailableError("the server is shutting down"));
   if (absl::Status st = Authorize(context, *request); !st.ok()) return rpc::ToGrpcStatus(st);
   absl::StatusOr<GenerationRequest> g = Translate(*request);
   if (!g.ok()) return rpc::ToGrpcStatus(g.status());

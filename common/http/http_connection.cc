@@ -205,7 +205,8 @@ void HttpConnection::RefuseRequest(const absl::Status& status) {
   server_.CountRefused(error.status == 408   ? "request_timeout"
                        : error.status == 413 ? "payload_too_large"
                                              : "malformed");
-  server_.Log(request_, NewRequestId(), error.status, Clock::now());
+  route_ = request_.method.empty() ? nullptr : server_.FindRoute(request_.method, request_.path);
+  server_.Log(route_, request_, NewRequestId(), error.status, Clock::now());
   WriteRawAndClose(
       absl::StrCat("HTTP/1.1 ", error.status, " ",
                    std::string(bhttp::obsolete_reason(static_cast<bhttp::status>(error.status))),
@@ -220,7 +221,8 @@ void HttpConnection::Route() {
   stream_.expires_never();
   request_id_ = NewRequestId();
   start_ = Clock::now();
-  const HttpServer::Route* route = server_.FindRoute(request_.method, request_.path);
+  route_ = server_.FindRoute(request_.method, request_.path);
+  const HttpServer::Route* route = route_;
   if (route == nullptr || route->public_route) {
     // Probes, metrics and 404s answer at once on this thread: they never block, and a probe
     // must not wait behind handlers that do.
@@ -264,7 +266,8 @@ void HttpConnection::WriteWhole(const ResponseData& response) {
   bhttp::async_write(stream_, *message,
                      [self = shared_from_this(), keep_alive, status](beast::error_code ec, size_t) {
                        self->writing_.reset();
-                       self->server_.Log(self->request_, self->request_id_, status, self->start_);
+                       self->server_.Log(self->route_, self->request_, self->request_id_, status,
+                                         self->start_);
                        if (ec || !keep_alive) return self->Shutdown();
                        self->ReadHeader();
                      });
@@ -366,7 +369,7 @@ void HttpConnection::EndStream(bool delivered) {
   wakeup_->Disarm();
   if (!delivered) sse_->Cancel();
   server_.StreamEnded(sse_.get());
-  server_.Log(request_, request_id_, 200, start_);
+  server_.Log(route_, request_, request_id_, 200, start_);
   sse_.reset();
 }
 

@@ -103,6 +103,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   // The request being answered.
   RequestData request_;
+  const HttpServer::Route* route_ = nullptr;  // null: no route (404), or none parsed
   std::string request_id_;
   Clock::time_point start_;
   bool keep_alive_ = false;

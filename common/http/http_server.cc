@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/constant_time.h"
 #include "common/http/http_connection.h"
 #include "common/http/openai_error.h"
 
@@ -39,14 +40,6 @@ struct HttpServer::Io {
 };
 
 namespace {
-
-// Compares in time independent of where the strings first differ.
-bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const std::string& reference = a.size() == b.size() ? b : a;
-  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ reference[i];
-  return diff == 0;
-}
 
 void WriteError(ResponseData* response, const absl::Status& status) {
   const HttpError error = ToHttpError(status);
@@ -285,11 +278,8 @@ void HttpServer::Dispatch(const Route* route, const RequestData& request,
 
 bool HttpServer::Authorized(const RequestData& request) const {
   if (options_.api_key.empty()) return true;
-  std::string authorization;
-  for (const auto& [key, value] : request.headers) {
-    if (absl::EqualsIgnoreCase(key, "Authorization")) authorization = value;
-  }
-  return ConstantTimeEquals(authorization, "Bearer " + options_.api_key);
+  return ConstantTimeEquals(HttpRequest(request, "").header("Authorization"),
+                            "Bearer " + options_.api_key);
 }
 
 void HttpServer::StreamStarted(const std::shared_ptr<SseStream>& stream) {
@@ -313,12 +303,11 @@ int HttpServer::connections() const {
   return connections_;
 }
 
-void HttpServer::Log(const RequestData& request, const std::string& request_id, int status,
-                     std::chrono::steady_clock::time_point start) {
+void HttpServer::Log(const Route* route, const RequestData& request, const std::string& request_id,
+                     int status, std::chrono::steady_clock::time_point start) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (requests_total_ != nullptr) {
-    const Route* route = FindRoute(request.method, request.path);
     const std::string label = route != nullptr ? route->label : "unmatched";
     if (auto counter = requests_total_->WithLabels({request.method, label, absl::StrCat(status)});
         counter.ok()) {

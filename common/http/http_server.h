@@ -274,8 +274,9 @@ class HttpServer {
   // Stream bookkeeping for drain and cancellation.
   void StreamStarted(const std::shared_ptr<SseStream>& stream);
   void StreamEnded(SseStream* stream);
-  void Log(const RequestData& request, const std::string& request_id, int status,
-           std::chrono::steady_clock::time_point start);
+  // Counts and logs an answered request; `route` is its route (null: "unmatched").
+  void Log(const Route* route, const RequestData& request, const std::string& request_id,
+           int status, std::chrono::steady_clock::time_point start);
 
   const HttpServerOptions options_;
   std::unique_ptr<Io> io_;

@@ -1,9 +1,8 @@
 // See cluster_token.h.
 #include "common/rpc/cluster_token.h"
 
-#include <openssl/crypto.h>
-
 #include "absl/strings/str_cat.h"
+#include "common/base/constant_time.h"
 
 namespace scd::rpc {
 
@@ -28,12 +27,7 @@ absl::Status CheckClusterToken(const std::string& token, bool dev_insecure) {
 }
 
 bool ClusterTokenMatches(const std::string& expected, const std::string& presented) {
-  if (expected.empty()) return true;
-  // The sizes may differ; the comparison then still runs over `expected`, so its time does not
-  // depend on the presented bytes.
-  const std::string& other = presented.size() == expected.size() ? presented : expected;
-  const bool same = CRYPTO_memcmp(expected.data(), other.data(), expected.size()) == 0;
-  return same && presented.size() == expected.size();
+  return expected.empty() || ConstantTimeEquals(presented, expected);
 }
 
 }  // namespace scd::rpc

@@ -36,8 +36,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> StartWithConfig(const std::string
 
 absl::StatusOr<StartedPrefill> StartPrefillDaemon(const std::string& bin_dir,
                                                   const nlohmann::json& config,
-                                                  const std::string& dir,
-                                                  const std::string& name,
+                                                  const std::string& dir, const std::string& name,
                                                   std::chrono::milliseconds timeout) {
   absl::StatusOr<std::unique_ptr<DaemonProcess>> process =
       StartWithConfig(bin_dir + "/scd-prefill", config, dir, name);
@@ -59,7 +58,8 @@ absl::StatusOr<int> LiveDecodeInstances(int http_port, const std::string& model)
   client.set_read_timeout(std::chrono::seconds(5));
   httplib::Result r = client.Get("/metrics");
   if (!r) {
-    return absl::UnavailableError(absl::StrCat("GET /metrics failed: ", httplib::to_string(r.error())));
+    return absl::UnavailableError(
+        absl::StrCat("GET /metrics failed: ", httplib::to_string(r.error())));
   }
   if (r->status != 200) {
     return absl::UnavailableError(absl::StrCat("GET /metrics answered ", r->status));
@@ -72,8 +72,7 @@ absl::StatusOr<int> LiveDecodeInstances(int http_port, const std::string& model)
   return std::atoi(r->body.c_str() + at + series.size());
 }
 
-absl::Status WaitForDecodeInstances(int http_port, const std::string& model,
-                                    DaemonProcess& prefill,
+absl::Status WaitForDecodeInstances(int http_port, const std::string& model, DaemonProcess& prefill,
                                     const std::vector<std::unique_ptr<DaemonProcess>>& decodes,
                                     std::chrono::milliseconds timeout) {
   const auto until = std::chrono::steady_clock::now() + timeout;
@@ -84,14 +83,15 @@ absl::Status WaitForDecodeInstances(int http_port, const std::string& model,
     last_seen = live.ok() ? absl::StrCat("scd_decode_instances = ", *live)
                           : std::string(live.status().message());
     if (!prefill.running()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the prefill daemon exited while the decode daemons registered; log tail:\n",
-          prefill.LogTail()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the prefill daemon exited while the decode daemons registered; log tail:\n",
+                       prefill.LogTail()));
     }
     for (size_t i = 0; i < decodes.size(); ++i) {
       if (!decodes[i]->running()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "decode daemon ", i, " exited before it registered; log tail:\n", decodes[i]->LogTail()));
+        return absl::FailedPreconditionError(
+            absl::StrCat("decode daemon ", i, " exited before it registered; log tail:\n",
+                         decodes[i]->LogTail()));
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -104,6 +104,32 @@ absl::Status WaitForDecodeInstances(int http_port, const std::string& model,
       "the decode daemons did not all register with the prefill daemon within ",
       std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), " s (last: ", last_seen,
       "; /ready: ", ready, "); prefill log tail:\n", prefill.LogTail()));
+}
+
+absl::StatusOr<LocalPair> StartLocalPair(const std::string& bin_dir, nlohmann::json prefill_config,
+                                         DecodeDaemonSpec spec, int decodes,
+                                         const std::string& dir) {
+  absl::StatusOr<int> grpc_port = PickFreePort();
+  if (!grpc_port.ok()) return grpc_port.status();
+  const std::string grpc_address = absl::StrCat("127.0.0.1:", *grpc_port);
+  prefill_config["grpc"]["listen"] = grpc_address;
+  absl::StatusOr<StartedPrefill> prefill =
+      StartPrefillDaemon(bin_dir, prefill_config, dir, "prefill", std::chrono::seconds(120));
+  if (!prefill.ok()) return prefill.status();
+  LocalPair pair;
+  pair.prefill = std::move(prefill->process);
+  pair.http_port = prefill->http_port;
+  spec.control_plane = grpc_address;
+  for (int i = 0; i < decodes; ++i) {
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> decode = StartWithConfig(
+        bin_dir + "/scd-decode", DecodeDaemonJson(spec, i), dir, absl::StrCat("decode-", i));
+    if (!decode.ok()) return decode.status();
+    pair.decodes.push_back(*std::move(decode));
+  }
+  absl::Status ready = WaitForDecodeInstances(pair.http_port, spec.model_name, *pair.prefill,
+                                              pair.decodes, std::chrono::seconds(120));
+  if (!ready.ok()) return ready;
+  return pair;
 }
 
 }  // namespace scd::cluster

@@ -23,11 +23,11 @@ namespace scd::cluster {
 
 // What a decode daemon serves and where it registers.
 struct DecodeDaemonSpec {
-  std::string model_name;      // the specialist's name, as the prefill daemon routes it
-  std::string model_path;      // its checkpoint directory
-  std::string artifact;        // the pair's calibration artifact
+  std::string model_name;  // the specialist's name, as the prefill daemon routes it
+  std::string model_path;  // its checkpoint directory
+  std::string artifact;    // the pair's calibration artifact
   std::string transport = "tcp";
-  std::string control_plane;   // the prefill daemon's gRPC address
+  std::string control_plane;  // the prefill daemon's gRPC address
   std::string cluster_token;
   std::string drain_timeout = "10s";
 };
@@ -54,8 +54,7 @@ struct StartedPrefill {
 // "prefill_started" event.
 absl::StatusOr<StartedPrefill> StartPrefillDaemon(const std::string& bin_dir,
                                                   const nlohmann::json& config,
-                                                  const std::string& dir,
-                                                  const std::string& name,
+                                                  const std::string& dir, const std::string& name,
                                                   std::chrono::milliseconds timeout);
 
 // The prefill daemon's `scd_decode_instances` gauge for `model`, read from its /metrics.
@@ -64,10 +63,23 @@ absl::StatusOr<int> LiveDecodeInstances(int http_port, const std::string& model)
 // Waits until the prefill daemon at `http_port` counts every one of `decodes` as live for
 // `model`. FailedPrecondition with the log tail as soon as a daemon exits; DeadlineExceeded
 // after `timeout` with the last gauge reading, /ready and the prefill daemon's log tail.
-absl::Status WaitForDecodeInstances(int http_port, const std::string& model,
-                                    DaemonProcess& prefill,
+absl::Status WaitForDecodeInstances(int http_port, const std::string& model, DaemonProcess& prefill,
                                     const std::vector<std::unique_ptr<DaemonProcess>>& decodes,
                                     std::chrono::milliseconds timeout);
+
+// One prefill daemon and its decode daemons on this machine.
+struct LocalPair {
+  std::unique_ptr<DaemonProcess> prefill;
+  int http_port = 0;
+  std::vector<std::unique_ptr<DaemonProcess>> decodes;
+};
+
+// Starts `bin_dir`/scd-prefill from `prefill_config` with grpc.listen on a free loopback port,
+// then `decodes` decode daemons from `spec` (DecodeDaemonJson, control_plane that port), in
+// `dir`, and waits up to 120 s each for the prefill daemon's start and every registration.
+absl::StatusOr<LocalPair> StartLocalPair(const std::string& bin_dir, nlohmann::json prefill_config,
+                                         DecodeDaemonSpec spec, int decodes,
+                                         const std::string& dir);
 
 }  // namespace scd::cluster
 

@@ -26,44 +26,20 @@ namespace {
 
 constexpr char kToken[] = "front-door-bench-token";
 
-struct Pair {
-  std::vector<std::unique_ptr<cluster::DaemonProcess>> decodes;
-  std::unique_ptr<cluster::DaemonProcess> prefill;
-  int http_port = 0;
-};
-
-absl::Status StartPair(const FrontDoorBenchOptions& o, Pair& p) {
-  absl::StatusOr<int> grpc_port = cluster::PickFreePort();
-  if (!grpc_port.ok()) return grpc_port.status();
-  const std::string grpc_address = absl::StrCat("127.0.0.1:", *grpc_port);
+absl::StatusOr<cluster::LocalPair> StartPair(const FrontDoorBenchOptions& o) {
   nlohmann::json c;
   c["base_model"] = o.base_model;
   c["http"] = {{"port", 0}};
-  c["grpc"] = {{"listen", grpc_address}};
   c["control_plane"] = {{"cluster_token", kToken}};
   c["limits"] = {{"max_tokens", 256}, {"request_timeout", "120s"}};
   c["specialists"] = nlohmann::json::array(
       {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"mode", "scd"}}});
-  absl::StatusOr<cluster::StartedPrefill> prefill =
-      cluster::StartPrefillDaemon(o.bin_dir, c, o.workdir, "prefill", std::chrono::seconds(120));
-  if (!prefill.ok()) return prefill.status();
-  p.prefill = std::move(prefill->process);
-  p.http_port = prefill->http_port;
   cluster::DecodeDaemonSpec spec;
   spec.model_name = o.specialist_name;
   spec.model_path = o.specialist_model;
   spec.artifact = o.artifact;
-  spec.control_plane = grpc_address;
   spec.cluster_token = kToken;
-  for (int i = 0; i < o.decode_daemons; ++i) {
-    absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> decode =
-        cluster::StartWithConfig(o.bin_dir + "/scd-decode", cluster::DecodeDaemonJson(spec, i),
-                                 o.workdir, absl::StrCat("decode-", i));
-    if (!decode.ok()) return decode.status();
-    p.decodes.push_back(*std::move(decode));
-  }
-  return cluster::WaitForDecodeInstances(p.http_port, o.specialist_name, *p.prefill, p.decodes,
-                                         std::chrono::seconds(120));
+  return cluster::StartLocalPair(o.bin_dir, c, spec, o.decode_daemons, o.workdir);
 }
 
 loadgen::LoadOptions BaseLoad(const FrontDoorBenchOptions& o, int http_port) {
@@ -191,9 +167,8 @@ double P99Ratio(const std::vector<FrontDoorRun>& runs) {
 
 absl::StatusOr<FrontDoorResult> RunFrontDoorBench(const FrontDoorBenchOptions& o,
                                                   const ProgressFn& progress) {
-  Pair pair;
   progress("starting the daemons");
-  SCD_RETURN_IF_ERROR(StartPair(o, pair));
+  SCD_ASSIGN_OR_RETURN(cluster::LocalPair pair, StartPair(o));
   FrontDoorResult result;
   loadgen::LoadOptions saturation = BaseLoad(o, pair.http_port);
   saturation.concurrency = o.saturation_concurrency;

@@ -19,22 +19,17 @@ namespace {
 
 constexpr char kToken[] = "soak-token";
 
-struct SoakCluster {
-  std::vector<std::unique_ptr<cluster::DaemonProcess>> decodes;
-  std::unique_ptr<cluster::DaemonProcess> prefill;
-  int http_port = 0;
-};
+using SoakCluster = cluster::LocalPair;
 
-nlohmann::json PrefillJson(const SoakOptions& o, const std::string& grpc_address) {
+nlohmann::json PrefillJson(const SoakOptions& o) {
   nlohmann::json c;
   c["base_model"] = o.base_model;
   c["http"] = {{"port", 0}};
-  c["grpc"] = {{"listen", grpc_address}};
   c["control_plane"] = {{"cluster_token", kToken}};
   c["data_plane"] = {{"transport", "tcp"}};
   c["prefix_cache"] = {{"enabled", true}};
-  c["limits"] = {{"max_tokens", 256}, {"default_max_tokens", o.max_tokens},
-                 {"request_timeout", "120s"}};
+  c["limits"] = {
+      {"max_tokens", 256}, {"default_max_tokens", o.max_tokens}, {"request_timeout", "120s"}};
   c["drain_timeout"] = "10s";
   c["specialists"] = nlohmann::json::array(
       {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"mode", o.mode}}});
@@ -42,30 +37,16 @@ nlohmann::json PrefillJson(const SoakOptions& o, const std::string& grpc_address
 }
 
 absl::Status StartCluster(const SoakOptions& o, SoakCluster& c) {
-  absl::StatusOr<int> grpc_port = cluster::PickFreePort();
-  if (!grpc_port.ok()) return grpc_port.status();
-  const std::string grpc_address = absl::StrCat("127.0.0.1:", *grpc_port);
-  absl::StatusOr<cluster::StartedPrefill> prefill = cluster::StartPrefillDaemon(
-      o.bin_dir, PrefillJson(o, grpc_address), o.workdir, "prefill", std::chrono::seconds(120));
-  if (!prefill.ok()) return prefill.status();
-  c.prefill = std::move(prefill->process);
-  c.http_port = prefill->http_port;
-
   cluster::DecodeDaemonSpec spec;
   spec.model_name = o.specialist_name;
   spec.model_path = o.specialist_model;
   spec.artifact = o.artifact;
-  spec.control_plane = grpc_address;
   spec.cluster_token = kToken;
-  for (int i = 0; i < o.decode_daemons; ++i) {
-    absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> decode =
-        cluster::StartWithConfig(o.bin_dir + "/scd-decode", cluster::DecodeDaemonJson(spec, i),
-                                 o.workdir, absl::StrCat("decode-", i));
-    if (!decode.ok()) return decode.status();
-    c.decodes.push_back(*std::move(decode));
-  }
-  return cluster::WaitForDecodeInstances(c.http_port, o.specialist_name, *c.prefill, c.decodes,
-                                         std::chrono::seconds(120));
+  absl::StatusOr<cluster::LocalPair> pair =
+      cluster::StartLocalPair(o.bin_dir, PrefillJson(o), spec, o.decode_daemons, o.workdir);
+  if (!pair.ok()) return pair.status();
+  c = *std::move(pair);
+  return absl::OkStatus();
 }
 
 loadgen::LoadOptions BaseLoad(const SoakOptions& o, int http_port) {
@@ -224,9 +205,8 @@ absl::Status SweepConcurrency(const SoakOptions& o, const SoakCluster& c,
     SaturationLevel level = *measured;
     level.concurrency = concurrency;
     progress(absl::StrCat("saturation: concurrency ", concurrency, ": ",
-                          Fmt(level.requests_per_s, 2), " req/s, TTFT p50 ",
-                          Fmt(level.ttft_p50_ms), " ms, p99 ", Fmt(level.ttft_p99_ms), " ms, ",
-                          level.failed, " failed"));
+                          Fmt(level.requests_per_s, 2), " req/s, TTFT p50 ", Fmt(level.ttft_p50_ms),
+                          " ms, p99 ", Fmt(level.ttft_p99_ms), " ms, ", level.failed, " failed"));
     const double best = result.saturation_rate;
     result.saturation.push_back(level);
     result.saturation_rate = std::max(best, level.requests_per_s);
@@ -255,8 +235,8 @@ absl::Status ProbeOpenLoop(const SoakOptions& o, const SoakCluster& c,
     }
     level.kept_up = level.failed == 0 && level.requests_per_s >= 0.95 * rate &&
                     level.ttft_p50_ms <= 3 * first_p50;
-    progress(absl::StrCat("saturation: open loop ", Fmt(rate, 2), " req/s asked: ",
-                          Fmt(level.requests_per_s, 2), " completed/s, TTFT p50 ",
+    progress(absl::StrCat("saturation: open loop ", Fmt(rate, 2),
+                          " req/s asked: ", Fmt(level.requests_per_s, 2), " completed/s, TTFT p50 ",
                           Fmt(level.ttft_p50_ms), " ms, p99 ", Fmt(level.ttft_p99_ms), " ms, ",
                           level.failed, " failed: ", level.kept_up ? "kept up" : "fell behind"));
     result.saturation.push_back(level);
@@ -287,10 +267,8 @@ absl::Status RunSoakLoad(const SoakOptions& o, const SoakCluster& c, const SoakP
   progress(absl::StrCat("soak: Poisson arrivals at ", Fmt(result.soak_rate, 2), " req/s (",
                         Fmt(100 * o.load_fraction, 0), "% of ", Fmt(result.saturation_rate, 2),
                         ") for ", Fmt(o.duration_s, 0), " s"));
-  absl::StatusOr<loadgen::RunResult> run =
-      loadgen::RunLoad(load, o.prompts, [&](const loadgen::Progress& p) {
-        progress(loadgen::FormatProgress(p));
-      });
+  absl::StatusOr<loadgen::RunResult> run = loadgen::RunLoad(
+      load, o.prompts, [&](const loadgen::Progress& p) { progress(loadgen::FormatProgress(p)); });
   if (!run.ok()) return run.status();
   loadgen::ReportContext context;
   context.url = load.client.target.base;
@@ -375,10 +353,14 @@ nlohmann::json SoakResultJson(const SoakOptions& o, const SoakResult& r) {
   j["soak_rate"] = r.soak_rate;
   j["daemons"] = r.daemons;
   for (const SaturationLevel& l : r.saturation) {
-    j["saturation"].push_back({{"concurrency", l.concurrency}, {"rate_asked", l.rate_asked},
-                               {"kept_up", l.kept_up}, {"ok", l.ok}, {"failed", l.failed},
+    j["saturation"].push_back({{"concurrency", l.concurrency},
+                               {"rate_asked", l.rate_asked},
+                               {"kept_up", l.kept_up},
+                               {"ok", l.ok},
+                               {"failed", l.failed},
                                {"requests_per_s", l.requests_per_s},
-                               {"ttft_p50_ms", l.ttft_p50_ms}, {"ttft_p99_ms", l.ttft_p99_ms}});
+                               {"ttft_p50_ms", l.ttft_p50_ms},
+                               {"ttft_p99_ms", l.ttft_p99_ms}});
   }
   for (const SoakCheck& c : r.checks) {
     j["checks"].push_back({{"name", c.name}, {"passed", c.passed}, {"detail", c.detail}});
@@ -392,19 +374,19 @@ std::string SoakMarkdown(const SoakResult& r) {
   std::string md =
       "| load | completed req/s | TTFT p50 ms | TTFT p99 ms | failed |\n|---|---|---|---|---|\n";
   for (const SaturationLevel& l : r.saturation) {
-    const std::string load =
-        l.concurrency > 0 ? absl::StrCat("closed loop, concurrency ", l.concurrency)
-                          : absl::StrCat("open loop, ", Fmt(l.rate_asked, 2), " req/s asked",
-                                         l.kept_up ? "" : " (fell behind)");
+    const std::string load = l.concurrency > 0
+                                 ? absl::StrCat("closed loop, concurrency ", l.concurrency)
+                                 : absl::StrCat("open loop, ", Fmt(l.rate_asked, 2), " req/s asked",
+                                                l.kept_up ? "" : " (fell behind)");
     absl::StrAppend(&md, "| ", load, " | ", Fmt(l.requests_per_s, 2), " | ", Fmt(l.ttft_p50_ms),
                     " | ", Fmt(l.ttft_p99_ms), " | ", l.failed, " |\n");
   }
   const nlohmann::json& rep = r.report;
-  absl::StrAppend(&md, "\nSaturation (highest open-loop rate kept up): ", Fmt(r.saturation_rate, 2), " req/s. Soak at ",
-                  Fmt(r.soak_rate, 2), " req/s asked, ",
+  absl::StrAppend(&md, "\nSaturation (highest open-loop rate kept up): ", Fmt(r.saturation_rate, 2),
+                  " req/s. Soak at ", Fmt(r.soak_rate, 2), " req/s asked, ",
                   Fmt(rep["schedule"]["achieved_rate"].get<double>(), 2), " achieved, for ",
-                  Fmt(rep["duration_s"].get<double>(), 0), " s: ",
-                  rep["requests"]["issued"].get<int64_t>(), " requests");
+                  Fmt(rep["duration_s"].get<double>(), 0),
+                  " s: ", rep["requests"]["issued"].get<int64_t>(), " requests");
   if (!rep["ttft_ms"]["p50"].is_null()) {
     absl::StrAppend(&md, ", TTFT p50 ", Fmt(rep["ttft_ms"]["p50"].get<double>()), " ms, p99 ",
                     Fmt(rep["ttft_ms"]["p99"].get<double>()), " ms");
