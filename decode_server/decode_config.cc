@@ -11,6 +11,7 @@
 #include "common/config/cuda_kernel_keys.h"
 #include "common/config/http_keys.h"
 #include "common/config/option_keys.h"
+#include "common/config/weights_keys.h"
 #include "common/rpc/registry_config.h"
 #include "common/sekv/budget_plan.h"
 
@@ -33,6 +34,7 @@ void ReadModel(ConfigReader& r, const config::PathKeys& path, DecodeDaemonConfig
   c->artifact_path = path(model, "artifact");
   c->producer_path = path(model, "producer_path");
   c->backend = r.Enum("backend", c->backend, std::array<std::string_view, 2>{"cpu", "cuda"});
+  config::ReadWeightsKeys(r, &c->backend_options.weights_dtype);
   config::ReadBool(r, "gpu_rebuild", &c->codec.gpu_rebuild);
   ConfigReader graphs = r.Child("cuda_graphs");
   config::ReadBool(graphs, "enabled", &c->backend_options.cuda_graphs);

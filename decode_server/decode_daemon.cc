@@ -93,10 +93,11 @@ absl::StatusOr<DecodeDaemon::LoadedPair> DecodeDaemon::LoadPair() {
     pair.artifact = std::make_shared<const ScdArtifact>(std::move(a));
   } else {
     SCD_ASSIGN_OR_RETURN(std::shared_ptr<const Model> producer, LoadModel(c.producer_path));
-    pair.producer_digest = producer->digest;
+    pair.producer_digest = producer->digest();
   }
-  pair_digest_hex_ = PairDigestHex(MakePairDigest(
-      pair.producer_digest, pair.model->digest, pair.artifact != nullptr ? pair.artifact->id : ""));
+  pair_digest_hex_ =
+      PairDigestHex(MakePairDigest(pair.producer_digest, pair.model->digest(),
+                                   pair.artifact != nullptr ? pair.artifact->id : ""));
   return pair;
 }
 

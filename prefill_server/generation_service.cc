@@ -1,9 +1,7 @@
 // See generation_service.h.
 #include "prefill_server/generation_service.h"
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/base/constant_time.h"
 #include "common/base/request_id.h"
 #include "common/base/status_macros.h"
 #include "common/http/openai_error.h"
@@ -34,26 +32,32 @@ class WriterSink final : public GenerationSink {
   bool ids_;
 };
 
+// A call refused before any work; one over a limit or shed by admission gets its retry delay
+// as a trailer, in seconds like HTTP's Retry-After.
+grpc::Status Refuse(grpc::ServerContext* context, const absl::Status& st) {
+  if (const int retry_after = RetryAfterSeconds(st); retry_after > 0) {
+    context->AddTrailingMetadata("retry-after", absl::StrCat(retry_after));
+  }
+  return rpc::ToGrpcStatus(st);
+}
+
 }  // namespace
 
-absl::Status GenerationService::Authorize(grpc::ServerContext* context,
-                                          const scd::v1::GenerateRequest& r) const {
-  if (api_key_.empty()) return absl::OkStatus();
+absl::StatusOr<ApiKeyLease> GenerationService::Authorize(grpc::ServerContext* context,
+                                                         const scd::v1::GenerateRequest& r) const {
+  if (keys_->empty()) return ApiKeyLease();
   std::string presented;
   if (r.has_api_key()) {
     presented = r.api_key();
   } else {
     auto it = context->client_metadata().find("authorization");
     if (it != context->client_metadata().end()) {
-      std::string value(it->second.data(), it->second.size());
-      if (absl::StartsWithIgnoreCase(value, "Bearer ")) presented = value.substr(7);
+      presented = ApiKeyRing::BearerKey(std::string(it->second.data(), it->second.size()));
     }
   }
   if (presented.empty())
     return absl::UnauthenticatedError("an API key is required (authorization: Bearer <key>)");
-  if (!ConstantTimeEquals(presented, api_key_))
-    return absl::UnauthenticatedError("the API key is not valid");
-  return absl::OkStatus();
+  return keys_->Admit(presented);
 }
 
 // The request's fields through request_fields.h's checks, as the HTTP API checks them.
@@ -116,19 +120,15 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context,
   context->AddInitialMetadata("x-request-id", request_id);
   if (!accepting_.load())
     return rpc::ToGrpcStatus(absl::UnavailableError("the server is shutting down"));
-  if (absl::Status st = Authorize(context, *request); !st.ok()) return rpc::ToGrpcStatus(st);
+  // Held until this call returns, which is before the client sees its status.
+  absl::StatusOr<ApiKeyLease> lease = Authorize(context, *request);
+  if (!lease.ok()) return Refuse(context, lease.status());
   absl::StatusOr<GenerationRequest> g = Translate(*request);
   if (!g.ok()) return rpc::ToGrpcStatus(g.status());
   g->request_id = request_id;
   g->arrived = absl::Now();
   absl::StatusOr<PreparedRequest> prepared = pipeline_->Prepare(std::move(*g));
-  if (!prepared.ok()) {
-    // Shed by admission: the retry delay goes out as a trailer, in seconds like Retry-After.
-    if (const int retry_after = RetryAfterSeconds(prepared.status()); retry_after > 0) {
-      context->AddTrailingMetadata("retry-after", absl::StrCat(retry_after));
-    }
-    return rpc::ToGrpcStatus(prepared.status());
-  }
+  if (!prepared.ok()) return Refuse(context, prepared.status());
   WriterSink sink(context, writer, request->return_token_ids());
   bool any_output = false;
   struct Tracking final : GenerationSink {

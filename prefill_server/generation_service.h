@@ -5,7 +5,10 @@
 // later ones are a final `error` event. The request id (scd::NewRequestId, the
 // HTTP API's X-Request-Id format) goes out in the initial metadata as "x-request-id".
 // Under mutual TLS (grpc.tls.ca) a caller also needs a certificate of that CA (peer_auth.h);
-// one without is refused (UNAUTHENTICATED), logged and counted.
+// one without is refused (UNAUTHENTICATED), logged and counted. The API key (the request's
+// api_key field, or `authorization: Bearer <key>` metadata) passes its limits before any work
+// (api_keys.h: RESOURCE_EXHAUSTED with a `retry-after` trailer when over one) and holds its
+// lease until the call returns, however it ends.
 #ifndef SCD_PREFILL_SERVER_GENERATION_SERVICE_H_
 #define SCD_PREFILL_SERVER_GENERATION_SERVICE_H_
 
@@ -15,6 +18,7 @@
 #include "common/daemon/refusal_log.h"
 #include "common/http/openai_api.h"
 #include "common/rpc/peer_auth.h"
+#include "prefill_server/api_keys.h"
 #include "prefill_server/generation_pipeline.h"
 #include "proto/scd.grpc.pb.h"
 
@@ -22,13 +26,13 @@ namespace scd {
 
 class GenerationService final : public scd::v1::Generation::Service {
  public:
-  // `api_key` empty: no authentication. `auth` (callers' certificates) and `refusals` are
-  // not owned and may be null.
-  GenerationService(GenerationPipeline* pipeline, std::string api_key, http::RequestLimits limits,
+  // `keys` empty: no authentication. Nothing is owned; `auth` (callers' certificates) and
+  // `refusals` may be null.
+  GenerationService(GenerationPipeline* pipeline, ApiKeyRing* keys, http::RequestLimits limits,
                     const rpc::PeerAuthenticator* auth = nullptr,
                     daemon::RefusalLog* refusals = nullptr)
       : pipeline_(pipeline),
-        api_key_(std::move(api_key)),
+        keys_(keys),
         limits_(limits),
         auth_(auth),
         refusals_(refusals) {}
@@ -39,11 +43,13 @@ class GenerationService final : public scd::v1::Generation::Service {
   void StopAccepting() { accepting_.store(false); }
 
  private:
-  absl::Status Authorize(grpc::ServerContext* context, const scd::v1::GenerateRequest& r) const;
+  // The key's lease, or UNAUTHENTICATED, or RESOURCE_EXHAUSTED over the key's limits.
+  absl::StatusOr<ApiKeyLease> Authorize(grpc::ServerContext* context,
+                                        const scd::v1::GenerateRequest& r) const;
   absl::StatusOr<GenerationRequest> Translate(const scd::v1::GenerateRequest& r) const;
 
   GenerationPipeline* const pipeline_;
-  const std::string api_key_;
+  ApiKeyRing* const keys_;
   const http::RequestLimits limits_;
   const rpc::PeerAuthenticator* const auth_;
   daemon::RefusalLog* const refusals_;

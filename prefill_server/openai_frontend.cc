@@ -39,11 +39,22 @@ class SseSink final : public GenerationSink {
   http::StreamEncoder* encoder_;
 };
 
+// Answers a request refused before any work: its error, with the retry delay admission or the
+// key's limit derived as Retry-After (in place of SetError's generic one).
+void Refuse(http::HttpResponse& res, const absl::Status& st) {
+  res.SetError(st);
+  if (const int retry_after = RetryAfterSeconds(st); retry_after > 0) {
+    res.SetHeader("Retry-After", absl::StrCat(retry_after));
+  }
+}
+
 }  // namespace
 
 OpenAiFrontend::OpenAiFrontend(http::HttpServer* server, GenerationPipeline* pipeline,
-                               std::vector<std::string> model_names, http::RequestLimits limits)
+                               ApiKeyRing* keys, std::vector<std::string> model_names,
+                               http::RequestLimits limits)
     : pipeline_(pipeline),
+      keys_(keys),
       model_names_(std::move(model_names)),
       limits_(limits),
       created_(absl::ToUnixSeconds(absl::Now())) {
@@ -77,6 +88,10 @@ int OpenAiFrontend::WaitForWorkers(std::chrono::milliseconds timeout) {
 }
 
 void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpResponse& res) {
+  // The server let only valid keys through; here the key's limits, before any work.
+  absl::StatusOr<ApiKeyLease> lease =
+      keys_->Admit(ApiKeyRing::BearerKey(req.header("Authorization")));
+  if (!lease.ok()) return Refuse(res, lease.status());
   if (absl::Status st = http::CheckJsonContentType(req.header("Content-Type")); !st.ok()) {
     return res.SetError(st);
   }
@@ -106,12 +121,7 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
   if (!prepared.ok()) {
     absl::Status st = prepared.status();
     if (st.code() == absl::StatusCode::kNotFound) st = http::WithErrorCode(st, "model_not_found");
-    res.SetError(st);
-    // Shed by admission: the delay it derived replaces SetError's generic one.
-    if (const int retry_after = RetryAfterSeconds(st); retry_after > 0) {
-      res.SetHeader("Retry-After", absl::StrCat(retry_after));
-    }
-    return;
+    return Refuse(res, st);  // shed by admission: with the delay it derived
   }
   const http::ApiKind kind = chat ? http::ApiKind::kChatCompletion : http::ApiKind::kCompletion;
   http::ResponseInfo info = http::NewResponseInfo(kind, prepared->request.model);
@@ -130,10 +140,11 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
     ++workers_;
   }
   std::thread([this, sse, kind, info = std::move(info), include_usage,
-               prepared = std::move(*prepared)]() mutable {
+               prepared = std::move(*prepared), lease = std::move(*lease)]() mutable {
     http::StreamEncoder encoder(kind, info, include_usage);
     SseSink sink(sse, &encoder);
     absl::StatusOr<GenerationOutcome> out = pipeline_->Run(prepared, sink);
+    lease.Release();  // before the last event: a client that read it finds the slot free
     if (out.ok()) {
       for (std::string& chunk : encoder.Finish(ToFinish(out->finish_reason),
                                                {out->prompt_tokens, out->completion_tokens})) {

@@ -6,6 +6,11 @@
 // derived) are answered before any byte of a stream (4xx/503 with an OpenAI error body); a
 // failure after the stream started arrives as an OpenAI error event.
 //
+// Before anything else a completion request passes its API key's limits (api_keys.h: 429 with
+// Retry-After and the code rate_limit_exceeded when over one); the lease it gets is held until
+// the request ends, and given back before the stream's last event goes out, so that a client
+// that has read [DONE] finds its slot free.
+//
 // A streaming request runs on its own worker thread (the HTTP pool thread drains the SSE
 // queue); workers are counted so that Drain can wait for them at shutdown.
 #ifndef SCD_PREFILL_SERVER_OPENAI_FRONTEND_H_
@@ -17,14 +22,16 @@
 
 #include "common/http/http_server.h"
 #include "common/http/openai_api.h"
+#include "prefill_server/api_keys.h"
 #include "prefill_server/generation_pipeline.h"
 
 namespace scd {
 
 class OpenAiFrontend {
  public:
-  // Registers the routes on `server`. Nothing is owned.
-  OpenAiFrontend(http::HttpServer* server, GenerationPipeline* pipeline,
+  // Registers the routes on `server`. Nothing is owned; `keys` outlives the frontend and its
+  // workers.
+  OpenAiFrontend(http::HttpServer* server, GenerationPipeline* pipeline, ApiKeyRing* keys,
                  std::vector<std::string> model_names, http::RequestLimits limits);
   ~OpenAiFrontend();  // waits for workers
 
@@ -35,6 +42,7 @@ class OpenAiFrontend {
   void Handle(bool chat, const http::HttpRequest& req, http::HttpResponse& res);
 
   GenerationPipeline* const pipeline_;
+  ApiKeyRing* const keys_;
   const std::vector<std::string> model_names_;
   const http::RequestLimits limits_;
   const int64_t created_;

@@ -3,11 +3,19 @@
 // range is written here once.
 #include "prefill_server/prefill_config.h"
 
+#include <algorithm>
 #include <array>
+#include <set>
 #include <string_view>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/base/file_io.h"
 
 #include "common/config/cuda_kernel_keys.h"
 #include "common/config/http_keys.h"
+#include "common/config/weights_keys.h"
 #include "common/config/option_keys.h"
 #include "common/rpc/registry_config.h"
 #include "common/transport/bandwidth_limiter.h"
@@ -17,12 +25,71 @@ namespace {
 
 using config::ConfigReader;
 
-void ReadHttp(ConfigReader& r, PrefillDaemonConfig* c) {
+// A key name as a metric label and log field wants it: short, and no character to escape.
+bool ValidKeyName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (const char ch : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' &&
+        ch != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The secret of one http.api_keys[] entry: `key`, or the first line of `key_file`, read now so
+// that a missing file stops start-up naming the key.
+std::string ReadKeySecret(ConfigReader& k, const config::PathKeys& path) {
+  std::string key = k.String("key", "");
+  const std::string file = path(k, "key_file");
+  if (key.empty() == file.empty()) {
+    k.AddError("key", "give exactly one of key and key_file");
+    return "";
+  }
+  if (file.empty()) return key;
+  absl::StatusOr<std::string> text = ReadFileToString(file);
+  if (!text.ok()) {
+    k.AddError("key_file", std::string(text.status().message()));
+    return "";
+  }
+  // A file written by `echo` or an editor ends with a newline that is no part of the key.
+  key = std::string(absl::StripAsciiWhitespace(absl::string_view(*text).substr(
+      0, std::min(text->size(), text->find('\n')))));
+  if (key.empty()) k.AddError("key_file", absl::StrCat("'", file, "' holds no key"));
+  return key;
+}
+
+// http.api_keys[]: the keys with their limits (prefill_server/api_keys.h).
+void ReadApiKeys(ConfigReader& http, const config::PathKeys& path, PrefillDaemonConfig* c) {
+  std::set<std::string> names = {kDefaultApiKeyName}, secrets = {c->api_key};
+  for (ConfigReader& k : http.ObjectList("api_keys")) {
+    ApiKeyConfig a;
+    a.name = k.RequiredString("name");
+    a.key = ReadKeySecret(k, path);
+    config::ReadInt(k, "max_concurrent", &a.max_concurrent, 0, 1 << 20);
+    config::ReadDouble(k, "requests_per_s", &a.requests_per_s, 0, 1e6);
+    config::ReadInt(k, "burst", &a.burst, 0, 1 << 20);
+    if (a.burst > 0 && a.requests_per_s == 0) k.AddError("burst", "needs requests_per_s");
+    if (!a.name.empty() && !ValidKeyName(a.name)) {
+      k.AddError("name", "must be 1 to 64 letters, digits, '-', '_' or '.'");
+    } else if (!a.name.empty() && !names.insert(a.name).second) {
+      k.AddError("name", absl::StrCat("'", a.name, "' is taken (\"", kDefaultApiKeyName,
+                                      "\" is http.api_key's)"));
+    }
+    if (!a.key.empty() && !secrets.insert(a.key).second) {
+      k.AddError("key", "the same secret as another key");
+    }
+    c->api_keys.push_back(std::move(a));
+  }
+}
+
+void ReadHttp(ConfigReader& r, const config::PathKeys& path, PrefillDaemonConfig* c) {
   ConfigReader http = r.Child("http");
   config::ReadString(http, "host", &c->http_host);
   config::ReadInt(http, "port", &c->http_port, 0, 65535);
   config::ReadInt(http, "threads", &c->http_threads, 2, 4096);
   config::ReadString(http, "api_key", &c->api_key);
+  ReadApiKeys(http, path, c);
   config::ReadHttpConnectionKeys(http, &c->http_connections);
 
   ConfigReader limits = r.Child("limits");
@@ -112,7 +179,8 @@ void ReadPrefillConfig(ConfigReader& r, const std::string& config_path, PrefillD
   c->backend = r.Enum("backend", c->backend, std::array<std::string_view, 2>{"cpu", "cuda"});
   ConfigReader kernels = r.Child("cuda_kernels");
   c->cuda_kernels = config::ReadCudaKernelOptions(kernels);
-  ReadHttp(r, c);
+  config::ReadWeightsKeys(r, &c->weights_dtype);
+  ReadHttp(r, path, c);
   ReadGrpc(r, path, c);
   ReadDataPlane(r, path, c);
   config::ReadDuration(r, "drain_timeout", &c->drain_timeout, 0, 3600);
@@ -131,8 +199,10 @@ absl::StatusOr<PrefillDaemonConfig> PrefillConfigFromJson(const nlohmann::json& 
 }
 
 std::vector<config::ConfigKey> PrefillConfigKeys() {
-  // One specialist, so that the keys of specialists[] are read too.
-  const nlohmann::json probe = {{"specialists", nlohmann::json::array({nlohmann::json::object()})}};
+  // One specialist and one API key, so that the keys of their lists are read too.
+  const nlohmann::json probe = {
+      {"specialists", nlohmann::json::array({nlohmann::json::object()})},
+      {"http", {{"api_keys", nlohmann::json::array({nlohmann::json::object()})}}}};
   ConfigReader r(probe);
   PrefillDaemonConfig c;
   ReadPrefillConfig(r, "", &c);

@@ -13,6 +13,17 @@
 #include "common/rpc/cluster_token.h"
 
 namespace scd {
+namespace {
+
+// The API keys' names (never their secrets), for the start-up line.
+std::vector<std::string> KeyNames(const PrefillDaemonConfig& c) {
+  std::vector<std::string> names;
+  if (!c.api_key.empty()) names.push_back(kDefaultApiKeyName);
+  for (const ApiKeyConfig& k : c.api_keys) names.push_back(k.name);
+  return names;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<PrefillDaemon>> PrefillDaemon::Create(PrefillDaemonConfig config) {
   if (config.base_model_path.empty()) {
@@ -41,15 +52,15 @@ std::map<std::string, std::string> PrefillDaemon::pair_digests() const {
   return out;
 }
 
-absl::Status PrefillDaemon::Start() {
+absl::Status PrefillDaemon::LoadModels() {
   const PrefillDaemonConfig& c = config_;
   SCD_ASSIGN_OR_RETURN(base_, LoadModel(c.base_model_path));
   SCD_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(c.base_model_path + "/tokenizer.json"));
   SCD_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(c.backend));
   BackendOptions backend_options;
   backend_options.cuda_kernels = c.cuda_kernels;
+  backend_options.weights_dtype = c.weights_dtype;
   SCD_ASSIGN_OR_RETURN(producer_, CreateBackend(kind, base_, backend_options));
-  const std::string device = producer_->device_description();
   for (const SpecialistConfig& sc : c.specialists) {
     if (specialists_.count(sc.name)) {
       return absl::InvalidArgumentError(absl::StrCat("specialist '", sc.name, "' is listed twice"));
@@ -61,7 +72,16 @@ absl::Status PrefillDaemon::Start() {
                                           {"patch_layers", s->patch_layers}});
     specialists_[sc.name] = std::move(s);
   }
+  return absl::OkStatus();
+}
 
+absl::Status PrefillDaemon::Start() {
+  const PrefillDaemonConfig& c = config_;
+  SCD_RETURN_IF_ERROR(LoadModels());
+  const std::string device = producer_->device_description();
+  std::vector<ApiKeyConfig> keys = c.api_keys;
+  if (!c.api_key.empty()) keys.insert(keys.begin(), ApiKeyConfig{kDefaultApiKeyName, c.api_key});
+  SCD_ASSIGN_OR_RETURN(keys_, ApiKeyRing::Create(std::move(keys), &metrics_));
   SCD_RETURN_IF_ERROR(StartPeerAuth());
   SCD_RETURN_IF_ERROR(StartRegistry());
 
@@ -80,11 +100,33 @@ absl::Status PrefillDaemon::Start() {
       std::make_unique<PayloadSender>(std::move(transport), c.transport.peer_timeout), &metrics_);
 
   SCD_RETURN_IF_ERROR(StartGrpc());
+  std::vector<std::string> names;
+  for (const auto& [name, s] : specialists_) names.push_back(name);
+  SCD_RETURN_IF_ERROR(StartHttp(names));
 
+  StartGauges(device);
+  SCD_RETURN_IF_ERROR(AnnounceSelf());
+  daemon::LogInfo("prefill_started", {{"base_model", c.base_model_path},
+                                      {"backend", c.backend},
+                                      {"device", device},
+                                      {"kernels", producer_->kernel_description()},
+                                      {"http_port", http_->port()},
+                                      {"grpc_address", grpc_.address},
+                                      {"specialists", names},
+                                      {"api_keys", KeyNames(c)}});
+  return absl::OkStatus();
+}
+
+absl::Status PrefillDaemon::StartHttp(const std::vector<std::string>& names) {
+  const PrefillDaemonConfig& c = config_;
   http::HttpServerOptions ho = c.http_connections;
   ho.host = c.http_host;
   ho.port = c.http_port;
-  ho.api_key = c.api_key;
+  if (!keys_->empty()) {
+    ho.authenticate = [this](const std::string& authorization) {
+      return keys_->Valid(ApiKeyRing::BearerKey(authorization));
+    };
+  }
   ho.max_body_bytes = c.limits.max_body_bytes;
   ho.num_threads = c.http_threads;
   ho.metrics = &metrics_;
@@ -99,26 +141,14 @@ absl::Status PrefillDaemon::Start() {
   http_->AddHealthRoute();
   http_->AddReadyRoute([this] { return Ready(); });
   http_->AddMetricsRoute(&metrics_);
-  std::vector<std::string> names;
-  for (const auto& [name, s] : specialists_) names.push_back(name);
-  openai_ = std::make_unique<OpenAiFrontend>(http_.get(), pipeline_.get(), names, c.limits);
-  SCD_RETURN_IF_ERROR(http_->Start());
-
-  StartGauges(device);
-  SCD_RETURN_IF_ERROR(AnnounceSelf());
-  daemon::LogInfo("prefill_started", {{"base_model", c.base_model_path},
-                                      {"backend", c.backend},
-                                      {"device", device},
-                                      {"kernels", producer_->kernel_description()},
-                                      {"http_port", http_->port()},
-                                      {"grpc_address", grpc_.address},
-                                      {"specialists", names}});
-  return absl::OkStatus();
+  openai_ = std::make_unique<OpenAiFrontend>(http_.get(), pipeline_.get(), keys_.get(), names,
+                                             c.limits);
+  return http_->Start();
 }
 
 absl::Status PrefillDaemon::StartGrpc() {
   const PrefillDaemonConfig& c = config_;
-  generation_ = std::make_unique<GenerationService>(pipeline_.get(), c.api_key, c.limits,
+  generation_ = std::make_unique<GenerationService>(pipeline_.get(), keys_.get(), c.limits,
                                                     auth_.get(), generation_refusals_.get());
   rpc::GrpcServerOptions go;
   go.address = c.grpc_listen;

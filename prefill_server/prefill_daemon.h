@@ -41,6 +41,7 @@
 #include "common/serving/prefix_cache.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/transport/transport.h"
+#include "prefill_server/api_keys.h"
 #include "prefill_server/generation_pipeline.h"
 #include "prefill_server/generation_service.h"
 #include "prefill_server/openai_frontend.h"
@@ -56,11 +57,15 @@ struct PrefillDaemonConfig {
   std::string base_model_path;
   std::string backend = "cpu";
   CudaKernelOptions cuda_kernels;  // cuda backend: the kernels where it has a choice
+  WeightDtype weights_dtype = WeightDtype::kF32;  // weights.dtype (cpu backend)
 
   std::string http_host = "127.0.0.1";
   int http_port = 8000;  // 0: any free port
   int http_threads = 64;
-  std::string api_key;   // empty: no authentication
+  std::string api_key;   // one key without limits, named "default"; empty: none
+  // http.api_keys[]: further keys, each with its limits (api_keys.h). With neither, no
+  // authentication.
+  std::vector<ApiKeyConfig> api_keys;
   // http.header_timeout, body_timeout, write_timeout, max_connections_per_client.
   http::HttpServerOptions http_connections;
   http::RequestLimits limits;
@@ -110,6 +115,10 @@ class PrefillDaemon {
  private:
   explicit PrefillDaemon(PrefillDaemonConfig config) : config_(std::move(config)) {}
   absl::Status Start();
+  // The base model, its tokenizer and backend, and every specialist's pair.
+  absl::Status LoadModels();
+  // The HTTP server: probes, metrics and the OpenAI routes of `names`.
+  absl::Status StartHttp(const std::vector<std::string>& names);
   // Who may call the gRPC services: the credentials and the logs of refused callers.
   absl::Status StartPeerAuth();
   // The Generation service and, with the embedded registry, the control plane, on one port.
@@ -123,6 +132,8 @@ class PrefillDaemon {
 
   PrefillDaemonConfig config_;
   metrics::Registry metrics_;
+  // The API keys and their limits; declared early, so that it outlives every request's lease.
+  std::unique_ptr<ApiKeyRing> keys_;
   std::shared_ptr<const Model> base_;
   std::unique_ptr<Backend> producer_;
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -54,7 +54,7 @@ absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfi
   } else if (!config.consumer_path.empty()) {
     absl::StatusOr<std::shared_ptr<const Model>> consumer = LoadModel(config.consumer_path);
     if (!consumer.ok()) return Annotate(name, consumer.status());
-    consumer_digest = (*consumer)->digest;
+    consumer_digest = (*consumer)->digest();
   } else {
     return Annotate(name, absl::InvalidArgumentError(
                               "needs config key 'artifact' or 'consumer_path' (for the pair digest)"));
@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfi
   if (!codec.ok()) return Annotate(name, codec.status());
   s->codec = std::move(*codec);
   s->pair_digest_hex = PairDigestHex(MakePairDigest(
-      producer->digest, consumer_digest, s->artifact != nullptr ? s->artifact->id : ""));
+      producer->digest(), consumer_digest, s->artifact != nullptr ? s->artifact->id : ""));
   s->pair_tag = PairDigestHex(s->codec->pair_digest(s->mode));
   return s;
 }

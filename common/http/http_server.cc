@@ -277,9 +277,10 @@ void HttpServer::Dispatch(const Route* route, const RequestData& request,
 }
 
 bool HttpServer::Authorized(const RequestData& request) const {
+  const std::string authorization = HttpRequest(request, "").header("Authorization");
+  if (options_.authenticate) return options_.authenticate(authorization);
   if (options_.api_key.empty()) return true;
-  return ConstantTimeEquals(HttpRequest(request, "").header("Authorization"),
-                            "Bearer " + options_.api_key);
+  return ConstantTimeEquals(authorization, "Bearer " + options_.api_key);
 }
 
 void HttpServer::StreamStarted(const std::shared_ptr<SseStream>& stream) {

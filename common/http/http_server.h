@@ -2,9 +2,10 @@
 // Boost.Beast/Asio that adds what every route needs and no route should repeat:
 //   - an `X-Request-Id` on every response (scd::NewRequestId, the format gRPC uses too; visible
 //     to the handler for logs and passed downstream), and an optional access-log callback;
-//   - an optional API key: a route called without `Authorization: Bearer <key>` gets 401 and
-//     an OpenAI error body, and its handler never runs (/health, /ready, /metrics are exempt so
-//     that probes and scrapers need no secret);
+//   - an optional API key (or a check of the caller's own, for several keys): a route called
+//     without `Authorization: Bearer <key>` gets 401 and an OpenAI error body, and its handler
+//     never runs (/health, /ready, /metrics are exempt so that probes and scrapers need no
+//     secret);
 //   - a request-body limit (413), OpenAI error bodies for every error the server answers itself
 //     (404 unknown route, 400 malformed request, 408 a header or body that came too slowly,
 //     429 too many connections from one address, 500 handler exception);
@@ -180,6 +181,10 @@ struct HttpServerOptions {
   int port = 0;                     // 0: any free port (see HttpServer::port)
   size_t max_body_bytes = 1 << 20;  // larger request bodies get 413
   std::string api_key;              // empty: no authentication
+  // When set, decides instead of `api_key` whether a request may reach a route: called with
+  // its Authorization header ("" when absent) on a handler thread; must not block. The prefill
+  // daemon checks its several keys with it (prefill_server/api_keys.h).
+  std::function<bool(const std::string& authorization)> authenticate;
   int num_threads = 64;             // route handlers running at once
   int io_threads = 2;               // threads that run every connection's reads and writes
   // A request's header must arrive within this (also the idle limit of a kept-alive

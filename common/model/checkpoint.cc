@@ -159,7 +159,7 @@ absl::Status SaveModel(const ModelConfig& config, const ModelWeights& weights,
   }
   int64_t total_elements = 0;
   for (const WeightEntry& entry : layout) {
-    const std::vector<float>& data = WeightData(weights, entry);
+    const WeightBuffer& data = WeightData(weights, entry);
     if (static_cast<int64_t>(data.size()) != entry.NumElements()) {
       return absl::InvalidArgumentError(
           absl::StrCat("SaveModel: tensor '", entry.name, "' has ", data.size(), " values, shape ",

@@ -23,6 +23,7 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 constexpr char kMetadataKey[] = "__metadata__";
+constexpr size_t kDataAlignment = 64;  // a cache line; covers every dtype's element size
 
 // Element sizes of every dtype the format defines, so that tensors we cannot read are still
 // checked against their byte spans.
@@ -399,7 +400,11 @@ absl::Status WriteSafetensors(const std::string& path,
     parts.emplace_back(tensor.bytes);
   }
   std::string header_text = header.dump();
-  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+  // Pad so that the data region (after the 8-byte length and the header) starts on a
+  // kDataAlignment boundary: packed tensors of one dtype then all sit at multiples of their
+  // element size, and LoadModel can view F32 ones in place.
+  header_text.append((kDataAlignment - (8 + header_text.size()) % kDataAlignment) % kDataAlignment,
+                     ' ');
   char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(header_text.size() >> (8 * i));
   parts[0] = std::string_view(length, sizeof(length));

@@ -55,6 +55,12 @@ class SafetensorsFile {
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
 
   const std::string& path() const { return file_->path(); }
+  // The mapping the tensors' `data` point into; views of it keep it alive.
+  const std::shared_ptr<const MappedFile>& mapping() const { return file_; }
+  // Where `info` (one of this file's tensors) starts, in bytes from the start of the file.
+  size_t OffsetInFile(const TensorInfo& info) const {
+    return static_cast<size_t>(info.data - file_->data());
+  }
   // nullptr when the file has no tensor `name`.
   const TensorInfo* Find(std::string_view name) const;
   std::vector<std::string> TensorNames() const;  // sorted
@@ -70,10 +76,10 @@ class SafetensorsFile {
                                                  absl::Span<const int64_t> expected_shape) const;
 
  private:
-  explicit SafetensorsFile(std::unique_ptr<MappedFile> file) : file_(std::move(file)) {}
+  explicit SafetensorsFile(std::shared_ptr<const MappedFile> file) : file_(std::move(file)) {}
   absl::Status ParseHeader();
 
-  std::unique_ptr<MappedFile> file_;
+  std::shared_ptr<const MappedFile> file_;
   std::map<std::string, TensorInfo, std::less<>> tensors_;
   std::map<std::string, std::string> metadata_;
 };
@@ -100,10 +106,12 @@ struct SafetensorsTensor {
                                       absl::Span<const float> values);
 };
 
-// Writes a safetensors file atomically: tensors in name order, packed, the header padded
-// with spaces to a multiple of 8 bytes (as HF's writer does) so that the data region is
-// 8-byte aligned. InvalidArgument naming the tensor when its byte count does not match
-// shape × dtype size, when its dtype is unsupported or its name is empty or reserved.
+// Writes a safetensors file atomically: tensors in name order, packed (the format allows no
+// holes), the header padded with spaces (which the format allows) so that the data region
+// starts at a multiple of 64 bytes: every tensor whose offset is a multiple of its element
+// size (all of them in a one-dtype file) is then aligned in memory when the file is mapped.
+// InvalidArgument naming the tensor when its byte count does not match shape × dtype size,
+// when its dtype is unsupported or its name is empty or reserved.
 absl::Status WriteSafetensors(const std::string& path,
                               const std::map<std::string, SafetensorsTensor>& tensors,
                               const std::map<std::string, std::string>& metadata = {});

@@ -32,7 +32,7 @@ std::shared_ptr<const Model> MakeSyntheticModel(const ModelConfig& config, uint6
   ParallelFor(
       layout.size(),
       [&](size_t t) {
-        std::vector<float>& data = WeightData(weights, layout[t]);
+        std::vector<float>& data = WeightData(weights, layout[t]).MutableVector();
         if (layout[t].is_norm()) {
           data.assign(static_cast<size_t>(layout[t].NumElements()), 1.0f);
         } else {
@@ -57,7 +57,7 @@ std::shared_ptr<const Model> MakeSyntheticModel(const ModelConfig& config, uint6
         digests[i] = hasher.Finish();
       },
       threads);
-  model->digest = CombineModelDigest(model->config, layout, weights, digests);
+  model->set_digest(CombineModelDigest(model->config, layout, weights, digests));
   return model;
 }
 
@@ -69,14 +69,13 @@ std::shared_ptr<const Model> MakeNoisyVariant(const Model& base, float noise_std
   const std::vector<WeightEntry> layout = WeightLayout(model->config);
   ParallelFor(layout.size(), [&](size_t t) {
     if (layout[t].is_norm()) return;
-    std::vector<float>& data = WeightData(model->weights, layout[t]);
+    std::vector<float>& data = WeightData(model->weights, layout[t]).MutableVector();
     std::vector<float> noise(data.size());
     FillNormal(noise.data(), noise.size(), SplitMix64Mix(seed ^ ((t + 1) * kGoldenGamma)), 0.0f,
                noise_std);
     for (size_t i = 0; i < data.size(); ++i) data[i] += noise[i];
   });
-  model->digest = ComputeModelDigest(model->config, model->weights);
-  return model;
+  return model;  // its digest is computed when first read
 }
 
 }  // namespace scd

@@ -46,7 +46,7 @@ std::vector<WeightEntry> WeightLayout(const ModelConfig& config) {
   return layout;
 }
 
-std::vector<float>& WeightData(ModelWeights& weights, const WeightEntry& entry) {
+WeightBuffer& WeightData(ModelWeights& weights, const WeightEntry& entry) {
   switch (entry.field) {
     case WeightField::kEmbed:
       return weights.embed;
@@ -87,7 +87,7 @@ std::vector<float>& WeightData(ModelWeights& weights, const WeightEntry& entry) 
   }
 }
 
-const std::vector<float>& WeightData(const ModelWeights& weights, const WeightEntry& entry) {
+const WeightBuffer& WeightData(const ModelWeights& weights, const WeightEntry& entry) {
   return WeightData(const_cast<ModelWeights&>(weights), entry);
 }
 

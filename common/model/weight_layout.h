@@ -48,8 +48,8 @@ struct WeightEntry {
 std::vector<WeightEntry> WeightLayout(const ModelConfig& config);
 
 // The storage `entry` names inside `weights` (layers must already be sized).
-std::vector<float>& WeightData(ModelWeights& weights, const WeightEntry& entry);
-const std::vector<float>& WeightData(const ModelWeights& weights, const WeightEntry& entry);
+WeightBuffer& WeightData(ModelWeights& weights, const WeightEntry& entry);
+const WeightBuffer& WeightData(const ModelWeights& weights, const WeightEntry& entry);
 
 }  // namespace scd
 

@@ -5,9 +5,15 @@
 // config does not use are ignored, except biases: a non-zero bias we would drop (o_proj,
 // MLP, or q/k/v without qkv_bias) changes the function, so it is an error; all-zero ones,
 // which some exporters write, are accepted. With tied embeddings lm_head.weight is ignored.
-// Conversion to F32 runs in parallel over fixed 4M-element chunks.
 //
-// The digest is two-level SHA-256 (model_digest.h), hashed on all cores.
+// An F32 tensor whose bytes are 4-byte aligned in the mapping becomes a view into it: no copy,
+// and no page is read until something uses it (the mapping is not pre-faulted). SaveModel's
+// files always qualify (their data region starts at a multiple of 64 bytes). F16/BF16 and
+// misaligned F32 tensors are converted into owned buffers, in parallel over fixed
+// 4M-element chunks.
+//
+// The digest is two-level SHA-256 (model_digest.h), hashed on all cores the first time it is
+// read (Model::digest), not at load.
 #include "common/model/weights.h"
 
 #include <algorithm>
@@ -81,6 +87,29 @@ size_t ModelWeights::ParameterCount() const {
   return TotalFloats(*this, /*include_embed=*/true) + lm_head.size();
 }
 
+// `value` is written before `known` is set (release) and never again, so a copy that sees
+// `known` reads a finished value even while another thread is still inside digest().
+Model::LazyDigest::LazyDigest(const LazyDigest& other) {
+  if (other.known.load(std::memory_order_acquire)) {
+    value = other.value;
+    known.store(true, std::memory_order_release);
+  }
+}
+
+const std::string& Model::digest() const {
+  std::call_once(digest_.once, [this] {
+    if (digest_.known.load(std::memory_order_acquire)) return;  // set_digest or a copy
+    digest_.value = ComputeModelDigest(config, weights);
+    digest_.known.store(true, std::memory_order_release);
+  });
+  return digest_.value;
+}
+
+void Model::set_digest(std::string digest) {
+  digest_.value = std::move(digest);
+  digest_.known.store(true, std::memory_order_release);
+}
+
 std::string ComputeModelDigest(const ModelConfig& config, const ModelWeights& weights) {
   std::vector<WeightEntry> layout = WeightLayout(config);
   layout.erase(std::remove_if(layout.begin(), layout.end(),
@@ -136,13 +165,20 @@ absl::StatusOr<std::shared_ptr<const Model>> LoadModel(const std::string& dir) {
           absl::StrCat(shape_ok.message(), " by config.json (", config.name, ")"));
     }
     SCD_RETURN_IF_ERROR(CheckReadable(*info, file->path()));
-    std::vector<float>& data = WeightData(weights, entry);
+    WeightBuffer& data = WeightData(weights, entry);
     const size_t n = static_cast<size_t>(entry.NumElements());
-    ResizeWithHugePages(data, n);
+    if (info->dtype == DType::kF32 &&
+        reinterpret_cast<uintptr_t>(info->data) % alignof(float) == 0) {
+      SCD_ASSIGN_OR_RETURN(data,
+                           WeightBuffer::MapView(file->mapping(), file->OffsetInFile(*info), n));
+      continue;
+    }
+    std::vector<float>& owned = data.MutableVector();
+    ResizeWithHugePages(owned, n);
     const size_t element_size = DTypeSize(info->dtype);
     for (size_t offset = 0; offset < n; offset += kConvertChunkElements) {
       pieces.push_back({info->dtype, info->data + offset * element_size,
-                        std::min(kConvertChunkElements, n - offset), data.data() + offset});
+                        std::min(kConvertChunkElements, n - offset), owned.data() + offset});
     }
     total += n;
   }
@@ -154,7 +190,6 @@ absl::StatusOr<std::shared_ptr<const Model>> LoadModel(const std::string& dir) {
       },
       total > 4 * kConvertChunkElements ? 0 : 1);
   SCD_RETURN_IF_ERROR(CheckUnusedBiases(*checkpoint, layout));
-  model->digest = ComputeModelDigest(config, weights);
   return std::shared_ptr<const Model>(std::move(model));
 }
 

@@ -1,40 +1,44 @@
 // ModelWeights: the parameters of a Llama-family model, in host memory as F32, with the
 // Hugging Face layout kept as-is: every projection W is [out_features, in_features] row-major
 // and applied as y = x · Wᵀ. Q/K rows are already permuted for rotate-half RoPE (HF layout).
-// Checkpoints in F16/BF16 are widened to F32 at load; backends may narrow again on device.
+// F32 tensors of a checkpoint are read-only views into the mapped file (WeightBuffer); F16 and
+// BF16 ones are widened to F32 at load. Backends may narrow again on device.
 #ifndef SCD_COMMON_MODEL_WEIGHTS_H_
 #define SCD_COMMON_MODEL_WEIGHTS_H_
 
 #include <cstdint>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/model/config.h"
+#include "common/model/weight_buffer.h"
 
 namespace scd {
 
 struct LayerWeights {
-  std::vector<float> attn_norm;   // [d]
-  std::vector<float> wq;          // [q_dim, d]
-  std::vector<float> wk;          // [kv_dim, d]
-  std::vector<float> wv;          // [kv_dim, d]
-  std::vector<float> wo;          // [d, q_dim]
-  std::vector<float> bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim]; empty unless qkv_bias
-  std::vector<float> ffn_norm;    // [d]
-  std::vector<float> w_gate;      // [ffn, d]
-  std::vector<float> w_up;        // [ffn, d]
-  std::vector<float> w_down;      // [d, ffn]
+  WeightBuffer attn_norm;   // [d]
+  WeightBuffer wq;          // [q_dim, d]
+  WeightBuffer wk;          // [kv_dim, d]
+  WeightBuffer wv;          // [kv_dim, d]
+  WeightBuffer wo;          // [d, q_dim]
+  WeightBuffer bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim]; empty unless qkv_bias
+  WeightBuffer ffn_norm;    // [d]
+  WeightBuffer w_gate;      // [ffn, d]
+  WeightBuffer w_up;        // [ffn, d]
+  WeightBuffer w_down;      // [d, ffn]
 };
 
 struct ModelWeights {
-  std::vector<float> embed;  // [vocab, d]
+  WeightBuffer embed;  // [vocab, d]
   std::vector<LayerWeights> layers;
-  std::vector<float> final_norm;  // [d]
-  std::vector<float> lm_head;     // [vocab, d]; empty when tied (use `embed`)
+  WeightBuffer final_norm;  // [d]
+  WeightBuffer lm_head;     // [vocab, d]; empty when tied (use `embed`)
 
-  const std::vector<float>& output_matrix() const { return lm_head.empty() ? embed : lm_head; }
+  const WeightBuffer& output_matrix() const { return lm_head.empty() ? embed : lm_head; }
   // Bytes a decode step streams: every layer matrix plus the output matrix (norms included).
   size_t DecodeBytesStreamed() const;
   size_t ParameterCount() const;
@@ -45,9 +49,32 @@ struct Model {
   std::string dir;  // where it was loaded from ("" for synthetic models)
   ModelConfig config;
   ModelWeights weights;
+
   // Hex SHA-256 over the canonical config and every weight tensor's F32 bytes, in a fixed
-  // order. Two checkpoints with equal digests compute the same function.
-  std::string digest;
+  // order (ComputeModelDigest). Two checkpoints with equal digests compute the same function.
+  // Computed on the first call, from any thread, then kept: hashing reads every weight byte
+  // (a few hundred ms for a 100M-parameter model), which a process that never compares
+  // models (generation, benchmarks) should not pay at load. The weights must not change once
+  // it has been read.
+  const std::string& digest() const;
+  // Sets the digest when its producer already knows it (MakeSyntheticModel hashes each
+  // chunk while it is in cache); it must equal ComputeModelDigest(config, weights).
+  void set_digest(std::string digest);
+
+ private:
+  // A copy carries the digest when it is already known, and computes its own otherwise.
+  // Assignment would have to forget a digest already read, so a Model is not assignable.
+  class LazyDigest {
+   public:
+    LazyDigest() = default;
+    LazyDigest(const LazyDigest& other);
+    LazyDigest& operator=(const LazyDigest&) = delete;
+
+    std::once_flag once;
+    std::atomic<bool> known{false};
+    std::string value;
+  };
+  mutable LazyDigest digest_;
 };
 
 // Loads a Hugging Face checkpoint directory: config.json plus model.safetensors, or a
@@ -64,7 +91,7 @@ std::shared_ptr<const Model> MakeSyntheticModel(const ModelConfig& config, uint6
 // pair shares an architecture and differs in weights as a fine-tune does.
 std::shared_ptr<const Model> MakeNoisyVariant(const Model& base, float noise_std, uint64_t seed);
 
-// Computes `model.digest`.
+// Computes `model.digest()`.
 std::string ComputeModelDigest(const ModelConfig& config, const ModelWeights& weights);
 
 }  // namespace scd

@@ -54,8 +54,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
                                                        const BackendOptions& options) {
   switch (kind) {
     case BackendKind::kCpu:
-      return CreateCpuBackend(std::move(model));
+      return CreateCpuBackend(std::move(model), options.weights_dtype);
     case BackendKind::kCuda:
+      if (options.weights_dtype != WeightDtype::kF32) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "weights.dtype ", std::string(WeightDtypeName(options.weights_dtype)),
+            " runs on the CPU backend only; the CUDA backend takes f32"));
+      }
 #if SCD_HAVE_CUDA
       return CreateCudaBackend(std::move(model), options);
 #else
@@ -65,6 +70,18 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
 #endif
   }
   return absl::InvalidArgumentError("unknown backend kind");
+}
+
+absl::StatusOr<WeightDtype> ParseWeightDtype(std::string_view name) {
+  if (name == "f32") return WeightDtype::kF32;
+  if (name == "int8") return WeightDtype::kInt8;
+  return absl::InvalidArgumentError(absl::StrCat("unknown weights dtype \"",
+                                                 absl::string_view(name.data(), name.size()),
+                                                 "\" (choices: f32, int8)"));
+}
+
+std::string_view WeightDtypeName(WeightDtype dtype) {
+  return dtype == WeightDtype::kInt8 ? "int8" : "f32";
 }
 
 absl::StatusOr<BackendKind> ParseBackendKind(std::string_view name) {

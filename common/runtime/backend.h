@@ -241,8 +241,17 @@ struct CudaKernelOptions {
   int small_batch_max_rows = kCudaSmallBatchRowsLimit;
 };
 
+// How the CPU backend holds the weight matrices: as loaded (F32), or as int8 in blocks of 32
+// with a scale each (kernels/cpu/q8_linear.h), converted once when the backend is created.
+// Norms and the embedding table stay F32. The CUDA backend takes F32 only.
+enum class WeightDtype { kF32, kInt8 };
+
+absl::StatusOr<WeightDtype> ParseWeightDtype(std::string_view name);  // "f32" | "int8"
+std::string_view WeightDtypeName(WeightDtype dtype);
+
 // Settings only some backends read; the others ignore them.
 struct BackendOptions {
+  WeightDtype weights_dtype = WeightDtype::kF32;  // config key weights.dtype
   // CUDA: decode steps of batches up to cuda_graph_max_batch recorded once per shape as CUDA
   // graphs and replayed (common/runtime/cuda/decode_graph_cache.h, DecodeGraphOptions).
   bool cuda_graphs = true;

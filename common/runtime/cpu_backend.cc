@@ -13,9 +13,13 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/base/huge_pages.h"
 #include "common/base/status_macros.h"
+#include "common/runtime/cpu_weights.h"
 #include "common/runtime/input_checks.h"
+#include "kernels/cpu/compute_pool.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/ops.h"
 
 namespace scd {
@@ -56,25 +60,24 @@ struct RowGroup {
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(std::shared_ptr<const Model> model)
-      : model_(std::move(model)), inv_freq_(RopeInverseFrequencies(model_->config)) {
-    // Fused projections: one GEMM for Q|K|V and one for gate|up per layer. Wider GEMMs run
-    // closer to the sgemm peak than three or two narrow ones; the bytes streamed per decode
-    // step are the same.
-    for (const LayerWeights& lw : model_->weights.layers) {
-      Fused f;
-      f.wqkv = lw.wq;
-      f.wqkv.insert(f.wqkv.end(), lw.wk.begin(), lw.wk.end());
-      f.wqkv.insert(f.wqkv.end(), lw.wv.begin(), lw.wv.end());
-      if (!lw.bq.empty()) {
-        f.bqkv = lw.bq;
-        f.bqkv.insert(f.bqkv.end(), lw.bk.begin(), lw.bk.end());
-        f.bqkv.insert(f.bqkv.end(), lw.bv.begin(), lw.bv.end());
-      }
-      f.w_gate_up = lw.w_gate;
-      f.w_gate_up.insert(f.w_gate_up.end(), lw.w_up.begin(), lw.w_up.end());
-      fused_.push_back(std::move(f));
-    }
+  // The projections are applied one by one, straight from the model's weights: fusing Q|K|V
+  // and gate|up into wider matrices would copy two thirds of the weights at load (and keep
+  // both copies resident), for a prefill gain within the machine's noise.
+  CpuBackend(std::shared_ptr<const Model> model, WeightDtype dtype)
+      : model_(std::move(model)),
+        inv_freq_(RopeInverseFrequencies(model_->config)),
+        weights_(PrepareCpuWeights(*model_, dtype)) {}
+
+  size_t weight_bytes() const { return weights_.bytes; }
+
+  std::string kernel_description() const override {
+    return absl::StrCat(
+        weights_.dtype == WeightDtype::kInt8
+            ? "weights int8 (blocks of 32, an f16 scale each)"
+            : "weights f32",
+        ", ", absl::StrFormat("%.1f", weights_.bytes / 1e6), " MB; projections ",
+        std::string(cpu::IsaName(cpu::ActiveIsa())), " on ", cpu::ComputePool::Global().threads(),
+        " threads");
   }
 
   std::string_view name() const override { return "cpu"; }
@@ -133,9 +136,8 @@ class CpuBackend : public Backend {
     float* logits = options.all_logits ? (ResizeWithHugePages(result->logits, logit_count),
                                           result->logits.data())
                                        : Buffer(arena_.logits, logit_count);
-    cpu::Linear(hidden.data() + static_cast<size_t>(first) * c.hidden_size,
-                model_->weights.output_matrix().data(), nullptr, logits, rows, c.vocab_size,
-                c.hidden_size);
+    weights_.output.Apply(hidden.data() + static_cast<size_t>(first) * c.hidden_size, logits,
+                          rows);
 
     result->num_tokens = t;
     result->surprisal.clear();
@@ -269,8 +271,7 @@ class CpuBackend : public Backend {
     SCD_RETURN_IF_ERROR(
         Forward(ids, positions, groups, external.attention, nullptr, false, false, &hidden));
     logits->resize(static_cast<size_t>(b + e) * c.vocab_size);
-    cpu::Linear(hidden.data(), model_->weights.output_matrix().data(), nullptr, logits->data(),
-                b + e, c.vocab_size, c.hidden_size);
+    weights_.output.Apply(hidden.data(), logits->data(), b + e);
     for (int i = 0; i < b; ++i) {
       groups[i].seq->length_ += 1;
       groups[i].seq->last_logits_.assign(logits->begin() + static_cast<long>(i) * c.vocab_size,
@@ -301,7 +302,7 @@ class CpuBackend : public Backend {
 
   // The work buffers of one RunLayers call, carved out of arena_ (see LayerBuffers).
   struct LayerPointers {
-    float *xn, *tmp, *q, *att, *k, *v, *gate, *gate_up, *qkv, *scratch;
+    float *xn, *tmp, *q, *att, *k, *v, *gate, *up, *scratch;
     float *rope_cos, *rope_sin;  // [rows, head_dim / 2] RoPE table of the rows' positions
   };
 
@@ -322,8 +323,7 @@ class CpuBackend : public Backend {
     b.k = Buffer(arena_.k, n * kvd);
     b.v = Buffer(arena_.v, n * kvd);
     b.gate = Buffer(arena_.gate, n * ffn);
-    b.gate_up = Buffer(arena_.gate_up, 2 * n * ffn);
-    b.qkv = Buffer(arena_.qkv, n * (qd + 2 * kvd));
+    b.up = Buffer(arena_.up, n * ffn);
     long scratch_floats = 0;
     for (const RowGroup& g : groups) {
       scratch_floats =
@@ -338,21 +338,15 @@ class CpuBackend : public Backend {
     return b;
   }
 
-  // Layer `l`'s attention norm and fused QKV projection of `x`, split into b.q, b.k and b.v.
+  // Layer `l`'s attention norm and Q, K and V projections of `x` into b.q, b.k and b.v.
   void ProjectQkv(int l, int rows, const std::vector<float>& x, const LayerPointers& b) {
     const ModelConfig& c = model_->config;
-    const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
-    cpu::RmsNorm(x.data(), model_->weights.layers[l].attn_norm.data(), b.xn, rows, d,
-                 c.rms_norm_eps);
-    const Fused& fw = fused_[l];
-    cpu::Linear(b.xn, fw.wqkv.data(), fw.bqkv.empty() ? nullptr : fw.bqkv.data(), b.qkv, rows,
-                qd + 2 * kvd, d);
-    for (int r = 0; r < rows; ++r) {
-      const float* src = b.qkv + static_cast<size_t>(r) * (qd + 2 * kvd);
-      std::memcpy(b.q + static_cast<size_t>(r) * qd, src, qd * sizeof(float));
-      std::memcpy(b.k + static_cast<size_t>(r) * kvd, src + qd, kvd * sizeof(float));
-      std::memcpy(b.v + static_cast<size_t>(r) * kvd, src + qd + kvd, kvd * sizeof(float));
-    }
+    cpu::RmsNorm(x.data(), model_->weights.layers[l].attn_norm.data(), b.xn, rows,
+                 c.hidden_size, c.rms_norm_eps);
+    const CpuLayerMatrices& m = weights_.layers[l];
+    m.q.Apply(b.xn, b.q, rows);
+    m.k.Apply(b.xn, b.k, rows);
+    m.v.Apply(b.xn, b.v, rows);
   }
 
   // Layer `l`'s attention into b.att: RoPE on b.q and b.k, each group's K/V written to its
@@ -386,15 +380,13 @@ class CpuBackend : public Backend {
   // Layer `l`'s SwiGLU feed-forward block on `x`, added to `x` in place.
   void FeedForward(int l, int rows, const LayerPointers& b, std::vector<float>& x) {
     const ModelConfig& c = model_->config;
-    const LayerWeights& lw = model_->weights.layers[l];
-    const int d = c.hidden_size, ffn = c.intermediate_size;
-    cpu::RmsNorm(x.data(), lw.ffn_norm.data(), b.xn, rows, d, c.rms_norm_eps);
-    cpu::Linear(b.xn, fused_[l].w_gate_up.data(), nullptr, b.gate_up, rows, 2 * ffn, d);
-    for (int r = 0; r < rows; ++r) {
-      const float* row = b.gate_up + static_cast<size_t>(r) * 2 * ffn;
-      cpu::SwiGlu(row, row + ffn, b.gate + static_cast<size_t>(r) * ffn, ffn);
-    }
-    cpu::Linear(b.gate, lw.w_down.data(), nullptr, b.tmp, rows, d, ffn);
+    const CpuLayerMatrices& m = weights_.layers[l];
+    cpu::RmsNorm(x.data(), model_->weights.layers[l].ffn_norm.data(), b.xn, rows, c.hidden_size,
+                 c.rms_norm_eps);
+    m.gate.Apply(b.xn, b.gate, rows);
+    m.up.Apply(b.xn, b.up, rows);
+    cpu::SwiGlu(b.gate, b.up, b.gate, rows * c.intermediate_size);  // elementwise, in place
+    m.down.Apply(b.gate, b.tmp, rows);
     for (size_t i = 0; i < x.size(); ++i) x[i] += b.tmp[i];
   }
 
@@ -418,7 +410,7 @@ class CpuBackend : public Backend {
         (*hooks)[l].v.assign(b.v, b.v + n * kvd);
       }
       SCD_RETURN_IF_ERROR(AttendLayer(l, rows, groups, external, b));
-      cpu::Linear(b.att, model_->weights.layers[l].wo.data(), nullptr, b.tmp, rows, d, qd);
+      weights_.layers[l].o.Apply(b.att, b.tmp, rows);
       for (size_t i = 0; i < x.size(); ++i) x[i] += b.tmp[i];
       FeedForward(l, rows, b, x);
     }
@@ -431,31 +423,31 @@ class CpuBackend : public Backend {
   }
 
   struct Arena {
-    std::vector<float> xn, tmp, q, att, k, v, gate, gate_up, qkv, scratch, logits;
+    std::vector<float> xn, tmp, q, att, k, v, gate, up, scratch, logits;
     std::vector<float> rope_cos, rope_sin;
-  };
-
-  struct Fused {
-    std::vector<float> wqkv;       // [q_dim + 2 kv_dim, d]
-    std::vector<float> bqkv;       // [q_dim + 2 kv_dim] or empty
-    std::vector<float> w_gate_up;  // [2 ffn, d]
   };
 
   std::shared_ptr<const Model> model_;
   std::vector<float> inv_freq_;
-  std::vector<Fused> fused_;
+  CpuWeights weights_;
   Arena arena_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const Model> model) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const Model> model,
+                                                          WeightDtype dtype) {
   if (model == nullptr) return absl::InvalidArgumentError("CreateCpuBackend: null model");
   const ModelConfig& c = model->config;
   if (static_cast<int>(model->weights.layers.size()) != c.num_layers) {
     return absl::InvalidArgumentError("model weights do not match its config (layer count)");
   }
-  return std::unique_ptr<Backend>(new CpuBackend(std::move(model)));
+  return std::unique_ptr<Backend>(new CpuBackend(std::move(model), dtype));
+}
+
+size_t CpuBackendWeightBytes(const Backend& backend) {
+  const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
+  return cpu != nullptr ? cpu->weight_bytes() : 0;
 }
 
 bool IsCpuBackend(const Backend& backend) {

@@ -259,17 +259,17 @@ absl::StatusOr<ScdArtifact> ScdArtifact::Load(const std::string& path) {
 }
 
 absl::Status ScdArtifact::CheckPair(const Model* producer, const Model* consumer) const {
-  if (producer != nullptr && producer->digest != producer_digest) {
+  if (producer != nullptr && producer->digest() != producer_digest) {
     return absl::FailedPreconditionError(absl::StrCat(
         "calibration artifact is for producer '", producer_name, "' (digest ",
         producer_digest.substr(0, 12), "), but the producer is '", producer->config.name,
-        "' (digest ", producer->digest.substr(0, 12), ")"));
+        "' (digest ", producer->digest().substr(0, 12), ")"));
   }
-  if (consumer != nullptr && consumer->digest != consumer_digest) {
+  if (consumer != nullptr && consumer->digest() != consumer_digest) {
     return absl::FailedPreconditionError(absl::StrCat(
         "calibration artifact is for consumer '", consumer_name, "' (digest ",
         consumer_digest.substr(0, 12), "), but the consumer is '", consumer->config.name,
-        "' (digest ", consumer->digest.substr(0, 12), ")"));
+        "' (digest ", consumer->digest().substr(0, 12), ")"));
   }
   return absl::OkStatus();
 }

@@ -57,10 +57,12 @@ class HeldOutSet {
   absl::StatusOr<SelectionScore> Score(Backend& producer, Backend& consumer,
                                        std::shared_ptr<const ScdArtifact> artifact,
                                        CodecMode mode, const CodecOptions& options) const {
-    SCD_ASSIGN_OR_RETURN(auto enc, ProducerCodec::Create(Unowned(producer.model()),
-                                                         consumer.model().digest, artifact, options));
-    SCD_ASSIGN_OR_RETURN(auto dec, ConsumerCodec::Create(Unowned(consumer.model()),
-                                                         producer.model().digest, artifact, options));
+    SCD_ASSIGN_OR_RETURN(auto enc,
+                         ProducerCodec::Create(Unowned(producer.model()), consumer.model().digest(),
+                                               artifact, options));
+    SCD_ASSIGN_OR_RETURN(auto dec,
+                         ConsumerCodec::Create(Unowned(consumer.model()), producer.model().digest(),
+                                               artifact, options));
     const int vocab = consumer.model().config.vocab_size;
     double kl = 0, nll = 0, top1 = 0;
     long positions = 0, scored = 0;
@@ -231,8 +233,8 @@ absl::StatusOr<ScdArtifact> FitArtifact(const CalibrationData& data, const Model
     return absl::InvalidArgumentError("calibration data was collected for another model shape");
   }
   ScdArtifact a;
-  a.producer_digest = pm.digest;
-  a.consumer_digest = cm.digest;
+  a.producer_digest = pm.digest();
+  a.consumer_digest = cm.digest();
   a.producer_name = pc.name;
   a.consumer_name = cm.config.name;
   a.num_layers = layers;
@@ -261,7 +263,7 @@ absl::StatusOr<ScdArtifact> FitArtifact(const CalibrationData& data, const Model
       patch.code.Encode(data.h_producer[l].data(), n, z.data());
       // G = [W_K; W_V] of the consumer's layer: the metric the aligner is trained in.
       const LayerWeights& lw = cm.weights.layers[l];
-      std::vector<float> g(lw.wk);
+      std::vector<float> g(lw.wk.begin(), lw.wk.end());
       g.insert(g.end(), lw.wv.begin(), lw.wv.end());
       AlignerReport ar;
       AlignerTrainOptions ao = o.aligner;

@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<ProducerCodec>> ProducerCodec::Create(
 }
 
 PairDigest ProducerCodec::pair_digest(CodecMode mode) const {
-  return MakePairDigest(producer_->digest, consumer_digest_,
+  return MakePairDigest(producer_->digest(), consumer_digest_,
                         ArtifactIdFor(mode, artifact_.get()));
 }
 
@@ -231,7 +231,7 @@ absl::Status ConsumerCodec::Check(const Payload& p, const Sequence& seq) const {
   const ModelConfig& c = consumer_->config;
   const std::string mode_name(CodecModeName(p.mode));
   const PairDigest want =
-      MakePairDigest(producer_digest_, consumer_->digest, ArtifactIdFor(p.mode, artifact_.get()));
+      MakePairDigest(producer_digest_, consumer_->digest(), ArtifactIdFor(p.mode, artifact_.get()));
   if (p.pair_digest != want) {
     return absl::FailedPreconditionError(absl::StrCat(
         "payload (", mode_name, ") was made for another model pair or artifact (pair digest ",

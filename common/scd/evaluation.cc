@@ -346,10 +346,10 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
 absl::StatusOr<std::vector<ModeReport>> Evaluator::Run(const EvalConfig& cfg,
                                                        const ProgressFn& progress) {
   SCD_ASSIGN_OR_RETURN(auto enc,
-                       ProducerCodec::Create(Unowned(producer_.model()), consumer_.model().digest,
+                       ProducerCodec::Create(Unowned(producer_.model()), consumer_.model().digest(),
                                              artifact_, cfg.codec));
   SCD_ASSIGN_OR_RETURN(auto dec,
-                       ConsumerCodec::Create(Unowned(consumer_.model()), producer_.model().digest,
+                       ConsumerCodec::Create(Unowned(consumer_.model()), producer_.model().digest(),
                                              artifact_, cfg.codec));
   EvalRun r{cfg,
             progress,

@@ -69,10 +69,10 @@ cuda::RebuildSpec SpecFor(const std::vector<int>& patched, const ScdArtifact& ar
       layer.w1 = f.w1;
       layer.b1 = f.b1;
       layer.w2 = f.w2;
-      layer.w_kv = w.wk;
+      layer.w_kv.assign(w.wk.begin(), w.wk.end());
       layer.w_kv.insert(layer.w_kv.end(), w.wv.begin(), w.wv.end());
       if (!w.bk.empty()) {
-        layer.b_kv = w.bk;
+        layer.b_kv.assign(w.bk.begin(), w.bk.end());
         layer.b_kv.insert(layer.b_kv.end(), w.bv.begin(), w.bv.end());
       }
     }

@@ -107,10 +107,11 @@ absl::StatusOr<SekvArtifact> SekvArtifact::Load(const std::string& path) {
 }
 
 absl::Status SekvArtifact::CheckModel(const Model& model) const {
-  if (model.digest != model_digest) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "SEKV router was calibrated for '", model_name, "' (digest ", model_digest.substr(0, 12),
-        "), but the model is '", model.config.name, "' (digest ", model.digest.substr(0, 12), ")"));
+  if (model.digest() != model_digest) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("SEKV router was calibrated for '", model_name, "' (digest ",
+                     model_digest.substr(0, 12), "), but the model is '", model.config.name,
+                     "' (digest ", model.digest().substr(0, 12), ")"));
   }
   return absl::OkStatus();
 }

@@ -538,10 +538,10 @@ absl::StatusOr<SekvEvalReport> SekvEvaluator::Run(
   SekvRun r(cfg, progress, producer_, consumer_, tokenizer_, router_, std::move(dec));
   SCD_RETURN_IF_ERROR(RunText(r));
 
-  SCD_ASSIGN_OR_RETURN(
-      r.enc, ProducerCodec::Create(Unowned(producer_.model()), consumer_.model().digest, scd_, {}));
+  SCD_ASSIGN_OR_RETURN(r.enc, ProducerCodec::Create(Unowned(producer_.model()),
+                                                    consumer_.model().digest(), scd_, {}));
   SCD_ASSIGN_OR_RETURN(r.cdec, ConsumerCodec::Create(Unowned(consumer_.model()),
-                                                     producer_.model().digest, scd_, {}));
+                                                     producer_.model().digest(), scd_, {}));
   r.through_scd = scd_ != nullptr;
   std::vector<eval::BabiStory> stories;
   if (!cfg.babi_files.empty()) {

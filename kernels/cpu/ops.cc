@@ -1,7 +1,7 @@
-// CPU reference kernels (see ops.h). GEMMs go to OpenBLAS (a decode batch's few rows to
-// SmallBatchLinear); everything else is written as
-// plain loops that GCC auto-vectorises (AVX2/FMA). Attention is blocked over queries so that
-// causal masking only wastes the diagonal block, and each block is two sgemm calls
+// CPU reference kernels (see ops.h). GEMMs go to OpenBLAS (a decode step's few rows to
+// SmallBatchLinear); everything else is written as plain loops that GCC auto-vectorises
+// (AVX2/FMA). Attention is blocked over queries so that causal masking only wastes the
+// diagonal block, and each block is two sgemm calls
 // (scores = Q·Kᵀ, out = P·V) per query head, which keeps prefill near GEMM speed.
 #include "kernels/cpu/ops.h"
 
@@ -55,23 +55,42 @@ void SoftmaxPrefix(float* row, int valid, int cols) {
   for (int j = valid; j < cols; ++j) row[j] = 0.0f;
 }
 
+// One query against `keys` keys (all visible): out = softmax(scale · q·Kᵀ) · V, with K and V
+// rows `stride` floats apart. Plain loops the compiler vectorises over head_dim.
+void AttendOneQuery(const float* q, const float* k, const float* v, float* out, int keys,
+                    int stride, int head_dim, float scale, float* scores) {
+  for (int j = 0; j < keys; ++j) {
+    const float* kj = k + static_cast<long>(j) * stride;
+    float lanes[8] = {};  // eight partial sums, so that the dot product vectorises
+    int i = 0;
+    for (; i + 8 <= head_dim; i += 8) {
+      for (int l = 0; l < 8; ++l) lanes[l] += q[i + l] * kj[i + l];
+    }
+    float dot = 0.0f;
+    for (float x : lanes) dot += x;
+    for (; i < head_dim; ++i) dot += q[i] * kj[i];
+    scores[j] = dot * scale;
+  }
+  SoftmaxPrefix(scores, keys, keys);
+  std::fill(out, out + head_dim, 0.0f);
+  for (int j = 0; j < keys; ++j) {
+    const float* vj = v + static_cast<long>(j) * stride;
+    const float p = scores[j];
+    for (int i = 0; i < head_dim; ++i) out[i] += p * vj[i];
+  }
+}
+
 }  // namespace
 
 void Linear(const float* x, const float* w, const float* bias, float* y, int m, int n, int k) {
-  // One row: OpenBLAS's sgemv, which streams W near the memory's bandwidth. A few rows (a
-  // decode batch): OpenBLAS's sgemm packs its operands first and costs several GEMVs' time at
-  // these row counts, and a GEMV per row reads W once per row, so SmallBatchLinear reads W
-  // once for them all (small_batch_linear.h). `scd-bench small-batch` times the three on the
-  // Llama-3-8B layer's matrices (docs/RESULTS.md, "Runtime"): SmallBatchLinear is the fastest
-  // from 2 to 16 rows, level with sgemm at 32, behind it at 64. Matrices too small for threads
-  // to pay take a GEMV per row up to kGemvMaxRows rows, as a batch of one does, bit for bit.
-  constexpr int kSmallBatchMaxRows = 16;
-  constexpr long kSmallBatchMinWeights = 1 << 18;
+  // A decode step's 1 to kSmallBatchMaxRows rows, whatever W's size: SmallBatchLinear reads W
+  // once for them all near the memory's bandwidth (OpenBLAS's sgemm packs W first and costs
+  // several GEMVs' time at these row counts; a GEMV per row reads W once per row), and gives a
+  // row the same bits alone or in any batch (small_batch_linear.h). `scd-bench small-batch`
+  // times them. With SmallBatchLinear switched off (benchmarks' OpenBLAS comparison): a GEMV
+  // per row up to kGemvMaxRows rows, then sgemm. Prefill's many rows: sgemm.
   constexpr int kGemvMaxRows = 4;
-  if (m == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, 0.0f, y, 1);
-  } else if (m <= kSmallBatchMaxRows && static_cast<long>(n) * k >= kSmallBatchMinWeights &&
-             SmallBatchLinearEnabled()) {
+  if (m <= kSmallBatchMaxRows && SmallBatchLinearEnabled()) {
     SmallBatchLinear(x, w, y, m, n, k);
   } else if (m <= kGemvMaxRows) {
     for (int r = 0; r < m; ++r) {
@@ -179,6 +198,10 @@ void CausalAttention(const float* q, const float* k, const float* v, float* out,
       const float* kh = k + static_cast<long>(key_begin) * kv_stride + g * head_dim;
       const float* vh = v + static_cast<long>(key_begin) * kv_stride + g * head_dim;
       float* oh = out + static_cast<long>(t0) * q_stride + h * head_dim;
+      if (rows == 1) {  // a decode step: two sgemm calls would cost more than the work
+        AttendOneQuery(qh, kh, vh, oh, keys, kv_stride, head_dim, scale, scratch);
+        continue;
+      }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, head_dim, scale, qh,
                   q_stride, kh, kv_stride, 0.0f, scratch, keys);
       for (int r = 0; r < rows; ++r) {

@@ -8,8 +8,9 @@
 
 namespace scd::cpu {
 
-// y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N] when non-null). OpenBLAS sgemm; sgemv for M == 1;
-// SmallBatchLinear for a decode batch's few rows of a large W (see ops.cc).
+// y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N] when non-null). SmallBatchLinear for M <= 16 (a
+// decode step: one sequence or a batch, each row the same bits either way); OpenBLAS sgemm
+// above (see ops.cc).
 void Linear(const float* x, const float* w, const float* bias, float* y, int m, int n, int k);
 
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * gain, for r in [0, rows). y may alias x.

@@ -1,106 +1,109 @@
-// See small_batch_linear.h.
+// See small_batch_linear.h. The AVX-512 variant lives in small_batch_linear_avx512.cc.
 #include "kernels/cpu/small_batch_linear.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstddef>
-#include <system_error>
-#include <thread>
-#include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
 
+#include "kernels/cpu/compute_pool.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/small_batch_linear_kernel.h"
+
 namespace scd::cpu {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SCD_SMALL_BATCH_AVX512 1
+// Defined in small_batch_linear_avx512.cc, under the same condition.
+void SmallBatchRangeAvx512(const float* x, const float* w, float* y, int m, int n, int k, int j0,
+                           int j1);
+#endif
+
 namespace {
 
-constexpr int kLanes = 8;                       // floats per accumulator
-constexpr size_t kTaskBytes = size_t{1} << 20;  // W a thread takes at a time (stays in cache)
-constexpr int kMaxThreads = 16;
-constexpr size_t kBytesPerThread = size_t{2} << 20;
+// W a task takes at a time: small enough that its slice stays in L2 while up to four blocks of
+// input rows pass over it, and that two threads share a matrix evenly; large enough that
+// handing out tasks costs nothing beside reading them. 32 KB to 256 KB timed alike on a
+// stories110M decode step's projections within the host's noise; 128 KB is the middle.
+constexpr size_t kTaskBytes = size_t{128} << 10;
+// Below this much W (times the passes of blocks of input rows) a call runs on the caller
+// alone: on one 2-core host, a second thread began to pay at 128 KB of W for one row and
+// at 64 KB for four (one call per matrix of many, so W came from memory).
+constexpr size_t kMinParallelBytes = size_t{128} << 10;
 
-// The dot products of M input rows at x (stride k) with W rows [j0, j1), into y (stride n),
-// R W rows at a time: each 8 floats of the input rows are loaded once for R W rows, and
-// M·R accumulators (at most 8) keep the FMAs independent. Each (W row, input row) pair has its
-// own accumulator of kLanes partial sums, run over k in order, then added up in lane order,
-// then the tail: the same order whatever M, R or the rows beside it.
-template <int M, int R>
-void Block(const float* x, const float* w, float* y, int n, int k, int j0, int j1) {
+// The scalar twin: plain loops in the order of small_batch_linear_kernel.h, 8 lanes.
+void RangeScalar(const float* x, const float* w, float* y, int m, int n, int k, int j0, int j1) {
+  constexpr int kLanes = 8;
   const int body = k / kLanes * kLanes;
-  alignas(32) float lanes[R][M][kLanes];
-  auto finish = [&](int j, int rows) {  // rows of W from j, their lanes summed, plus the tail
-    for (int q = 0; q < rows; ++q) {
-      const float* wr = w + static_cast<size_t>(j + q) * k;
-      for (int r = 0; r < M; ++r) {
-        float s = 0.0f;
-        for (int l = 0; l < kLanes; ++l) s += lanes[q][r][l];
-        const float* xr = x + static_cast<size_t>(r) * k;
-        for (int i = body; i < k; ++i) s += wr[i] * xr[i];
-        y[static_cast<size_t>(r) * n + j + q] = s;
+  for (int j = j0; j < j1; ++j) {
+    const float* wr = w + static_cast<size_t>(j) * k;
+    for (int r = 0; r < m; ++r) {
+      const float* xr = x + static_cast<size_t>(r) * k;
+      float lanes[kLanes] = {};
+      for (int i = 0; i < body; i += kLanes) {
+        for (int l = 0; l < kLanes; ++l) lanes[l] = std::fma(wr[i + l], xr[i + l], lanes[l]);
       }
+      y[static_cast<size_t>(r) * n + j] = FinishDot<kLanes>(lanes, wr, xr, body, k);
     }
-  };
-  int j = j0;
-  for (; j + R <= j1; j += R) {
-    const float* w0 = w + static_cast<size_t>(j) * k;
+  }
+}
+
 #if defined(__AVX2__) && defined(__FMA__)
-    __m256 acc[R][M];
-    for (int q = 0; q < R; ++q)
-      for (int r = 0; r < M; ++r) acc[q][r] = _mm256_setzero_ps();
-    // Fully unrolled, so that the accumulators live in registers.
-    for (int i = 0; i < body; i += kLanes) {
-      __m256 wv[R];
-#pragma GCC unroll 8
-      for (int q = 0; q < R; ++q) wv[q] = _mm256_loadu_ps(w0 + static_cast<size_t>(q) * k + i);
-#pragma GCC unroll 8
-      for (int r = 0; r < M; ++r) {
-        const __m256 xv = _mm256_loadu_ps(x + static_cast<size_t>(r) * k + i);
-#pragma GCC unroll 8
-        for (int q = 0; q < R; ++q) acc[q][r] = _mm256_fmadd_ps(wv[q], xv, acc[q][r]);
-      }
-    }
-    for (int q = 0; q < R; ++q)
-      for (int r = 0; r < M; ++r) _mm256_store_ps(lanes[q][r], acc[q][r]);
+struct Avx2Vec {
+  using Reg = __m256;
+  static constexpr int kLanes = 8;
+  // W rows in registers per block of 1..4 input rows: M·R accumulators, R W vectors and an
+  // input vector within the 16 registers. Four input rows against three W rows took 20 to 25%
+  // less time than against two at 4 to 16 rows (a stories110M decode step's projections, one
+  // thread); one row is bound by memory whatever R.
+  static constexpr int kWRows[4] = {4, 4, 3, 3};
+  static Reg Zero() { return _mm256_setzero_ps(); }
+  static Reg Load(const float* p) { return _mm256_loadu_ps(p); }
+  static Reg Fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static void Store(float* p, Reg v) { _mm256_store_ps(p, v); }
+};
+
+void RangeAvx2(const float* x, const float* w, float* y, int m, int n, int k, int j0, int j1) {
+  DotRange<Avx2Vec>(x, w, y, m, n, k, j0, j1);
+}
 #else
-    for (int q = 0; q < R; ++q)
-      for (int r = 0; r < M; ++r) std::fill(lanes[q][r], lanes[q][r] + kLanes, 0.0f);
-    for (int i = 0; i < body; i += kLanes) {
-      for (int q = 0; q < R; ++q) {
-        const float* wr = w0 + static_cast<size_t>(q) * k + i;
-        for (int r = 0; r < M; ++r) {
-          const float* xr = x + static_cast<size_t>(r) * k + i;
-          for (int l = 0; l < kLanes; ++l) lanes[q][r][l] += wr[l] * xr[l];
-        }
-      }
-    }
+void RangeAvx2(const float* x, const float* w, float* y, int m, int n, int k, int j0, int j1) {
+  RangeScalar(x, w, y, m, n, k, j0, j1);
+}
 #endif
-    finish(j, R);
+
+using RangeFn = void (*)(const float*, const float*, float*, int, int, int, int, int);
+
+RangeFn RangeFor(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar:
+      return RangeScalar;
+    case CpuIsa::kAvx2:
+      return RangeAvx2;
+    case CpuIsa::kAvx512:
+#if SCD_SMALL_BATCH_AVX512
+      return SmallBatchRangeAvx512;
+#else
+      return RangeAvx2;
+#endif
   }
-  for (; j < j1; ++j) Block<M, 1>(x, w, y, n, k, j, j + 1);  // the last < R: same sums
+  return RangeScalar;
 }
 
-using BlockFn = void (*)(const float*, const float*, float*, int, int, int, int);
-
-// Up to kSmallBatchBlock input rows: four W rows at a time for one or two of them, two for
-// three or four (at most 8 accumulators, the W vectors and an input vector: at most 13 of the
-// 16 AVX registers). For two input rows, four W rows at a time took 10 to 30% less time than
-// two (scd-bench small-batch --rows 2, each setting a run of its own).
-BlockFn BlockFor(int rows) {
-  static constexpr BlockFn kBlocks[] = {Block<1, 4>, Block<2, 4>, Block<3, 2>, Block<4, 2>};
-  static_assert(sizeof(kBlocks) / sizeof(kBlocks[0]) == kSmallBatchBlock);
-  return kBlocks[rows - 1];
-}
-
-// Every block of input rows over W rows [j0, j1): those W rows stay in cache between blocks,
-// so W comes from memory once whatever the number of input rows.
-void Range(const float* x, const float* w, float* y, int m, int n, int k, int j0, int j1) {
-  for (int r0 = 0; r0 < m; r0 += kSmallBatchBlock) {
-    const int rows = std::min(kSmallBatchBlock, m - r0);
-    BlockFor(rows)(x + static_cast<size_t>(r0) * k, w, y + static_cast<size_t>(r0) * n, n, k, j0,
-                   j1);
-  }
-}
+// One call's arguments, captured by a single reference so that the std::function the pool
+// takes holds it without allocating.
+struct Job {
+  RangeFn range;
+  const float* x;
+  const float* w;
+  float* y;
+  int m, n, k;
+  int rows_per_task;
+};
 
 std::atomic<bool> enabled{true};
 
@@ -113,41 +116,27 @@ bool SmallBatchLinearEnabled() { return enabled.load(std::memory_order_relaxed);
 void SmallBatchLinear(const float* x, const float* w, float* y, int m, int n, int k,
                       int threads) {
   if (m <= 0 || n <= 0) return;
-  const int per_task = static_cast<int>(
-      std::max<size_t>(4, kTaskBytes / (sizeof(float) * static_cast<size_t>(std::max(k, 1)))));
-  const int tasks = (n + per_task - 1) / per_task;
-  int t = threads;
-  if (t <= 0) {
-    // A thread is started for every call (tens of microseconds): one per kBytesPerThread of W
-    // at most, so that the start stays small beside the time to read its share.
-    const size_t bytes = sizeof(float) * static_cast<size_t>(n) * static_cast<size_t>(k);
-    t = std::min(static_cast<int>(std::thread::hardware_concurrency()),
-                 static_cast<int>(std::max<size_t>(1, bytes / kBytesPerThread)));
+  const RangeFn range = RangeFor(ActiveIsa());  // read once: every task runs one variant
+  const size_t row_bytes = sizeof(float) * static_cast<size_t>(std::max(k, 1));
+  // Whole register blocks of W rows per task (a multiple of 3 and 4), at least one block.
+  const int rows_per_task =
+      static_cast<int>(std::max<size_t>(12, kTaskBytes / row_bytes / 12 * 12));
+  const int tasks = (n + rows_per_task - 1) / rows_per_task;
+  int cap = threads;
+  if (cap <= 0) {
+    const size_t passes = static_cast<size_t>((m + kInputBlock - 1) / kInputBlock);
+    cap = row_bytes * static_cast<size_t>(n) * passes < kMinParallelBytes ? 1 : 0;
   }
-  t = std::max(1, std::min({t, kMaxThreads, tasks}));
-  // Contiguous shares of W's rows, one per thread: each streams its share once, a task at a
-  // time.
-  auto share = [&](int i) {
-    const int begin = static_cast<int>(static_cast<long>(tasks) * i / t) * per_task;
-    const int end =
-        std::min(n, static_cast<int>(static_cast<long>(tasks) * (i + 1) / t) * per_task);
-    for (int j0 = begin; j0 < end; j0 += per_task) {
-      Range(x, w, y, m, n, k, j0, std::min(end, j0 + per_task));
-    }
-  };
-  std::vector<std::thread> others;
-  others.reserve(t - 1);
-  int started = 1;  // shares with a thread of their own (share 0 is the caller's)
-  for (; started < t; ++started) {
-    try {
-      others.emplace_back(share, started);
-    } catch (const std::system_error&) {  // no thread to be had: the caller does the rest
-      break;
-    }
-  }
-  share(0);
-  for (int i = started; i < t; ++i) share(i);
-  for (std::thread& th : others) th.join();
+  if (tasks == 1 || cap == 1) return range(x, w, y, m, n, k, 0, n);
+  const Job job{range, x, w, y, m, n, k, rows_per_task};
+  ComputePool::Global().Run(
+      tasks,
+      [&job](int t) {
+        const int j0 = t * job.rows_per_task;
+        job.range(job.x, job.w, job.y, job.m, job.n, job.k, j0,
+                  std::min(job.n, j0 + job.rows_per_task));
+      },
+      cap);
 }
 
 }  // namespace scd::cpu

@@ -19,6 +19,10 @@
 
 namespace scd::cuda {
 
+// Opens cuBLAS if it is not open yet (it is opened on first use, not at process start);
+// FailedPrecondition naming the library when it cannot be loaded.
+absl::Status LoadCublas();
+
 class CublasGemm {
  public:
   // A cuBLAS handle bound to `stream` (work is enqueued there, asynchronously).

@@ -56,7 +56,8 @@ struct Loaded {
 
 // Loads the checkpoint in `model_dir`, its tokenizer and a `kind` backend; an error's message
 // is the text to report.
-absl::StatusOr<Loaded> LoadAll(const std::string& model_dir, scd::BackendKind kind) {
+absl::StatusOr<Loaded> LoadAll(const std::string& model_dir, scd::BackendKind kind,
+                               const scd::BackendOptions& options) {
   Loaded l;
   auto load_start = std::chrono::steady_clock::now();
   absl::StatusOr<std::shared_ptr<const scd::Model>> model = scd::LoadModel(model_dir);
@@ -73,7 +74,7 @@ absl::StatusOr<Loaded> LoadAll(const std::string& model_dir, scd::BackendKind ki
                                                                    tokenizer.status().ToString()));
   }
   l.tokenizer = *std::move(tokenizer);
-  absl::StatusOr<std::unique_ptr<scd::Backend>> backend = scd::CreateBackend(kind, l.model);
+  absl::StatusOr<std::unique_ptr<scd::Backend>> backend = scd::CreateBackend(kind, l.model, options);
   if (!backend.ok()) return absl::Status(backend.status().code(), backend.status().ToString());
   l.backend = *std::move(backend);
   l.load_ms = MillisecondsSince(load_start);
@@ -148,7 +149,7 @@ std::string TimingStats(const Loaded& l, int prompt_tokens, const scd::GenerateR
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_dir, prompt, backend_name = "cpu";
+  std::string model_dir, prompt, backend_name = "cpu", weights_dtype = "f32";
   int max_tokens = 64;
   scd::SamplingParams sampling;  // greedy unless --temperature > 0
   scd::cli::FlagParser flags(kProgram, "--model DIR --prompt TEXT [flags]");
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
   flags.AddInt("top-k", &sampling.top_k, "sample from the k most likely tokens (0 = all)");
   flags.AddUint64("seed", &sampling.seed, "sampling seed");
   flags.AddString("backend", &backend_name, "cpu or cuda");
+  flags.AddString("weights-dtype", &weights_dtype, "f32 or int8 (the CPU backend's matrices)");
 
   if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   if (max_tokens < 1) return flags.UsageError("--max-tokens must be >= 1");
@@ -167,7 +169,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<scd::BackendKind> kind = scd::ParseBackendKind(backend_name);
   if (!kind.ok()) return flags.UsageError(kind.status());
 
-  absl::StatusOr<Loaded> loaded = LoadAll(model_dir, *kind);
+  absl::StatusOr<scd::WeightDtype> dtype = scd::ParseWeightDtype(weights_dtype);
+  if (!dtype.ok()) return flags.UsageError(dtype.status());
+  scd::BackendOptions options;
+  options.weights_dtype = *dtype;
+  absl::StatusOr<Loaded> loaded = LoadAll(model_dir, *kind, options);
   if (!loaded.ok()) return flags.Fail(loaded.status());
   absl::StatusOr<std::vector<int32_t>> prompt_ids = EncodePrompt(*loaded, prompt);
   if (!prompt_ids.ok()) return flags.Fail(prompt_ids.status());

@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   if (!router.ok()) return flags.Fail(router.status());
   scd::sekv::SekvArtifact artifact;
   artifact.model_name = consumer->model->config.name;
-  artifact.model_digest = consumer->model->digest;
+  artifact.model_digest = consumer->model->digest();
   artifact.router = *router;
   report["command"] = scd::cli::QuotedCommandLine(argc, argv);
   report["sequences"] = seqs->size();

@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
     fs::copy_file(fs::path(vocab_from) / "tokenizer.json", dir / "tokenizer.json",
                   fs::copy_options::overwrite_existing, ec);
     if (ec) return flags.Fail(absl::StrCat("cannot copy tokenizer.json: ", ec.message()));
-    std::cerr << kProgram << ": wrote " << dir.string() << " (digest " << model->digest.substr(0, 16) << ")\n";
+    std::cerr << kProgram << ": wrote " << dir.string() << " (digest "
+              << model->digest().substr(0, 16) << ")\n";
   }
   return 0;
 }

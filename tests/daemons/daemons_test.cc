@@ -394,6 +394,28 @@ TEST_CASE("The pair serves over the UCX data plane and in a baseline mode", "[da
 
 namespace scd::testing {
 
+TEST_CASE("The pair serves with int8 weights on both sides, as the int8 reference does",
+          "[daemons]") {
+  const std::string dir = TempDir();
+  json pc = PrefillConfig("scd");
+  pc["weights"] = {{"dtype", "int8"}};
+  PrefillHandle prefill = StartPrefill(dir, pc);
+  json dc = DecodeConfig(prefill.grpc_address);
+  dc["weights"] = {{"dtype", "int8"}};
+  DecodeHandle decode = StartDecode(dir, dc);
+  REQUIRE(WaitForReady(prefill.http_port, 200, std::chrono::seconds(10)));
+  for (const std::string question : {"Where is Daniel?", "Where is Sandra?"}) {
+    const std::string prompt = std::string(kStory) + question;
+    SseResult s = HttpStream(prefill.http_port, "/v1/completions", CompletionBody(prompt, 16, true));
+    INFO(question);
+    REQUIRE(s.status == 200);
+    CHECK(s.done());
+    CHECK(s.Text() == ReferenceGreedy("scd", prompt, 16, WeightDtype::kInt8).text);
+  }
+  CHECK(prefill.process->LogText().find("weights int8") != std::string::npos);
+  CHECK(decode.process->LogText().find("weights int8") != std::string::npos);
+}
+
 TEST_CASE("scd-loadgen drives the real daemons and accounts for every request", "[daemons]") {
   const std::string dir = TempDir();
   PrefillHandle prefill = StartPrefill(dir, PrefillConfig("scd"));

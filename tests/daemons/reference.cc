@@ -13,9 +13,19 @@
 namespace scd::testing {
 
 ReferenceOutput ReferenceGreedy(const std::string& mode_name, const std::string& prompt,
-                                int max_tokens) {
+                                int max_tokens, WeightDtype dtype) {
   auto pair = LoadModelPair(ModelDir("stories260K"), ModelDir("stories260K-babi-qa"));
   REQUIRE(pair.ok());
+  if (dtype != WeightDtype::kF32) {
+    BackendOptions options;
+    options.weights_dtype = dtype;
+    auto producer = CreateBackend(BackendKind::kCpu, pair->producer_model, options);
+    auto consumer = CreateBackend(BackendKind::kCpu, pair->consumer_model, options);
+    REQUIRE(producer.ok());
+    REQUIRE(consumer.ok());
+    pair->producer = std::move(producer).value();
+    pair->consumer = std::move(consumer).value();
+  }
   auto artifact = ScdArtifact::Load(ArtifactPath());
   REQUIRE(artifact.ok());
   auto shared = std::make_shared<const ScdArtifact>(std::move(*artifact));

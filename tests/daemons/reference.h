@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/runtime/backend.h"
+
 namespace scd::testing {
 
 struct ReferenceOutput {
@@ -17,8 +19,10 @@ struct ReferenceOutput {
   bool stopped = false;  // EOS before max_tokens
 };
 
-// Greedy generation of `max_tokens` after `prompt` (tokenized with BOS) with codec `mode`.
-ReferenceOutput ReferenceGreedy(const std::string& mode, const std::string& prompt, int max_tokens);
+// Greedy generation of `max_tokens` after `prompt` (tokenized with BOS) with codec `mode`, both
+// models' CPU backends holding their weights as `dtype` (weights.dtype).
+ReferenceOutput ReferenceGreedy(const std::string& mode, const std::string& prompt, int max_tokens,
+                                WeightDtype dtype = WeightDtype::kF32);
 
 }  // namespace scd::testing
 

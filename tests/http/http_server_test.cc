@@ -227,6 +227,37 @@ TEST_CASE("API key: missing or wrong is 401 and no work is done", "[cpu]") {
   CHECK(fake.handler_calls == 1);
 }
 
+TEST_CASE("API key: an authenticate callback decides instead of api_key", "[cpu]") {
+  HttpServerOptions options;
+  options.api_key = "sk-ignored";
+  std::vector<std::string> seen;
+  std::mutex seen_mutex;
+  options.authenticate = [&](const std::string& authorization) {
+    std::lock_guard<std::mutex> lock(seen_mutex);
+    seen.push_back(authorization);
+    return authorization == "Bearer sk-one" || authorization == "Bearer sk-two";
+  };
+  FakeOpenAiServer fake(options);
+  httplib::Client client("127.0.0.1", fake.port());
+  for (const char* good : {"Bearer sk-one", "Bearer sk-two"}) {
+    httplib::Result r = client.Post("/v1/chat/completions", {{"Authorization", good}},
+                                    ChatBody(2, false), "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+  }
+  CHECK(fake.handler_calls == 2);
+  httplib::Result ignored = client.Post("/v1/chat/completions",
+                                        {{"Authorization", "Bearer sk-ignored"}},
+                                        ChatBody(2, false), "application/json");
+  CheckErrorBody(ignored, 401, "authentication_error");
+  CheckErrorBody(client.Get("/v1/models"), 401, "authentication_error");
+  CHECK(fake.handler_calls == 2);
+  CHECK(client.Get("/health")->status == 200);  // probes never reach the callback
+  std::lock_guard<std::mutex> lock(seen_mutex);
+  CHECK(seen == std::vector<std::string>{"Bearer sk-one", "Bearer sk-two", "Bearer sk-ignored",
+                                         ""});
+}
+
 TEST_CASE("a client disconnecting mid-stream cancels the producer", "[cpu]") {
   HttpServerOptions options;
   options.sse_keepalive = 50ms;

@@ -81,7 +81,7 @@ TEST_CASE("Linear matches the definition, with and without bias", "[cpu]") {
 }
 
 TEST_CASE("Linear of up to 4 rows of a small matrix gives each row what it gives alone", "[cpu]") {
-  // Below SmallBatchLinear's size, a few rows run a GEMV each (ops.cc), as one row does.
+  // Up to 16 rows go to SmallBatchLinear whatever the matrix (ops.cc): each row's bits are its own.
   const int n = 300, k = 257;
   auto w = Random(n * k, 4), x = Random(4 * k, 5);
   std::vector<float> alone(n);
@@ -99,8 +99,8 @@ TEST_CASE("Linear of up to 4 rows of a small matrix gives each row what it gives
 TEST_CASE("SmallBatchLinear matches the definition; a row's result is the same in any batch",
           "[cpu]") {
   // k = 1029: 128 full 8-float lanes and a tail of 5. 19 rows: blocks of 4 and a last of 3.
-  // n = 1001: four slices of 254 W rows (about 1 MB each), for up to 3 threads, and an odd
-  // last W row (the kernel takes two at a time).
+  // n = 1001: many tasks of W rows for up to 3 threads, and an odd last W row (the kernel
+  // takes several at a time).
   const int n = 1001, k = 1029, most = 19;
   auto w = Random(static_cast<size_t>(n) * k, 6), x = Random(static_cast<size_t>(most) * k, 7);
   std::vector<double> ref(static_cast<size_t>(most) * n);

@@ -59,8 +59,8 @@ TEST_CASE("A two-shard checkpoint loads like the unsharded one", "[cpu]") {
   CHECK(owner->path() == (fs::path(sharded) / "model-00002-of-00002.safetensors").string());
 
   auto a = Load(single), b = Load(sharded);
-  CHECK(a->digest == b->digest);
-  CHECK(a->digest == synthetic->digest);  // F32 round trip is exact
+  CHECK(a->digest() == b->digest());
+  CHECK(a->digest() == synthetic->digest());  // F32 round trip is exact
   CHECK(b->weights.layers[2].w_down == synthetic->weights.layers[2].w_down);
   CHECK(b->weights.lm_head == synthetic->weights.lm_head);
   CHECK(b->config.ToCanonicalJson() == config.ToCanonicalJson());
@@ -76,7 +76,7 @@ TEST_CASE("Every architecture round trips through SaveModel", "[cpu]") {
       const std::string dir = NewDir();
       REQUIRE(SaveModel(config, synthetic->weights, dir, {DType::kF32, 3}).ok());
       auto loaded = Load(dir);
-      CHECK(loaded->digest == synthetic->digest);
+      CHECK(loaded->digest() == synthetic->digest());
       CHECK(loaded->config.arch == arch);
       CHECK(loaded->config.qkv_bias == (arch == Architecture::kQwen2));
       CHECK(loaded->config.sliding_window == config.sliding_window);
@@ -96,16 +96,16 @@ TEST_CASE("F16 and BF16 checkpoints widen exactly to the rounded values", "[cpu]
     const std::string dir = NewDir();
     REQUIRE(SaveModel(config, synthetic->weights, dir, {dtype, 2}).ok());
     auto loaded = Load(dir);
-    const std::vector<float>& original = synthetic->weights.layers[0].wq;
-    const std::vector<float>& widened = loaded->weights.layers[0].wq;
+    const WeightBuffer& original = synthetic->weights.layers[0].wq;
+    const WeightBuffer& widened = loaded->weights.layers[0].wq;
     REQUIRE(widened.size() == original.size());
     for (size_t i = 0; i < original.size(); ++i) {
       const float expected = dtype == DType::kF16 ? HalfToFloat(FloatToHalf(original[i]))
                                                   : Bfloat16ToFloat(FloatToBfloat16(original[i]));
       REQUIRE(widened[i] == expected);
     }
-    CHECK(loaded->digest != synthetic->digest);
-    CHECK(loaded->digest == ComputeModelDigest(loaded->config, loaded->weights));
+    CHECK(loaded->digest() != synthetic->digest());
+    CHECK(loaded->digest() == ComputeModelDigest(loaded->config, loaded->weights));
   }
 }
 

@@ -122,12 +122,12 @@ TEST_CASE("The shared checkpoints load with the documented shape", "[cpu]") {
     CHECK(*(*file)->ReadAsFloat("model.embed_tokens.weight") == w.embed);
     CHECK(*(*file)->ReadAsFloat("model.norm.weight") == w.final_norm);
 
-    CHECK(model.digest.size() == 64);
-    CHECK(model.digest == ComputeModelDigest(model.config, model.weights));
+    CHECK(model.digest().size() == 64);
+    CHECK(model.digest() == ComputeModelDigest(model.config, model.weights));
     auto again = LoadModel(dir);
     REQUIRE(again.ok());
-    CHECK((*again)->digest == model.digest);  // stable across loads
-    digests.push_back(model.digest);
+    CHECK((*again)->digest() == model.digest());  // stable across loads
+    digests.push_back(model.digest());
   }
   CHECK(digests[0] != digests[1]);
   CHECK(digests[0] != digests[2]);
@@ -141,14 +141,14 @@ TEST_CASE("The digest covers every tensor and the config", "[cpu]") {
   for (const WeightEntry& entry : WeightLayout(model.config)) {
     ModelWeights changed = model.weights;
     WeightData(changed, entry).back() += 1e-6f;
-    REQUIRE(ComputeModelDigest(model.config, changed) != model.digest);
+    REQUIRE(ComputeModelDigest(model.config, changed) != model.digest());
   }
   ModelConfig config = model.config;
   config.rope_theta = 10001.0f;
-  CHECK(ComputeModelDigest(config, model.weights) != model.digest);
+  CHECK(ComputeModelDigest(config, model.weights) != model.digest());
   config = model.config;
   config.name = "renamed";  // the name is not part of the function
-  CHECK(ComputeModelDigest(config, model.weights) == model.digest);
+  CHECK(ComputeModelDigest(config, model.weights) == model.digest());
 }
 
 TEST_CASE("Missing config.json or weights are NotFound naming the path", "[cpu]") {
@@ -240,7 +240,7 @@ TEST_CASE("Biases: q/k/v when configured, zero o_proj accepted, others rejected"
   REQUIRE(zero.ok());
   CHECK((*zero)->config.qkv_bias);
   CHECK((*zero)->weights.layers[2].bv == synthetic->weights.layers[2].bv);
-  CHECK((*zero)->digest == synthetic->digest);
+  CHECK((*zero)->digest() == synthetic->digest());
 
   auto nonzero = LoadModel(write_with_o_bias(0.5f));
   REQUIRE(!nonzero.ok());

@@ -63,7 +63,7 @@ TEST_CASE("Calibrated SCD beats raw reuse on the fine-tuned pair; handshakes hol
   CHECK(recompute->kl < raw->kl);
 
   // Payload size: scd with int8 codes is a fraction of raw F16.
-  auto enc = ProducerCodec::Create(producer_model, consumer_model->digest, shared).value();
+  auto enc = ProducerCodec::Create(producer_model, consumer_model->digest(), shared).value();
   PrefillResult states;
   auto seq = producer->NewSequence(128).value();
   REQUIRE(producer->Prefill(*seq, held[0], ProducerPrefillOptions(CodecMode::kRecompute), &states).ok());
@@ -75,14 +75,14 @@ TEST_CASE("Calibrated SCD beats raw reuse on the fine-tuned pair; handshakes hol
   auto wiki = Load("models/stories260K-wiki");
   auto refused = ConsumerCodec::Create(wiki, "", shared);
   CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
-  auto wiki_raw = ConsumerCodec::Create(wiki, producer_model->digest, nullptr).value();
+  auto wiki_raw = ConsumerCodec::Create(wiki, producer_model->digest(), nullptr).value();
   auto wiki_backend = Cpu(wiki);
   auto wseq = wiki_backend->NewSequence(128).value();
   const Payload p = enc->Encode(CodecMode::kRaw, held[0], states).value();
   auto st = wiki_raw->Rebuild(p, *wiki_backend, *wseq);
   CHECK(st.code() == absl::StatusCode::kFailedPrecondition);
   CHECK(wseq->length() == 0);
-  CHECK(!ProducerCodec::Create(wiki, consumer_model->digest, shared).ok());
+  CHECK(!ProducerCodec::Create(wiki, consumer_model->digest(), shared).ok());
 }
 
 }  // namespace scd

@@ -149,7 +149,7 @@ TEST_CASE("Artifacts round-trip through disk and check their pair", "[cpu]") {
   CHECK(b->report["note"] == "test");
 
   Model wrong;
-  wrong.digest = "cccc";
+  wrong.set_digest("cccc");
   wrong.config.name = "other";
   auto st = b->CheckPair(nullptr, &wrong);
   CHECK(st.code() == absl::StatusCode::kFailedPrecondition);

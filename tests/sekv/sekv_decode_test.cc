@@ -473,7 +473,7 @@ TEST_CASE("SEKV artifact round-trips and rejects corrupt files", "[cpu]") {
   r.gate(1, 1) = RouterGate{0.5f, 0.9f, -1.5f, 0.3f};
   SekvArtifact a;
   a.model_name = "tiny";
-  a.model_digest = model->digest;
+  a.model_digest = model->digest();
   a.router = r;
   a.report = {{"note", "test"}};
   const std::string path = testing::TempDir() + "/router.sekv.safetensors";

@@ -64,7 +64,7 @@ struct ProducerFixture {
     REQUIRE(m.ok());
     model = *m;
     reference = CreateBackend(BackendKind::kCpu, model).value();
-    producer = ProducerCodec::Create(model, model->digest, nullptr).value();
+    producer = ProducerCodec::Create(model, model->digest(), nullptr).value();
   }
   // The payload of `prefix` in `mode`, encoded from the reference backend's prefill states.
   Payload Encode(CodecMode mode, const std::vector<int32_t>& prefix) {
@@ -76,7 +76,7 @@ struct ProducerFixture {
   // A decode engine on a fresh CPU backend of the same model, or why there is none.
   absl::StatusOr<std::unique_ptr<DecodeEngine>> TryEngine(const DecodeEngineOptions& options) {
     return DecodeEngine::Create(CreateBackend(BackendKind::kCpu, model).value(),
-                                ConsumerCodec::Create(model, model->digest, nullptr).value(),
+                                ConsumerCodec::Create(model, model->digest(), nullptr).value(),
                                 options);
   }
   std::unique_ptr<DecodeEngine> Engine(const DecodeEngineOptions& options) {

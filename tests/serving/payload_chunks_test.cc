@@ -72,12 +72,12 @@ struct ChunkPair {
 ChunkPair::ChunkPair() {
   artifact = std::make_shared<const ScdArtifact>(testing::QuickArtifact(*producer, *consumer));
   REQUIRE(artifact->recompute_end > artifact->recompute_first);
-  enc = ProducerCodec::Create(producer_model, consumer_model->digest, artifact).value();
-  dec = ConsumerCodec::Create(consumer_model, producer_model->digest, artifact).value();
+  enc = ProducerCodec::Create(producer_model, consumer_model->digest(), artifact).value();
+  dec = ConsumerCodec::Create(consumer_model, producer_model->digest(), artifact).value();
   CodecOptions in_blocks;
   in_blocks.cpu_block_rows = 20;
   blocked =
-      ConsumerCodec::Create(consumer_model, producer_model->digest, artifact, in_blocks).value();
+      ConsumerCodec::Create(consumer_model, producer_model->digest(), artifact, in_blocks).value();
   prompt = testing::SampledPassages(*producer, 1, 139, 31)[0];
   context.assign(prompt.begin(), prompt.end() - 10);  // 130 rows
   suffix.assign(prompt.end() - 10, prompt.end());
@@ -171,14 +171,14 @@ void CheckChunkRefusals(ChunkPair& f) {
   // A negative block is refused.
   CodecOptions negative;
   negative.cpu_block_rows = -1;
-  CHECK(ConsumerCodec::Create(f.consumer_model, f.producer_model->digest, f.artifact, negative)
+  CHECK(ConsumerCodec::Create(f.consumer_model, f.producer_model->digest(), f.artifact, negative)
             .status()
             .code() == absl::StatusCode::kInvalidArgument);
 
   // A payload made for another pair fails at its first chunk and leaves the sequence empty.
   auto wiki = Load("models/stories260K-wiki");
   auto wiki_backend = Cpu(wiki);
-  auto wiki_codec = ConsumerCodec::Create(wiki, f.producer_model->digest, nullptr).value();
+  auto wiki_codec = ConsumerCodec::Create(wiki, f.producer_model->digest(), nullptr).value();
   PayloadChunks foreign(f.enc->Encode(CodecMode::kRaw, f.context, f.states).value());
   auto wseq = wiki_backend->NewSequence(static_cast<int>(f.prompt.size())).value();
   CHECK(foreign.Advance(*wiki_codec, *wiki_backend, *wseq, 20).status().code() ==

@@ -137,7 +137,7 @@ TEST_CASE("SEKV session builds the hierarchy from the payload's K/V and surprisa
   REQUIRE(surprisal.ok());
   REQUIRE(surprisal->size() == prefix.size());
   auto backend = CreateBackend(BackendKind::kCpu, f.model).value();
-  auto codec = ConsumerCodec::Create(f.model, f.model->digest, nullptr).value();
+  auto codec = ConsumerCodec::Create(f.model, f.model->digest(), nullptr).value();
   auto decoder = sekv::SekvDecoder::Create(f.model).value();
   SekvServingOptions o;
   o.enabled = true;
@@ -244,7 +244,7 @@ void CheckSamePrompt(const SekvPrompt& got, const SekvPrompt& whole) {
 TEST_CASE("A SEKV prompt rebuilt and prefilled in chunks gives what one piece gives", "[cpu]") {
   SekvFixture f;
   auto backend = CreateBackend(BackendKind::kCpu, f.model).value();
-  auto codec = ConsumerCodec::Create(f.model, f.model->digest, nullptr).value();
+  auto codec = ConsumerCodec::Create(f.model, f.model->digest(), nullptr).value();
   const auto prompt = SyntheticPrompt(150, 11);
   const std::vector<int32_t> prefix(prompt.begin(), prompt.begin() + 100);
   const auto suffix = absl::MakeConstSpan(prompt).subspan(100);  // 49 tokens to prefill, + 1

@@ -12,11 +12,11 @@ namespace scd::cuda {
 namespace {
 
 // Narrows the concatenation of `parts` to BF16 and copies it into `dst`.
-absl::Status UploadBf16(const std::vector<const std::vector<float>*>& parts,
+absl::Status UploadBf16(const std::vector<const WeightBuffer*>& parts,
                         const DeviceBuffer& dst) {
   std::vector<Bf16> host;
   host.reserve(dst.size() / sizeof(Bf16));
-  for (const std::vector<float>* part : parts) {
+  for (const WeightBuffer* part : parts) {
     for (float f : *part) host.push_back(FloatToBf16(f));
   }
   if (host.size() * sizeof(Bf16) != dst.size()) {
@@ -25,11 +25,11 @@ absl::Status UploadBf16(const std::vector<const std::vector<float>*>& parts,
   return CopyToDeviceSync(dst.data(), host.data(), dst.size());
 }
 
-absl::Status UploadF32(const std::vector<const std::vector<float>*>& parts,
+absl::Status UploadF32(const std::vector<const WeightBuffer*>& parts,
                        const DeviceBuffer& dst) {
   std::vector<float> host;
   host.reserve(dst.size() / sizeof(float));
-  for (const std::vector<float>* part : parts) host.insert(host.end(), part->begin(), part->end());
+  for (const WeightBuffer* part : parts) host.insert(host.end(), part->begin(), part->end());
   if (host.size() * sizeof(float) != dst.size()) {
     return absl::InternalError("DeviceWeights: tensor size does not match its allocation");
   }
@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model
   SCD_RETURN_IF_ERROR(w->Allocate(c));
   SCD_RETURN_IF_ERROR(UploadBf16({&mw.embed}, w->embed_));
   if (!c.tie_word_embeddings) {
-    const std::vector<float>& head = mw.output_matrix();
+    const WeightBuffer& head = mw.output_matrix();
     SCD_RETURN_IF_ERROR(UploadBf16({&head}, w->lm_head_));
   }
   SCD_RETURN_IF_ERROR(UploadF32({&mw.final_norm}, w->final_norm_));

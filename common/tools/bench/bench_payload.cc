@@ -48,7 +48,7 @@ absl::StatusOr<Payload> EncodeBenchPayload(std::shared_ptr<const Model> model,
                                            CodecMode mode, const std::vector<int32_t>& tokens) {
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> producer, CreateBackend(BackendKind::kCpu, model));
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<ProducerCodec> codec,
-                       ProducerCodec::Create(model, model->digest, std::move(artifact)));
+                       ProducerCodec::Create(model, model->digest(), std::move(artifact)));
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
                        producer->NewSequence(static_cast<int>(tokens.size())));
   PrefillResult states;

@@ -110,7 +110,7 @@ absl::StatusOr<ChunkedPrefillRun> RunOne(const ChunkedPrefillBenchOptions& o, co
   eo.sekv.budget = o.sekv_budget;
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(BackendKind::kCpu, model));
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<ConsumerCodec> codec,
-                       ConsumerCodec::Create(model, model->digest, setup.artifact));
+                       ConsumerCodec::Create(model, model->digest(), setup.artifact));
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<DecodeEngine> engine,
                        DecodeEngine::Create(std::move(backend), std::move(codec), eo));
   Timeline tl;

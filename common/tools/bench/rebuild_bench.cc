@@ -39,7 +39,7 @@ absl::StatusOr<std::vector<RebuildBenchRun>> RunMode(const RebuildBenchOptions& 
     CodecOptions co;
     co.cpu_block_rows = o.blocks[i] == kWholeBlock ? static_cast<int>(rows) : o.blocks[i];
     SCD_ASSIGN_OR_RETURN(std::unique_ptr<ConsumerCodec> codec,
-                         ConsumerCodec::Create(model, model->digest, artifact, co));
+                         ConsumerCodec::Create(model, model->digest(), artifact, co));
     RebuildBenchRun& r = runs[i];
     r.mode = std::string(CodecModeName(payload.mode));
     r.block = o.blocks[i];

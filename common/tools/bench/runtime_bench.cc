@@ -55,6 +55,10 @@ absl::Status ValidateOptions(const RuntimeBenchOptions& o) {
   if (o.memcpy_bytes < (size_t{1} << 20)) {
     return absl::InvalidArgumentError("--memcpy-mib must be >= 1");
   }
+  if (o.int8_rounds < 0 || o.cold_start_rounds < 0 || o.cold_start_tokens < 1) {
+    return absl::InvalidArgumentError(
+        "--int8-rounds and --cold-starts must be >= 0, --cold-start-tokens >= 1");
+  }
   if (o.memcpy_reps < 1 || o.sgemm_reps < 1) {
     return absl::InvalidArgumentError("repetition counts must be >= 1");
   }
@@ -88,6 +92,16 @@ absl::StatusOr<ModelConfig> BenchShapeConfig(std::string_view shape) {
     c.intermediate_size = 2048;
     c.vocab_size = 32000;
     c.max_position_embeddings = 1024;
+  } else if (shape == "synthetic110m-v512") {
+    c.hidden_size = 768;
+    c.num_layers = 12;
+    c.num_heads = 12;
+    c.num_kv_heads = 12;
+    c.head_dim = 64;
+    c.intermediate_size = 2048;
+    c.vocab_size = 512;
+    c.max_position_embeddings = 1024;
+    c.tie_word_embeddings = false;
   } else if (shape == "stories260K") {
     c.hidden_size = 64;
     c.num_layers = 5;
@@ -99,7 +113,9 @@ absl::StatusOr<ModelConfig> BenchShapeConfig(std::string_view shape) {
     c.max_position_embeddings = 512;
   } else {
     return absl::InvalidArgumentError(
-        absl::StrFormat("unknown shape \"%s\" (choices: stories110M, stories260K)", shape));
+        absl::StrFormat("unknown shape \"%s\" (choices: stories110M, synthetic110m-v512, "
+                        "stories260K)",
+                        shape));
   }
   return c;
 }
@@ -359,6 +375,9 @@ absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& op
                          MeasureBatchedDecode(options, cfg, *backend, rng, batch, logits, r));
     r.batched_decode.push_back(d);
   }
+  SCD_RETURN_IF_ERROR(internal::MeasureInt8Decode(options, model, *backend, r));
+  backend.reset();
+  SCD_RETURN_IF_ERROR(internal::MeasureColdStarts(options, *model, r));
   return r;
 }
 
@@ -474,8 +493,13 @@ std::string FormatRuntimeBenchReport(const RuntimeBenchReport& r, const std::str
   AppendMemcpy(r, s);
   AppendDecode(r, s);
   AppendBatchedDecode(r, s);
-  absl::StrAppendFormat(&s, "prefill_vs_sgemm=%.3f decode_vs_memcpy=%.3f\n", r.prefill_vs_sgemm,
-                        r.decode_vs_memcpy);
+  internal::AppendInt8(r, s);
+  internal::AppendColdStarts(r, s);
+  absl::StrAppendFormat(&s,
+                        "prefill_vs_sgemm=%.3f decode_vs_memcpy=%.3f int8_vs_f32_decode=%.2f "
+                        "rss_vs_weights=%.3f load_s=%.3f cold_ttft_s=%.3f\n",
+                        r.prefill_vs_sgemm, r.decode_vs_memcpy, r.int8_vs_f32_decode,
+                        r.rss_vs_weights, r.f32_cold.load_seconds, r.f32_cold.ttft_seconds);
   return s;
 }
 
@@ -533,7 +557,16 @@ std::string RuntimeBenchReportJson(const RuntimeBenchReport& r, const std::strin
   j["batched_decode"] = batched;
   j["prefill_vs_sgemm"] = r.prefill_vs_sgemm;
   j["decode_vs_memcpy"] = r.decode_vs_memcpy;
-  j["targets"] = {{"prefill_vs_sgemm", kPrefillTarget}, {"decode_vs_memcpy", kDecodeTarget}};
+  j["weights"] = internal::WeightsJson(r);
+  j["int8_vs_f32_decode"] = r.int8_vs_f32_decode;
+  j["rss_vs_weights"] = r.rss_vs_weights;
+  j["load_seconds"] = r.f32_cold.load_seconds;
+  j["cold_ttft_seconds"] = r.f32_cold.ttft_seconds;
+  j["targets"] = {{"prefill_vs_sgemm", kPrefillTarget},
+                  {"decode_vs_memcpy", kDecodeTarget},
+                  {"int8_vs_f32_decode", kInt8Target},
+                  {"rss_vs_weights", kRssTarget},
+                  {"cold_ttft_seconds", kColdTtftTarget}};
   return j.dump(2) + "\n";
 }
 

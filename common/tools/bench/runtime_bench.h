@@ -6,6 +6,10 @@
 //     decode GB/s = ModelWeights::DecodeBytesStreamed() / median single-token step time
 //     memcpy GB/s = 2·bytes / best copy time (read + write; the faster of 1 thread and all
 //     hardware threads), see roofline.h
+//   int8_vs_f32_decode = int8 decode tokens/s / F32 decode tokens/s, their steps interleaved
+//     in rounds on two backends of the same model (runtime_bench_weights.cc)
+//   rss_vs_weights = peak RSS of a new process that loads the checkpoint, prefills and
+//     decodes (cold_start_bench.h) / the weight bytes it computes from; load time beside it
 // Each compared pair is measured back to back (sgemm then prefill, memcpy then decode) so
 // that load from neighbours on a shared host skews both sides alike.
 #ifndef SCD_COMMON_TOOLS_BENCH_RUNTIME_BENCH_H_
@@ -19,14 +23,20 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model/weights.h"
+#include "common/runtime/backend.h"
+#include "nlohmann/json.hpp"
 #include "common/model/config.h"
+#include "common/tools/bench/cold_start_bench.h"
 #include "common/tools/bench/roofline.h"
 
 namespace scd::bench {
 
 // The synthetic shapes the benchmark knows: "stories110M" (llama2.c's 110M TinyStories
 // model: d 768, 12 layers, 12 heads, ffn 2048, vocab 32000, context 1024, tied embeddings)
-// and "stories260K" (the shape of ../shared/models/stories260K). Errors list the choices.
+// "synthetic110m-v512" (the same with a 512-token vocabulary, untied: 85M parameters, nearly
+// all of them in the layers) and "stories260K" (the shape of ../shared/models/stories260K).
+// Errors list the choices.
 absl::StatusOr<ModelConfig> BenchShapeConfig(std::string_view shape);
 
 // The median of `values` (the mean of the middle two for an even count); 0 when empty.
@@ -49,6 +59,14 @@ struct RuntimeBenchOptions {
   size_t memcpy_bytes = size_t{1} << 30;
   int memcpy_reps = 5;
   int sgemm_reps = 5;
+  int int8_rounds = 3;  // rounds of decode_steps int8 and F32 steps each; 0: no int8 decode
+  // Cold starts in new processes of `exe` (scd-bench): this many rounds of one F32 and one int8
+  // run each, with cold_start_tokens greedy tokens; 0 or an empty exe: none. A synthetic model
+  // is saved to checkpoint_dir first ("": a temporary directory, removed afterwards).
+  int cold_start_rounds = 3;
+  int cold_start_tokens = 256;
+  std::string exe;
+  std::string checkpoint_dir;
   std::function<void(const std::string&)> progress;  // one line per phase; may be empty
 };
 
@@ -95,23 +113,56 @@ struct RuntimeBenchReport {
     double openblas_tokens_per_second = 0;
   };
   std::vector<BatchedDecode> batched_decode;
+
+  // int8 weights, stepped in rounds interleaved with F32 on the same model.
+  size_t f32_weight_bytes = 0;   // CpuBackendWeightBytes of the F32 backend
+  size_t int8_weight_bytes = 0;  // and of the int8 one
+  double int8_convert_seconds = 0;
+  double int8_round_f32_median_seconds = 0;  // median F32 step over the rounds
+  double int8_median_seconds = 0;            // median int8 step over the rounds
+  double int8_vs_f32_decode = 0;
+  double int8_gbps = 0;  // int8 weight bytes / median int8 step
+
+  // Cold starts (cold_start_bench.h), in run order; medians per dtype.
+  std::vector<ColdStartReport> cold_starts;
+  ColdStartReport f32_cold;   // the medians of the F32 runs, field by field
+  ColdStartReport int8_cold;  // and of the int8 runs
+  int int8_tokens_matching = 0;  // leading greedy tokens the int8 run shares with F32's
+  double rss_vs_weights = 0;       // F32: peak RSS / weight bytes
+  double int8_rss_vs_weights = 0;  // int8: peak RSS / its weight bytes
 };
 
 inline constexpr double kPrefillTarget = 0.60;  // target: prefill ≥ 60% of sgemm peak
-inline constexpr double kDecodeTarget = 0.50;   // target: decode ≥ 50% of memcpy bandwidth
+inline constexpr double kDecodeTarget = 0.75;   // target: decode ≥ 75% of memcpy bandwidth
+inline constexpr double kInt8Target = 2.9;      // target: int8 decode ≥ 2.9x F32's
+inline constexpr double kRssTarget = 1.15;      // target: peak RSS ≤ 1.15x the weight bytes
+inline constexpr double kColdTtftTarget = 0.3;  // target: cold-start TTFT ≤ 0.3 s
 
 // Runs every measurement on the CPU backend. Fails on invalid options, a model that cannot
 // be loaded, or a backend error.
 absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& options);
 
 // Human-readable report: the command line, absolute figures, ratios against the targets,
-// and as its last line exactly `prefill_vs_sgemm=<r> decode_vs_memcpy=<r>`.
+// and as its last line `prefill_vs_sgemm=<r> decode_vs_memcpy=<r> int8_vs_f32_decode=<r>
+// rss_vs_weights=<r> load_s=<s> cold_ttft_s=<s>` (the last four 0 when not measured).
 std::string FormatRuntimeBenchReport(const RuntimeBenchReport& report,
                                      const std::string& command_line);
 
 // The same figures as a JSON document.
 std::string RuntimeBenchReportJson(const RuntimeBenchReport& report,
                                    const std::string& command_line);
+
+namespace internal {
+// Parts of the runtime benchmark in runtime_bench_weights.cc.
+absl::Status MeasureInt8Decode(const RuntimeBenchOptions& options,
+                               std::shared_ptr<const Model> model, Backend& f32,
+                               RuntimeBenchReport& r);
+absl::Status MeasureColdStarts(const RuntimeBenchOptions& options, const Model& model,
+                               RuntimeBenchReport& r);
+void AppendInt8(const RuntimeBenchReport& r, std::string& s);
+void AppendColdStarts(const RuntimeBenchReport& r, std::string& s);
+nlohmann::json WeightsJson(const RuntimeBenchReport& r);
+}  // namespace internal
 
 }  // namespace scd::bench
 

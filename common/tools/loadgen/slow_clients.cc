@@ -3,7 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +40,8 @@ absl::StatusOr<std::unique_ptr<SlowClients>> SlowClients::Start(const SlowClient
     return absl::InvalidArgumentError("slow clients: per_source and trickle must be positive");
   }
   std::unique_ptr<SlowClients> clients(new SlowClients(o));
+  clients->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (clients->epoll_fd_ < 0) return absl::ResourceExhaustedError("slow clients: no epoll instance");
   clients->connections_.resize(o.connections);
   clients->start_ = std::chrono::steady_clock::now();
   for (int i = 0; i < o.connections; ++i) clients->connections_[i].source = i / o.per_source;
@@ -56,6 +58,7 @@ SlowClients::~SlowClients() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
   for (Connection& c : connections_) Close(c);
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
 bool SlowClients::Open(Connection& c) {
@@ -75,13 +78,19 @@ bool SlowClients::Open(Connection& c) {
     ++failed_;
     return false;
   }
+  // Registered once: the server's rare answers and closes wake the loop, the idle majority
+  // costs nothing per round (a poll() over every socket cost 0.1 core at 10,000).
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.ptr = &c;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c.fd, &ev);
   ++held_;
   return true;
 }
 
 void SlowClients::Close(Connection& c) {
   if (c.fd < 0) return;
-  ::close(c.fd);
+  ::close(c.fd);  // which also takes it out of the epoll set
   c.fd = -1;
   --held_;
 }
@@ -93,25 +102,19 @@ void SlowClients::Loop() {
 // One round: waits up to 100 ms for server activity, reopens what the server closed, and sends
 // the next byte where it is due.
 void SlowClients::Service(std::chrono::steady_clock::time_point now) {
-  std::vector<pollfd> polls;
-  std::vector<Connection*> owners;
-  for (Connection& c : connections_) {
-    if (c.fd >= 0) {
-      polls.push_back({c.fd, POLLIN, 0});
-      owners.push_back(&c);
-    }
-  }
-  ::poll(polls.data(), polls.size(), 100);
-  for (size_t i = 0; i < polls.size(); ++i) {
-    if ((polls[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+  epoll_event events[256];
+  const int ready = ::epoll_wait(epoll_fd_, events, 256, 100);
+  for (int i = 0; i < ready; ++i) {
+    Connection& c = *static_cast<Connection*>(events[i].data.ptr);
+    if (c.fd < 0) continue;
     char buffer[4096];
-    const ssize_t n = ::recv(polls[i].fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    const ssize_t n = ::recv(c.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
     if (n > 0 && absl::StartsWith(absl::string_view(buffer, static_cast<size_t>(n)), "HTTP/")) {
       ++answered_;
     }
     if (n <= 0) {
-      Close(*owners[i]);
-      if (!stop_ && Open(*owners[i])) ++reopened_;
+      Close(c);
+      if (!stop_ && Open(c)) ++reopened_;
     }
   }
   // The ramp: connection i opens at start + ramp * i / connections.

@@ -2,8 +2,8 @@
 // the way a slow-loris attacker or a crowd of stalled clients holds them. Each connection sends
 // the start of a request header and then one more header byte every `trickle` period, never
 // finishing it; when the server closes one (its header deadline), it is opened again, so the
-// number held stays near `connections` once the ramp is over. One thread drives them all with
-// poll().
+// number held stays near `connections` once the ramp is over. One thread drives them all over
+// one epoll set.
 // Bounded by design: loopback targets only, at most 20000 connections, spread over several
 // 127.0.0.0/8 source addresses so that a per-address connection cap can be respected.
 #ifndef SCD_COMMON_TOOLS_LOADGEN_SLOW_CLIENTS_H_
@@ -62,7 +62,8 @@ class SlowClients {
   void Service(std::chrono::steady_clock::time_point now);
 
   const SlowClientOptions options_;
-  std::vector<Connection> connections_;
+  std::vector<Connection> connections_;  // never resized after Start: epoll holds pointers
+  int epoll_fd_ = -1;
   std::chrono::steady_clock::time_point start_;
   std::thread thread_;
   std::atomic<bool> stop_{false};

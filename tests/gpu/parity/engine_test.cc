@@ -61,7 +61,7 @@ std::unique_ptr<DecodeEngine> CudaEngine(const testing::ProducerFixture& f, int 
   if (mode == 2) o.min_step_interval = absl::Milliseconds(20);
   auto engine =
       DecodeEngine::Create(testing::MakeBackend(BackendKind::kCuda, f.model),
-                           ConsumerCodec::Create(f.model, f.model->digest, nullptr).value(), o);
+                           ConsumerCodec::Create(f.model, f.model->digest(), nullptr).value(), o);
   REQUIRE(engine.ok());
   return std::move(engine).value();
 }

@@ -10,6 +10,8 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 
 #include "kernels/cpu/ops.h"
 #include "tests/gpu/parity/cuda_test_support.h"
@@ -94,6 +96,20 @@ TEST_CASE("cuBLAS BF16 Linear with beta = 1 fuses the residual add", "[cuda]") {
   cpu::Linear(xr.data(), wr.data(), nullptr, want.data(), m, n, k);
   for (size_t i = 0; i < want.size(); ++i) want[i] += residual[i];
   testing::CheckClose(y_dev.ToHost(), want, 1e-4, 1e-5, "Linear(beta=1)");
+}
+
+// cuBLAS is opened on first use, not at start-up; opening it needs no device.
+TEST_CASE("cuBLAS is mapped only once a CUDA GEMM needs it", "[cublas]") {
+  auto maps = [] {
+    std::ifstream in("/proc/self/maps");
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  const absl::Status loaded = cuda::LoadCublas();
+  INFO(loaded);
+  REQUIRE(loaded.ok());
+  CHECK(maps().find("libcublas") != std::string::npos);
 }
 
 }  // namespace scd

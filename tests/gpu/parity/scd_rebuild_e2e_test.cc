@@ -83,7 +83,7 @@ RebuildPair::RebuildPair() {
   producer = testing::MakeBackend(BackendKind::kCpu, producer_model);
   pseq = producer->NewSequence(64).value();
   REQUIRE(producer->Prefill(*pseq, tokens, ProducerPrefillOptions(CodecMode::kScd), &states).ok());
-  auto created_encoder = ProducerCodec::Create(producer_model, consumer_model->digest, artifact);
+  auto created_encoder = ProducerCodec::Create(producer_model, consumer_model->digest(), artifact);
   REQUIRE(created_encoder.ok());
   encoder = std::move(created_encoder).value();
   auto encoded = encoder->Encode(CodecMode::kScd, tokens, states);
@@ -92,7 +92,7 @@ RebuildPair::RebuildPair() {
   payload = std::move(encoded).value();
   t = static_cast<int>(tokens.size());
   CHECK(PatchedLayers(payload).size() >= 1);  // both paths of the rebuild run
-  auto created_decoder = ConsumerCodec::Create(consumer_model, producer_model->digest, artifact);
+  auto created_decoder = ConsumerCodec::Create(consumer_model, producer_model->digest(), artifact);
   REQUIRE(created_decoder.ok());
   decoder = std::move(created_decoder).value();
   cpu = testing::MakeBackend(BackendKind::kCpu, consumer_model);
@@ -118,7 +118,7 @@ std::vector<float> CheckGpuRebuildAgainstCpu(RebuildPair& f) {
   CodecOptions host_decode;
   host_decode.gpu_rebuild = false;
   auto appender =
-      ConsumerCodec::Create(f.consumer_model, f.producer_model->digest, f.artifact, host_decode);
+      ConsumerCodec::Create(f.consumer_model, f.producer_model->digest(), f.artifact, host_decode);
   REQUIRE(appender.ok());
   auto append_seq = f.gpu->NewSequence(64).value();
   REQUIRE((*appender)->Rebuild(f.payload, *f.gpu, *append_seq).ok());
@@ -191,7 +191,7 @@ Payload AblationPayload(RebuildPair& f, std::vector<int> layers) {
   CodecOptions o;
   o.patch_layers = layers;
   auto producer_codec =
-      ProducerCodec::Create(f.producer_model, f.consumer_model->digest, f.artifact, o);
+      ProducerCodec::Create(f.producer_model, f.consumer_model->digest(), f.artifact, o);
   REQUIRE(producer_codec.ok());
   auto q = (*producer_codec)->Encode(CodecMode::kScd, f.tokens, f.states);
   REQUIRE(q.ok());

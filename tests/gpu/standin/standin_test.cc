@@ -114,7 +114,7 @@ TEST_CASE("A SEKV request on a device that refuses registration reads a pinned c
   o.sekv.enabled = true;
   auto engine =
       DecodeEngine::Create(CreateBackend(BackendKind::kCuda, f.model).value(),
-                           ConsumerCodec::Create(f.model, f.model->digest, nullptr).value(), o);
+                           ConsumerCodec::Create(f.model, f.model->digest(), nullptr).value(), o);
   REQUIRE(engine.ok());
   testing::DecodeEventCollector ev;
   for (uint64_t id : {1, 2}) {
@@ -155,7 +155,7 @@ HostRun RunWithHostBudget(const testing::ProducerFixture& f) {
   };
   auto created =
       DecodeEngine::Create(CreateBackend(BackendKind::kCuda, f.model).value(),
-                           ConsumerCodec::Create(f.model, f.model->digest, nullptr).value(), o);
+                           ConsumerCodec::Create(f.model, f.model->digest(), nullptr).value(), o);
   REQUIRE(created.ok());
   engine = created->get();
   testing::DecodeEventCollector ev;
@@ -257,7 +257,7 @@ DecodeEngineStats Run(std::unique_ptr<Backend> backend, const DecodeEngineOption
                       size_t* in_use = nullptr) {
   std::shared_ptr<const Model> model(std::shared_ptr<const Model>(), &backend->model());
   auto engine = DecodeEngine::Create(
-      std::move(backend), ConsumerCodec::Create(model, model->digest, nullptr).value(), options);
+      std::move(backend), ConsumerCodec::Create(model, model->digest(), nullptr).value(), options);
   REQUIRE(engine.ok());
   for (uint64_t id = 1; id <= static_cast<uint64_t>(n); ++id) {
     DecodeJob job;
@@ -344,7 +344,7 @@ struct ScratchServing {
   absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeEngine(std::unique_ptr<Backend> backend) const {
     std::shared_ptr<const Model> model(std::shared_ptr<const Model>(), &backend->model());
     return DecodeEngine::Create(std::move(backend),
-                                ConsumerCodec::Create(model, model->digest, nullptr).value(), o);
+                                ConsumerCodec::Create(model, model->digest(), nullptr).value(), o);
   }
   // A raw K/V payload of a 100-token prefix, from the same model on the CPU backend: the
   // engine rebuilds it through AppendKv, 8 rows at a time.
@@ -377,7 +377,7 @@ struct ScratchServing {
   DecodeEngineOptions o = SmallDevice::Options(true);
   std::unique_ptr<Backend> producer_backend = CreateBackend(BackendKind::kCpu, d.model).value();
   std::unique_ptr<ProducerCodec> producer =
-      ProducerCodec::Create(d.model, d.model->digest, nullptr).value();
+      ProducerCodec::Create(d.model, d.model->digest(), nullptr).value();
 };
 
 // On a large device: the workspace reserved at start holds the prefill's `scratch`, and serving
@@ -425,7 +425,7 @@ struct RebuildServing {
     INFO(loaded.status());
     REQUIRE(loaded.ok());
     artifact = std::make_shared<const ScdArtifact>(std::move(loaded).value());
-    encoder = ProducerCodec::Create(producer_model, consumer_model->digest, artifact).value();
+    encoder = ProducerCodec::Create(producer_model, consumer_model->digest(), artifact).value();
     o.prefill_chunk = 32;
     o.rebuild_chunk = 16;
     o.max_batch = 2;
@@ -442,7 +442,7 @@ struct RebuildServing {
   absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeEngine(std::unique_ptr<Backend> backend) const {
     return DecodeEngine::Create(
         std::move(backend),
-        ConsumerCodec::Create(consumer_model, producer_model->digest, artifact).value(), o);
+        ConsumerCodec::Create(consumer_model, producer_model->digest(), artifact).value(), o);
   }
 
   std::shared_ptr<const ScdArtifact> artifact;

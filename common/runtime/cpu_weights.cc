@@ -1,0 +1,77 @@
+// See cpu_weights.h.
+#include "common/runtime/cpu_weights.h"
+
+#include "kernels/cpu/ops.h"
+
+namespace scd {
+
+CpuMatrix::CpuMatrix(const float* w, const float* bias, int n, int k, WeightDtype dtype)
+    : bias_(bias), n_(n), k_(k) {
+  if (dtype == WeightDtype::kInt8) {
+    q8_ = std::make_shared<const cpu::Q8Matrix>(cpu::QuantizeQ8(w, n, k));
+  } else {
+    f32_ = w;
+  }
+}
+
+void CpuMatrix::Apply(const float* x, float* y, int rows) const {
+  if (q8_ != nullptr) {
+    cpu::Q8Linear(x, *q8_, bias_, y, rows);
+  } else {
+    cpu::Linear(x, f32_, bias_, y, rows, n_, k_);
+  }
+}
+
+size_t CpuMatrix::bytes() const {
+  const size_t bias = bias_ != nullptr ? sizeof(float) * static_cast<size_t>(n_) : 0;
+  if (q8_ != nullptr) return q8_->bytes() + bias;
+  return sizeof(float) * static_cast<size_t>(n_) * static_cast<size_t>(k_) + bias;
+}
+
+namespace {
+
+const float* OrNull(const WeightBuffer& b) { return b.empty() ? nullptr : b.data(); }
+
+// One matrix of the model in `dtype`; an int8 conversion releases the F32 pages it read.
+CpuMatrix Prepare(const WeightBuffer& w, const WeightBuffer* bias, int n, int k,
+                  WeightDtype dtype) {
+  CpuMatrix m(w.data(), bias != nullptr ? OrNull(*bias) : nullptr, n, k, dtype);
+  if (dtype != WeightDtype::kF32) w.ReleasePages();
+  return m;
+}
+
+}  // namespace
+
+CpuWeights PrepareCpuWeights(const Model& model, WeightDtype dtype) {
+  const ModelConfig& c = model.config;
+  const ModelWeights& mw = model.weights;
+  const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
+  CpuWeights out;
+  out.dtype = dtype;
+  size_t norms = mw.final_norm.size();
+  for (const LayerWeights& lw : mw.layers) {
+    CpuLayerMatrices m;
+    m.q = Prepare(lw.wq, &lw.bq, qd, d, dtype);
+    m.k = Prepare(lw.wk, &lw.bk, kvd, d, dtype);
+    m.v = Prepare(lw.wv, &lw.bv, kvd, d, dtype);
+    m.o = Prepare(lw.wo, nullptr, d, qd, dtype);
+    m.gate = Prepare(lw.w_gate, nullptr, ffn, d, dtype);
+    m.up = Prepare(lw.w_up, nullptr, ffn, d, dtype);
+    m.down = Prepare(lw.w_down, nullptr, d, ffn, dtype);
+    for (const CpuMatrix* x : {&m.q, &m.k, &m.v, &m.o, &m.gate, &m.up, &m.down}) {
+      out.bytes += x->bytes();
+    }
+    norms += lw.attn_norm.size() + lw.ffn_norm.size();
+    out.layers.push_back(std::move(m));
+  }
+  out.output = Prepare(mw.output_matrix(), nullptr, c.vocab_size, d, dtype);
+  out.bytes += out.output.bytes() + sizeof(float) * norms;
+  // The embedding table is read a row per token; with an untied int8 output it is read only
+  // there. A tied table held F32 is the output matrix itself, counted once.
+  if (!mw.lm_head.empty() || dtype != WeightDtype::kF32) {
+    out.bytes += sizeof(float) * mw.embed.size();
+  }
+  return out;
+}
+
+}  // namespace scd

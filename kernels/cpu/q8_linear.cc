@@ -1,0 +1,427 @@
+// See q8_linear.h.
+#include "kernels/cpu/q8_linear.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/compute_pool.h"
+#include "kernels/cpu/cpu_isa.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SCD_Q8_AVX2 1
+#include <immintrin.h>
+#endif
+
+namespace scd::cpu {
+namespace {
+
+constexpr int kLanes = 8;  // float lanes per accumulator; each sums 4 products per block
+constexpr size_t kTaskBytes = size_t{32} << 10;        // W a task of the int8 kernel takes
+constexpr size_t kBytesPerThread = size_t{64} << 10;   // W below which one more thread won't pay
+constexpr size_t kConvertTaskElems = size_t{1} << 16;  // weights a conversion task takes
+constexpr size_t kScratchFloats = size_t{1} << 20;     // prefill's dequantized W chunk (4 MB)
+
+size_t QuantStride(int blocks) { return static_cast<size_t>(blocks) * kQ8Block; }
+
+// Runs fn(begin, end) over [0, count) in pieces of `per_task`, on the pool when there is more
+// than one piece. Pieces never overlap, so the result does not depend on the threads.
+template <typename Fn>
+void ForPieces(size_t count, size_t per_task, int max_threads, const Fn& fn) {
+  per_task = std::max<size_t>(per_task, 1);
+  const int tasks = static_cast<int>((count + per_task - 1) / per_task);
+  auto task = [&](int i) {
+    const size_t begin = static_cast<size_t>(i) * per_task;
+    fn(begin, std::min(count, begin + per_task));
+  };
+  if (tasks <= 1 || max_threads == 1) {
+    for (int i = 0; i < tasks; ++i) task(i);
+    return;
+  }
+  ComputePool::Global().Run(tasks, task, max_threads);
+}
+
+// max|v[i]| over i < n (exact, so the vector path and the loop agree).
+float AbsMax(const float* v, int n) {
+#if SCD_Q8_AVX2
+  if (n == kQ8Block) {
+    const __m256 mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_and_ps(_mm256_loadu_ps(v), mask);
+    for (int k = 8; k < kQ8Block; k += 8) {
+      m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(v + k), mask));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+  }
+#endif
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+  return amax;
+}
+
+// q[i] = round-half-even(v[i] / scale) for i < n, clamped to ±127, and 0 up to kQ8Block.
+// The AVX2 path does the same IEEE division and rounding, so both give the same quants.
+void QuantizeBlock(const float* v, int n, float scale, int8_t* q) {
+  if (scale == 0.0f) {
+    std::memset(q, 0, kQ8Block);
+    return;
+  }
+#if SCD_Q8_AVX2
+  if (n == kQ8Block) {
+    const __m256 s = _mm256_set1_ps(scale);
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    __m256i i32[4];
+    for (int k = 0; k < 4; ++k) {
+      __m256 t = _mm256_div_ps(_mm256_loadu_ps(v + 8 * k), s);
+      t = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      i32[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(t, lo), hi));
+    }
+    // packs interleave the 128-bit halves; the permute puts the 32 bytes back in order.
+    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]);
+    const __m256i i16b = _mm256_packs_epi32(i32[2], i32[3]);
+    const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b),
+                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), i8);
+    return;
+  }
+#endif
+  for (int i = 0; i < n; ++i) {
+    const float t = std::nearbyint(v[i] / scale);
+    q[i] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, t)));
+  }
+  std::memset(q + n, 0, kQ8Block - n);
+}
+
+// The decode rows, quantized per block with float scales. Scales are [m, scale_stride], the
+// stride rounded up to 8 (zero-filled) so that the AVX2 kernel loads 8 at a time.
+struct Activations {
+  const int8_t* q = nullptr;
+  const uint8_t* abs = nullptr;  // |q|, for the sign trick; same layout
+  const float* s = nullptr;
+  size_t q_stride = 0;
+  size_t s_stride = 0;
+};
+
+// Per-thread storage for Activations, grown as needed and reused across calls.
+Activations QuantizeActivations(const float* x, int m, int cols, int blocks) {
+  thread_local AlignedArray<int8_t> q;
+  thread_local AlignedArray<uint8_t> abs;
+  thread_local AlignedArray<float> s;
+  Activations a;
+  a.q_stride = QuantStride(blocks);
+  a.s_stride = (static_cast<size_t>(blocks) + 7) / 8 * 8;
+  if (q.size() < a.q_stride * m) {
+    q = AlignedArray<int8_t>(a.q_stride * m);
+    abs = AlignedArray<uint8_t>(a.q_stride * m);
+  }
+  if (s.size() < a.s_stride * m) s = AlignedArray<float>(a.s_stride * m);
+  for (int r = 0; r < m; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * cols;
+    float* sr = s.data() + r * a.s_stride;
+    for (int b = 0; b < blocks; ++b) {
+      const int n = std::min(kQ8Block, cols - b * kQ8Block);
+      const float* v = xr + static_cast<size_t>(b) * kQ8Block;
+      sr[b] = AbsMax(v, n) / 127.0f;
+      QuantizeBlock(v, n, sr[b], q.data() + r * a.q_stride + static_cast<size_t>(b) * kQ8Block);
+    }
+    std::fill(sr + blocks, sr + a.s_stride, 0.0f);
+  }
+  for (size_t i = 0; i < a.q_stride * m; ++i) abs.data()[i] = std::abs(q.data()[i]);
+  a.q = q.data();
+  a.abs = abs.data();
+  a.s = s.data();
+  return a;
+}
+
+// The lanes of a (W row, input row) accumulator added in a fixed tree, the one the AVX2
+// variant's 128-bit halves, then pairs, then the last two make.
+float SumLanes(const float* l) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+// W rows [j0, j1) against the m input rows, one pair at a time, in the AVX2 variant's order:
+// lane l of a block sums products 4l..4l+3 exactly, then lane += (float)sum · (s_w · s_x).
+void DotsScalar(const Activations& a, int m, const Q8Matrix& w, const float* bias, float* y, int j0,
+                int j1) {
+  for (int j = j0; j < j1; ++j) {
+    for (int r = 0; r < m; ++r) {
+      const int8_t* xq = a.q + r * a.q_stride;
+      const float* xs = a.s + r * a.s_stride;
+      float lanes[kLanes] = {};
+      for (int b = 0; b < w.blocks; ++b) {
+        const float d = HalfToFloat(w.block_scale(j, b)) * xs[b];
+        const int8_t* wq = w.block_quants(j, b);
+        const int8_t* xb = xq + QuantStride(b);
+        for (int l = 0; l < kLanes; ++l) {
+          int sum = 0;
+          for (int t = 4 * l; t < 4 * l + 4; ++t) sum += int{wq[t]} * int{xb[t]};
+          lanes[l] = std::fma(static_cast<float>(sum), d, lanes[l]);
+        }
+      }
+      const float v = SumLanes(lanes);
+      y[static_cast<size_t>(r) * w.rows + j] = bias != nullptr ? v + bias[j] : v;
+    }
+  }
+}
+
+#if SCD_Q8_AVX2
+constexpr size_t kPrefetchBytes = 2048;  // how far ahead of its reads W's stream is prefetched
+
+// The combined scales s_w · s_x of span s's blocks for W rows [q0, q0 + R) of the group and
+// input rows [0, M), from the span's scales line. Past a row's last block both the line and
+// the activations' scales are zero.
+template <int M, int R>
+void CombinedScales(const Activations& a, const int8_t* line, int s, int q0,
+                    float (*d)[M][kQ8Span]) {
+#pragma GCC unroll 4
+  for (int q = 0; q < R; ++q) {
+    const __m256 sw =
+        _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(line) + q0 + q));
+#pragma GCC unroll 4
+    for (int r = 0; r < M; ++r) {
+      const __m256 sx = _mm256_load_ps(a.s + r * a.s_stride + s * kQ8Span);
+      _mm256_store_ps(d[q][r], _mm256_mul_ps(sw, sx));
+    }
+  }
+}
+
+// Rows [q0, q0 + R) of W group g against input rows [0, M): each W block is loaded once for
+// the M rows, each input block once per W row (from L1). The sign trick turns the
+// signed·signed bytes into unsigned·signed for maddubs: |x| · (w · sign(x)), with |x| stored
+// beside x; pairs of products fit int16 (2 · 127 · 127 < 32767) and madd with ones sums them
+// to 8 lanes of 4. With `prefetch`, the group's stream is fetched kPrefetchBytes ahead: the
+// hardware prefetcher alone leaves the kernel waiting on memory.
+template <int M, int R>
+void DotsAvx2(const Activations& a, const Q8Matrix& w, const float* bias, float* y, int g, int q0,
+              bool prefetch) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  // Every loop that touches acc is unrolled, so that it lives in registers.
+  __m256 acc[R][M];
+#pragma GCC unroll 4
+  for (int q = 0; q < R; ++q)
+#pragma GCC unroll 4
+    for (int r = 0; r < M; ++r) acc[q][r] = _mm256_setzero_ps();
+  alignas(32) float d[R][M][kQ8Span];
+  const int spans = (w.blocks + kQ8Span - 1) / kQ8Span;
+  for (int s = 0; s < spans; ++s) {
+    const int8_t* line = w.span(g, s);
+    if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(line + kPrefetchBytes), _MM_HINT_T0);
+    CombinedScales<M, R>(a, line, s, q0, d);
+    const int n = std::min(kQ8Span, w.blocks - s * kQ8Span);
+    for (int k = 0; k < n; ++k) {
+      const int8_t* wb = line + kQ8SpanScaleBytes + k * kQ8Group * kQ8Block;
+      if (prefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes + 64), _MM_HINT_T0);
+      }
+      const size_t off = QuantStride(s * kQ8Span + k);
+      __m256i xv[M], ax[M];
+#pragma GCC unroll 4
+      for (int r = 0; r < M; ++r) {
+        xv[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.q + r * a.q_stride + off));
+        ax[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.abs + r * a.q_stride + off));
+      }
+#pragma GCC unroll 4
+      for (int q = 0; q < R; ++q) {
+        const __m256i wv =
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + (q0 + q) * kQ8Block));
+#pragma GCC unroll 4
+        for (int r = 0; r < M; ++r) {
+          const __m256i p16 = _mm256_maddubs_epi16(ax[r], _mm256_sign_epi8(wv, xv[r]));
+          const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+          acc[q][r] = _mm256_fmadd_ps(p, _mm256_broadcast_ss(&d[q][r][k]), acc[q][r]);
+        }
+      }
+    }
+  }
+  const int j = g * kQ8Group + q0;
+#pragma GCC unroll 4
+  for (int q = 0; q < R; ++q) {
+    if (j + q >= w.rows) break;  // a padding row
+#pragma GCC unroll 4
+    for (int r = 0; r < M; ++r) {
+      alignas(32) float lanes[kLanes];
+      _mm256_store_ps(lanes, acc[q][r]);
+      const float v = SumLanes(lanes);
+      y[static_cast<size_t>(r) * w.rows + j + q] = bias != nullptr ? v + bias[j + q] : v;
+    }
+  }
+}
+
+// Up to 4 input rows at a time: a whole group of W rows for one or two of them, half a group
+// for three or four, so that the accumulators (at most 8) and the W vectors fit the 16 AVX
+// registers. The second half of a group is read from cache, so only the first prefetches.
+constexpr int kRowsPerPass = 4;
+
+template <int M, int R>
+void PassAvx2(const Activations& a, const Q8Matrix& w, const float* bias, float* y, int g0,
+              int g1) {
+  static_assert(kQ8Group % R == 0, "a pass reads whole groups");
+  for (int g = g0; g < g1; ++g) {
+    for (int q0 = 0; q0 < kQ8Group; q0 += R) DotsAvx2<M, R>(a, w, bias, y, g, q0, q0 == 0);
+  }
+}
+
+// W groups [g0, g1) against the m input rows.
+void RangeAvx2(const Activations& a, int m, const Q8Matrix& w, const float* bias, float* y, int g0,
+               int g1) {
+  using PassFn = void (*)(const Activations&, const Q8Matrix&, const float*, float*, int, int);
+  static constexpr PassFn kPasses[] = {PassAvx2<1, 4>, PassAvx2<2, 4>, PassAvx2<3, 2>,
+                                       PassAvx2<4, 2>};
+  // Every pass of input rows meets W groups [g0, g1) while they stay in cache.
+  for (int r0 = 0; r0 < m; r0 += kRowsPerPass) {
+    const int rows = std::min(kRowsPerPass, m - r0);
+    Activations part = a;
+    part.q += r0 * a.q_stride;
+    part.abs += r0 * a.q_stride;
+    part.s += r0 * a.s_stride;
+    kPasses[rows - 1](part, w, bias, y + static_cast<size_t>(r0) * w.rows, g0, g1);
+  }
+}
+#endif  // SCD_Q8_AVX2
+
+void DecodeLinear(const float* x, const Q8Matrix& w, const float* bias, float* y, int m,
+                  int max_threads) {
+  const Activations a = QuantizeActivations(x, m, w.cols, w.blocks);
+  // Tasks of whole groups of W rows, about kTaskBytes each.
+  const size_t groups = (static_cast<size_t>(w.rows) + kQ8Group - 1) / kQ8Group;
+  const size_t per_task = std::max<size_t>(1, kTaskBytes / w.group_bytes);
+  const int cap = static_cast<int>(std::max<size_t>(1, w.bytes() / kBytesPerThread));
+  const int threads = max_threads > 0 ? std::min(max_threads, cap) : cap;
+  const bool scalar = ActiveIsa() == CpuIsa::kScalar;
+  ForPieces(groups, per_task, threads, [&](size_t g0, size_t g1) {
+#if SCD_Q8_AVX2
+    if (!scalar) return RangeAvx2(a, m, w, bias, y, static_cast<int>(g0), static_cast<int>(g1));
+#endif
+    (void)scalar;
+    const int j1 = static_cast<int>(std::min<size_t>(w.rows, g1 * kQ8Group));
+    DotsScalar(a, m, w, bias, y, static_cast<int>(g0 * kQ8Group), j1);
+  });
+}
+
+// F32 activations against W dequantized a chunk of rows at a time into per-thread scratch;
+// each chunk's sgemm writes y's columns [j0, j0 + n) (ldc = w.rows).
+void PrefillLinear(const float* x, const Q8Matrix& w, const float* bias, float* y, int m,
+                   int max_threads) {
+  thread_local AlignedArray<float> scratch;
+  const size_t cols = w.cols;
+  const int chunk = static_cast<int>(std::max<size_t>(1, kScratchFloats / cols));
+  if (scratch.size() < std::min<size_t>(chunk, w.rows) * cols) {
+    scratch = AlignedArray<float>(std::min<size_t>(chunk, w.rows) * cols);
+  }
+  // The pool's workers name their own thread_local: they get the caller's buffer by pointer.
+  float* const buffer = scratch.data();
+  for (int j0 = 0; j0 < w.rows; j0 += chunk) {
+    const int n = std::min(chunk, w.rows - j0);
+    ForPieces(n, std::max<size_t>(1, kConvertTaskElems / cols), max_threads,
+              [&](size_t r0, size_t r1) {
+                DequantizeQ8Rows(w, j0 + static_cast<int>(r0), static_cast<int>(r1 - r0),
+                                 buffer + r0 * cols);
+              });
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, w.cols, 1.0f, x, w.cols, buffer,
+                w.cols, 0.0f, y + j0, w.rows);
+  }
+  if (bias != nullptr) {
+    for (int r = 0; r < m; ++r) {
+      float* row = y + static_cast<size_t>(r) * w.rows;
+      for (int j = 0; j < w.rows; ++j) row[j] += bias[j];
+    }
+  }
+}
+
+}  // namespace
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  const uint32_t mant = h & 0x3ff;
+  float mag;
+  if (exp == 0) {
+    mag = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal: exact
+  } else {
+    const uint32_t bits = exp == 0x1f ? (0xffu << 23) | (mant << 13)  // inf or NaN
+                                      : ((exp - 15 + 127) << 23) | (mant << 13);
+    std::memcpy(&mag, &bits, sizeof(mag));
+  }
+  return sign ? -mag : mag;
+}
+
+uint16_t FloatToHalfUp(float f) {
+  constexpr uint16_t kMaxHalf = 0x7bff;  // 65504
+  if (!(f > 0.0f)) return 0;
+  if (f >= 65504.0f) return kMaxHalf;
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  const int exp = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
+  // Truncated to a half first, then one step up (the bit patterns of positive halves are in
+  // value order) when that fell short.
+  uint16_t h = exp <= 0 ? static_cast<uint16_t>(std::ldexp(f, 24))  // subnormal; truncates
+                        : static_cast<uint16_t>((exp << 10) | ((bits & 0x7fffff) >> 13));
+  if (HalfToFloat(h) < f) ++h;
+  return std::min(h, kMaxHalf);
+}
+
+Q8Matrix QuantizeQ8(const float* w, int rows, int cols) {
+  Q8Matrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.blocks = (cols + kQ8Block - 1) / kQ8Block;
+  const size_t spans = (static_cast<size_t>(m.blocks) + kQ8Span - 1) / kQ8Span;
+  m.group_bytes = spans * kQ8SpanScaleBytes + QuantStride(m.blocks) * kQ8Group;
+  const size_t groups = (static_cast<size_t>(rows) + kQ8Group - 1) / kQ8Group;
+  // Zeroed: the padding rows, the scales past a row's end and the last block's tail stay 0.
+  m.data = AlignedArray<int8_t>(groups * m.group_bytes);
+  // Tasks of whole groups, so that no two threads write one cache line.
+  const size_t per_task = kConvertTaskElems / std::max(cols, 1) / kQ8Group;
+  ForPieces(groups, per_task, 0, [&](size_t g0, size_t g1) {
+    const size_t r1 = std::min<size_t>(rows, g1 * kQ8Group);
+    for (size_t r = g0 * kQ8Group; r < r1; ++r) {
+      const float* wr = w + r * cols;
+      for (int b = 0; b < m.blocks; ++b) {
+        const int n = std::min(kQ8Block, cols - b * kQ8Block);
+        const float* v = wr + static_cast<size_t>(b) * kQ8Block;
+        const uint16_t scale = FloatToHalfUp(AbsMax(v, n) / 127.0f);
+        const int row = static_cast<int>(r);
+        std::memcpy(m.data.data() + m.scale_offset(row, b), &scale, sizeof(scale));
+        QuantizeBlock(v, n, HalfToFloat(scale), m.data.data() + m.quants_offset(row, b));
+      }
+    }
+  });
+  return m;
+}
+
+void DequantizeQ8Rows(const Q8Matrix& m, int row0, int rows, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    float* o = out + static_cast<size_t>(r) * m.cols;
+    for (int b = 0; b < m.blocks; ++b) {
+      const int8_t* q = m.block_quants(row0 + r, b);
+      const float scale = HalfToFloat(m.block_scale(row0 + r, b));
+      const int n = std::min(kQ8Block, m.cols - b * kQ8Block);
+      for (int i = 0; i < n; ++i) o[b * kQ8Block + i] = scale * static_cast<float>(q[i]);
+    }
+  }
+}
+
+void Q8Linear(const float* x, const Q8Matrix& w, const float* bias, float* y, int m,
+              int max_threads) {
+  if (m <= 0 || w.rows <= 0) return;
+  if (w.cols <= 0) {  // an empty sum
+    for (int r = 0; r < m; ++r) {
+      for (int j = 0; j < w.rows; ++j) {
+        y[static_cast<size_t>(r) * w.rows + j] = bias != nullptr ? bias[j] : 0.0f;
+      }
+    }
+    return;
+  }
+  if (m <= kQ8DecodeMaxRows) {
+    DecodeLinear(x, w, bias, y, m, max_threads);
+  } else {
+    PrefillLinear(x, w, bias, y, m, max_threads);
+  }
+}
+
+}  // namespace scd::cpu
