@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/proc_status.h"
 #include "common/base/status_macros.h"
 #include "common/model/weights.h"
 #include "common/runtime/cpu_backend.h"
@@ -23,19 +23,10 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// A "Vm...:" line of /proc/self/status (e.g. "VmHWM:"), in bytes; 0 where there is none.
-size_t ProcStatusBytes(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string key;
-  while (status >> key) {
-    if (key == field) {
-      size_t kib = 0;
-      status >> kib;
-      return kib * 1024;
-    }
-    status.ignore(1 << 20, '\n');
-  }
-  return 0;
+// A memory line of this process's /proc/self/status, in bytes; 0 where there is none.
+size_t ProcStatusBytes(std::string_view field) {
+  const int64_t kib = ProcStatusKib(0, field);
+  return kib > 0 ? static_cast<size_t>(kib) * 1024 : 0;
 }
 
 int32_t Argmax(const std::vector<float>& logits) {
@@ -50,7 +41,7 @@ absl::StatusOr<ColdStartReport> RunColdStart(const ColdStartOptions& options) {
   }
   ColdStartReport r;
   r.dtype = options.dtype;
-  r.start_rss_bytes = ProcStatusBytes("VmRSS:");
+  r.start_rss_bytes = ProcStatusBytes("VmRSS");
   const auto start = std::chrono::steady_clock::now();
   SCD_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, LoadModel(options.model_dir));
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
@@ -82,7 +73,7 @@ absl::StatusOr<ColdStartReport> RunColdStart(const ColdStartOptions& options) {
   }
   r.decode_tokens = options.decode_tokens;
   r.decode_tokens_per_s = options.decode_tokens / SecondsSince(decode_start);
-  r.peak_rss_bytes = ProcStatusBytes("VmHWM:");
+  r.peak_rss_bytes = ProcStatusBytes("VmHWM");
   return r;
 }
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/proc_status.h"
 #include "common/rpc/decode_registry.h"
 #include "common/rpc/etcd_client.h"
 #include "common/rpc/etcd_registry.h"
@@ -47,14 +48,7 @@ double CpuSeconds(pid_t pid) {
   return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-double RssMib(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  }
-  return 0;
-}
+double RssMib(pid_t pid) { return std::max<int64_t>(0, ProcStatusKib(pid, "VmRSS")) / 1024.0; }
 
 std::unique_ptr<rpc::EtcdClient> Client(const std::string& endpoints) {
   rpc::EtcdOptions o;

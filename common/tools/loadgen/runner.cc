@@ -6,7 +6,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <ctime>
-#include <fstream>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -15,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/proc_status.h"
 #include "common/base/random.h"
 #include "common/tools/loadgen/arrivals.h"
 #include "common/tools/loadgen/elastic_thread_pool.h"
@@ -314,21 +314,7 @@ std::string FormatProgress(const Progress& p) {
   return line;
 }
 
-int64_t ReadRssKib(int pid) {
-  std::ifstream status(pid == 0 ? std::string("/proc/self/status")
-                                : absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) != 0) continue;
-    std::string digits;
-    for (char c : line) {
-      if (c >= '0' && c <= '9') digits += c;
-    }
-    int64_t kib = 0;
-    return absl::SimpleAtoi(digits, &kib) ? kib : -1;
-  }
-  return -1;
-}
+int64_t ReadRssKib(int pid) { return ProcStatusKib(pid, "VmRSS"); }
 
 absl::Status ValidateLoadOptions(const LoadOptions& o) {
   auto bad = [](const std::string& message) { return absl::InvalidArgumentError(message); };
