@@ -10,6 +10,7 @@
 #include "common/base/float16.h"
 #include "common/model/weight_layout.h"
 #include "tests/model/tiny_config.h"
+#include "tests/model/model_dirs.h"
 #include "tests/test_support.h"
 
 namespace scd {
@@ -21,24 +22,14 @@ bool Contains(const absl::Status& status, const std::string& text) {
   return std::string(status.message()).find(text) != std::string::npos;
 }
 
-std::string NewDir() {
-  const std::string dir = testing::TempDir();
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::shared_ptr<const Model> Load(const std::string& dir) {
-  auto model = LoadModel(dir);
-  INFO(model.status().message());
-  REQUIRE(model.ok());
-  return *model;
-}
+using testing::LoadOrFail;
+using testing::NewModelDir;
 
 TEST_CASE("A two-shard checkpoint loads like the unsharded one", "[cpu]") {
   const ModelConfig config = testing::TinyConfig(Architecture::kLlama);
   auto synthetic = MakeSyntheticModel(config, 17);
   REQUIRE(synthetic != nullptr);
-  const std::string single = NewDir(), sharded = NewDir();
+  const std::string single = NewModelDir(), sharded = NewModelDir();
   REQUIRE(SaveModel(config, synthetic->weights, single).ok());
   REQUIRE(SaveModel(config, synthetic->weights, sharded, {DType::kF32, 2}).ok());
 
@@ -58,7 +49,7 @@ TEST_CASE("A two-shard checkpoint loads like the unsharded one", "[cpu]") {
   REQUIRE((*checkpoint)->Find("lm_head.weight", &owner) != nullptr);
   CHECK(owner->path() == (fs::path(sharded) / "model-00002-of-00002.safetensors").string());
 
-  auto a = Load(single), b = Load(sharded);
+  auto a = LoadOrFail(single), b = LoadOrFail(sharded);
   CHECK(a->digest() == b->digest());
   CHECK(a->digest() == synthetic->digest());  // F32 round trip is exact
   CHECK(b->weights.layers[2].w_down == synthetic->weights.layers[2].w_down);
@@ -73,9 +64,9 @@ TEST_CASE("Every architecture round trips through SaveModel", "[cpu]") {
       INFO(ArchitectureName(arch) << " tied=" << tied);
       const ModelConfig config = testing::TinyConfig(arch, tied);
       auto synthetic = MakeSyntheticModel(config, 5);
-      const std::string dir = NewDir();
+      const std::string dir = NewModelDir();
       REQUIRE(SaveModel(config, synthetic->weights, dir, {DType::kF32, 3}).ok());
-      auto loaded = Load(dir);
+      auto loaded = LoadOrFail(dir);
       CHECK(loaded->digest() == synthetic->digest());
       CHECK(loaded->config.arch == arch);
       CHECK(loaded->config.qkv_bias == (arch == Architecture::kQwen2));
@@ -93,9 +84,9 @@ TEST_CASE("F16 and BF16 checkpoints widen exactly to the rounded values", "[cpu]
   const ModelConfig config = testing::TinyConfig();
   auto synthetic = MakeSyntheticModel(config, 8, 0.5f);
   for (DType dtype : {DType::kF16, DType::kBF16}) {
-    const std::string dir = NewDir();
+    const std::string dir = NewModelDir();
     REQUIRE(SaveModel(config, synthetic->weights, dir, {dtype, 2}).ok());
-    auto loaded = Load(dir);
+    auto loaded = LoadOrFail(dir);
     const WeightBuffer& original = synthetic->weights.layers[0].wq;
     const WeightBuffer& widened = loaded->weights.layers[0].wq;
     REQUIRE(widened.size() == original.size());
@@ -112,7 +103,7 @@ TEST_CASE("F16 and BF16 checkpoints widen exactly to the rounded values", "[cpu]
 TEST_CASE("Sharded index errors name the index, shard and tensor", "[cpu]") {
   const ModelConfig config = testing::TinyConfig();
   auto synthetic = MakeSyntheticModel(config, 1);
-  const std::string dir = NewDir();
+  const std::string dir = NewModelDir();
   REQUIRE(SaveModel(config, synthetic->weights, dir, {DType::kF32, 2}).ok());
   const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
   const std::string index = testing::ReadFileOrFail(index_path);
@@ -176,7 +167,7 @@ TEST_CASE("Sharded index errors name the index, shard and tensor", "[cpu]") {
 }
 
 TEST_CASE("A directory without weights is NotFound naming both candidates", "[cpu]") {
-  const std::string dir = NewDir();
+  const std::string dir = NewModelDir();
   auto checkpoint = SafetensorsCheckpoint::Open(dir);
   REQUIRE(!checkpoint.ok());
   CHECK(absl::IsNotFound(checkpoint.status()));
@@ -189,10 +180,10 @@ TEST_CASE("SaveModel rejects weights that do not match the config", "[cpu]") {
   auto synthetic = MakeSyntheticModel(config, 1);
   ModelWeights weights = synthetic->weights;
   weights.layers[1].wv.pop_back();
-  absl::Status status = SaveModel(config, weights, NewDir());
+  absl::Status status = SaveModel(config, weights, NewModelDir());
   CHECK(absl::IsInvalidArgument(status));
   CHECK(Contains(status, "model.layers.1.self_attn.v_proj.weight"));
-  CHECK(!SaveModel(config, synthetic->weights, NewDir(), {DType::kF32, 0}).ok());
+  CHECK(!SaveModel(config, synthetic->weights, NewModelDir(), {DType::kF32, 0}).ok());
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "common/model/weight_buffer.h"
 #include "common/model/weight_layout.h"
 #include "tests/model/tiny_config.h"
+#include "tests/model/model_dirs.h"
 #include "tests/test_support.h"
 
 namespace scd {
@@ -24,18 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string NewDir() {
-  const std::string dir = testing::TempDir();
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::shared_ptr<const Model> Load(const std::string& dir) {
-  auto model = LoadModel(dir);
-  INFO(model.status().message());
-  REQUIRE(model.ok());
-  return *model;
-}
+using testing::LoadOrFail;
+using testing::NewModelDir;
 
 // Large enough that the feed-forward matrices span many whole pages.
 ModelConfig PageSizedConfig() {
@@ -70,7 +61,7 @@ TEST_CASE("A saved F32 checkpoint loads as views of the file, equal to what was 
   const ModelConfig config = testing::TinyConfig(Architecture::kQwen2);  // biases too
   auto synthetic = MakeSyntheticModel(config, 5);
   REQUIRE(synthetic != nullptr);
-  const std::string dir = NewDir();
+  const std::string dir = NewModelDir();
   REQUIRE(SaveModel(config, synthetic->weights, dir).ok());
 
   // The data region starts on a 64-byte boundary, so every F32 tensor is aligned.
@@ -79,7 +70,7 @@ TEST_CASE("A saved F32 checkpoint loads as views of the file, equal to what was 
   std::memcpy(&header_len, bytes.data(), 8);
   CHECK((8 + header_len) % 64 == 0);
 
-  auto loaded = Load(dir);
+  auto loaded = LoadOrFail(dir);
   for (const WeightEntry& entry : WeightLayout(config)) {
     INFO(entry.name);
     const WeightBuffer& data = WeightData(loaded->weights, entry);
@@ -95,9 +86,9 @@ TEST_CASE("F16 and misaligned F32 tensors still load, as owned copies", "[cpu]")
   REQUIRE(synthetic != nullptr);
 
   SECTION("F16 is widened into owned floats") {
-    const std::string dir = NewDir();
+    const std::string dir = NewModelDir();
     REQUIRE(SaveModel(config, synthetic->weights, dir, {DType::kF16, 1}).ok());
-    auto loaded = Load(dir);
+    auto loaded = LoadOrFail(dir);
     const WeightBuffer& wq = loaded->weights.layers[0].wq;
     CHECK_FALSE(wq.is_mapped());
     REQUIRE(wq.size() == synthetic->weights.layers[0].wq.size());
@@ -105,7 +96,7 @@ TEST_CASE("F16 and misaligned F32 tensors still load, as owned copies", "[cpu]")
   }
 
   SECTION("an F32 data region that starts off a 4-byte boundary is copied") {
-    const std::string dir = NewDir();
+    const std::string dir = NewModelDir();
     REQUIRE(SaveModel(config, synthetic->weights, dir).ok());
     // One more space in the header shifts every tensor by one byte.
     const std::string path = dir + "/" + kSafetensorsFileName;
@@ -117,7 +108,7 @@ TEST_CASE("F16 and misaligned F32 tensors still load, as owned copies", "[cpu]")
     std::memcpy(bytes.data(), &header_len, 8);
     REQUIRE(WriteFileAtomically(path, bytes).ok());
 
-    auto loaded = Load(dir);
+    auto loaded = LoadOrFail(dir);
     for (const WeightEntry& entry : WeightLayout(config)) {
       INFO(entry.name);
       const WeightBuffer& data = WeightData(loaded->weights, entry);
@@ -132,11 +123,11 @@ TEST_CASE("Writing to a loaded model's weights copies them first", "[cpu]") {
   const ModelConfig config = testing::TinyConfig();
   auto synthetic = MakeSyntheticModel(config, 7);
   REQUIRE(synthetic != nullptr);
-  const std::string dir = NewDir();
+  const std::string dir = NewModelDir();
   REQUIRE(SaveModel(config, synthetic->weights, dir).ok());
   const std::string path = dir + "/" + kSafetensorsFileName;
   const std::string file_before = testing::ReadFileOrFail(path);
-  auto loaded = Load(dir);
+  auto loaded = LoadOrFail(dir);
   const WeightBuffer& original = loaded->weights.layers[1].wk;
   const std::vector<float> values(original.begin(), original.end());
 
@@ -159,7 +150,7 @@ TEST_CASE("Writing to a loaded model's weights copies them first", "[cpu]") {
   CHECK(loaded->weights.final_norm == synthetic->weights.final_norm);
   CHECK(loaded->weights.layers[0].w_up == synthetic->weights.layers[0].w_up);
   CHECK(testing::ReadFileOrFail(path) == file_before);
-  CHECK(Load(dir)->digest() == synthetic->digest());
+  CHECK(LoadOrFail(dir)->digest() == synthetic->digest());
 }
 
 TEST_CASE("WeightBuffer behaves as a vector value", "[cpu]") {
@@ -180,7 +171,7 @@ TEST_CASE("WeightBuffer behaves as a vector value", "[cpu]") {
 }
 
 TEST_CASE("WeightBuffer::MapView rejects misaligned and out-of-file ranges", "[cpu]") {
-  const std::string path = NewDir() + "/floats.bin";
+  const std::string path = NewModelDir() + "/floats.bin";
   const std::vector<float> floats = {1.5f, -2.0f, 3.25f, 8.0f};
   REQUIRE(WriteFileAtomically(path, std::string_view(reinterpret_cast<const char*>(floats.data()),
                                                      floats.size() * sizeof(float)))
@@ -208,9 +199,9 @@ TEST_CASE("ReleasePages drops resident pages and the values stay readable", "[cp
   const ModelConfig config = PageSizedConfig();
   auto synthetic = MakeSyntheticModel(config, 8);
   REQUIRE(synthetic != nullptr);
-  const std::string dir = NewDir();
+  const std::string dir = NewModelDir();
   REQUIRE(SaveModel(config, synthetic->weights, dir).ok());
-  auto loaded = Load(dir);
+  auto loaded = LoadOrFail(dir);
   const std::vector<WeightEntry> layout = WeightLayout(config);
 
   size_t bytes = 0;
@@ -244,9 +235,9 @@ TEST_CASE("The digest of mapped weights equals that of the same weights in vecto
   const ModelConfig config = PageSizedConfig();
   auto synthetic = MakeSyntheticModel(config, 9);
   REQUIRE(synthetic != nullptr);
-  const std::string dir = NewDir();
+  const std::string dir = NewModelDir();
   REQUIRE(SaveModel(config, synthetic->weights, dir, {DType::kF32, 2}).ok());
-  auto loaded = Load(dir);
+  auto loaded = LoadOrFail(dir);
   REQUIRE(loaded->weights.layers[2].w_down.is_mapped());
   const ModelWeights owned = OwnedCopy(config, loaded->weights);
   REQUIRE_FALSE(owned.layers[2].w_down.is_mapped());
@@ -269,7 +260,7 @@ TEST_CASE("A truncated checkpoint is a clear error, not a crash", "[cpu]") {
   const ModelConfig config = testing::TinyConfig();
   auto synthetic = MakeSyntheticModel(config, 10);
   REQUIRE(synthetic != nullptr);
-  const std::string dir = NewDir();
+  const std::string dir = NewModelDir();
   REQUIRE(SaveModel(config, synthetic->weights, dir).ok());
   const std::string path = dir + "/" + kSafetensorsFileName;
   fs::resize_file(path, fs::file_size(path) - 100);

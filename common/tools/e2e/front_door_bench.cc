@@ -43,15 +43,8 @@ absl::StatusOr<cluster::LocalPair> StartPair(const FrontDoorBenchOptions& o) {
 }
 
 loadgen::LoadOptions BaseLoad(const FrontDoorBenchOptions& o, int http_port) {
-  loadgen::LoadOptions load;
-  load.client.target.base = absl::StrCat("http://127.0.0.1:", http_port);
-  load.client.timeout_s = 120;
-  load.body.api = loadgen::Api::kCompletions;
-  load.body.model = o.specialist_name;
-  load.body.max_tokens = o.max_tokens;
-  load.body.extra_body = {{"temperature", 0}};
-  load.progress_period_s = 10;
-  load.seed = 1;
+  loadgen::LoadOptions load =
+      loadgen::GreedyCompletionLoad(http_port, o.specialist_name, o.max_tokens);
   return load;
 }
 

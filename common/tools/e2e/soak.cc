@@ -50,16 +50,9 @@ absl::Status StartCluster(const SoakOptions& o, SoakCluster& c) {
 }
 
 loadgen::LoadOptions BaseLoad(const SoakOptions& o, int http_port) {
-  loadgen::LoadOptions load;
-  load.client.target.base = absl::StrCat("http://127.0.0.1:", http_port);
-  load.client.timeout_s = 120;
-  load.body.api = loadgen::Api::kCompletions;
-  load.body.model = o.specialist_name;
-  load.body.max_tokens = o.max_tokens;
-  load.body.extra_body = {{"temperature", 0}};
+  loadgen::LoadOptions load =
+      loadgen::GreedyCompletionLoad(http_port, o.specialist_name, o.max_tokens);
   load.interval_s = o.interval_s;
-  load.progress_period_s = 10;
-  load.seed = 1;
   return load;
 }
 

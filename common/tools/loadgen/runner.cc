@@ -316,6 +316,19 @@ std::string FormatProgress(const Progress& p) {
 
 int64_t ReadRssKib(int pid) { return ProcStatusKib(pid, "VmRSS"); }
 
+LoadOptions GreedyCompletionLoad(int http_port, const std::string& model, int max_tokens) {
+  LoadOptions load;
+  load.client.target.base = absl::StrCat("http://127.0.0.1:", http_port);
+  load.client.timeout_s = 120;
+  load.body.api = Api::kCompletions;
+  load.body.model = model;
+  load.body.max_tokens = max_tokens;
+  load.body.extra_body = {{"temperature", 0}};
+  load.progress_period_s = 10;
+  load.seed = 1;
+  return load;
+}
+
 absl::Status ValidateLoadOptions(const LoadOptions& o) {
   auto bad = [](const std::string& message) { return absl::InvalidArgumentError(message); };
   const bool open = o.rate > 0;

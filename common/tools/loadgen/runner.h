@@ -100,6 +100,11 @@ struct RunResult {
 // VmRSS of `pid` in KiB (pid 0: this process); -1 when it cannot be read.
 int64_t ReadRssKib(int pid);
 
+// The load the end-to-end drivers (soak, front-door bench) put on a local pair: greedy
+// streaming completions of `max_tokens` for `model` at http://127.0.0.1:`http_port`, a 120-s
+// client timeout, progress every 10 s, seed 1. Rates and durations are the caller's.
+LoadOptions GreedyCompletionLoad(int http_port, const std::string& model, int max_tokens);
+
 // Runs the warm-up and the measured phase. Errors are configuration errors only; request
 // failures are outcomes in the records. `on_progress` (may be empty) runs on the monitor
 // thread.
