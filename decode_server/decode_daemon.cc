@@ -207,10 +207,11 @@ absl::Status DecodeDaemon::Register(absl::Status* register_error) {
   co.instance.data_plane_address = data_plane_address_;
   co.instance.rpc_address = rpc_address_;
   if (c.registry.etcd()) return Announce(co.instance, register_error);
-  co.load_report = [this]() {
+  co.load_report = [this, max_batch = c.engine.max_batch]() {
     rpc::LoadReport r;
     r.active_requests = engine_->running();
     r.queue_depth = engine_->queued();
+    r.batch_slots = max_batch;
     return r;
   };
   SCD_ASSIGN_OR_RETURN(control_, rpc::ControlPlaneClient::Create(co));
@@ -234,10 +235,12 @@ absl::Status DecodeDaemon::Announce(const rpc::DecodeInstanceInfo& instance,
   etcd_metrics_ = std::make_unique<rpc::EtcdMetrics>(&metrics_);
   rpc::EtcdAnnouncerOptions ao;
   ao.key = rpc::EtcdDecodeKey(c.registry.etcd_prefix, c.model_name, c.instance_id);
-  ao.value = [this, instance, token = c.control_plane.cluster_token]() {
+  ao.value = [this, instance, token = c.control_plane.cluster_token,
+              max_batch = c.engine.max_batch]() {
     rpc::LoadReport load;
     load.active_requests = engine_->running();
     load.queue_depth = engine_->queued();
+    load.batch_slots = max_batch;
     return rpc::EncodeDecodeAnnouncement(instance, load, token);
   };
   ao.lease = c.lease;

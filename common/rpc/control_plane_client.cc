@@ -174,6 +174,7 @@ absl::StatusOr<bool> ControlPlaneClient::HeartbeatOnce() {
     const LoadReport load = options_.load_report();
     request.set_active_requests(load.active_requests);
     request.set_queue_depth(load.queue_depth);
+    request.set_batch_slots(load.batch_slots);
   }
   scd::v1::HeartbeatResponse response;
   grpc::ClientContext context;

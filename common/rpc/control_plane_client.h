@@ -30,12 +30,6 @@
 
 namespace scd::rpc {
 
-// What a heartbeat reports.
-struct LoadReport {
-  int active_requests = 0;
-  int queue_depth = 0;
-};
-
 struct ControlPlaneClientOptions {
   // The control plane's "host:port".
   std::string target;

@@ -69,7 +69,8 @@ grpc::Status ControlPlaneService::Heartbeat(grpc::ServerContext* context,
   if (grpc::Status admitted = Admit(*context); !admitted.ok()) return admitted;
   absl::StatusOr<bool> known =
       registry_->Heartbeat(request->instance_id(), request->cluster_token(),
-                           request->active_requests(), request->queue_depth());
+                           LoadReport{request->active_requests(), request->queue_depth(),
+                                      request->batch_slots()});
   if (!known.ok()) return Refuse(*context, known.status(), request->instance_id());
   response->set_ok(*known);
   response->set_reregister(!*known);

@@ -175,7 +175,7 @@ absl::StatusOr<RegisterOutcome> DecodeRegistry::Register(const DecodeInstanceInf
 
 absl::StatusOr<bool> DecodeRegistry::Heartbeat(const std::string& instance_id,
                                                const std::string& cluster_token,
-                                               int active_requests, int queue_depth) {
+                                               const LoadReport& load) {
   if (!TokenMatches(cluster_token)) {
     return absl::PermissionDeniedError(
         absl::StrCat("heartbeat from '", instance_id, "' refused: cluster token does not match"));
@@ -187,10 +187,14 @@ absl::StatusOr<bool> DecodeRegistry::Heartbeat(const std::string& instance_id,
   if (it == instances_.end()) return false;
   Entry& entry = it->second;
   entry.last_heartbeat = now;
-  entry.reported_active = std::max(0, active_requests);
-  entry.reported_queue_depth = std::max(0, queue_depth);
+  entry.reported_active = std::max(0, load.active_requests);
+  entry.reported_queue_depth = std::max(0, load.queue_depth);
   entry.in_flight_at_report = entry.in_flight;
-  if (entry.reported_queue_depth > 0) {
+  // A queue beside free slots is no sign of full ones: a request waits for the next step to
+  // join the batch. The inference serves instances that do not report their slots.
+  if (load.batch_slots > 0) {
+    entry.full_slots = load.batch_slots;
+  } else if (entry.reported_queue_depth > 0) {
     entry.full_slots = std::max(entry.full_slots, entry.reported_active);
   }
   return true;

@@ -53,12 +53,19 @@ struct DecodeInstanceStatus {
   int reported_active = 0;       // from the last heartbeat
   int reported_queue_depth = 0;  // from the last heartbeat
   int load = 0;                  // what Pick weighs: in_flight + the reported requests not ours
-  // The most requests it reported running while it also reported a queue: its batch slots,
-  // once seen full. 0: never seen full.
+  // Its batch slots: as it reports them, or else the most requests it reported running while
+  // it also reported a queue (once seen full). 0: unknown.
   int full_slots = 0;
   absl::Time registered_at;
   absl::Time last_heartbeat;
   bool quarantined = false;  // MarkFailed and the quarantine has not ended
+};
+
+// What a decode instance reports in each heartbeat (mirrors scd.v1.HeartbeatRequest).
+struct LoadReport {
+  int active_requests = 0;  // decoding now, from any router
+  int queue_depth = 0;      // accepted, waiting for a batch slot
+  int batch_slots = 0;      // the sequences one decode step can run; 0: not reported
 };
 
 struct RegisterOutcome {
@@ -142,7 +149,7 @@ class DecodeRegistry {
   // Renews the lease and records the reported load. False (not an error) when the instance
   // is unknown: it must register again. PermissionDenied for a wrong token.
   absl::StatusOr<bool> Heartbeat(const std::string& instance_id, const std::string& cluster_token,
-                                 int active_requests, int queue_depth);
+                                 const LoadReport& load);
 
   // Removes the instance. False when it was not registered. PermissionDenied for a wrong
   // token.

@@ -89,6 +89,7 @@ std::string EncodeDecodeAnnouncement(const DecodeInstanceInfo& info, const LoadR
             {"data_plane_address", info.data_plane_address},
             {"active_requests", load.active_requests},
             {"queue_depth", load.queue_depth},
+            {"batch_slots", load.batch_slots},
             {"mac", HmacSha256Hex(cluster_token, IdentityText(info))}};
   return j.dump();
 }
@@ -118,6 +119,10 @@ absl::StatusOr<DecodeAnnouncement> ParseDecodeAnnouncement(std::string_view valu
       !num("active_requests", &a.load.active_requests) ||
       !num("queue_depth", &a.load.queue_depth) || !str("mac", &mac)) {
     return absl::InvalidArgumentError("the announcement lacks a field or has one of the wrong type");
+  }
+  // Optional: announcements that do not report their batch slots leave them to be inferred.
+  if (j.contains("batch_slots") && !num("batch_slots", &a.load.batch_slots)) {
+    return absl::InvalidArgumentError("the announcement's batch_slots is not an integer");
   }
   if (!cluster_token.empty() &&
       !ConstantTimeEqual(mac, HmacSha256Hex(cluster_token, IdentityText(i)))) {
@@ -454,8 +459,8 @@ bool EtcdDecodeMembership::Apply(const std::string& key, const std::string& valu
                                       {"rpc_address", a->info.rpc_address},
                                       {"registry", "etcd"}});
   }
-  absl::StatusOr<bool> known = registry_->Heartbeat(a->info.instance_id, options_.cluster_token,
-                                                   a->load.active_requests, a->load.queue_depth);
+  absl::StatusOr<bool> known =
+      registry_->Heartbeat(a->info.instance_id, options_.cluster_token, a->load);
   if (known.ok() && !*known) {  // dropped meanwhile (a digest change): admit again
     admitted_.erase(key);
     return Apply(key, value, revision);

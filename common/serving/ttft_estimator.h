@@ -22,17 +22,17 @@
 //
 // What is measured: s_p from every request's producer stage, D and f (exponentially weighted
 // means, `weight` on the newest sample) from every completed request, per model; B per decode
-// daemon, by the registry, as the most requests it reported running while it also reported a
-// queue — the moment its slots were all taken. A daemon never seen full has a slot for the
-// request, as far as anything measured says: until every daemon of the model has been seen
-// full, and until a stage has a sample, that stage adds nothing (a cold daemon admits
-// everything, and learns its decode slots at the first load report that finds them full).
+// daemon as it reports its batch slots at heartbeats, or else, by the registry, as the most
+// requests it reported running while it also reported a queue. A daemon of unknown slots has
+// a slot for the request, as far as anything measured says: until every daemon of the model
+// has known slots, and until a stage has a sample, that stage adds nothing (a cold daemon
+// admits everything).
 //
 // How it errs on the side of waiting longer (so that admitted requests keep their promise):
 // a prefill in progress counts as a whole one; every admitted request ahead counts in both
 // queues, as if it reached the decode daemons at once (completions during this request's
-// own producer wait are credited only through the max); a decode daemon's slots are the most
-// it was seen running when full, never more. The HTTP, encode and transfer times around the
+// own producer wait are credited only through the max); an inferred count of slots is the
+// most seen running when full, never more. The HTTP, encode and transfer times around the
 // queues are left to the margin.
 //
 // Thread-safe.
@@ -51,7 +51,7 @@ namespace scd {
 // One live decode daemon of the model, as the router sees it.
 struct DecodeQueueView {
   int load = 0;   // requests it holds now, running and queued
-  int slots = 0;  // the most it was seen running when full; 0: never seen full
+  int slots = 0;  // its batch slots (DecodeInstanceStatus::full_slots); 0: unknown
 };
 
 // The queues in front of a new request (not counting it).

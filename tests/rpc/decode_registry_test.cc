@@ -65,7 +65,7 @@ TEST_CASE("Registry refuses a wrong cluster token with a reason", "[cpu]") {
   REQUIRE(outcome.status().code() == absl::StatusCode::kPermissionDenied);
   CHECK_THAT(std::string(outcome.status().message()), Catch::Contains("cluster token"));
   CHECK(registry->Instances().empty());
-  CHECK(registry->Heartbeat("a", "wrong", 0, 0).status().code() ==
+  CHECK(registry->Heartbeat("a", "wrong", {0, 0}).status().code() ==
         absl::StatusCode::kPermissionDenied);
   CHECK(registry->Deregister("a", "").status().code() == absl::StatusCode::kPermissionDenied);
 }
@@ -153,7 +153,7 @@ TEST_CASE("Lease expiry removes a silent instance and Pick routes around it", "[
   // Only "a" keeps heartbeating; 600 ms > the 500 ms lease.
   for (int i = 0; i < 6; ++i) {
     clock.Advance(absl::Milliseconds(100));
-    REQUIRE(*registry->Heartbeat("a", kToken, 0, 0));
+    REQUIRE(*registry->Heartbeat("a", kToken, {0, 0}));
   }
   std::vector<DecodeInstanceStatus> instances = registry->Instances();
   REQUIRE(instances.size() == 1);
@@ -161,7 +161,7 @@ TEST_CASE("Lease expiry removes a silent instance and Pick routes around it", "[
   for (int i = 0; i < 5; ++i) CHECK(PickId(*registry) == "a");
 
   // The expired instance is told to register again, and then routes again.
-  CHECK_FALSE(*registry->Heartbeat("b", kToken, 0, 0));
+  CHECK_FALSE(*registry->Heartbeat("b", kToken, {0, 0}));
   REQUIRE(registry->Register(MakeInstance("b"), kToken).ok());
   CHECK(registry->LiveInstanceCount(kModel) == 2);
 
@@ -183,13 +183,13 @@ TEST_CASE("MarkFailed routes around an instance until its quarantine ends", "[cp
 
   // Heartbeats alone do not lift the quarantine early...
   clock.Advance(absl::Milliseconds(300));
-  REQUIRE(*registry->Heartbeat("a", kToken, 0, 0));
-  REQUIRE(*registry->Heartbeat("b", kToken, 0, 0));
+  REQUIRE(*registry->Heartbeat("a", kToken, {0, 0}));
+  REQUIRE(*registry->Heartbeat("b", kToken, {0, 0}));
   CHECK(PickId(*registry) == "b");
   // ...but its end does.
   clock.Advance(absl::Milliseconds(300));
-  REQUIRE(*registry->Heartbeat("a", kToken, 0, 0));
-  REQUIRE(*registry->Heartbeat("b", kToken, 0, 0));
+  REQUIRE(*registry->Heartbeat("a", kToken, {0, 0}));
+  REQUIRE(*registry->Heartbeat("b", kToken, {0, 0}));
   std::map<std::string, int> seen;
   for (int i = 0; i < 4; ++i) ++seen[PickId(*registry)];
   CHECK(seen["a"] == 2);
@@ -246,11 +246,11 @@ TEST_CASE("Pick chooses the least loaded instance, ties round-robin", "[cpu]") {
   // 2 busy); with 3 busy on c, a wins.
   REQUIRE(registry->Register(MakeInstance("c", 8), kToken).ok());
   REQUIRE(*registry->Deregister("b", kToken));
-  REQUIRE(*registry->Heartbeat("a", kToken, 2, 0));  // 2/4
-  REQUIRE(*registry->Heartbeat("c", kToken, 1, 1));  // 2/8
+  REQUIRE(*registry->Heartbeat("a", kToken, {2, 0}));  // 2/4
+  REQUIRE(*registry->Heartbeat("c", kToken, {1, 1}));  // 2/8
   CHECK(PickId(*registry) == "c");
-  REQUIRE(*registry->Heartbeat("a", kToken, 1, 0));  // 1/4
-  REQUIRE(*registry->Heartbeat("c", kToken, 3, 0));  // 3/8
+  REQUIRE(*registry->Heartbeat("a", kToken, {1, 0}));  // 1/4
+  REQUIRE(*registry->Heartbeat("c", kToken, {3, 0}));  // 3/8
   CHECK(PickId(*registry) == "a");
 }
 
@@ -263,8 +263,8 @@ TEST_CASE("Reported load from other routers counts, our own is not counted twice
   REQUIRE(ours.ok());
   REQUIRE(ours->route().instance_id == "a");
   // "a" reports 1 active (ours), "b" reports 2 active (someone else's).
-  REQUIRE(*registry->Heartbeat("a", kToken, 1, 0));
-  REQUIRE(*registry->Heartbeat("b", kToken, 2, 0));
+  REQUIRE(*registry->Heartbeat("a", kToken, {1, 0}));
+  REQUIRE(*registry->Heartbeat("b", kToken, {2, 0}));
   CHECK(PickId(*registry) == "a");  // a: 1, b: 2
   // Instances() shows the same loads that Pick weighs (admission reads them there).
   CHECK(registry->Instances().at(0).load == 1);
@@ -280,14 +280,27 @@ TEST_CASE("Batch slots are the most running reported beside a queue", "[cpu]") {
   auto registry = MakeRegistry(&clock);
   REQUIRE(registry->Register(MakeInstance("a", 64), kToken).ok());
   auto full_slots = [&] { return registry->Instances().at(0).full_slots; };
-  REQUIRE(*registry->Heartbeat("a", kToken, 6, 0));  // room to spare: slots unknown
+  REQUIRE(*registry->Heartbeat("a", kToken, {6, 0}));  // room to spare: slots unknown
   CHECK(full_slots() == 0);
-  REQUIRE(*registry->Heartbeat("a", kToken, 8, 3));  // full at 8
+  REQUIRE(*registry->Heartbeat("a", kToken, {8, 3}));  // full at 8
   CHECK(full_slots() == 8);
-  REQUIRE(*registry->Heartbeat("a", kToken, 2, 0));  // emptier later: still 8
+  REQUIRE(*registry->Heartbeat("a", kToken, {2, 0}));  // emptier later: still 8
   CHECK(full_slots() == 8);
-  REQUIRE(*registry->Heartbeat("a", kToken, 7, 1));  // full at 7 (less memory): the most stays
+  REQUIRE(*registry->Heartbeat("a", kToken, {7, 1}));  // full at 7 (less memory): the most stays
   CHECK(full_slots() == 8);
+}
+
+TEST_CASE("Reported batch slots are taken as they are, a queue beside them notwithstanding",
+          "[cpu]") {
+  FakeClock clock;
+  auto registry = MakeRegistry(&clock);
+  REQUIRE(registry->Register(MakeInstance("a", 64), kToken).ok());
+  auto full_slots = [&] { return registry->Instances().at(0).full_slots; };
+  // One running and one waiting for the next step to join: eight slots, not one.
+  REQUIRE(*registry->Heartbeat("a", kToken, {1, 1, 8}));
+  CHECK(full_slots() == 8);
+  REQUIRE(*registry->Heartbeat("a", kToken, {0, 0, 4}));  // reconfigured: the new number
+  CHECK(full_slots() == 4);
 }
 
 TEST_CASE("A lease from an expired registration does not touch its successor", "[cpu]") {
@@ -335,7 +348,7 @@ TEST_CASE("Registry is safe under concurrent register, heartbeat, pick and relea
       const std::string id = "inst-" + std::to_string(t);
       for (int i = 0; i < kIterations; ++i) {
         if (!registry->Register(MakeInstance(id, 2), kToken).ok()) ++failures;
-        if (!registry->Heartbeat(id, kToken, i % 3, 0).ok()) ++failures;
+        if (!registry->Heartbeat(id, kToken, {i % 3, 0}).ok()) ++failures;
         absl::StatusOr<DecodeLease> lease = registry->Pick(kModel);
         if (lease.ok()) ++picked;
         if (i % 50 == 0) registry->MarkFailed(id);

@@ -10,6 +10,7 @@
 #include "common/rpc/etcd_client.h"
 #include "common/rpc/etcd_registry.h"
 #include "common/tools/cluster/etcd_cluster.h"
+#include "nlohmann/json.hpp"
 #include "tests/rpc/rpc_test_support.h"
 #include "tests/rpc/tls_fixtures.h"
 #include "tests/test_support.h"
@@ -71,12 +72,22 @@ TEST_CASE("etcd endpoints are parsed and checked", "[cpu]") {
 }
 
 TEST_CASE("announcements carry a MAC of the cluster token", "[cpu]") {
-  const std::string v = EncodeDecodeAnnouncement(Instance("d1"), {2, 1}, "secret");
+  const std::string v = EncodeDecodeAnnouncement(Instance("d1"), {2, 1, 8}, "secret");
   absl::StatusOr<DecodeAnnouncement> a = ParseDecodeAnnouncement(v, "secret");
   REQUIRE(a.ok());
   CHECK(a->info.instance_id == "d1");
   CHECK(a->info.capacity == 4);
   CHECK(a->load.active_requests == 2);
+  CHECK(a->load.batch_slots == 8);
+  // batch_slots is optional (0: inferred), but no other type.
+  nlohmann::json without = nlohmann::json::parse(v);
+  without.erase("batch_slots");
+  absl::StatusOr<DecodeAnnouncement> old = ParseDecodeAnnouncement(without.dump(), "secret");
+  REQUIRE(old.ok());
+  CHECK(old->load.batch_slots == 0);
+  without["batch_slots"] = "8";
+  CHECK(ParseDecodeAnnouncement(without.dump(), "secret").status().code() ==
+        absl::StatusCode::kInvalidArgument);
   CHECK(ParseDecodeAnnouncement(v, "other").status().code() == absl::StatusCode::kPermissionDenied);
   CHECK(ParseDecodeAnnouncement("{", "secret").status().code() == absl::StatusCode::kInvalidArgument);
   std::string forged = v;
