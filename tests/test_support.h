@@ -5,7 +5,15 @@
 
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace scd::testing {
+
+// A status's message, and whether it contains `text`.
+inline std::string StatusText(const absl::Status& status) { return std::string(status.message()); }
+inline bool StatusHas(const absl::Status& status, const std::string& text) {
+  return std::string(status.message()).find(text) != std::string::npos;
+}
 
 // Absolute path of `relative` under the shared fixtures directory: $SCD_SHARED_DIR when set,
 // else the one configured at build time (../shared beside the repo). Fails the current test

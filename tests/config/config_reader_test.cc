@@ -18,8 +18,6 @@ namespace {
 using Catch::Matchers::Contains;
 using nlohmann::json;
 
-std::string Message(const absl::Status& status) { return std::string(status.message()); }
-
 json Yaml(const std::string& text) {
   absl::StatusOr<json> parsed = ParseYaml(text, "test.yaml");
   REQUIRE(parsed.ok());
@@ -35,7 +33,7 @@ std::string ErrorFor(const json& value, Read read) {
   const absl::Status status = reader.Finish();
   REQUIRE_FALSE(status.ok());
   CHECK(absl::IsInvalidArgument(status));
-  return Message(status);
+  return testing::StatusText(status);
 }
 
 TEST_CASE("ConfigReader returns values, and defaults for missing or null keys", "[cpu]") {
@@ -142,7 +140,7 @@ TEST_CASE("ConfigReader required values", "[cpu]") {
   missing.RequiredString("name");
   missing.RequiredInt("port");
   missing.Child("http").RequiredDouble("ratio");
-  CHECK(Message(missing.Finish()) ==
+  CHECK(testing::StatusText(missing.Finish()) ==
         "config key 'name': required, but missing; config key 'port': required, but missing; "
         "config key 'http.ratio': required, but missing");
 }
@@ -166,7 +164,7 @@ models:
   reader.Int("max_tokens", 0);
   reader.Int("timeout", 0);
   for (ConfigReader& model : reader.ObjectList("models")) model.String("name", "");
-  CHECK(Message(reader.Finish()) ==
+  CHECK(testing::StatusText(reader.Finish()) ==
         "unknown config key 'Timeout' (did you mean 'timeout'?); "
         "unknown config key 'extra'; "
         "unknown config key 'max-tokens' (did you mean 'max_tokens'?); "
@@ -194,7 +192,7 @@ models:
     model.Int("layers", 1, 1, 1000);
   }
   CHECK(names == std::vector<std::string>{"small", "?", "?"});
-  CHECK(Message(reader.Finish()) ==
+  CHECK(testing::StatusText(reader.Finish()) ==
         "config key 'models[2]': expected a mapping, got \"just a string\"; "
         "config key 'models[1].name': expected a string, got 3; "
         "config key 'models[1].layers': expected an integer in [1, 1000], got -1");
@@ -204,7 +202,7 @@ TEST_CASE("ConfigReader: top level, Raw, Has, Keys and AddError", "[cpu]") {
   const json not_object = json::array();
   ConfigReader bad(not_object);
   CHECK(bad.Int("x", 4) == 4);
-  CHECK(Message(bad.Finish()) == "config: the top level must be a mapping, got a list");
+  CHECK(testing::StatusText(bad.Finish()) == "config: the top level must be a mapping, got a list");
 
   const json config =
       Yaml("labels: {a: 1, b: [2]}\nports: {http: 80, grpc: 9000}\nmin: 5\nmax: 2\n");
@@ -219,7 +217,7 @@ TEST_CASE("ConfigReader: top level, Raw, Has, Keys and AddError", "[cpu]") {
   const int64_t min = reader.Int("min", 0);
   const int64_t max = reader.Int("max", 0);
   if (min > max) reader.AddError("min", "must not exceed 'max'");
-  CHECK(Message(reader.Finish()) == "config key 'min': must not exceed 'max'");
+  CHECK(testing::StatusText(reader.Finish()) == "config key 'min': must not exceed 'max'");
 }
 
 TEST_CASE("ConfigReader declares each key read: type, default, range, required", "[cpu]") {
@@ -247,7 +245,7 @@ TEST_CASE("ConfigReader declares each key read: type, default, range, required",
   CHECK(keys[4].path == "name");
   CHECK(keys[4].required);
   CHECK(keys[4].default_value.is_null());
-  CHECK(Message(reader.Finish()) == "config key 'name': is required (the model's name)");
+  CHECK(testing::StatusText(reader.Finish()) == "config key 'name': is required (the model's name)");
 }
 
 }  // namespace

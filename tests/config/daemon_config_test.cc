@@ -17,8 +17,6 @@ namespace {
 using Catch::Matchers::Contains;
 using nlohmann::json;
 
-std::string Message(const absl::Status& status) { return std::string(status.message()); }
-
 absl::StatusOr<DaemonCommandLine> Parse(std::vector<const char*> args) {
   args.insert(args.begin(), "scd-decode");
   return ParseDaemonCommandLine(static_cast<int>(args.size()), args.data());
@@ -28,7 +26,7 @@ std::string ParseError(std::vector<const char*> args) {
   absl::StatusOr<DaemonCommandLine> parsed = Parse(std::move(args));
   REQUIRE_FALSE(parsed.ok());
   CHECK(absl::IsInvalidArgument(parsed.status()));
-  return Message(parsed.status());
+  return testing::StatusText(parsed.status());
 }
 
 TEST_CASE("Daemon command line: --config, overrides in order, --set, bare flags", "[cpu]") {
@@ -93,7 +91,7 @@ TEST_CASE("SplitConfigKey normalizes dashes and bounds the depth", "[cpu]") {
   std::string deep = "k";
   for (int i = 1; i < 64; ++i) deep += ".k";
   CHECK(SplitConfigKey(deep).ok());
-  CHECK_THAT(Message(SplitConfigKey(deep + ".k").status()), Contains("more than 64 parts"));
+  CHECK_THAT(testing::StatusText(SplitConfigKey(deep + ".k").status()), Contains("more than 64 parts"));
 }
 
 TEST_CASE("ApplyOverride types values as YAML and creates intermediate mappings", "[cpu]") {
@@ -132,26 +130,26 @@ TEST_CASE("ApplyOverride types values as YAML and creates intermediate mappings"
 TEST_CASE("ApplyOverride errors name the key", "[cpu]") {
   json config = json::parse(R"({"http": {"port": 80, "hosts": ["a"]}})");
   const json before = config;
-  CHECK(Message(ApplyOverride(&config, "http.port.max", "1")) ==
+  CHECK(testing::StatusText(ApplyOverride(&config, "http.port.max", "1")) ==
         "config override 'http.port.max': 'http.port' is an integer, not a mapping");
-  CHECK(Message(ApplyOverride(&config, "http.hosts.first", "1")) ==
+  CHECK(testing::StatusText(ApplyOverride(&config, "http.hosts.first", "1")) ==
         "config override 'http.hosts.first': 'http.hosts' is a list, not a mapping");
-  CHECK_THAT(Message(ApplyOverride(&config, "http.max-port", "[1, 2")),
+  CHECK_THAT(testing::StatusText(ApplyOverride(&config, "http.max-port", "[1, 2")),
              Contains("config override 'http.max_port': unterminated flow sequence"));
-  CHECK_THAT(Message(ApplyOverride(&config, "x", "'abc")),
+  CHECK_THAT(testing::StatusText(ApplyOverride(&config, "x", "'abc")),
              Contains("config override 'x': unterminated single-quoted string"));
-  CHECK_THAT(Message(ApplyOverride(&config, "x..y", "1")), Contains("empty part"));
+  CHECK_THAT(testing::StatusText(ApplyOverride(&config, "x..y", "1")), Contains("empty part"));
   CHECK(config == before);  // failed overrides change nothing
 
   json list = json::array();
-  CHECK_THAT(Message(ApplyOverride(&list, "a", "1")), Contains("the config is not a mapping"));
+  CHECK_THAT(testing::StatusText(ApplyOverride(&list, "a", "1")), Contains("the config is not a mapping"));
 
   // Depth: the key's levels count toward the limit together with the value's.
   std::string deep = "k";
   for (int i = 1; i < 63; ++i) deep += ".k";
   json deep_config = json::object();
   CHECK(ApplyOverride(&deep_config, deep, "[1]").ok());
-  CHECK_THAT(Message(ApplyOverride(&deep_config, deep, "[[1]]")), Contains("nesting deeper"));
+  CHECK_THAT(testing::StatusText(ApplyOverride(&deep_config, deep, "[[1]]")), Contains("nesting deeper"));
 }
 
 TEST_CASE("LoadDaemonConfig applies overrides over the file", "[cpu]") {
@@ -168,7 +166,7 @@ TEST_CASE("LoadDaemonConfig applies overrides over the file", "[cpu]") {
 
   absl::StatusOr<DaemonCommandLine> bad = Parse({config_flag.c_str(), "--http.port.x=1"});
   REQUIRE(bad.ok());
-  CHECK_THAT(Message(LoadDaemonConfig(*bad).status()), Contains("'http.port' is an integer"));
+  CHECK_THAT(testing::StatusText(LoadDaemonConfig(*bad).status()), Contains("'http.port' is an integer"));
 
   absl::StatusOr<DaemonCommandLine> missing = Parse({"--config", "/nonexistent/x.yaml"});
   REQUIRE(missing.ok());

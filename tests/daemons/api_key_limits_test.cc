@@ -34,7 +34,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kModel[] = "stories260K-babi-qa";
 constexpr char kKeyA[] = "sk-team-a-0123456789";    // max_concurrent 2
 constexpr char kKeyB[] = "sk-team-b-0123456789";    // max_concurrent 1
 constexpr char kKeyR[] = "sk-team-r-0123456789";    // burst 3 at 0.001 requests/s
@@ -52,11 +51,6 @@ std::string Body(int max_tokens, bool stream) {
 
 HttpResult Post(int port, const std::string& key, const std::string& body) {
   return HttpPost(port, "/v1/completions", body, {{"Authorization", "Bearer " + key}});
-}
-
-json ErrorOf(const std::string& body) {
-  const json j = json::parse(body, nullptr, false);
-  return j.is_object() && j.contains("error") ? j["error"] : json();
 }
 
 int Seconds(const std::string& text) {
@@ -86,16 +80,12 @@ std::string Limited(const std::string& key, const std::string& reason) {
   return absl::StrCat("scd_api_key_limited_total{key=\"", key, "\",reason=\"", reason, "\"}");
 }
 
-std::optional<double> Metric(int port, const std::string& series) {
-  return MetricValue(HttpGet(port, "/metrics").body, series);
-}
-
 // Polls /metrics until `series` reads `value` (up to 15 s): for a slot that a vanished client
 // gives back once the server notices, at its next write.
 bool WaitForMetric(int port, const std::string& series, double value) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   while (std::chrono::steady_clock::now() < until) {
-    if (Metric(port, series) == std::optional<double>(value)) return true;
+    if (ScrapeMetric(port, series) == std::optional<double>(value)) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
@@ -276,8 +266,8 @@ void CheckRate(const PrefillHandle& prefill) {
   CHECK(Post(port, kKeyA, Body(1, false)).status == 200);
   CHECK(Post(port, kLegacy, Body(1, false)).status == 200);
   CHECK(GrpcCall(prefill.grpc_address, kKeyB).status.ok());
-  CHECK(Metric(port, Limited("team-r", "rate")) == std::optional<double>(2));
-  CHECK(Metric(port, Limited("team-a", "rate")) == std::optional<double>(0));
+  CHECK(ScrapeMetric(port, Limited("team-r", "rate")) == std::optional<double>(2));
+  CHECK(ScrapeMetric(port, Limited("team-a", "rate")) == std::optional<double>(0));
 }
 
 // Unknown keys: 401 and UNAUTHENTICATED, as with one key.
@@ -317,12 +307,12 @@ void CheckAtConcurrencyLimit(int port, const std::string& grpc_address) {
 
 // Counted once per refusal, by key and reason; nothing else was limited.
 void CheckLimitCounts(int port) {
-  CHECK(Metric(port, Limited("team-a", "concurrency")) == std::optional<double>(5));
-  CHECK(Metric(port, Limited("team-b", "concurrency")) == std::optional<double>(1));
-  CHECK(Metric(port, Limited("team-r", "rate")) == std::optional<double>(2));
-  CHECK(Metric(port, Limited("default", "concurrency")) == std::optional<double>(0));
+  CHECK(ScrapeMetric(port, Limited("team-a", "concurrency")) == std::optional<double>(5));
+  CHECK(ScrapeMetric(port, Limited("team-b", "concurrency")) == std::optional<double>(1));
+  CHECK(ScrapeMetric(port, Limited("team-r", "rate")) == std::optional<double>(2));
+  CHECK(ScrapeMetric(port, Limited("default", "concurrency")) == std::optional<double>(0));
   for (const char* key : {"default", "team-a", "team-b", "team-r"}) {
-    CHECK(Metric(port, InFlight(key)) == std::optional<double>(0));
+    CHECK(ScrapeMetric(port, InFlight(key)) == std::optional<double>(0));
   }
 }
 
@@ -337,7 +327,7 @@ TEST_CASE("Per-key limits: rate, concurrency, isolation, slots back however requ
   const int port = prefill.http_port;
   const std::string& grpc_address = prefill.grpc_address;
   for (const char* key : {"default", "team-a", "team-b", "team-r"}) {
-    CHECK(Metric(port, InFlight(key)) == std::optional<double>(0));
+    CHECK(ScrapeMetric(port, InFlight(key)) == std::optional<double>(0));
   }
   CheckUnknownKey(prefill);
   CheckRate(prefill);
@@ -348,7 +338,7 @@ TEST_CASE("Per-key limits: rate, concurrency, isolation, slots back however requ
   auto s2 = std::make_unique<HeldStream>(port, kKeyA);
   REQUIRE(s1->WaitStatus() == 200);
   REQUIRE(s2->WaitStatus() == 200);
-  CHECK(Metric(port, InFlight("team-a")) == std::optional<double>(2));
+  CHECK(ScrapeMetric(port, InFlight("team-a")) == std::optional<double>(2));
   CheckAtConcurrencyLimit(port, grpc_address);
   {
     INFO("an HTTP client gone gives its slot back; a new stream is then admitted");
@@ -358,7 +348,7 @@ TEST_CASE("Per-key limits: rate, concurrency, isolation, slots back however requ
   }
   HeldStream s4(port, kKeyA);
   REQUIRE(s4.WaitStatus() == 200);
-  CHECK(Metric(port, InFlight("team-a")) == std::optional<double>(2));
+  CHECK(ScrapeMetric(port, InFlight("team-a")) == std::optional<double>(2));
   {
     INFO("a cancelled gRPC call gives its slot back");
     s2->Disconnect();
@@ -376,7 +366,7 @@ TEST_CASE("Per-key limits: rate, concurrency, isolation, slots back however requ
     INFO("a finished stream has given its slot back by the time its client read [DONE]");
     decode.process->Signal(SIGCONT);
     CHECK(s4.Join());
-    CHECK(Metric(port, InFlight("team-a")) == std::optional<double>(0));
+    CHECK(ScrapeMetric(port, InFlight("team-a")) == std::optional<double>(0));
   }
   {
     INFO("a request refused for a field, and one answered, give their slots back");
@@ -385,7 +375,7 @@ TEST_CASE("Per-key limits: rate, concurrency, isolation, slots back however requ
     CHECK(Post(port, kKeyA, bad.dump()).status == 400);
     CHECK(Post(port, kKeyA, Body(2, false)).status == 200);
     CHECK(GrpcCall(grpc_address, kKeyA).status.ok());
-    CHECK(Metric(port, InFlight("team-a")) == std::optional<double>(0));
+    CHECK(ScrapeMetric(port, InFlight("team-a")) == std::optional<double>(0));
   }
   CheckLimitCounts(port);
 }

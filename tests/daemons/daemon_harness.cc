@@ -240,6 +240,15 @@ std::optional<double> MetricValue(const std::string& exposition, const std::stri
   return std::nullopt;
 }
 
+std::optional<double> ScrapeMetric(int http_port, const std::string& series) {
+  return MetricValue(HttpGet(http_port, "/metrics").body, series);
+}
+
+nlohmann::json ErrorOf(const std::string& body) {
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+  return j.is_object() && j.contains("error") ? j["error"] : nlohmann::json();
+}
+
 int RunCommand(const std::string& command, std::string* output) {
   const testing::CommandResult result = testing::RunCommand(command);
   output->append(result.output);

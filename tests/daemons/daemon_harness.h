@@ -21,6 +21,9 @@
 
 namespace scd::testing {
 
+// The specialist the harness configures (PrefillConfig, DecodeConfig).
+inline constexpr char kModel[] = "stories260K-babi-qa";
+
 // Paths of the built binaries and the fixtures.
 std::string BinaryPath(const std::string& name);  // build/bin/<name>
 std::string ModelDir(const std::string& name);    // ../shared/models/<name>
@@ -98,6 +101,10 @@ bool WaitForReady(int port, int status, std::chrono::milliseconds timeout);
 // A metric sample's value from a Prometheus text exposition ("name{labels}" exactly as
 // rendered, or a bare name); nullopt when absent.
 std::optional<double> MetricValue(const std::string& exposition, const std::string& series);
+// The same sample scraped from the daemon's GET /metrics on `http_port`.
+std::optional<double> ScrapeMetric(int http_port, const std::string& series);
+// The "error" object of an OpenAI-style error body; null when it has none.
+nlohmann::json ErrorOf(const std::string& body);
 // Runs a shell command (testing::RunCommand); its exit code, and its output appended to
 // *output.
 int RunCommand(const std::string& command, std::string* output);

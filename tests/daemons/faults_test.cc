@@ -320,10 +320,17 @@ TEST_CASE("Limits: API key, full prefill queue, request deadline", "[daemons]") 
     CHECK(HttpGet(prefill.http_port, "/health").status == 200);  // probes need no key
   }
   {  // A burst beyond the prefill queue: some requests get 429 with Retry-After, the rest succeed.
+    // A long prompt (about 260 tokens, some 15 ms of prefill each) so that the burst's
+    // requests overlap in the producer even on a loaded host.
+    json long_prompt = json::parse(body);
+    std::string text;
+    for (int i = 0; i < 10; ++i) text += "Mary went to the garden. John went to the office. ";
+    long_prompt["prompt"] = text;
+    const std::string long_body = long_prompt.dump();
     std::vector<std::future<HttpResult>> burst;
     for (int i = 0; i < 12; ++i) {
       burst.push_back(std::async(std::launch::async, [&] {
-        return HttpPost(prefill.http_port, "/v1/completions", body, auth);
+        return HttpPost(prefill.http_port, "/v1/completions", long_body, auth);
       }));
     }
     int ok = 0, refused = 0;

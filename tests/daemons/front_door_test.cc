@@ -18,7 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kModel[] = "stories260K-babi-qa";
 constexpr char kPrompt[] =
     "Mary moved to the bathroom. John went to the hallway. Sandra moved to the garden. "
     "Q: Where is Mary? A:";
@@ -36,11 +35,6 @@ scd::v1::GenerateRequest GrpcCompletion(int max_tokens) {
   r.set_max_tokens(max_tokens);
   r.mutable_sampling()->set_temperature(0);
   return r;
-}
-
-json ErrorOf(const std::string& body) {
-  const json j = json::parse(body, nullptr, false);
-  return j.is_object() && j.contains("error") ? j["error"] : json();
 }
 
 // POST with `content_type` as given (none when empty).

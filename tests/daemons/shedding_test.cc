@@ -23,7 +23,6 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr char kModel[] = "stories260K-babi-qa";
 constexpr int kMaxQueueWaitMs = 1000;
 constexpr int kTokens = 160;
 

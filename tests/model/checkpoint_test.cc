@@ -18,10 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool Contains(const absl::Status& status, const std::string& text) {
-  return std::string(status.message()).find(text) != std::string::npos;
-}
-
 using testing::LoadOrFail;
 using testing::NewModelDir;
 
@@ -123,8 +119,8 @@ TEST_CASE("Sharded index errors name the index, shard and tensor", "[cpu]") {
     auto checkpoint = SafetensorsCheckpoint::Open(dir);
     REQUIRE(!checkpoint.ok());
     CHECK(absl::IsNotFound(checkpoint.status()));
-    CHECK(Contains(checkpoint.status(), "model-00009-of-00002.safetensors"));
-    CHECK(Contains(checkpoint.status(), index_path));
+    CHECK(testing::StatusHas(checkpoint.status(), "model-00009-of-00002.safetensors"));
+    CHECK(testing::StatusHas(checkpoint.status(), index_path));
   }
   SECTION("a tensor mapped to the wrong shard") {
     replace("\"lm_head.weight\": \"model-00002-of-00002",
@@ -132,27 +128,27 @@ TEST_CASE("Sharded index errors name the index, shard and tensor", "[cpu]") {
     auto checkpoint = SafetensorsCheckpoint::Open(dir);
     REQUIRE(!checkpoint.ok());
     CHECK(absl::IsDataLoss(checkpoint.status()));
-    CHECK(Contains(checkpoint.status(), "'lm_head.weight'"));
-    CHECK(Contains(checkpoint.status(), "model-00001-of-00002.safetensors"));
+    CHECK(testing::StatusHas(checkpoint.status(), "'lm_head.weight'"));
+    CHECK(testing::StatusHas(checkpoint.status(), "model-00001-of-00002.safetensors"));
   }
   SECTION("a shard outside the directory") {
     replace("model-00001-of-00002", "../model-00001-of-00002");
     auto checkpoint = SafetensorsCheckpoint::Open(dir);
     REQUIRE(!checkpoint.ok());
-    CHECK(Contains(checkpoint.status(), "not a file name in the checkpoint directory"));
+    CHECK(testing::StatusHas(checkpoint.status(), "not a file name in the checkpoint directory"));
   }
   SECTION("an index that is not JSON") {
     REQUIRE(WriteFileAtomically(index_path, "{\"weight_map\": ").ok());
     auto checkpoint = SafetensorsCheckpoint::Open(dir);
     REQUIRE(!checkpoint.ok());
     CHECK(absl::IsDataLoss(checkpoint.status()));
-    CHECK(Contains(checkpoint.status(), index_path));
+    CHECK(testing::StatusHas(checkpoint.status(), index_path));
   }
   SECTION("an index without weight_map") {
     REQUIRE(WriteFileAtomically(index_path, "{\"metadata\": {}}").ok());
     auto checkpoint = SafetensorsCheckpoint::Open(dir);
     REQUIRE(!checkpoint.ok());
-    CHECK(Contains(checkpoint.status(), "weight_map"));
+    CHECK(testing::StatusHas(checkpoint.status(), "weight_map"));
   }
   SECTION("a corrupt shard names the shard") {
     const std::string shard = (fs::path(dir) / "model-00002-of-00002.safetensors").string();
@@ -161,8 +157,8 @@ TEST_CASE("Sharded index errors name the index, shard and tensor", "[cpu]") {
     auto model = LoadModel(dir);
     REQUIRE(!model.ok());
     CHECK(absl::IsDataLoss(model.status()));
-    CHECK(Contains(model.status(), shard));
-    CHECK(Contains(model.status(), "tensor '"));
+    CHECK(testing::StatusHas(model.status(), shard));
+    CHECK(testing::StatusHas(model.status(), "tensor '"));
   }
 }
 
@@ -171,8 +167,8 @@ TEST_CASE("A directory without weights is NotFound naming both candidates", "[cp
   auto checkpoint = SafetensorsCheckpoint::Open(dir);
   REQUIRE(!checkpoint.ok());
   CHECK(absl::IsNotFound(checkpoint.status()));
-  CHECK(Contains(checkpoint.status(), dir + "/model.safetensors"));
-  CHECK(Contains(checkpoint.status(), dir + "/model.safetensors.index.json"));
+  CHECK(testing::StatusHas(checkpoint.status(), dir + "/model.safetensors"));
+  CHECK(testing::StatusHas(checkpoint.status(), dir + "/model.safetensors.index.json"));
 }
 
 TEST_CASE("SaveModel rejects weights that do not match the config", "[cpu]") {
@@ -182,7 +178,7 @@ TEST_CASE("SaveModel rejects weights that do not match the config", "[cpu]") {
   weights.layers[1].wv.pop_back();
   absl::Status status = SaveModel(config, weights, NewModelDir());
   CHECK(absl::IsInvalidArgument(status));
-  CHECK(Contains(status, "model.layers.1.self_attn.v_proj.weight"));
+  CHECK(testing::StatusHas(status, "model.layers.1.self_attn.v_proj.weight"));
   CHECK(!SaveModel(config, synthetic->weights, NewModelDir(), {DType::kF32, 0}).ok());
 }
 

@@ -17,10 +17,6 @@
 namespace scd {
 namespace {
 
-bool Contains(const absl::Status& status, const std::string& text) {
-  return std::string(status.message()).find(text) != std::string::npos;
-}
-
 // A raw file: 8-byte length, `header` verbatim (no padding), then `data`.
 std::string RawFile(const std::string& header, const std::string& data) {
   std::string out(8, '\0');
@@ -41,7 +37,7 @@ absl::Status OpenError(const std::string& dir, const std::string& name, const st
   auto file = SafetensorsFile::Open(path);
   REQUIRE(!file.ok());
   INFO(file.status().message());
-  CHECK(Contains(file.status(), path));
+  CHECK(testing::StatusHas(file.status(), path));
   return file.status();
 }
 
@@ -128,9 +124,9 @@ TEST_CASE("Reader handles unaligned data and ignores unknown dtypes until reques
   auto read = (*file)->ReadAsFloat("ids");
   REQUIRE(!read.ok());
   CHECK(absl::IsUnimplemented(read.status()));
-  CHECK(Contains(read.status(), "I64"));
-  CHECK(Contains(read.status(), "'ids'"));
-  CHECK(Contains(read.status(), path));
+  CHECK(testing::StatusHas(read.status(), "I64"));
+  CHECK(testing::StatusHas(read.status(), "'ids'"));
+  CHECK(testing::StatusHas(read.status(), path));
 }
 
 TEST_CASE("ReadAsFloat reports missing tensors and shape mismatches", "[cpu]") {
@@ -144,18 +140,18 @@ TEST_CASE("ReadAsFloat reports missing tensors and shape mismatches", "[cpu]") {
   auto wrong = (*file)->ReadAsFloat("w", std::vector<int64_t>{3, 2});
   REQUIRE(!wrong.ok());
   CHECK(absl::IsInvalidArgument(wrong.status()));
-  CHECK(Contains(wrong.status(), "'w' has shape [2, 3], expected [3, 2]"));
-  CHECK(Contains(wrong.status(), path));
+  CHECK(testing::StatusHas(wrong.status(), "'w' has shape [2, 3], expected [3, 2]"));
+  CHECK(testing::StatusHas(wrong.status(), path));
   auto missing = (*file)->ReadAsFloat("v");
   REQUIRE(!missing.ok());
   CHECK(absl::IsNotFound(missing.status()));
-  CHECK(Contains(missing.status(), "'v'"));
-  CHECK(Contains(missing.status(), path));
+  CHECK(testing::StatusHas(missing.status(), "'v'"));
+  CHECK(testing::StatusHas(missing.status(), path));
 
   auto no_file = SafetensorsFile::Open(dir + "/absent.safetensors");
   REQUIRE(!no_file.ok());
   CHECK(absl::IsNotFound(no_file.status()));
-  CHECK(Contains(no_file.status(), dir + "/absent.safetensors"));
+  CHECK(testing::StatusHas(no_file.status(), dir + "/absent.safetensors"));
 }
 
 TEST_CASE("Writer rejects inconsistent tensors by name", "[cpu]") {
@@ -166,9 +162,9 @@ TEST_CASE("Writer rejects inconsistent tensors by name", "[cpu]") {
   bad.bytes = std::string(6, '\0');
   absl::Status status = WriteSafetensors(dir + "/x.safetensors", {{"bad_tensor", bad}});
   CHECK(absl::IsInvalidArgument(status));
-  CHECK(Contains(status, "bad_tensor"));
+  CHECK(testing::StatusHas(status, "bad_tensor"));
   bad.dtype = DType::kUnsupported;
-  CHECK(Contains(WriteSafetensors(dir + "/x.safetensors", {{"u", bad}}), "'u'"));
+  CHECK(testing::StatusHas(WriteSafetensors(dir + "/x.safetensors", {{"u", bad}}), "'u'"));
   CHECK(!WriteSafetensors(dir + "/x.safetensors",
                           {{"__metadata__", SafetensorsTensor::FromFloats(DType::kF32, {}, {0.f})}})
              .ok());
@@ -202,7 +198,7 @@ TEST_CASE("Truncated copies of a valid file are errors naming the file", "[cpu]"
     CHECK(absl::IsDataLoss(status));
   }
   // Cutting into the data region names the tensor that runs past the end.
-  CHECK(Contains(OpenError(dir, "cut_last", bytes.substr(0, bytes.size() - 1)), "tensor 'b'"));
+  CHECK(testing::StatusHas(OpenError(dir, "cut_last", bytes.substr(0, bytes.size() - 1)), "tensor 'b'"));
 }
 
 TEST_CASE("Corrupt headers are errors naming the file and tensor", "[cpu]") {
@@ -210,12 +206,12 @@ TEST_CASE("Corrupt headers are errors naming the file and tensor", "[cpu]") {
   const std::string data(24, '\0');
   std::string huge(8, '\xff');
   huge += "{}";
-  CHECK(Contains(OpenError(dir, "huge_len", huge), "header length"));
-  CHECK(Contains(OpenError(dir, "garbage", RawFile("{\"a\": [1, 2", data)), "not valid JSON"));
-  CHECK(Contains(OpenError(dir, "binary", RawFile(std::string("\x00\x01\x02\x03", 4), data)),
+  CHECK(testing::StatusHas(OpenError(dir, "huge_len", huge), "header length"));
+  CHECK(testing::StatusHas(OpenError(dir, "garbage", RawFile("{\"a\": [1, 2", data)), "not valid JSON"));
+  CHECK(testing::StatusHas(OpenError(dir, "binary", RawFile(std::string("\x00\x01\x02\x03", 4), data)),
                  "not valid JSON"));
-  CHECK(Contains(OpenError(dir, "empty_header", RawFile("", data)), "not valid JSON"));
-  CHECK(Contains(OpenError(dir, "array", RawFile("[1,2]", data)), "not a JSON object"));
+  CHECK(testing::StatusHas(OpenError(dir, "empty_header", RawFile("", data)), "not valid JSON"));
+  CHECK(testing::StatusHas(OpenError(dir, "array", RawFile("[1,2]", data)), "not a JSON object"));
 
   struct Case {
     const char* name;
@@ -248,8 +244,8 @@ TEST_CASE("Corrupt headers are errors naming the file and tensor", "[cpu]") {
     INFO(c.name << ": " << c.header);
     const absl::Status status = OpenError(dir, c.name, RawFile(c.header, data));
     CHECK(absl::IsDataLoss(status));
-    CHECK(Contains(status, c.expect));
-    CHECK(Contains(status, "tensor '"));
+    CHECK(testing::StatusHas(status, c.expect));
+    CHECK(testing::StatusHas(status, "tensor '"));
   }
   // Gaps and out-of-order offsets are allowed; empty tensors never overlap.
   auto ok = SafetensorsFile::Open(
@@ -285,7 +281,7 @@ TEST_CASE("Random header corruption never crashes the reader", "[cpu]") {
     auto file = SafetensorsFile::Open(path);
     if (!file.ok()) {
       ++failures;
-      REQUIRE(Contains(file.status(), path));
+      REQUIRE(testing::StatusHas(file.status(), path));
       continue;
     }
     for (const std::string& name : (*file)->TensorNames()) {

@@ -13,21 +13,6 @@
 namespace scd {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(NDEBUG)
-constexpr bool kOptimizedBuild = false;
-#else
-constexpr bool kOptimizedBuild = true;
-#endif
-
-// CPU seconds of the whole process (all threads). Timing assertions use it rather than wall
-// time: test machines are shared, and waiting for a core is not our cost. On an idle machine
-// wall time is at most this (the work runs on all cores).
-double ProcessCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 TEST_CASE("Synthetic models are deterministic in seed and init_std", "[cpu]") {
   const ModelConfig config = testing::TinyConfig(Architecture::kQwen2);
   auto a = MakeSyntheticModel(config, 1), b = MakeSyntheticModel(config, 1);
@@ -93,9 +78,9 @@ TEST_CASE("A stories110M-shaped synthetic model builds, with its time reported",
   config.max_position_embeddings = 1024;
   config.tie_word_embeddings = true;
   const auto start = std::chrono::steady_clock::now();
-  const double cpu_start = ProcessCpuSeconds();
+  const double cpu_start = testing::ProcessCpuSeconds();
   auto model = MakeSyntheticModel(config, 110);
-  const double cpu = ProcessCpuSeconds() - cpu_start;
+  const double cpu = testing::ProcessCpuSeconds() - cpu_start;
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   REQUIRE(model != nullptr);
@@ -103,7 +88,7 @@ TEST_CASE("A stories110M-shaped synthetic model builds, with its time reported",
                                               << " s wall");
   CHECK(model->weights.ParameterCount() == 109529856);
   CHECK(model->digest().size() == 64);
-  if (kOptimizedBuild) {
+  if (testing::kOptimizedBuild) {
     CHECK(wall < 20.0);  // only guards against hangs: shared machines stall us
   }
 }

@@ -15,29 +15,13 @@
 #include "common/model/safetensors.h"
 #include "common/model/weight_layout.h"
 #include "tests/model/tiny_config.h"
+#include "tests/model/model_dirs.h"
 #include "tests/test_support.h"
 
 namespace scd {
 namespace {
 
 namespace fs = std::filesystem;
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(NDEBUG)
-constexpr bool kOptimizedBuild = false;
-#else
-constexpr bool kOptimizedBuild = true;
-#endif
-
-bool Contains(const absl::Status& status, const std::string& text) {
-  return std::string(status.message()).find(text) != std::string::npos;
-}
-
-// CPU seconds of this process (see synthetic_model_test.cc for why not wall time).
-double ProcessCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 // A writable copy of a shared model directory.
 std::string CopyOfSharedModel(const std::string& name) {
@@ -67,15 +51,15 @@ TEST_CASE("The shared checkpoints load with the documented shape", "[cpu]") {
     INFO(name);
     const std::string dir = testing::SharedPath(std::string("models/") + name);
     const auto start = std::chrono::steady_clock::now();
-    const double cpu_start = ProcessCpuSeconds();
+    const double cpu_start = testing::ProcessCpuSeconds();
     auto loaded = LoadModel(dir);
-    const double cpu_ms = (ProcessCpuSeconds() - cpu_start) * 1e3;
+    const double cpu_ms = (testing::ProcessCpuSeconds() - cpu_start) * 1e3;
     const double wall_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     REQUIRE(loaded.ok());
     const Model& model = **loaded;
     INFO("load took " << cpu_ms << " ms CPU, " << wall_ms << " ms wall");
-    if (kOptimizedBuild) {
+    if (testing::kOptimizedBuild) {
       CHECK(cpu_ms < 100.0);
       // Only guards against hangs: the CPU time above is the figure. A loaded CI host has
       // stalled a 3 ms load for 2.5 s of wall time (reading ../shared on a fresh clone).
@@ -157,13 +141,13 @@ TEST_CASE("Missing config.json or weights are NotFound naming the path", "[cpu]"
   auto no_weights = LoadModel(dir);
   REQUIRE(!no_weights.ok());
   CHECK(absl::IsNotFound(no_weights.status()));
-  CHECK(Contains(no_weights.status(), dir + "/model.safetensors"));
+  CHECK(testing::StatusHas(no_weights.status(), dir + "/model.safetensors"));
 
   fs::remove(dir + "/config.json");
   auto no_config = LoadModel(dir);
   REQUIRE(!no_config.ok());
   CHECK(absl::IsNotFound(no_config.status()));
-  CHECK(Contains(no_config.status(), dir + "/config.json"));
+  CHECK(testing::StatusHas(no_config.status(), dir + "/config.json"));
 
   auto no_dir = LoadModel(dir + "/nonexistent");
   CHECK(absl::IsNotFound(no_dir.status()));
@@ -176,17 +160,17 @@ TEST_CASE("Shapes are checked against the config, naming tensor and both shapes"
   REQUIRE(!model.ok());
   INFO(model.status().message());
   CHECK(absl::IsInvalidArgument(model.status()));
-  CHECK(Contains(model.status(), "model.layers.0.mlp.gate_proj.weight"));
-  CHECK(Contains(model.status(), "[172, 64]"));
-  CHECK(Contains(model.status(), "expected [170, 64]"));
-  CHECK(Contains(model.status(), dir + "/model.safetensors"));
+  CHECK(testing::StatusHas(model.status(), "model.layers.0.mlp.gate_proj.weight"));
+  CHECK(testing::StatusHas(model.status(), "[172, 64]"));
+  CHECK(testing::StatusHas(model.status(), "expected [170, 64]"));
+  CHECK(testing::StatusHas(model.status(), dir + "/model.safetensors"));
 
   const std::string dir2 = CopyOfSharedModel("stories260K");
   EditConfig(dir2, "\"num_key_value_heads\": 4", "\"num_key_value_heads\": 8");
   auto kv = LoadModel(dir2);
   REQUIRE(!kv.ok());
-  CHECK(Contains(kv.status(), "model.layers.0.self_attn.k_proj.weight"));
-  CHECK(Contains(kv.status(), "expected [64, 64]"));
+  CHECK(testing::StatusHas(kv.status(), "model.layers.0.self_attn.k_proj.weight"));
+  CHECK(testing::StatusHas(kv.status(), "expected [64, 64]"));
 }
 
 TEST_CASE("Untied models need lm_head; tied ones ignore it", "[cpu]") {
@@ -195,8 +179,8 @@ TEST_CASE("Untied models need lm_head; tied ones ignore it", "[cpu]") {
   auto untied = LoadModel(dir);
   REQUIRE(!untied.ok());
   CHECK(absl::IsNotFound(untied.status()));
-  CHECK(Contains(untied.status(), "lm_head.weight"));
-  CHECK(Contains(untied.status(), "tie_word_embeddings"));
+  CHECK(testing::StatusHas(untied.status(), "lm_head.weight"));
+  CHECK(testing::StatusHas(untied.status(), "tie_word_embeddings"));
 
   // A tied config over a checkpoint that also stores lm_head: the head is ignored.
   ModelConfig config = testing::TinyConfig(Architecture::kLlama, /*tied=*/false);
@@ -245,7 +229,7 @@ TEST_CASE("Biases: q/k/v when configured, zero o_proj accepted, others rejected"
   auto nonzero = LoadModel(write_with_o_bias(0.5f));
   REQUIRE(!nonzero.ok());
   CHECK(absl::IsUnimplemented(nonzero.status()));
-  CHECK(Contains(nonzero.status(), "model.layers.1.self_attn.o_proj.bias"));
+  CHECK(testing::StatusHas(nonzero.status(), "model.layers.1.self_attn.o_proj.bias"));
 
   // Qwen2 without its biases: the missing bias is named.
   ModelConfig qwen = testing::TinyConfig(Architecture::kQwen2);
@@ -259,7 +243,7 @@ TEST_CASE("Biases: q/k/v when configured, zero o_proj accepted, others rejected"
   auto missing = LoadModel(dir);
   REQUIRE(!missing.ok());
   CHECK(absl::IsNotFound(missing.status()));
-  CHECK(Contains(missing.status(), "model.layers.0.self_attn.q_proj.bias"));
+  CHECK(testing::StatusHas(missing.status(), "model.layers.0.self_attn.q_proj.bias"));
 
   // And the converse: non-zero q/k/v biases under a config without them are rejected.
   auto qwen_model = MakeSyntheticModel(qwen, 4);
@@ -268,7 +252,7 @@ TEST_CASE("Biases: q/k/v when configured, zero o_proj accepted, others rejected"
   REQUIRE(WriteFileAtomically(dir2 + "/config.json", no_bias.ToHfConfigJson()).ok());
   auto extra = LoadModel(dir2);
   REQUIRE(!extra.ok());
-  CHECK(Contains(extra.status(), "_proj.bias"));
+  CHECK(testing::StatusHas(extra.status(), "_proj.bias"));
 }
 
 }  // namespace

@@ -34,13 +34,6 @@ HttpResult Complete(const std::string& prompt, int max_tokens = 8) {
                   {}, seconds(60));
 }
 
-bool AllDecodeReady(const NetnsLab& lab, int n) {
-  for (int i = 1; i <= n; ++i) {
-    if (DecodeReadyStatus(lab, i) != 200) return false;
-  }
-  return true;
-}
-
 // A long stream: sampled (greedy may stop at an end token early), 40 ms per token.
 std::string LongStreamBody() {
   return json({{"model", "stories260K-babi-qa"},

@@ -123,6 +123,13 @@ int DecodeReadyStatus(const NetnsLab& lab, int i) {
   });
 }
 
+bool AllDecodeReady(const NetnsLab& lab, int n, int status) {
+  for (int i = 1; i <= n; ++i) {
+    if (DecodeReadyStatus(lab, i) != status) return false;
+  }
+  return true;
+}
+
 std::optional<double> DecodeMetric(const NetnsLab& lab, int i, const std::string& series) {
   const std::string text = RunInNetns(lab.decode_ns(i), [] {
     return HttpGet(kDecodeHttpPort, "/metrics", std::chrono::seconds(2)).body;

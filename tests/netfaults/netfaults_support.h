@@ -79,6 +79,8 @@ double SecondsSince(std::chrono::steady_clock::time_point t);
 
 // Decode daemon i's HTTP endpoints, from inside its namespace (works while its link is down).
 int DecodeReadyStatus(const NetnsLab& lab, int i);
+// Whether decode daemons 1..n all answer /ready with `status`.
+bool AllDecodeReady(const NetnsLab& lab, int n, int status = 200);
 std::optional<double> DecodeMetric(const NetnsLab& lab, int i, const std::string& series);
 // A prefill metric (the caller is in the prefill namespace).
 std::optional<double> PrefillMetric(const std::string& series);

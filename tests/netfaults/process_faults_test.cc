@@ -30,13 +30,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using Clock = std::chrono::steady_clock;
 
-bool AllDecodeReady(const NetnsLab& lab, int n, int status = 200) {
-  for (int i = 1; i <= n; ++i) {
-    if (DecodeReadyStatus(lab, i) != status) return false;
-  }
-  return true;
-}
-
 // The log line that gives the refusal.
 std::string RefusalLine(const std::string& log) {
   std::istringstream in(log);

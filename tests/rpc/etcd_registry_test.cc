@@ -21,7 +21,7 @@ namespace {
 using cluster::EtcdCluster;
 using cluster::EtcdClusterOptions;
 
-const std::string kDigest(64, 'a');
+const std::string kEtcdDigest(64, 'a');
 
 std::unique_ptr<EtcdCluster> StartEtcd(int members) {
   if (!EtcdCluster::Available()) FAIL("etcd not found on PATH: run scripts/setup.sh (etcd-server)");
@@ -46,7 +46,7 @@ std::unique_ptr<EtcdClient> Client(const std::string& endpoints, const std::stri
 }
 
 DecodeInstanceInfo Instance(const std::string& id) {
-  return {id, "babi", kDigest, 4, "tcp://127.0.0.1:7201", "127.0.0.1:7101"};
+  return {id, "babi", kEtcdDigest, 4, "tcp://127.0.0.1:7201", "127.0.0.1:7101"};
 }
 
 // Polls `pred` until true or `timeout` (the state under test changes on another thread).
@@ -135,7 +135,7 @@ TEST_CASE("membership admits announced decode daemons and refuses the rest", "[c
   auto client = Client(etcd->endpoints());
   DecodeRegistryOptions ro;
   ro.cluster_token = "secret";
-  ro.expected_pair_digests = {{"babi", kDigest}};
+  ro.expected_pair_digests = {{"babi", kEtcdDigest}};
   ro.lease = absl::InfiniteDuration();
   ro.failure_quarantine = absl::Seconds(5);
   auto registry = DecodeRegistry::Create(ro).value();

@@ -36,7 +36,7 @@ std::string MakeCa() {
   return dir;
 }
 
-absl::Status TryRegister(const std::string& address, const ChannelOptions& channel,
+absl::Status TryRegisterMtls(const std::string& address, const ChannelOptions& channel,
                          const std::string& token = kToken) {
   ControlPlaneClientOptions options;
   options.target = address;
@@ -81,24 +81,24 @@ TEST_CASE("The control plane refuses and counts callers without the cluster's ce
   auto cp = ControlPlaneServer::Start(MakeRegistryOptions(), "127.0.0.1:0", (*auth)->credentials(),
                                       ControlPlaneGuard{auth->get(), &refusals});
 
-  absl::Status st = TryRegister(cp->address(), Client(cluster, cluster, nullptr));
+  absl::Status st = TryRegisterMtls(cp->address(), Client(cluster, cluster, nullptr));
   INFO(st.ToString());
   CHECK(st.code() == absl::StatusCode::kUnauthenticated);
   CHECK_THAT(std::string(st.message()), Catch::Contains("no client certificate"));
   CHECK(Rejected(rejected, "no_certificate") == 1);
 
-  st = TryRegister(cp->address(), Client(cluster, rogue, "decode"));
+  st = TryRegisterMtls(cp->address(), Client(cluster, rogue, "decode"));
   INFO(st.ToString());
   CHECK(st.code() == absl::StatusCode::kUnauthenticated);
   CHECK_THAT(std::string(st.message()), Catch::Contains("not one of this cluster's CA"));
   CHECK(Rejected(rejected, "untrusted_certificate") == 1);
 
-  st = TryRegister(cp->address(), Client(cluster, cluster, "decode"), "guess");
+  st = TryRegisterMtls(cp->address(), Client(cluster, cluster, "decode"), "guess");
   CHECK(st.code() == absl::StatusCode::kPermissionDenied);
   CHECK(Rejected(rejected, "token") == 1);
   CHECK(cp->registry->Instances().empty());
 
-  st = TryRegister(cp->address(), Client(cluster, cluster, "decode"));
+  st = TryRegisterMtls(cp->address(), Client(cluster, cluster, "decode"));
   INFO(st.ToString());
   CHECK(st.ok());  // (the client deregisters as it goes out of scope)
   captured.Restore();

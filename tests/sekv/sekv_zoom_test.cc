@@ -151,7 +151,7 @@ struct Needle {
   }
 };
 
-double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
   return m;
@@ -171,7 +171,7 @@ TEST_CASE("token zoom finds one relevant token inside a long span; whole spans c
     auto c =
         SekvCache::CreateWithSegmentation(n.shape, n.prefix, Chunks(Needle::kT, 12, 8), o, nullptr);
     REQUIRE(c.ok());
-    return MaxDiff(n.Attend(**c), ref);
+    return MaxAbsDiff(n.Attend(**c), ref);
   };
   const double token = run(ZoomResolution::kToken), span = run(ZoomResolution::kSpan);
   INFO("token zoom error " << token << ", span zoom error " << span);
@@ -195,7 +195,7 @@ TEST_CASE("pins: chosen at the first step, counted once, in the GPU bytes", "[cp
       REQUIRE(c.ok());
       FullKvCache f(n.shape, n.prefix);
       for (int step = 0; step < 3; ++step) {
-        REQUIRE(MaxDiff(n.Attend(**c), n.Attend(f)) < 1e-4);
+        REQUIRE(MaxAbsDiff(n.Attend(**c), n.Attend(f)) < 1e-4);
       }
       const ZoomStats z = (*c)->zoom_stats();
       REQUIRE(z.pinned_tokens == 5);
@@ -209,7 +209,7 @@ TEST_CASE("pins: chosen at the first step, counted once, in the GPU bytes", "[cp
         SekvCache::CreateWithSegmentation(n.shape, n.prefix, Chunks(Needle::kT, 12, 8), o, nullptr);
     REQUIRE(c.ok());
     const std::vector<float> got = n.Attend(**c);
-    REQUIRE(MaxDiff(got, n.Attend(full)) < 0.1);
+    REQUIRE(MaxAbsDiff(got, n.Attend(full)) < 0.1);
     const MemoryBreakdown m = (*c)->Memory();
     REQUIRE(m.pinned == size_t(5) * 2 * Needle::kHd * sizeof(float));
     REQUIRE(m.expanded_cache == size_t(2) * 2 * Needle::kHd * sizeof(float));

@@ -19,7 +19,7 @@ using tokenizer_internal::IsValidUtf8;
 const std::string kFffd = "\xEF\xBF\xBD";
 
 // Every Push result, then the Flush result (last element).
-std::vector<std::string> Pieces(const Tokenizer& tok, const Ids& ids, bool skip = true) {
+std::vector<std::string> StreamPieces(const Tokenizer& tok, const Ids& ids, bool skip = true) {
   StreamDecoder stream(tok, skip);
   std::vector<std::string> pieces;
   for (int32_t id : ids) pieces.push_back(stream.Push(id));
@@ -33,15 +33,15 @@ std::string Join(const std::vector<std::string>& pieces) {
   return out;
 }
 
-std::unique_ptr<Tokenizer> Stories() {
+std::unique_ptr<Tokenizer> StoriesTokenizer() {
   return testing::LoadOrFail(testing::StoriesTokenizerJson());
 }
 
 TEST_CASE("stream: CJK from byte-fallback tokens is emitted when the run closes", "[cpu]") {
-  auto tok = Stories();
+  auto tok = StoriesTokenizer();
   // <s>, "▁", 日 = E6 97 A5, 本 = E6 9C AC (as <0xNN> ids = byte + 3), then "▁t".
   const Ids ids = {1, 410, 233, 154, 168, 233, 159, 175, 259};
-  const auto pieces = Pieces(*tok, ids);
+  const auto pieces = StreamPieces(*tok, ids);
   CHECK(pieces ==
         std::vector<std::string>{"", "", "", "", "", "", "", "", "\xE6\x97\xA5\xE6\x9C\xAC t", ""});
   CHECK(Join(pieces) == tok->Decode(ids));
@@ -49,37 +49,37 @@ TEST_CASE("stream: CJK from byte-fallback tokens is emitted when the run closes"
 }
 
 TEST_CASE("stream: a run still open at the end comes out in Flush", "[cpu]") {
-  auto tok = Stories();
+  auto tok = StoriesTokenizer();
   // "emoji 🚀😀" from the golden cases: the two emoji are 8 byte tokens at the end.
   const Ids ids = {1, 344, 423, 414, 449, 417, 410, 243, 162, 157, 131, 243, 162, 155, 131};
-  const auto pieces = Pieces(*tok, ids);
+  const auto pieces = StreamPieces(*tok, ids);
   CHECK(Join(pieces) == "emoji \xF0\x9F\x9A\x80\xF0\x9F\x98\x80");
   CHECK(pieces.back() == "\xF0\x9F\x9A\x80\xF0\x9F\x98\x80");
   for (const std::string& p : pieces) CHECK(IsValidUtf8(p));
 }
 
 TEST_CASE("stream: an invalid byte run becomes U+FFFD per byte, as in Decode", "[cpu]") {
-  auto tok = Stories();
+  auto tok = StoriesTokenizer();
   // A truncated 🚀 (F0 9F 9A) closed by "▁t".
   const Ids truncated = {243, 162, 157, 259};
   CHECK(tok->Decode(truncated) == kFffd + kFffd + kFffd + " t");
-  CHECK(Pieces(*tok, truncated) ==
+  CHECK(StreamPieces(*tok, truncated) ==
         std::vector<std::string>{"", "", "", kFffd + kFffd + kFffd + " t", ""});
   // ☃ (E2 98 83) followed by a stray continuation byte: the whole run is invalid, so the
   // snowman must not have been emitted early.
   const Ids stray = {229, 155, 134, 131, 259};
   CHECK(tok->Decode(stray) == kFffd + kFffd + kFffd + kFffd + " t");
-  const auto pieces = Pieces(*tok, stray);
+  const auto pieces = StreamPieces(*tok, stray);
   CHECK(pieces[2].empty());
   CHECK(Join(pieces) == tok->Decode(stray));
   // Still open at the end: Flush applies the same rule.
-  CHECK(Join(Pieces(*tok, {229, 155, 134, 243})) == kFffd + kFffd + kFffd + kFffd);
+  CHECK(Join(StreamPieces(*tok, {229, 155, 134, 243})) == kFffd + kFffd + kFffd + kFffd);
 }
 
 TEST_CASE("stream: the leading-space rule applies once per stream", "[cpu]") {
-  auto tok = Stories();
+  auto tok = StoriesTokenizer();
   // "▁" alone decodes to "" (its space is the stripped one); the next "▁" is a real space.
-  CHECK(Pieces(*tok, {1, 410, 410, 259}) == std::vector<std::string>{"", "", " ", " t", ""});
+  CHECK(StreamPieces(*tok, {1, 410, 410, 259}) == std::vector<std::string>{"", "", " ", " t", ""});
   StreamDecoder stream(*tok);
   CHECK(stream.Push(291) == "The");
   CHECK(stream.Push(291) == " The");
@@ -87,7 +87,7 @@ TEST_CASE("stream: the leading-space rule applies once per stream", "[cpu]") {
   // Flush starts a new stream: the rule applies again.
   CHECK(stream.Push(291) == "The");
   // Special tokens kept on request.
-  CHECK(Pieces(*tok, {1, 291}, /*skip=*/false) == std::vector<std::string>{"<s>", " The", ""});
+  CHECK(StreamPieces(*tok, {1, 291}, /*skip=*/false) == std::vector<std::string>{"<s>", " The", ""});
 }
 
 TEST_CASE("stream: byte-level emoji split across tokens", "[cpu]") {
@@ -95,11 +95,11 @@ TEST_CASE("stream: byte-level emoji split across tokens", "[cpu]") {
   // Byte-level ids are bytes here: 😀 = F0 9F 98 80, 日 = E6 97 A5. A character is emitted
   // with its last byte (the lossy UTF-8 decoder never un-emits a complete character).
   const Ids ids = {0xF0, 0x9F, 0x98, 0x80, 0xE6, 0x97, 0xA5, 104};
-  CHECK(Pieces(*tok, ids) ==
+  CHECK(StreamPieces(*tok, ids) ==
         std::vector<std::string>{"", "", "", "\xF0\x9F\x98\x80", "", "", "\xE6\x97\xA5", "h", ""});
   // A truncated character followed by a space: one U+FFFD for the maximal subpart.
-  CHECK(Pieces(*tok, {0xF0, 0x9F, 32}) == std::vector<std::string>{"", "", kFffd + " ", ""});
-  CHECK(Join(Pieces(*tok, {0xF0, 0x9F})) == kFffd);
+  CHECK(StreamPieces(*tok, {0xF0, 0x9F, 32}) == std::vector<std::string>{"", "", kFffd + " ", ""});
+  CHECK(Join(StreamPieces(*tok, {0xF0, 0x9F})) == kFffd);
   CHECK(tok->Decode(Ids{0xF0, 0x9F}) == kFffd);
 }
 
@@ -109,7 +109,7 @@ TEST_CASE("stream: random id sequences always match Decode", "[cpu]") {
     int32_t first_byte_id;  // id of the token for byte 0x00
   };
   std::vector<Case> cases;
-  cases.push_back({Stories(), 3});  // <0x00> .. <0xFF> are ids 3..258
+  cases.push_back({StoriesTokenizer(), 3});  // <0x00> .. <0xFF> are ids 3..258
   cases.push_back({testing::LoadOrFail(testing::Gpt2FixtureJson()), 0});
   cases.push_back({testing::LoadOrFail(testing::Llama3FixtureJson()), 0});
   std::mt19937 rng(42);
@@ -122,7 +122,7 @@ TEST_CASE("stream: random id sequences always match Decode", "[cpu]") {
       // Half byte tokens: they are where streaming goes wrong.
       for (int n = length(rng); n > 0; --n) ids.push_back(rng() % 2 ? any_id(rng) : byte_id(rng));
       for (bool skip : {true, false}) {
-        const auto pieces = Pieces(*c.tok, ids, skip);
+        const auto pieces = StreamPieces(*c.tok, ids, skip);
         for (const std::string& p : pieces) CHECK(IsValidUtf8(p));
         CHECK(Join(pieces) == c.tok->Decode(ids, skip));
       }
@@ -151,9 +151,9 @@ class ByteTokenizer final : public Tokenizer {
 
 TEST_CASE("stream: default DecodeStream for other Tokenizer implementations", "[cpu]") {
   ByteTokenizer tok;
-  CHECK(Pieces(tok, {0xE6, 0x97, 0xA5}) == std::vector<std::string>{"", "", "\xE6\x97\xA5", ""});
-  CHECK(Pieces(tok, {'A', 0xFF, 'B'}) == std::vector<std::string>{"A", "", kFffd + "B", ""});
-  CHECK(Pieces(tok, {'A', 0xF0, 0x9F}) == std::vector<std::string>{"A", "", "", kFffd});
+  CHECK(StreamPieces(tok, {0xE6, 0x97, 0xA5}) == std::vector<std::string>{"", "", "\xE6\x97\xA5", ""});
+  CHECK(StreamPieces(tok, {'A', 0xFF, 'B'}) == std::vector<std::string>{"A", "", kFffd + "B", ""});
+  CHECK(StreamPieces(tok, {'A', 0xF0, 0x9F}) == std::vector<std::string>{"A", "", "", kFffd});
 }
 
 }  // namespace

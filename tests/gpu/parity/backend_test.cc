@@ -37,9 +37,11 @@
 namespace scd {
 namespace {
 
-constexpr double kLogitMaxAbs = 0.6, kLogitMeanAbs = 0.06, kSurprisalMaxAbs = 0.25;
+using testing::kGreedyMargin;
+using testing::kLogitMaxAbs;
+using testing::kLogitMeanAbs;
+using testing::kSurprisalMaxAbs;
 constexpr double kHookRelative = 1.5e-2;
-constexpr float kGreedyMargin = 0.6f;
 constexpr double kParityRelative = 4e-2, kParityMeanRelative = 1e-2;
 
 struct Errors {

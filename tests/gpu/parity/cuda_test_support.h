@@ -123,6 +123,12 @@ Mismatch CompareClose(const std::vector<float>& got, const std::vector<float>& w
 
 // The tolerances of a value a kernel stores as BF16: one BF16 ulp of the stored value at most
 // (relative: 2^-7 / m for a mantissa m in [1, 2)), with an absolute floor for values near 0.
+// Whole-model parity against the CPU reference: logits within these absolute errors (max and
+// mean; BF16 weights and activations), surprisal within kSurprisalMaxAbs, and greedy choices
+// equal wherever the reference's top two logits are further apart than kGreedyMargin.
+inline constexpr double kLogitMaxAbs = 0.6, kLogitMeanAbs = 0.06, kSurprisalMaxAbs = 0.25;
+inline constexpr float kGreedyMargin = 0.6f;
+
 inline constexpr double kBf16StoreRtol = 1.0 / 128;
 inline constexpr double kBf16StoreAtol = 1e-5;
 // What the tests fill the slots a kernel must not write with: exact in BF16.

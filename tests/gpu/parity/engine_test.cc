@@ -27,7 +27,7 @@ namespace {
 using testing::DecodeEventCollector;
 using testing::SyntheticPrompt;
 
-constexpr float kGreedyMargin = 0.6f;  // as backend_test.cc
+using testing::kGreedyMargin;
 constexpr int kTokens = 12;
 
 struct Request {

@@ -48,7 +48,8 @@ using testing::CheckClose;
 using testing::DeviceArray;
 using testing::RandomFloats;
 
-constexpr double kLogitMaxAbs = 0.6, kLogitMeanAbs = 0.06;
+using testing::kLogitMaxAbs;
+using testing::kLogitMeanAbs;
 
 // The logits less their mean (the same distribution after the softmax).
 std::vector<float> Centred(std::vector<float> x) {

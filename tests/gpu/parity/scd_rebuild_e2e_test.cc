@@ -31,7 +31,8 @@
 namespace scd {
 namespace {
 
-constexpr double kLogitMaxAbs = 0.6, kLogitMeanAbs = 0.06;
+using testing::kLogitMaxAbs;
+using testing::kLogitMeanAbs;
 
 std::string ArtifactPath() {
   return testing::SourceFile("configs/calibration/stories260K-babi-qa.scd.safetensors");
