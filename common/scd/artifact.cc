@@ -112,6 +112,20 @@ absl::StatusOr<nlohmann::json> ParseMetadata(const std::string& path, const std:
           a.recompute_end <= a.num_layers)) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": inconsistent artifact metadata"));
     }
+    if (meta.contains("quality")) {  // artifacts calibrated before the rate ladder have none
+      absl::StatusOr<std::vector<QualityRecord>> quality = QualityRecordsFromJson(meta["quality"]);
+      if (!quality.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": ", quality.status().message()));
+      }
+      const size_t rungs = RateLadder(a).size();
+      for (const QualityRecord& r : *quality) {
+        if (r.rung < 0 || static_cast<size_t>(r.rung) >= rungs) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ": a quality record names rung ", r.rung, " of a ", rungs, "-rung ladder"));
+        }
+      }
+      a.quality = std::move(quality).value();
+    }
     return meta;
   } catch (const std::exception& e) {
     return BadMetadata(path, e);
@@ -238,6 +252,7 @@ absl::Status ScdArtifact::Save(const std::string& path) {
       {"patch_budget", patch_budget},
       {"recompute_block", {recompute_first, recompute_end}},
       {"report", report},
+      {"quality", QualityRecordsToJson(quality)},
   };
   id = TensorDigest(m);
   return WriteSafetensors(path, m, {{"scd", meta.dump()}});

@@ -19,6 +19,7 @@
 #include "common/model/weights.h"
 #include "common/scd/patch_aligner.h"
 #include "common/scd/quantize.h"
+#include "common/scd/rate_ladder.h"
 #include "common/scd/reduced_rank.h"
 
 namespace scd {
@@ -46,6 +47,9 @@ struct ScdArtifact {
   std::vector<int> patch_order;                 // greedy selection order
   int patch_budget = 0;                         // scd mode patches patch_order[0, budget)
   int recompute_first = 0, recompute_end = 0;   // DroidSpeak block [first, end)
+  // Calibration's held-out record of every rung of the rate ladder and every baseline mode
+  // (rate_ladder.h); empty in artifacts calibrated before the ladder.
+  std::vector<QualityRecord> quality;
   nlohmann::json report = nlohmann::json::object();
   std::string id;  // set by Save and Load
 

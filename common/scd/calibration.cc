@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
+#include "common/eval/metrics.h"
 #include "common/scd/wire_format.h"
 
 namespace scd {
@@ -64,15 +65,18 @@ class HeldOutSet {
                          ConsumerCodec::Create(Unowned(consumer.model()), producer.model().digest(),
                                                artifact, options));
     const int vocab = consumer.model().config.vocab_size;
-    double kl = 0, nll = 0, top1 = 0;
-    long positions = 0, scored = 0;
+    double kl = 0, nll = 0, top1 = 0, bytes = 0;
+    long positions = 0, scored = 0, context_tokens = 0;
     for (const Item& item : items_) {
       const int t = static_cast<int>(item.tokens.size());
       SCD_ASSIGN_OR_RETURN(Payload payload,
                            enc->Encode(mode, absl::MakeConstSpan(item.tokens).first(item.split),
                                        item.producer_states));
       // Through the wire, as in serving.
-      SCD_ASSIGN_OR_RETURN(Payload parsed, ParsePayload(SerializePayload(payload)));
+      const std::vector<uint8_t> wire = SerializePayload(payload);
+      bytes += static_cast<double>(wire.size());
+      context_tokens += item.split;
+      SCD_ASSIGN_OR_RETURN(Payload parsed, ParsePayload(wire));
       SCD_ASSIGN_OR_RETURN(auto seq, consumer.NewSequence(t));
       SCD_RETURN_IF_ERROR(dec->Rebuild(parsed, consumer, *seq));
       PrefillOptions logits_opt;
@@ -114,6 +118,7 @@ class HeldOutSet {
     s.kl = kl / std::max(positions, 1L);
     s.top1 = top1 / std::max(positions, 1L);
     s.nll = nll / std::max(scored, 1L);
+    s.bytes_per_token = bytes / static_cast<double>(std::max(context_tokens, 1L));
     return s;
   }
 
@@ -128,10 +133,83 @@ class HeldOutSet {
 };
 
 nlohmann::json ScoreJson(const SelectionScore& s) {
-  return {{"kl", s.kl}, {"nll", s.nll}, {"top1", s.top1}};
+  return {{"kl", s.kl}, {"nll", s.nll}, {"top1", s.top1}, {"bytes_per_token", s.bytes_per_token}};
+}
+
+// Scores every baseline mode and every rung of the artifact's rate ladder on the held-back
+// set into a.quality (rate_ladder.h).
+absl::Status RecordQuality(Backend& producer, Backend& consumer, ScdArtifact& a,
+                           const HeldOutSet& set, const ProgressFn& progress) {
+  std::shared_ptr<const ScdArtifact> view(std::shared_ptr<const ScdArtifact>(), &a);
+  std::vector<QualityRecord> records;
+  auto record = [&](CodecMode mode, int rung, const std::string& label) -> absl::Status {
+    CodecOptions co;
+    co.rung = rung;
+    SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, view, mode, co));
+    records.push_back({std::string(CodecModeName(mode)), rung, s.kl, s.top1, s.bytes_per_token});
+    Say(progress, absl::StrFormat("[3/3] quality of %s: KL %.4f, top-1 %.3f, %.1f B/token",
+                                  label, s.kl, s.top1, s.bytes_per_token));
+    return absl::OkStatus();
+  };
+  for (CodecMode m : {CodecMode::kOracle, CodecMode::kRaw, CodecMode::kQuant8, CodecMode::kQuant4,
+                      CodecMode::kRecompute}) {
+    SCD_RETURN_IF_ERROR(record(m, 0, std::string(CodecModeName(m))));
+  }
+  const std::vector<Rung> ladder = RateLadder(a);
+  for (size_t i = 0; i < ladder.size(); ++i) {
+    SCD_RETURN_IF_ERROR(record(CodecMode::kScd, static_cast<int>(i),
+                               absl::StrCat("scd rung ", i, " (", RungName(ladder[i]), ")")));
+  }
+  a.quality = std::move(records);
+  return absl::OkStatus();
 }
 
 }  // namespace
+
+namespace {
+
+// Mean next-token NLL of `b` over `passage`.
+absl::StatusOr<double> MeanNll(Backend& b, const std::vector<int32_t>& passage) {
+  const int t = static_cast<int>(passage.size());
+  SCD_ASSIGN_OR_RETURN(auto seq, b.NewSequence(t));
+  PrefillOptions logits;
+  logits.all_logits = true;
+  PrefillResult r;
+  SCD_RETURN_IF_ERROR(b.Prefill(*seq, passage, logits, &r));
+  const int vocab = b.model().config.vocab_size;
+  SCD_ASSIGN_OR_RETURN(
+      double nll, eval::SumNll(absl::MakeConstSpan(r.logits).first(static_cast<size_t>(t - 1) * vocab),
+                         vocab, absl::MakeConstSpan(passage).subspan(1)));
+  return nll / (t - 1);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int>> ConsumerDomainSources(
+    Backend& producer, Backend& consumer, const std::vector<std::vector<int32_t>>& passages,
+    const std::vector<int>& sources, int num_files, int per_file, double margin,
+    std::vector<double>* gaps) {
+  if (sources.size() != passages.size()) {
+    return absl::InvalidArgumentError("one source per passage is needed");
+  }
+  std::vector<double> gap(std::max(num_files, 0), 0.0);
+  std::vector<int> seen(gap.size(), 0);
+  for (size_t i = 0; i < passages.size(); ++i) {
+    const int f = sources[i];
+    if (f < 0 || f >= num_files || seen[f] >= per_file || passages[i].size() < 2) continue;
+    SCD_ASSIGN_OR_RETURN(double p, MeanNll(producer, passages[i]));
+    SCD_ASSIGN_OR_RETURN(double c, MeanNll(consumer, passages[i]));
+    gap[f] += p - c;
+    ++seen[f];
+  }
+  std::vector<int> domain;
+  for (int f = 0; f < num_files; ++f) {
+    if (seen[f] > 0) gap[f] /= seen[f];
+    if (seen[f] > 0 && gap[f] > margin) domain.push_back(f);
+  }
+  if (gaps != nullptr) *gaps = gap;
+  return domain;
+}
 
 absl::StatusOr<SelectionScore> ScoreCodec(Backend& producer, Backend& consumer,
                                           std::shared_ptr<const ScdArtifact> artifact,
@@ -347,6 +425,7 @@ absl::Status SelectLayers(Backend& producer, Backend& consumer, ScdArtifact& a,
   a.recompute_end = best_first + block;
   Say(progress, absl::StrFormat("[3/3] recompute block [%d, %d): KL %.4f", a.recompute_first,
                                 a.recompute_end, best_kl));
+  SCD_RETURN_IF_ERROR(RecordQuality(producer, consumer, a, set, progress));
   a.report["heldout_passages"] = held.size();
   a.report["baselines"] = baselines;
   a.report["selection"] = trace;

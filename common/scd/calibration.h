@@ -28,9 +28,9 @@ struct CalibrationOptions {
   int rank_k = 16;
   int rank_v = 24;
   int rank_h = 32;
-  int patch_budget = 1;      // k: layers patched in scd mode
+  int patch_budget = 3;      // k: layers patched in scd mode
   int selection_depth = -1;  // greedy steps to record (-1 = every layer, for the ablation)
-  Encoding code_encoding = Encoding::kF16;  // wire type of codes (int8 is the option)
+  Encoding code_encoding = Encoding::kInt8Row;  // wire type of codes (fp16 is the option)
   double ridge = 1e-4;       // relative ridge of the regressions
   int holdout_passages = 24; // passages held back for selection
   int max_aligner_rows = 30000;
@@ -39,11 +39,23 @@ struct CalibrationOptions {
   uint64_t seed = 1;
 };
 
+// The consumer's domain among the corpus files: each file's mean next-token NLL under both
+// models, on up to `per_file` of its passages (sources[i] is passage i's file, as
+// LoadCalibrationPassages gives it), and the files on which the consumer's is lower than the
+// producer's by more than `margin` nats a token: what the specialist was tuned on. Empty when
+// no file qualifies. `gaps`, when given, receives producer − consumer NLL per file (0 for a
+// file with no passage).
+absl::StatusOr<std::vector<int>> ConsumerDomainSources(
+    Backend& producer, Backend& consumer, const std::vector<std::vector<int32_t>>& passages,
+    const std::vector<int>& sources, int num_files, int per_file = 8, double margin = 0.1,
+    std::vector<double>* gaps = nullptr);
+
 // End-to-end quality of one codec configuration on the held-back passages.
 struct SelectionScore {
   double kl = 0;   // mean KL(oracle ‖ rebuilt) of the consumer's next-token distributions
   double nll = 0;  // mean NLL of the scored tokens after rebuild
   double top1 = 0; // share of positions whose argmax matches the oracle's
+  double bytes_per_token = 0;  // serialized payload bytes per context token
 };
 
 using ProgressFn = std::function<void(const std::string&)>;

@@ -108,10 +108,30 @@ void AppendRecomputeLayer(Payload& p, const ScdArtifact& a, const ModelConfig& c
   if (l < a.recompute_first || l >= a.recompute_end) AppendF16Kv(p, l, s, t, c.kv_dim());
 }
 
+// The rung `index` of `a`'s rate ladder for a payload of `mode`: rungs are scd's and
+// scd-reuse's, every other mode carries 0 (and gets a rung of no meaning).
+absl::StatusOr<Rung> LadderRung(const ScdArtifact* a, CodecMode mode, int index) {
+  if (mode != CodecMode::kScd && mode != CodecMode::kScdReuse) {
+    if (index != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("rung ", index, " asked of a ",
+                                                     std::string(CodecModeName(mode)),
+                                                     " payload (rungs are scd's and scd-reuse's)"));
+    }
+    return Rung{};
+  }
+  const std::vector<Rung> ladder = RateLadder(*a);
+  if (index < 0 || static_cast<size_t>(index) >= ladder.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rung ", index, " is not on this artifact's ",
+                                                   ladder.size(), "-rung rate ladder"));
+  }
+  return ladder[index];
+}
+
 // Appends layer `l`'s SCD codes: its PATCH code when `patch_layers` lists it, its REUSE key
-// and value codes otherwise. `z` is scratch kept from layer to layer.
-absl::Status AppendCodeLayer(Payload& p, const ScdArtifact& a, const std::vector<int>& patch_layers,
-                             int l, const LayerStates& s, int t, std::vector<float>& z) {
+// and value codes at the rung's ranks otherwise. `z` is scratch kept from layer to layer.
+absl::Status AppendCodeLayer(Payload& p, const ScdArtifact& a, const Rung& rung,
+                             const std::vector<int>& patch_layers, int l, const LayerStates& s,
+                             int t, std::vector<float>& z) {
   const Encoding enc = a.code_encoding;
   if (std::find(patch_layers.begin(), patch_layers.end(), l) != patch_layers.end()) {
     auto it = a.patches.find(l);
@@ -125,20 +145,20 @@ absl::Status AppendCodeLayer(Payload& p, const ScdArtifact& a, const std::vector
     return absl::OkStatus();
   }
   const ReuseLayer& r = a.reuse[l];
-  z.resize(static_cast<size_t>(t) * r.key.rank);
-  r.key.Encode(s.k_pre_rope.data(), t, z.data());
-  p.blocks.push_back(MakeBlock(BlockKind::kKey, enc, l, z.data(), t, r.key.rank));
-  z.resize(static_cast<size_t>(t) * r.value.rank);
-  r.value.Encode(s.v.data(), t, z.data());
-  p.blocks.push_back(MakeBlock(BlockKind::kValue, enc, l, z.data(), t, r.value.rank));
+  z.resize(static_cast<size_t>(t) * rung.rank_k);
+  r.key.Encode(s.k_pre_rope.data(), t, z.data(), rung.rank_k);
+  p.blocks.push_back(MakeBlock(BlockKind::kKey, enc, l, z.data(), t, rung.rank_k));
+  z.resize(static_cast<size_t>(t) * rung.rank_v);
+  r.value.Encode(s.v.data(), t, z.data(), rung.rank_v);
+  p.blocks.push_back(MakeBlock(BlockKind::kValue, enc, l, z.data(), t, rung.rank_v));
   return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const int32_t> tokens,
-                                              const PrefillResult& states,
-                                              int start_position) const {
+                                              const PrefillResult& states, int start_position,
+                                              std::optional<int> rung_index) const {
   const ModelConfig& c = producer_->config;
   const int t = static_cast<int>(tokens.size());
   if (t == 0) return absl::InvalidArgumentError("nothing to encode (no tokens)");
@@ -146,10 +166,14 @@ absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const i
     return absl::FailedPreconditionError(absl::StrCat("mode ", std::string(CodecModeName(mode)),
                                                       " needs a calibration artifact"));
   }
+  const bool codes = mode == CodecMode::kScd || mode == CodecMode::kScdReuse;
+  const int rung_at = rung_index.value_or(codes ? options_.rung : 0);
+  SCD_ASSIGN_OR_RETURN(const Rung rung, LadderRung(artifact_.get(), mode, rung_at));
   Payload p;
   p.mode = mode;
   p.num_layers = static_cast<uint16_t>(c.num_layers);
   p.start_position = static_cast<uint32_t>(start_position);
+  p.rung = static_cast<uint16_t>(rung_at);
   p.pair_digest = pair_digest(mode);
   p.token_ids.assign(tokens.begin(), tokens.end());
   if (mode == CodecMode::kOracle) return p;
@@ -160,7 +184,8 @@ absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const i
   const int kvd = c.kv_dim();
   std::vector<int> patch_layers;
   if (mode == CodecMode::kScd) {
-    patch_layers = options_.patch_layers.value_or(artifact_->PatchLayers());
+    patch_layers = options_.patch_layers.value_or(std::vector<int>(
+        artifact_->patch_order.begin(), artifact_->patch_order.begin() + rung.patch_layers));
   }
   std::vector<float> z;
   for (int l = 0; l < c.num_layers; ++l) {
@@ -178,7 +203,7 @@ absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const i
         break;
       case CodecMode::kScdReuse:
       case CodecMode::kScd:
-        SCD_RETURN_IF_ERROR(AppendCodeLayer(p, *artifact_, patch_layers, l, s, t, z));
+        SCD_RETURN_IF_ERROR(AppendCodeLayer(p, *artifact_, rung, patch_layers, l, s, t, z));
         break;
       case CodecMode::kOracle:
         break;
@@ -247,6 +272,9 @@ absl::Status ConsumerCodec::Check(const Payload& p, const Sequence& seq) const {
                                                       seq.length()));
   }
   if (p.token_ids.empty()) return absl::InvalidArgumentError("payload holds no tokens");
+  if (CodecModeNeedsArtifact(p.mode) && artifact_ != nullptr) {
+    SCD_RETURN_IF_ERROR(LadderRung(artifact_.get(), p.mode, p.rung).status());
+  }
   return absl::OkStatus();
 }
 
@@ -275,8 +303,9 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
     return absl::FailedPreconditionError(
         absl::StrCat("mode ", mode_name, " needs this consumer's calibration artifact"));
   }
+  // The GPU rebuild decodes the top rung; a lower rung's narrower codes rebuild on the host.
   if (gpu_ != nullptr && (p.mode == CodecMode::kScd || p.mode == CodecMode::kScdReuse) &&
-      GpuRebuild::Applies(backend)) {
+      p.rung == 0 && GpuRebuild::Applies(backend)) {
     return gpu_->Rebuild(p, backend, seq, &st);
   }
   // On the host: in blocks of rows, through buffers reused from block to block. Buffers of at
@@ -343,17 +372,18 @@ absl::Status RebuildPatchLayer(const Payload& p, const PayloadBlock* pb, int l,
 }
 
 // Decodes layer `l`'s REUSE key and value codes (through `z` and `z2`) back into K and V.
-absl::Status DecodeCodeLayer(const ReuseLayer& r, const PayloadBlock* kb, const PayloadBlock* vb,
-                             int l, int t, int kvd, const std::string& mode_name,
-                             std::vector<float>& z, std::vector<float>& z2, ExternalKv& kv) {
-  SCD_RETURN_IF_ERROR(ExpectBlockCols(kb, r.key.rank, "key code", l, mode_name));
-  SCD_RETURN_IF_ERROR(ExpectBlockCols(vb, r.value.rank, "value code", l, mode_name));
+absl::Status DecodeCodeLayer(const ReuseLayer& r, const Rung& rung, const PayloadBlock* kb,
+                             const PayloadBlock* vb, int l, int t, int kvd,
+                             const std::string& mode_name, std::vector<float>& z,
+                             std::vector<float>& z2, ExternalKv& kv) {
+  SCD_RETURN_IF_ERROR(ExpectBlockCols(kb, rung.rank_k, "key code", l, mode_name));
+  SCD_RETURN_IF_ERROR(ExpectBlockCols(vb, rung.rank_v, "value code", l, mode_name));
   SCD_RETURN_IF_ERROR(kb->DecodeInto(&z));
   SCD_RETURN_IF_ERROR(vb->DecodeInto(&z2));
   kv.k_pre_rope[l].resize(static_cast<size_t>(t) * kvd);
   kv.v[l].resize(static_cast<size_t>(t) * kvd);
-  r.key.Decode(z.data(), t, kv.k_pre_rope[l].data());
-  r.value.Decode(z2.data(), t, kv.v[l].data());
+  r.key.Decode(z.data(), t, kv.k_pre_rope[l].data(), rung.rank_k);
+  r.value.Decode(z2.data(), t, kv.v[l].data(), rung.rank_v);
   return absl::OkStatus();
 }
 
@@ -381,6 +411,7 @@ absl::Status ConsumerCodec::RebuildOnHost(const Payload& p, Backend& backend, Se
   kv.k_pre_rope.resize(c.num_layers);
   kv.v.resize(c.num_layers);
   const PayloadBlock* residual = nullptr;
+  SCD_ASSIGN_OR_RETURN(const Rung rung, LadderRung(artifact_.get(), p.mode, p.rung));
   int recompute_first = -1, recompute_end = -1;
   for (int l = 0; l < c.num_layers; ++l) {
     const PayloadBlock* kb = p.Find(BlockKind::kKey, l);
@@ -406,8 +437,8 @@ absl::Status ConsumerCodec::RebuildOnHost(const Payload& p, Backend& backend, Se
       continue;
     }
     if (codes) {
-      SCD_RETURN_IF_ERROR(DecodeCodeLayer(artifact_->reuse[l], kb, vb, l, t, kvd, mode_name,
-                                          buffers.z, buffers.z2, kv));
+      SCD_RETURN_IF_ERROR(DecodeCodeLayer(artifact_->reuse[l], rung, kb, vb, l, t, kvd,
+                                          mode_name, buffers.z, buffers.z2, kv));
     } else {
       SCD_RETURN_IF_ERROR(DecodeKvLayer(kb, vb, l, kvd, mode_name, kv));
     }

@@ -25,8 +25,11 @@ namespace scd {
 
 struct CodecOptions {
   int kivi_group = 32;  // KIVI group size (tokens for keys, channels for values)
-  // Producer side, for ablations: patch these layers instead of the artifact's selection.
+  // Producer side, for ablations: patch these layers instead of the rung's.
   std::optional<std::vector<int>> patch_layers;
+  // Producer side: the rate ladder's rung (rate_ladder.h) of scd and scd-reuse payloads when
+  // Encode names none; 0 is the artifact's own operating point.
+  int rung = 0;
   // Consumer side: on a CUDA backend (in a CUDA build), scd and scd-reuse payloads are rebuilt
   // on the GPU (gpu_rebuild.h); false decodes on the host and uploads K/V through AppendKv.
   bool gpu_rebuild = true;
@@ -63,9 +66,12 @@ class ProducerCodec {
       std::shared_ptr<const ScdArtifact> artifact, CodecOptions options = {});
 
   // Encodes the states of `tokens` (from a producer Prefill with ProducerPrefillOptions)
-  // placed at `start_position` of the consumer's sequence.
+  // placed at `start_position` of the consumer's sequence; scd and scd-reuse payloads at
+  // `rung` of the artifact's rate ladder (CodecOptions::rung when not given). INVALID_ARGUMENT
+  // for a rung the ladder lacks, or a rung with another mode.
   absl::StatusOr<Payload> Encode(CodecMode mode, absl::Span<const int32_t> tokens,
-                                 const PrefillResult& states, int start_position = 0) const;
+                                 const PrefillResult& states, int start_position = 0,
+                                 std::optional<int> rung = std::nullopt) const;
 
   PairDigest pair_digest(CodecMode mode) const;
 

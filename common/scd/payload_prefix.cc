@@ -16,6 +16,7 @@ absl::StatusOr<Payload> PayloadPrefix(const Payload& payload, int num_tokens) {
   out.mode = payload.mode;
   out.num_layers = payload.num_layers;
   out.start_position = payload.start_position;
+  out.rung = payload.rung;
   out.pair_digest = payload.pair_digest;
   out.token_ids.assign(payload.token_ids.begin(), payload.token_ids.begin() + num_tokens);
   if (num_tokens == total) {

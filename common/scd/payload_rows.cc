@@ -39,6 +39,7 @@ absl::Status PayloadRowsInto(const Payload& payload, size_t begin, size_t end, P
   out.mode = payload.mode;
   out.num_layers = payload.num_layers;
   out.start_position = payload.start_position + static_cast<uint32_t>(begin);
+  out.rung = payload.rung;
   out.pair_digest = payload.pair_digest;
   out.token_ids.assign(payload.token_ids.begin() + begin, payload.token_ids.begin() + end);
   out.blocks.resize(payload.blocks.size());

@@ -11,19 +11,21 @@
 
 namespace scd {
 
-void LinearCode::Encode(const float* x, int rows, float* z) const {
+void LinearCode::Encode(const float* x, int rows, float* z, int use_rank) const {
+  const int r = use_rank < 0 ? rank : std::min(use_rank, rank);
   std::vector<float> centred(static_cast<size_t>(rows) * in_dim);
   for (int r = 0; r < rows; ++r)
     for (int i = 0; i < in_dim; ++i) {
       centred[static_cast<size_t>(r) * in_dim + i] = x[static_cast<size_t>(r) * in_dim + i] - mu_in[i];
     }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, rank, in_dim, 1.0f,
-              centred.data(), in_dim, encoder.data(), rank, 0.0f, z, rank);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, r, in_dim, 1.0f,
+              centred.data(), in_dim, encoder.data(), rank, 0.0f, z, r);
 }
 
-void LinearCode::Decode(const float* z, int rows, float* y) const {
-  for (int r = 0; r < rows; ++r) std::copy(mu_out.begin(), mu_out.end(), y + static_cast<size_t>(r) * out_dim);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, out_dim, rank, 1.0f, z, rank,
+void LinearCode::Decode(const float* z, int rows, float* y, int use_rank) const {
+  const int r = use_rank < 0 ? rank : std::min(use_rank, rank);
+  for (int i = 0; i < rows; ++i) std::copy(mu_out.begin(), mu_out.end(), y + static_cast<size_t>(i) * out_dim);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, out_dim, r, 1.0f, z, r,
               decoder.data(), out_dim, 1.0f, y, out_dim);
 }
 

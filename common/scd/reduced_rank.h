@@ -6,6 +6,11 @@
 // X̃_P B (eigenvectors of Bᵀ X̃_Pᵀ X̃_P B), E = B V_r, D = V_rᵀ.
 // Only second moments are needed, so calibration streams states through CrossMoments and
 // never holds them all.
+//
+// Codes are nested: the columns of E (rows of D) are ordered by the singular values of X̃_P B,
+// largest first, so the first r' columns of a rank-r code are the rank-r' fit itself (the
+// same B, the top r' of the same eigenvectors). A payload may so carry any r' ≤ r with no
+// recalibration (common/scd/rate_ladder.h).
 #ifndef SCD_COMMON_SCD_REDUCED_RANK_H_
 #define SCD_COMMON_SCD_REDUCED_RANK_H_
 
@@ -24,10 +29,10 @@ struct LinearCode {
   std::vector<float> decoder;  // [rank, out_dim]
   std::vector<float> mu_out;   // [out_dim]
 
-  // z[rows, rank] = (x[rows, in_dim] − μ_in) · E
-  void Encode(const float* x, int rows, float* z) const;
-  // y[rows, out_dim] = z[rows, rank] · D + μ_out
-  void Decode(const float* z, int rows, float* y) const;
+  // z[rows, r'] = (x[rows, in_dim] − μ_in) · E[:, :r'], with r' = `use_rank` (-1: rank).
+  void Encode(const float* x, int rows, float* z, int use_rank = -1) const;
+  // y[rows, out_dim] = z[rows, r'] · D[:r', :] + μ_out, with r' = `use_rank` (-1: rank).
+  void Decode(const float* z, int rows, float* y, int use_rank = -1) const;
 };
 
 struct FitReport {

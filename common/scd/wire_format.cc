@@ -119,6 +119,7 @@ std::vector<uint8_t> SerializePayload(const Payload& p) {
   Put<uint16_t>(out, 10, static_cast<uint16_t>(p.blocks.size()));
   Put<uint32_t>(out, 12, static_cast<uint32_t>(p.token_ids.size()));
   Put<uint32_t>(out, 16, p.start_position);
+  Put<uint16_t>(out, 20, p.rung);
   Put<uint64_t>(out, 24, body);
   std::memcpy(out.data() + 32, p.pair_digest.data(), 16);
 
@@ -191,6 +192,11 @@ absl::StatusOr<Payload> ParsePayload(absl::Span<const uint8_t> bytes) {
   const uint16_t num_blocks = Get<uint16_t>(h, 10);
   const uint32_t num_tokens = Get<uint32_t>(h, 12);
   p.start_position = Get<uint32_t>(h, 16);
+  p.rung = Get<uint16_t>(h, 20);
+  if (p.rung != 0 && p.mode != CodecMode::kScd && p.mode != CodecMode::kScdReuse) {
+    return bad("a ", std::string(CodecModeName(p.mode)), " payload names rung ", p.rung,
+               " (rungs are scd's and scd-reuse's)");
+  }
   std::memcpy(p.pair_digest.data(), h + 32, 16);
   const uint64_t fixed = uint64_t{num_tokens} * 4 + uint64_t{num_blocks} * kWireDescriptorBytes;
   if (fixed > body) return bad("token ids and descriptors overrun the body");

@@ -2,7 +2,8 @@
 // (oracle, raw, quant8/4, recompute, scd-reuse, scd). Little-endian.
 //
 //   header (64 B)  magic "SCDW" | u16 version | u8 mode | u8 flags | u16 num_layers |
-//                  u16 num_blocks | u32 num_tokens | u32 start_position | u32 reserved |
+//                  u16 num_blocks | u32 num_tokens | u32 start_position | u16 rung |
+//                  u16 reserved |
 //                  u64 body_bytes | u8[16] pair_digest | u32 body_crc32c | u32 header_crc32c |
 //                  u64 reserved
 //   body           i32 token_ids[num_tokens]
@@ -10,6 +11,9 @@
 //                                                 u32 rows | u32 cols | u16 group | u16 0 |
 //                                                 u32 bytes
 //                  block data, back to back, in descriptor order
+//
+// `rung` is the rung of the artifact's rate ladder (rate_ladder.h) an scd or scd-reuse payload
+// carries, 0 (the artifact's own operating point) for every other mode.
 //
 // The pair digest binds a payload to one producer/consumer pair (and calibration artifact),
 // so a consumer never rebuilds from codes made for another model. Both CRCs are checked and
@@ -84,6 +88,7 @@ struct Payload {
   CodecMode mode = CodecMode::kRaw;
   uint16_t num_layers = 0;
   uint32_t start_position = 0;  // positions already in the consumer's sequence before these
+  uint16_t rung = 0;            // scd and scd-reuse: the rate ladder's rung; 0 otherwise
   PairDigest pair_digest{};
   std::vector<int32_t> token_ids;  // num_tokens = token_ids.size()
   std::vector<PayloadBlock> blocks;

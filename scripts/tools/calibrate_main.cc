@@ -22,10 +22,27 @@ namespace {
 
 constexpr char kProgram[] = "scd-calibrate";
 
+// The files the held-back slice comes from when --select-from is not given: the consumer's
+// domain (scd::ConsumerDomainSources), or every file when it has none. Says which on stderr.
+absl::StatusOr<std::vector<int>> ChooseDomain(scd::Backend& producer, scd::Backend& consumer,
+                                              const std::vector<std::vector<int32_t>>& passages,
+                                              const std::vector<int>& sources,
+                                              const std::vector<std::string>& files) {
+  std::vector<double> gaps;
+  absl::StatusOr<std::vector<int>> domain = scd::ConsumerDomainSources(
+      producer, consumer, passages, sources, static_cast<int>(files.size()), 8, 0.1, &gaps);
+  if (!domain.ok()) return domain.status();
+  std::cerr << kProgram << ": NLL gap (producer - consumer, nats/token):";
+  for (size_t f = 0; f < files.size(); ++f) std::cerr << " " << files[f] << " " << gaps[f] << ";";
+  std::cerr << (domain->empty() ? " no file is the consumer's domain: selecting on all\n"
+                                : " selecting on the consumer's domain (gap > 0.1)\n");
+  return domain;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string producer_dir, consumer_dir, corpus, out, encoding = "fp16", select_from;
+  std::string producer_dir, consumer_dir, corpus, out, encoding = "int8", select_from;
   scd::CalibrationOptions o;
   scd::CorpusLoadOptions co;
   int max_total_tokens = static_cast<int>(co.max_total_tokens);
@@ -45,7 +62,7 @@ int main(int argc, char** argv) {
   flags.AddInt("holdout", &o.holdout_passages, "passages held back for patch selection");
   flags.AddString("select-from", &select_from,
                   "corpus files (a subset of --corpus) the held-back slice is drawn from; "
-                  "default: all (use the consumer's domain)");
+                  "default: the consumer's domain, the files it models better than the producer");
   flags.AddInt("max-tokens", &max_total_tokens, "calibration token budget");
   flags.AddInt("passage-tokens", &co.max_tokens_per_passage, "truncate passages to this many tokens");
   flags.AddUint64("seed", &o.seed, "seed for sampling and aligner initialisation");
@@ -78,6 +95,12 @@ int main(int argc, char** argv) {
   }
   auto passages = scd::LoadCalibrationPassages(files, *tokenizer, co, &sources);
   if (!passages.ok()) return flags.Fail(passages.status());
+  if (select_from.empty()) {
+    absl::StatusOr<std::vector<int>> domain =
+        ChooseDomain(*producer, *consumer, *passages, sources, files);
+    if (!domain.ok()) return flags.Fail(domain.status());
+    select_sources = *domain;
+  }
   std::vector<std::vector<int32_t>> train, held;
   const size_t count = passages->size();
   scd::SplitHeldOut(std::move(passages).value(), sources, select_sources, o.holdout_passages,
@@ -94,13 +117,18 @@ int main(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   artifact->report["seconds"] = seconds;
   artifact->report["command"] = scd::cli::QuotedCommandLine(argc, argv);
-  const std::string report_path = out + ".json";
+  artifact->report["select_from"] = nlohmann::json::array();
+  for (int f : select_sources) artifact->report["select_from"].push_back(files[f]);
+  const std::string report_path = out + ".json", table_path = out + ".quality.md";
   if (auto st = scd::WriteFileAtomically(report_path, artifact->report.dump(2)); !st.ok()) {
     return flags.Fail(st);
   }
+  const std::string table = scd::QualityTableMarkdown(artifact->quality, scd::RateLadder(*artifact));
+  if (auto st = scd::WriteFileAtomically(table_path, table); !st.ok()) return flags.Fail(st);
   std::cerr << kProgram << ": wrote " << out << " (patch layers";
   for (int l : artifact->PatchLayers()) std::cerr << " " << l;
   std::cerr << "; recompute block [" << artifact->recompute_first << ", "
-            << artifact->recompute_end << ")) and " << report_path << " in " << seconds << " s\n";
+            << artifact->recompute_end << ")), " << report_path << " and " << table_path
+            << " (held-back quality of every mode and rung) in " << seconds << " s\n";
   return 0;
 }

@@ -41,7 +41,7 @@ TEST_CASE("Calibrated SCD beats raw reuse on the fine-tuned pair; handshakes hol
   auto consumer_model = Load("models/stories260K-babi-qa");
   auto producer = Cpu(producer_model);
   auto consumer = Cpu(consumer_model);
-  auto artifact = std::make_unique<ScdArtifact>(testing::QuickArtifact(*producer, *consumer));
+  auto artifact = std::make_unique<ScdArtifact>(testing::BundledQuickArtifact());
   const std::string path = testing::TempDir() + "/pair.safetensors";
   REQUIRE(artifact->Save(path).ok());
   auto loaded = ScdArtifact::Load(path);

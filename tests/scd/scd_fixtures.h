@@ -64,6 +64,17 @@ inline ScdArtifact QuickArtifact(Backend& producer, Backend& consumer) {
   return std::move(artifact).value();
 }
 
+// QuickArtifact of the bundled pair (stories260K → stories260K-babi-qa), calibrated once per
+// test binary and shared by its cases.
+inline const ScdArtifact& BundledQuickArtifact() {
+  static const ScdArtifact* artifact = [] {
+    auto producer = Cpu(Load("models/stories260K"));
+    auto consumer = Cpu(Load("models/stories260K-babi-qa"));
+    return new ScdArtifact(QuickArtifact(*producer, *consumer));
+  }();
+  return *artifact;
+}
+
 }  // namespace scd::testing
 
 #endif  // SCD_TESTS_SCD_SCD_FIXTURES_H_
