@@ -55,9 +55,16 @@ class AdmissionTicket {
   // Routed to a decode daemon (or failed before it).
   void LeaveDispatch();
 
-  // What admission predicted for the request (for its log line).
+  // What admission predicted for the request (for its log line), and of that the waits in
+  // the queues ahead of it (for mode: auto).
   absl::Duration predicted_ttft() const { return predicted_ttft_; }
   void set_predicted_ttft(absl::Duration ttft) { predicted_ttft_ = ttft; }
+  absl::Duration producer_wait() const { return producer_wait_; }
+  absl::Duration decode_wait() const { return decode_wait_; }
+  void set_waits(absl::Duration producer, absl::Duration decode) {
+    producer_wait_ = producer;
+    decode_wait_ = decode;
+  }
 
  private:
   std::atomic<int>* const producer_;
@@ -66,6 +73,7 @@ class AdmissionTicket {
   const int producer_ahead_;
   const int dispatch_ahead_;
   absl::Duration predicted_ttft_;
+  absl::Duration producer_wait_, decode_wait_;
 };
 
 class Admission {

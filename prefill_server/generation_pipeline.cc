@@ -75,6 +75,7 @@ struct GenerationPipeline::Encoded {
   std::vector<uint8_t> bytes;  // empty: no payload (the consumer prefills everything)
   std::vector<int32_t> suffix;
   bool cache_hit = false;
+  bool fallback = false;  // the oracle retry of a failed payload path
 };
 
 struct GenerationPipeline::Metrics {
@@ -110,6 +111,7 @@ GenerationPipeline::GenerationPipeline(
       cache_(cache),
       sender_(std::move(sender)),
       metrics_(std::make_unique<Metrics>()),
+      mode_metrics_(m),
       admission_(options_.max_queue_wait, options_.producer_max_queue, registry, m) {
   std::random_device rd;
   next_transfer_id_.store((static_cast<uint64_t>(rd()) << 32 | rd()) | 1);
@@ -178,6 +180,15 @@ absl::StatusOr<PreparedRequest> GenerationPipeline::Prepare(GenerationRequest re
   }
   p.deadline = request.arrived + options_.request_timeout;
   SCD_ASSIGN_OR_RETURN(p.admission, admission_.Admit(request.model, request.request_id));
+  ModeContext mc;
+  mc.tokens = &p.tokens;
+  mc.cache = options_.prefix_cache ? cache_ : nullptr;
+  mc.payload_block_tokens = options_.payload_block_tokens;
+  mc.max_consumer_suffix = options_.max_consumer_suffix;
+  mc.producer_wait_seconds = absl::ToDoubleSeconds(p.admission->producer_wait());
+  mc.decode_wait_seconds = absl::ToDoubleSeconds(p.admission->decode_wait());
+  SCD_ASSIGN_OR_RETURN(p.mode, SelectMode(*p.specialist, request.mode, mc));
+  mode_metrics_.CountChoice(request.model, p.mode);
   p.request = std::move(request);
   return p;
 }
@@ -186,16 +197,17 @@ absl::StatusOr<GenerationPipeline::Encoded> GenerationPipeline::BuildPayload(
     const PreparedRequest& r, scd::v1::Timings* timings) {
   const Specialist& s = *r.specialist;
   const std::string& model = s.config.name;
-  const std::string mode(CodecModeName(s.mode));
+  const CodecMode m = r.mode.mode;
+  const std::string mode(CodecModeName(m));
   Encoded out;
   const int t = static_cast<int>(r.tokens.size());
   if (t == 1) {  // nothing to encode: the consumer prefills the single token
     out.suffix = r.tokens;
     return out;
   }
-  const bool cacheable = options_.prefix_cache && cache_ != nullptr && s.mode != CodecMode::kOracle;
+  const bool cacheable = options_.prefix_cache && cache_ != nullptr && m != CodecMode::kOracle;
   if (cacheable) {
-    PrefixHit hit = cache_->Lookup(s.pair_tag, static_cast<int>(s.mode), r.tokens);
+    PrefixHit hit = cache_->Lookup(s.PairTag(m), r.mode.CacheKind(), r.tokens);
     if (hit && t - hit.length <= options_.max_consumer_suffix) {
       if (hit.partial()) {
         absl::StatusOr<Payload> full = ParsePayload(hit.entry->payload);
@@ -215,14 +227,14 @@ absl::StatusOr<GenerationPipeline::Encoded> GenerationPipeline::BuildPayload(
     if (metrics_->cache_misses != nullptr) metrics_->cache_misses->WithLabels({model}).value()->Increment();
   }
   size_t covered = r.tokens.size() - 1;
-  if (options_.payload_block_tokens > 0 && s.mode != CodecMode::kOracle) {
+  if (options_.payload_block_tokens > 0 && m != CodecMode::kOracle) {
     const size_t block = static_cast<size_t>(options_.payload_block_tokens);
     if (covered >= block) covered = covered / block * block;
   }
   const absl::Span<const int32_t> prefix(r.tokens.data(), covered);
   PrefillResult states;
   const auto t0 = Clock::now();
-  if (s.mode != CodecMode::kOracle) {
+  if (m != CodecMode::kOracle) {
     // The base model runs one prefill at a time; up to producer_max_queue more may wait for
     // it, and beyond that the request is refused (429 with Retry-After) rather than queued
     // without bound.
@@ -241,22 +253,22 @@ absl::StatusOr<GenerationPipeline::Encoded> GenerationPipeline::BuildPayload(
     const auto tp = Clock::now();
     absl::StatusOr<std::unique_ptr<Sequence>> seq = producer_->NewSequence(static_cast<int>(prefix.size()));
     if (!seq.ok()) return seq.status();
-    if (absl::Status st = producer_->Prefill(**seq, prefix, ProducerPrefillOptions(s.mode), &states); !st.ok()) {
+    if (absl::Status st = producer_->Prefill(**seq, prefix, ProducerPrefillOptions(m), &states); !st.ok()) {
       return st;
     }
     timings->set_prefill_ms(MsSince(tp));
   }
   const auto te = Clock::now();
-  absl::StatusOr<Payload> payload = s.codec->Encode(s.mode, prefix, states, 0);
+  absl::StatusOr<Payload> payload = s.codec->Encode(m, prefix, states, 0, r.mode.rung);
   if (!payload.ok()) return payload.status();
   out.bytes = SerializePayload(*payload);
   timings->set_encode_ms(MsSince(te));
   out.suffix.assign(r.tokens.begin() + static_cast<std::ptrdiff_t>(covered), r.tokens.end());
-  if (metrics_->prefill != nullptr && s.mode != CodecMode::kOracle) {
+  if (metrics_->prefill != nullptr && m != CodecMode::kOracle) {
     metrics_->prefill->WithLabels({model, mode}).value()->Observe(timings->prefill_ms() / 1e3);
     metrics_->encode->WithLabels({model, mode}).value()->Observe(timings->encode_ms() / 1e3);
   }
-  if (cacheable) cache_->Insert(s.pair_tag, static_cast<int>(s.mode), std::vector<int32_t>(prefix.begin(), prefix.end()), out.bytes);
+  if (cacheable) cache_->Insert(s.PairTag(m), r.mode.CacheKind(), std::vector<int32_t>(prefix.begin(), prefix.end()), out.bytes);
   return out;
 }
 
@@ -294,7 +306,7 @@ struct GenerationPipeline::DecodeStream {
       : metrics(*p.metrics_),
         r(r),
         model(r.specialist->config.name),
-        mode(CodecModeName(r.specialist->mode)),
+        mode(CodecModeName(r.mode.mode)),
         route(route),
         ctx(ctx),
         sink(sink),
@@ -439,7 +451,7 @@ absl::Status GenerationPipeline::FillDecodeRequest(const PreparedRequest& r, con
       if (!st.ok()) return st;
       outcome->timings.set_transfer_ms(MsSince(t0));
       if (metrics_->transfer != nullptr) {
-        const std::string mode(CodecModeName(r.specialist->mode));
+        const std::string mode(CodecModeName(r.mode.mode));
         metrics_->transfer->WithLabels({model, mode})
             .value()
             ->Observe(outcome->timings.transfer_ms() / 1e3);
@@ -511,7 +523,14 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Fail(const PreparedRequest
 GenerationOutcome GenerationPipeline::Succeed(const PreparedRequest& r, const Encoded& payload,
                                               GenerationOutcome outcome) {
   const std::string& model = r.specialist->config.name;
-  const std::string mode(CodecModeName(r.specialist->mode));
+  const RequestMode used =
+      payload.fallback ? RequestMode{CodecMode::kOracle, 0, "oracle", -1} : r.mode;
+  const std::string mode(CodecModeName(used.mode));
+  outcome.timings.set_mode(mode);
+  outcome.timings.set_rung(used.rung);
+  outcome.timings.set_rung_name(used.name);
+  outcome.timings.set_predicted_ttft_ms(used.predicted_seconds > 0 ? used.predicted_seconds * 1e3 : 0);
+  mode_metrics_.ObserveTtft(model, used, outcome.timings.ttft_ms() / 1e3);
   const double e2e = absl::ToDoubleSeconds(absl::Now() - r.request.arrived);
   if (metrics_->e2e != nullptr) {
     metrics_->e2e->WithLabels({model, mode}).value()->Observe(e2e);
@@ -520,6 +539,7 @@ GenerationOutcome GenerationPipeline::Succeed(const PreparedRequest& r, const En
   daemon::LogInfo("request_done", {{"request_id", r.request.request_id},
                                    {"model", model},
                                    {"mode", mode},
+                                   {"rung", used.name},
                                    {"decode_instance", outcome.decode_instance},
                                    {"prompt_tokens", outcome.prompt_tokens},
                                    {"completion_tokens", outcome.completion_tokens},
@@ -555,7 +575,7 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Run(const PreparedRequest&
                                                           GenerationSink& sink) {
   const Specialist& s = *r.specialist;
   const std::string& model = s.config.name;
-  const std::string mode(CodecModeName(s.mode));
+  const std::string mode(CodecModeName(r.mode.mode));
   ++in_flight_;
   if (metrics_->in_flight != nullptr) metrics_->in_flight->Set(in_flight_.load());
   struct Leave {
@@ -580,8 +600,12 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Run(const PreparedRequest&
   admission_.ObserveProducer(absl::Milliseconds(timings.prefill_ms()));
   if (metrics_->payload_bytes != nullptr && !payload->bytes.empty()) {
     metrics_->payload_bytes->WithLabels({model, mode}).value()->Observe(static_cast<double>(payload->bytes.size()));
-    if (!payload->cache_hit) {
-      for (int layer : s.patch_layers) {
+    if (!payload->cache_hit && r.mode.mode == CodecMode::kScd) {
+      const size_t patched = r.mode.rung < static_cast<int>(s.ladder.size())
+                                 ? static_cast<size_t>(s.ladder[r.mode.rung].patch_layers)
+                                 : s.patch_layers.size();
+      for (size_t i = 0; i < std::min(patched, s.patch_layers.size()); ++i) {
+        const int layer = s.patch_layers[i];
         metrics_->patch_layers->WithLabels({model, std::to_string(layer)}).value()->Increment();
       }
     }
@@ -608,6 +632,7 @@ bool GenerationPipeline::FallBack(const PreparedRequest& r, Attempts& a) {
   if (a.fallback_reason.empty() || a.current == &a.oracle) return false;
   const std::string& model = r.specialist->config.name;
   a.oracle.suffix = r.tokens;
+  a.oracle.fallback = true;
   a.current = &a.oracle;
   if (metrics_->fallbacks != nullptr) metrics_->fallbacks->WithLabels({model, a.fallback_reason}).value()->Increment();
   daemon::LogWarning("decode_fallback_oracle", {{"request_id", r.request.request_id},
@@ -690,8 +715,16 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Dispatch(const PreparedReq
     if (st.ok()) {
       outcome.decode_instance = instance;
       CountMigrations(model, a.migrations, "completed");
-      if (a.migrations == 0) ObserveDecode(r, outcome);
-      return Succeed(r, payload, std::move(outcome));
+      if (a.migrations == 0) {
+        ObserveDecode(r, outcome);
+        if (!a.current->fallback) {
+          const int suffix = static_cast<int>(a.current->suffix.size());
+          ObserveStages(*r.specialist, r.mode, outcome.timings,
+                        static_cast<int>(r.tokens.size()) - suffix, suffix,
+                        a.current->cache_hit, outcome.timings.transfer_ms() > 0);
+        }
+      }
+      return Succeed(r, *a.current, std::move(outcome));
     }
     if (st.code() == absl::StatusCode::kCancelled && sink.Cancelled()) return fail(st);
     a.last = st;

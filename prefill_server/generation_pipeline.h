@@ -48,6 +48,7 @@
 #include "common/serving/prefix_cache.h"
 #include "common/tokenizer/tokenizer.h"
 #include "prefill_server/admission.h"
+#include "prefill_server/mode_selection.h"
 #include "prefill_server/payload_sender.h"
 #include "prefill_server/specialist.h"
 #include "proto/scd.grpc.pb.h"
@@ -63,6 +64,7 @@ struct GenerationRequest {
   // In range, max_tokens resolved (the request's, or limits.default_max_tokens): the API edge
   // checked it (common/http/request_fields.h).
   http::SamplingParams sampling;
+  ModeRequest mode;  // a mode or quality floor the request asks for (the APIs' `scd` object)
   absl::Time arrived = absl::Now();
 };
 
@@ -75,6 +77,7 @@ struct PreparedRequest {
   int max_tokens = 0;              // clamped to the context left after the prompt
   absl::Time deadline;
   std::shared_ptr<AdmissionTicket> admission;  // its place in the queues admission counts
+  RequestMode mode;  // how its context travels (mode_selection.h)
 };
 
 struct GenerationDelta {
@@ -181,6 +184,7 @@ class GenerationPipeline {
   PrefixCache* const cache_;
   std::unique_ptr<PayloadSender> sender_;
   std::unique_ptr<Metrics> metrics_;
+  ModeMetrics mode_metrics_;
   Admission admission_;
 
   std::mutex producer_mu_;  // one base-model prefill at a time

@@ -105,6 +105,11 @@ absl::StatusOr<GenerationRequest> GenerationService::Translate(
   if (s.has_seed()) g.sampling.seed = static_cast<int64_t>(s.seed());
   g.sampling.stop.assign(r.stop().begin(), r.stop().end());
   SCD_RETURN_IF_ERROR(http::CheckStop(g.sampling.stop, /*as_list=*/true, limits_));
+  SCD_ASSIGN_OR_RETURN(
+      g.mode, ModeRequestOf(r.has_mode() ? std::optional<std::string>(r.mode()) : std::nullopt,
+                            r.has_rung() ? std::optional<int>(r.rung()) : std::nullopt,
+                            r.has_quality_floor() ? std::optional<double>(r.quality_floor())
+                                                  : std::nullopt));
   return g;
 }
 

@@ -100,6 +100,7 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
   g.request_id = req.request_id();
   g.chat = chat;
   bool stream = false, include_usage = false;
+  http::ScdExtension scd_ext;
   if (chat) {
     absl::StatusOr<http::ChatCompletionRequest> p = http::ParseChatCompletionRequest(req.body(), limits_);
     if (!p.ok()) return res.SetError(p.status());
@@ -108,6 +109,7 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
     g.sampling = std::move(p->sampling);
     stream = p->stream;
     include_usage = p->include_usage;
+    scd_ext = std::move(p->scd);
   } else {
     absl::StatusOr<http::CompletionRequest> p = http::ParseCompletionRequest(req.body(), limits_);
     if (!p.ok()) return res.SetError(p.status());
@@ -116,7 +118,11 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
     g.sampling = std::move(p->sampling);
     stream = p->stream;
     include_usage = p->include_usage;
+    scd_ext = std::move(p->scd);
   }
+  absl::StatusOr<ModeRequest> ask = ModeRequestOf(scd_ext.mode, scd_ext.rung, scd_ext.quality_floor);
+  if (!ask.ok()) return res.SetError(ask.status());
+  g.mode = *ask;
   absl::StatusOr<PreparedRequest> prepared = pipeline_->Prepare(std::move(g));
   if (!prepared.ok()) {
     absl::Status st = prepared.status();
@@ -132,6 +138,7 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
     const http::Usage usage{out->prompt_tokens, out->completion_tokens};
     nlohmann::json body = chat ? http::ChatCompletionJson(info, sink.text, ToFinish(out->finish_reason), usage)
                                : http::CompletionJson(info, sink.text, ToFinish(out->finish_reason), usage);
+    body["scd"] = ModeJson(out->timings);
     return res.SetJson(200, http::DumpJson(body));
   }
   std::shared_ptr<http::SseStream> sse = res.StartSse();
@@ -147,7 +154,8 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
     lease.Release();  // before the last event: a client that read it finds the slot free
     if (out.ok()) {
       for (std::string& chunk : encoder.Finish(ToFinish(out->finish_reason),
-                                               {out->prompt_tokens, out->completion_tokens})) {
+                                               {out->prompt_tokens, out->completion_tokens},
+                                               ModeJson(out->timings))) {
         sse->Send(std::move(chunk));
       }
       sse->Finish();

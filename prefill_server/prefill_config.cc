@@ -158,8 +158,9 @@ void ReadSpecialists(ConfigReader& r, const config::PathKeys& path, PrefillDaemo
     sc.artifact_path = path(s, "artifact");
     sc.consumer_path = path(s, "consumer_path");
     sc.mode = s.Enum("mode", sc.mode,
-                     std::array<std::string_view, 7>{"oracle", "raw", "quant8", "quant4",
-                                                     "recompute", "scd-reuse", "scd"});
+                     std::array<std::string_view, 8>{"oracle", "raw", "quant8", "quant4",
+                                                     "recompute", "scd-reuse", "scd", "auto"});
+    config::ReadDouble(s, "quality_floor", &sc.quality_floor, 0, 1);
     sc.chat_template =
         s.Enum("chat_template", sc.chat_template,
                std::array<std::string_view, 4>{"chatml", "llama2", "llama3", "plain"});

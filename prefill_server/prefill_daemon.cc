@@ -66,8 +66,13 @@ absl::Status PrefillDaemon::LoadModels() {
       return absl::InvalidArgumentError(absl::StrCat("specialist '", sc.name, "' is listed twice"));
     }
     SCD_ASSIGN_OR_RETURN(std::unique_ptr<Specialist> s, LoadSpecialist(sc, base_, *tokenizer_));
+    if (s->costs != nullptr) {  // mode: auto
+      s->costs->set_inline_max_bytes(static_cast<double>(c.pipeline.inline_max_bytes));
+      SCD_RETURN_IF_ERROR(SeedCosts(*s, *producer_, c.transport.bandwidth_gbps));
+    }
     daemon::LogInfo("specialist_loaded", {{"model", sc.name},
                                           {"mode", sc.mode},
+                                          {"candidates", s->candidates.size()},
                                           {"pair_digest", s->pair_digest_hex},
                                           {"patch_layers", s->patch_layers}});
     specialists_[sc.name] = std::move(s);

@@ -20,7 +20,8 @@ absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfi
   s->config = config;
   const std::string& name = config.name;
   if (name.empty()) return absl::InvalidArgumentError("config key 'specialists[].name' is required");
-  absl::StatusOr<CodecMode> mode = ParseCodecMode(config.mode);
+  s->auto_mode = config.mode == "auto";
+  absl::StatusOr<CodecMode> mode = ParseCodecMode(s->auto_mode ? "scd" : config.mode);
   if (!mode.ok()) {
     return Annotate(name, absl::InvalidArgumentError(absl::StrCat(
                               "config key 'mode': ", std::string(mode.status().message()))));
@@ -47,6 +48,7 @@ absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfi
     }
     consumer_digest = a->consumer_digest;
     s->artifact = std::make_shared<const ScdArtifact>(std::move(*a));
+    s->ladder = RateLadder(*s->artifact);
     if (s->mode == CodecMode::kScd) s->patch_layers = s->artifact->PatchLayers();
   } else if (CodecModeNeedsArtifact(s->mode)) {
     return Annotate(name, absl::InvalidArgumentError(absl::StrCat(
@@ -66,6 +68,21 @@ absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfi
   s->pair_digest_hex = PairDigestHex(MakePairDigest(
       producer->digest(), consumer_digest, s->artifact != nullptr ? s->artifact->id : ""));
   s->pair_tag = PairDigestHex(s->codec->pair_digest(s->mode));
+  if (s->auto_mode) {
+    if (s->artifact == nullptr || s->artifact->quality.empty()) {
+      return Annotate(name, absl::FailedPreconditionError(absl::StrCat(
+                                "mode auto chooses from the artifact's quality record, which ",
+                                config.artifact_path.empty() ? "is missing (config key 'artifact')"
+                                                             : config.artifact_path + " lacks",
+                                "; record it with scd-calibrate (--rescore for an existing "
+                                "artifact)")));
+    }
+    s->candidates = CandidatesFromQuality(s->artifact->quality);
+    s->costs = std::make_unique<ModeCostModel>();
+    for (const ModeCandidate& c : s->candidates) {
+      s->pair_tags[c.mode] = PairDigestHex(s->codec->pair_digest(c.mode));
+    }
+  }
   return s;
 }
 

@@ -9,6 +9,7 @@
 #ifndef SCD_PREFILL_SERVER_SPECIALIST_H_
 #define SCD_PREFILL_SERVER_SPECIALIST_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,8 @@
 #include "common/scd/artifact.h"
 #include "common/scd/codec.h"
 #include "common/scd/wire_format.h"
+#include "common/serving/mode_chooser.h"
+#include "common/serving/mode_cost_model.h"
 
 namespace scd {
 
@@ -28,7 +31,8 @@ struct SpecialistConfig {
   std::string name;
   std::string artifact_path;  // required for modes scd, scd-reuse and recompute
   std::string consumer_path;  // read for its digest when there is no artifact
-  std::string mode = "scd";
+  std::string mode = "scd";  // a CodecMode's name, or "auto" (prefill_server/mode_selection.h)
+  double quality_floor = 0.95;  // auto: the top-1 agreement with the oracle a mode must keep
   std::string chat_template = "plain";
   int max_retries = 1;  // other replicas tried when a decode daemon fails before any token
   // When the payload path fails (data plane unreachable, DATA_LOSS, a rebuild refused):
@@ -38,12 +42,23 @@ struct SpecialistConfig {
 
 struct Specialist {
   SpecialistConfig config;
-  CodecMode mode = CodecMode::kScd;
+  CodecMode mode = CodecMode::kScd;  // with auto: scd, for what names one mode
+  bool auto_mode = false;
+  // auto: the artifact's quality record as candidates, its rate ladder, and the stage costs
+  // measured from this specialist's requests.
+  std::vector<ModeCandidate> candidates;
+  std::vector<Rung> ladder;
+  std::unique_ptr<ModeCostModel> costs;
   std::shared_ptr<const ScdArtifact> artifact;
   std::unique_ptr<ProducerCodec> codec;
   std::optional<chat::ChatTemplate> chat_template;
   std::string pair_digest_hex;  // expected at registration
   std::string pair_tag;         // prefix-cache namespace (pair digest of the payloads)
+  std::map<CodecMode, std::string> pair_tags;  // the same for every mode it may send
+  const std::string& PairTag(CodecMode m) const {
+    auto it = pair_tags.find(m);
+    return it == pair_tags.end() ? pair_tag : it->second;
+  }
   std::vector<int> patch_layers;
 };
 

@@ -296,6 +296,36 @@ absl::Status ReadMessages(const json& body, const RequestLimits& limits,
 
 }  // namespace
 
+// The `scd` extension object (openai_api.h).
+absl::Status ReadScdExtension(const json& body, ScdExtension* out) {
+  const json* v = Find(body, "scd");
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_object()) return FieldError("scd", "must be an object");
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    if (it.key() != "mode" && it.key() != "rung" && it.key() != "quality_floor") {
+      return FieldError(absl::StrCat("scd.", it.key()),
+                        "is not a field of scd (mode, rung, quality_floor)");
+    }
+  }
+  if (const json* mode = Find(*v, "mode"); mode != nullptr) {
+    if (!mode->is_string()) return FieldError("scd.mode", "must be a string");
+    out->mode = mode->get<std::string>();
+  }
+  if (const json* rung = Find(*v, "rung"); rung != nullptr) {
+    if (!rung->is_number_integer() || rung->get<int64_t>() < 0 || rung->get<int64_t>() > 255) {
+      return FieldError("scd.rung", "must be an integer in [0, 255]");
+    }
+    out->rung = rung->get<int>();
+  }
+  if (const json* floor = Find(*v, "quality_floor"); floor != nullptr) {
+    if (!floor->is_number() || !(floor->get<double>() >= 0 && floor->get<double>() <= 1)) {
+      return FieldError("scd.quality_floor", "must be a number in [0, 1]");
+    }
+    out->quality_floor = floor->get<double>();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
                                                          const RequestLimits& limits) {
   absl::StatusOr<json> parsed = ParseObject(body, limits);
@@ -308,6 +338,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = ReadScdExtension(*parsed, &request.scd); !s.ok()) return s;
   return request;
 }
 
@@ -330,6 +361,7 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_vie
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = ReadScdExtension(*parsed, &request.scd); !s.ok()) return s;
   return request;
 }
 

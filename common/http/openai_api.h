@@ -16,6 +16,11 @@
 // frequency_penalty (0), tools, tool_choice, functions, function_call, response_format
 // ({"type": "text"}). Unknown fields (user, metadata, ...) are ignored, as OpenAI does. null
 // means absent everywhere.
+//
+// Our extension, in both: `scd`, an object of how the context travels to the specialist:
+// `mode` (a codec mode's name: pins it), `rung` (with scd or scd-reuse: a rung of the
+// artifact's rate ladder) and `quality_floor` (in [0, 1]: with `mode: auto`, the top-1
+// agreement with the oracle the chosen mode must keep). Its unknown keys are refused.
 #ifndef SCD_COMMON_HTTP_OPENAI_API_H_
 #define SCD_COMMON_HTTP_OPENAI_API_H_
 
@@ -32,12 +37,20 @@
 
 namespace scd::http {
 
+// The `scd` extension (above); what a request leaves out stays unset.
+struct ScdExtension {
+  std::optional<std::string> mode;
+  std::optional<int> rung;
+  std::optional<double> quality_floor;
+};
+
 struct CompletionRequest {
   std::string model;
   std::string prompt;  // non-empty
   SamplingParams sampling;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage (streaming only)
+  ScdExtension scd;
 };
 
 struct ChatCompletionRequest {
@@ -46,6 +59,7 @@ struct ChatCompletionRequest {
   SamplingParams sampling;
   bool stream = false;
   bool include_usage = false;
+  ScdExtension scd;
 };
 
 // The routes that take a JSON body check its Content-Type first: "application/json", in any

@@ -102,7 +102,8 @@ std::string StreamEncoder::Delta(std::string_view text) {
   return DumpJson(Chunk(std::move(choice)));
 }
 
-std::vector<std::string> StreamEncoder::Finish(FinishReason finish, const Usage& usage) {
+std::vector<std::string> StreamEncoder::Finish(FinishReason finish, const Usage& usage,
+                                               const json& extension) {
   json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishReasonName(finish)}};
   if (kind_ == ApiKind::kCompletion) {
     choice["text"] = "";
@@ -112,7 +113,9 @@ std::vector<std::string> StreamEncoder::Finish(FinishReason finish, const Usage&
     sent_role_ = true;
     choice["delta"] = std::move(delta);
   }
-  std::vector<std::string> payloads = {DumpJson(Chunk(std::move(choice)))};
+  json chunk = Chunk(std::move(choice));
+  if (!extension.is_null()) chunk["scd"] = extension;
+  std::vector<std::string> payloads = {DumpJson(chunk)};
   if (include_usage_) {
     json last = Envelope(info_, ObjectName(kind_, true));
     last["choices"] = json::array();

@@ -57,7 +57,9 @@ class StreamEncoder {
   // The chunk carrying `text`. For chat, the first call's delta also carries the role.
   std::string Delta(std::string_view text);
   // The chunk with finish_reason, then (include_usage) the usage chunk. Call once, last.
-  std::vector<std::string> Finish(FinishReason finish, const Usage& usage);
+  // `extension`, when not null, goes into the finishing chunk as its `scd` object.
+  std::vector<std::string> Finish(FinishReason finish, const Usage& usage,
+                                  const nlohmann::json& extension = nullptr);
 
   const ResponseInfo& info() const { return info_; }
 

@@ -211,6 +211,14 @@ absl::StatusOr<std::vector<int>> ConsumerDomainSources(
   return domain;
 }
 
+absl::Status RecordArtifactQuality(Backend& producer, Backend& consumer, ScdArtifact& a,
+                                   const std::vector<std::vector<int32_t>>& held,
+                                   const ProgressFn& progress) {
+  SCD_RETURN_IF_ERROR(a.CheckPair(&producer.model(), &consumer.model()));
+  SCD_ASSIGN_OR_RETURN(HeldOutSet set, HeldOutSet::Build(producer, consumer, held));
+  return RecordQuality(producer, consumer, a, set, progress);
+}
+
 absl::StatusOr<SelectionScore> ScoreCodec(Backend& producer, Backend& consumer,
                                           std::shared_ptr<const ScdArtifact> artifact,
                                           CodecMode mode, const CodecOptions& codec_options,

@@ -60,6 +60,12 @@ struct SelectionScore {
 
 using ProgressFn = std::function<void(const std::string&)>;
 
+// Scores every baseline mode and every rung of `a`'s rate ladder on the held-back passages into
+// a.quality, as Calibrate does at its end: for an artifact calibrated before the rate ladder.
+absl::Status RecordArtifactQuality(Backend& producer, Backend& consumer, ScdArtifact& a,
+                                   const std::vector<std::vector<int32_t>>& held,
+                                   const ProgressFn& progress = nullptr);
+
 // Paired statistics of both models on the training passages: per-layer second moments of
 // (K_P, K_C), (V_P, V_C), (H_P, H_C), and a reservoir sample of H_in row pairs for the
 // aligners. Fitting at other ranks (ablations) reuses it without re-running the models.

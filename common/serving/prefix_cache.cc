@@ -14,15 +14,11 @@ uint64_t PrefixCache::Extend(uint64_t h, int32_t token) {
   return h * 0xff51afd7ed558ccdULL;
 }
 
-PrefixHit PrefixCache::Lookup(const std::string& pair, int mode, absl::Span<const int32_t> prompt,
-                              int min_tokens) {
-  const std::string tag = pair + "/" + std::to_string(mode);
-  std::lock_guard<std::mutex> lock(mu_);
+PrefixCache::Found PrefixCache::FindLocked(const std::string& tag,
+                                           absl::Span<const int32_t> prompt,
+                                           int min_tokens) const {
   auto lengths = lengths_.find(tag);
-  if (lengths == lengths_.end() || prompt.size() < 2) {
-    ++stats_.misses;
-    return {};
-  }
+  if (lengths == lengths_.end() || prompt.size() < 2) return {};
   const size_t longest = std::min(prompt.size() - 1, *lengths->second.rbegin());
   std::vector<uint64_t> hashes(longest + 1, 0);
   for (size_t i = 0; i < longest; ++i) hashes[i + 1] = Extend(hashes[i], prompt[i]);
@@ -36,9 +32,7 @@ PrefixHit PrefixCache::Lookup(const std::string& pair, int mode, absl::Span<cons
       auto hit = index_.find({tag, hashes[n]});
       if (hit != index_.end() && hit->second->value->tokens.size() == n &&
           matches(*hit->second->value, n)) {
-        lru_.splice(lru_.begin(), lru_, hit->second);
-        ++stats_.hits;
-        return {hit->second->value, static_cast<int>(n)};
+        return {hit->second, static_cast<int>(n), false};
       }
     }
     if (block_tokens_ > 0 && n % static_cast<size_t>(block_tokens_) == 0) {
@@ -46,18 +40,35 @@ PrefixHit PrefixCache::Lookup(const std::string& pair, int mode, absl::Span<cons
       if (block != block_index_.end()) {
         for (const Entry* e : block->second) {
           if (!matches(*e->value, n)) continue;
-          auto it = index_.find({e->tag, e->hash});
-          lru_.splice(lru_.begin(), lru_, it->second);
-          ++stats_.hits;
-          ++stats_.partial_hits;
-          return {e->value, static_cast<int>(n)};
+          return {index_.find({e->tag, e->hash})->second, static_cast<int>(n), true};
         }
       }
     }
     if (n == floor) break;
   }
-  ++stats_.misses;
   return {};
+}
+
+PrefixHit PrefixCache::Lookup(const std::string& pair, int mode, absl::Span<const int32_t> prompt,
+                              int min_tokens) {
+  const std::string tag = pair + "/" + std::to_string(mode);
+  std::lock_guard<std::mutex> lock(mu_);
+  const Found found = FindLocked(tag, prompt, min_tokens);
+  if (found.length == 0) {
+    ++stats_.misses;
+    return {};
+  }
+  lru_.splice(lru_.begin(), lru_, found.entry);
+  ++stats_.hits;
+  if (found.partial) ++stats_.partial_hits;
+  return {found.entry->value, found.length};
+}
+
+int PrefixCache::Peek(const std::string& pair, int mode, absl::Span<const int32_t> prompt,
+                      int min_tokens) const {
+  const std::string tag = pair + "/" + std::to_string(mode);
+  std::lock_guard<std::mutex> lock(mu_);
+  return FindLocked(tag, prompt, min_tokens).length;
 }
 
 void PrefixCache::IndexBlocksLocked(std::list<Entry>::iterator it, bool add) {

@@ -57,6 +57,10 @@ class PrefixCache {
   // strictly shorter than the prompt (the consumer must prefill at least one token itself).
   PrefixHit Lookup(const std::string& pair, int mode, absl::Span<const int32_t> prompt,
                    int min_tokens = 1);
+  // The length Lookup would hit, without counting it or refreshing the entry: for weighing a
+  // candidate mode before using one.
+  int Peek(const std::string& pair, int mode, absl::Span<const int32_t> prompt,
+           int min_tokens = 1) const;
   // Inserts (or refreshes) an entry; entries larger than the cap are not cached.
   void Insert(const std::string& pair, int mode, std::vector<int32_t> tokens,
               std::vector<uint8_t> payload);
@@ -73,6 +77,13 @@ class PrefixCache {
   };
   static uint64_t Extend(uint64_t h, int32_t token);
   void EvictLocked();
+  // The longest cached prefix of `prompt` under `tag` (length 0: none).
+  struct Found {
+    std::list<Entry>::iterator entry;
+    int length = 0;
+    bool partial = false;  // at a block boundary inside a longer entry
+  };
+  Found FindLocked(const std::string& tag, absl::Span<const int32_t> prompt, int min_tokens) const;
 
   void IndexBlocksLocked(std::list<Entry>::iterator it, bool add);
   void RemoveLocked(std::list<Entry>::iterator it);

@@ -3,6 +3,7 @@
 // every (mode, bandwidth, warm/cold) cell, prints a progress line per cell, and writes JSON,
 // a Markdown table and a PNG of TTFT p50 against bandwidth.
 //   scd-e2e-bench --base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,8 +13,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/scd/artifact.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tools/cli/flags.h"
+#include "common/tools/e2e/auto_report.h"
 #include "common/tools/e2e/e2e_bench.h"
 
 namespace {
@@ -43,12 +46,19 @@ int main(int argc, char** argv) {
   flags.AddInt("max-tokens", &o.max_tokens, "tokens generated per answer");
   flags.AddBool("no-f1", &no_f1, "timing only (synthetic pairs)");
   flags.AddBool("warm-only", &warm_only, "skip the cold-cache cells");
+  float quality_floor = static_cast<float>(o.quality_floor);
+  flags.AddFloat("quality-floor", &quality_floor,
+                 "mode auto's quality_floor; fixed modes below it are not auto's rivals");
   if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   namespace fs = std::filesystem;
   // The daemons resolve relative config paths against the config file's directory.
   for (std::string* path : {&o.base_model, &o.specialist_model, &o.artifact, &o.bin_dir}) {
     *path = fs::absolute(*path).lexically_normal().string();
   }
+  if (!(quality_floor >= 0 && quality_floor <= 1)) {
+    return flags.UsageError("--quality-floor must be in [0, 1]");
+  }
+  o.quality_floor = std::round(quality_floor * 1e4) / 1e4;  // 0.95, not 0.949999988
   o.score_f1 = !no_f1;
   o.cold = !warm_only;
   o.modes = absl::StrSplit(modes, ',', absl::SkipEmpty());
@@ -86,5 +96,16 @@ int main(int argc, char** argv) {
     return flags.Fail(st);
   }
   std::cout << md;
+  if (std::find(o.modes.begin(), o.modes.end(), "auto") != o.modes.end()) {
+    auto artifact = scd::ScdArtifact::Load(o.artifact);
+    if (!artifact.ok()) return flags.Fail(artifact.status());
+    const auto groups = scd::e2e::CompareAuto(*cells, o.quality_floor, artifact->quality);
+    const std::string auto_md = scd::e2e::AutoMarkdown(groups);
+    std::ofstream(out + ".auto.md") << auto_md;
+    absl::Status st = scd::e2e::WriteAutoPlot(groups, "mode auto against the best fixed mode, " + o.label,
+                                              out + ".auto.png");
+    if (!st.ok()) return flags.Fail(st);
+    std::cout << "\n" << auto_md;  // ends with auto_vs_best_fixed_max=
+  }
   return 0;
 }

@@ -41,6 +41,7 @@ nlohmann::json PrefillJson(const E2eBenchOptions& o, const std::string& mode, do
   c["drain_timeout"] = "5s";
   c["specialists"] = nlohmann::json::array(
       {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"mode", mode}, {"max_retries", 1}}});
+  if (mode == "auto") c["specialists"][0]["quality_floor"] = o.quality_floor;
   return c;
 }
 
@@ -212,6 +213,7 @@ E2eCell MeasureCell(const E2eBenchOptions& o, const Cluster& c, const std::strin
       ++cell.requests;
       ttfts.push_back(r.ttft_ms);
       cell.cache_hits += r.timings.prefix_cache_hit() ? 1 : 0;
+      ++cell.chosen[r.timings.rung_name().empty() ? r.timings.mode() : r.timings.rung_name()];
       AddTimings(r.timings, cell.stages);
     }
   }
@@ -294,7 +296,8 @@ nlohmann::json E2eCellsJson(const E2eBenchOptions& o, const std::vector<E2eCell>
                             {"server_ttft", c.stages.server_ttft_ms}}},
                           {"payload_bytes_mean", c.stages.payload_bytes},
                           {"f1", c.f1},
-                          {"scored", c.scored}});
+                          {"scored", c.scored},
+                          {"chosen", c.chosen}});
   }
   return j;
 }

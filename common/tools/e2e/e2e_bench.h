@@ -16,6 +16,7 @@
 #define SCD_COMMON_TOOLS_E2E_E2E_BENCH_H_
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct E2eBenchOptions {
   std::string base_model, specialist_model, artifact;
   std::string specialist_name = "specialist";
   std::vector<std::string> modes = {"oracle", "raw", "quant8", "recompute", "scd"};
+  double quality_floor = 0.95;  // the `auto` cells' specialist quality_floor
   std::vector<double> bandwidths_gbps = {1, 10, 100};
   bool warm = true, cold = true;
   int decode_daemons = 2;
@@ -58,6 +60,7 @@ struct E2eCell {
   StageMeans stages;  // means over timed requests
   double f1 = 0;      // over every answered question of the cell (timed or not)
   int scored = 0;
+  std::map<std::string, int> chosen;  // timed requests by the mode they used ("scd r16/24 k3")
 };
 
 using ProgressFn = std::function<void(const std::string& line)>;

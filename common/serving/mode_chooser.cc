@@ -1,0 +1,123 @@
+// See mode_chooser.h.
+#include "common/serving/mode_chooser.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace scd {
+namespace {
+
+constexpr double kOracleBytesPerToken = 4;  // the token ids, int32
+
+double Rate(const std::map<CodecMode, double>& rates, CodecMode mode) {
+  auto it = rates.find(mode);
+  return it == rates.end() ? 0.0 : std::max(0.0, it->second);
+}
+
+// Whether `a` is the better choice than `b` at equal predictions.
+bool BreaksTieFor(const ModeCandidate& a, const ModeCandidate& b) {
+  if (a.top1 != b.top1) return a.top1 > b.top1;
+  return a.bytes_per_token < b.bytes_per_token;
+}
+
+}  // namespace
+
+std::vector<ModeCandidate> CandidatesFromQuality(const std::vector<QualityRecord>& quality) {
+  std::vector<ModeCandidate> out;
+  out.push_back({CodecMode::kOracle, 0, 1.0, kOracleBytesPerToken});
+  for (const QualityRecord& r : quality) {
+    absl::StatusOr<CodecMode> mode = ParseCodecMode(r.mode);
+    if (!mode.ok()) continue;  // a mode this build does not know: never a candidate
+    if (*mode == CodecMode::kOracle) {
+      out.front().bytes_per_token = r.bytes_per_token;
+      continue;
+    }
+    out.push_back({*mode, r.rung, r.top1, r.bytes_per_token});
+  }
+  return out;
+}
+
+double StageRates::ProducerPrefill(int tokens) const {
+  return std::max(0.0, producer_prefill) * tokens;
+}
+double StageRates::Encode(CodecMode mode, int tokens) const { return Rate(encode, mode) * tokens; }
+double StageRates::Transfer(double bytes) const {
+  return link_bytes_per_second > 0 ? bytes / link_bytes_per_second : 0.0;
+}
+double StageRates::Rebuild(CodecMode mode, int tokens) const {
+  if (mode == CodecMode::kOracle && rebuild.count(mode) == 0) return ConsumerPrefill(tokens);
+  return Rate(rebuild, mode) * tokens;
+}
+double StageRates::ConsumerPrefill(int tokens) const {
+  return std::max(0.0, consumer_prefill) * tokens;
+}
+
+double PredictTtftSeconds(const ModeCandidate& c, const StageCosts& costs,
+                          const RequestShape& shape) {
+  const int context = std::max(0, shape.context_tokens);
+  const int fresh = std::max(0, context - std::max(0, shape.cached_tokens));
+  // The decode daemon's part: the wait for a slot, the rebuild and its own prefill.
+  double t = std::max(0.0, shape.decode_wait_seconds) + costs.Transfer(c.bytes_per_token * context) +
+             costs.Rebuild(c.mode, context) + costs.ConsumerPrefill(std::max(0, shape.suffix_tokens));
+  if (c.mode != CodecMode::kOracle) {
+    t += std::max(0.0, shape.producer_wait_seconds) + costs.ProducerPrefill(fresh) +
+         costs.Encode(c.mode, fresh);
+  }
+  return t;
+}
+
+absl::StatusOr<ModeChoice> ChooseMode(const std::vector<ModeCandidate>& candidates,
+                                      double quality_floor, const StageCosts& costs,
+                                      const RequestShape& shape) {
+  return ChooseMode(candidates, quality_floor, costs,
+                    [&shape](const ModeCandidate&) { return shape; });
+}
+
+absl::StatusOr<ModeChoice> ChooseMode(const std::vector<ModeCandidate>& candidates,
+                                      double quality_floor, const StageCosts& costs,
+                                      const ShapeFn& shape_of) {
+  if (!(quality_floor >= 0 && quality_floor <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("quality floor ", quality_floor, " is outside [0, 1]"));
+  }
+  std::vector<ModeCandidate> all = candidates;
+  if (std::none_of(all.begin(), all.end(),
+                   [](const ModeCandidate& c) { return c.mode == CodecMode::kOracle; })) {
+    all.insert(all.begin(), {CodecMode::kOracle, 0, 1.0, kOracleBytesPerToken});
+  }
+  ModeChoice choice;
+  int best = -1;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const ModeCandidate& c = all[i];
+    const bool admissible = c.mode == CodecMode::kOracle || c.top1 >= quality_floor;
+    const RequestShape shape = shape_of(c);
+    if (shape.context_tokens < 0 || shape.suffix_tokens < 0 || shape.cached_tokens < 0 ||
+        shape.cached_tokens > shape.context_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request shape of ", shape.context_tokens, " context, ", shape.cached_tokens,
+          " cached and ", shape.suffix_tokens, " suffix tokens is inconsistent"));
+    }
+    const double predicted = PredictTtftSeconds(c, costs, shape);
+    if (i >= all.size() - candidates.size()) choice.predictions.push_back(admissible ? predicted : -1);
+    if (!admissible) continue;
+    if (best < 0 || predicted < choice.predicted_seconds ||
+        (predicted == choice.predicted_seconds && BreaksTieFor(c, all[best]))) {
+      best = static_cast<int>(i);
+      choice.predicted_seconds = predicted;
+    }
+  }
+  choice.chosen = all[best];  // the oracle is always admissible
+  return choice;
+}
+
+std::string CandidateName(const ModeCandidate& c, const std::vector<Rung>& ladder) {
+  const std::string mode(CodecModeName(c.mode));
+  if ((c.mode != CodecMode::kScd && c.mode != CodecMode::kScdReuse) || c.rung < 0 ||
+      static_cast<size_t>(c.rung) >= ladder.size()) {
+    return mode;
+  }
+  return absl::StrCat(mode, " ", RungName(ladder[c.rung]));
+}
+
+}  // namespace scd
