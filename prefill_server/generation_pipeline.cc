@@ -98,6 +98,9 @@ struct GenerationPipeline::Metrics {
   metrics::Gauge* in_flight = nullptr;
 };
 
+// The tokens mode: auto remembers of recent contexts (4 bytes a token: about 4 million).
+constexpr size_t kSeenContextBytes = size_t{16} << 20;
+
 GenerationPipeline::GenerationPipeline(
     GenerationPipelineOptions options, Backend* producer, const Tokenizer* tokenizer,
     const std::map<std::string, std::unique_ptr<Specialist>>* specialists,
@@ -115,6 +118,7 @@ GenerationPipeline::GenerationPipeline(
       admission_(options_.max_queue_wait, options_.producer_max_queue, registry, m) {
   std::random_device rd;
   next_transfer_id_.store((static_cast<uint64_t>(rd()) << 32 | rd()) | 1);
+  seen_ = std::make_unique<PrefixCache>(kSeenContextBytes, options_.payload_block_tokens);
   if (m == nullptr) return;
   const auto secs = metrics::ExponentialBuckets(0.0005, 2, 18);
   Metrics& x = *metrics_;
@@ -183,6 +187,7 @@ absl::StatusOr<PreparedRequest> GenerationPipeline::Prepare(GenerationRequest re
   ModeContext mc;
   mc.tokens = &p.tokens;
   mc.cache = options_.prefix_cache ? cache_ : nullptr;
+  mc.seen = mc.cache != nullptr ? seen_.get() : nullptr;
   mc.payload_block_tokens = options_.payload_block_tokens;
   mc.max_consumer_suffix = options_.max_consumer_suffix;
   mc.producer_wait_seconds = absl::ToDoubleSeconds(p.admission->producer_wait());

@@ -185,6 +185,7 @@ class GenerationPipeline {
   std::unique_ptr<PayloadSender> sender_;
   std::unique_ptr<Metrics> metrics_;
   ModeMetrics mode_metrics_;
+  std::unique_ptr<PrefixCache> seen_;  // mode: auto's record of contexts (ModeContext::seen)
   Admission admission_;
 
   std::mutex producer_mu_;  // one base-model prefill at a time

@@ -82,10 +82,20 @@ absl::StatusOr<RequestMode> SelectMode(const Specialist& s, const ModeRequest& a
   if (!s.auto_mode || s.costs == nullptr) return RequestMode{s.mode, 0, ModeName(s, s.mode, 0), -1};
   const std::vector<int32_t>& tokens = *ctx.tokens;
   const int t = static_cast<int>(tokens.size());
+  double future_reuses = 0;
+  if (ctx.seen != nullptr && ctx.cache != nullptr && t > 1) {
+    const int covered = Covered(CodecMode::kScd, t, ctx.payload_block_tokens);
+    const int min_reuse = std::max(1, ctx.payload_block_tokens);
+    s.costs->ObserveReuse(ctx.seen->Peek(s.config.name, 0, tokens, min_reuse) > 0);
+    ctx.seen->Insert(s.config.name, 0, std::vector<int32_t>(tokens.begin(), tokens.begin() + covered),
+                     {});
+    future_reuses = s.costs->FutureReuses();
+  }
   auto shape_of = [&](const ModeCandidate& c) {
     RequestShape shape;
     shape.producer_wait_seconds = ctx.producer_wait_seconds;
     shape.decode_wait_seconds = ctx.decode_wait_seconds;
+    shape.future_reuses = future_reuses;
     int hit = 0;
     if (c.mode != CodecMode::kOracle && ctx.cache != nullptr && t > 1) {
       const RequestMode m{c.mode, c.rung, "", -1};

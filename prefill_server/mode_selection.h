@@ -59,6 +59,9 @@ nlohmann::json ModeJson(const scd::v1::Timings& timings);
 struct ModeContext {
   const std::vector<int32_t>* tokens = nullptr;  // the whole prompt
   PrefixCache* cache = nullptr;                  // null: no prefix cache
+  // Tokens only, every auto request's context: whether a context comes back, for the reuse
+  // credit (ChooseMode). Null: no prefix cache.
+  PrefixCache* seen = nullptr;
   int payload_block_tokens = 0;                  // GenerationPipelineOptions'
   int max_consumer_suffix = 0;
   double producer_wait_seconds = 0;  // admission's prediction of the queues ahead
@@ -67,7 +70,9 @@ struct ModeContext {
 
 // The request's mode: the specialist's own unless it is `auto`; with `auto`, the choice. A
 // request pinning a mode gets that mode (INVALID_ARGUMENT for one the specialist cannot send:
-// an artifact mode without an artifact, a rung off its ladder).
+// an artifact mode without an artifact, a rung off its ladder). With `ctx.seen`, an auto
+// request's context is looked up in it (its reuse counts in the cost model's FutureReuses),
+// then recorded there.
 absl::StatusOr<RequestMode> SelectMode(const Specialist& s, const ModeRequest& ask,
                                        const ModeContext& ctx);
 

@@ -2,6 +2,7 @@
 #include "common/serving/mode_chooser.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 
@@ -15,10 +16,18 @@ double Rate(const std::map<CodecMode, double>& rates, CodecMode mode) {
   return it == rates.end() ? 0.0 : std::max(0.0, it->second);
 }
 
-// Whether `a` is the better choice than `b` at equal predictions.
-bool BreaksTieFor(const ModeCandidate& a, const ModeCandidate& b) {
-  if (a.top1 != b.top1) return a.top1 > b.top1;
-  return a.bytes_per_token < b.bytes_per_token;
+// What caching `c`'s payload now saves the shape's expected later reuses of the context, each
+// of which would otherwise cost `future` (ChooseMode).
+double ReuseCredit(const ModeCandidate& c, const StageCosts& costs, const RequestShape& shape,
+                   double future) {
+  if (shape.future_reuses <= 0 || c.mode == CodecMode::kOracle || future < 0 ||
+      shape.cached_tokens >= shape.context_tokens) {
+    return 0;
+  }
+  RequestShape warm = shape;
+  warm.cached_tokens = warm.context_tokens;
+  warm.producer_wait_seconds = 0;
+  return shape.future_reuses * std::max(0.0, future - PredictTtftSeconds(c, costs, warm));
 }
 
 }  // namespace
@@ -87,26 +96,48 @@ absl::StatusOr<ModeChoice> ChooseMode(const std::vector<ModeCandidate>& candidat
     all.insert(all.begin(), {CodecMode::kOracle, 0, 1.0, kOracleBytesPerToken});
   }
   ModeChoice choice;
-  int best = -1;
+  std::vector<double> objective(all.size(), 0), predicted(all.size(), 0);
+  std::vector<RequestShape> shapes(all.size());
+  std::vector<bool> ok(all.size(), false);
+  // What a later reuse of the context costs without caching anything more: the oracle, or an
+  // admissible candidate already cached.
+  double future = -1;
   for (size_t i = 0; i < all.size(); ++i) {
     const ModeCandidate& c = all[i];
-    const bool admissible = c.mode == CodecMode::kOracle || c.top1 >= quality_floor;
-    const RequestShape shape = shape_of(c);
+    const RequestShape& shape = shapes[i] = shape_of(c);
     if (shape.context_tokens < 0 || shape.suffix_tokens < 0 || shape.cached_tokens < 0 ||
         shape.cached_tokens > shape.context_tokens) {
       return absl::InvalidArgumentError(absl::StrCat(
           "request shape of ", shape.context_tokens, " context, ", shape.cached_tokens,
           " cached and ", shape.suffix_tokens, " suffix tokens is inconsistent"));
     }
-    const double predicted = PredictTtftSeconds(c, costs, shape);
-    if (i >= all.size() - candidates.size()) choice.predictions.push_back(admissible ? predicted : -1);
-    if (!admissible) continue;
-    if (best < 0 || predicted < choice.predicted_seconds ||
-        (predicted == choice.predicted_seconds && BreaksTieFor(c, all[best]))) {
+    ok[i] = c.mode == CodecMode::kOracle || c.top1 >= quality_floor;
+    predicted[i] = PredictTtftSeconds(c, costs, shape);
+    if (i >= all.size() - candidates.size()) choice.predictions.push_back(ok[i] ? predicted[i] : -1);
+    const bool cached = c.mode == CodecMode::kOracle || shape.cached_tokens >= shape.context_tokens;
+    if (ok[i] && cached && (future < 0 || predicted[i] < future)) future = predicted[i];
+  }
+  double lowest = 0;
+  bool any = false;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!ok[i]) continue;
+    objective[i] = predicted[i] - ReuseCredit(all[i], costs, shapes[i], future);
+    if (!any || objective[i] < lowest) lowest = objective[i];
+    any = true;
+  }
+  const double within = lowest + std::abs(lowest) * kTimeToleranceShare + kTimeToleranceSeconds;
+  int best = -1;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!ok[i] || objective[i] > within) continue;
+    const ModeCandidate& c = all[i];
+    if (best < 0 || c.top1 > all[best].top1 ||
+        (c.top1 == all[best].top1 &&
+         (objective[i] < objective[best] ||
+          (objective[i] == objective[best] && c.bytes_per_token < all[best].bytes_per_token)))) {
       best = static_cast<int>(i);
-      choice.predicted_seconds = predicted;
     }
   }
+  choice.predicted_seconds = predicted[best];
   choice.chosen = all[best];  // the oracle is always admissible
   return choice;
 }

@@ -75,11 +75,17 @@ struct RequestShape {
   int suffix_tokens = 0;   // S: prefilled by the decode daemon after the payload
   double producer_wait_seconds = 0;  // the queue before the base model
   double decode_wait_seconds = 0;    // the queue before a decode slot
+  // Later requests expected to reuse this context from the prefix cache (0: none, or no
+  // cache). A cold candidate's payload is cached for them: see ChooseMode.
+  double future_reuses = 0;
 };
 
 // The predicted time to first token of `c` (see above), in seconds.
 double PredictTtftSeconds(const ModeCandidate& c, const StageCosts& costs,
                           const RequestShape& shape);
+
+inline constexpr double kTimeToleranceShare = 0.03;
+inline constexpr double kTimeToleranceSeconds = 0.0005;
 
 struct ModeChoice {
   ModeCandidate chosen;
@@ -88,9 +94,19 @@ struct ModeChoice {
   std::vector<double> predictions;
 };
 
-// The admissible candidate with the lowest prediction; ties go to the higher agreement, then
-// to the smaller payload. The oracle is added when `candidates` lacks it. INVALID_ARGUMENT for
-// a floor outside [0, 1] or a shape with negative or inconsistent token counts.
+// The admissible candidate with the lowest prediction, except that quality is not given up for
+// nothing: of the admissible candidates within kTimeTolerance of the lowest (3% of it plus
+// half a millisecond, below what a prediction can tell apart), the one of highest agreement,
+// then lowest prediction, then smallest payload. The oracle is added when `candidates` lacks
+// it. INVALID_ARGUMENT for a floor outside [0, 1] or a shape with negative or inconsistent
+// token counts.
+//
+// With future_reuses R > 0, a candidate whose payload is not cached yet is weighed by its
+// prediction less R × what each reuse saves once it is cached: what a reuse costs without it
+// (the fastest of the oracle and the admissible candidates already cached) less the
+// candidate's own prediction with the context cached. The first question about a context so
+// pays for the payload its next questions reuse, and later ones keep to what is cached. The
+// prediction reported (ModeChoice) is this request's own.
 absl::StatusOr<ModeChoice> ChooseMode(const std::vector<ModeCandidate>& candidates,
                                       double quality_floor, const StageCosts& costs,
                                       const RequestShape& shape);

@@ -86,6 +86,19 @@ void ModeCostModel::ObserveConsumerPrefill(int tokens, double seconds) {
   consumer_.Add(tokens, seconds);
 }
 
+void ModeCostModel::ObserveReuse(bool reused) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double sample = reused ? 1.0 : 0.0;
+  reuse_share_ = reuse_share_ < 0 ? sample : reuse_share_ + weight_ * (sample - reuse_share_);
+}
+
+double ModeCostModel::FutureReuses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reuse_share_ <= 0) return 0;
+  if (reuse_share_ >= 1) return kMaxFutureReuses;
+  return std::min(kMaxFutureReuses, reuse_share_ / (1 - reuse_share_));
+}
+
 double ModeCostModel::ProducerPrefill(int tokens) const {
   std::lock_guard<std::mutex> lock(mu_);
   return producer_.Predict(tokens, seed_producer_);

@@ -63,6 +63,13 @@ class ModeCostModel : public StageCosts {
   void ObserveTransfer(double bytes, double seconds);
   void ObserveRebuild(CodecMode mode, int tokens, double seconds);
   void ObserveConsumerPrefill(int tokens, double seconds);
+  // Whether a request's context had been seen before (a later request reusing it).
+  void ObserveReuse(bool reused);
+  // Later requests expected to reuse a fresh context: reuses per fresh context among recent
+  // requests, r / (1 − r) for a reuse share r (exponentially weighted like the stages), at most
+  // kMaxFutureReuses; 0 before any sample.
+  double FutureReuses() const;
+  static constexpr double kMaxFutureReuses = 8;
 
   // Each stage's cost at a request's size (the affine fits read at `tokens` and `bytes`).
   double ProducerPrefill(int tokens) const override;
@@ -82,6 +89,7 @@ class ModeCostModel : public StageCosts {
   double inline_max_bytes_ = 0;
   AffineCostFit producer_, consumer_;
   double seconds_per_byte_ = -1;  // negative: no transfer sample yet
+  double reuse_share_ = -1;       // negative: no sample yet
   std::map<CodecMode, AffineCostFit> encode_, rebuild_;
 };
 

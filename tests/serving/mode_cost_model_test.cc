@@ -63,5 +63,19 @@ TEST_CASE("The cost model starts from its seeds and follows a link that slows do
   CHECK(m.Rebuild(CodecMode::kOracle, 100) == Approx(5e-3));
 }
 
+TEST_CASE("Reuses per fresh context follow the share of requests that come back", "[cpu]") {
+  ModeCostModel m(0.2);
+  CHECK(m.FutureReuses() == 0);
+  // One fresh context, then two questions about it, over and over: two reuses per context.
+  for (int i = 0; i < 300; ++i) m.ObserveReuse(i % 3 != 0);
+  // Each sample weighs 0.2: the share swings within the pattern, around 2 reuses a context.
+  CHECK(m.FutureReuses() > 1.2);
+  CHECK(m.FutureReuses() < 3.5);
+  for (int i = 0; i < 300; ++i) m.ObserveReuse(false);  // every context new from here on
+  CHECK(m.FutureReuses() < 0.01);
+  for (int i = 0; i < 300; ++i) m.ObserveReuse(true);
+  CHECK(m.FutureReuses() == ModeCostModel::kMaxFutureReuses);
+}
+
 }  // namespace
 }  // namespace scd
