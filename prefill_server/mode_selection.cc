@@ -14,9 +14,7 @@ namespace {
 bool HasRungs(CodecMode m) { return m == CodecMode::kScd || m == CodecMode::kScdReuse; }
 
 std::string ModeName(const Specialist& s, CodecMode mode, int rung) {
-  return CandidateName({mode, rung, 1, 0}, s.ladder.empty() && s.artifact != nullptr
-                                               ? RateLadder(*s.artifact)
-                                               : s.ladder);
+  return CandidateName({mode, rung, 1, 0}, s.ladder);
 }
 
 // The tokens the payload of `mode` covers when the prefix cache has nothing: all but the last,
@@ -36,7 +34,7 @@ absl::StatusOr<RequestMode> Pinned(const Specialist& s, const ModeRequest& ask) 
                                                    s.config.name, "''s artifact, which it lacks"));
   }
   if (rung != 0) {
-    const size_t rungs = s.artifact != nullptr ? RateLadder(*s.artifact).size() : 0;
+    const size_t rungs = s.ladder.size();
     if (!HasRungs(m) || rung < 0 || static_cast<size_t>(rung) >= rungs) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rung ", rung, " is not one of mode ", name, "'s (", HasRungs(m) ? rungs : 1,

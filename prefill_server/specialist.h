@@ -44,11 +44,11 @@ struct Specialist {
   SpecialistConfig config;
   CodecMode mode = CodecMode::kScd;  // with auto: scd, for what names one mode
   bool auto_mode = false;
-  // auto: the artifact's quality record as candidates, its rate ladder, and the stage costs
-  // measured from this specialist's requests.
+  // auto: the artifact's quality record as candidates, and the stage costs measured from this
+  // specialist's requests.
   std::vector<ModeCandidate> candidates;
-  std::vector<Rung> ladder;
   std::unique_ptr<ModeCostModel> costs;
+  std::vector<Rung> ladder;  // the artifact's rate ladder (every specialist with an artifact)
   std::shared_ptr<const ScdArtifact> artifact;
   std::unique_ptr<ProducerCodec> codec;
   std::optional<chat::ChatTemplate> chat_template;

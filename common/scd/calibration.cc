@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
-#include "common/eval/metrics.h"
 #include "common/scd/wire_format.h"
 
 namespace scd {
@@ -168,19 +167,16 @@ absl::Status RecordQuality(Backend& producer, Backend& consumer, ScdArtifact& a,
 
 namespace {
 
-// Mean next-token NLL of `b` over `passage`.
+// Mean next-token NLL of `b` over `passage` (its prefill's surprisal past the first token).
 absl::StatusOr<double> MeanNll(Backend& b, const std::vector<int32_t>& passage) {
-  const int t = static_cast<int>(passage.size());
-  SCD_ASSIGN_OR_RETURN(auto seq, b.NewSequence(t));
-  PrefillOptions logits;
-  logits.all_logits = true;
+  SCD_ASSIGN_OR_RETURN(auto seq, b.NewSequence(static_cast<int>(passage.size())));
+  PrefillOptions options;
+  options.surprisal = true;
   PrefillResult r;
-  SCD_RETURN_IF_ERROR(b.Prefill(*seq, passage, logits, &r));
-  const int vocab = b.model().config.vocab_size;
-  SCD_ASSIGN_OR_RETURN(
-      double nll, eval::SumNll(absl::MakeConstSpan(r.logits).first(static_cast<size_t>(t - 1) * vocab),
-                         vocab, absl::MakeConstSpan(passage).subspan(1)));
-  return nll / (t - 1);
+  SCD_RETURN_IF_ERROR(b.Prefill(*seq, passage, options, &r));
+  double sum = 0;
+  for (size_t i = 1; i < r.surprisal.size(); ++i) sum += r.surprisal[i];
+  return sum / static_cast<double>(std::max<size_t>(r.surprisal.size() - 1, 1));
 }
 
 }  // namespace

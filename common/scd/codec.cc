@@ -56,6 +56,7 @@ absl::StatusOr<std::unique_ptr<ProducerCodec>> ProducerCodec::Create(
   c->producer_ = std::move(producer);
   c->consumer_digest_ = std::move(consumer_digest);
   c->artifact_ = std::move(artifact);
+  if (c->artifact_ != nullptr) c->ladder_ = RateLadder(*c->artifact_);
   c->options_ = std::move(options);
   return c;
 }
@@ -108,9 +109,9 @@ void AppendRecomputeLayer(Payload& p, const ScdArtifact& a, const ModelConfig& c
   if (l < a.recompute_first || l >= a.recompute_end) AppendF16Kv(p, l, s, t, c.kv_dim());
 }
 
-// The rung `index` of `a`'s rate ladder for a payload of `mode`: rungs are scd's and
+// The rung `index` of an artifact's rate `ladder` for a payload of `mode`: rungs are scd's and
 // scd-reuse's, every other mode carries 0 (and gets a rung of no meaning).
-absl::StatusOr<Rung> LadderRung(const ScdArtifact* a, CodecMode mode, int index) {
+absl::StatusOr<Rung> LadderRung(const std::vector<Rung>& ladder, CodecMode mode, int index) {
   if (mode != CodecMode::kScd && mode != CodecMode::kScdReuse) {
     if (index != 0) {
       return absl::InvalidArgumentError(absl::StrCat("rung ", index, " asked of a ",
@@ -119,7 +120,6 @@ absl::StatusOr<Rung> LadderRung(const ScdArtifact* a, CodecMode mode, int index)
     }
     return Rung{};
   }
-  const std::vector<Rung> ladder = RateLadder(*a);
   if (index < 0 || static_cast<size_t>(index) >= ladder.size()) {
     return absl::InvalidArgumentError(absl::StrCat("rung ", index, " is not on this artifact's ",
                                                    ladder.size(), "-rung rate ladder"));
@@ -168,7 +168,7 @@ absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const i
   }
   const bool codes = mode == CodecMode::kScd || mode == CodecMode::kScdReuse;
   const int rung_at = rung_index.value_or(codes ? options_.rung : 0);
-  SCD_ASSIGN_OR_RETURN(const Rung rung, LadderRung(artifact_.get(), mode, rung_at));
+  SCD_ASSIGN_OR_RETURN(const Rung rung, LadderRung(ladder_, mode, rung_at));
   Payload p;
   p.mode = mode;
   p.num_layers = static_cast<uint16_t>(c.num_layers);
@@ -236,6 +236,7 @@ absl::StatusOr<std::unique_ptr<ConsumerCodec>> ConsumerCodec::Create(
   cc->consumer_ = std::move(consumer);
   cc->producer_digest_ = std::move(producer_digest);
   cc->artifact_ = std::move(artifact);
+  if (cc->artifact_ != nullptr) cc->ladder_ = RateLadder(*cc->artifact_);
   cc->options_ = std::move(options);
   if (cc->options_.gpu_rebuild && cc->artifact_ != nullptr) {
     cc->gpu_ = std::make_shared<GpuRebuild>(cc->consumer_, cc->artifact_);
@@ -273,7 +274,7 @@ absl::Status ConsumerCodec::Check(const Payload& p, const Sequence& seq) const {
   }
   if (p.token_ids.empty()) return absl::InvalidArgumentError("payload holds no tokens");
   if (CodecModeNeedsArtifact(p.mode) && artifact_ != nullptr) {
-    SCD_RETURN_IF_ERROR(LadderRung(artifact_.get(), p.mode, p.rung).status());
+    SCD_RETURN_IF_ERROR(LadderRung(ladder_, p.mode, p.rung).status());
   }
   return absl::OkStatus();
 }
@@ -411,7 +412,7 @@ absl::Status ConsumerCodec::RebuildOnHost(const Payload& p, Backend& backend, Se
   kv.k_pre_rope.resize(c.num_layers);
   kv.v.resize(c.num_layers);
   const PayloadBlock* residual = nullptr;
-  SCD_ASSIGN_OR_RETURN(const Rung rung, LadderRung(artifact_.get(), p.mode, p.rung));
+  SCD_ASSIGN_OR_RETURN(const Rung rung, LadderRung(ladder_, p.mode, p.rung));
   int recompute_first = -1, recompute_end = -1;
   for (int l = 0; l < c.num_layers; ++l) {
     const PayloadBlock* kb = p.Find(BlockKind::kKey, l);

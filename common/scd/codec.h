@@ -80,6 +80,7 @@ class ProducerCodec {
   std::shared_ptr<const Model> producer_;
   std::string consumer_digest_;
   std::shared_ptr<const ScdArtifact> artifact_;
+  std::vector<Rung> ladder_;  // the artifact's rate ladder; empty without one
   CodecOptions options_;
 };
 
@@ -123,6 +124,7 @@ class ConsumerCodec {
   std::shared_ptr<const Model> consumer_;
   std::string producer_digest_;
   std::shared_ptr<const ScdArtifact> artifact_;
+  std::vector<Rung> ladder_;  // the artifact's rate ladder; empty without one
   // A host rebuild's buffers (codec.cc), reused from block to block.
   struct HostBuffers;
   // The rows per block by default: about kCpuRebuildBlockBytes of F32 K/V.

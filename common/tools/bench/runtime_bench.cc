@@ -83,7 +83,7 @@ absl::StatusOr<ModelConfig> BenchShapeConfig(std::string_view shape) {
   c.tie_word_embeddings = true;
   c.bos_token_id = 1;
   c.eos_token_ids = {2};
-  if (shape == "stories110M") {
+  if (shape == "stories110M" || shape == "synthetic110m-v512") {
     c.hidden_size = 768;
     c.num_layers = 12;
     c.num_heads = 12;
@@ -92,16 +92,10 @@ absl::StatusOr<ModelConfig> BenchShapeConfig(std::string_view shape) {
     c.intermediate_size = 2048;
     c.vocab_size = 32000;
     c.max_position_embeddings = 1024;
-  } else if (shape == "synthetic110m-v512") {
-    c.hidden_size = 768;
-    c.num_layers = 12;
-    c.num_heads = 12;
-    c.num_kv_heads = 12;
-    c.head_dim = 64;
-    c.intermediate_size = 2048;
-    c.vocab_size = 512;
-    c.max_position_embeddings = 1024;
-    c.tie_word_embeddings = false;
+    if (shape == "synthetic110m-v512") {  // the same layers, a small untied vocabulary
+      c.vocab_size = 512;
+      c.tie_word_embeddings = false;
+    }
   } else if (shape == "stories260K") {
     c.hidden_size = 64;
     c.num_layers = 5;
