@@ -33,6 +33,9 @@ class PayloadSender {
                     const transport::TransferToken& token, absl::Span<const uint8_t> bytes,
                     absl::Time deadline);
 
+  // The data plane's emulated bandwidth cap from now on (Transport::SetBandwidthGbps).
+  absl::Status SetBandwidthGbps(double gbps) { return transport_->SetBandwidthGbps(gbps); }
+
   // Drops every connection (shutdown).
   void CloseAll();
 

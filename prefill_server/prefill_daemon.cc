@@ -100,9 +100,12 @@ absl::Status PrefillDaemon::Start() {
   if (!c.cluster_token.empty()) {  // decode daemons admit Decode calls that carry it
     po.decode_channel.call_metadata[rpc::kClusterTokenMetadata] = c.cluster_token;
   }
-  pipeline_ = std::make_unique<GenerationPipeline>(
-      po, producer_.get(), tokenizer_.get(), &specialists_, registry_.get(), cache_.get(),
-      std::make_unique<PayloadSender>(std::move(transport), c.transport.peer_timeout), &metrics_);
+  auto sender = std::make_unique<PayloadSender>(std::move(transport), c.transport.peer_timeout);
+  SCD_ASSIGN_OR_RETURN(admin_, AdminService::Create(sender.get(), c.transport.bandwidth_gbps,
+                                                    auth_.get(), c.cluster_token, &metrics_));
+  pipeline_ = std::make_unique<GenerationPipeline>(po, producer_.get(), tokenizer_.get(),
+                                                   &specialists_, registry_.get(), cache_.get(),
+                                                   std::move(sender), &metrics_);
 
   SCD_RETURN_IF_ERROR(StartGrpc());
   std::vector<std::string> names;
@@ -160,7 +163,7 @@ absl::Status PrefillDaemon::StartGrpc() {
   go.keepalive_time = c.grpc_keepalive_time;
   go.keepalive_timeout = c.grpc_keepalive_timeout;
   go.credentials = auth_->credentials();
-  std::vector<grpc::Service*> services = {generation_.get()};
+  std::vector<grpc::Service*> services = {generation_.get(), admin_.get()};
   if (control_plane_ != nullptr) services.push_back(control_plane_.get());  // embedded registry
   SCD_ASSIGN_OR_RETURN(grpc_, rpc::StartGrpcServer(go, services));
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 // PrefillDaemon: the front door. It owns the base (producer) model and one Specialist per
-// consumer it routes to, and hosts on one gRPC port the Generation API and, with the embedded
-// registry, the control plane (decode daemons register there); and on one HTTP port the
+// consumer it routes to, and hosts on one gRPC port the Generation API, the Admin API
+// (admin_service.h) and, with the embedded registry, the control plane (decode daemons
+// register there); and on one HTTP port the
 // OpenAI-compatible API with /health, /ready and /metrics. With control_plane.registry etcd
 // it hosts no registry: it watches the decode daemons' keys in etcd and writes its own
 // (common/rpc/etcd_registry.h), so any number of prefill daemons serve side by side.
@@ -41,6 +42,7 @@
 #include "common/serving/prefix_cache.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/transport/transport.h"
+#include "prefill_server/admin_service.h"
 #include "prefill_server/api_keys.h"
 #include "prefill_server/generation_pipeline.h"
 #include "prefill_server/generation_service.h"
@@ -150,6 +152,7 @@ class PrefillDaemon {
   std::unique_ptr<PrefixCache> cache_;
   std::unique_ptr<GenerationPipeline> pipeline_;
   std::unique_ptr<GenerationService> generation_;
+  std::unique_ptr<AdminService> admin_;  // its PayloadSender is the pipeline's
   rpc::GrpcServer grpc_;
   std::unique_ptr<http::HttpServer> http_;
   std::unique_ptr<OpenAiFrontend> openai_;

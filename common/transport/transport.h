@@ -150,6 +150,10 @@ class Transport {
   virtual absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
                                                               absl::Time deadline) = 0;
 
+  // Changes the send-side cap (TransportOptions::bandwidth_gbps; 0: unlimited) of every
+  // connection, open or future, from now on; INVALID_ARGUMENT outside its range.
+  virtual absl::Status SetBandwidthGbps(double gbps) = 0;
+
   // "tcp" or "ucx".
   virtual const char* name() const = 0;
 };

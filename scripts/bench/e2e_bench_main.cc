@@ -21,6 +21,26 @@
 
 namespace {
 constexpr char kProgram[] = "scd-e2e-bench";
+
+// --link-steps: mode auto over a link that changes mid-run; PREFIX.json, .md, .png.
+int RunLinkSteps(const scd::e2e::E2eBenchOptions& o, const std::vector<scd::e2e::LinkStep>& steps,
+                 const std::string& out, const std::string& command, scd::cli::FlagParser& flags) {
+  auto samples = scd::e2e::RunLinkSteps(o, steps, [](const std::string& line) { std::cerr << line << std::endl; });
+  if (!samples.ok()) return flags.Fail(samples.status());
+  const auto summary = scd::e2e::SummarizeLinkSteps(steps, *samples);
+  nlohmann::json j = scd::e2e::LinkStepsJson(summary, *samples);
+  j["command"] = command;
+  j["label"] = o.label;
+  j["quality_floor"] = o.quality_floor;
+  std::ofstream(out + ".json") << j.dump(2) << "\n";
+  const std::string md = scd::e2e::LinkStepsMarkdown(summary);
+  std::ofstream(out + ".md") << md;
+  absl::Status st = scd::e2e::WriteLinkStepsPlot(
+      summary, *samples, "mode auto over a changing link, " + o.label, out + ".png");
+  if (!st.ok()) return flags.Fail(st);
+  std::cout << md;  // ends with link_switch_seconds_max=
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -28,6 +48,7 @@ int main(int argc, char** argv) {
   std::string babi, out, modes = "oracle,raw,quant8,recompute,scd", bandwidths = "1,10,100";
   int contexts = 12, questions = 3, context_tokens = 400;
   bool no_f1 = false, warm_only = false;
+  std::string link_steps;
   scd::cli::FlagParser flags(kProgram, "--base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX");
   flags.AddString("base", &o.base_model, "producer checkpoint", true);
   flags.AddString("specialist", &o.specialist_model, "consumer checkpoint", true);
@@ -49,6 +70,9 @@ int main(int argc, char** argv) {
   float quality_floor = static_cast<float>(o.quality_floor);
   flags.AddFloat("quality-floor", &quality_floor,
                  "mode auto's quality_floor; fixed modes below it are not auto's rivals");
+  flags.AddString("link-steps", &link_steps,
+                  "instead of the cells: mode auto while the link goes through GBPS:SECONDS "
+                  "steps, comma-separated (e.g. 100:40,0.1:40,10:40)");
   if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   namespace fs = std::filesystem;
   // The daemons resolve relative config paths against the config file's directory.
@@ -85,6 +109,11 @@ int main(int argc, char** argv) {
   std::cerr << kProgram << ": " << o.workload.size() << " contexts x " << questions << " questions, "
             << o.modes.size() << " modes x " << o.bandwidths_gbps.size() << " bandwidths; logs in "
             << o.workdir << "\n" << scd::cli::QuotedCommandLine(argc, argv) << "\n";
+  if (!link_steps.empty()) {
+    auto steps = scd::e2e::ParseLinkSteps(link_steps);
+    if (!steps.ok()) return flags.UsageError(std::string(steps.status().message()));
+    return RunLinkSteps(o, *steps, out, scd::cli::QuotedCommandLine(argc, argv), flags);
+  }
   auto cells = scd::e2e::RunE2eBench(o, [](const std::string& line) { std::cerr << line << std::endl; });
   if (!cells.ok()) return flags.Fail(cells.status());
   nlohmann::json j = scd::e2e::E2eCellsJson(o, *cells);

@@ -2,12 +2,20 @@
 // link with a floor raw meets it takes raw's cached codes; the chosen mode shows in the
 // response (the `scd` object, the gRPC timings) and in /metrics; a request may pin a mode or
 // a rung, and a bad pin is refused with 400 naming the field; an artifact without a quality
-// record cannot serve auto.
+// record cannot serve auto; the Admin API changes the link while the daemon serves, and the
+// choice follows it both ways (and refuses callers without the cluster token).
+#include <grpcpp/grpcpp.h>
+
 #include <catch2/catch.hpp>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/rpc/cluster_token.h"
 #include "common/scd/artifact.h"
+#include "proto/scd.grpc.pb.h"
 #include "tests/daemons/daemon_harness.h"
 #include "tests/test_support.h"
 
@@ -135,6 +143,71 @@ TEST_CASE("A bad pin is refused naming its field; auto needs a quality record", 
   INFO(log);
   CHECK(log.find("quality record") != std::string::npos);
   CHECK(log.find("--rescore") != std::string::npos);
+}
+
+// Calls Admin.SetLinkBandwidth, with the harness's cluster token unless `token` is empty.
+grpc::Status SetLink(const std::string& grpc_address, double gbps, const std::string& token,
+                     scd::v1::SetLinkBandwidthResponse* response) {
+  auto stub = scd::v1::Admin::NewStub(
+      grpc::CreateChannel(grpc_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata(rpc::kClusterTokenMetadata, token);
+  scd::v1::SetLinkBandwidthRequest req;
+  req.set_gbps(gbps);
+  return stub->SetLinkBandwidth(&ctx, req, response);
+}
+
+// Sends auto requests until one's mode passes `done`, at most `limit`; the modes seen.
+std::vector<std::string> AskUntil(int http_port, int limit,
+                                  const std::function<bool(const std::string&)>& done) {
+  std::vector<std::string> modes;
+  while (static_cast<int>(modes.size()) < limit) {
+    modes.push_back(Post(http_port, Body())["scd"]["mode"].get<std::string>());
+    if (done(modes.back())) break;
+  }
+  return modes;
+}
+
+bool LargePayload(const std::string& mode) {
+  return mode == "raw" || mode == "quant8" || mode == "recompute";
+}
+
+TEST_CASE("The Admin API changes the link mid-run and mode auto follows it both ways",
+          "[daemons]") {
+  const std::string dir = TempDir();
+  Pair p = StartAuto(dir, 0.0, 0.9);
+  CHECK(Post(p.prefill.http_port, Body({{"mode", "raw"}}))["scd"]["mode"] == "raw");
+  CHECK(Post(p.prefill.http_port, Body({{"mode", "scd"}}))["scd"]["mode"] == "scd");
+  REQUIRE(Post(p.prefill.http_port, Body())["scd"]["mode"] == "raw");  // unlimited, warm
+
+  scd::v1::SetLinkBandwidthResponse r;
+  CHECK(SetLink(p.prefill.grpc_address, 0.01, "", &r).error_code() == grpc::UNAUTHENTICATED);
+  CHECK(SetLink(p.prefill.grpc_address, 0.01, "wrong-token", &r).error_code() ==
+        grpc::UNAUTHENTICATED);
+  CHECK(ScrapeMetric(p.prefill.http_port, "scd_admin_rejected_total{reason=\"token\"}") == 2);
+  CHECK(SetLink(p.prefill.grpc_address, -1, "test-token", &r).error_code() ==
+        grpc::INVALID_ARGUMENT);
+  CHECK(ScrapeMetric(p.prefill.http_port, "scd_data_plane_bandwidth_gbps") == 0);
+
+  // 1.25 MB/s: raw's 300 KB take about 0.24 s. The first request may still send raw; the
+  // link is measured from it, and the next choices keep large payloads off it.
+  grpc::Status st = SetLink(p.prefill.grpc_address, 0.01, "test-token", &r);
+  REQUIRE(st.ok());
+  CHECK(r.previous_gbps() == 0);
+  CHECK(r.gbps() == 0.01);
+  CHECK(ScrapeMetric(p.prefill.http_port, "scd_data_plane_bandwidth_gbps") == 0.01);
+  std::vector<std::string> slow =
+      AskUntil(p.prefill.http_port, 4, [](const std::string& m) { return !LargePayload(m); });
+  INFO("after the slow-down: " << absl::StrJoin(slow, ", "));
+  CHECK_FALSE(LargePayload(slow.back()));
+
+  // Unlimited again: the smaller payloads keep measuring the link, and raw comes back.
+  REQUIRE(SetLink(p.prefill.grpc_address, 0, "test-token", &r).ok());
+  CHECK(r.previous_gbps() == 0.01);
+  std::vector<std::string> fast =
+      AskUntil(p.prefill.http_port, 40, [](const std::string& m) { return m == "raw"; });
+  INFO("after the speed-up: " << absl::StrJoin(fast, ", "));
+  CHECK(fast.back() == "raw");
 }
 
 }  // namespace

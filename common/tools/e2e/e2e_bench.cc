@@ -13,6 +13,7 @@
 #include "common/plot/plot.h"
 #include "common/tools/cluster/daemon_process.h"
 #include "common/tools/cluster/local_cluster.h"
+#include "common/rpc/cluster_token.h"
 #include "common/tools/loadgen/stats.h"
 #include "proto/scd.grpc.pb.h"
 
@@ -260,6 +261,95 @@ absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const
   if (c.prefill != nullptr) c.prefill->Stop(std::chrono::seconds(10));
   for (auto& d : c.decodes) d->Stop(std::chrono::seconds(10));
   return cells;
+}
+
+namespace {
+
+// Changes the running prefill daemon's link (Admin.SetLinkBandwidth, with the cluster token).
+absl::Status SetLink(const Cluster& c, double gbps) {
+  auto stub = scd::v1::Admin::NewStub(
+      grpc::CreateChannel(c.grpc_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata(rpc::kClusterTokenMetadata, kToken);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  scd::v1::SetLinkBandwidthRequest req;
+  req.set_gbps(gbps);
+  scd::v1::SetLinkBandwidthResponse resp;
+  grpc::Status st = stub->SetLinkBandwidth(&ctx, req, &resp);
+  if (!st.ok()) return absl::UnavailableError(absl::StrCat("SetLinkBandwidth: ", st.error_message()));
+  return absl::OkStatus();
+}
+
+LinkSample SampleOf(const Outcome& r, int step, double t) {
+  LinkSample x;
+  x.t_seconds = t;
+  x.step = step;
+  x.ok = r.ok;
+  x.mode = r.timings.mode();
+  x.rung_name = r.timings.rung_name().empty() ? r.timings.mode() : r.timings.rung_name();
+  x.ttft_ms = r.ttft_ms;
+  x.transfer_ms = r.timings.transfer_ms();
+  x.payload_bytes = static_cast<double>(r.timings.payload_bytes());
+  return x;
+}
+
+// One step: the link set, then requests until its time is up.
+void RunOneStep(const E2eBenchOptions& o, scd::v1::Generation::Stub& stub,
+                int k, const LinkStep& step, Clock::time_point t0, double step_start,
+                size_t& next, std::vector<LinkSample>& samples, const ProgressFn& progress) {
+  std::vector<const SharedPrefixQuestion*> questions;
+  for (const SharedPrefixContext& ctx : o.workload) {
+    for (const SharedPrefixQuestion& q : ctx.questions) questions.push_back(&q);
+  }
+  auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  double report_at = step_start + 10;
+  while (now() < step_start + step.seconds) {
+    const double t = now();
+    const Outcome r = Ask(stub, o, questions[next++ % questions.size()]->prompt);
+    samples.push_back(SampleOf(r, k, t));
+    if (!r.ok && progress) progress(absl::StrCat("  error: ", r.error));
+    if (progress && now() >= report_at) {
+      report_at += 10;
+      progress(absl::StrFormat("  %.0f s: %d requests, last %s in %.1f ms", now(), samples.size(),
+                               samples.back().rung_name, samples.back().ttft_ms));
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<LinkSample>> RunLinkSteps(const E2eBenchOptions& o,
+                                                     const std::vector<LinkStep>& steps,
+                                                     const ProgressFn& progress) {
+  if (o.workload.empty() || steps.empty()) return absl::InvalidArgumentError("nothing to run");
+  Cluster c;
+  absl::StatusOr<int> port = cluster::PickFreePort();
+  if (!port.ok()) return port.status();
+  c.grpc_address = absl::StrCat("127.0.0.1:", *port);
+  int generation = 0;
+  const cluster::DecodeDaemonSpec spec = DecodeSpec(o, c.grpc_address);
+  if (absl::Status st = StartDecodes(o, spec, c, generation); !st.ok()) return st;
+  if (absl::Status st = StartCellPrefill(o, spec, c, generation, "auto", steps[0].gbps, true,
+                                         "auto-link-steps", progress);
+      !st.ok()) {
+    return st;
+  }
+  auto stub = scd::v1::Generation::NewStub(
+      grpc::CreateChannel(c.grpc_address, grpc::InsecureChannelCredentials()));
+  std::vector<LinkSample> samples;
+  size_t next = 0;
+  double step_start = 0;
+  const Clock::time_point t0 = Clock::now();
+  for (size_t k = 0; k < steps.size(); ++k) {
+    if (absl::Status st = SetLink(c, steps[k].gbps); !st.ok()) return st;
+    if (progress) progress(absl::StrFormat("step %d/%d: %g Gbit/s for %g s", k + 1, steps.size(),
+                                           steps[k].gbps, steps[k].seconds));
+    RunOneStep(o, *stub, static_cast<int>(k), steps[k], t0, step_start, next, samples, progress);
+    step_start += steps[k].seconds;
+  }
+  c.prefill->Stop(std::chrono::seconds(10));
+  for (auto& d : c.decodes) d->Stop(std::chrono::seconds(10));
+  return samples;
 }
 
 nlohmann::json E2eCellsJson(const E2eBenchOptions& o, const std::vector<E2eCell>& cells) {

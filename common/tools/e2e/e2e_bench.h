@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/tools/e2e/link_steps.h"
 #include "common/tools/e2e/shared_prefix_workload.h"
 #include "nlohmann/json.hpp"
 
@@ -67,6 +68,13 @@ using ProgressFn = std::function<void(const std::string& line)>;
 
 absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& options,
                                                  const ProgressFn& progress);
+
+// One cluster with `mode: auto` and the prefix cache on, serving the workload (cycling) while
+// the link goes through `steps`, changed through the prefill daemon's Admin API
+// (link_steps.h). Progress: a line per step and every 10 s.
+absl::StatusOr<std::vector<LinkSample>> RunLinkSteps(const E2eBenchOptions& options,
+                                                     const std::vector<LinkStep>& steps,
+                                                     const ProgressFn& progress);
 
 nlohmann::json E2eCellsJson(const E2eBenchOptions& options, const std::vector<E2eCell>& cells);
 // A Markdown table, one row per cell, with TTFT ratios against oracle in the same

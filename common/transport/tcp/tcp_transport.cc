@@ -368,6 +368,8 @@ class TcpTransport : public Transport {
 
   const char* name() const override { return kScheme; }
 
+  absl::Status SetBandwidthGbps(double gbps) override { return limiter_->SetGbps(gbps); }
+
  private:
   const TransportOptions options_;
   const std::shared_ptr<BandwidthLimiter> limiter_;

@@ -31,6 +31,8 @@ class UcxTransport : public Transport {
 
   const char* name() const override { return "ucx"; }
 
+  absl::Status SetBandwidthGbps(double gbps) override { return limiter_->SetGbps(gbps); }
+
  private:
   const TransportOptions options_;
   const std::shared_ptr<UcxWorker> worker_;
