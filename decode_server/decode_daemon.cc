@@ -212,6 +212,7 @@ absl::Status DecodeDaemon::Register(absl::Status* register_error) {
     r.active_requests = engine_->running();
     r.queue_depth = engine_->queued();
     r.batch_slots = max_batch;
+    r.rates = service_->rates();
     return r;
   };
   SCD_ASSIGN_OR_RETURN(control_, rpc::ControlPlaneClient::Create(co));
@@ -241,6 +242,7 @@ absl::Status DecodeDaemon::Announce(const rpc::DecodeInstanceInfo& instance,
     load.active_requests = engine_->running();
     load.queue_depth = engine_->queued();
     load.batch_slots = max_batch;
+    load.rates = service_->rates();
     return rpc::EncodeDecodeAnnouncement(instance, load, token);
   };
   ao.lease = c.lease;
@@ -287,6 +289,7 @@ void DecodeDaemon::StartTicker() {
   ticker_ = std::thread([this] {
     while (!stop_ticker_.load()) {
       state_metrics_->Sample(*engine_, mailbox_->stats());
+      state_metrics_->SetStageRates(service_->rates());
       const bool now_registered = registered();
       state_metrics_->SetRegistered(now_registered);
       if (now_registered != was_registered_.exchange(now_registered)) {

@@ -35,6 +35,13 @@ absl::StatusOr<std::unique_ptr<DecodeMetrics>> DecodeMetrics::Create(metrics::Re
 
 absl::Status DecodeMetrics::Register(metrics::Registry* registry) {
   SCD_ASSIGN_OR_RETURN(
+      stage_rates_,
+      registry->AddGaugeFamily("scd_decode_stage_seconds_per_token",
+                               "Seconds per token of recent work, as heartbeats report it to the "
+                               "prefill daemons: a payload's rebuild by mode, and the suffix "
+                               "prefill (mode \"\").",
+                               {"stage", "mode"}));
+  SCD_ASSIGN_OR_RETURN(
       active_, registry->AddGauge("scd_decode_active_requests",
                                   "Requests in the running batch (sampled each heartbeat)."));
   SCD_ASSIGN_OR_RETURN(
@@ -293,5 +300,14 @@ absl::Status AddSekvCacheMetrics(metrics::Registry* registry, SekvServingOptions
 }
 
 void DecodeMetrics::SetRegistered(bool registered) { registered_->Set(registered ? 1 : 0); }
+
+void DecodeMetrics::SetStageRates(const rpc::StageRates& rates) {
+  for (const auto& [mode, rate] : rates.rebuild_seconds_per_token) {
+    stage_rates_->WithLabels({"rebuild", mode}).value()->Set(rate);
+  }
+  if (rates.prefill_seconds_per_token > 0) {
+    stage_rates_->WithLabels({"prefill", ""}).value()->Set(rates.prefill_seconds_per_token);
+  }
+}
 
 }  // namespace scd

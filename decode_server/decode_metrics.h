@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/metrics/registry.h"
+#include "common/rpc/decode_registry.h"
 #include "common/serving/decode_engine.h"
 #include "decode_server/payload_mailbox.h"
 
@@ -31,6 +32,8 @@ class DecodeMetrics {
   // cuda_graphs_disabled, sekv_cpu_tier_copied, payloads_orphaned.
   void Sample(const DecodeEngine& engine, const PayloadMailboxStats& mailbox);
   void SetRegistered(bool registered);
+  // The stage rates the heartbeats report (StageRateTracker), as gauges.
+  void SetStageRates(const rpc::StageRates& rates);
 
  private:
   DecodeMetrics() = default;
@@ -45,6 +48,7 @@ class DecodeMetrics {
   metrics::Counter *prefill_chunks_ = nullptr, *prefill_tokens_ = nullptr;
   metrics::Counter *rebuild_chunks_ = nullptr, *rebuild_rows_ = nullptr;
   metrics::Gauge *registered_ = nullptr, *pending_ = nullptr;
+  metrics::GaugeFamily* stage_rates_ = nullptr;  // {stage, mode}
   metrics::CounterFamily *payloads_ = nullptr, *graph_steps_ = nullptr;
   metrics::Gauge *graphs_active_ = nullptr, *graph_bytes_ = nullptr;
   metrics::Counter *sekv_copies_ = nullptr, *sekv_steps_ = nullptr, *sekv_step_rows_ = nullptr;

@@ -167,6 +167,10 @@ struct DecodeService::Stream {
   bool cancelled = false;
   int written = 0;
   Clock::time_point first_token, last_token;
+  // The job's stages, for the reported rates: the payload's mode and tokens (none: a request
+  // without a payload), and the suffix's tokens.
+  std::optional<PayloadHeaderSummary> payload;
+  int suffix_tokens = 0;
 };
 
 grpc::Status DecodeService::Refuse(const scd::v1::DecodeRequest& request, const absl::Status& st) {
@@ -251,6 +255,9 @@ grpc::Status DecodeService::EndWithError(Stream& s, const scd::v1::DecodeRequest
 }
 
 grpc::Status DecodeService::EndDone(Stream& s, const DecodeEvent& e) {
+  rates_.Observe(s.payload ? s.payload->mode : CodecMode::kOracle,
+                 s.payload ? s.payload->num_tokens : 0, e.timings.rebuild_ms / 1e3,
+                 s.suffix_tokens, e.timings.suffix_prefill_ms / 1e3);
   if (rebuild_seconds_ != nullptr) {
     rebuild_seconds_->Observe(e.timings.rebuild_ms / 1e3);
     suffix_prefill_seconds_->Observe(e.timings.suffix_prefill_ms / 1e3);
@@ -298,6 +305,8 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
   absl::StatusOr<DecodeJob> job = MakeJob(*request);
   if (!job.ok()) return Refuse(*request, job.status());
   const uint64_t job_id = job->request_id;
+  absl::StatusOr<PayloadHeaderSummary> payload = PeekPayloadHeader(job->payload);
+  const int suffix_tokens = static_cast<int>(job->suffix.size());
 
   auto queue = std::make_shared<EventQueue>();
   if (absl::Status st =
@@ -306,6 +315,8 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
     return Refuse(*request, st);
   }
   Stream s(engine_, *tokenizer_, context, writer, job_id);
+  if (payload.ok()) s.payload = *payload;
+  s.suffix_tokens = suffix_tokens;
   for (;;) {
     std::optional<DecodeEvent> e = queue->Pop(std::chrono::milliseconds(50));
     if (!e) {

@@ -29,6 +29,7 @@
 #include "common/serving/decode_engine.h"
 #include "common/tokenizer/tokenizer.h"
 #include "decode_server/payload_mailbox.h"
+#include "decode_server/stage_rate_tracker.h"
 #include "proto/scd.grpc.pb.h"
 
 namespace scd {
@@ -56,6 +57,9 @@ class DecodeService final : public scd::v1::Decode::Service {
 
   grpc::Status Generate(grpc::ServerContext* context, const scd::v1::DecodeRequest* request,
                         grpc::ServerWriter<scd::v1::DecodeEvent>* writer) override;
+
+  // Seconds per token of the requests served so far (heartbeats report them).
+  rpc::StageRates rates() const { return rates_.Rates(); }
 
   // New calls get UNAVAILABLE from now on (the daemon is draining).
   void StopAccepting() { accepting_.store(false); }
@@ -85,6 +89,7 @@ class DecodeService final : public scd::v1::Decode::Service {
   std::atomic<bool> accepting_{true};
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_job_id_{1};
+  StageRateTracker rates_;
 
   metrics::CounterFamily* requests_ = nullptr;  // {outcome}
   metrics::Histogram* rebuild_seconds_ = nullptr;

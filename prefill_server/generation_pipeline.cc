@@ -192,6 +192,12 @@ absl::StatusOr<PreparedRequest> GenerationPipeline::Prepare(GenerationRequest re
   mc.max_consumer_suffix = options_.max_consumer_suffix;
   mc.producer_wait_seconds = absl::ToDoubleSeconds(p.admission->producer_wait());
   mc.decode_wait_seconds = absl::ToDoubleSeconds(p.admission->decode_wait());
+  if (absl::StatusOr<rpc::DecodeInstanceStatus> next = registry_->PeekPick(request.model);
+      next.ok()) {
+    mc.decode_instance = next->info.instance_id;
+    mc.decode_rates = DecodeSideRatesOf(next->rates.rebuild_seconds_per_token,
+                                        next->rates.prefill_seconds_per_token);
+  }
   SCD_ASSIGN_OR_RETURN(p.mode, SelectMode(*p.specialist, request.mode, mc));
   mode_metrics_.CountChoice(request.model, p.mode);
   p.request = std::move(request);
@@ -726,7 +732,7 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Dispatch(const PreparedReq
           const int suffix = static_cast<int>(a.current->suffix.size());
           ObserveStages(*r.specialist, r.mode, outcome.timings,
                         static_cast<int>(r.tokens.size()) - suffix, suffix,
-                        a.current->cache_hit, outcome.timings.transfer_ms() > 0);
+                        a.current->cache_hit, outcome.timings.transfer_ms() > 0, instance);
         }
       }
       return Succeed(r, *a.current, std::move(outcome));

@@ -106,22 +106,37 @@ absl::StatusOr<RequestMode> SelectMode(const Specialist& s, const ModeRequest& a
     return shape;
   };
   const double floor = ask.quality_floor.value_or(s.config.quality_floor);
-  SCD_ASSIGN_OR_RETURN(ModeChoice choice, ChooseMode(s.candidates, floor, *s.costs, shape_of));
+  const TargetCosts costs = s.costs->ForTarget(ctx.decode_instance, ctx.decode_rates);
+  SCD_ASSIGN_OR_RETURN(ModeChoice choice, ChooseMode(s.candidates, floor, costs, shape_of));
   return RequestMode{choice.chosen.mode, choice.chosen.rung,
                      CandidateName(choice.chosen, s.ladder), choice.predicted_seconds};
 }
 
 void ObserveStages(const Specialist& s, const RequestMode& mode, const scd::v1::Timings& t,
-                   int payload_tokens, int suffix_tokens, bool cache_hit, bool transferred) {
+                   int payload_tokens, int suffix_tokens, bool cache_hit, bool transferred,
+                   const std::string& instance) {
   if (s.costs == nullptr || payload_tokens <= 0) return;
   ModeCostModel& m = *s.costs;
   if (!cache_hit && mode.mode != CodecMode::kOracle) {
     if (t.prefill_ms() > 0) m.ObserveProducerPrefill(payload_tokens, t.prefill_ms() / 1e3);
     m.ObserveEncode(mode.mode, payload_tokens, t.encode_ms() / 1e3);
   }
-  if (transferred) m.ObserveTransfer(static_cast<double>(t.payload_bytes()), t.transfer_ms() / 1e3);
+  if (transferred) {
+    m.ObserveTransfer(static_cast<double>(t.payload_bytes()), t.transfer_ms() / 1e3, instance);
+  }
   m.ObserveRebuild(mode.mode, payload_tokens, t.rebuild_ms() / 1e3);
   if (suffix_tokens > 0) m.ObserveConsumerPrefill(suffix_tokens, t.suffix_prefill_ms() / 1e3);
+}
+
+DecodeSideRates DecodeSideRatesOf(const std::map<std::string, double>& rebuild_by_name,
+                                  double prefill_seconds_per_token) {
+  DecodeSideRates r;
+  for (const auto& [name, rate] : rebuild_by_name) {
+    absl::StatusOr<CodecMode> mode = ParseCodecMode(name);
+    if (mode.ok() && rate > 0) r.rebuild[*mode] = rate;
+  }
+  r.prefill = prefill_seconds_per_token > 0 ? prefill_seconds_per_token : 0;
+  return r;
 }
 
 absl::Status SeedCosts(Specialist& s, Backend& producer, double link_gbps, int probe_tokens) {
@@ -140,7 +155,7 @@ absl::Status SeedCosts(Specialist& s, Backend& producer, double link_gbps, int p
     SCD_RETURN_IF_ERROR(producer.Prefill(*seq, probe, hooks, &states));
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     s.costs->ObserveProducerPrefill(n, seconds);
-    s.costs->ObserveConsumerPrefill(n, seconds);
+    s.costs->ObserveConsumerPrefill(n, seconds, /*seed=*/true);
     for (const ModeCandidate& c : s.candidates) {
       if (c.mode == CodecMode::kOracle || c.rung != 0) continue;
       const auto te = Clock::now();

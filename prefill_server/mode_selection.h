@@ -14,6 +14,7 @@
 #ifndef SCD_PREFILL_SERVER_MODE_SELECTION_H_
 #define SCD_PREFILL_SERVER_MODE_SELECTION_H_
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,6 +67,10 @@ struct ModeContext {
   int max_consumer_suffix = 0;
   double producer_wait_seconds = 0;  // admission's prediction of the queues ahead
   double decode_wait_seconds = 0;
+  // The decode daemon the request will likely go to (DecodeRegistry::PeekPick; empty: none
+  // known) and the rates it reports: its link and its costs are the ones weighed.
+  std::string decode_instance;
+  DecodeSideRates decode_rates;
 };
 
 // The request's mode: the specialist's own unless it is `auto`; with `auto`, the choice. A
@@ -79,12 +84,19 @@ absl::StatusOr<RequestMode> SelectMode(const Specialist& s, const ModeRequest& a
 // Feeds a completed request's stage times (its Timings) to the specialist's cost model.
 // `payload_tokens`: the tokens the payload covered; `suffix_tokens`: those the decode daemon
 // prefilled; `transferred`: whether the payload crossed the data plane.
+// `instance`: the decode daemon that served it (its link is measured apart).
 void ObserveStages(const Specialist& s, const RequestMode& mode, const scd::v1::Timings& t,
-                   int payload_tokens, int suffix_tokens, bool cache_hit, bool transferred);
+                   int payload_tokens, int suffix_tokens, bool cache_hit, bool transferred,
+                   const std::string& instance = "");
+
+// A decode daemon's reported rates (rpc::StageRates, by mode name) as the cost model reads them;
+// unknown mode names are skipped.
+DecodeSideRates DecodeSideRatesOf(const std::map<std::string, double>& rebuild_by_name,
+                                  double prefill_seconds_per_token);
 
 // Seeds the cost model of an `auto` specialist: the base model's prefill of `probe_tokens`
 // synthetic tokens, timed (the consumer, of the same architecture, is assumed to match it
-// until measured), each candidate mode's encode of it, and `link_gbps` (0: unknown).
+// until measured or reported by a decode daemon), each candidate mode's encode of it, and `link_gbps` (0: unknown).
 absl::Status SeedCosts(Specialist& s, Backend& producer, double link_gbps, int probe_tokens = 64);
 
 class ModeMetrics {

@@ -175,6 +175,10 @@ absl::StatusOr<bool> ControlPlaneClient::HeartbeatOnce() {
     request.set_active_requests(load.active_requests);
     request.set_queue_depth(load.queue_depth);
     request.set_batch_slots(load.batch_slots);
+    for (const auto& [mode, rate] : load.rates.rebuild_seconds_per_token) {
+      (*request.mutable_rebuild_seconds_per_token())[mode] = rate;
+    }
+    request.set_prefill_seconds_per_token(load.rates.prefill_seconds_per_token);
   }
   scd::v1::HeartbeatResponse response;
   grpc::ClientContext context;

@@ -2,6 +2,8 @@
 // and every refusal recorded with the caller's address.
 #include "common/rpc/control_plane_service.h"
 
+#include <cmath>
+
 #include "common/rpc/status_translation.h"
 
 namespace scd::rpc {
@@ -67,10 +69,14 @@ grpc::Status ControlPlaneService::Heartbeat(grpc::ServerContext* context,
                                             const scd::v1::HeartbeatRequest* request,
                                             scd::v1::HeartbeatResponse* response) {
   if (grpc::Status admitted = Admit(*context); !admitted.ok()) return admitted;
+  LoadReport load{request->active_requests(), request->queue_depth(), request->batch_slots()};
+  for (const auto& [mode, rate] : request->rebuild_seconds_per_token()) {
+    if (std::isfinite(rate) && rate > 0) load.rates.rebuild_seconds_per_token[mode] = rate;
+  }
+  const double prefill = request->prefill_seconds_per_token();
+  load.rates.prefill_seconds_per_token = std::isfinite(prefill) && prefill > 0 ? prefill : 0;
   absl::StatusOr<bool> known =
-      registry_->Heartbeat(request->instance_id(), request->cluster_token(),
-                           LoadReport{request->active_requests(), request->queue_depth(),
-                                      request->batch_slots()});
+      registry_->Heartbeat(request->instance_id(), request->cluster_token(), load);
   if (!known.ok()) return Refuse(*context, known.status(), request->instance_id());
   response->set_ok(*known);
   response->set_reregister(!*known);

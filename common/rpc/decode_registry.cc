@@ -190,6 +190,7 @@ absl::StatusOr<bool> DecodeRegistry::Heartbeat(const std::string& instance_id,
   entry.reported_active = std::max(0, load.active_requests);
   entry.reported_queue_depth = std::max(0, load.queue_depth);
   entry.in_flight_at_report = entry.in_flight;
+  entry.rates = load.rates;
   // A queue beside free slots is no sign of full ones: a request waits for the next step to
   // join the batch. The inference serves instances that do not report their slots.
   if (load.batch_slots > 0) {
@@ -210,10 +211,8 @@ absl::StatusOr<bool> DecodeRegistry::Deregister(const std::string& instance_id,
   return instances_.erase(instance_id) > 0;
 }
 
-absl::StatusOr<DecodeLease> DecodeRegistry::Pick(const std::string& model) {
-  const absl::Time now = Now();
-  scd::MutexLock lock(&mu_);
-  ExpireLocked(now);
+absl::StatusOr<DecodeRegistry::Choice> DecodeRegistry::ChooseLocked(const std::string& model,
+                                                                     absl::Time now) {
   if (expected_digests_.count(model) == 0) {
     return absl::NotFoundError(absl::StrCat("model '", model, "' is not served here"));
   }
@@ -234,10 +233,9 @@ absl::StatusOr<DecodeLease> DecodeRegistry::Pick(const std::string& model) {
         absl::StrCat("no live decode instance for model '", model, "'",
                      quarantined > 0 ? absl::StrCat(" (", quarantined, " failed recently)") : ""));
   }
-  uint64_t& cursor = round_robin_[model];
+  const uint64_t cursor = round_robin_[model];
   const size_t n = candidates.size();
-  Entry* best = nullptr;
-  size_t best_index = 0;
+  Choice best;
   int best_load = 0;
   for (size_t k = 0; k < n; ++k) {
     const size_t index = (cursor + k) % n;
@@ -246,22 +244,41 @@ absl::StatusOr<DecodeLease> DecodeRegistry::Pick(const std::string& model) {
                           entry->in_flight_at_report);
     if (load >= entry->info.capacity) continue;
     // load/capacity < best_load/best_capacity, without division.
-    if (best == nullptr ||
-        int64_t{load} * best->info.capacity < int64_t{best_load} * entry->info.capacity) {
-      best = entry;
-      best_index = index;
+    if (best.entry == nullptr ||
+        int64_t{load} * best.entry->info.capacity < int64_t{best_load} * entry->info.capacity) {
+      best.entry = entry;
+      best.index = index;
       best_load = load;
     }
   }
-  if (best == nullptr) {
+  if (best.entry == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("all ", n, " decode instance(s) of model '", model, "' are at capacity"));
   }
-  cursor = best_index + 1;
+  return best;
+}
+
+absl::StatusOr<DecodeLease> DecodeRegistry::Pick(const std::string& model) {
+  const absl::Time now = Now();
+  scd::MutexLock lock(&mu_);
+  ExpireLocked(now);
+  absl::StatusOr<Choice> choice = ChooseLocked(model, now);
+  if (!choice.ok()) return choice.status();
+  Entry* best = choice->entry;
+  round_robin_[model] = choice->index + 1;
   ++best->in_flight;
   DecodeRoute route{best->info.instance_id, best->info.model_name, best->info.data_plane_address,
                     best->info.rpc_address};
   return DecodeLease(this, std::move(route), best->epoch);
+}
+
+absl::StatusOr<DecodeInstanceStatus> DecodeRegistry::PeekPick(const std::string& model) {
+  const absl::Time now = Now();
+  scd::MutexLock lock(&mu_);
+  ExpireLocked(now);
+  absl::StatusOr<Choice> choice = ChooseLocked(model, now);
+  if (!choice.ok()) return choice.status();
+  return StatusOf(*choice->entry, now);
 }
 
 void DecodeRegistry::Release(const std::string& instance_id, uint64_t epoch) {
@@ -272,6 +289,22 @@ void DecodeRegistry::Release(const std::string& instance_id, uint64_t epoch) {
   // in_flight_at_report stays: the last report still counts this request, and the external
   // share (reported - in_flight_at_report) must not grow because ours shrank.
   entry.in_flight = std::max(0, entry.in_flight - 1);
+}
+
+DecodeInstanceStatus DecodeRegistry::StatusOf(const Entry& entry, absl::Time now) {
+  DecodeInstanceStatus status;
+  status.info = entry.info;
+  status.in_flight = entry.in_flight;
+  status.reported_active = entry.reported_active;
+  status.reported_queue_depth = entry.reported_queue_depth;
+  status.load = Load(entry.in_flight, entry.reported_active, entry.reported_queue_depth,
+                     entry.in_flight_at_report);
+  status.full_slots = entry.full_slots;
+  status.rates = entry.rates;
+  status.registered_at = entry.registered_at;
+  status.last_heartbeat = entry.last_heartbeat;
+  status.quarantined = entry.quarantined_until > now;
+  return status;
 }
 
 void DecodeRegistry::MarkFailed(const std::string& instance_id) {
@@ -287,20 +320,7 @@ std::vector<DecodeInstanceStatus> DecodeRegistry::Instances() {
   scd::MutexLock lock(&mu_);
   ExpireLocked(now);
   std::vector<DecodeInstanceStatus> result;
-  for (const auto& [id, entry] : instances_) {
-    DecodeInstanceStatus status;
-    status.info = entry.info;
-    status.in_flight = entry.in_flight;
-    status.reported_active = entry.reported_active;
-    status.reported_queue_depth = entry.reported_queue_depth;
-    status.load = Load(entry.in_flight, entry.reported_active, entry.reported_queue_depth,
-                       entry.in_flight_at_report);
-    status.full_slots = entry.full_slots;
-    status.registered_at = entry.registered_at;
-    status.last_heartbeat = entry.last_heartbeat;
-    status.quarantined = entry.quarantined_until > now;
-    result.push_back(std::move(status));
-  }
+  for (const auto& [id, entry] : instances_) result.push_back(StatusOf(entry, now));
   std::sort(result.begin(), result.end(), [](const auto& a, const auto& b) {
     return std::tie(a.info.model_name, a.info.instance_id) <
            std::tie(b.info.model_name, b.info.instance_id);

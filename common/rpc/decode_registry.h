@@ -46,6 +46,15 @@ struct DecodeInstanceInfo {
   std::string rpc_address;
 };
 
+// Seconds per token of a decode daemon's recent work (exponentially weighted over what it
+// served, for any router), for the prefill daemons' mode: auto: a payload's rebuild by codec
+// mode name ("scd", "raw", ...; the oracle's is its prefill of the tokens), and its own prefill
+// of a suffix. Empty / 0 until measured.
+struct StageRates {
+  std::map<std::string, double> rebuild_seconds_per_token;
+  double prefill_seconds_per_token = 0;
+};
+
 // One instance as the registry sees it now.
 struct DecodeInstanceStatus {
   DecodeInstanceInfo info;
@@ -56,6 +65,7 @@ struct DecodeInstanceStatus {
   // Its batch slots: as it reports them, or else the most requests it reported running while
   // it also reported a queue (once seen full). 0: unknown.
   int full_slots = 0;
+  StageRates rates;  // as last reported
   absl::Time registered_at;
   absl::Time last_heartbeat;
   bool quarantined = false;  // MarkFailed and the quarantine has not ended
@@ -66,6 +76,7 @@ struct LoadReport {
   int active_requests = 0;  // decoding now, from any router
   int queue_depth = 0;      // accepted, waiting for a batch slot
   int batch_slots = 0;      // the sequences one decode step can run; 0: not reported
+  StageRates rates;
 };
 
 struct RegisterOutcome {
@@ -158,6 +169,10 @@ class DecodeRegistry {
   // Routes one request of `model`. NotFound: the model is not served here. Unavailable: no
   // live, unquarantined instance. ResourceExhausted: every live instance is at capacity.
   absl::StatusOr<DecodeLease> Pick(const std::string& model);
+  // The instance Pick would route `model`'s next request to now, without routing it (no
+  // load taken, the round-robin turn kept): what a prediction of that request weighs. Pick's
+  // errors.
+  absl::StatusOr<DecodeInstanceStatus> PeekPick(const std::string& model);
 
   // Takes the instance out of routing for the failure quarantine (a request to it failed at
   // the transport level). Unknown ids are ignored.
@@ -182,13 +197,23 @@ class DecodeRegistry {
     int reported_queue_depth = 0;
     int in_flight_at_report = 0;  // our in_flight when the last heartbeat arrived
     int full_slots = 0;           // see DecodeInstanceStatus
+    StageRates rates;
     absl::Time registered_at;
     absl::Time last_heartbeat;
     absl::Time quarantined_until = absl::InfinitePast();
   };
 
+  // Pick's choice among `model`'s live instances: the entry and its index among them.
+  struct Choice {
+    Entry* entry = nullptr;
+    size_t index = 0;
+  };
+
   explicit DecodeRegistry(DecodeRegistryOptions options);
   friend class DecodeLease;
+  absl::StatusOr<Choice> ChooseLocked(const std::string& model, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static DecodeInstanceStatus StatusOf(const Entry& entry, absl::Time now);
   void Release(const std::string& instance_id, uint64_t epoch);
 
   absl::Time Now() const { return options_.clock ? options_.clock() : absl::Now(); }

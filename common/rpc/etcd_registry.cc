@@ -2,6 +2,7 @@
 #include "common/rpc/etcd_registry.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -91,8 +92,43 @@ std::string EncodeDecodeAnnouncement(const DecodeInstanceInfo& info, const LoadR
             {"queue_depth", load.queue_depth},
             {"batch_slots", load.batch_slots},
             {"mac", HmacSha256Hex(cluster_token, IdentityText(info))}};
+  if (!load.rates.rebuild_seconds_per_token.empty()) {
+    j["rebuild_seconds_per_token"] = load.rates.rebuild_seconds_per_token;
+  }
+  if (load.rates.prefill_seconds_per_token > 0) {
+    j["prefill_seconds_per_token"] = load.rates.prefill_seconds_per_token;
+  }
   return j.dump();
 }
+
+namespace {
+
+// The optional stage rates of an announcement (positive, finite numbers).
+absl::Status ParseRates(const json& j, StageRates* rates) {
+  auto rate = [](const json& v) { return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0; };
+  if (auto it = j.find("rebuild_seconds_per_token"); it != j.end()) {
+    if (!it->is_object()) {
+      return absl::InvalidArgumentError("the announcement's rebuild_seconds_per_token is not an object");
+    }
+    for (const auto& [mode, v] : it->items()) {
+      if (!rate(v)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the announcement's rebuild_seconds_per_token.", mode, " is not a positive number"));
+      }
+      rates->rebuild_seconds_per_token[mode] = v.get<double>();
+    }
+  }
+  if (auto it = j.find("prefill_seconds_per_token"); it != j.end()) {
+    if (!rate(*it)) {
+      return absl::InvalidArgumentError(
+          "the announcement's prefill_seconds_per_token is not a positive number");
+    }
+    rates->prefill_seconds_per_token = it->get<double>();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<DecodeAnnouncement> ParseDecodeAnnouncement(std::string_view value,
                                                            const std::string& cluster_token) {
@@ -124,6 +160,7 @@ absl::StatusOr<DecodeAnnouncement> ParseDecodeAnnouncement(std::string_view valu
   if (j.contains("batch_slots") && !num("batch_slots", &a.load.batch_slots)) {
     return absl::InvalidArgumentError("the announcement's batch_slots is not an integer");
   }
+  if (absl::Status st = ParseRates(j, &a.load.rates); !st.ok()) return st;
   if (!cluster_token.empty() &&
       !ConstantTimeEqual(mac, HmacSha256Hex(cluster_token, IdentityText(i)))) {
     return absl::PermissionDeniedError(

@@ -162,6 +162,23 @@ absl::Status VerifyPayloadChecksums(absl::Span<const uint8_t> bytes) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<PayloadHeaderSummary> PeekPayloadHeader(absl::Span<const uint8_t> bytes) {
+  if (bytes.size() < kWireHeaderBytes || std::memcmp(bytes.data(), kMagic, 4) != 0 ||
+      Get<uint32_t>(bytes.data(), 52) != HeaderCrc(bytes.data())) {
+    return absl::InvalidArgumentError("SCD payload: no valid header");
+  }
+  const uint8_t* h = bytes.data();
+  const uint8_t mode = Get<uint8_t>(h, 6);
+  if (mode > static_cast<uint8_t>(CodecMode::kScd)) {
+    return absl::InvalidArgumentError(absl::StrCat("SCD payload: unknown mode ", int{mode}));
+  }
+  PayloadHeaderSummary s;
+  s.mode = static_cast<CodecMode>(mode);
+  s.num_tokens = static_cast<int>(Get<uint32_t>(h, 12));
+  s.rung = Get<uint16_t>(h, 20);
+  return s;
+}
+
 absl::StatusOr<Payload> ParsePayload(absl::Span<const uint8_t> bytes) {
   auto bad = [](auto... parts) {
     return absl::InvalidArgumentError(absl::StrCat("SCD payload: ", parts...));

@@ -97,6 +97,15 @@ struct Payload {
   const PayloadBlock* Find(BlockKind kind, int layer) const;
 };
 
+// What a payload's header says of it, read without its body (for accounting; ParsePayload
+// checks the rest): INVALID_ARGUMENT for bytes that do not begin with a valid header.
+struct PayloadHeaderSummary {
+  CodecMode mode = CodecMode::kRaw;
+  int num_tokens = 0;
+  int rung = 0;
+};
+absl::StatusOr<PayloadHeaderSummary> PeekPayloadHeader(absl::Span<const uint8_t> bytes);
+
 std::vector<uint8_t> SerializePayload(const Payload& payload);
 // Parses and validates a serialized payload: magic, version, CRCs, sizes and every block.
 absl::StatusOr<Payload> ParsePayload(absl::Span<const uint8_t> bytes);

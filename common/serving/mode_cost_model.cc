@@ -68,12 +68,13 @@ void ModeCostModel::ObserveEncode(CodecMode mode, int tokens, double seconds) {
   Fit(encode_, mode).Add(tokens, seconds);
 }
 
-void ModeCostModel::ObserveTransfer(double bytes, double seconds) {
+void ModeCostModel::ObserveTransfer(double bytes, double seconds, const std::string& instance) {
   if (!(bytes >= kMinTransferSample) || !(seconds >= 0) || !std::isfinite(seconds)) return;
   std::lock_guard<std::mutex> lock(mu_);
   const double sample = seconds / bytes;
-  seconds_per_byte_ =
-      seconds_per_byte_ < 0 ? sample : seconds_per_byte_ + weight_ * (sample - seconds_per_byte_);
+  auto blend = [&](double& rate) { rate = rate < 0 ? sample : rate + weight_ * (sample - rate); };
+  blend(seconds_per_byte_);
+  if (!instance.empty()) blend(instance_seconds_per_byte_.try_emplace(instance, -1).first->second);
 }
 
 void ModeCostModel::ObserveRebuild(CodecMode mode, int tokens, double seconds) {
@@ -81,9 +82,11 @@ void ModeCostModel::ObserveRebuild(CodecMode mode, int tokens, double seconds) {
   Fit(rebuild_, mode).Add(tokens, seconds);
 }
 
-void ModeCostModel::ObserveConsumerPrefill(int tokens, double seconds) {
+void ModeCostModel::ObserveConsumerPrefill(int tokens, double seconds, bool seed) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!seed && !consumer_measured_) consumer_ = AffineCostFit(weight_);  // the seeds step aside
   consumer_.Add(tokens, seconds);
+  consumer_measured_ |= !seed;
 }
 
 void ModeCostModel::ObserveReuse(bool reused) {
@@ -129,6 +132,46 @@ double ModeCostModel::Rebuild(CodecMode mode, int tokens) const {
 double ModeCostModel::ConsumerPrefill(int tokens) const {
   std::lock_guard<std::mutex> lock(mu_);
   return consumer_.Predict(tokens, seed_consumer_);
+}
+
+double ModeCostModel::TransferTo(const std::string& instance, double bytes) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = instance_seconds_per_byte_.find(instance);
+    if (it != instance_seconds_per_byte_.end() && bytes > inline_max_bytes_) return bytes * it->second;
+  }
+  return Transfer(bytes);
+}
+
+bool ModeCostModel::RebuildMeasured(CodecMode mode) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rebuild_.count(mode) > 0;
+}
+
+bool ModeCostModel::ConsumerMeasured() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return consumer_measured_;
+}
+
+double TargetCosts::ProducerPrefill(int tokens) const { return model_.ProducerPrefill(tokens); }
+
+double TargetCosts::Encode(CodecMode mode, int tokens) const { return model_.Encode(mode, tokens); }
+
+double TargetCosts::Transfer(double bytes) const { return model_.TransferTo(instance_, bytes); }
+
+double TargetCosts::Rebuild(CodecMode mode, int tokens) const {
+  if (!model_.RebuildMeasured(mode)) {
+    auto it = reported_.rebuild.find(mode);
+    if (it != reported_.rebuild.end()) return it->second * tokens;
+    // The oracle's rebuild is the daemon's prefill of the tokens.
+    if (mode == CodecMode::kOracle) return ConsumerPrefill(tokens);
+  }
+  return model_.Rebuild(mode, tokens);
+}
+
+double TargetCosts::ConsumerPrefill(int tokens) const {
+  if (!model_.ConsumerMeasured() && reported_.prefill > 0) return reported_.prefill * tokens;
+  return model_.ConsumerPrefill(tokens);
 }
 
 }  // namespace scd

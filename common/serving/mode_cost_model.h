@@ -19,12 +19,18 @@
 //   rebuild, per mode  payload → consumer KV; the oracle's is the consumer's prefill of it
 //   consumer prefill   the decode daemon's prefill of the suffix, and the oracle's rebuild
 //
+// Per decode daemon (ForTarget: the one a request will likely be routed to): the link is that
+// daemon's own, measured from this daemon's transfers to it (the specialist's overall rate
+// until it has one); a rebuild of a mode, or the suffix prefill, not yet measured here is read
+// at the rate that daemon reports in its heartbeats (DecodeSideRates), before the seeds.
+//
 // Thread-safe.
 #ifndef SCD_COMMON_SERVING_MODE_COST_MODEL_H_
 #define SCD_COMMON_SERVING_MODE_COST_MODEL_H_
 
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "common/scd/wire_format.h"
 #include "common/serving/mode_chooser.h"
@@ -46,6 +52,32 @@ class AffineCostFit {
   double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;  // decayed weighted sums
 };
 
+// What a decode daemon reports of its own work: seconds per token of a rebuild, by mode, and
+// of its suffix prefill (0: not reported).
+struct DecodeSideRates {
+  std::map<CodecMode, double> rebuild;
+  double prefill = 0;
+};
+
+class ModeCostModel;
+
+// The costs of one request bound for one decode daemon (ModeCostModel::ForTarget).
+class TargetCosts : public StageCosts {
+ public:
+  TargetCosts(const ModeCostModel& model, std::string instance, DecodeSideRates reported)
+      : model_(model), instance_(std::move(instance)), reported_(std::move(reported)) {}
+  double ProducerPrefill(int tokens) const override;
+  double Encode(CodecMode mode, int tokens) const override;
+  double Transfer(double bytes) const override;
+  double Rebuild(CodecMode mode, int tokens) const override;
+  double ConsumerPrefill(int tokens) const override;
+
+ private:
+  const ModeCostModel& model_;
+  const std::string instance_;
+  const DecodeSideRates reported_;
+};
+
 class ModeCostModel : public StageCosts {
  public:
   static constexpr double kMinTransferSample = 16 << 10;
@@ -60,9 +92,12 @@ class ModeCostModel : public StageCosts {
 
   void ObserveProducerPrefill(int tokens, double seconds);
   void ObserveEncode(CodecMode mode, int tokens, double seconds);
-  void ObserveTransfer(double bytes, double seconds);
+  // `instance`: the decode daemon the payload went to (empty: the overall rate only).
+  void ObserveTransfer(double bytes, double seconds, const std::string& instance = "");
   void ObserveRebuild(CodecMode mode, int tokens, double seconds);
-  void ObserveConsumerPrefill(int tokens, double seconds);
+  // `seed`: a start-up self-measure standing in for the decode daemon's prefill, which a
+  // daemon's reported rate overrides; the first real suffix prefill replaces the seeds.
+  void ObserveConsumerPrefill(int tokens, double seconds, bool seed = false);
   // Whether a request's context had been seen before (a later request reusing it).
   void ObserveReuse(bool reused);
   // Later requests expected to reuse a fresh context: reuses per fresh context among recent
@@ -78,7 +113,18 @@ class ModeCostModel : public StageCosts {
   double Rebuild(CodecMode mode, int tokens) const override;
   double ConsumerPrefill(int tokens) const override;
 
+  // The costs of a request bound for decode daemon `instance`, which reports `reported`.
+  TargetCosts ForTarget(std::string instance, DecodeSideRates reported) const {
+    return TargetCosts(*this, std::move(instance), std::move(reported));
+  }
+
  private:
+  friend class TargetCosts;
+  // Seconds for `bytes` to `instance`, by its own rate when measured.
+  double TransferTo(const std::string& instance, double bytes) const;
+  bool RebuildMeasured(CodecMode mode) const;
+  bool ConsumerMeasured() const;
+
   AffineCostFit& Fit(std::map<CodecMode, AffineCostFit>& fits, CodecMode mode);
   static double Read(const std::map<CodecMode, AffineCostFit>& fits, CodecMode mode, double size,
                      double seed_slope);
@@ -89,6 +135,8 @@ class ModeCostModel : public StageCosts {
   double inline_max_bytes_ = 0;
   AffineCostFit producer_, consumer_;
   double seconds_per_byte_ = -1;  // negative: no transfer sample yet
+  std::map<std::string, double> instance_seconds_per_byte_;  // by decode daemon
+  bool consumer_measured_ = false;  // a real suffix prefill was observed
   double reuse_share_ = -1;       // negative: no sample yet
   std::map<CodecMode, AffineCostFit> encode_, rebuild_;
 };

@@ -25,8 +25,7 @@ namespace {
 using nlohmann::json;
 using std::chrono::seconds;
 
-// A context of about 470 tokens and a question: raw's payload, about 300 KB, is larger than the
-// emulated link's burst (256 KB, common/transport/bandwidth_limiter.h).
+// A context of about 470 tokens and a question: raw's payload is about 300 KB.
 std::string Prompt() {
   std::string text;
   for (int i = 0; i < 18; ++i) text += "Mary went to the garden. John went to the office. ";
@@ -179,6 +178,25 @@ TEST_CASE("The Admin API changes the link mid-run and mode auto follows it both 
   CHECK(Post(p.prefill.http_port, Body({{"mode", "raw"}}))["scd"]["mode"] == "raw");
   CHECK(Post(p.prefill.http_port, Body({{"mode", "scd"}}))["scd"]["mode"] == "scd");
   REQUIRE(Post(p.prefill.http_port, Body())["scd"]["mode"] == "raw");  // unlimited, warm
+  // The decode daemon measures what it served, by mode, and reports it (heartbeats; gauges
+  // its ticker refreshes every 100 ms).
+  const std::vector<std::string> rates = {
+      "scd_decode_stage_seconds_per_token{stage=\"rebuild\",mode=\"raw\"}",
+      "scd_decode_stage_seconds_per_token{stage=\"rebuild\",mode=\"scd\"}",
+      "scd_decode_stage_seconds_per_token{stage=\"prefill\",mode=\"\"}"};
+  std::string decode_metrics;
+  auto all_reported = [&] {
+    decode_metrics = HttpGet(p.decode.http_port, "/metrics").body;
+    for (const std::string& series : rates) {
+      if (MetricValue(decode_metrics, series).value_or(0) <= 0) return false;
+    }
+    return true;
+  };
+  const auto give_up = std::chrono::steady_clock::now() + seconds(5);
+  while (!all_reported() && std::chrono::steady_clock::now() < give_up) {
+  }
+  INFO(decode_metrics);
+  CHECK(all_reported());
 
   scd::v1::SetLinkBandwidthResponse r;
   CHECK(SetLink(p.prefill.grpc_address, 0.01, "", &r).error_code() == grpc::UNAUTHENTICATED);

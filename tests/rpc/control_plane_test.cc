@@ -65,7 +65,12 @@ TEST_CASE("Client registers, heartbeats its load, and the server routes to it", 
   auto server = ControlPlaneServer::Start(RealTimeOptions());
   std::atomic<int> active{2};  // 2 busy + 1 queued of capacity 4
   ControlPlaneClientOptions options = ClientOptions(server->address(), "decode-1");
-  options.load_report = [&] { return LoadReport{active.load(), 1}; };
+  options.load_report = [&] {
+    LoadReport r{active.load(), 1};
+    r.rates.rebuild_seconds_per_token = {{"scd", 2e-5}};
+    r.rates.prefill_seconds_per_token = 8e-5;
+    return r;
+  };
   auto client = MakeClient(std::move(options));
   REQUIRE(client->Start(absl::Seconds(5)).ok());
   CHECK(client->registered());
@@ -78,6 +83,10 @@ TEST_CASE("Client registers, heartbeats its load, and the server routes to it", 
     return instances.size() == 1 && instances[0].reported_active == 2 &&
            instances[0].reported_queue_depth == 1;
   }));
+  // ... and the stage rates it measured.
+  const DecodeInstanceStatus reported = server->registry->Instances().at(0);
+  CHECK(reported.rates.rebuild_seconds_per_token.at("scd") == 2e-5);
+  CHECK(reported.rates.prefill_seconds_per_token == 8e-5);
   absl::StatusOr<DecodeLease> lease = server->registry->Pick(kModel);
   INFO(lease.status().ToString());
   REQUIRE(lease.ok());

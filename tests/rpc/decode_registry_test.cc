@@ -254,6 +254,38 @@ TEST_CASE("Pick chooses the least loaded instance, ties round-robin", "[cpu]") {
   CHECK(PickId(*registry) == "a");
 }
 
+TEST_CASE("PeekPick names Pick's next instance without routing; heartbeats carry stage rates",
+          "[cpu]") {
+  FakeClock clock;
+  auto registry = MakeRegistry(&clock);
+  REQUIRE(registry->Register(MakeInstance("a", 4), kToken).ok());
+  REQUIRE(registry->Register(MakeInstance("b", 4), kToken).ok());
+  for (int i = 0; i < 4; ++i) {  // the peek neither takes load nor moves the round-robin turn
+    absl::StatusOr<DecodeInstanceStatus> next = registry->PeekPick(kModel);
+    REQUIRE(next.ok());
+    CHECK(next->info.instance_id == registry->PeekPick(kModel)->info.instance_id);
+    CHECK(next->in_flight == 0);
+    absl::StatusOr<DecodeLease> lease = registry->Pick(kModel);
+    REQUIRE(lease.ok());
+    CHECK(lease->route().instance_id == next->info.instance_id);
+  }
+  CHECK(registry->PeekPick("other").status().code() == absl::StatusCode::kNotFound);
+
+  LoadReport load{1, 0, 8};
+  load.rates.rebuild_seconds_per_token = {{"scd", 2e-5}, {"raw", 1e-6}};
+  load.rates.prefill_seconds_per_token = 7e-5;
+  REQUIRE(*registry->Heartbeat("a", kToken, load));
+  REQUIRE(*registry->Heartbeat("b", kToken, {0, 0, 8}));  // b: less loaded, nothing measured
+  absl::StatusOr<DecodeInstanceStatus> next = registry->PeekPick(kModel);
+  REQUIRE(next.ok());
+  CHECK(next->info.instance_id == "b");
+  CHECK(next->rates.rebuild_seconds_per_token.empty());
+  const std::vector<DecodeInstanceStatus> all = registry->Instances();
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].rates.rebuild_seconds_per_token.at("scd") == 2e-5);
+  CHECK(all[0].rates.prefill_seconds_per_token == 7e-5);
+}
+
 TEST_CASE("Reported load from other routers counts, our own is not counted twice", "[cpu]") {
   FakeClock clock;
   auto registry = MakeRegistry(&clock);

@@ -88,6 +88,21 @@ TEST_CASE("announcements carry a MAC of the cluster token", "[cpu]") {
   without["batch_slots"] = "8";
   CHECK(ParseDecodeAnnouncement(without.dump(), "secret").status().code() ==
         absl::StatusCode::kInvalidArgument);
+  // Stage rates are optional; present, they must be positive numbers.
+  LoadReport rated{2, 1, 8};
+  rated.rates.rebuild_seconds_per_token = {{"scd", 3e-5}};
+  rated.rates.prefill_seconds_per_token = 6e-5;
+  absl::StatusOr<DecodeAnnouncement> with_rates =
+      ParseDecodeAnnouncement(EncodeDecodeAnnouncement(Instance("d1"), rated, "secret"), "secret");
+  REQUIRE(with_rates.ok());
+  CHECK(with_rates->load.rates.rebuild_seconds_per_token.at("scd") == 3e-5);
+  CHECK(with_rates->load.rates.prefill_seconds_per_token == 6e-5);
+  CHECK(old->load.rates.rebuild_seconds_per_token.empty());
+  nlohmann::json bad_rate = nlohmann::json::parse(v);
+  bad_rate["rebuild_seconds_per_token"] = {{"scd", -1}};
+  absl::StatusOr<DecodeAnnouncement> refused = ParseDecodeAnnouncement(bad_rate.dump(), "secret");
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("rebuild_seconds_per_token.scd"));
   CHECK(ParseDecodeAnnouncement(v, "other").status().code() == absl::StatusCode::kPermissionDenied);
   CHECK(ParseDecodeAnnouncement("{", "secret").status().code() == absl::StatusCode::kInvalidArgument);
   std::string forged = v;

@@ -63,6 +63,38 @@ TEST_CASE("The cost model starts from its seeds and follows a link that slows do
   CHECK(m.Rebuild(CodecMode::kOracle, 100) == Approx(5e-3));
 }
 
+TEST_CASE("A request's costs are its decode daemon's: its own link, then the rates it reports",
+          "[cpu]") {
+  ModeCostModel m(0.2);
+  m.Seed(60e-6, 0, 1.25e9);
+  m.ObserveConsumerPrefill(100, 8e-3, /*seed=*/true);  // the start-up self-measure
+  DecodeSideRates reported;
+  reported.rebuild = {{CodecMode::kScd, 3e-5}};
+  reported.prefill = 5e-5;
+  const TargetCosts a = m.ForTarget("a", reported);
+  const TargetCosts b = m.ForTarget("b", {});
+  // Unmeasured here: the reported rates, over the seeds; the oracle's rebuild is the prefill.
+  CHECK(a.Rebuild(CodecMode::kScd, 100) == Approx(3e-3));
+  CHECK(a.ConsumerPrefill(100) == Approx(5e-3));
+  CHECK(a.Rebuild(CodecMode::kOracle, 100) == Approx(5e-3));
+  CHECK(b.Rebuild(CodecMode::kScd, 100) == 0);
+  CHECK(b.ConsumerPrefill(100) == Approx(8e-3));
+  // Measured here: the measurement wins.
+  m.ObserveRebuild(CodecMode::kScd, 100, 1e-3);
+  m.ObserveConsumerPrefill(50, 2e-3);
+  CHECK(a.Rebuild(CodecMode::kScd, 100) == Approx(1e-3));
+  CHECK(a.ConsumerPrefill(50) == Approx(2e-3).epsilon(0.05));
+  // Each daemon's link is its own once measured; before, the specialist's overall rate.
+  m.ObserveTransfer(1e6, 1e6 / 1.25e7, "a");  // a: 0.1 Gbit/s
+  m.ObserveTransfer(1e6, 1e6 / 1.25e9, "b");  // b: 10 Gbit/s
+  CHECK(a.Transfer(1e6) == Approx(0.08));
+  CHECK(b.Transfer(1e6) == Approx(8e-4));
+  const double overall = m.Transfer(1e6);
+  CHECK(m.ForTarget("c", {}).Transfer(1e6) == Approx(overall));
+  CHECK(overall > 8e-4);
+  CHECK(overall < 0.08);
+}
+
 TEST_CASE("Reuses per fresh context follow the share of requests that come back", "[cpu]") {
   ModeCostModel m(0.2);
   CHECK(m.FutureReuses() == 0);
