@@ -91,15 +91,19 @@ void ModeCostModel::ObserveConsumerPrefill(int tokens, double seconds, bool seed
 
 void ModeCostModel::ObserveReuse(bool reused) {
   std::lock_guard<std::mutex> lock(mu_);
-  const double sample = reused ? 1.0 : 0.0;
-  reuse_share_ = reuse_share_ < 0 ? sample : reuse_share_ + weight_ * (sample - reuse_share_);
+  // A weighted mean of the samples seen (older ones decay by 1 − weight), not an average
+  // started at its first sample: after a fresh context and two questions about it the share
+  // is already near 2/3, so the next fresh context is weighed as coming back.
+  reuse_sum_ = (1 - weight_) * reuse_sum_ + (reused ? 1.0 : 0.0);
+  reuse_weight_ = (1 - weight_) * reuse_weight_ + 1;
 }
 
 double ModeCostModel::FutureReuses() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (reuse_share_ <= 0) return 0;
-  if (reuse_share_ >= 1) return kMaxFutureReuses;
-  return std::min(kMaxFutureReuses, reuse_share_ / (1 - reuse_share_));
+  const double share = reuse_weight_ > 0 ? reuse_sum_ / reuse_weight_ : 0;
+  if (share <= 0) return 0;
+  if (share >= 1) return kMaxFutureReuses;
+  return std::min(kMaxFutureReuses, share / (1 - share));
 }
 
 double ModeCostModel::ProducerPrefill(int tokens) const {

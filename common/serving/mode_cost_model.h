@@ -101,8 +101,9 @@ class ModeCostModel : public StageCosts {
   // Whether a request's context had been seen before (a later request reusing it).
   void ObserveReuse(bool reused);
   // Later requests expected to reuse a fresh context: reuses per fresh context among recent
-  // requests, r / (1 − r) for a reuse share r (exponentially weighted like the stages), at most
-  // kMaxFutureReuses; 0 before any sample.
+  // requests, r / (1 − r) for a reuse share r (the weighted mean of the samples, each new one
+  // weighing 1 and older ones decaying by 1 − weight), at most kMaxFutureReuses; 0 before any
+  // sample.
   double FutureReuses() const;
   static constexpr double kMaxFutureReuses = 8;
 
@@ -137,7 +138,7 @@ class ModeCostModel : public StageCosts {
   double seconds_per_byte_ = -1;  // negative: no transfer sample yet
   std::map<std::string, double> instance_seconds_per_byte_;  // by decode daemon
   bool consumer_measured_ = false;  // a real suffix prefill was observed
-  double reuse_share_ = -1;       // negative: no sample yet
+  double reuse_sum_ = 0, reuse_weight_ = 0;  // decayed sums of reuse samples and of weights
   std::map<CodecMode, AffineCostFit> encode_, rebuild_;
 };
 

@@ -32,7 +32,7 @@ int RunLinkSteps(const scd::e2e::E2eBenchOptions& o, const std::vector<scd::e2e:
   j["command"] = command;
   j["label"] = o.label;
   j["quality_floor"] = o.quality_floor;
-  std::ofstream(out + ".json") << j.dump(2) << "\n";
+  std::ofstream(out + ".json") << j.dump() << "\n";
   const std::string md = scd::e2e::LinkStepsMarkdown(summary);
   std::ofstream(out + ".md") << md;
   absl::Status st = scd::e2e::WriteLinkStepsPlot(
@@ -83,6 +83,12 @@ int main(int argc, char** argv) {
     return flags.UsageError("--quality-floor must be in [0, 1]");
   }
   o.quality_floor = std::round(quality_floor * 1e4) / 1e4;  // 0.95, not 0.949999988
+  std::vector<scd::e2e::LinkStep> steps;
+  if (!link_steps.empty()) {
+    auto parsed = scd::e2e::ParseLinkSteps(link_steps);
+    if (!parsed.ok()) return flags.UsageError(std::string(parsed.status().message()));
+    steps = std::move(*parsed);
+  }
   o.score_f1 = !no_f1;
   o.cold = !warm_only;
   o.modes = absl::StrSplit(modes, ',', absl::SkipEmpty());
@@ -109,10 +115,8 @@ int main(int argc, char** argv) {
   std::cerr << kProgram << ": " << o.workload.size() << " contexts x " << questions << " questions, "
             << o.modes.size() << " modes x " << o.bandwidths_gbps.size() << " bandwidths; logs in "
             << o.workdir << "\n" << scd::cli::QuotedCommandLine(argc, argv) << "\n";
-  if (!link_steps.empty()) {
-    auto steps = scd::e2e::ParseLinkSteps(link_steps);
-    if (!steps.ok()) return flags.UsageError(std::string(steps.status().message()));
-    return RunLinkSteps(o, *steps, out, scd::cli::QuotedCommandLine(argc, argv), flags);
+  if (!steps.empty()) {
+    return RunLinkSteps(o, steps, out, scd::cli::QuotedCommandLine(argc, argv), flags);
   }
   auto cells = scd::e2e::RunE2eBench(o, [](const std::string& line) { std::cerr << line << std::endl; });
   if (!cells.ok()) return flags.Fail(cells.status());

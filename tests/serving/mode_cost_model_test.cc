@@ -98,6 +98,13 @@ TEST_CASE("A request's costs are its decode daemon's: its own link, then the rat
 TEST_CASE("Reuses per fresh context follow the share of requests that come back", "[cpu]") {
   ModeCostModel m(0.2);
   CHECK(m.FutureReuses() == 0);
+  // The first context and its two questions already say that contexts come back: the share
+  // is the samples' weighted mean (1.8 of 2.44), not an average pulled towards the first.
+  m.ObserveReuse(false);
+  CHECK(m.FutureReuses() == 0);
+  m.ObserveReuse(true);
+  m.ObserveReuse(true);
+  CHECK(m.FutureReuses() == Approx((1.8 / 2.44) / (1 - 1.8 / 2.44)));
   // One fresh context, then two questions about it, over and over: two reuses per context.
   for (int i = 0; i < 300; ++i) m.ObserveReuse(i % 3 != 0);
   // Each sample weighs 0.2: the share swings within the pattern, around 2 reuses a context.

@@ -3,6 +3,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -126,12 +127,28 @@ absl::Status StartDecodes(const E2eBenchOptions& o, const cluster::DecodeDaemonS
   for (int i = 0; i < o.decode_daemons; ++i) {
     nlohmann::json config = cluster::DecodeDaemonJson(spec, i);
     config["engine"] = {{"max_batch", 8}, {"max_queue", 64}};
+    // Long contexts: room for the longest prompt and its answer (the default is 4096 tokens).
+    int longest = 0;
+    for (const SharedPrefixContext& ctx : o.workload) longest = std::max(longest, ctx.context_tokens);
+    if (longest + 512 > 4096) config["engine"]["max_tokens"] = longest + 512;
     absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> d = cluster::StartWithConfig(
         o.bin_dir + "/scd-decode", config, o.workdir, absl::StrCat("decode-", i, "-", generation));
     if (!d.ok()) return d.status();
     c.decodes.push_back(std::move(*d));
   }
   return absl::OkStatus();
+}
+
+// Picks the control plane's port and starts the decode daemons, which keep retrying
+// registration until a prefill daemon is up there; what they were started with.
+absl::StatusOr<cluster::DecodeDaemonSpec> StartCluster(const E2eBenchOptions& o, Cluster& c,
+                                                       int& generation) {
+  absl::StatusOr<int> port = cluster::PickFreePort();
+  if (!port.ok()) return port.status();
+  c.grpc_address = absl::StrCat("127.0.0.1:", *port);
+  cluster::DecodeDaemonSpec spec = DecodeSpec(o, c.grpc_address);
+  if (absl::Status st = StartDecodes(o, spec, c, generation); !st.ok()) return st;
+  return spec;
 }
 
 // Starts the prefill daemon for one cell, restarting the decode daemons once if they do not
@@ -227,13 +244,10 @@ E2eCell MeasureCell(const E2eBenchOptions& o, const Cluster& c, const std::strin
 absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const ProgressFn& progress) {
   if (o.workload.empty()) return absl::InvalidArgumentError("empty workload");
   Cluster c;
-  absl::StatusOr<int> port = cluster::PickFreePort();
-  if (!port.ok()) return port.status();
-  c.grpc_address = absl::StrCat("127.0.0.1:", *port);
-  // The decode daemons start first and keep retrying registration until a prefill daemon is up.
   int generation = 0;
-  const cluster::DecodeDaemonSpec spec = DecodeSpec(o, c.grpc_address);
-  if (absl::Status st = StartDecodes(o, spec, c, generation); !st.ok()) return st;
+  absl::StatusOr<cluster::DecodeDaemonSpec> started = StartCluster(o, c, generation);
+  if (!started.ok()) return started.status();
+  const cluster::DecodeDaemonSpec& spec = *started;
   std::vector<E2eCell> cells;
   int cell_index = 0;
   const int total_cells = static_cast<int>(o.modes.size() * o.bandwidths_gbps.size()) * ((o.warm ? 1 : 0) + (o.cold ? 1 : 0));
@@ -323,12 +337,10 @@ absl::StatusOr<std::vector<LinkSample>> RunLinkSteps(const E2eBenchOptions& o,
                                                      const ProgressFn& progress) {
   if (o.workload.empty() || steps.empty()) return absl::InvalidArgumentError("nothing to run");
   Cluster c;
-  absl::StatusOr<int> port = cluster::PickFreePort();
-  if (!port.ok()) return port.status();
-  c.grpc_address = absl::StrCat("127.0.0.1:", *port);
   int generation = 0;
-  const cluster::DecodeDaemonSpec spec = DecodeSpec(o, c.grpc_address);
-  if (absl::Status st = StartDecodes(o, spec, c, generation); !st.ok()) return st;
+  absl::StatusOr<cluster::DecodeDaemonSpec> started = StartCluster(o, c, generation);
+  if (!started.ok()) return started.status();
+  const cluster::DecodeDaemonSpec& spec = *started;
   if (absl::Status st = StartCellPrefill(o, spec, c, generation, "auto", steps[0].gbps, true,
                                          "auto-link-steps", progress);
       !st.ok()) {

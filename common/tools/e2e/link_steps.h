@@ -56,6 +56,7 @@ std::vector<LinkStepSummary> SummarizeLinkSteps(const std::vector<LinkStep>& ste
 // The summaries as a Markdown table, then "link_switch_seconds_max=<x>" (0 when no step
 // changed the mode; "inf" when one never settled).
 std::string LinkStepsMarkdown(const std::vector<LinkStepSummary>& steps);
+// {"steps": [...], "samples": {"t": [...], "mode": [...], ...}}: the samples one array per field.
 nlohmann::json LinkStepsJson(const std::vector<LinkStepSummary>& steps,
                              const std::vector<LinkSample>& samples);
 // TTFT against time, one marker series per mode, a vertical line at each change.

@@ -23,6 +23,20 @@ bool ParseMove(const std::string& statement, std::string* person, std::string* p
   return true;
 }
 
+// The people of `statements` in order of mention and each one's last place; false when a
+// statement is not a move.
+bool ParseStatements(const std::vector<std::string>& statements, std::vector<std::string>* people,
+                     std::map<std::string, std::string>* where) {
+  if (statements.empty()) return false;
+  for (const std::string& st : statements) {
+    std::string person, place;
+    if (!ParseMove(st, &person, &place)) return false;
+    if (!where->count(person)) people->push_back(person);
+    (*where)[person] = place;
+  }
+  return true;
+}
+
 std::vector<std::string> Statements(const eval::BabiStory& story) {
   std::vector<std::string> out;
   for (const auto& line : story.lines) {
@@ -41,20 +55,28 @@ absl::StatusOr<std::vector<SharedPrefixContext>> BuildBabiSharedPrefixWorkload(
   if (n < 2) return absl::InvalidArgumentError(absl::StrCat(babi_path, " has fewer than 2 stories"));
   std::vector<SharedPrefixContext> out;
   for (int s = 0; s < n && static_cast<int>(out.size()) < options.contexts; ++s) {
-    const std::vector<std::string> own = Statements((*stories)[s]);
-    std::map<std::string, std::string> where;  // person → last place, in order of mention
+    std::vector<std::string> own = Statements((*stories)[s]);
+    // A story longer than the budget is cut to its longest beginning that fits and still
+    // names enough people (the questions then ask about that beginning).
     std::vector<std::string> people;
-    bool usable = !own.empty();
-    for (const std::string& st : own) {
-      std::string person, place;
-      if (!ParseMove(st, &person, &place)) {
-        usable = false;
-        break;
-      }
-      if (!where.count(person)) people.push_back(person);
-      where[person] = place;
+    std::map<std::string, std::string> where;  // person → last place, in order of mention
+    if (!ParseStatements(own, &people, &where)) continue;
+    while (own.size() > 1 &&
+           static_cast<int>(tokenizer.Encode(absl::StrJoin(own, " "), true).size()) >
+               options.context_tokens) {
+      std::vector<std::string> shorter(own.begin(), own.end() - 1);
+      std::vector<std::string> p;
+      std::map<std::string, std::string> w;
+      ParseStatements(shorter, &p, &w);
+      if (static_cast<int>(p.size()) < options.questions_per_context) break;
+      own = std::move(shorter);
+      people = std::move(p);
+      where = std::move(w);
     }
-    if (!usable || static_cast<int>(people.size()) < options.questions_per_context) continue;
+    if (static_cast<int>(people.size()) < options.questions_per_context) continue;
+    const int own_tokens =
+        static_cast<int>(tokenizer.Encode(absl::StrJoin(own, " "), true).size());
+    if (4 * own_tokens > 5 * options.context_tokens) continue;  // no beginning comes near it
     // Filler: statements of the following stories, prepended until the budget is reached.
     std::vector<std::string> filler;
     const std::string own_text = absl::StrJoin(own, " ");
