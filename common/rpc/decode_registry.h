@@ -76,7 +76,7 @@ struct LoadReport {
   int active_requests = 0;  // decoding now, from any router
   int queue_depth = 0;      // accepted, waiting for a batch slot
   int batch_slots = 0;      // the sequences one decode step can run; 0: not reported
-  StageRates rates;
+  StageRates rates{};
 };
 
 struct RegisterOutcome {
