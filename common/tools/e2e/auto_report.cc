@@ -18,19 +18,14 @@ bool MeetsFloor(const std::string& mode, double floor, const std::vector<Quality
   return false;  // no record: not known to meet it
 }
 
-namespace {
-
-// "scd r16/24 k3 x20, oracle x10", most used first.
-std::string ChosenText(const std::map<std::string, int>& chosen) {
+std::string ChosenText(const std::map<std::string, int>& chosen, absl::string_view times) {
   std::vector<std::pair<int, std::string>> by_count;
   for (const auto& [name, n] : chosen) by_count.push_back({-n, name});
   std::sort(by_count.begin(), by_count.end());
   std::string out;
-  for (const auto& [n, name] : by_count) absl::StrAppend(&out, out.empty() ? "" : ", ", name, " x", -n);
+  for (const auto& [n, name] : by_count) absl::StrAppend(&out, out.empty() ? "" : ", ", name, times, -n);
   return out;
 }
-
-}  // namespace
 
 std::vector<AutoGroup> CompareAuto(const std::vector<E2eCell>& cells, double floor,
                                    const std::vector<QualityRecord>& quality) {

@@ -6,9 +6,11 @@
 #ifndef SCD_COMMON_TOOLS_E2E_AUTO_REPORT_H_
 #define SCD_COMMON_TOOLS_E2E_AUTO_REPORT_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "common/scd/rate_ladder.h"
 #include "common/tools/e2e/e2e_bench.h"
 
@@ -23,6 +25,10 @@ struct AutoGroup {
   double ratio = 0;       // auto over best
   std::string chosen;     // what auto used, "scd r16/24 k3 ×20, oracle ×10"
 };
+
+// Counts of the modes used, "scd r16/24 k3 x20, oracle x10" (`times` between a name and its
+// count), most used first.
+std::string ChosenText(const std::map<std::string, int>& chosen, absl::string_view times = " x");
 
 // Whether fixed mode `mode` (rung 0) meets `floor` by `quality`.
 bool MeetsFloor(const std::string& mode, double floor, const std::vector<QualityRecord>& quality);

@@ -124,12 +124,12 @@ absl::Status StartDecodes(const E2eBenchOptions& o, const cluster::DecodeDaemonS
   for (auto& d : c.decodes) d->Stop(std::chrono::seconds(10));
   c.decodes.clear();
   ++generation;
+  // Long contexts: room for the longest prompt and its answer (the default is 4096 tokens).
+  int longest = 0;
+  for (const SharedPrefixContext& ctx : o.workload) longest = std::max(longest, ctx.context_tokens);
   for (int i = 0; i < o.decode_daemons; ++i) {
     nlohmann::json config = cluster::DecodeDaemonJson(spec, i);
     config["engine"] = {{"max_batch", 8}, {"max_queue", 64}};
-    // Long contexts: room for the longest prompt and its answer (the default is 4096 tokens).
-    int longest = 0;
-    for (const SharedPrefixContext& ctx : o.workload) longest = std::max(longest, ctx.context_tokens);
     if (longest + 512 > 4096) config["engine"]["max_tokens"] = longest + 512;
     absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> d = cluster::StartWithConfig(
         o.bin_dir + "/scd-decode", config, o.workdir, absl::StrCat("decode-", i, "-", generation));

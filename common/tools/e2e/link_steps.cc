@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/plot/plot.h"
+#include "common/tools/e2e/auto_report.h"
 #include "common/tools/loadgen/stats.h"
 #include "common/transport/bandwidth_limiter.h"
 
@@ -32,12 +33,7 @@ std::string MostFrequent(const std::vector<std::string>& values) {
 std::string Chosen(const std::vector<const LinkSample*>& samples) {
   std::map<std::string, int> counts;
   for (const LinkSample* s : samples) ++counts[s->rung_name];
-  std::vector<std::pair<int, std::string>> order;
-  for (const auto& [name, n] : counts) order.emplace_back(-n, name);
-  std::sort(order.begin(), order.end());
-  std::string out;
-  for (const auto& [n, name] : order) absl::StrAppend(&out, out.empty() ? "" : ", ", name, " ×", -n);
-  return out;
+  return ChosenText(counts, " ×");
 }
 
 // Seconds from the step's start to the first of kSettledRun answered requests in a row in
