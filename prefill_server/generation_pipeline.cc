@@ -131,7 +131,7 @@ GenerationPipeline::GenerationPipeline(
   x.cache_hits = m->AddCounterFamily("scd_prefix_cache_hits_total", "Requests whose prompt reused cached prefix codes.", {"model"}).value();
   x.cache_misses = m->AddCounterFamily("scd_prefix_cache_misses_total", "Requests that ran the base-model prefill (no usable cached prefix).", {"model"}).value();
   x.tokens = m->AddCounterFamily("scd_generated_tokens_total", "Tokens generated.", {"model"}).value();
-  x.ttft = m->AddHistogramFamily("scd_time_to_first_token_seconds", "Request arrival to the first streamed token.", {"model", "mode"}, secs).value();
+  x.ttft = m->AddHistogramFamily("scd_time_to_first_token_seconds", "Request arrival to the first generated token reaching the prefill daemon.", {"model", "mode"}, secs).value();
   x.itl = m->AddHistogramFamily("scd_inter_token_latency_seconds", "Time between streamed tokens.", {"model"}, secs).value();
   x.e2e = m->AddHistogramFamily("scd_request_duration_seconds", "Request arrival to its last event.", {"model", "mode"}, secs).value();
   x.prefill = m->AddHistogramFamily("scd_producer_prefill_seconds", "Base-model prefill of the prompt prefix (cache misses).", {"model", "mode"}, secs).value();
@@ -306,6 +306,8 @@ struct GenerationPipeline::StreamState {
   std::vector<int32_t> pending_ids;
   Clock::time_point last_emit;
   bool emitted = false;
+  bool first_token = false;  // the time to first token is taken: ttft_ms
+  double ttft_ms = 0;
 };
 
 // One decode stream's reading: its events become deltas for the sink, after stop strings, and
@@ -332,6 +334,11 @@ struct GenerationPipeline::DecodeStream {
   // After the last event read: how the attempt ended, and the held-back text delivered.
   absl::Status End(grpc::ClientReader<scd::v1::DecodeEvent>& reader);
   void Emit(std::string piece);
+  // The time to first token: when the first generated token (or, when the first one ends the
+  // request, the final event) reaches this daemon. Not when its text is streamed: a token that
+  // ends inside a character streams nothing yet, and which tokens a model emits first says
+  // nothing of how its context travelled.
+  void FirstToken();
 
   const Metrics& metrics;
   const PreparedRequest& r;
@@ -373,6 +380,7 @@ void GenerationPipeline::DecodeStream::OnToken(const scd::v1::DecodeEvent::Token
     outcome->timings.set_sekv_build_ms(t.sekv_build_ms());
   }
   if (token.id() < 0) return;
+  FirstToken();
   st.generated.push_back(token.id());
   st.pending_ids.push_back(token.id());
   Emit(st.stops.Push(st.text.Push(token.id()), &stopped));
@@ -380,6 +388,7 @@ void GenerationPipeline::DecodeStream::OnToken(const scd::v1::DecodeEvent::Token
 }
 
 void GenerationPipeline::DecodeStream::OnDone(const scd::v1::DecodeEvent::Done& d) {
+  FirstToken();
   outcome->finish_reason = d.finish_reason() == "length" ? "length" : "stop";
   outcome->prompt_tokens = static_cast<int>(r.tokens.size());
   outcome->completion_tokens = resumed + d.completion_tokens();
@@ -418,18 +427,22 @@ absl::Status GenerationPipeline::DecodeStream::End(
   return absl::OkStatus();
 }
 
+void GenerationPipeline::DecodeStream::FirstToken() {
+  if (st.first_token) return;
+  st.first_token = true;
+  const double ttft = absl::ToDoubleMilliseconds(absl::Now() - r.request.arrived);
+  st.ttft_ms = ttft;
+  outcome->timings.set_ttft_ms(ttft);
+  if (metrics.ttft != nullptr) metrics.ttft->WithLabels({model, mode}).value()->Observe(ttft / 1e3);
+}
+
 void GenerationPipeline::DecodeStream::Emit(std::string piece) {
   if (piece.empty()) return;  // ids wait for the text they produce
   GenerationDelta d;
   d.text = std::move(piece);
   d.token_ids.swap(st.pending_ids);
   const auto now = Clock::now();
-  if (!st.emitted) {
-    const double ttft = absl::ToDoubleMilliseconds(absl::Now() - r.request.arrived);
-    outcome->timings.set_ttft_ms(ttft);
-    if (metrics.ttft != nullptr)
-      metrics.ttft->WithLabels({model, mode}).value()->Observe(ttft / 1e3);
-  } else if (metrics.itl != nullptr) {
+  if (st.emitted && metrics.itl != nullptr) {
     metrics.itl->WithLabels({model}).value()->Observe(
         std::chrono::duration<double>(now - st.last_emit).count());
   }
@@ -566,7 +579,7 @@ GenerationOutcome GenerationPipeline::Succeed(const PreparedRequest& r, const En
 
 void GenerationPipeline::ObserveDecode(const PreparedRequest& r, const GenerationOutcome& outcome) {
   const scd::v1::Timings& t = outcome.timings;
-  if (t.ttft_ms() <= 0) return;  // no text was streamed: no first-token time
+  if (t.ttft_ms() <= 0) return;  // no first-token time
   // The slot is held from the first-token work on the decode daemon to the stream's end.
   const absl::Duration first_token_work =
       absl::Milliseconds(t.rebuild_ms() + t.suffix_prefill_ms() + t.sekv_build_ms());
@@ -720,6 +733,7 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Dispatch(const PreparedReq
     }
     GenerationOutcome outcome;
     outcome.timings = timings;
+    if (a.state.first_token) outcome.timings.set_ttft_ms(a.state.ttft_ms);  // a migrated request
     std::string payload_failure;
     absl::Status st = Attempt(r, *a.current, *lease, sink, a.state, &outcome, &payload_failure);
     const std::string instance = lease->route().instance_id;

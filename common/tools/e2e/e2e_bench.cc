@@ -102,6 +102,10 @@ Outcome Ask(scd::v1::Generation::Stub& stub, const E2eBenchOptions& o, const std
     out.ok = false;
     out.error = st.error_message();
   }
+  // The daemon's time to first token, from the request's arrival to its first generated token:
+  // the first text streamed can wait for more tokens (one that ends inside a character streams
+  // nothing), and which tokens come first depends on the model's output, not on the mode.
+  if (out.ok && out.timings.ttft_ms() > 0) out.ttft_ms = out.timings.ttft_ms();
   return out;
 }
 

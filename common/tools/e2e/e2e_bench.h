@@ -6,8 +6,10 @@
 // decode daemons stay up and re-register by themselves: the payload carries its mode, so they
 // are mode-agnostic). Requests go sequentially over the gRPC Generation API, greedy, so that
 // each TTFT is one request's own path: queue + producer prefill + encode + transfer + rebuild
-// + suffix prefill (+ the first decode step and RPC hops). The client measures TTFT; the final
-// `done` event carries the daemons' own stage timings.
+// + suffix prefill (+ RPC hops). TTFT is the prefill daemon's own (Timings.ttft_ms): the
+// request's arrival to its first generated token. The first text can come tokens later (a
+// token that ends inside a character streams nothing), and how many depends on what the model
+// writes, not on the mode. The final `done` event carries the daemons' stage timings.
 //
 // Warm: the first question of each context fills the prefix cache and is not timed; the
 // others reuse the cached codes. Cold: the cache is off, so every request pays the producer
