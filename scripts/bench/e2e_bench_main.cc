@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   scd::e2e::E2eBenchOptions o;
   std::string babi, out, modes = "oracle,raw,quant8,recompute,scd", bandwidths = "1,10,100";
   int contexts = 12, questions = 3, context_tokens = 400;
-  bool no_f1 = false, warm_only = false;
+  bool no_f1 = false, warm_only = false, cold_only = false;
   std::string link_steps;
   scd::cli::FlagParser flags(kProgram, "--base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX");
   flags.AddString("base", &o.base_model, "producer checkpoint", true);
@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   flags.AddInt("max-tokens", &o.max_tokens, "tokens generated per answer");
   flags.AddBool("no-f1", &no_f1, "timing only (synthetic pairs)");
   flags.AddBool("warm-only", &warm_only, "skip the cold-cache cells");
+  flags.AddBool("cold-only", &cold_only, "skip the warm-cache cells");
   float quality_floor = static_cast<float>(o.quality_floor);
   flags.AddFloat("quality-floor", &quality_floor,
                  "mode auto's quality_floor; fixed modes below it are not auto's rivals");
@@ -90,6 +91,8 @@ int main(int argc, char** argv) {
     steps = std::move(*parsed);
   }
   o.score_f1 = !no_f1;
+  if (warm_only && cold_only) return flags.UsageError("--warm-only and --cold-only leave no cell");
+  o.warm = !cold_only;
   o.cold = !warm_only;
   o.modes = absl::StrSplit(modes, ',', absl::SkipEmpty());
   o.bandwidths_gbps.clear();

@@ -39,7 +39,10 @@ nlohmann::json PrefillJson(const E2eBenchOptions& o, const std::string& mode, do
   c["control_plane"] = {{"cluster_token", kToken}, {"heartbeat_interval", "100ms"}, {"lease", "2s"}};
   c["data_plane"] = {{"transport", o.transport}, {"bandwidth_gbps", gbps}};
   c["prefix_cache"] = {{"enabled", cache}, {"block_tokens", 16}, {"max_consumer_suffix", 128}};
-  c["limits"] = {{"max_tokens", 256}, {"default_max_tokens", 16}, {"request_timeout", "300s"}};
+  // One request at a time: a long context's own predicted TTFT (a 4096-token prefill of the
+  // synthetic pair takes about 20 s here) is no queue to shed.
+  c["limits"] = {{"max_tokens", 256}, {"default_max_tokens", 16}, {"request_timeout", "300s"},
+                 {"max_queue_wait", "300s"}};
   c["drain_timeout"] = "5s";
   c["specialists"] = nlohmann::json::array(
       {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"mode", mode}, {"max_retries", 1}}});
