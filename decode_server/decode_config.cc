@@ -125,6 +125,16 @@ void ReadSekv(ConfigReader& r, const config::PathKeys& path, DecodeDaemonConfig*
   config::ReadEnum<sekv::GpuZoom>(keys, "gpu_zoom", &s.gpu_zoom, kGpuZooms);
 }
 
+void ReadQuality(ConfigReader& r, DecodeDaemonConfig* c) {
+  ConfigReader keys = r.Child("quality");
+  ShadowOptions& s = c->engine.shadow;
+  config::ReadDouble(keys, "shadow_rate", &c->shadow_rate, 0, 1);
+  config::ReadDouble(keys, "shadow_max_tokens_per_s", &s.max_tokens_per_s, 1, 1e9);
+  config::ReadInt(keys, "shadow_tokens", &s.tokens, 1, 4096);
+  config::ReadInt(keys, "shadow_max_pending", &s.max_pending, 1, 1024);
+  config::ReadInt(keys, "shadow_piece_tokens", &s.piece_tokens, 1, 1 << 20);
+}
+
 // Reads every key into *c; the errors are the reader's (Finish).
 void ReadDecodeConfig(ConfigReader& r, const std::string& config_path, DecodeDaemonConfig* c) {
   const config::PathKeys path(config_path);
@@ -134,6 +144,7 @@ void ReadDecodeConfig(ConfigReader& r, const std::string& config_path, DecodeDae
   ReadControlPlane(r, path, c);
   ReadEngine(r, c);
   ReadSekv(r, path, c);
+  ReadQuality(r, c);
 }
 
 }  // namespace

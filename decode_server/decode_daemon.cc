@@ -12,6 +12,7 @@
 #include "common/rpc/cluster_token.h"
 #include "common/scd/wire_format.h"
 #include "common/sekv/sekv_artifact.h"
+#include "decode_server/shadow_metrics.h"
 #include "decode_server/decode_config.h"
 
 namespace scd {
@@ -113,6 +114,13 @@ absl::Status DecodeDaemon::StartEngine(const LoadedPair& pair) {
       std::unique_ptr<ConsumerCodec> codec,
       ConsumerCodec::Create(pair.model, pair.producer_digest, pair.artifact, c.codec));
   DecodeEngineOptions eo = c.engine;
+  eo.shadow.rate = c.shadow_rate;
+  if (eo.shadow.rate > 0) {
+    SCD_RETURN_IF_ERROR(AddShadowMetrics(
+        &metrics_, c.model_name,
+        pair.artifact != nullptr ? pair.artifact->quality : std::vector<QualityRecord>{},
+        &eo.shadow));
+  }
   if (eo.sekv.enabled) {
     if (!c.sekv_router.empty()) {
       SCD_ASSIGN_OR_RETURN(sekv::SekvArtifact a, sekv::SekvArtifact::Load(c.sekv_router));

@@ -60,6 +60,9 @@ struct DecodeDaemonConfig {
   BackendOptions backend_options;  // cuda_graphs.*, cuda_kernels.*
   CodecOptions codec;              // gpu_rebuild
   std::string instance_id;         // empty: "<model>-<pid>-<random>"
+  // quality.shadow_rate: the share of requests the shadow oracle samples (engine.shadow.rate,
+  // which is off by default in the engine itself).
+  double shadow_rate = 0.01;
 
   // gRPC Decode service: grpc.listen and grpc.keepalive_* (which the reader also sets on the
   // control-plane channel); the credentials are made from rpc_tls at start.

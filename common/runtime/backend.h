@@ -174,6 +174,16 @@ class Backend {
   // Appends positions whose pre-RoPE K and V come from outside, applying RoPE here.
   virtual absl::Status AppendKv(Sequence& seq, const ExternalKv& kv) = 0;
 
+  // Copies the cache's K and V of positions [start, start + rows) into `out` in F32, K with
+  // RoPE applied (the shadow oracle's comparison of a rebuilt cache with the consumer's own:
+  // RoPE turns each head's pairs by the position's angles, so a difference at one position
+  // has the same norm before and after it). OUT_OF_RANGE past seq.length(); backends without
+  // it return UNIMPLEMENTED.
+  virtual absl::Status ReadKv(const Sequence& seq, int start, int rows, ExternalKv* out) const {
+    (void)seq, (void)start, (void)rows, (void)out;
+    return absl::UnimplementedError(std::string(name()) + " backend has no ReadKv");
+  }
+
   // One decode step for a batch: appends tokens[b] to seqs[b] and writes next-token logits
   // into `logits` as [B, vocab].
   virtual absl::Status Decode(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,

@@ -187,6 +187,26 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status ReadKv(const Sequence& seq_base, int start, int rows,
+                      ExternalKv* out) const override {
+    const auto& seq = static_cast<const CpuSequence&>(seq_base);
+    if (start < 0 || rows < 0 || start + rows > seq.length_) {
+      return absl::OutOfRangeError(absl::StrCat("positions [", start, ", ", start + rows,
+                                                ") are outside the sequence's ", seq.length_));
+    }
+    const ModelConfig& c = model_->config;
+    const size_t n = static_cast<size_t>(rows) * c.kv_dim();
+    const size_t offset = static_cast<size_t>(start) * c.kv_dim();
+    out->num_tokens = rows;
+    out->k_pre_rope.assign(c.num_layers, {});
+    out->v.assign(c.num_layers, {});
+    for (int l = 0; l < c.num_layers; ++l) {
+      out->k_pre_rope[l].assign(seq.k_[l].get() + offset, seq.k_[l].get() + offset + n);
+      out->v[l].assign(seq.v_[l].get() + offset, seq.v_[l].get() + offset + n);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Decode(absl::Span<Sequence* const> seqs, absl::Span<const int32_t> tokens,
                       std::vector<float>* logits) override {
     SCD_RETURN_IF_ERROR(CheckDecodeBatch(seqs, tokens));

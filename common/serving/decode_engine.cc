@@ -34,6 +34,13 @@ absl::Status CheckOptions(const DecodeEngineOptions& options) {
         "max_batch must be >= 1, max_queue >= 0, prefill_chunk >= 0, rebuild_chunk >= 0, "
         "kv_budget_bytes >= 0, kv_memory_fraction in [0, 1] and sekv.max_host_bytes >= 0");
   }
+  const ShadowOptions& s = options.shadow;
+  if (!(s.rate >= 0 && s.rate <= 1) || !(s.max_tokens_per_s > 0) || s.tokens < 1 ||
+      s.max_pending < 1 || s.piece_tokens < 1) {
+    return absl::InvalidArgumentError(
+        "shadow.rate must be in [0, 1], shadow.max_tokens_per_s > 0, and shadow.tokens, "
+        "shadow.max_pending and shadow.piece_tokens >= 1");
+  }
   return absl::OkStatus();
 }
 
@@ -184,7 +191,10 @@ absl::Status DecodeEngine::ResolveKvBudget(HostReading& host) {
 
 DecodeEngine::DecodeEngine(std::unique_ptr<Backend> backend, std::unique_ptr<ConsumerCodec> codec,
                            DecodeEngineOptions options)
-    : backend_(std::move(backend)), codec_(std::move(codec)), options_(options) {}
+    : backend_(std::move(backend)),
+      codec_(std::move(codec)),
+      options_(options),
+      shadow_(options_.shadow) {}
 
 DecodeEngine::~DecodeEngine() {
   {
@@ -203,19 +213,25 @@ absl::Status DecodeEngine::Submit(DecodeJob job, DecodeCallback callback) {
   SCD_RETURN_IF_ERROR(job.sampling.Validate());
   auto a = std::make_unique<Active>();
   a->submitted = Clock::now();
+  std::vector<uint8_t> bytes;  // the payload's, kept for a shadow sample
   if (!job.payload.empty()) {
     // Parsed here, on the submitting thread: copying and checking a long payload (a raw one
     // is tens of MB) in the loop would stall the running requests. A bad payload still ends
     // its request with an error event, at admission.
     a->has_payload = true;
     a->payload = ParsePayload(job.payload);
-    job.payload = std::vector<uint8_t>();  // the wire bytes are not needed any more
+    bytes = std::move(job.payload);  // the wire bytes are not needed any more
+    job.payload = std::vector<uint8_t>();
   }
   const int64_t prompt = static_cast<int64_t>(job.suffix.size()) +
                          (a->payload.ok() ? static_cast<int64_t>(a->payload->token_ids.size()) : 0);
   const ModelConfig& c = backend_->model().config;
   const int capacity = RequestCapacity(prompt, job.max_tokens, c.max_position_embeddings);
   a->use_sekv = UsesSekv(prompt);
+  a->shadow = a->payload.ok() && a->has_payload && a->payload->mode != CodecMode::kOracle &&
+              a->payload->start_position == 0 && job.resumed == 0 && !a->use_sekv &&
+              shadow_.Pick();
+  if (a->shadow) a->shadow_payload = std::move(bytes);
   const int64_t host_budget = HostBudget();
   if (host_budget > 0 && a->use_sekv) {
     // The build's peak, bounded before the prompt's surprisal is known: the prompt's K/V in
@@ -371,6 +387,9 @@ void DecodeEngine::Finish(Active& a, DecodeEvent event) {
     cancelled_.erase(a.job.request_id);
   }
   a.callback(event);
+  if (a.shadow && event.kind == DecodeEvent::Kind::kDone && !a.shadow_tokens.empty()) {
+    shadow_.Offer({std::move(a.shadow_payload), a.job.suffix, std::move(a.shadow_tokens)});
+  }
 }
 
 void DecodeEngine::Loop() {
@@ -413,11 +432,15 @@ void DecodeEngine::Loop() {
     PublishCounts();
     if (!running_.empty()) {
       const absl::Time step_start = absl::Now();
+      const auto start = Clock::now();
+      const int live = AdmittedCount();
       Step();
+      if (options_.trace) options_.trace({EngineTrace::Kind::kStep, start, Clock::now(), live});
       const absl::Duration rest = options_.min_step_interval - (absl::Now() - step_start);
       if (rest > absl::ZeroDuration()) absl::SleepFor(rest);
     }
     PublishCounts();
+    RunShadow();
     cv_.notify_all();  // Drain() waiters
   }
   ShutDown();
@@ -433,7 +456,7 @@ void DecodeEngine::WaitForWork(std::unique_lock<std::mutex>& lock) {
            (!queue_.empty() && AdmittedCount() < options_.max_batch &&
             DeviceFits(*queue_.front()) && HostFits(*queue_.front())) ||
            (AdmittedCount() + 1 < options_.max_batch && NextPastHead() != queue_.end()) ||
-           QueueHasExpired();
+           QueueHasExpired() || (shadow_.HasWork() && AdmittedCount() == 0 && queue_.empty());
   };
   // Wake for the builds' cancellations and deadlines now and then, and for the first
   // deadline of a request still queued (one waiting for KV memory may wait long).
@@ -652,6 +675,7 @@ void DecodeEngine::Started(std::unique_ptr<Active> a, const std::vector<float>& 
   a->stops = a->job.stop_ids.empty() ? c.eos_token_ids : a->job.stop_ids;
   const int32_t first = a->sampler->Sample(logits);
   a->timings.first_token_ms = MsBetween(a->submitted, Clock::now());
+  NoteShadowToken(*a, first);
   if (std::find(a->stops.begin(), a->stops.end(), first) != a->stops.end()) {
     return Finish(*a, DecodeEvent::Done("stop"));
   }
@@ -742,6 +766,7 @@ void DecodeEngine::Step() {
       }
       next = sampled[r];
     }
+    NoteShadowToken(a, next);
     if (std::find(a.stops.begin(), a.stops.end(), next) != a.stops.end()) {
       Finish(a, DecodeEvent::Done("stop"));
       continue;

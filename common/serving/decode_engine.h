@@ -47,6 +47,7 @@
 #include "common/runtime/sampler.h"
 #include "common/scd/codec.h"
 #include "common/serving/sekv_session.h"
+#include "common/serving/shadow_oracle.h"
 
 namespace scd {
 
@@ -104,6 +105,14 @@ struct DecodeJob {
   int resumed = 0;
 };
 
+// Tests: one piece of the loop's work, timed (DecodeEngineOptions::trace).
+struct EngineTrace {
+  enum class Kind { kStep, kShadowPiece };
+  Kind kind = Kind::kStep;
+  std::chrono::steady_clock::time_point start, end;
+  int live = 0;  // live requests at its start: running, starting or queued
+};
+
 struct DecodeEngineOptions {
   int max_batch = 16;      // running sequences per decode step
   int max_queue = 256;     // waiting requests; Submit fails with RESOURCE_EXHAUSTED beyond
@@ -142,6 +151,13 @@ struct DecodeEngineOptions {
   // both the KV budget on the CPU backend and SekvServingOptions::host_memory_fraction).
   std::function<absl::StatusOr<int64_t>()> host_memory_now;
   SekvServingOptions sekv;  // off by default
+  // The shadow oracle (shadow_oracle.h): off by default. It samples requests with a payload
+  // that the plain path serves from position 0 (not SEKV's, not migrated ones); its work runs
+  // only while the engine has no live request, and its sequences' memory counts in the KV
+  // budget while a sample is under way.
+  ShadowOptions shadow;
+  // Tests: called on the loop thread after each decode step and shadow piece.
+  std::function<void(const EngineTrace&)> trace;
 };
 
 struct DecodeEngineStats {
@@ -281,6 +297,11 @@ class DecodeEngine {
                       const char* stage);
   // A request whose prompt is in place, with the logits after it: its first token.
   void Started(std::unique_ptr<Active> a, const std::vector<float>& logits);
+  // A token sampled for `a`, kept for its shadow sample (the first ShadowOptions::tokens).
+  void NoteShadowToken(Active& a, int32_t token);
+  // One piece of shadow work, when no live request is held or waits; a sample under way gives
+  // its memory up for a queued request that does not fit (ShadowOracle::Preempt).
+  void RunShadow();
   void Step();
   // Takes mu_: one step's counts in stats_ (`sekv_rows`: its SEKV requests).
   void CountStep(bool mixed, size_t sekv_rows);
@@ -317,6 +338,7 @@ class DecodeEngine {
   std::vector<std::unique_ptr<Active>> building_;  // loop thread only: SEKV builds under way
   std::deque<std::unique_ptr<Active>> prefilling_;  // loop thread only: prompts in chunks
   int builds_ready_ = 0;  // under mu_: building_ entries whose build thread has finished
+  ShadowOracle shadow_;   // loop thread only, but for Pick
   std::atomic<int> running_count_{0};
   std::atomic<int> starting_count_{0};
   std::thread thread_;

@@ -78,6 +78,10 @@ struct DecodeEngine::Active {
   // prefill (PrefillChunks); an oracle payload's prefill counts as the rebuild's time.
   PayloadChunks rebuild;
   PromptChunks pending;
+  // Sampled by the shadow oracle: the payload's bytes and the first tokens sampled.
+  bool shadow = false;
+  std::vector<uint8_t> shadow_payload;
+  std::vector<int32_t> shadow_tokens;
 
   // Positions held; 0 once its sequence or SEKV hierarchy is released (Finish).
   int length() const {
