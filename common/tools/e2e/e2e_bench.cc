@@ -137,6 +137,9 @@ absl::Status StartDecodes(const E2eBenchOptions& o, const cluster::DecodeDaemonS
   for (int i = 0; i < o.decode_daemons; ++i) {
     nlohmann::json config = cluster::DecodeDaemonJson(spec, i);
     config["engine"] = {{"max_batch", 8}, {"max_queue", 64}};
+    // No shadow oracle: its idle-time pieces would land in the gaps between the bench's
+    // sequential requests and delay the next one's admission by up to a piece.
+    config["quality"] = {{"shadow_rate", 0}};
     if (longest + 512 > 4096) config["engine"]["max_tokens"] = longest + 512;
     absl::StatusOr<std::unique_ptr<cluster::DaemonProcess>> d = cluster::StartWithConfig(
         o.bin_dir + "/scd-decode", config, o.workdir, absl::StrCat("decode-", i, "-", generation));
