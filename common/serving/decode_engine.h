@@ -8,7 +8,9 @@
 //            requests between chunks (chunked prefill, as vLLM's and SGLang's), so a long
 //            prompt never stalls the running streams for its whole length; then token 1;
 //   step   — one batched Decode over every running sequence, sample, emit;
-//   retire — on a stop id, max_tokens, deadline or cancellation, free the sequence.
+//   retire — on a stop id, max_tokens, deadline or cancellation, free the sequence;
+//   shadow — with no live request at all, a piece of the shadow oracle's work (quality
+//            samples of served requests: shadow_oracle.h, DecodeEngineOptions::shadow).
 // Newly admitted requests join the running batch at the next step, so a long generation never
 // blocks a short one. Admission keeps the requests' KV caches within a budget of the device's
 // memory (DecodeEngineOptions::kv_budget_bytes): the rest wait in the queue, in order (but

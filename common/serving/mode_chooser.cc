@@ -30,6 +30,17 @@ double ReuseCredit(const ModeCandidate& c, const StageCosts& costs, const Reques
   return shape.future_reuses * std::max(0.0, future - PredictTtftSeconds(c, costs, warm));
 }
 
+// The stages of `c`'s prediction that depend on how the context travels: its encode, transfer
+// and rebuild (the oracle's rebuild is the consumer's prefill of the context). The waits and
+// prefills the candidates share are left out.
+double OwnSeconds(const ModeCandidate& c, const StageCosts& costs, const RequestShape& shape) {
+  const int context = std::max(0, shape.context_tokens);
+  const int fresh = std::max(0, context - std::max(0, shape.cached_tokens));
+  double t = costs.Transfer(c.bytes_per_token * context) + costs.Rebuild(c.mode, context);
+  if (c.mode != CodecMode::kOracle) t += costs.Encode(c.mode, fresh);
+  return t;
+}
+
 }  // namespace
 
 std::vector<ModeCandidate> CandidatesFromQuality(const std::vector<QualityRecord>& quality) {
@@ -118,14 +129,18 @@ absl::StatusOr<ModeChoice> ChooseMode(const std::vector<ModeCandidate>& candidat
     if (ok[i] && cached && (future < 0 || predicted[i] < future)) future = predicted[i];
   }
   double lowest = 0;
-  bool any = false;
+  int fastest = -1;
   for (size_t i = 0; i < all.size(); ++i) {
     if (!ok[i]) continue;
     objective[i] = predicted[i] - ReuseCredit(all[i], costs, shapes[i], future);
-    if (!any || objective[i] < lowest) lowest = objective[i];
-    any = true;
+    if (fastest < 0 || objective[i] < lowest) {
+      lowest = objective[i];
+      fastest = static_cast<int>(i);
+    }
   }
-  const double within = lowest + std::abs(lowest) * kTimeToleranceShare + kTimeToleranceSeconds;
+  const double within =
+      lowest + OwnSeconds(all[fastest], costs, shapes[fastest]) * kTimeToleranceShare +
+      kTimeToleranceSeconds;
   int best = -1;
   for (size_t i = 0; i < all.size(); ++i) {
     if (!ok[i] || objective[i] > within) continue;

@@ -95,9 +95,11 @@ struct ModeChoice {
 };
 
 // The admissible candidate with the lowest prediction, except that quality is not given up for
-// nothing: of the admissible candidates within kTimeTolerance of the lowest (3% of it plus
-// half a millisecond, below what a prediction can tell apart), the one of highest agreement,
-// then lowest prediction, then smallest payload. The oracle is added when `candidates` lacks
+// nothing: of the admissible candidates within kTimeTolerance of the lowest (below what a
+// prediction can tell apart: 3% of the lowest one's own stages, its encode, transfer and
+// rebuild, plus half a millisecond; not of its whole prediction, whose waits and prefills the
+// candidates share, and which on a long cold context would hide their differences), the one of
+// highest agreement, then lowest prediction, then smallest payload. The oracle is added when `candidates` lacks
 // it. INVALID_ARGUMENT for a floor outside [0, 1] or a shape with negative or inconsistent
 // token counts.
 //

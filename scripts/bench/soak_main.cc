@@ -46,6 +46,11 @@ int main(int argc, char** argv) {
   flags.AddFloat("level-seconds", &level_s, "duration of each saturation-sweep level");
   flags.AddFloat("rss-warmup", &rss_warmup, "seconds of the soak before RSS must stay flat");
   flags.AddFloat("drift-window", &window, "first and last window (s) compared for p99 TTFT");
+  float saturation = 0, shadow_rate = -1;
+  flags.AddFloat("saturation-rate", &saturation,
+                 "a saturation rate measured before (req/s): no sweep, soak at --fraction of it");
+  flags.AddFloat("shadow-rate", &shadow_rate,
+                 "the decode daemons' quality.shadow_rate (negative: their default)");
   if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   namespace fs = std::filesystem;
   for (std::string* path : {&o.base_model, &o.specialist_model, &o.artifact, &o.bin_dir}) {
@@ -56,6 +61,8 @@ int main(int argc, char** argv) {
   o.saturation_level_s = level_s;
   o.rss_warmup_s = rss_warmup;
   o.drift_window_s = window;
+  o.saturation_rate = saturation;
+  o.shadow_rate = shadow_rate;
   auto tokenizer = scd::Tokenizer::FromFile(o.base_model + "/tokenizer.json");
   if (!tokenizer.ok()) return flags.Fail(tokenizer.status());
   scd::e2e::SharedPrefixOptions wo;

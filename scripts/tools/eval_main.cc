@@ -5,6 +5,10 @@
 // --sekv-budget F adds the SEKV evaluation (common/sekv/sekv_evaluation.h): SEKV, the
 // heavy-hitter and chunk-summary baselines at GPU-tier bytes = F x full KV, under "sekv",
 // "h2o" and "chunk" in the same JSON. --modes "" skips the codec modes.
+// --online: the shadow oracle's statistics on the --babi or --text prompts, from real daemons
+// with quality.shadow_rate 1 and from this process, side by side
+// (common/tools/e2e/online_eval.h); JSON to --json, the table to stdout and PREFIX.md.
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -25,6 +29,7 @@
 #include "common/sekv/sekv_evaluation.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tools/cli/flags.h"
+#include "common/tools/e2e/online_eval.h"
 
 namespace {
 
@@ -45,6 +50,8 @@ struct Options {
   bool sekv_ablate = false;
   float sekv_energy = static_cast<float>(scd::sekv::SekvEvalConfig{}.sekv.store.energy);
   std::string sekv_resolution = "token";
+  bool online = false;
+  scd::e2e::OnlineEvalOptions on;
 };
 
 void AddCodecFlags(scd::cli::FlagParser& flags, Options* o) {
@@ -65,6 +72,48 @@ void AddCodecFlags(scd::cli::FlagParser& flags, Options* o) {
                "prompt length of the rebuild-vs-prefill timing (0 = skip)");
   flags.AddInt("kivi-group", &o->cfg.codec.kivi_group, "KIVI group size");
   flags.AddBool("ablate-patch", &o->ablate_patch, "add scd rows for patch budget k = 0..L");
+}
+
+void AddOnlineFlags(scd::cli::FlagParser& flags, Options* o) {
+  flags.AddBool("online", &o->online,
+                "the shadow oracle's statistics from real daemons and from this process");
+  flags.AddString("bin-dir", &o->on.bin_dir, "--online: where scd-prefill and scd-decode are");
+  flags.AddString("online-mode", &o->on.mode, "--online: the codes' mode");
+  flags.AddInt("online-rung", &o->on.rung, "--online: the rate ladder's rung (scd)");
+  flags.AddInt("online-prompts", &o->on.max_prompts, "--online: prompts served");
+  flags.AddInt("online-prompt-tokens", &o->on.prompt_tokens,
+               "--online: tokens of each --text passage sent as a prompt");
+  flags.AddInt("online-tokens", &o->on.tokens, "--online: tokens generated and compared");
+}
+
+// --online: the report to --json, stdout and --report's PREFIX.md.
+int EvaluateOnline(const scd::cli::FlagParser& flags, Options& o, const std::string& command) {
+  if (o.artifact_path.empty()) return flags.Fail("--online needs --artifact");
+  o.on.base_model = o.producer_dir;
+  o.on.specialist_model = o.consumer_dir;
+  o.on.artifact = o.artifact_path;
+  o.on.babi_files = o.babi;
+  o.on.text_file = o.text;
+  o.on.workdir = o.json_out + ".work";
+  std::error_code ec;
+  std::filesystem::create_directories(o.on.workdir, ec);
+  for (std::string* path : {&o.on.base_model, &o.on.specialist_model, &o.on.artifact, &o.on.bin_dir}) {
+    *path = std::filesystem::absolute(*path).lexically_normal().string();
+  }
+  auto report = scd::e2e::RunOnlineEval(
+      o.on, [](const std::string& line) { std::cerr << "  " << line << "\n"; });
+  if (!report.ok()) return flags.Fail(report.status());
+  nlohmann::json out = report->ToJson();
+  out["command"] = command;
+  if (absl::Status st = scd::WriteFileAtomically(o.json_out, out.dump(2)); !st.ok()) {
+    return flags.Fail(st);
+  }
+  if (!o.report.empty()) {
+    absl::Status st = scd::WriteFileAtomically(o.report + ".md", report->Markdown());
+    if (!st.ok()) return flags.Fail(st);
+  }
+  std::cout << report->Markdown();
+  return 0;
 }
 
 void AddSekvFlags(scd::cli::FlagParser& flags, Options* o) {
@@ -226,7 +275,9 @@ int main(int argc, char** argv) {
                              "--producer DIR --consumer DIR --artifact A --babi FILES --json OUT");
   AddCodecFlags(flags, &o);
   AddSekvFlags(flags, &o);
+  AddOnlineFlags(flags, &o);
   if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
+  if (o.online) return EvaluateOnline(flags, o, scd::cli::QuotedCommandLine(argc, argv));
   for (const auto& name : absl::StrSplit(o.modes, ',', absl::SkipEmpty())) {
     auto m = scd::ParseCodecMode(std::string(name));
     if (!m.ok()) return flags.UsageError(m.status());

@@ -5,6 +5,9 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "common/scd/artifact.h"
@@ -16,6 +19,64 @@ namespace {
 
 using nlohmann::json;
 using std::chrono::seconds;
+
+// The metric names an exposition declares (# TYPE), with a histogram's _bucket, _sum and
+// _count series.
+std::set<std::string> Declared(const std::string& exposition) {
+  std::set<std::string> names;
+  std::istringstream in(exposition);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string hash, type, name, kind;
+    if (!(words >> hash >> type >> name >> kind) || hash != "#" || type != "TYPE") continue;
+    names.insert(name);
+    if (kind == "histogram") {
+      for (const char* suffix : {"_bucket", "_sum", "_count"}) names.insert(name + suffix);
+    }
+  }
+  return names;
+}
+
+// The scd_ metrics and scd: recorded series a PromQL expression names.
+std::set<std::string> NamesIn(const std::string& expr) {
+  std::set<std::string> names;
+  static const std::regex name("scd[_:][a-zA-Z0-9_:]*");
+  for (auto it = std::sregex_iterator(expr.begin(), expr.end(), name); it != std::sregex_iterator();
+       ++it) {
+    names.insert(it->str());
+  }
+  return names;
+}
+
+// Every name the dashboard's and the rules' expressions use is a series /metrics declares, or
+// one the rules record.
+void CheckDashboardNames(const std::string& prefill_metrics, const std::string& decode_metrics) {
+  std::set<std::string> exported = Declared(prefill_metrics);
+  for (const std::string& n : Declared(decode_metrics)) exported.insert(n);
+  const std::string rules = ReadFileOrFail(SourceFile("deploy/prometheus/scd-rules.yml"));
+  std::set<std::string> recorded;
+  static const std::regex record("record: (scd:[a-zA-Z0-9_:]+)");
+  for (auto it = std::sregex_iterator(rules.begin(), rules.end(), record);
+       it != std::sregex_iterator(); ++it) {
+    recorded.insert((*it)[1].str());
+  }
+  CHECK(recorded.size() >= 5);
+  std::set<std::string> used = NamesIn(rules);
+  const json dashboard = json::parse(ReadFileOrFail(SourceFile("deploy/grafana/scd-serve.json")));
+  int exprs = 0;
+  for (const json& panel : dashboard.at("panels")) {
+    for (const json& target : panel.at("targets")) {
+      ++exprs;
+      for (const std::string& n : NamesIn(target.at("expr").get<std::string>())) used.insert(n);
+    }
+  }
+  CHECK(exprs >= 9);
+  for (const std::string& n : used) {
+    INFO(n);
+    CHECK((exported.count(n) > 0 || recorded.count(n) > 0));
+  }
+}
 
 }  // namespace
 
@@ -79,6 +140,8 @@ TEST_CASE("A decode daemon's shadow oracle exports what scd costs, beside calibr
   const int rc = RunCommand("promtool check metrics < '" + path + "'", &output);
   INFO(output);
   CHECK(rc == 0);
+  // The Grafana dashboard and the alert rules name only what the daemons export.
+  CheckDashboardNames(HttpGet(prefill.http_port, "/metrics").body, metrics);
 }
 
 }  // namespace scd::testing

@@ -140,6 +140,31 @@ TEST_CASE("A context that comes back is worth caching: the first request pays fo
   CHECK(kept.chosen.rung == 1);
 }
 
+TEST_CASE("On a long cold context the payloads' own costs decide, not the shared prefill",
+          "[cpu]") {
+  // 4096 tokens at 0.1 Gbit/s, a prefill of 4 ms a token on the producer and 5 on the
+  // consumer: every candidate but the oracle pays the same 16 s producer prefill. quant4 (2.6 KB
+  // a token, top-1 0.51) takes 0.85 s to send and 50 ms to rebuild; scd (650 B, top-1 0.36)
+  // 0.21 s and 0.23 s. 0.46 s is 3% of the whole prediction, but half of quant4's own stages:
+  // scd is faster, and taken.
+  StageRates r;
+  r.producer_prefill = 4e-3;
+  r.consumer_prefill = 5e-3;
+  r.rebuild = {{CodecMode::kQuant4, 12e-6}, {CodecMode::kScd, 57e-6}};
+  r.link_bytes_per_second = 0.1e9 / 8;
+  const std::vector<ModeCandidate> candidates = {{CodecMode::kOracle, 0, 1.0, 4},
+                                                 {CodecMode::kQuant4, 0, 0.506, 2600},
+                                                 {CodecMode::kScd, 0, 0.364, 650}};
+  RequestShape shape;
+  shape.context_tokens = 4096;
+  shape.suffix_tokens = 12;
+  const ModeChoice c = Choose(0.3, r, shape, candidates);
+  CHECK(c.chosen.mode == CodecMode::kScd);
+  // Where scd is faster by 11 ms, within 3% of its own 0.89 s, the higher agreement wins.
+  r.rebuild[CodecMode::kScd] = (0.89 - 650.0 * 4096 / r.link_bytes_per_second) / 4096;
+  CHECK(Choose(0.3, r, shape, candidates).chosen.mode == CodecMode::kQuant4);
+}
+
 TEST_CASE("No candidate below the floor is ever chosen", "[cpu]") {
   RequestShape shape;
   for (int context : {16, 400, 4096}) {

@@ -30,6 +30,7 @@ struct ShadowLog {
   std::condition_variable cv;
   std::vector<ShadowSample> samples;
   std::vector<std::string> drops;
+  std::vector<absl::Status> errors;  // beside drops
   std::vector<EngineTrace> trace;
 
   void Wire(DecodeEngineOptions& o) {
@@ -40,8 +41,8 @@ struct ShadowLog {
     };
     o.shadow.on_drop = [this](const std::string& reason, const absl::Status& error) {
       std::lock_guard<std::mutex> lock(mu);
-      INFO(error);
       drops.push_back(reason);
+      errors.push_back(error);
       cv.notify_all();
     };
   }

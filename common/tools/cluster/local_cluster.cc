@@ -6,7 +6,10 @@
 #include <cstdlib>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace scd::cluster {
 
@@ -20,6 +23,7 @@ nlohmann::json DecodeDaemonJson(const DecodeDaemonSpec& spec, int index) {
                         {"cluster_token", spec.cluster_token},
                         {"register_wait", "120s"}};
   c["drain_timeout"] = spec.drain_timeout;
+  c.merge_patch(spec.extra);
   return c;
 }
 
@@ -52,7 +56,7 @@ absl::StatusOr<StartedPrefill> StartPrefillDaemon(const std::string& bin_dir,
   return started;
 }
 
-absl::StatusOr<int> LiveDecodeInstances(int http_port, const std::string& model) {
+absl::StatusOr<std::string> ScrapeMetrics(int http_port) {
   httplib::Client client("127.0.0.1", http_port);
   client.set_connection_timeout(std::chrono::seconds(5));
   client.set_read_timeout(std::chrono::seconds(5));
@@ -64,12 +68,36 @@ absl::StatusOr<int> LiveDecodeInstances(int http_port, const std::string& model)
   if (r->status != 200) {
     return absl::UnavailableError(absl::StrCat("GET /metrics answered ", r->status));
   }
+  return std::move(r->body);
+}
+
+double SumMetric(const std::string& exposition, const std::string& name,
+                 const std::vector<std::string>& labels) {
+  double sum = 0;
+  for (absl::string_view line : absl::StrSplit(exposition, '\n')) {
+    if (line.empty() || line[0] == '#' || !absl::StartsWith(line, name)) continue;
+    if (line.find_first_of("{ ") != name.size()) continue;  // a longer name
+    bool match = true;
+    for (const std::string& l : labels) match = match && absl::StrContains(line, l);
+    double v = 0;
+    const size_t space = line.rfind(' ');
+    if (match && space != absl::string_view::npos &&
+        absl::SimpleAtod(line.substr(space + 1), &v)) {
+      sum += v;
+    }
+  }
+  return sum;
+}
+
+absl::StatusOr<int> LiveDecodeInstances(int http_port, const std::string& model) {
+  absl::StatusOr<std::string> body = ScrapeMetrics(http_port);
+  if (!body.ok()) return body.status();
   const std::string series = absl::StrCat("scd_decode_instances{model=\"", model, "\"} ");
-  const size_t at = r->body.find(series);
+  const size_t at = body->find(series);
   if (at == std::string::npos) {
     return absl::NotFoundError(absl::StrCat("no scd_decode_instances series for ", model));
   }
-  return std::atoi(r->body.c_str() + at + series.size());
+  return std::atoi(body->c_str() + at + series.size());
 }
 
 absl::Status WaitForDecodeInstances(int http_port, const std::string& model, DaemonProcess& prefill,
@@ -119,6 +147,7 @@ absl::StatusOr<LocalPair> StartLocalPair(const std::string& bin_dir, nlohmann::j
   LocalPair pair;
   pair.prefill = std::move(prefill->process);
   pair.http_port = prefill->http_port;
+  pair.grpc_address = grpc_address;
   spec.control_plane = grpc_address;
   for (int i = 0; i < decodes; ++i) {
     absl::StatusOr<std::unique_ptr<DaemonProcess>> decode = StartWithConfig(

@@ -30,6 +30,7 @@ struct DecodeDaemonSpec {
   std::string control_plane;  // the prefill daemon's gRPC address
   std::string cluster_token;
   std::string drain_timeout = "10s";
+  nlohmann::json extra = nlohmann::json::object();  // merged over the config (JSON merge patch)
 };
 
 // The decode daemon config for instance `index` ("decode-<index>"): gRPC and data plane on
@@ -57,6 +58,13 @@ absl::StatusOr<StartedPrefill> StartPrefillDaemon(const std::string& bin_dir,
                                                   const std::string& dir, const std::string& name,
                                                   std::chrono::milliseconds timeout);
 
+// GET /metrics from a daemon's HTTP port on 127.0.0.1.
+absl::StatusOr<std::string> ScrapeMetrics(int http_port);
+// The sum of the samples of metric `name` (a series name: a histogram's `_sum`, say) whose
+// labels include each of `labels` (`key="value"`); 0 when none.
+double SumMetric(const std::string& exposition, const std::string& name,
+                 const std::vector<std::string>& labels = {});
+
 // The prefill daemon's `scd_decode_instances` gauge for `model`, read from its /metrics.
 absl::StatusOr<int> LiveDecodeInstances(int http_port, const std::string& model);
 
@@ -71,6 +79,7 @@ absl::Status WaitForDecodeInstances(int http_port, const std::string& model, Dae
 struct LocalPair {
   std::unique_ptr<DaemonProcess> prefill;
   int http_port = 0;
+  std::string grpc_address;  // the prefill daemon's (control plane and Generation API)
   std::vector<std::unique_ptr<DaemonProcess>> decodes;
 };
 

@@ -42,6 +42,8 @@ absl::Status StartCluster(const SoakOptions& o, SoakCluster& c) {
   spec.model_path = o.specialist_model;
   spec.artifact = o.artifact;
   spec.cluster_token = kToken;
+  spec.extra["http"] = {{"port", 0}};  // /metrics: the shadow oracle's counts
+  if (o.shadow_rate >= 0) spec.extra["quality"] = {{"shadow_rate", o.shadow_rate}};
   absl::StatusOr<cluster::LocalPair> pair =
       cluster::StartLocalPair(o.bin_dir, PrefillJson(o), spec, o.decode_daemons, o.workdir);
   if (!pair.ok()) return pair.status();
@@ -272,6 +274,20 @@ absl::Status RunSoakLoad(const SoakOptions& o, const SoakCluster& c, const SoakP
   return absl::OkStatus();
 }
 
+// The shadow oracle's samples and drops, summed over the decode daemons' /metrics.
+absl::Status CountShadow(const SoakCluster& c, SoakResult& result) {
+  for (const auto& d : c.decodes) {
+    absl::StatusOr<nlohmann::json> started =
+        d->WaitForEvent("decode_started", std::chrono::seconds(5));
+    if (!started.ok()) return started.status();
+    absl::StatusOr<std::string> m = cluster::ScrapeMetrics(started->value("http_port", -1));
+    if (!m.ok()) return m.status();
+    result.shadow_samples += cluster::SumMetric(*m, "scd_shadow_samples_total");
+    result.shadow_dropped += cluster::SumMetric(*m, "scd_shadow_dropped_total");
+  }
+  return absl::OkStatus();
+}
+
 // Stops every daemon with SIGTERM, decode daemons first (the prefill daemon is their peer),
 // and checks that each exits 0.
 SoakCheck StopCluster(SoakCluster& c, const std::vector<std::string>& daemons) {
@@ -312,12 +328,17 @@ absl::StatusOr<SoakResult> RunSoak(const SoakOptions& o, const SoakProgressFn& p
                         c.http_port, ") and ", c.decodes.size(), " decode daemons registered"));
 
   SoakResult result;
-  if (absl::Status s = SweepConcurrency(o, c, progress, result); !s.ok()) return s;
-  if (!(result.saturation_rate > 0)) {
-    return absl::FailedPreconditionError("soak: no request succeeded in the saturation sweep");
+  if (o.saturation_rate > 0) {
+    result.saturation_rate = o.saturation_rate;
+  } else {
+    if (absl::Status s = SweepConcurrency(o, c, progress, result); !s.ok()) return s;
+    if (!(result.saturation_rate > 0)) {
+      return absl::FailedPreconditionError("soak: no request succeeded in the saturation sweep");
+    }
+    if (absl::Status s = ProbeOpenLoop(o, c, progress, result); !s.ok()) return s;
   }
-  if (absl::Status s = ProbeOpenLoop(o, c, progress, result); !s.ok()) return s;
   if (absl::Status s = RunSoakLoad(o, c, progress, result); !s.ok()) return s;
+  if (absl::Status s = CountShadow(c, result); !s.ok()) return s;
 
   std::vector<bool> alive = {c.prefill->running()};
   for (auto& d : c.decodes) alive.push_back(d->running());
@@ -344,6 +365,9 @@ nlohmann::json SoakResultJson(const SoakOptions& o, const SoakResult& r) {
   j["load_fraction"] = o.load_fraction;
   j["saturation_rate"] = r.saturation_rate;
   j["soak_rate"] = r.soak_rate;
+  j["shadow_rate"] = o.shadow_rate >= 0 ? nlohmann::json(o.shadow_rate) : nlohmann::json(nullptr);
+  j["shadow_samples"] = r.shadow_samples;
+  j["shadow_dropped"] = r.shadow_dropped;
   j["daemons"] = r.daemons;
   for (const SaturationLevel& l : r.saturation) {
     j["saturation"].push_back({{"concurrency", l.concurrency},
@@ -384,6 +408,8 @@ std::string SoakMarkdown(const SoakResult& r) {
     absl::StrAppend(&md, ", TTFT p50 ", Fmt(rep["ttft_ms"]["p50"].get<double>()), " ms, p99 ",
                     Fmt(rep["ttft_ms"]["p99"].get<double>()), " ms");
   }
+  absl::StrAppend(&md, ". Shadow oracle: ", Fmt(r.shadow_samples, 0), " samples compared, ",
+                  Fmt(r.shadow_dropped, 0), " dropped");
   absl::StrAppend(&md, ".\n\n| check | result | figures |\n|---|---|---|\n");
   for (const SoakCheck& c : r.checks) {
     absl::StrAppend(&md, "| ", c.name, " | ", c.passed ? "pass" : "**FAIL**", " | ", c.detail,

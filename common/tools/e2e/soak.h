@@ -24,6 +24,9 @@
 //      2-core host of docs/RESULTS.md ("Soak"), so a rise just past the bound calls for a
 //      rerun before it is read as drift; a real leak keeps rising over a longer run.
 //    Finally each daemon gets SIGTERM and must exit 0.
+// With a given saturation_rate, step 2 is skipped (runs to compare, at one rate). With
+// shadow_rate, the decode daemons' quality.shadow_rate is set, and the shadow oracle's samples
+// taken and dropped over the run are read from their /metrics and reported.
 #ifndef SCD_COMMON_TOOLS_E2E_SOAK_H_
 #define SCD_COMMON_TOOLS_E2E_SOAK_H_
 
@@ -59,6 +62,9 @@ struct SoakOptions {
   double rss_tolerance = 0.05;
   double drift_window_s = 60;
   double ttft_drift_tolerance = 0.10;  // largest rise of the last window's p99 (one-sided)
+
+  double saturation_rate = 0;  // requests/s; > 0: given, no sweep
+  double shadow_rate = -1;     // the decode daemons' quality.shadow_rate; < 0: their default
 };
 
 struct SaturationLevel {
@@ -84,6 +90,7 @@ struct SoakResult {
   nlohmann::json report;             // the soak phase's scd-loadgen report (report.h)
   std::vector<SoakCheck> checks;
   bool passed = false;
+  double shadow_samples = 0, shadow_dropped = 0;  // over every decode daemon
 };
 
 using SoakProgressFn = std::function<void(const std::string& line)>;
