@@ -16,11 +16,15 @@ void DecodeEngine::NoteShadowToken(Active& a, int32_t token) {
 
 void DecodeEngine::RunShadow() {
   if (!shadow_.HasWork()) return;
+  bool preempt = false, idle = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!queue_.empty() && shadow_.Holding() && !DeviceFits(*queue_.front())) shadow_.Preempt();
-    if (stopping_ || !queue_.empty() || AdmittedCount() > 0) return;
+    preempt = !queue_.empty() && shadow_.Holding() && !DeviceFits(*queue_.front());
+    idle = !stopping_ && queue_.empty() && AdmittedCount() == 0;
   }
+  // Outside mu_: the drop's callback counts and may log (shadow_ is the loop thread's alone).
+  if (preempt) shadow_.Preempt();
+  if (!idle) return;
   const auto start = std::chrono::steady_clock::now();
   shadow_.RunPiece(
       *backend_, *codec_,

@@ -77,12 +77,12 @@ double PredictTtftSeconds(const ModeCandidate& c, const StageCosts& costs,
                           const RequestShape& shape) {
   const int context = std::max(0, shape.context_tokens);
   const int fresh = std::max(0, context - std::max(0, shape.cached_tokens));
-  // The decode daemon's part: the wait for a slot, the rebuild and its own prefill.
-  double t = std::max(0.0, shape.decode_wait_seconds) + costs.Transfer(c.bytes_per_token * context) +
-             costs.Rebuild(c.mode, context) + costs.ConsumerPrefill(std::max(0, shape.suffix_tokens));
+  // The candidate's own stages, then what the decode daemon adds (the wait for a slot, its own
+  // prefill) and, but for the oracle, the producer's wait and prefill.
+  double t = OwnSeconds(c, costs, shape) + std::max(0.0, shape.decode_wait_seconds) +
+             costs.ConsumerPrefill(std::max(0, shape.suffix_tokens));
   if (c.mode != CodecMode::kOracle) {
-    t += std::max(0.0, shape.producer_wait_seconds) + costs.ProducerPrefill(fresh) +
-         costs.Encode(c.mode, fresh);
+    t += std::max(0.0, shape.producer_wait_seconds) + costs.ProducerPrefill(fresh);
   }
   return t;
 }

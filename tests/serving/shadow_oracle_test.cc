@@ -63,6 +63,16 @@ DecodeJob PayloadJob(uint64_t id, const Payload& payload, std::vector<int32_t> s
   return job;
 }
 
+// A raw payload's job over a synthetic prompt of `tokens` (its content seeded by `seed`): the
+// payload covers all but the last `suffix` tokens, which the decode engine prefills.
+DecodeJob RawPromptJob(testing::ProducerFixture& f, uint64_t id, int tokens, int seed, int suffix,
+                       int max_tokens) {
+  const std::vector<int32_t> prompt = testing::SyntheticPrompt(tokens, seed);
+  const std::vector<int32_t> context(prompt.begin(), prompt.end() - suffix);
+  return PayloadJob(id, f.Encode(CodecMode::kRaw, context),
+                    std::vector<int32_t>(prompt.end() - suffix, prompt.end()), max_tokens);
+}
+
 // `n` logit rows of `logits` from row `first`.
 std::vector<float> RowsOf(const std::vector<float>& logits, int first, int n, int vocab) {
   return std::vector<float>(logits.begin() + static_cast<size_t>(first) * vocab,
@@ -160,14 +170,8 @@ TEST_CASE("A lossless pair shows no shadow error", "[cpu]") {
   ShadowLog log;
   log.Wire(o);
   auto engine = f.Engine(o);
-  const std::vector<int32_t> prompt = testing::SyntheticPrompt(90, 3);
-  const std::vector<int32_t> context(prompt.begin(), prompt.end() - 4);
   testing::DecodeEventCollector events;
-  REQUIRE(engine
-              ->Submit(PayloadJob(1, f.Encode(CodecMode::kRaw, context),
-                                  std::vector<int32_t>(prompt.end() - 4, prompt.end()), 6),
-                       events.For(1))
-              .ok());
+  REQUIRE(engine->Submit(RawPromptJob(f, 1, 90, 3, 4, 6), events.For(1)).ok());
   log.WaitForSamples(1);
   const ShadowStats& s = log.samples[0].stats;
   CHECK(s.first_top1);
@@ -207,13 +211,7 @@ TEST_CASE("Shadow work runs only while the engine has no live request", "[cpu]")
     }
   };
   engine = f.Engine(o);
-  const std::vector<int32_t> prompt = testing::SyntheticPrompt(120, 4);
-  const std::vector<int32_t> context(prompt.begin(), prompt.end() - 3);
-  REQUIRE(engine
-              ->Submit(PayloadJob(1, f.Encode(CodecMode::kRaw, context),
-                                  std::vector<int32_t>(prompt.end() - 3, prompt.end()), 5),
-                       events.For(1))
-              .ok());
+  REQUIRE(engine->Submit(RawPromptJob(f, 1, 120, 4, 3, 5), events.For(1)).ok());
   events.WaitFor(2);
   log.WaitForSamples(1);
   std::lock_guard<std::mutex> lock(log.mu);
@@ -260,12 +258,7 @@ TEST_CASE("A shadow sample past its budget is dropped and counted", "[cpu]") {
   auto engine = f.Engine(o);
   testing::DecodeEventCollector events;
   for (uint64_t id = 1; id <= 3; ++id) {
-    const std::vector<int32_t> prompt = testing::SyntheticPrompt(50, static_cast<int>(id));
-    const std::vector<int32_t> context(prompt.begin(), prompt.end() - 2);
-    REQUIRE(engine
-                ->Submit(PayloadJob(id, f.Encode(CodecMode::kRaw, context),
-                                    std::vector<int32_t>(prompt.end() - 2, prompt.end()), 3),
-                         events.For(id))
+    REQUIRE(engine->Submit(RawPromptJob(f, id, 50, static_cast<int>(id), 2, 3), events.For(id))
                 .ok());
     events.WaitFor(id);
   }
