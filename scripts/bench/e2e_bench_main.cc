@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
   flags.AddInt("questions", &questions, "questions per context");
   flags.AddInt("context-tokens", &context_tokens, "approximate tokens per context");
   flags.AddInt("max-tokens", &o.max_tokens, "tokens generated per answer");
+  flags.AddInt("passes", &o.passes,
+               "measure every cell this many times, the modes' order rotated each pass; a cell "
+               "pools its passes' samples");
   flags.AddBool("no-f1", &no_f1, "timing only (synthetic pairs)");
   flags.AddBool("warm-only", &warm_only, "skip the cold-cache cells");
   flags.AddBool("cold-only", &cold_only, "skip the warm-cache cells");
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
     steps = std::move(*parsed);
   }
   o.score_f1 = !no_f1;
+  if (o.passes < 1) return flags.UsageError("--passes must be at least 1");
   if (warm_only && cold_only) return flags.UsageError("--warm-only and --cold-only leave no cell");
   o.warm = !cold_only;
   o.cold = !warm_only;

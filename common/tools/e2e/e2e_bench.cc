@@ -197,8 +197,37 @@ void AddTimings(const scd::v1::Timings& t, StageMeans& s) {
   s.payload_bytes += static_cast<double>(t.payload_bytes());
 }
 
-// Turns the cell's sums into means and its TTFT samples into percentiles.
-void FinishCell(const std::vector<double>& ttfts, double f1_sum, E2eCell& cell) {
+// One cell's raw measurements: counts and stage sums in `cell`, its TTFT samples, its F1 sum.
+// Passes of the same cell add up (Merge) before FinishCell turns them into the cell's figures.
+struct CellSamples {
+  E2eCell cell;
+  std::vector<double> ttfts;
+  double f1_sum = 0;
+
+  void Merge(const CellSamples& other) {
+    cell.requests += other.cell.requests;
+    cell.errors += other.cell.errors;
+    cell.cache_hits += other.cell.cache_hits;
+    cell.scored += other.cell.scored;
+    for (const auto& [name, n] : other.cell.chosen) cell.chosen[name] += n;
+    StageMeans& s = cell.stages;
+    const StageMeans& t = other.cell.stages;
+    s.queue_ms += t.queue_ms;
+    s.prefill_ms += t.prefill_ms;
+    s.encode_ms += t.encode_ms;
+    s.transfer_ms += t.transfer_ms;
+    s.rebuild_ms += t.rebuild_ms;
+    s.suffix_prefill_ms += t.suffix_prefill_ms;
+    s.server_ttft_ms += t.server_ttft_ms;
+    s.payload_bytes += t.payload_bytes;
+    ttfts.insert(ttfts.end(), other.ttfts.begin(), other.ttfts.end());
+    f1_sum += other.f1_sum;
+  }
+};
+
+// The cell's figures: its sums turned into means and its TTFT samples into percentiles.
+E2eCell FinishCell(const CellSamples& samples) {
+  E2eCell cell = samples.cell;
   if (cell.requests > 0) {
     const double n = cell.requests;
     StageMeans& s = cell.stages;
@@ -206,25 +235,25 @@ void FinishCell(const std::vector<double>& ttfts, double f1_sum, E2eCell& cell) 
                       &s.suffix_prefill_ms, &s.server_ttft_ms, &s.payload_bytes}) {
       *v /= n;
     }
-    const loadgen::Distribution ttft = loadgen::Summarize(ttfts);
+    const loadgen::Distribution ttft = loadgen::Summarize(samples.ttfts);
     cell.ttft_p50_ms = ttft.p50;
     cell.ttft_p99_ms = ttft.p99;
     cell.ttft_mean_ms = ttft.mean;
   }
-  cell.f1 = cell.scored > 0 ? f1_sum / cell.scored : 0;
+  cell.f1 = cell.scored > 0 ? samples.f1_sum / cell.scored : 0;
+  return cell;
 }
 
-// Sends the whole workload through the running cluster and measures one cell.
-E2eCell MeasureCell(const E2eBenchOptions& o, const Cluster& c, const std::string& mode,
-                    double gbps, bool warm, const ProgressFn& progress) {
+// Sends the whole workload through the running cluster: one pass of one cell.
+CellSamples MeasureCell(const E2eBenchOptions& o, const Cluster& c, const std::string& mode,
+                        double gbps, bool warm, const ProgressFn& progress) {
   auto stub = scd::v1::Generation::NewStub(
       grpc::CreateChannel(c.grpc_address, grpc::InsecureChannelCredentials()));
-  E2eCell cell;
+  CellSamples samples;
+  E2eCell& cell = samples.cell;
   cell.mode = mode;
   cell.bandwidth_gbps = gbps;
   cell.cache = warm ? "warm" : "cold";
-  std::vector<double> ttfts;
-  double f1_sum = 0;
   for (const SharedPrefixContext& ctx : o.workload) {
     for (size_t q = 0; q < ctx.questions.size(); ++q) {
       Outcome r = Ask(*stub, o, ctx.questions[q].prompt);
@@ -234,56 +263,78 @@ E2eCell MeasureCell(const E2eBenchOptions& o, const Cluster& c, const std::strin
         continue;
       }
       if (o.score_f1) {
-        f1_sum += eval::TokenF1(eval::ExtractAnswer(r.text), ctx.questions[q].answer);
+        samples.f1_sum += eval::TokenF1(eval::ExtractAnswer(r.text), ctx.questions[q].answer);
         ++cell.scored;
       }
       if (warm && q == 0) continue;  // fills the cache
       ++cell.requests;
-      ttfts.push_back(r.ttft_ms);
+      samples.ttfts.push_back(r.ttft_ms);
       cell.cache_hits += r.timings.prefix_cache_hit() ? 1 : 0;
       ++cell.chosen[r.timings.rung_name().empty() ? r.timings.mode() : r.timings.rung_name()];
       AddTimings(r.timings, cell.stages);
     }
   }
-  FinishCell(ttfts, f1_sum, cell);
-  return cell;
+  return samples;
 }
 
 }  // namespace
 
+std::vector<E2eCellKey> E2eCellOrder(const E2eBenchOptions& o, int pass) {
+  std::vector<E2eCellKey> keys;
+  const size_t modes = o.modes.size();
+  for (size_t k = 0; k < modes; ++k) {
+    const std::string& mode = o.modes[(k + static_cast<size_t>(std::max(pass, 0))) % modes];
+    for (double gbps : o.bandwidths_gbps) {
+      for (const bool warm : {true, false}) {
+        if ((warm && !o.warm) || (!warm && !o.cold)) continue;
+        keys.push_back({mode, gbps, warm});
+      }
+    }
+  }
+  return keys;
+}
+
 absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const ProgressFn& progress) {
   if (o.workload.empty()) return absl::InvalidArgumentError("empty workload");
+  if (o.passes < 1) return absl::InvalidArgumentError("passes must be at least 1");
   Cluster c;
   int generation = 0;
   absl::StatusOr<cluster::DecodeDaemonSpec> started = StartCluster(o, c, generation);
   if (!started.ok()) return started.status();
   const cluster::DecodeDaemonSpec& spec = *started;
-  std::vector<E2eCell> cells;
-  int cell_index = 0;
-  const int total_cells = static_cast<int>(o.modes.size() * o.bandwidths_gbps.size()) * ((o.warm ? 1 : 0) + (o.cold ? 1 : 0));
-  for (const std::string& mode : o.modes) {
-    for (double gbps : o.bandwidths_gbps) {
-      for (const bool warm : {true, false}) {
-        if ((warm && !o.warm) || (!warm && !o.cold)) continue;
-        ++cell_index;
-        const std::string tag = absl::StrCat(mode, "-", gbps, "g-", warm ? "warm" : "cold");
-        if (absl::Status st =
-                StartCellPrefill(o, spec, c, generation, mode, gbps, warm, tag, progress);
-            !st.ok()) {
-          return st;
-        }
-        E2eCell cell = MeasureCell(o, c, mode, gbps, warm, progress);
-        if (progress) {
-          progress(absl::StrFormat("[%d/%d] %-9s %6.0f Gbit/s %s: TTFT p50 %.1f ms p99 %.1f ms, payload %.0f KB, F1 %.3f, %d errors",
-                                   cell_index, total_cells, mode, gbps, cell.cache, cell.ttft_p50_ms,
-                                   cell.ttft_p99_ms, cell.stages.payload_bytes / 1024, cell.f1, cell.errors));
-        }
-        cells.push_back(cell);
+  const std::vector<E2eCellKey> keys = E2eCellOrder(o, 0);
+  std::vector<CellSamples> pooled(keys.size());
+  const int total = static_cast<int>(keys.size()) * o.passes;
+  int done = 0;
+  for (int pass = 0; pass < o.passes; ++pass) {
+    for (const E2eCellKey& k : E2eCellOrder(o, pass)) {
+      const size_t i = static_cast<size_t>(
+          std::find(keys.begin(), keys.end(), k) - keys.begin());
+      const std::string tag = absl::StrCat(k.mode, "-", k.bandwidth_gbps, "g-", k.warm ? "warm" : "cold",
+                                           o.passes > 1 ? absl::StrCat("-pass", pass + 1) : "");
+      if (absl::Status st = StartCellPrefill(o, spec, c, generation, k.mode, k.bandwidth_gbps, k.warm, tag,
+                                             progress);
+          !st.ok()) {
+        return st;
+      }
+      CellSamples samples = MeasureCell(o, c, k.mode, k.bandwidth_gbps, k.warm, progress);
+      if (progress) {
+        const E2eCell cell = FinishCell(samples);
+        progress(absl::StrFormat("[%d/%d] %-9s %6.0f Gbit/s %s: TTFT p50 %.1f ms p99 %.1f ms, payload %.0f KB, F1 %.3f, %d errors",
+                                 ++done, total, k.mode, k.bandwidth_gbps, cell.cache, cell.ttft_p50_ms,
+                                 cell.ttft_p99_ms, cell.stages.payload_bytes / 1024, cell.f1, cell.errors));
+      }
+      if (pass == 0) {
+        pooled[i] = std::move(samples);
+      } else {
+        pooled[i].Merge(samples);
       }
     }
   }
   if (c.prefill != nullptr) c.prefill->Stop(std::chrono::seconds(10));
   for (auto& d : c.decodes) d->Stop(std::chrono::seconds(10));
+  std::vector<E2eCell> cells;
+  for (const CellSamples& s : pooled) cells.push_back(FinishCell(s));
   return cells;
 }
 
@@ -382,6 +433,7 @@ nlohmann::json E2eCellsJson(const E2eBenchOptions& o, const std::vector<E2eCell>
   j["decode_daemons"] = o.decode_daemons;
   j["transport"] = o.transport;
   j["max_tokens"] = o.max_tokens;
+  j["passes"] = o.passes;
   j["contexts"] = o.workload.size();
   j["questions_per_context"] = o.workload.empty() ? 0 : o.workload[0].questions.size();
   double tokens = 0;

@@ -11,6 +11,10 @@
 // token that ends inside a character streams nothing), and how many depends on what the model
 // writes, not on the mode. The final `done` event carries the daemons' stage timings.
 //
+// With several passes, every cell is measured once per pass, and each pass rotates the order of
+// the modes: cells minutes apart on a host that drifts (a daemon's prefill slowing by 5% over a
+// run) would otherwise compare the drift, not the modes. Each cell pools its passes' samples.
+//
 // Warm: the first question of each context fills the prefix cache and is not timed; the
 // others reuse the cached codes. Cold: the cache is off, so every request pays the producer
 // prefill. Oracle mode sends no KV; the consumer prefills everything (cold = warm).
@@ -41,6 +45,9 @@ struct E2eBenchOptions {
   int decode_daemons = 2;
   int max_tokens = 6;
   bool score_f1 = true;
+  // Each cell is measured this many times, the passes one after another, each with the modes
+  // in a rotated order; a cell's figures pool its passes' samples.
+  int passes = 1;
   std::string transport = "tcp";
   std::string workdir;  // configs and daemon logs
   std::vector<SharedPrefixContext> workload;
@@ -67,6 +74,20 @@ struct E2eCell {
 };
 
 using ProgressFn = std::function<void(const std::string& line)>;
+
+struct E2eCellKey {
+  std::string mode;
+  double bandwidth_gbps = 0;
+  bool warm = false;
+  bool operator==(const E2eCellKey& o) const {
+    return mode == o.mode && bandwidth_gbps == o.bandwidth_gbps && warm == o.warm;
+  }
+};
+
+// The cells of pass `pass` in the order they run: for each mode, its bandwidths, each warm then
+// cold, with the modes rotated by `pass` (pass 0 is the report's order), so that over the
+// passes every mode runs early and late.
+std::vector<E2eCellKey> E2eCellOrder(const E2eBenchOptions& options, int pass);
 
 absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& options,
                                                  const ProgressFn& progress);
