@@ -10,6 +10,7 @@
 #include "common/daemon/event_log.h"
 #include "common/model/weights.h"
 #include "common/rpc/cluster_token.h"
+#include "common/scd/shared_artifact.h"
 #include "common/scd/wire_format.h"
 #include "common/sekv/sekv_artifact.h"
 #include "decode_server/shadow_metrics.h"
@@ -84,7 +85,8 @@ absl::StatusOr<DecodeDaemon::LoadedPair> DecodeDaemon::LoadPair() {
   SCD_ASSIGN_OR_RETURN(pair.model, LoadModel(c.model_path));
   SCD_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(c.model_path + "/tokenizer.json"));
   if (!c.artifact_path.empty()) {
-    SCD_ASSIGN_OR_RETURN(ScdArtifact a, ScdArtifact::Load(c.artifact_path));
+    // A shared artifact (several consumers on one basis) gives this model's section.
+    SCD_ASSIGN_OR_RETURN(ScdArtifact a, LoadArtifactFor(c.artifact_path, pair.model->digest()));
     if (absl::Status st = a.CheckPair(nullptr, pair.model.get()); !st.ok()) {
       return absl::FailedPreconditionError(absl::StrCat("artifact ", c.artifact_path,
                                                         " does not fit model ", c.model_path, ": ",

@@ -9,13 +9,12 @@
 #include "common/base/sha256.h"
 #include "common/base/status_macros.h"
 #include "common/model/safetensors.h"
+#include "common/scd/artifact_io.h"
 
 namespace scd {
 namespace {
 
 constexpr int kFormatVersion = 1;
-
-using TensorMap = std::map<std::string, SafetensorsTensor>;
 
 void PutVec(TensorMap& m, const std::string& name, const std::vector<float>& v,
             std::vector<int64_t> shape) {
@@ -29,13 +28,13 @@ void PutCode(TensorMap& m, const std::string& prefix, const LinearCode& c) {
   PutVec(m, prefix + ".mu_out", c.mu_out, {c.out_dim});
 }
 
-absl::Status GetVec(const SafetensorsFile& f, const std::string& name,
+absl::Status GetVec(const TensorReader& f, const std::string& name,
                     std::vector<int64_t> shape, std::vector<float>* out) {
-  SCD_ASSIGN_OR_RETURN(*out, f.ReadAsFloat(name, shape));
+  SCD_ASSIGN_OR_RETURN(*out, f(name, shape));
   return absl::OkStatus();
 }
 
-absl::Status GetCode(const SafetensorsFile& f, const std::string& prefix, int in, int rank,
+absl::Status GetCode(const TensorReader& f, const std::string& prefix, int in, int rank,
                      int out, LinearCode* c) {
   c->in_dim = in;
   c->rank = rank;
@@ -58,6 +57,8 @@ int MetaInt(const nlohmann::json& v) {
   return static_cast<int>(v.get<int64_t>());
 }
 
+}  // namespace
+
 std::string TensorDigest(const TensorMap& m) {
   Sha256 h;
   for (const auto& [name, t] : m) {
@@ -66,6 +67,8 @@ std::string TensorDigest(const TensorMap& m) {
   }
   return Sha256::ToHex(h.Finish());
 }
+
+namespace {
 
 // The status for an exception thrown while reading `path`'s metadata (json errors, MetaInt,
 // std::stoi of a patch layer key).
@@ -104,6 +107,10 @@ absl::StatusOr<nlohmann::json> ParseMetadata(const std::string& path, const std:
     a.recompute_first = MetaInt(meta.at("recompute_block").at(0));
     a.recompute_end = MetaInt(meta.at("recompute_block").at(1));
     a.report = meta.at("report");
+    if (meta.contains("basis")) {
+      a.basis_id = meta["basis"].at("id").get<std::string>();
+      a.basis_kind = meta["basis"].at("kind").get<std::string>();
+    }
     if (a.num_layers <= 0 || a.hidden_size <= 0 || a.kv_dim <= 0 || a.rank_k <= 0 ||
         a.rank_v <= 0 || a.rank_k > a.kv_dim || a.rank_v > a.kv_dim || a.rank_h < 0 ||
         a.rank_h > a.hidden_size || a.patch_budget < 0 ||
@@ -133,7 +140,7 @@ absl::StatusOr<nlohmann::json> ParseMetadata(const std::string& path, const std:
 }
 
 // Reads every layer's REUSE codes into `a.reuse`.
-absl::Status LoadReuseLayers(const std::string& path, const SafetensorsFile& file, ScdArtifact& a) {
+absl::Status LoadReuseLayers(const std::string& path, const TensorReader& file, ScdArtifact& a) {
   try {
     // Layer by layer, so that a num_layers the file has no tensors for fails at the first
     // missing one instead of allocating num_layers entries up front.
@@ -153,7 +160,7 @@ absl::Status LoadReuseLayers(const std::string& path, const SafetensorsFile& fil
 
 // Reads the PATCH code and aligner of layer `l`: hidden size `d`, code rank `r`, aligner
 // width `m` (0: affine only).
-absl::Status LoadPatchLayer(const SafetensorsFile& file, int l, int d, int r, int m,
+absl::Status LoadPatchLayer(const TensorReader& file, int l, int d, int r, int m,
                             PatchLayer& p) {
   const std::string prefix = absl::StrCat("patch.", l);
   SCD_RETURN_IF_ERROR(GetCode(file, prefix + ".code", d, r, d, &p.code));
@@ -173,7 +180,7 @@ absl::Status LoadPatchLayer(const SafetensorsFile& file, int l, int d, int r, in
 
 // Reads every PATCH layer listed in the metadata into `a.patches` and checks that the patch
 // order names only layers that have one.
-absl::Status LoadPatches(const std::string& path, const SafetensorsFile& file,
+absl::Status LoadPatches(const std::string& path, const TensorReader& file,
                          const nlohmann::json& meta, ScdArtifact& a) {
   try {
     for (const auto& [key, hidden] : meta.at("patch_hidden").items()) {
@@ -215,60 +222,83 @@ absl::StatusOr<std::string> LoadedTensorDigest(const SafetensorsFile& file) {
 
 }  // namespace
 
-absl::Status ScdArtifact::Save(const std::string& path) {
+absl::StatusOr<ScdArtifact> ArtifactFromParts(const std::string& path, const std::string& meta_text,
+                                              const TensorReader& read) {
+  ScdArtifact a;
+  SCD_ASSIGN_OR_RETURN(const nlohmann::json meta, ParseMetadata(path, meta_text, a));
+  SCD_RETURN_IF_ERROR(LoadReuseLayers(path, read, a));
+  SCD_RETURN_IF_ERROR(LoadPatches(path, read, meta, a));
+  return a;
+}
+
+TensorMap ArtifactTensors(const ScdArtifact& a, nlohmann::json* meta_out) {
   TensorMap m;
-  for (int l = 0; l < static_cast<int>(reuse.size()); ++l) {
-    PutCode(m, absl::StrCat("reuse.", l, ".k"), reuse[l].key);
-    PutCode(m, absl::StrCat("reuse.", l, ".v"), reuse[l].value);
+  for (int l = 0; l < static_cast<int>(a.reuse.size()); ++l) {
+    PutCode(m, absl::StrCat("reuse.", l, ".k"), a.reuse[l].key);
+    PutCode(m, absl::StrCat("reuse.", l, ".v"), a.reuse[l].value);
   }
   nlohmann::json patch_dims = nlohmann::json::object();
-  for (const auto& [l, p] : patches) {
+  for (const auto& [l, p] : a.patches) {
     const std::string prefix = absl::StrCat("patch.", l);
     PutCode(m, prefix + ".code", p.code);
-    const PatchAligner& a = p.aligner;
-    PutVec(m, prefix + ".aligner.a", a.a, {a.code_dim, a.out_dim});
-    PutVec(m, prefix + ".aligner.c", a.c, {a.out_dim});
-    if (a.hidden_dim > 0) {
-      PutVec(m, prefix + ".aligner.w1", a.w1, {a.code_dim, a.hidden_dim});
-      PutVec(m, prefix + ".aligner.b1", a.b1, {a.hidden_dim});
-      PutVec(m, prefix + ".aligner.w2", a.w2, {a.hidden_dim, a.out_dim});
+    const PatchAligner& al = p.aligner;
+    PutVec(m, prefix + ".aligner.a", al.a, {al.code_dim, al.out_dim});
+    PutVec(m, prefix + ".aligner.c", al.c, {al.out_dim});
+    if (al.hidden_dim > 0) {
+      PutVec(m, prefix + ".aligner.w1", al.w1, {al.code_dim, al.hidden_dim});
+      PutVec(m, prefix + ".aligner.b1", al.b1, {al.hidden_dim});
+      PutVec(m, prefix + ".aligner.w2", al.w2, {al.hidden_dim, al.out_dim});
     }
-    PutVec(m, prefix + ".aligner.b2", a.b2, {a.out_dim});
-    patch_dims[std::to_string(l)] = a.hidden_dim;
+    PutVec(m, prefix + ".aligner.b2", al.b2, {al.out_dim});
+    patch_dims[std::to_string(l)] = al.hidden_dim;
   }
   nlohmann::json meta = {
       {"format_version", kFormatVersion},
-      {"producer", {{"name", producer_name}, {"digest", producer_digest}}},
-      {"consumer", {{"name", consumer_name}, {"digest", consumer_digest}}},
-      {"num_layers", num_layers},
-      {"hidden_size", hidden_size},
-      {"kv_dim", kv_dim},
-      {"rank_k", rank_k},
-      {"rank_v", rank_v},
-      {"rank_h", rank_h},
-      {"code_encoding", static_cast<int>(code_encoding)},
+      {"producer", {{"name", a.producer_name}, {"digest", a.producer_digest}}},
+      {"consumer", {{"name", a.consumer_name}, {"digest", a.consumer_digest}}},
+      {"num_layers", a.num_layers},
+      {"hidden_size", a.hidden_size},
+      {"kv_dim", a.kv_dim},
+      {"rank_k", a.rank_k},
+      {"rank_v", a.rank_v},
+      {"rank_h", a.rank_h},
+      {"code_encoding", static_cast<int>(a.code_encoding)},
       {"patch_hidden", patch_dims},
-      {"patch_order", patch_order},
-      {"patch_budget", patch_budget},
-      {"recompute_block", {recompute_first, recompute_end}},
-      {"report", report},
-      {"quality", QualityRecordsToJson(quality)},
+      {"patch_order", a.patch_order},
+      {"patch_budget", a.patch_budget},
+      {"recompute_block", {a.recompute_first, a.recompute_end}},
+      {"report", a.report},
+      {"quality", QualityRecordsToJson(a.quality)},
   };
+  if (!a.basis_id.empty()) meta["basis"] = {{"id", a.basis_id}, {"kind", a.basis_kind}};
+  if (meta_out != nullptr) *meta_out = std::move(meta);
+  return m;
+}
+
+absl::Status ScdArtifact::Save(const std::string& path) {
+  nlohmann::json meta;
+  const TensorMap m = ArtifactTensors(*this, &meta);
   id = TensorDigest(m);
   return WriteSafetensors(path, m, {{"scd", meta.dump()}});
 }
 
 absl::StatusOr<ScdArtifact> ScdArtifact::Load(const std::string& path) {
   SCD_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
+  if (file->metadata().count("scd_shared")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": holds the artifacts of several consumers on a shared basis; load the one of "
+              "a consumer from it (SharedArtifact)"));
+  }
   auto it = file->metadata().find("scd");
   if (it == file->metadata().end()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not an SCD calibration artifact (no \"scd\" metadata)"));
   }
-  ScdArtifact a;
-  SCD_ASSIGN_OR_RETURN(const nlohmann::json meta, ParseMetadata(path, it->second, a));
-  SCD_RETURN_IF_ERROR(LoadReuseLayers(path, *file, a));
-  SCD_RETURN_IF_ERROR(LoadPatches(path, *file, meta, a));
+  const SafetensorsFile& f = *file;
+  const TensorReader read = [&f](const std::string& name, absl::Span<const int64_t> shape) {
+    return f.ReadAsFloat(name, shape);
+  };
+  SCD_ASSIGN_OR_RETURN(ScdArtifact a, ArtifactFromParts(path, it->second, read));
   SCD_ASSIGN_OR_RETURN(a.id, LoadedTensorDigest(*file));
   return a;
 }

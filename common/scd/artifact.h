@@ -50,6 +50,9 @@ struct ScdArtifact {
   // Calibration's held-out record of every rung of the rate ladder and every baseline mode
   // (rate_ladder.h); empty in artifacts calibrated before the ladder.
   std::vector<QualityRecord> quality;
+  // A code on a shared producer basis (shared_basis.h): its id (hex) and kind; empty for a
+  // pair's own code. Artifacts of one basis encode alike: one payload serves them all.
+  std::string basis_id, basis_kind;
   nlohmann::json report = nlohmann::json::object();
   std::string id;  // set by Save and Load
 

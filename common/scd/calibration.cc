@@ -305,15 +305,43 @@ absl::StatusOr<CalibrationData> CollectCalibrationData(
   return data;
 }
 
+namespace {
+
+// The code of one state: the pair's own reduced-rank fit, or the decoder on a shared basis.
+absl::StatusOr<LinearCode> FitCode(const CrossMoments& m, int rank, double ridge,
+                                   const LinearCode* basis, FitReport* report) {
+  if (basis == nullptr) return m.Fit(rank, ridge, report);
+  if (basis->rank != rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the shared basis has rank ", basis->rank, " where the options ask ", rank));
+  }
+  return FitDecoderOnBasis(m, *basis, report);
+}
+
+absl::Status CheckBasis(const SharedBasis& b, const Model& producer, int layers) {
+  if (b.producer_digest != producer.digest()) {
+    return absl::FailedPreconditionError("the shared basis was fitted for another producer");
+  }
+  if (static_cast<int>(b.key.size()) != layers || static_cast<int>(b.value.size()) != layers ||
+      static_cast<int>(b.h_in.size()) != layers) {
+    return absl::InvalidArgumentError("the shared basis has another number of layers");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ScdArtifact> FitArtifact(const CalibrationData& data, const Model& pm,
                                         const Model& cm, const CalibrationOptions& o,
-                                        bool fit_patches, const ProgressFn& progress) {
+                                        bool fit_patches, const ProgressFn& progress,
+                                        const SharedBasis* basis) {
   const ModelConfig& pc = pm.config;
   SCD_RETURN_IF_ERROR(CheckCompatible(pc, cm.config, o));
   const int layers = pc.num_layers, d = pc.hidden_size, kvd = pc.kv_dim();
   if (static_cast<int>(data.key.size()) != layers) {
     return absl::InvalidArgumentError("calibration data was collected for another model shape");
   }
+  if (basis != nullptr) SCD_RETURN_IF_ERROR(CheckBasis(*basis, pm, layers));
   ScdArtifact a;
   a.producer_digest = pm.digest();
   a.consumer_digest = cm.digest();
@@ -330,8 +358,10 @@ absl::StatusOr<ScdArtifact> FitArtifact(const CalibrationData& data, const Model
   nlohmann::json fits = nlohmann::json::array();
   for (int l = 0; l < layers; ++l) {
     FitReport kr, vr, hr;
-    SCD_ASSIGN_OR_RETURN(a.reuse[l].key, data.key[l].Fit(o.rank_k, o.ridge, &kr));
-    SCD_ASSIGN_OR_RETURN(a.reuse[l].value, data.value[l].Fit(o.rank_v, o.ridge, &vr));
+    SCD_ASSIGN_OR_RETURN(a.reuse[l].key, FitCode(data.key[l], o.rank_k, o.ridge,
+                                                 basis ? &basis->key[l] : nullptr, &kr));
+    SCD_ASSIGN_OR_RETURN(a.reuse[l].value, FitCode(data.value[l], o.rank_v, o.ridge,
+                                                   basis ? &basis->value[l] : nullptr, &vr));
     nlohmann::json fit = {
         {"layer", l},
         {"key", {{"rel_err", kr.relative_error}, {"raw_rel_err", kr.raw_relative_error}, {"energy", kr.energy_kept}}},
@@ -339,7 +369,8 @@ absl::StatusOr<ScdArtifact> FitArtifact(const CalibrationData& data, const Model
     std::string patch_note;
     if (fit_patches) {
       PatchLayer patch;
-      SCD_ASSIGN_OR_RETURN(patch.code, data.h_in[l].Fit(o.rank_h, o.ridge, &hr));
+      SCD_ASSIGN_OR_RETURN(patch.code, FitCode(data.h_in[l], o.rank_h, o.ridge,
+                                               basis ? &basis->h_in[l] : nullptr, &hr));
       const int n = static_cast<int>(data.h_producer[l].size() / d);
       std::vector<float> z(static_cast<size_t>(n) * o.rank_h);
       patch.code.Encode(data.h_producer[l].data(), n, z.data());
@@ -365,6 +396,10 @@ absl::StatusOr<ScdArtifact> FitArtifact(const CalibrationData& data, const Model
                                   "(raw %.4f)%s",
                                   l + 1, layers, kr.relative_error, kr.raw_relative_error,
                                   vr.relative_error, vr.raw_relative_error, patch_note));
+  }
+  if (basis != nullptr) {
+    a.basis_id = basis->id;
+    a.basis_kind = SharedBasisKindName(basis->kind);
   }
   a.report = {{"train_passages", data.passages},
               {"train_tokens", data.tokens},

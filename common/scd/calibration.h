@@ -21,6 +21,7 @@
 #include "common/runtime/backend.h"
 #include "common/scd/artifact.h"
 #include "common/scd/codec.h"
+#include "common/scd/shared_basis.h"
 
 namespace scd {
 
@@ -81,10 +82,13 @@ absl::StatusOr<CalibrationData> CollectCalibrationData(
     const CalibrationOptions& options, const ProgressFn& progress = nullptr);
 
 // Fits REUSE for every layer and, with fit_patches, PATCH for every layer. No selection:
-// patch_order is empty and recompute block [0, 0).
+// patch_order is empty and recompute block [0, 0). With `basis` (shared_basis.h), the encoders
+// are the basis's and only the decoders (and aligners) are fitted, and the artifact records the
+// basis; its ranks must be the options' ranks.
 absl::StatusOr<ScdArtifact> FitArtifact(const CalibrationData& data, const Model& producer,
                                         const Model& consumer, const CalibrationOptions& options,
-                                        bool fit_patches, const ProgressFn& progress = nullptr);
+                                        bool fit_patches, const ProgressFn& progress = nullptr,
+                                        const SharedBasis* basis = nullptr);
 
 // Greedy patch-layer selection and the recompute block, scored on `held` passages; writes
 // patch_order, patch_budget, the recompute block and the trace into `artifact`.

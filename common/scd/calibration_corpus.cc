@@ -87,21 +87,38 @@ void SplitHeldOut(std::vector<std::vector<int32_t>> passages, const std::vector<
                   const std::vector<int>& select_sources, int holdout,
                   std::vector<std::vector<int32_t>>* train,
                   std::vector<std::vector<int32_t>>* held) {
+  std::vector<std::vector<std::vector<int32_t>>> helds;
+  SplitHeldOutPerConsumer(std::move(passages), sources, {select_sources}, holdout, train, &helds);
+  *held = std::move(helds[0]);
+}
+
+void SplitHeldOutPerConsumer(std::vector<std::vector<int32_t>> passages,
+                             const std::vector<int>& sources,
+                             const std::vector<std::vector<int>>& select_sources, int holdout,
+                             std::vector<std::vector<int32_t>>* train,
+                             std::vector<std::vector<std::vector<int32_t>>>* held) {
   train->clear();
-  held->clear();
-  std::vector<bool> is_held(passages.size(), false);
-  int taken = 0;
-  for (size_t i = passages.size(); i-- > 0 && taken < holdout;) {
-    const bool eligible =
-        select_sources.empty() ||
-        std::find(select_sources.begin(), select_sources.end(), sources[i]) != select_sources.end();
-    if (eligible) {
-      is_held[i] = true;
-      ++taken;
+  held->assign(select_sources.size(), {});
+  std::vector<int> held_by(passages.size(), -1);
+  for (size_t c = 0; c < select_sources.size(); ++c) {
+    const std::vector<int>& select = select_sources[c];
+    int taken = 0;
+    for (size_t i = passages.size(); i-- > 0 && taken < holdout;) {
+      const bool eligible =
+          held_by[i] < 0 &&
+          (select.empty() || std::find(select.begin(), select.end(), sources[i]) != select.end());
+      if (eligible) {
+        held_by[i] = static_cast<int>(c);
+        ++taken;
+      }
     }
   }
   for (size_t i = 0; i < passages.size(); ++i) {
-    (is_held[i] ? held : train)->push_back(std::move(passages[i]));
+    if (held_by[i] < 0) {
+      train->push_back(std::move(passages[i]));
+    } else {
+      (*held)[held_by[i]].push_back(std::move(passages[i]));
+    }
   }
 }
 

@@ -34,6 +34,15 @@ void SplitHeldOut(std::vector<std::vector<int32_t>> passages, const std::vector<
                   std::vector<std::vector<int32_t>>* train,
                   std::vector<std::vector<int32_t>>* held);
 
+// The same for several consumers (shared_calibration.h): consumer c holds back the last
+// `holdout` passages from select_sources[c] (all sources when empty) that no consumer before
+// it holds; every passage held by none trains, so that all consumers train on one set.
+void SplitHeldOutPerConsumer(std::vector<std::vector<int32_t>> passages,
+                             const std::vector<int>& sources,
+                             const std::vector<std::vector<int>>& select_sources, int holdout,
+                             std::vector<std::vector<int32_t>>* train,
+                             std::vector<std::vector<std::vector<int32_t>>>* held);
+
 }  // namespace scd
 
 #endif  // SCD_COMMON_SCD_CALIBRATION_CORPUS_H_

@@ -49,32 +49,64 @@ void CrossMoments::Add(const float* x, const float* y, int rows) {
   count_ += rows;
 }
 
+CrossMoments::Centred CrossMoments::Centre() const {
+  const double n = static_cast<double>(count_);
+  Centred c;
+  c.mx.resize(p_);
+  c.my.resize(q_);
+  for (int i = 0; i < p_; ++i) c.mx[i] = sx_[i] / n;
+  for (int j = 0; j < q_; ++j) c.my[j] = sy_[j] / n;
+  // Centred moments C = S − n μ μᵀ.
+  c.cxx = sxx_;
+  c.cxy = sxy_;
+  c.cyy = syy_;
+  for (int i = 0; i < p_; ++i)
+    for (int j = 0; j < p_; ++j) c.cxx[static_cast<size_t>(i) * p_ + j] -= n * c.mx[i] * c.mx[j];
+  for (int i = 0; i < p_; ++i)
+    for (int j = 0; j < q_; ++j) c.cxy[static_cast<size_t>(i) * q_ + j] -= n * c.mx[i] * c.my[j];
+  for (int i = 0; i < q_; ++i)
+    for (int j = 0; j < q_; ++j) c.cyy[static_cast<size_t>(i) * q_ + j] -= n * c.my[i] * c.my[j];
+  for (int i = 0; i < p_; ++i) c.trace_xx += c.cxx[static_cast<size_t>(i) * p_ + i];
+  for (int j = 0; j < q_; ++j) c.trace_yy += c.cyy[static_cast<size_t>(j) * q_ + j];
+  return c;
+}
+
+double CrossMoments::RelativeError(const Centred& c, const LinearCode& code) const {
+  // err = tr(Cyy) − 2 tr(Dᵀ Eᵀ Cxy) + tr(Dᵀ Eᵀ Cxx E D), with W = E D [p, q].
+  const std::vector<double> e(code.encoder.begin(), code.encoder.end());
+  const std::vector<double> d(code.decoder.begin(), code.decoder.end());
+  const std::vector<double> w = linalg::MatMul(e, d, p_, q_, code.rank);
+  const std::vector<double> cxx_w = linalg::MatMul(c.cxx, w, p_, q_, p_);
+  double cross = 0, quad = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    cross += w[i] * c.cxy[i];
+    quad += w[i] * cxx_w[i];
+  }
+  return (c.trace_yy - 2 * cross + quad) / std::max(c.trace_yy, 1e-30);
+}
+
+double CrossMoments::RawRelativeError(const Centred& c) const {
+  if (p_ != q_) return -1;
+  double raw = 0;
+  for (int i = 0; i < p_; ++i) {
+    raw += sxx_[static_cast<size_t>(i) * p_ + i] - 2 * sxy_[static_cast<size_t>(i) * q_ + i] +
+           syy_[static_cast<size_t>(i) * q_ + i];
+  }
+  return raw / std::max(c.trace_yy, 1e-30);
+}
+
 absl::StatusOr<LinearCode> CrossMoments::Fit(int rank, double ridge, FitReport* report) const {
   if (rank <= 0 || rank > std::min(p_, q_)) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " must be in [1, min(", p_, ", ", q_, ")]"));
   }
   if (count_ < 2) return absl::FailedPreconditionError("calibration needs at least two states");
-  const double n = static_cast<double>(count_);
-  std::vector<double> mx(p_), my(q_);
-  for (int i = 0; i < p_; ++i) mx[i] = sx_[i] / n;
-  for (int j = 0; j < q_; ++j) my[j] = sy_[j] / n;
-  // Centred moments C = S − n μ μᵀ.
-  std::vector<double> cxx(sxx_), cxy(sxy_), cyy(syy_);
-  for (int i = 0; i < p_; ++i)
-    for (int j = 0; j < p_; ++j) cxx[static_cast<size_t>(i) * p_ + j] -= n * mx[i] * mx[j];
-  for (int i = 0; i < p_; ++i)
-    for (int j = 0; j < q_; ++j) cxy[static_cast<size_t>(i) * q_ + j] -= n * mx[i] * my[j];
-  for (int i = 0; i < q_; ++i)
-    for (int j = 0; j < q_; ++j) cyy[static_cast<size_t>(i) * q_ + j] -= n * my[i] * my[j];
-  double trace_xx = 0, trace_yy = 0;
-  for (int i = 0; i < p_; ++i) trace_xx += cxx[static_cast<size_t>(i) * p_ + i];
-  for (int j = 0; j < q_; ++j) trace_yy += cyy[static_cast<size_t>(j) * q_ + j];
-  const double lambda = std::max(ridge * trace_xx / p_, 1e-12);
+  const Centred c = Centre();
+  const double lambda = std::max(ridge * c.trace_xx / p_, 1e-12);
 
   // B = (Cxx + λI)⁻¹ Cxy; the fitted covariance is M = Bᵀ Cxx B (q × q).
-  SCD_ASSIGN_OR_RETURN(std::vector<double> b, linalg::SolveSpd(cxx, cxy, p_, q_, lambda));
-  const std::vector<double> cxx_b = linalg::MatMul(cxx, b, p_, q_, p_);
+  SCD_ASSIGN_OR_RETURN(std::vector<double> b, linalg::SolveSpd(c.cxx, c.cxy, p_, q_, lambda));
+  const std::vector<double> cxx_b = linalg::MatMul(c.cxx, b, p_, q_, p_);
   const std::vector<double> m = linalg::MatMul(b, cxx_b, q_, q_, p_, /*trans_a=*/true);
   SCD_ASSIGN_OR_RETURN(linalg::Eigen eig, linalg::SymmetricEigen(m, q_));
 
@@ -82,8 +114,8 @@ absl::StatusOr<LinearCode> CrossMoments::Fit(int rank, double ridge, FitReport* 
   code.in_dim = p_;
   code.out_dim = q_;
   code.rank = rank;
-  code.mu_in.assign(mx.begin(), mx.end());
-  code.mu_out.assign(my.begin(), my.end());
+  code.mu_in.assign(c.mx.begin(), c.mx.end());
+  code.mu_out.assign(c.my.begin(), c.my.end());
   std::vector<double> vr(static_cast<size_t>(q_) * rank);  // [q, r]
   for (int i = 0; i < q_; ++i)
     for (int j = 0; j < rank; ++j) vr[static_cast<size_t>(i) * rank + j] = eig.vectors[static_cast<size_t>(i) * q_ + j];
@@ -94,31 +126,14 @@ absl::StatusOr<LinearCode> CrossMoments::Fit(int rank, double ridge, FitReport* 
     for (int i = 0; i < q_; ++i) code.decoder[static_cast<size_t>(j) * q_ + i] = static_cast<float>(vr[static_cast<size_t>(i) * rank + j]);
 
   if (report != nullptr) {
-    // err = tr(Cyy) − 2 tr(Dᵀ Eᵀ Cxy) + tr(Dᵀ Eᵀ Cxx E D), with W = E D [p, q].
-    std::vector<double> d(code.decoder.begin(), code.decoder.end());
-    const std::vector<double> w = linalg::MatMul(e, d, p_, q_, rank);
-    const std::vector<double> cxx_w = linalg::MatMul(cxx, w, p_, q_, p_);
-    double cross = 0, quad = 0;
-    for (size_t i = 0; i < w.size(); ++i) {
-      cross += w[i] * cxy[i];
-      quad += w[i] * cxx_w[i];
-    }
-    report->relative_error = (trace_yy - 2 * cross + quad) / std::max(trace_yy, 1e-30);
+    report->relative_error = RelativeError(c, code);
     double kept = 0, total = 0;
     for (int j = 0; j < q_; ++j) {
       total += std::max(eig.values[j], 0.0);
       if (j < rank) kept += std::max(eig.values[j], 0.0);
     }
     report->energy_kept = total > 0 ? kept / total : 1.0;
-    report->raw_relative_error = -1;
-    if (p_ == q_) {
-      double raw = 0;
-      for (int i = 0; i < p_; ++i) {
-        raw += sxx_[static_cast<size_t>(i) * p_ + i] - 2 * sxy_[static_cast<size_t>(i) * q_ + i] +
-               syy_[static_cast<size_t>(i) * q_ + i];
-      }
-      report->raw_relative_error = raw / std::max(trace_yy, 1e-30);
-    }
+    report->raw_relative_error = RawRelativeError(c);
   }
   return code;
 }

@@ -53,6 +53,17 @@ class CrossMoments {
   // Fits the rank-`rank` code. `ridge` is relative: λ = ridge · tr(X̃ᵀX̃) / p.
   absl::StatusOr<LinearCode> Fit(int rank, double ridge, FitReport* report = nullptr) const;
 
+  // The means and centred second moments (C = S − n μ μᵀ), with the traces of Cxx and Cyy.
+  struct Centred {
+    std::vector<double> mx, my, cxx, cxy, cyy;
+    double trace_xx = 0, trace_yy = 0;
+  };
+  Centred Centre() const;
+  // ‖Ŷ − Y‖² / ‖Y − μ_Y‖² of `code` (its own μ_in and μ_out equal to the means) on these data;
+  // and of reusing X as-is (-1 when p ≠ q).
+  double RelativeError(const Centred& c, const LinearCode& code) const;
+  double RawRelativeError(const Centred& c) const;
+
  private:
   int p_, q_;
   long count_ = 0;

@@ -16,6 +16,7 @@
 #include "common/scd/calibration.h"
 #include "common/scd/calibration_corpus.h"
 #include "common/scd/model_pair.h"
+#include "common/scd/shared_calibration_run.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tools/cli/flags.h"
 
@@ -42,6 +43,7 @@ absl::StatusOr<std::vector<int>> ChooseDomain(scd::Backend& producer, scd::Backe
 
 struct Flags {
   std::string producer_dir, consumer_dir, corpus, out, encoding = "int8", select_from, rescore;
+  std::string consumers, shared_basis, extend;
   scd::CalibrationOptions o;
   scd::CorpusLoadOptions co;
   int max_total_tokens = static_cast<int>(scd::CorpusLoadOptions{}.max_total_tokens);
@@ -50,7 +52,16 @@ struct Flags {
 void AddFlags(scd::cli::FlagParser& flags, Flags& f) {
   scd::CalibrationOptions& o = f.o;
   flags.AddString("producer", &f.producer_dir, "producer (base) checkpoint directory", true);
-  flags.AddString("consumer", &f.consumer_dir, "consumer (specialist) checkpoint directory", true);
+  flags.AddString("consumer", &f.consumer_dir,
+                  "consumer (specialist) checkpoint directory (or --consumers)");
+  flags.AddString("consumers", &f.consumers,
+                  "several consumers' checkpoint directories, comma-separated: one shared basis for "
+                  "all, one artifact file with a section each (--out)");
+  flags.AddString("shared-basis", &f.shared_basis,
+                  "the shared basis's kind with --consumers: stacked-rrr (default) or pca");
+  flags.AddString("extend", &f.extend,
+                  "a shared artifact: add --consumer (or --consumers) on its basis, unchanged, "
+                  "and write the whole to --out");
   flags.AddString("corpus", &f.corpus, "calibration text files (TinyStories-style or bAbI format)", true);
   flags.AddString("out", &f.out, "artifact path (.safetensors); a .json report is written beside it", true);
   flags.AddInt("rank-k", &o.rank_k, "REUSE rank of pre-RoPE keys");
@@ -123,6 +134,44 @@ absl::Status WriteOutputs(scd::ScdArtifact& artifact, const Flags& f,
   return absl::OkStatus();
 }
 
+// --consumers or --extend: one shared artifact (common/scd/shared_calibration_run.h).
+int RunShared(const Flags& f, scd::cli::FlagParser& flags) {
+  scd::SharedCalibrationRun run;
+  run.producer_dir = f.producer_dir;
+  run.consumer_dirs = absl::StrSplit(f.consumers.empty() ? f.consumer_dir : f.consumers, ',',
+                                     absl::SkipEmpty());
+  run.corpus = absl::StrSplit(f.corpus, ',', absl::SkipEmpty());
+  run.select_from = absl::StrSplit(f.select_from, ',', absl::SkipEmpty());
+  run.extend = f.extend;
+  if (!f.shared_basis.empty()) {
+    if (!f.extend.empty()) {
+      return flags.UsageError("--shared-basis names a new basis; --extend keeps the artifact's");
+    }
+    auto kind = scd::ParseSharedBasisKind(f.shared_basis);
+    if (!kind.ok()) return flags.UsageError(absl::StrCat("--shared-basis: ", kind.status().message()));
+    run.kind = *kind;
+  }
+  run.options = f.o;
+  run.corpus_options = f.co;
+  run.out = f.out;
+  std::cerr << kProgram << ": " << run.consumer_dirs.size() << " consumer(s) on "
+            << (f.extend.empty() ? "a new " + scd::SharedBasisKindName(run.kind) + " basis"
+                                 : "the basis of " + f.extend)
+            << "\n";
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status st = scd::RunSharedCalibration(
+      run, [](const std::string& line) { std::cerr << "  " << line << "\n"; });
+  if (!st.ok()) {
+    return st.code() == absl::StatusCode::kInvalidArgument ? flags.UsageError(std::string(st.message()))
+                                                           : flags.Fail(st);
+  }
+  std::cerr << kProgram << ": wrote " << f.out << ", " << f.out << ".json and " << f.out
+            << ".quality.md in "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+            << " s\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -141,6 +190,14 @@ int main(int argc, char** argv) {
   }
   f.co.max_total_tokens = f.max_total_tokens;
   f.co.seed = f.o.seed;
+  if (f.consumer_dir.empty() == f.consumers.empty()) {
+    return flags.UsageError("give one of --consumer and --consumers");
+  }
+  if (!f.rescore.empty() && (!f.consumers.empty() || !f.extend.empty())) {
+    return flags.UsageError("--rescore takes one --consumer and no shared basis");
+  }
+  if (!f.consumers.empty() || !f.extend.empty()) return RunShared(f, flags);
+  if (!f.shared_basis.empty()) return flags.UsageError("--shared-basis goes with --consumers");
   const auto start = std::chrono::steady_clock::now();
   auto pair = scd::LoadModelPair(f.producer_dir, f.consumer_dir);
   if (!pair.ok()) return flags.Fail(pair.status());

@@ -25,6 +25,7 @@
 #include "common/runtime/backend.h"
 #include "common/scd/evaluation.h"
 #include "common/scd/model_pair.h"
+#include "common/scd/shared_artifact.h"
 #include "common/sekv/sekv_artifact.h"
 #include "common/sekv/sekv_evaluation.h"
 #include "common/tokenizer/tokenizer.h"
@@ -234,7 +235,7 @@ int Evaluate(const scd::cli::FlagParser& flags, Options& o, const std::string& c
   if (!pair.ok()) return flags.Fail(pair.status());
   std::shared_ptr<const scd::ScdArtifact> artifact;
   if (!o.artifact_path.empty()) {
-    auto a = scd::ScdArtifact::Load(o.artifact_path);
+    auto a = scd::LoadArtifactFor(o.artifact_path, pair->consumer_model->digest());
     if (!a.ok()) return flags.Fail(a.status());
     artifact = std::make_shared<const scd::ScdArtifact>(std::move(a).value());
   }

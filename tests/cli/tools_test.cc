@@ -140,6 +140,22 @@ TEST_CASE("A value checked after parsing is a usage error before any work", "[cp
     CHECK(s.exit_code == 2);
     CHECK_THAT(s.err, StartsWith("scd-e2e-bench: --bandwidths takes Gbit/s values > 0"));
   }
+  const Streams passes = Run(e2e + " --passes 0");
+  CHECK(passes.exit_code == 2);
+  CHECK_THAT(passes.err, StartsWith("scd-e2e-bench: --passes must be at least 1"));
+  const std::string calibrate = ShellQuote(std::string(SCD_BIN_DIR) + "/scd-calibrate") +
+                                " --producer p --corpus c --out o";
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"", "give one of --consumer and --consumers"},
+           {" --consumer a --consumers b,c", "give one of --consumer and --consumers"},
+           {" --consumers b,c --shared-basis svd", "--shared-basis: shared basis \"svd\" is not"},
+           {" --consumer a --shared-basis pca", "--shared-basis goes with --consumers"},
+           {" --consumer a --extend x --shared-basis pca", "--shared-basis names a new basis"}}) {
+    INFO(args);
+    const Streams s = Run(calibrate + args);
+    CHECK(s.exit_code == 2);
+    CHECK_THAT(s.err, StartsWith("scd-calibrate: " + message));
+  }
   const std::string sekv_bench = ShellQuote(std::string(SCD_BIN_DIR) + "/scd-sekv-bench");
   const Streams mixed = Run(sekv_bench + " --mixed 1:1,2");
   CHECK(mixed.exit_code == 2);
