@@ -99,10 +99,10 @@ struct ShadowSample {
 
 struct ShadowOptions {
   double rate = 0;                 // share of payload requests sampled; 0: off
-  double max_tokens_per_s = 4096;  // shadow tokens (rebuilt rows and prefilled tokens), average
+  double max_tokens_per_s = 512;   // shadow tokens (rebuilt rows and prefilled tokens), average
   int tokens = 16;                 // generated tokens teacher-forced
   int max_pending = 4;             // samples waiting
-  int piece_tokens = 256;          // rows or tokens per piece
+  int piece_tokens = 32;           // rows or tokens per piece
   std::function<void(const ShadowSample&)> on_sample;
   // A sample dropped: "busy", "budget", "memory", "preempted" or "error" (with its status).
   std::function<void(const std::string& reason, const absl::Status& error)> on_drop;

@@ -51,7 +51,19 @@ int main(int argc, char** argv) {
                  "a saturation rate measured before (req/s): no sweep, soak at --fraction of it");
   flags.AddFloat("shadow-rate", &shadow_rate,
                  "the decode daemons' quality.shadow_rate (negative: their default)");
+  flags.AddInt("shadow-piece-tokens", &o.shadow_piece_tokens,
+               "the decode daemons' quality.shadow_piece_tokens (0: their default)");
+  float shadow_budget = 0;
+  flags.AddFloat("shadow-max-tokens-per-s", &shadow_budget,
+                 "the decode daemons' quality.shadow_max_tokens_per_s (0: their default)");
+  flags.AddInt("warmup", &o.warmup_requests,
+               "requests before the soak's measured phase (closed loop, 4 at a time): enough "
+               "to fill the prefix cache, or the first seconds measure a cold start");
   if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
+  if (o.shadow_piece_tokens < 0) return flags.UsageError("--shadow-piece-tokens must be >= 0");
+  if (o.warmup_requests < 0) return flags.UsageError("--warmup must be >= 0");
+  if (shadow_budget < 0) return flags.UsageError("--shadow-max-tokens-per-s must be >= 0");
+  o.shadow_max_tokens_per_s = shadow_budget;
   namespace fs = std::filesystem;
   for (std::string* path : {&o.base_model, &o.specialist_model, &o.artifact, &o.bin_dir}) {
     *path = fs::absolute(*path).lexically_normal().string();

@@ -156,6 +156,17 @@ TEST_CASE("A value checked after parsing is a usage error before any work", "[cp
     CHECK(s.exit_code == 2);
     CHECK_THAT(s.err, StartsWith("scd-calibrate: " + message));
   }
+  const std::string soak = ShellQuote(std::string(SCD_BIN_DIR) + "/scd-soak") +
+                           " --base b --specialist s --artifact a --babi q --out o";
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {" --shadow-piece-tokens -1", "--shadow-piece-tokens must be >= 0"},
+           {" --warmup -5", "--warmup must be >= 0"},
+           {" --shadow-max-tokens-per-s -2", "--shadow-max-tokens-per-s must be >= 0"}}) {
+    INFO(args);
+    const Streams s = Run(soak + args);
+    CHECK(s.exit_code == 2);
+    CHECK_THAT(s.err, StartsWith("scd-soak: " + message));
+  }
   const std::string sekv_bench = ShellQuote(std::string(SCD_BIN_DIR) + "/scd-sekv-bench");
   const Streams mixed = Run(sekv_bench + " --mixed 1:1,2");
   CHECK(mixed.exit_code == 2);

@@ -85,7 +85,8 @@ TEST_CASE("A decode daemon's shadow oracle exports what scd costs, beside calibr
   const std::string dir = TempDir();
   PrefillHandle prefill = StartPrefill(dir, PrefillConfig("scd"));
   json dc = DecodeConfig(prefill.grpc_address);
-  dc["quality"] = {{"shadow_rate", 1}, {"shadow_tokens", 4}};
+  // Every request sampled and none dropped for the budget: the test counts them all.
+  dc["quality"] = {{"shadow_rate", 1}, {"shadow_tokens", 4}, {"shadow_max_tokens_per_s", 1e6}};
   DecodeHandle decode = StartDecode(dir, dc);
   REQUIRE(WaitForReady(prefill.http_port, 200, seconds(10)));
   const std::string story =

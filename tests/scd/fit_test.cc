@@ -8,25 +8,16 @@
 #include "common/scd/artifact.h"
 #include "common/scd/patch_aligner.h"
 #include "common/scd/reduced_rank.h"
+#include "tests/scd/gaussian.h"
 #include "tests/test_support.h"
 
 namespace scd {
-namespace {
-
-std::vector<float> Normal(size_t n, std::mt19937& rng, float s = 1.0f) {
-  std::normal_distribution<float> d(0.0f, s);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-}  // namespace
 
 TEST_CASE("Reduced-rank regression recovers a planted rank-r map", "[cpu]") {
   std::mt19937 rng(3);
   const int n = 4000, p = 12, q = 10, r = 3;
-  auto x = Normal(n * p, rng);
-  auto u = Normal(p * r, rng), v = Normal(r * q, rng);
+  auto x = testing::Gaussian(n * p, rng);
+  auto u = testing::Gaussian(p * r, rng), v = testing::Gaussian(r * q, rng);
   std::vector<float> y(n * q, 0.5f);  // mean offset 0.5
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < q; ++j)
@@ -79,7 +70,7 @@ TEST_CASE("Reduced-rank regression recovers a planted rank-r map", "[cpu]") {
 TEST_CASE("The patch aligner learns a nonlinear map its linear skip cannot", "[cpu]") {
   std::mt19937 rng(5);
   const int n = 6000, d = 8, r = 4, g = 6;
-  auto hp = Normal(n * d, rng);
+  auto hp = testing::Gaussian(n * d, rng);
   std::vector<float> hc(n * d);
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < d; ++j) {
@@ -92,7 +83,7 @@ TEST_CASE("The patch aligner learns a nonlinear map its linear skip cannot", "[c
   REQUIRE(code.ok());
   std::vector<float> z(n * r);
   code->Encode(hp.data(), n, z.data());
-  auto gmat = Normal(g * d, rng);
+  auto gmat = testing::Gaussian(g * d, rng);
   AlignerTrainOptions o;
   o.hidden_dim = 32;
   o.steps = 800;
@@ -120,17 +111,17 @@ TEST_CASE("Artifacts round-trip through disk and check their pair", "[cpu]") {
   auto code = [&](int in, int r, int out) {
     LinearCode c;
     c.in_dim = in, c.rank = r, c.out_dim = out;
-    c.mu_in = Normal(in, rng);
-    c.encoder = Normal(in * r, rng);
-    c.decoder = Normal(r * out, rng);
-    c.mu_out = Normal(out, rng);
+    c.mu_in = testing::Gaussian(in, rng);
+    c.encoder = testing::Gaussian(in * r, rng);
+    c.decoder = testing::Gaussian(r * out, rng);
+    c.mu_out = testing::Gaussian(out, rng);
     return c;
   };
   a.reuse = {{code(4, 2, 4), code(4, 3, 4)}, {code(4, 2, 4), code(4, 3, 4)}};
   PatchLayer pl;
   pl.code = code(6, 2, 6);
-  pl.aligner = {2, 5, 6, Normal(12, rng), Normal(6, rng), Normal(10, rng), Normal(5, rng),
-                Normal(30, rng), Normal(6, rng)};
+  pl.aligner = {2, 5, 6, testing::Gaussian(12, rng), testing::Gaussian(6, rng), testing::Gaussian(10, rng), testing::Gaussian(5, rng),
+                testing::Gaussian(30, rng), testing::Gaussian(6, rng)};
   a.patches[1] = pl;
   a.patch_order = {1};
   a.patch_budget = 1;

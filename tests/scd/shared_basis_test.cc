@@ -9,23 +9,17 @@
 
 #include "common/scd/reduced_rank.h"
 #include "common/scd/shared_basis.h"
+#include "tests/scd/gaussian.h"
 
 namespace scd {
 namespace {
 
-std::vector<float> Gaussian(size_t n, std::mt19937& rng, float s = 1.0f) {
-  std::normal_distribution<float> d(0.0f, s);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
 // y = x A + noise + offset, A [p, q] of rank `rank`.
 std::vector<float> PlantedTarget(const std::vector<float>& x, int n, int p, int q, int rank,
                           std::mt19937& rng, float offset, float noise) {
-  const std::vector<float> u = Gaussian(static_cast<size_t>(p) * rank, rng);
-  const std::vector<float> v = Gaussian(static_cast<size_t>(rank) * q, rng);
-  std::vector<float> y = Gaussian(static_cast<size_t>(n) * q, rng, noise);
+  const std::vector<float> u = testing::Gaussian(static_cast<size_t>(p) * rank, rng);
+  const std::vector<float> v = testing::Gaussian(static_cast<size_t>(rank) * q, rng);
+  std::vector<float> y = testing::Gaussian(static_cast<size_t>(n) * q, rng, noise);
   for (int i = 0; i < n; ++i)
     for (int a = 0; a < rank; ++a) {
       float xa = 0;
@@ -57,7 +51,7 @@ double CodeError(const LinearCode& code, const std::vector<float>& x,
 TEST_CASE("With one consumer the stacked basis is that pair's own fit", "[cpu]") {
   std::mt19937 rng(11);
   const int n = 3000, p = 12, q = 10, r = 4;
-  const std::vector<float> x = Gaussian(static_cast<size_t>(n) * p, rng);
+  const std::vector<float> x = testing::Gaussian(static_cast<size_t>(n) * p, rng);
   const std::vector<float> y = PlantedTarget(x, n, p, q, 6, rng, 0.7f, 0.2f);
   CrossMoments m(p, q);
   m.Add(x.data(), y.data(), n);
@@ -86,7 +80,7 @@ TEST_CASE("One encoder serves two consumers, each decoding by least squares", "[
   const int n = 4000, p = 16, q = 12, r = 5;
   // Both consumers read the same few producer directions, each in its own way, plus some of
   // their own: the stacked basis finds what they share.
-  const std::vector<float> x = Gaussian(static_cast<size_t>(n) * p, rng);
+  const std::vector<float> x = testing::Gaussian(static_cast<size_t>(n) * p, rng);
   std::vector<float> common = PlantedTarget(x, n, p, q, 3, rng, 0.f, 0.f);
   std::vector<float> y1 = PlantedTarget(x, n, p, q, 2, rng, 0.5f, 0.1f);
   std::vector<float> y2 = PlantedTarget(x, n, p, q, 2, rng, -0.3f, 0.1f);
@@ -135,7 +129,7 @@ TEST_CASE("One encoder serves two consumers, each decoding by least squares", "[
 TEST_CASE("A consumer fitted later on other passages decodes the basis's own codes", "[cpu]") {
   std::mt19937 rng(13);
   const int n = 3000, p = 10, q = 8, r = 4;
-  std::vector<float> x = Gaussian(static_cast<size_t>(n) * p, rng);
+  std::vector<float> x = testing::Gaussian(static_cast<size_t>(n) * p, rng);
   const std::vector<float> y = PlantedTarget(x, n, p, q, 4, rng, 1.0f, 0.05f);
   CrossMoments first(p, q);
   first.Add(x.data(), y.data(), n / 2);
@@ -157,9 +151,9 @@ TEST_CASE("A consumer fitted later on other passages decodes the basis's own cod
 TEST_CASE("A shared basis refuses statistics of other producer states", "[cpu]") {
   std::mt19937 rng(14);
   const int n = 500, p = 6, q = 6;
-  const std::vector<float> x = Gaussian(static_cast<size_t>(n) * p, rng);
-  const std::vector<float> x_other = Gaussian(static_cast<size_t>(n) * p, rng);
-  const std::vector<float> y = Gaussian(static_cast<size_t>(n) * q, rng);
+  const std::vector<float> x = testing::Gaussian(static_cast<size_t>(n) * p, rng);
+  const std::vector<float> x_other = testing::Gaussian(static_cast<size_t>(n) * p, rng);
+  const std::vector<float> y = testing::Gaussian(static_cast<size_t>(n) * q, rng);
   CrossMoments a(p, q), b(p, q), wide(p + 1, q);
   a.Add(x.data(), y.data(), n);
   b.Add(x_other.data(), y.data(), n);

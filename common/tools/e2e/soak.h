@@ -25,8 +25,9 @@
 //      rerun before it is read as drift; a real leak keeps rising over a longer run.
 //    Finally each daemon gets SIGTERM and must exit 0.
 // With a given saturation_rate, step 2 is skipped (runs to compare, at one rate). With
-// shadow_rate, the decode daemons' quality.shadow_rate is set, and the shadow oracle's samples
-// taken and dropped over the run are read from their /metrics and reported.
+// shadow_rate (and the shadow's piece size and token budget), the decode daemons' quality keys
+// are set, and the shadow oracle's samples taken and dropped over the run are read from their
+// /metrics and reported.
 #ifndef SCD_COMMON_TOOLS_E2E_SOAK_H_
 #define SCD_COMMON_TOOLS_E2E_SOAK_H_
 
@@ -65,6 +66,8 @@ struct SoakOptions {
 
   double saturation_rate = 0;  // requests/s; > 0: given, no sweep
   double shadow_rate = -1;     // the decode daemons' quality.shadow_rate; < 0: their default
+  int shadow_piece_tokens = 0; // their quality.shadow_piece_tokens; 0: their default
+  double shadow_max_tokens_per_s = 0;  // their quality.shadow_max_tokens_per_s; 0: their default
 };
 
 struct SaturationLevel {
