@@ -58,7 +58,7 @@ void AddFlags(scd::cli::FlagParser& flags, Flags& f) {
                   "several consumers' checkpoint directories, comma-separated: one shared basis for "
                   "all, one artifact file with a section each (--out)");
   flags.AddString("shared-basis", &f.shared_basis,
-                  "the shared basis's kind with --consumers: stacked-rrr (default) or pca");
+                  "the shared basis's kind with --consumers: pca (default) or stacked-rrr");
   flags.AddString("extend", &f.extend,
                   "a shared artifact: add --consumer (or --consumers) on its basis, unchanged, "
                   "and write the whole to --out");
