@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -140,32 +141,28 @@ TEST_CASE("A value checked after parsing is a usage error before any work", "[cp
     CHECK(s.exit_code == 2);
     CHECK_THAT(s.err, StartsWith("scd-e2e-bench: --bandwidths takes Gbit/s values > 0"));
   }
-  const Streams passes = Run(e2e + " --passes 0");
-  CHECK(passes.exit_code == 2);
-  CHECK_THAT(passes.err, StartsWith("scd-e2e-bench: --passes must be at least 1"));
-  const std::string calibrate = ShellQuote(std::string(SCD_BIN_DIR) + "/scd-calibrate") +
-                                " --producer p --corpus c --out o";
-  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
-           {"", "give one of --consumer and --consumers"},
-           {" --consumer a --consumers b,c", "give one of --consumer and --consumers"},
-           {" --consumers b,c --shared-basis svd", "--shared-basis: shared basis \"svd\" is not"},
-           {" --consumer a --shared-basis pca", "--shared-basis goes with --consumers"},
-           {" --consumer a --extend x --shared-basis pca", "--shared-basis names a new basis"}}) {
-    INFO(args);
-    const Streams s = Run(calibrate + args);
+  // Flags that do not fit together, or values out of range: the tool, its arguments (after
+  // its required flags) and the start of its message.
+  const std::string calibrate = "scd-calibrate --producer p --corpus c --out o";
+  const std::string soak = "scd-soak --base b --specialist s --artifact a --babi q --out o";
+  const std::vector<std::tuple<std::string, std::string, std::string>> misuses = {
+      {"scd-e2e-bench --base b --specialist s --artifact a --babi q --out o", " --passes 0",
+       "--passes must be at least 1"},
+      {calibrate, "", "give one of --consumer and --consumers"},
+      {calibrate, " --consumer a --consumers b,c", "give one of --consumer and --consumers"},
+      {calibrate, " --consumers b,c --shared-basis svd", "--shared-basis: shared basis \"svd\" is not"},
+      {calibrate, " --consumer a --shared-basis pca", "--shared-basis goes with --consumers"},
+      {calibrate, " --consumer a --extend x --shared-basis pca", "--shared-basis names a new basis"},
+      {soak, " --shadow-piece-tokens -1", "--shadow-piece-tokens must be >= 0"},
+      {soak, " --warmup -5", "--warmup must be >= 0"},
+      {soak, " --shadow-max-tokens-per-s -2", "--shadow-max-tokens-per-s must be >= 0"}};
+  for (const auto& [command, args, message] : misuses) {
+    INFO(command << args);
+    const std::string program = command.substr(0, command.find(' '));
+    const Streams s = Run(ShellQuote(std::string(SCD_BIN_DIR) + "/" + program) +
+                          command.substr(program.size()) + args);
     CHECK(s.exit_code == 2);
-    CHECK_THAT(s.err, StartsWith("scd-calibrate: " + message));
-  }
-  const std::string soak = ShellQuote(std::string(SCD_BIN_DIR) + "/scd-soak") +
-                           " --base b --specialist s --artifact a --babi q --out o";
-  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
-           {" --shadow-piece-tokens -1", "--shadow-piece-tokens must be >= 0"},
-           {" --warmup -5", "--warmup must be >= 0"},
-           {" --shadow-max-tokens-per-s -2", "--shadow-max-tokens-per-s must be >= 0"}}) {
-    INFO(args);
-    const Streams s = Run(soak + args);
-    CHECK(s.exit_code == 2);
-    CHECK_THAT(s.err, StartsWith("scd-soak: " + message));
+    CHECK_THAT(s.err, StartsWith(program + ": " + message));
   }
   const std::string sekv_bench = ShellQuote(std::string(SCD_BIN_DIR) + "/scd-sekv-bench");
   const Streams mixed = Run(sekv_bench + " --mixed 1:1,2");
