@@ -19,6 +19,10 @@ struct ModelPair {
   std::unique_ptr<Backend> producer, consumer;
 };
 
+// FAILED_PRECONDITION naming both directories unless the two models read the same token ids.
+absl::Status CheckSameVocabulary(const Model& producer, const std::string& producer_dir,
+                                 const Model& consumer, const std::string& consumer_dir);
+
 absl::StatusOr<ModelPair> LoadModelPair(const std::string& producer_dir,
                                         const std::string& consumer_dir);
 

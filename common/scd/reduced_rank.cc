@@ -49,6 +49,24 @@ void CrossMoments::Add(const float* x, const float* y, int rows) {
   count_ += rows;
 }
 
+absl::StatusOr<ReducedRankSolution> SolveReducedRank(const std::vector<double>& cxx,
+                                                     const std::vector<double>& cxy, int p,
+                                                     int q, int rank, double lambda) {
+  // B = (Cxx + λI)⁻¹ Cxy; the fitted covariance is M = Bᵀ Cxx B (q × q).
+  SCD_ASSIGN_OR_RETURN(std::vector<double> b, linalg::SolveSpd(cxx, cxy, p, q, lambda));
+  const std::vector<double> cxx_b = linalg::MatMul(cxx, b, p, q, p);
+  const std::vector<double> m = linalg::MatMul(b, cxx_b, q, q, p, /*trans_a=*/true);
+  ReducedRankSolution sol;
+  SCD_ASSIGN_OR_RETURN(sol.eigen, linalg::SymmetricEigen(m, q));
+  sol.vr.resize(static_cast<size_t>(q) * rank);
+  for (int i = 0; i < q; ++i)
+    for (int j = 0; j < rank; ++j) {
+      sol.vr[static_cast<size_t>(i) * rank + j] = sol.eigen.vectors[static_cast<size_t>(i) * q + j];
+    }
+  sol.encoder = linalg::MatMul(b, sol.vr, p, rank, q);
+  return sol;
+}
+
 CrossMoments::Centred CrossMoments::Centre() const {
   const double n = static_cast<double>(count_);
   Centred c;
@@ -104,11 +122,11 @@ absl::StatusOr<LinearCode> CrossMoments::Fit(int rank, double ridge, FitReport* 
   const Centred c = Centre();
   const double lambda = std::max(ridge * c.trace_xx / p_, 1e-12);
 
-  // B = (Cxx + λI)⁻¹ Cxy; the fitted covariance is M = Bᵀ Cxx B (q × q).
-  SCD_ASSIGN_OR_RETURN(std::vector<double> b, linalg::SolveSpd(c.cxx, c.cxy, p_, q_, lambda));
-  const std::vector<double> cxx_b = linalg::MatMul(c.cxx, b, p_, q_, p_);
-  const std::vector<double> m = linalg::MatMul(b, cxx_b, q_, q_, p_, /*trans_a=*/true);
-  SCD_ASSIGN_OR_RETURN(linalg::Eigen eig, linalg::SymmetricEigen(m, q_));
+  SCD_ASSIGN_OR_RETURN(ReducedRankSolution sol,
+                       SolveReducedRank(c.cxx, c.cxy, p_, q_, rank, lambda));
+  const linalg::Eigen& eig = sol.eigen;
+  const std::vector<double>& vr = sol.vr;
+  const std::vector<double>& e = sol.encoder;
 
   LinearCode code;
   code.in_dim = p_;
@@ -116,10 +134,6 @@ absl::StatusOr<LinearCode> CrossMoments::Fit(int rank, double ridge, FitReport* 
   code.rank = rank;
   code.mu_in.assign(c.mx.begin(), c.mx.end());
   code.mu_out.assign(c.my.begin(), c.my.end());
-  std::vector<double> vr(static_cast<size_t>(q_) * rank);  // [q, r]
-  for (int i = 0; i < q_; ++i)
-    for (int j = 0; j < rank; ++j) vr[static_cast<size_t>(i) * rank + j] = eig.vectors[static_cast<size_t>(i) * q_ + j];
-  const std::vector<double> e = linalg::MatMul(b, vr, p_, rank, q_);  // [p, r]
   code.encoder.assign(e.begin(), e.end());
   code.decoder.resize(static_cast<size_t>(rank) * q_);
   for (int j = 0; j < rank; ++j)

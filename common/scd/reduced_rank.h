@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/scd/linalg.h"
 
 namespace scd {
 
@@ -40,6 +41,17 @@ struct FitReport {
   double raw_relative_error = 0;  // ‖X − Y‖² / ‖Y − μ_Y‖² (reusing X as-is); p == q only
   double energy_kept = 0;         // share of ‖X̃B‖² that the top-r directions keep
 };
+
+// The closed form above on centred moments Cxx [p, p] and Cxy [p, q]: B = (Cxx + λI)⁻¹ Cxy,
+// the eigendecomposition of Bᵀ Cxx B, V_r (its top `rank` eigenvectors, [q, rank]) and the
+// encoder E = B V_r ([p, rank]).
+struct ReducedRankSolution {
+  linalg::Eigen eigen;
+  std::vector<double> vr, encoder;
+};
+absl::StatusOr<ReducedRankSolution> SolveReducedRank(const std::vector<double>& cxx,
+                                                     const std::vector<double>& cxy, int p,
+                                                     int q, int rank, double lambda);
 
 // Streaming first and second moments of paired rows (x ∈ R^p, y ∈ R^q), in double.
 class CrossMoments {

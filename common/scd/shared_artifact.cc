@@ -24,13 +24,24 @@ std::string StoredName(const std::string& name, const std::string& section) {
   return absl::StrCat(IsBasisTensor(name) ? "basis" : section, ".", name);
 }
 
-// The encoders of `a` against those of `b`, byte for byte.
+// Whether two codes read the producer alike: the same μ_in and encoder.
+bool SameEncoder(const LinearCode& a, const LinearCode& b) {
+  return a.rank == b.rank && a.mu_in == b.mu_in && a.encoder == b.encoder;
+}
+
+// The producer-side codes of `a` against those of `b`: every REUSE layer's, and the PATCH
+// codes of the layers both have.
 bool SameEncoders(const ScdArtifact& a, const ScdArtifact& b) {
-  const TensorMap ta = ArtifactTensors(a), tb = ArtifactTensors(b);
-  for (const auto& [name, t] : ta) {
-    if (!IsBasisTensor(name)) continue;
-    auto it = tb.find(name);
-    if (it != tb.end() && it->second.bytes != t.bytes) return false;
+  if (a.reuse.size() != b.reuse.size()) return false;
+  for (size_t l = 0; l < a.reuse.size(); ++l) {
+    if (!SameEncoder(a.reuse[l].key, b.reuse[l].key) ||
+        !SameEncoder(a.reuse[l].value, b.reuse[l].value)) {
+      return false;
+    }
+  }
+  for (const auto& [l, patch] : a.patches) {
+    auto it = b.patches.find(l);
+    if (it != b.patches.end() && !SameEncoder(patch.code, it->second.code)) return false;
   }
   return true;
 }

@@ -45,14 +45,9 @@ absl::StatusOr<std::vector<double>> StackedEncoder(const std::vector<CrossMoment
       }
     col += q;
   }
-  SCD_ASSIGN_OR_RETURN(std::vector<double> b, linalg::SolveSpd(cs[0].cxx, cxy, p, q_all, lambda));
-  const std::vector<double> cxx_b = linalg::MatMul(cs[0].cxx, b, p, q_all, p);
-  const std::vector<double> m = linalg::MatMul(b, cxx_b, q_all, q_all, p, /*trans_a=*/true);
-  SCD_ASSIGN_OR_RETURN(linalg::Eigen eig, linalg::SymmetricEigen(m, q_all));
-  std::vector<double> vr(static_cast<size_t>(q_all) * rank);
-  for (int i = 0; i < q_all; ++i)
-    for (int j = 0; j < rank; ++j) vr[static_cast<size_t>(i) * rank + j] = eig.vectors[static_cast<size_t>(i) * q_all + j];
-  return linalg::MatMul(b, vr, p, rank, q_all);
+  SCD_ASSIGN_OR_RETURN(ReducedRankSolution sol,
+                       SolveReducedRank(cs[0].cxx, cxy, p, q_all, rank, lambda));
+  return sol.encoder;
 }
 
 // E = U_r, the top r eigenvectors of Cxx.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/base/file_io.h"
 #include "common/base/status_macros.h"
+#include "common/scd/model_pair.h"
 #include "common/scd/rate_ladder.h"
 #include "common/scd/shared_artifact.h"
 #include "common/tokenizer/tokenizer.h"
@@ -28,11 +29,7 @@ absl::StatusOr<Loaded> LoadModels(const SharedCalibrationRun& run) {
   SCD_ASSIGN_OR_RETURN(m.tokenizer, Tokenizer::FromFile(run.producer_dir + "/tokenizer.json"));
   for (const std::string& dir : run.consumer_dirs) {
     SCD_ASSIGN_OR_RETURN(std::shared_ptr<const Model> consumer, LoadModel(dir));
-    if (consumer->config.vocab_size != producer->config.vocab_size) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "producer ", run.producer_dir, " and consumer ", dir, " have different vocabularies (",
-          producer->config.vocab_size, " and ", consumer->config.vocab_size, " tokens)"));
-    }
+    SCD_RETURN_IF_ERROR(CheckSameVocabulary(*producer, run.producer_dir, *consumer, dir));
     SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, CreateBackend(BackendKind::kCpu, consumer));
     m.consumers.push_back(std::move(b));
   }

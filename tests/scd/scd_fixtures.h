@@ -48,8 +48,8 @@ inline std::vector<std::vector<int32_t>> SampledPassages(Backend& b, int count, 
   return out;
 }
 
-// A small but real calibration of producer → consumer (int8 codes, budget 1).
-inline ScdArtifact QuickArtifact(Backend& producer, Backend& consumer) {
+// The options of a small but real calibration (int8 codes, patch budget 1).
+inline CalibrationOptions QuickOptions() {
   CalibrationOptions o;
   o.rank_k = 16;
   o.rank_v = 24;
@@ -58,7 +58,12 @@ inline ScdArtifact QuickArtifact(Backend& producer, Backend& consumer) {
   o.code_encoding = Encoding::kInt8Row;
   o.holdout_passages = 12;
   o.aligner.steps = 300;
-  auto artifact = Calibrate(producer, consumer, SampledPassages(producer, 60, 96, 7), o);
+  return o;
+}
+
+// A small but real calibration of producer → consumer (QuickOptions).
+inline ScdArtifact QuickArtifact(Backend& producer, Backend& consumer) {
+  auto artifact = Calibrate(producer, consumer, SampledPassages(producer, 60, 96, 7), QuickOptions());
   INFO(artifact.status());
   REQUIRE(artifact.ok());
   return std::move(artifact).value();

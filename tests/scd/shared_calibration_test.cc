@@ -21,11 +21,9 @@ using testing::Cpu;
 using testing::Load;
 using testing::SampledPassages;
 
+// The fixtures' quick calibration with two patch layers, on fewer held-back passages.
 CalibrationOptions SharedQuickOptions() {
-  CalibrationOptions o;
-  o.rank_k = 16;
-  o.rank_v = 24;
-  o.rank_h = 32;
+  CalibrationOptions o = testing::QuickOptions();
   o.patch_budget = 2;
   o.holdout_passages = 8;
   o.aligner.steps = 200;

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <memory>
 
@@ -197,6 +198,12 @@ void AddTimings(const scd::v1::Timings& t, StageMeans& s) {
   s.payload_bytes += static_cast<double>(t.payload_bytes());
 }
 
+// Every figure of `s`, in one order.
+std::array<double*, 8> StageFields(StageMeans& s) {
+  return {&s.queue_ms,   &s.prefill_ms,        &s.encode_ms,      &s.transfer_ms,
+          &s.rebuild_ms, &s.suffix_prefill_ms, &s.server_ttft_ms, &s.payload_bytes};
+}
+
 // One cell's raw measurements: counts and stage sums in `cell`, its TTFT samples, its F1 sum.
 // Passes of the same cell add up (Merge) before FinishCell turns them into the cell's figures.
 struct CellSamples {
@@ -210,16 +217,10 @@ struct CellSamples {
     cell.cache_hits += other.cell.cache_hits;
     cell.scored += other.cell.scored;
     for (const auto& [name, n] : other.cell.chosen) cell.chosen[name] += n;
-    StageMeans& s = cell.stages;
-    const StageMeans& t = other.cell.stages;
-    s.queue_ms += t.queue_ms;
-    s.prefill_ms += t.prefill_ms;
-    s.encode_ms += t.encode_ms;
-    s.transfer_ms += t.transfer_ms;
-    s.rebuild_ms += t.rebuild_ms;
-    s.suffix_prefill_ms += t.suffix_prefill_ms;
-    s.server_ttft_ms += t.server_ttft_ms;
-    s.payload_bytes += t.payload_bytes;
+    const std::array<double*, 8> sums = StageFields(cell.stages);
+    StageMeans more = other.cell.stages;
+    const std::array<double*, 8> add = StageFields(more);
+    for (size_t i = 0; i < sums.size(); ++i) *sums[i] += *add[i];
     ttfts.insert(ttfts.end(), other.ttfts.begin(), other.ttfts.end());
     f1_sum += other.f1_sum;
   }
@@ -230,11 +231,7 @@ E2eCell FinishCell(const CellSamples& samples) {
   E2eCell cell = samples.cell;
   if (cell.requests > 0) {
     const double n = cell.requests;
-    StageMeans& s = cell.stages;
-    for (double* v : {&s.queue_ms, &s.prefill_ms, &s.encode_ms, &s.transfer_ms, &s.rebuild_ms,
-                      &s.suffix_prefill_ms, &s.server_ttft_ms, &s.payload_bytes}) {
-      *v /= n;
-    }
+    for (double* v : StageFields(cell.stages)) *v /= n;
     const loadgen::Distribution ttft = loadgen::Summarize(samples.ttfts);
     cell.ttft_p50_ms = ttft.p50;
     cell.ttft_p99_ms = ttft.p99;
