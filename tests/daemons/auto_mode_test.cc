@@ -25,15 +25,16 @@ namespace {
 using nlohmann::json;
 using std::chrono::seconds;
 
-// A context of about 470 tokens and a question: raw's payload is about 300 KB.
-std::string Prompt() {
-  std::string text;
+// A context of about 470 tokens and a question: raw's payload is about 300 KB. Contexts of
+// different `variant`s share no prefix.
+std::string Prompt(int variant = 0) {
+  std::string text = variant == 0 ? "" : absl::StrCat("Day ", variant, ". ");
   for (int i = 0; i < 18; ++i) text += "Mary went to the garden. John went to the office. ";
   return text + "Where is Mary?";
 }
 
-std::string Body(const json& scd = nullptr) {
-  json b = {{"model", kModel}, {"prompt", Prompt()}, {"max_tokens", 2}, {"temperature", 0}};
+std::string Body(const json& scd = nullptr, int variant = 0) {
+  json b = {{"model", kModel}, {"prompt", Prompt(variant)}, {"max_tokens", 2}, {"temperature", 0}};
   if (!scd.is_null()) b["scd"] = scd;
   return b.dump();
 }
@@ -78,14 +79,12 @@ TEST_CASE("mode auto follows the link: no large payload on a slow one, cached ra
   for (double gbps : {0.001, 0.0}) {  // 125 KB/s, then unlimited
     INFO("bandwidth_gbps " << gbps);
     Pair p = StartAuto(dir, gbps, 0.9);  // raw keeps 0.928 of the oracle's top-1: admissible
-    // Fill the prefix cache with raw's and scd's codes of the context (pinned modes), so that
-    // auto weighs them warm, as a second question about the same context would.
+    // Fill the prefix cache with raw's codes of the context (a pinned mode), so that auto
+    // weighs raw warm, as a second question about the same context would. (Warm raw and warm
+    // scd are within the chooser's tolerance of each other on this small model over loopback,
+    // where scd's smaller transfer pays for its longer rebuild, and there the better agreement,
+    // scd's, wins: mode_chooser.h.)
     CHECK(Post(p.prefill.http_port, Body({{"mode", "raw"}}))["scd"]["mode"] == "raw");
-    const json pinned = Post(p.prefill.http_port, Body({{"mode", "scd"}, {"rung", 5}}));
-    CHECK(pinned["scd"]["mode"] == "scd");
-    CHECK(pinned["scd"]["rung"] == 5);
-    CHECK(pinned["scd"]["rung_name"] == "scd r12/18 k2");
-    CHECK(Post(p.prefill.http_port, Body({{"mode", "scd"}}))["scd"]["rung"] == 0);
     const json chosen = Post(p.prefill.http_port, Body())["scd"];
     INFO(chosen.dump());
     REQUIRE(chosen.contains("predicted_ttft_ms"));
@@ -99,6 +98,11 @@ TEST_CASE("mode auto follows the link: no large payload on a slow one, cached ra
     } else {
       CHECK(mode == "raw");  // warm, the least rebuild work, and the link costs nothing
     }
+    const json pinned = Post(p.prefill.http_port, Body({{"mode", "scd"}, {"rung", 5}}));
+    CHECK(pinned["scd"]["mode"] == "scd");
+    CHECK(pinned["scd"]["rung"] == 5);
+    CHECK(pinned["scd"]["rung_name"] == "scd r12/18 k2");
+    CHECK(Post(p.prefill.http_port, Body({{"mode", "scd"}}))["scd"]["rung"] == 0);
     const std::string metrics = HttpGet(p.prefill.http_port, "/metrics").body;
     const std::string series =
         absl::StrCat("scd_mode_choices_total{specialist=\"", kModel, "\",mode=\"", mode,
@@ -176,8 +180,8 @@ TEST_CASE("The Admin API changes the link mid-run and mode auto follows it both 
   const std::string dir = TempDir();
   Pair p = StartAuto(dir, 0.0, 0.9);
   CHECK(Post(p.prefill.http_port, Body({{"mode", "raw"}}))["scd"]["mode"] == "raw");
-  CHECK(Post(p.prefill.http_port, Body({{"mode", "scd"}}))["scd"]["mode"] == "scd");
   REQUIRE(Post(p.prefill.http_port, Body())["scd"]["mode"] == "raw");  // unlimited, warm
+  CHECK(Post(p.prefill.http_port, Body({{"mode", "scd"}}))["scd"]["mode"] == "scd");
   // The decode daemon measures what it served, by mode, and reports it (heartbeats; gauges
   // its ticker refreshes every 100 ms).
   const std::vector<std::string> rates = {
@@ -219,11 +223,18 @@ TEST_CASE("The Admin API changes the link mid-run and mode auto follows it both 
   INFO("after the slow-down: " << absl::StrJoin(slow, ", "));
   CHECK_FALSE(LargePayload(slow.back()));
 
-  // Unlimited again: the smaller payloads keep measuring the link, and raw comes back.
+  // Unlimited again: raw's codes of a context are cached (a pinned request, whose transfer
+  // also measures the link again), and once the link is measured fast, auto sends them. (On
+  // the context asked so far, a small payload's codes are cached by now, and warm scd is within
+  // the chooser's tolerance of warm raw here: see the first case.)
   REQUIRE(SetLink(p.prefill.grpc_address, 0, "test-token", &r).ok());
   CHECK(r.previous_gbps() == 0.01);
-  std::vector<std::string> fast =
-      AskUntil(p.prefill.http_port, 40, [](const std::string& m) { return m == "raw"; });
+  std::vector<std::string> fast;
+  for (int variant = 1; variant <= 20; ++variant) {
+    CHECK(Post(p.prefill.http_port, Body({{"mode", "raw"}}, variant))["scd"]["mode"] == "raw");
+    fast.push_back(Post(p.prefill.http_port, Body(nullptr, variant))["scd"]["mode"]);
+    if (fast.back() == "raw") break;
+  }
   INFO("after the speed-up: " << absl::StrJoin(fast, ", "));
   CHECK(fast.back() == "raw");
 }
