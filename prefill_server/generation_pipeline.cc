@@ -71,13 +71,6 @@ class CancelWatcher {
 
 }  // namespace
 
-struct GenerationPipeline::Encoded {
-  std::vector<uint8_t> bytes;  // empty: no payload (the consumer prefills everything)
-  std::vector<int32_t> suffix;
-  bool cache_hit = false;
-  bool fallback = false;  // the oracle retry of a failed payload path
-};
-
 struct GenerationPipeline::Metrics {
   metrics::CounterFamily* requests = nullptr;       // {model, mode}
   metrics::CounterFamily* errors = nullptr;         // {model, code}
@@ -597,6 +590,12 @@ void GenerationPipeline::CountMigrations(const std::string& model, int migration
 
 absl::StatusOr<GenerationOutcome> GenerationPipeline::Run(const PreparedRequest& r,
                                                           GenerationSink& sink) {
+  return RunWith(r, sink, [&](scd::v1::Timings* t) { return BuildPayload(r, t); });
+}
+
+absl::StatusOr<GenerationOutcome> GenerationPipeline::RunWith(const PreparedRequest& r,
+                                                              GenerationSink& sink,
+                                                              const BuildFn& build) {
   const Specialist& s = *r.specialist;
   const std::string& model = s.config.name;
   const std::string mode(CodecModeName(r.mode.mode));
@@ -612,7 +611,7 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Run(const PreparedRequest&
   if (metrics_->requests != nullptr) metrics_->requests->WithLabels({model, mode}).value()->Increment();
 
   scd::v1::Timings timings;
-  absl::StatusOr<Encoded> payload = BuildPayload(r, &timings);
+  absl::StatusOr<Encoded> payload = build(&timings);
   if (r.admission != nullptr) r.admission->LeaveProducer();
   if (!payload.ok()) {
     if (payload.status().code() == absl::StatusCode::kResourceExhausted) {

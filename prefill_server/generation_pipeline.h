@@ -30,6 +30,7 @@
 #define SCD_PREFILL_SERVER_GENERATION_PIPELINE_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -139,15 +140,36 @@ class GenerationPipeline {
   absl::StatusOr<PreparedRequest> Prepare(GenerationRequest request);
   absl::StatusOr<GenerationOutcome> Run(const PreparedRequest& request, GenerationSink& sink);
 
+  // Fan-out: `request` (its `model` ignored) prepared for each of `models`, in order. The
+  // first's mode is chosen as Prepare chooses it; a later specialist whose payload of that
+  // mode and rung would be the same bytes (one shared basis: the same pair tag) is pinned to
+  // it, unless the request pins a mode itself, so that one payload serves them all.
+  absl::StatusOr<std::vector<PreparedRequest>> PrepareFanout(const GenerationRequest& request,
+                                                             const std::vector<std::string>& models);
+  // Runs `requests` (PrepareFanout's) at once, each to its own sink and decode daemon; those
+  // whose payload is the first's bytes (the same tokens, pair tag, mode and rung) reuse the
+  // first's payload, built once: one prefill and one encode for all. An outcome per request.
+  std::vector<absl::StatusOr<GenerationOutcome>> RunFanout(
+      const std::vector<PreparedRequest>& requests, const std::vector<GenerationSink*>& sinks);
+
   int in_flight() const { return in_flight_.load(); }
 
  private:
-  struct Encoded;
+  struct Encoded {
+    std::vector<uint8_t> bytes;  // empty: no payload (the consumer prefills everything)
+    std::vector<int32_t> suffix;
+    bool cache_hit = false;
+    bool fallback = false;  // the oracle retry of a failed payload path
+  };
   struct Metrics;
   struct StreamState;
   struct DecodeStream;
   struct Attempts;
   absl::StatusOr<Encoded> BuildPayload(const PreparedRequest& r, scd::v1::Timings* timings);
+  using BuildFn = std::function<absl::StatusOr<Encoded>(scd::v1::Timings*)>;
+  // Run, its payload from `build`.
+  absl::StatusOr<GenerationOutcome> RunWith(const PreparedRequest& r, GenerationSink& sink,
+                                            const BuildFn& build);
   absl::StatusOr<GenerationOutcome> Dispatch(const PreparedRequest& r, const Encoded& payload,
                                              const scd::v1::Timings& timings, GenerationSink& sink);
   // One attempt on one decode daemon, continuing `state` (what earlier attempts streamed).

@@ -1,9 +1,15 @@
 // See generation_service.h.
 #include "prefill_server/generation_service.h"
 
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/request_id.h"
 #include "common/base/status_macros.h"
+#include "common/http/openai_api.h"
 #include "common/http/openai_error.h"
 #include "common/http/request_fields.h"
 #include "common/rpc/status_translation.h"
@@ -11,26 +17,60 @@
 namespace scd {
 namespace {
 
+// Writes events to the call's stream; a fan-out's sinks share one writer (`mu`: its writes
+// must not overlap) and stamp their choice and model on every event.
 class WriterSink final : public GenerationSink {
  public:
   WriterSink(grpc::ServerContext* context, grpc::ServerWriter<scd::v1::GenerateEvent>* writer,
-             bool ids)
-      : context_(context), writer_(writer), ids_(ids) {}
+             bool ids, std::mutex* mu = nullptr, int choice = 0, std::string model = "")
+      : context_(context), writer_(writer), ids_(ids), mu_(mu), choice_(choice),
+        model_(std::move(model)) {}
   bool OnDelta(const GenerationDelta& d) override {
     scd::v1::GenerateEvent e;
     e.mutable_delta()->set_text(d.text);
     if (ids_) {
       for (int32_t id : d.token_ids) e.mutable_delta()->add_token_ids(id);
     }
-    return !context_->IsCancelled() && writer_->Write(e);
+    return !context_->IsCancelled() && Write(e);
   }
   bool Cancelled() override { return context_->IsCancelled(); }
+  bool Write(scd::v1::GenerateEvent& e) {
+    e.set_choice(choice_);
+    e.set_model(model_);
+    if (mu_ == nullptr) return writer_->Write(e);
+    std::lock_guard<std::mutex> lock(*mu_);
+    return writer_->Write(e);
+  }
 
  private:
   grpc::ServerContext* context_;
   grpc::ServerWriter<scd::v1::GenerateEvent>* writer_;
   bool ids_;
+  std::mutex* mu_;
+  int choice_;
+  std::string model_;
 };
+
+// The done event of a request that ended well.
+scd::v1::GenerateEvent DoneEvent(const GenerationOutcome& out, const std::string& request_id) {
+  scd::v1::GenerateEvent e;
+  auto* done = e.mutable_done();
+  done->set_finish_reason(out.finish_reason);
+  done->mutable_usage()->set_prompt_tokens(out.prompt_tokens);
+  done->mutable_usage()->set_completion_tokens(out.completion_tokens);
+  done->mutable_usage()->set_total_tokens(out.prompt_tokens + out.completion_tokens);
+  *done->mutable_timings() = out.timings;
+  done->set_request_id(request_id);
+  done->set_decode_instance(out.decode_instance);
+  return e;
+}
+
+scd::v1::GenerateEvent ErrorEvent(const absl::Status& st) {
+  scd::v1::GenerateEvent e;
+  e.mutable_error()->set_code(static_cast<int>(st.code()));
+  e.mutable_error()->set_message(std::string(st.message()));
+  return e;
+}
 
 // A call refused before any work; one over a limit or shed by admission gets its retry delay
 // as a trailer, in seconds like HTTP's Retry-After.
@@ -132,6 +172,7 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context,
   if (!g.ok()) return rpc::ToGrpcStatus(g.status());
   g->request_id = request_id;
   g->arrived = absl::Now();
+  if (request->fanout_size() > 0) return GenerateFanout(context, *request, *g, writer);
   absl::StatusOr<PreparedRequest> prepared = pipeline_->Prepare(std::move(*g));
   if (!prepared.ok()) return Refuse(context, prepared.status());
   WriterSink sink(context, writer, request->return_token_ids());
@@ -149,22 +190,43 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context,
   absl::StatusOr<GenerationOutcome> out = pipeline_->Run(*prepared, tracking);
   if (!out.ok()) {
     if (!any_output) return rpc::ToGrpcStatus(out.status());
-    scd::v1::GenerateEvent e;
-    e.mutable_error()->set_code(static_cast<int>(out.status().code()));
-    e.mutable_error()->set_message(std::string(out.status().message()));
+    scd::v1::GenerateEvent e = ErrorEvent(out.status());
     writer->Write(e);
     return grpc::Status::OK;
   }
-  scd::v1::GenerateEvent e;
-  auto* done = e.mutable_done();
-  done->set_finish_reason(out->finish_reason);
-  done->mutable_usage()->set_prompt_tokens(out->prompt_tokens);
-  done->mutable_usage()->set_completion_tokens(out->completion_tokens);
-  done->mutable_usage()->set_total_tokens(out->prompt_tokens + out->completion_tokens);
-  *done->mutable_timings() = out->timings;
-  done->set_request_id(request_id);
-  done->set_decode_instance(out->decode_instance);
+  scd::v1::GenerateEvent e = DoneEvent(*out, request_id);
   writer->Write(e);
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerationService::GenerateFanout(grpc::ServerContext* context,
+                                               const scd::v1::GenerateRequest& request,
+                                               const GenerationRequest& g,
+                                               grpc::ServerWriter<scd::v1::GenerateEvent>* writer) {
+  const std::vector<std::string> models(request.fanout().begin(), request.fanout().end());
+  if (models.size() > http::kMaxFanout ||
+      std::find(models.begin(), models.end(), g.model) == models.end() ||
+      std::set<std::string>(models.begin(), models.end()).size() != models.size()) {
+    return rpc::ToGrpcStatus(http::FieldError(
+        "fanout", absl::StrCat("must list the request's model and at most ", http::kMaxFanout,
+                               " distinct specialists")));
+  }
+  absl::StatusOr<std::vector<PreparedRequest>> prepared = pipeline_->PrepareFanout(g, models);
+  if (!prepared.ok()) return Refuse(context, prepared.status());
+  std::mutex mu;
+  std::vector<std::unique_ptr<WriterSink>> sinks;
+  std::vector<GenerationSink*> to;
+  for (size_t i = 0; i < models.size(); ++i) {
+    sinks.push_back(std::make_unique<WriterSink>(context, writer, request.return_token_ids(), &mu,
+                                                 static_cast<int>(i), models[i]));
+    to.push_back(sinks.back().get());
+  }
+  std::vector<absl::StatusOr<GenerationOutcome>> outs = pipeline_->RunFanout(*prepared, to);
+  for (size_t i = 0; i < models.size(); ++i) {
+    scd::v1::GenerateEvent e = outs[i].ok() ? DoneEvent(*outs[i], g.request_id)
+                                            : ErrorEvent(outs[i].status());
+    sinks[i]->Write(e);
+  }
   return grpc::Status::OK;
 }
 

@@ -47,6 +47,10 @@ class GenerationService final : public scd::v1::Generation::Service {
   absl::StatusOr<ApiKeyLease> Authorize(grpc::ServerContext* context,
                                         const scd::v1::GenerateRequest& r) const;
   absl::StatusOr<GenerationRequest> Translate(const scd::v1::GenerateRequest& r) const;
+  // A request with `fanout`: one answer per listed specialist, each event naming its choice.
+  grpc::Status GenerateFanout(grpc::ServerContext* context, const scd::v1::GenerateRequest& request,
+                              const GenerationRequest& g,
+                              grpc::ServerWriter<scd::v1::GenerateEvent>* writer);
 
   GenerationPipeline* const pipeline_;
   ApiKeyRing* const keys_;

@@ -1,6 +1,8 @@
 // See openai_frontend.h.
 #include "prefill_server/openai_frontend.h"
 
+#include <algorithm>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -123,6 +125,10 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
   absl::StatusOr<ModeRequest> ask = ModeRequestOf(scd_ext.mode, scd_ext.rung, scd_ext.quality_floor);
   if (!ask.ok()) return res.SetError(ask.status());
   g.mode = *ask;
+  if (!scd_ext.fanout.empty()) {
+    return HandleFanout(chat, std::move(g), scd_ext.fanout, stream, include_usage,
+                        std::move(*lease), res);
+  }
   absl::StatusOr<PreparedRequest> prepared = pipeline_->Prepare(std::move(g));
   if (!prepared.ok()) {
     absl::Status st = prepared.status();
@@ -142,10 +148,7 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
     return res.SetJson(200, http::DumpJson(body));
   }
   std::shared_ptr<http::SseStream> sse = res.StartSse();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++workers_;
-  }
+  Enter();
   std::thread([this, sse, kind, info = std::move(info), include_usage,
                prepared = std::move(*prepared), lease = std::move(*lease)]() mutable {
     http::StreamEncoder encoder(kind, info, include_usage);
@@ -162,9 +165,99 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
     } else {
       sse->Fail(out.status());
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    --workers_;
-    idle_.notify_all();
+    Leave();
+  }).detach();
+}
+
+void OpenAiFrontend::Enter() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++workers_;
+}
+
+void OpenAiFrontend::Leave() {
+  std::lock_guard<std::mutex> lock(mu_);
+  --workers_;
+  idle_.notify_all();
+}
+
+void OpenAiFrontend::HandleFanout(bool chat, GenerationRequest g,
+                                  const std::vector<std::string>& models, bool stream,
+                                  bool include_usage, ApiKeyLease lease, http::HttpResponse& res) {
+  if (std::find(models.begin(), models.end(), g.model) == models.end()) {
+    return res.SetError(http::FieldError(
+        "scd.fanout", absl::StrCat("must list the request's model '", g.model, "'")));
+  }
+  absl::StatusOr<std::vector<PreparedRequest>> prepared = pipeline_->PrepareFanout(g, models);
+  if (!prepared.ok()) {
+    absl::Status st = prepared.status();
+    if (st.code() == absl::StatusCode::kNotFound) st = http::WithErrorCode(st, "model_not_found");
+    return Refuse(res, st);
+  }
+  const http::ApiKind kind = chat ? http::ApiKind::kChatCompletion : http::ApiKind::kCompletion;
+  http::ResponseInfo info = http::NewResponseInfo(kind, g.model);
+  const size_t n = models.size();
+  if (!stream) {
+    std::vector<BufferSink> sinks(n);
+    std::vector<GenerationSink*> to(n);
+    for (size_t i = 0; i < n; ++i) to[i] = &sinks[i];
+    std::vector<absl::StatusOr<GenerationOutcome>> outs = pipeline_->RunFanout(*prepared, to);
+    nlohmann::json choices = nlohmann::json::array();
+    http::Usage total{0, 0};
+    for (size_t i = 0; i < n; ++i) {
+      if (!outs[i].ok()) return res.SetError(outs[i].status());
+      const GenerationOutcome& o = *outs[i];
+      const http::Usage usage{o.prompt_tokens, o.completion_tokens};
+      nlohmann::json one = chat ? http::ChatCompletionJson(info, sinks[i].text, ToFinish(o.finish_reason), usage)
+                                : http::CompletionJson(info, sinks[i].text, ToFinish(o.finish_reason), usage);
+      nlohmann::json choice = one["choices"][0];
+      choice["index"] = i;
+      choice["model"] = models[i];
+      choice["scd"] = ModeJson(o.timings);
+      choices.push_back(std::move(choice));
+      total.prompt_tokens += o.prompt_tokens;
+      total.completion_tokens += o.completion_tokens;
+    }
+    nlohmann::json body = chat ? http::ChatCompletionJson(info, "", http::FinishReason::kStop, total)
+                               : http::CompletionJson(info, "", http::FinishReason::kStop, total);
+    body["choices"] = std::move(choices);
+    return res.SetJson(200, http::DumpJson(body));
+  }
+  std::shared_ptr<http::SseStream> sse = res.StartSse();
+  Enter();
+  std::thread([this, sse, kind, info = std::move(info), include_usage, models,
+               prepared = std::move(*prepared), lease = std::move(lease)]() mutable {
+    const size_t n = models.size();
+    std::vector<http::StreamEncoder> encoders(n, http::StreamEncoder(kind, info, false));
+    std::vector<std::unique_ptr<SseSink>> sinks;
+    std::vector<GenerationSink*> to;
+    for (size_t i = 0; i < n; ++i) {
+      encoders[i].SetChoice(static_cast<int>(i), models[i]);
+      sinks.push_back(std::make_unique<SseSink>(sse, &encoders[i]));
+      to.push_back(sinks.back().get());
+    }
+    std::vector<absl::StatusOr<GenerationOutcome>> outs = pipeline_->RunFanout(prepared, to);
+    lease.Release();
+    absl::Status failed;
+    http::Usage total{0, 0};
+    for (size_t i = 0; i < n; ++i) {
+      if (!outs[i].ok()) {
+        if (failed.ok()) failed = outs[i].status();
+        continue;
+      }
+      const GenerationOutcome& o = *outs[i];
+      for (std::string& chunk : encoders[i].Finish(ToFinish(o.finish_reason), {}, ModeJson(o.timings))) {
+        sse->Send(std::move(chunk));
+      }
+      total.prompt_tokens += o.prompt_tokens;
+      total.completion_tokens += o.completion_tokens;
+    }
+    if (!failed.ok()) {
+      sse->Fail(failed);
+    } else {
+      if (include_usage) sse->Send(encoders[0].UsageChunk(total));
+      sse->Finish();
+    }
+    Leave();
   }).detach();
 }
 

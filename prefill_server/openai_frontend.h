@@ -13,6 +13,11 @@
 //
 // A streaming request runs on its own worker thread (the HTTP pool thread drains the SSE
 // queue); workers are counted so that Drain can wait for them at shutdown.
+//
+// Fan-out (the `scd.fanout` extension, openai_api.h): the same prompt to several specialists
+// at once, one choice each; on one shared basis they share one payload (one prefill and one
+// encode, GenerationPipeline::RunFanout). A streamed choice's chunks carry its index and model;
+// each choice's finishing chunk follows once every choice has ended.
 #ifndef SCD_PREFILL_SERVER_OPENAI_FRONTEND_H_
 #define SCD_PREFILL_SERVER_OPENAI_FRONTEND_H_
 
@@ -40,6 +45,14 @@ class OpenAiFrontend {
 
  private:
   void Handle(bool chat, const http::HttpRequest& req, http::HttpResponse& res);
+  // A request whose `scd.fanout` names several specialists: one choice per specialist, in the
+  // list's order, each naming its model (and its own `scd` object); `usage` sums them. The
+  // request's `model` must be listed. One failed specialist fails the request.
+  void HandleFanout(bool chat, GenerationRequest g, const std::vector<std::string>& models,
+                    bool stream, bool include_usage, ApiKeyLease lease, http::HttpResponse& res);
+  // Counts a streaming worker in (Enter) and out (Leave), for WaitForWorkers.
+  void Enter();
+  void Leave();
 
   GenerationPipeline* const pipeline_;
   ApiKeyRing* const keys_;

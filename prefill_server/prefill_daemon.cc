@@ -77,7 +77,9 @@ absl::Status PrefillDaemon::LoadModels() {
                                           {"patch_layers", s->patch_layers}});
     specialists_[sc.name] = std::move(s);
   }
-  return absl::OkStatus();
+  std::vector<Specialist*> all;
+  for (auto& [name, s] : specialists_) all.push_back(s.get());
+  return ShareBases(all);
 }
 
 absl::Status PrefillDaemon::Start() {

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/scd/shared_artifact.h"
 
 namespace scd {
 namespace {
@@ -11,7 +12,48 @@ absl::Status Annotate(const std::string& name, const absl::Status& st) {
   return absl::Status(st.code(), absl::StrCat("specialist '", name, "': ", std::string(st.message())));
 }
 
+// The specialist's artifact: a pair's own file, or its consumer's section of a shared one
+// (the section of consumer_path's model when given, else the one of the specialist's name).
+absl::StatusOr<ScdArtifact> LoadSection(const SpecialistConfig& config) {
+  const std::string& path = config.artifact_path;
+  if (!SharedArtifact::IsSharedFile(path)) return ScdArtifact::Load(path);
+  SCD_ASSIGN_OR_RETURN(SharedArtifact shared, SharedArtifact::Load(path));
+  if (!config.consumer_path.empty()) {
+    SCD_ASSIGN_OR_RETURN(std::shared_ptr<const Model> consumer, LoadModel(config.consumer_path));
+    absl::StatusOr<ScdArtifact> a = shared.ForConsumer(consumer->digest());
+    if (!a.ok()) return absl::Status(a.status().code(), absl::StrCat(path, ": ", a.status().message()));
+    return a;
+  }
+  std::string names;
+  for (const ScdArtifact& a : shared.consumers()) {
+    if (a.consumer_name == config.name) return a;
+    absl::StrAppend(&names, names.empty() ? "" : ", ", a.consumer_name);
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "shared artifact ", path, " has no section named '", config.name, "' (it holds ", names,
+      "); name the consumer's checkpoint with config key 'consumer_path'"));
+}
+
 }  // namespace
+
+absl::Status ShareBases(const std::vector<Specialist*>& specialists) {
+  std::map<std::string, std::vector<Specialist*>> by_basis;
+  for (Specialist* s : specialists) {
+    if (s->artifact != nullptr && !s->artifact->basis_id.empty()) {
+      by_basis[s->artifact->basis_id].push_back(s);
+    }
+  }
+  for (auto& [basis, group] : by_basis) {
+    std::vector<const ScdArtifact*> sections;
+    for (Specialist* s : group) sections.push_back(s->artifact.get());
+    for (Specialist* s : group) {
+      if (absl::Status st = s->codec->ServeSections(sections); !st.ok()) {
+        return Annotate(s->config.name, st);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfig& config,
                                                            std::shared_ptr<const Model> producer,
@@ -39,7 +81,7 @@ absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfi
 
   std::string consumer_digest;
   if (!config.artifact_path.empty()) {
-    absl::StatusOr<ScdArtifact> a = ScdArtifact::Load(config.artifact_path);
+    absl::StatusOr<ScdArtifact> a = LoadSection(config);
     if (!a.ok()) return Annotate(name, a.status());
     if (absl::Status st = a->CheckPair(producer.get(), nullptr); !st.ok()) {
       return Annotate(name, absl::FailedPreconditionError(absl::StrCat(

@@ -5,7 +5,9 @@
 //
 // The pair digest is MakePairDigest(producer digest, consumer digest, artifact id): the
 // consumer digest comes from the artifact (which records both models), or, for a specialist
-// served with a baseline mode and no artifact, from the consumer checkpoint itself.
+// served with a baseline mode and no artifact, from the consumer checkpoint itself. The
+// payloads of scd and scd-reuse codes on a shared basis carry the basis digest instead, and
+// their prefix-cache namespace is that digest: one entry serves every specialist on the basis.
 #ifndef SCD_PREFILL_SERVER_SPECIALIST_H_
 #define SCD_PREFILL_SERVER_SPECIALIST_H_
 
@@ -30,7 +32,8 @@ namespace scd {
 struct SpecialistConfig {
   std::string name;
   std::string artifact_path;  // required for modes scd, scd-reuse and recompute
-  std::string consumer_path;  // read for its digest when there is no artifact
+  // Read for its digest when there is no artifact, or to pick its section of a shared one.
+  std::string consumer_path;
   std::string mode = "scd";  // a CodecMode's name, or "auto" (prefill_server/mode_selection.h)
   double quality_floor = 0.95;  // auto: the top-1 agreement with the oracle a mode must keep
   std::string chat_template = "plain";
@@ -63,10 +66,17 @@ struct Specialist {
 };
 
 // Loads and checks one specialist against the producer. Errors name the specialist and the
-// config key.
+// config key. Its `artifact` may be a shared-basis file (common/scd/shared_artifact.h): the
+// section of its `consumer_path` model, or else the one named like the specialist.
 absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfig& config,
                                                            std::shared_ptr<const Model> producer,
                                                            const Tokenizer& tokenizer);
+
+// Specialists whose artifacts are on one shared basis get one payload of their scd and
+// scd-reuse codes, which serves them all (ProducerCodec::ServeSections), and so one prefix
+// cache entry: their pair tags of those modes are the basis digest. FAILED_PRECONDITION
+// naming a specialist whose section cannot share the others' payload.
+absl::Status ShareBases(const std::vector<Specialist*>& specialists);
 
 }  // namespace scd
 

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Demo of the disaggregated pair on loopback: starts one prefill daemon (base model
-# stories260K, configs/prefill.yaml) and one decode daemon (the bAbI-QA specialist,
-# configs/decode-babi-qa.yaml), waits until /ready, sends one streaming chat request with
-# curl, prints the raw SSE stream and the assembled answer, then stops both with SIGTERM.
+# Demo of disaggregated serving on loopback: starts one prefill daemon (base model
+# stories260K, configs/prefill.yaml) and two decode daemons (the bAbI-QA specialist,
+# configs/decode-babi-qa.yaml, and the WikiText one, configs/decode-wiki.yaml, both on one
+# shared SCD basis), waits until both are registered, sends one streaming chat request to the
+# bAbI-QA specialist with curl, prints the raw SSE stream and the assembled answer, then asks
+# both specialists the same question in one fan-out request (one prefill, one payload) and
+# prints each one's answer, then stops the daemons with SIGTERM.
 # Environment: BUILD_DIR (default build), HTTP_PORT (8000), GRPC_PORT (7000) and
-# DECODE_PORT_BASE (7101: gRPC, +100 data plane, +200 HTTP) to move off busy ports.
+# DECODE_PORT_BASE (7101: gRPC, +100 data plane, +200 HTTP; the WikiText daemon's are one
+# more each) to move off busy ports.
 # The configs' cluster token is an example, not a secret, so both daemons run with
 # --control_plane.dev_insecure=true (a development cluster on loopback; docs/CONFIG.md,
 # "Securing a cluster").
@@ -47,10 +51,25 @@ printf '==> starting the decode daemon (logs: %s/decode.log)\n' "${LOG_DIR}" >&2
   --data_plane.listen="127.0.0.1:$((DECODE_PORT_BASE + 100))" \
   --http.port="$((DECODE_PORT_BASE + 200))" 2>"${LOG_DIR}/decode.log" &
 pids+=($!)
+printf '==> starting the WikiText decode daemon (logs: %s/decode-wiki.log)\n' "${LOG_DIR}" >&2
+"${BUILD_DIR}/bin/scd-decode" --config configs/decode-wiki.yaml \
+  --control_plane.address="127.0.0.1:${GRPC_PORT}" --control_plane.dev_insecure=true \
+  --grpc.listen="127.0.0.1:$((DECODE_PORT_BASE + 1))" \
+  --data_plane.listen="127.0.0.1:$((DECODE_PORT_BASE + 101))" \
+  --http.port="$((DECODE_PORT_BASE + 201))" 2>"${LOG_DIR}/decode-wiki.log" &
+pids+=($!)
 
-printf '==> waiting for http://127.0.0.1:%s/ready\n' "${HTTP_PORT}" >&2
+# Ready, with a live decode daemon of each specialist (the gauge is refreshed every second).
+both_registered() {
+  local metrics
+  curl -sf "http://127.0.0.1:${HTTP_PORT}/ready" >/dev/null || return 1
+  metrics="$(curl -sf "http://127.0.0.1:${HTTP_PORT}/metrics")" || return 1
+  grep -q '^scd_decode_instances{model="stories260K-babi-qa"} 1' <<<"${metrics}" &&
+    grep -q '^scd_decode_instances{model="stories260K-wiki"} 1' <<<"${metrics}"
+}
+printf '==> waiting for both decode daemons to register at http://127.0.0.1:%s\n' "${HTTP_PORT}" >&2
 for _ in $(seq 1 100); do
-  if curl -sf "http://127.0.0.1:${HTTP_PORT}/ready" >/dev/null; then break; fi
+  if both_registered; then break; fi
   for pid in "${pids[@]}"; do
     if ! kill -0 "${pid}" 2>/dev/null; then
       printf 'a daemon exited; its log:\n' >&2
@@ -80,4 +99,11 @@ for line in sys.stdin:
         usage = chunk["usage"]
 print(text)
 print("usage:", usage)'
-printf '==> stopping both daemons\n' >&2
+FANOUT='{"model": "stories260K-babi-qa", "prompt": "Mary moved to the bathroom. John went to the hallway. Where is Mary?",
+  "max_tokens": 8, "temperature": 0, "scd": {"fanout": ["stories260K-babi-qa", "stories260K-wiki"]}}'
+printf '==> one question to both specialists (scd.fanout: one prefill, one payload)\n' >&2
+run curl -s "http://127.0.0.1:${HTTP_PORT}/v1/completions" -H 'Content-Type: application/json' \
+  -d "${FANOUT}" | python3 -c 'import sys, json
+for c in json.load(sys.stdin)["choices"]:
+    print("choice %d (%s): %r" % (c["index"], c["model"], c["text"]))'
+printf '==> stopping the daemons\n' >&2

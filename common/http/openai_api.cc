@@ -3,6 +3,8 @@
 // exactly which field is wrong and why.
 #include "common/http/openai_api.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -302,9 +304,26 @@ absl::Status ReadScdExtension(const json& body, ScdExtension* out) {
   if (v == nullptr) return absl::OkStatus();
   if (!v->is_object()) return FieldError("scd", "must be an object");
   for (auto it = v->begin(); it != v->end(); ++it) {
-    if (it.key() != "mode" && it.key() != "rung" && it.key() != "quality_floor") {
+    if (it.key() != "mode" && it.key() != "rung" && it.key() != "quality_floor" &&
+        it.key() != "fanout") {
       return FieldError(absl::StrCat("scd.", it.key()),
-                        "is not a field of scd (mode, rung, quality_floor)");
+                        "is not a field of scd (mode, rung, quality_floor, fanout)");
+    }
+  }
+  if (const json* fanout = Find(*v, "fanout"); fanout != nullptr) {
+    if (!fanout->is_array() || fanout->empty() || fanout->size() > kMaxFanout) {
+      return FieldError("scd.fanout", absl::StrCat("must be a list of 1 to ", kMaxFanout,
+                                                   " model names"));
+    }
+    for (const json& name : *fanout) {
+      if (!name.is_string() || name.get<std::string>().empty()) {
+        return FieldError("scd.fanout", "must hold model names (non-empty strings)");
+      }
+      const std::string n = name.get<std::string>();
+      if (std::find(out->fanout.begin(), out->fanout.end(), n) != out->fanout.end()) {
+        return FieldError("scd.fanout", absl::StrCat("names '", n, "' twice"));
+      }
+      out->fanout.push_back(n);
     }
   }
   if (const json* mode = Find(*v, "mode"); mode != nullptr) {

@@ -20,7 +20,9 @@
 // Our extension, in both: `scd`, an object of how the context travels to the specialist:
 // `mode` (a codec mode's name: pins it), `rung` (with scd or scd-reuse: a rung of the
 // artifact's rate ladder) and `quality_floor` (in [0, 1]: with `mode: auto`, the top-1
-// agreement with the oracle the chosen mode must keep). Its unknown keys are refused.
+// agreement with the oracle the chosen mode must keep) and `fanout` (a list of specialists:
+// each answers the same prompt as its own choice, `choices[i]` naming its model; on one
+// shared basis they share one payload). Its unknown keys are refused.
 #ifndef SCD_COMMON_HTTP_OPENAI_API_H_
 #define SCD_COMMON_HTTP_OPENAI_API_H_
 
@@ -42,7 +44,11 @@ struct ScdExtension {
   std::optional<std::string> mode;
   std::optional<int> rung;
   std::optional<double> quality_floor;
+  // Several specialists answering the same prompt, each as its own choice (empty: the body's
+  // `model` alone). Distinct names, at most kMaxFanout.
+  std::vector<std::string> fanout;
 };
+inline constexpr size_t kMaxFanout = 16;
 
 struct CompletionRequest {
   std::string model;

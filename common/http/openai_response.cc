@@ -89,8 +89,27 @@ json StreamEncoder::Chunk(json choice) const {
   return chunk;
 }
 
+void StreamEncoder::SetChoice(int index, std::string model) {
+  index_ = index;
+  model_ = std::move(model);
+}
+
+json StreamEncoder::Choice() const {
+  json choice{{"index", index_}, {"logprobs", nullptr}};
+  if (!model_.empty()) choice["model"] = model_;
+  return choice;
+}
+
+std::string StreamEncoder::UsageChunk(const Usage& usage) const {
+  json last = Envelope(info_, ObjectName(kind_, true));
+  last["choices"] = json::array();
+  last["usage"] = UsageJson(usage);
+  return DumpJson(last);
+}
+
 std::string StreamEncoder::Delta(std::string_view text) {
-  json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  json choice = Choice();
+  choice["finish_reason"] = nullptr;
   if (kind_ == ApiKind::kCompletion) {
     choice["text"] = std::string(text);
   } else {
@@ -104,7 +123,8 @@ std::string StreamEncoder::Delta(std::string_view text) {
 
 std::vector<std::string> StreamEncoder::Finish(FinishReason finish, const Usage& usage,
                                                const json& extension) {
-  json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishReasonName(finish)}};
+  json choice = Choice();
+  choice["finish_reason"] = FinishReasonName(finish);
   if (kind_ == ApiKind::kCompletion) {
     choice["text"] = "";
   } else {
@@ -116,12 +136,7 @@ std::vector<std::string> StreamEncoder::Finish(FinishReason finish, const Usage&
   json chunk = Chunk(std::move(choice));
   if (!extension.is_null()) chunk["scd"] = extension;
   std::vector<std::string> payloads = {DumpJson(chunk)};
-  if (include_usage_) {
-    json last = Envelope(info_, ObjectName(kind_, true));
-    last["choices"] = json::array();
-    last["usage"] = UsageJson(usage);
-    payloads.push_back(DumpJson(last));
-  }
+  if (include_usage_) payloads.push_back(UsageChunk(usage));
   return payloads;
 }
 

@@ -63,13 +63,22 @@ class StreamEncoder {
 
   const ResponseInfo& info() const { return info_; }
 
+  // A fan-out's choice (one specialist's answer): its chunks carry choice `index` and, in the
+  // choice, the `model` that answers. Default: index 0, no model in the choice.
+  void SetChoice(int index, std::string model);
+  // The last chunk of a stream with stream_options.include_usage: no choices, `usage`.
+  std::string UsageChunk(const Usage& usage) const;
+
  private:
   nlohmann::json Chunk(nlohmann::json choice) const;
+  nlohmann::json Choice() const;
 
   ApiKind kind_;
   ResponseInfo info_;
   bool include_usage_;
   bool sent_role_ = false;
+  int index_ = 0;
+  std::string model_;
 };
 
 struct ModelCard {

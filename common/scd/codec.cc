@@ -57,13 +57,43 @@ absl::StatusOr<std::unique_ptr<ProducerCodec>> ProducerCodec::Create(
   c->consumer_digest_ = std::move(consumer_digest);
   c->artifact_ = std::move(artifact);
   if (c->artifact_ != nullptr) c->ladder_ = RateLadder(*c->artifact_);
+  if (c->on_basis()) c->section_orders_ = {c->artifact_->patch_order};
   c->options_ = std::move(options);
   return c;
 }
 
 PairDigest ProducerCodec::pair_digest(CodecMode mode) const {
+  if (on_basis() && (mode == CodecMode::kScd || mode == CodecMode::kScdReuse)) {
+    return MakeBasisDigest(producer_->digest(), artifact_->basis_id);
+  }
   return MakePairDigest(producer_->digest(), consumer_digest_,
                         ArtifactIdFor(mode, artifact_.get()));
+}
+
+absl::Status ProducerCodec::ServeSections(const std::vector<const ScdArtifact*>& sections) {
+  if (!on_basis()) {
+    return absl::FailedPreconditionError(
+        "payloads serve several consumers only on a shared basis; this artifact is a pair's own");
+  }
+  std::vector<std::vector<int>> orders = {artifact_->patch_order};
+  for (const ScdArtifact* a : sections) {
+    if (a == nullptr || a->consumer_digest == artifact_->consumer_digest) continue;
+    if (a->basis_id != artifact_->basis_id || a->producer_digest != artifact_->producer_digest) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "consumer '", a->consumer_name, "''s artifact is on basis ",
+          a->basis_id.empty() ? "(none: a pair's own)" : a->basis_id.substr(0, 12), ", not ",
+          artifact_->basis_id.substr(0, 12), ": one payload cannot serve both"));
+    }
+    if (RateLadder(*a) != ladder_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "consumers '", artifact_->consumer_name, "' and '", a->consumer_name,
+          "' share a basis but not a rate ladder (patch budgets ", artifact_->patch_budget, " and ",
+          a->patch_budget, "): calibrate them with the same --patch-layers"));
+    }
+    orders.push_back(a->patch_order);
+  }
+  section_orders_ = std::move(orders);
+  return absl::OkStatus();
 }
 
 namespace {
@@ -127,13 +157,45 @@ absl::StatusOr<Rung> LadderRung(const std::vector<Rung>& ladder, CodecMode mode,
   return ladder[index];
 }
 
-// Appends layer `l`'s SCD codes: its PATCH code when `patch_layers` lists it, its REUSE key
-// and value codes at the rung's ranks otherwise. `z` is scratch kept from layer to layer.
+bool Lists(const std::vector<int>& layers, int l) {
+  return std::find(layers.begin(), layers.end(), l) != layers.end();
+}
+
+// The layers an scd payload at `rung` patches, and those it also carries REUSE codes of: one
+// section (a pair's own code), its first k' patch layers, patched only; several sections on a
+// shared basis, the union of theirs, with REUSE codes of each layer some section leaves
+// unpatched.
+struct CodeLayout {
+  std::vector<int> patch, also_reuse;
+};
+CodeLayout LayoutOf(const std::vector<std::vector<int>>& orders, const Rung& rung) {
+  CodeLayout out;
+  for (const std::vector<int>& order : orders) {
+    for (int i = 0; i < rung.patch_layers && i < static_cast<int>(order.size()); ++i) {
+      if (!Lists(out.patch, order[i])) out.patch.push_back(order[i]);
+    }
+  }
+  for (int l : out.patch) {
+    for (const std::vector<int>& order : orders) {
+      const auto end = order.begin() + std::min<size_t>(order.size(), rung.patch_layers);
+      if (std::find(order.begin(), end, l) == end) {
+        out.also_reuse.push_back(l);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// Appends layer `l`'s SCD codes: its PATCH code when `layout.patch` lists it, and its REUSE key
+// and value codes at the rung's ranks when it does not, or `layout.also_reuse` does. `z` is
+// scratch kept from layer to layer.
 absl::Status AppendCodeLayer(Payload& p, const ScdArtifact& a, const Rung& rung,
-                             const std::vector<int>& patch_layers, int l, const LayerStates& s,
-                             int t, std::vector<float>& z) {
+                             const CodeLayout& layout, int l, const LayerStates& s, int t,
+                             std::vector<float>& z) {
   const Encoding enc = a.code_encoding;
-  if (std::find(patch_layers.begin(), patch_layers.end(), l) != patch_layers.end()) {
+  const bool patch = Lists(layout.patch, l);
+  if (patch) {
     auto it = a.patches.find(l);
     if (it == a.patches.end()) {
       return absl::InvalidArgumentError(absl::StrCat("layer ", l, " has no PATCH fit"));
@@ -142,7 +204,7 @@ absl::Status AppendCodeLayer(Payload& p, const ScdArtifact& a, const Rung& rung,
     z.resize(static_cast<size_t>(t) * code.rank);
     code.Encode(s.h_in.data(), t, z.data());
     p.blocks.push_back(MakeBlock(BlockKind::kPatch, enc, l, z.data(), t, code.rank));
-    return absl::OkStatus();
+    if (!Lists(layout.also_reuse, l)) return absl::OkStatus();
   }
   const ReuseLayer& r = a.reuse[l];
   z.resize(static_cast<size_t>(t) * rung.rank_k);
@@ -174,6 +236,7 @@ absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const i
   p.num_layers = static_cast<uint16_t>(c.num_layers);
   p.start_position = static_cast<uint32_t>(start_position);
   p.rung = static_cast<uint16_t>(rung_at);
+  p.on_basis = codes && on_basis();
   p.pair_digest = pair_digest(mode);
   p.token_ids.assign(tokens.begin(), tokens.end());
   if (mode == CodecMode::kOracle) return p;
@@ -182,10 +245,13 @@ absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const i
   p.blocks.push_back(MakeBlock(BlockKind::kSurprisal, Encoding::kF16, 0,
                                states.surprisal.data(), t, 1));
   const int kvd = c.kv_dim();
-  std::vector<int> patch_layers;
+  CodeLayout layout;
   if (mode == CodecMode::kScd) {
-    patch_layers = options_.patch_layers.value_or(std::vector<int>(
-        artifact_->patch_order.begin(), artifact_->patch_order.begin() + rung.patch_layers));
+    layout = options_.patch_layers.has_value()
+                 ? CodeLayout{*options_.patch_layers, {}}
+                 : LayoutOf(on_basis() ? section_orders_
+                                       : std::vector<std::vector<int>>{artifact_->patch_order},
+                            rung);
   }
   std::vector<float> z;
   for (int l = 0; l < c.num_layers; ++l) {
@@ -203,7 +269,7 @@ absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const i
         break;
       case CodecMode::kScdReuse:
       case CodecMode::kScd:
-        SCD_RETURN_IF_ERROR(AppendCodeLayer(p, *artifact_, rung, patch_layers, l, s, t, z));
+        SCD_RETURN_IF_ERROR(AppendCodeLayer(p, *artifact_, rung, layout, l, s, t, z));
         break;
       case CodecMode::kOracle:
         break;
@@ -254,7 +320,7 @@ WorkspaceBytes ConsumerCodec::RebuildWorkspace() const {
 }
 
 absl::Status ConsumerCodec::Check(const Payload& p, const Sequence& seq) const {
-  const ModelConfig& c = consumer_->config;
+  if (p.on_basis) return CheckBasis(p, seq);
   const std::string mode_name(CodecModeName(p.mode));
   const PairDigest want =
       MakePairDigest(producer_digest_, consumer_->digest(), ArtifactIdFor(p.mode, artifact_.get()));
@@ -263,6 +329,29 @@ absl::Status ConsumerCodec::Check(const Payload& p, const Sequence& seq) const {
         "payload (", mode_name, ") was made for another model pair or artifact (pair digest ",
         PairDigestHex(p.pair_digest), ", this consumer expects ", PairDigestHex(want), ")"));
   }
+  return CheckShape(p, seq);
+}
+
+absl::Status ConsumerCodec::CheckBasis(const Payload& p, const Sequence& seq) const {
+  const std::string got = PairDigestHex(p.pair_digest);
+  if (artifact_ == nullptr || artifact_->basis_id.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "payload (", std::string(CodecModeName(p.mode)), ") was encoded on a shared producer basis "
+        "(basis digest ", got, "), and this consumer's artifact ",
+        artifact_ == nullptr ? "is missing" : "is its pair's own code, on no shared basis"));
+  }
+  const PairDigest want = MakeBasisDigest(producer_digest_, artifact_->basis_id);
+  if (p.pair_digest != want) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "payload (", std::string(CodecModeName(p.mode)), ") was encoded on another producer or "
+        "shared basis (basis digest ", got, "); this consumer's artifact section is on basis ",
+        artifact_->basis_id.substr(0, 12), " (digest ", PairDigestHex(want), ")"));
+  }
+  return CheckShape(p, seq);
+}
+
+absl::Status ConsumerCodec::CheckShape(const Payload& p, const Sequence& seq) const {
+  const ModelConfig& c = consumer_->config;
   if (p.num_layers != c.num_layers) {
     return absl::InvalidArgumentError(absl::StrCat("payload has ", p.num_layers,
                                                    " layers, consumer has ", c.num_layers));
@@ -277,6 +366,25 @@ absl::Status ConsumerCodec::Check(const Payload& p, const Sequence& seq) const {
     SCD_RETURN_IF_ERROR(LadderRung(ladder_, p.mode, p.rung).status());
   }
   return absl::OkStatus();
+}
+
+std::vector<int> ConsumerCodec::OwnPatchLayers(CodecMode mode, const Rung& rung) const {
+  if (mode != CodecMode::kScd || artifact_ == nullptr) return {};
+  const auto& order = artifact_->patch_order;
+  return std::vector<int>(order.begin(),
+                          order.begin() + std::min<size_t>(order.size(), rung.patch_layers));
+}
+
+bool ConsumerCodec::OwnLayout(const Payload& p) const {
+  if (!p.on_basis) return true;
+  absl::StatusOr<Rung> rung = LadderRung(ladder_, p.mode, p.rung);
+  if (!rung.ok()) return false;
+  const std::vector<int> own = OwnPatchLayers(p.mode, *rung);
+  for (const PayloadBlock& b : p.blocks) {
+    if (b.kind == BlockKind::kPatch && !Lists(own, b.layer)) return false;
+    if (b.kind == BlockKind::kKey && Lists(own, b.layer)) return false;
+  }
+  return true;
 }
 
 struct ConsumerCodec::HostBuffers {
@@ -304,9 +412,10 @@ absl::Status ConsumerCodec::Rebuild(const Payload& p, Backend& backend, Sequence
     return absl::FailedPreconditionError(
         absl::StrCat("mode ", mode_name, " needs this consumer's calibration artifact"));
   }
-  // The GPU rebuild decodes the top rung; a lower rung's narrower codes rebuild on the host.
+  // The GPU rebuild decodes the top rung of a pair's own layout; a lower rung's narrower
+  // codes, or a shared-basis payload with other sections' layers, rebuild on the host.
   if (gpu_ != nullptr && (p.mode == CodecMode::kScd || p.mode == CodecMode::kScdReuse) &&
-      p.rung == 0 && GpuRebuild::Applies(backend)) {
+      p.rung == 0 && OwnLayout(p) && GpuRebuild::Applies(backend)) {
     return gpu_->Rebuild(p, backend, seq, &st);
   }
   // On the host: in blocks of rows, through buffers reused from block to block. Buffers of at
@@ -413,6 +522,7 @@ absl::Status ConsumerCodec::RebuildOnHost(const Payload& p, Backend& backend, Se
   kv.v.resize(c.num_layers);
   const PayloadBlock* residual = nullptr;
   SCD_ASSIGN_OR_RETURN(const Rung rung, LadderRung(ladder_, p.mode, p.rung));
+  const std::vector<int> own_patch = OwnPatchLayers(p.mode, rung);
   int recompute_first = -1, recompute_end = -1;
   for (int l = 0; l < c.num_layers; ++l) {
     const PayloadBlock* kb = p.Find(BlockKind::kKey, l);
@@ -426,6 +536,9 @@ absl::Status ConsumerCodec::RebuildOnHost(const Payload& p, Backend& backend, Se
       recompute_first = l;
     }
     const bool codes = p.mode == CodecMode::kScdReuse || p.mode == CodecMode::kScd;
+    // A shared-basis payload serving several sections may carry a layer both ways: this
+    // consumer's own selection decides.
+    if (p.on_basis && pb != nullptr && kb != nullptr && !Lists(own_patch, l)) pb = nullptr;
     if (pb != nullptr) {
       SCD_RETURN_IF_ERROR(
           RebuildPatchLayer(p, pb, l, artifact_.get(), *consumer_, buffers.z, buffers.h, kv));

@@ -73,7 +73,20 @@ class ProducerCodec {
                                  const PrefillResult& states, int start_position = 0,
                                  std::optional<int> rung = std::nullopt) const;
 
+  // What `mode`'s payloads carry in their header: the pair digest, or, for scd and scd-reuse
+  // codes on a shared basis (the artifact's basis_id), the basis digest (MakeBasisDigest),
+  // the same for every consumer on that basis.
   PairDigest pair_digest(CodecMode mode) const;
+  bool on_basis() const { return artifact_ != nullptr && !artifact_->basis_id.empty(); }
+
+  // On a shared basis: the payloads serve every one of `sections` (artifacts of other
+  // consumers on the same basis; this codec's own always): an scd payload at rung i patches
+  // the union of the sections' first k'_i patch layers and carries REUSE codes of every layer
+  // that some section does not patch, so that each consumer rebuilds from the payload
+  // exactly what a payload of its own would give it. FAILED_PRECONDITION for a section on
+  // another basis, or with another rate ladder (a rung must mean the same ranks and patch
+  // budget to all).
+  absl::Status ServeSections(const std::vector<const ScdArtifact*>& sections);
 
  private:
   ProducerCodec() = default;
@@ -81,6 +94,8 @@ class ProducerCodec {
   std::string consumer_digest_;
   std::shared_ptr<const ScdArtifact> artifact_;
   std::vector<Rung> ladder_;  // the artifact's rate ladder; empty without one
+  // On a shared basis: the patch order of every section served (ServeSections), own first.
+  std::vector<std::vector<int>> section_orders_;
   CodecOptions options_;
 };
 
@@ -97,9 +112,13 @@ class ConsumerCodec {
       std::shared_ptr<const Model> consumer, std::string producer_digest,
       std::shared_ptr<const ScdArtifact> artifact, CodecOptions options = {});
 
-  // Whether `p` may go into `seq`: made for this pair, the consumer's layer count, starting at
+  // Whether `p` may go into `seq`: made for this pair (or, flagged on a shared basis, encoded
+  // on this consumer's artifact section's basis), the consumer's layer count, starting at
   // seq.length(), holding tokens. What Rebuild checks first; an oracle payload then needs only
-  // its tokens prefilled (the decode engine does that in chunks).
+  // its tokens prefilled (the decode engine does that in chunks). A payload on a shared basis
+  // may carry a layer both as a PATCH code and as REUSE codes (ProducerCodec::ServeSections):
+  // the consumer patches it when its section patches it at the payload's rung, and decodes its
+  // REUSE codes otherwise. A layer carried one way only is rebuilt that way.
   absl::Status Check(const Payload& p, const Sequence& seq) const;
 
   // Appends the payload's positions to `seq` (whose length must equal start_position).
@@ -129,6 +148,12 @@ class ConsumerCodec {
   struct HostBuffers;
   // The rows per block by default: about kCpuRebuildBlockBytes of F32 K/V.
   size_t DefaultBlockRows() const;
+  absl::Status CheckBasis(const Payload& p, const Sequence& seq) const;
+  absl::Status CheckShape(const Payload& p, const Sequence& seq) const;
+  // The layers this consumer's section patches in a payload of `mode` at `rung`.
+  std::vector<int> OwnPatchLayers(CodecMode mode, const Rung& rung) const;
+  // Whether `p`'s blocks are those of this consumer's own layout (always off a shared basis).
+  bool OwnLayout(const Payload& p) const;
   // Rebuilds `p` whole on the host through `buffers`.
   absl::Status RebuildOnHost(const Payload& p, Backend& backend, Sequence& seq, RebuildStats& st,
                              HostBuffers& buffers) const;

@@ -18,6 +18,7 @@ absl::StatusOr<Payload> PayloadPrefix(const Payload& payload, int num_tokens) {
   out.start_position = payload.start_position;
   out.rung = payload.rung;
   out.pair_digest = payload.pair_digest;
+  out.on_basis = payload.on_basis;
   out.token_ids.assign(payload.token_ids.begin(), payload.token_ids.begin() + num_tokens);
   if (num_tokens == total) {
     out.blocks = payload.blocks;

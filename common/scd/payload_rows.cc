@@ -41,6 +41,7 @@ absl::Status PayloadRowsInto(const Payload& payload, size_t begin, size_t end, P
   out.start_position = payload.start_position + static_cast<uint32_t>(begin);
   out.rung = payload.rung;
   out.pair_digest = payload.pair_digest;
+  out.on_basis = payload.on_basis;
   out.token_ids.assign(payload.token_ids.begin() + begin, payload.token_ids.begin() + end);
   out.blocks.resize(payload.blocks.size());
   for (size_t i = 0; i < payload.blocks.size(); ++i) {

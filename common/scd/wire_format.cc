@@ -91,6 +91,18 @@ PairDigest MakePairDigest(std::string_view producer_digest, std::string_view con
   return d;
 }
 
+PairDigest MakeBasisDigest(std::string_view producer_digest, std::string_view basis_id) {
+  Sha256 h;
+  h.Update("basis:");
+  h.Update(producer_digest);
+  h.Update(":");
+  h.Update(basis_id);
+  const auto full = h.Finish();
+  PairDigest d;
+  std::memcpy(d.data(), full.data(), d.size());
+  return d;
+}
+
 std::string PairDigestHex(const PairDigest& digest) {
   static const char* kHex = "0123456789abcdef";
   std::string s;
@@ -115,6 +127,7 @@ std::vector<uint8_t> SerializePayload(const Payload& p) {
   std::memcpy(out.data(), kMagic, 4);
   Put<uint16_t>(out, 4, kWireVersion);
   Put<uint8_t>(out, 6, static_cast<uint8_t>(p.mode));
+  Put<uint8_t>(out, 7, p.on_basis ? kWireFlagOnBasis : 0);
   Put<uint16_t>(out, 8, p.num_layers);
   Put<uint16_t>(out, 10, static_cast<uint16_t>(p.blocks.size()));
   Put<uint32_t>(out, 12, static_cast<uint32_t>(p.token_ids.size()));
@@ -213,6 +226,13 @@ absl::StatusOr<Payload> ParsePayload(absl::Span<const uint8_t> bytes) {
   if (p.rung != 0 && p.mode != CodecMode::kScd && p.mode != CodecMode::kScdReuse) {
     return bad("a ", std::string(CodecModeName(p.mode)), " payload names rung ", p.rung,
                " (rungs are scd's and scd-reuse's)");
+  }
+  const uint8_t flags = Get<uint8_t>(h, 7);
+  if ((flags & ~kWireFlagOnBasis) != 0) return bad("unknown header flags 0x", absl::Hex(flags));
+  p.on_basis = (flags & kWireFlagOnBasis) != 0;
+  if (p.on_basis && p.mode != CodecMode::kScd && p.mode != CodecMode::kScdReuse) {
+    return bad("a ", std::string(CodecModeName(p.mode)),
+               " payload is flagged as on a shared basis (only scd and scd-reuse codes are)");
   }
   std::memcpy(p.pair_digest.data(), h + 32, 16);
   const uint64_t fixed = uint64_t{num_tokens} * 4 + uint64_t{num_blocks} * kWireDescriptorBytes;

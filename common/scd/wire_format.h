@@ -16,8 +16,12 @@
 // carries, 0 (the artifact's own operating point) for every other mode.
 //
 // The pair digest binds a payload to one producer/consumer pair (and calibration artifact),
-// so a consumer never rebuilds from codes made for another model. Both CRCs are checked and
-// every descriptor is validated against the body before any block is read.
+// so a consumer never rebuilds from codes made for another model. With flag bit 0
+// (kWireFlagOnBasis; scd and scd-reuse only) the same 16 bytes are a basis digest instead
+// (MakeBasisDigest): the codes are on a producer basis shared by several consumers
+// (common/scd/shared_basis.h), and every consumer whose artifact section is on that basis may
+// rebuild them. Other flag bits are refused. Both CRCs are checked and every descriptor is
+// validated against the body before any block is read.
 #ifndef SCD_COMMON_SCD_WIRE_FORMAT_H_
 #define SCD_COMMON_SCD_WIRE_FORMAT_H_
 
@@ -36,6 +40,7 @@ namespace scd {
 inline constexpr uint16_t kWireVersion = 1;
 inline constexpr size_t kWireHeaderBytes = 64;
 inline constexpr size_t kWireDescriptorBytes = 20;
+inline constexpr uint8_t kWireFlagOnBasis = 1;
 
 enum class CodecMode : uint8_t {
   kOracle = 0,     // no KV travels; the consumer prefills the tokens itself
@@ -83,12 +88,16 @@ using PairDigest = std::array<uint8_t, 16>;
 PairDigest MakePairDigest(std::string_view producer_digest, std::string_view consumer_digest,
                           std::string_view artifact_id);
 std::string PairDigestHex(const PairDigest& digest);
+// First 16 bytes of SHA-256("basis:" producer_digest ":" basis_id): what payloads on a shared
+// basis carry in place of a pair digest.
+PairDigest MakeBasisDigest(std::string_view producer_digest, std::string_view basis_id);
 
 struct Payload {
   CodecMode mode = CodecMode::kRaw;
   uint16_t num_layers = 0;
   uint32_t start_position = 0;  // positions already in the consumer's sequence before these
   uint16_t rung = 0;            // scd and scd-reuse: the rate ladder's rung; 0 otherwise
+  bool on_basis = false;        // pair_digest holds a basis digest (kWireFlagOnBasis)
   PairDigest pair_digest{};
   std::vector<int32_t> token_ids;  // num_tokens = token_ids.size()
   std::vector<PayloadBlock> blocks;

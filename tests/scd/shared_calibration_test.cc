@@ -1,12 +1,15 @@
 // Calibration on a shared basis with the bundled producer and both bundled specialists: the
-// artifacts carry the same encoders and basis id, so one payload (its body byte for byte) is
-// what the producer would send to either, and each specialist rebuilds it into the KV its own
-// artifact gives; one file holds both (the basis once), and each reads back as its standalone
+// artifacts carry the same encoders and basis id, so one payload (byte for byte, the basis
+// digest in its header) is what the producer sends to either, and each specialist rebuilds it
+// into exactly the KV of a payload made for it alone; a consumer on another basis, or a
+// payload short of a layer's codes, is refused clearly; one file holds both (the basis once), and each reads back as its standalone
 // artifact; with one consumer the stacked basis fits as well as the pair's own calibration.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <tuple>
 
 #include "common/model/safetensors.h"
 #include "common/scd/codec.h"
@@ -28,12 +31,6 @@ CalibrationOptions SharedQuickOptions() {
   o.holdout_passages = 8;
   o.aligner.steps = 200;
   return o;
-}
-
-// The payload's body: everything but the pair digest, which names the pair it was made for.
-std::vector<uint8_t> Body(Payload p) {
-  p.pair_digest = {};
-  return SerializePayload(p);
 }
 
 TEST_CASE("One shared basis: both specialists' payloads are the same bytes", "[cpu]") {
@@ -70,38 +67,92 @@ TEST_CASE("One shared basis: both specialists' payloads are the same bytes", "[c
   CHECK_FALSE(a.quality.empty());
   CHECK_FALSE(b.quality.empty());
 
-  // The producer's payloads for either specialist, on the same patch layers.
+  // One payload for both: each specialist's producer codec, serving the other's section too,
+  // makes the same bytes (the basis digest in place of a pair digest), and each specialist
+  // rebuilds them into exactly the KV of a payload made for it alone.
   auto shared_a = std::make_shared<const ScdArtifact>(a);
   auto shared_b = std::make_shared<const ScdArtifact>(b);
-  CodecOptions co;
-  co.patch_layers = std::vector<int>{a.patch_order[0], b.patch_order[0]};
-  if ((*co.patch_layers)[0] == (*co.patch_layers)[1]) co.patch_layers->pop_back();
-  auto enc_a = ProducerCodec::Create(base, babi->digest(), shared_a, co).value();
-  auto enc_b = ProducerCodec::Create(base, wiki->digest(), shared_b, co).value();
+  auto enc_a = ProducerCodec::Create(base, babi->digest(), shared_a).value();
+  auto enc_b = ProducerCodec::Create(base, wiki->digest(), shared_b).value();
+  auto alone_a = ProducerCodec::Create(base, babi->digest(), shared_a).value();
+  auto alone_b = ProducerCodec::Create(base, wiki->digest(), shared_b).value();
+  REQUIRE(enc_a->ServeSections({&b}).ok());
+  REQUIRE(enc_b->ServeSections({&a, &b}).ok());  // its own section among them: no matter
+  CHECK(enc_a->pair_digest(CodecMode::kScd) == MakeBasisDigest(base->digest(), a.basis_id));
+  CHECK(enc_a->pair_digest(CodecMode::kRaw) != enc_b->pair_digest(CodecMode::kRaw));
   const std::vector<int32_t>& context = consumers[0].held[0];
   PrefillResult states;
   auto pseq = producer->NewSequence(128).value();
   REQUIRE(producer->Prefill(*pseq, context, ProducerPrefillOptions(CodecMode::kScd), &states).ok());
+  auto dec_a = ConsumerCodec::Create(babi, base->digest(), shared_a).value();
+  auto dec_b = ConsumerCodec::Create(wiki, base->digest(), shared_b).value();
+  auto kv_of = [&](const ConsumerCodec& dec, Backend& backend, const Payload& p) {
+    auto seq = backend.NewSequence(128).value();
+    absl::Status st = dec.Rebuild(p, backend, *seq);
+    INFO(st);
+    REQUIRE(st.ok());
+    ExternalKv kv;
+    REQUIRE(backend.ReadKv(*seq, 0, seq->length(), &kv).ok());
+    return kv;
+  };
   for (CodecMode mode : {CodecMode::kScdReuse, CodecMode::kScd}) {
-    INFO(CodecModeName(mode));
-    Payload pa = enc_a->Encode(mode, context, states).value();
-    const Payload pb = enc_b->Encode(mode, context, states).value();
-    CHECK(pa.pair_digest != pb.pair_digest);
-    CHECK(Body(pa) == Body(pb));
-    // The wiki specialist rebuilds the payload made for the bAbI one (its digest swapped for
-    // the wiki pair's, as a basis id on the wire will do) into the KV of its own payload.
-    auto dec_b = ConsumerCodec::Create(wiki, base->digest(), shared_b).value();
-    auto own = wiki_backend->NewSequence(128).value();
-    auto other = wiki_backend->NewSequence(128).value();
-    REQUIRE(dec_b->Rebuild(pb, *wiki_backend, *own).ok());
-    pa.pair_digest = pb.pair_digest;
-    REQUIRE(dec_b->Rebuild(pa, *wiki_backend, *other).ok());
-    ExternalKv kv_own, kv_other;
-    REQUIRE(wiki_backend->ReadKv(*own, 0, own->length(), &kv_own).ok());
-    REQUIRE(wiki_backend->ReadKv(*other, 0, other->length(), &kv_other).ok());
-    CHECK(kv_own.k_pre_rope == kv_other.k_pre_rope);
-    CHECK(kv_own.v == kv_other.v);
+    for (int rung : {0, 3}) {
+      INFO(CodecModeName(mode) << " rung " << rung);
+      const Payload pa = enc_a->Encode(mode, context, states, 0, rung).value();
+      const Payload pb = enc_b->Encode(mode, context, states, 0, rung).value();
+      CHECK(pa.on_basis);
+      CHECK(SerializePayload(pa) == SerializePayload(pb));
+      const Payload wire = ParsePayload(SerializePayload(pa)).value();
+      CHECK(wire.on_basis);
+      for (auto [dec, backend, alone] :
+           {std::tuple{dec_a.get(), babi_backend.get(), alone_a.get()},
+            std::tuple{dec_b.get(), wiki_backend.get(), alone_b.get()}}) {
+        const ExternalKv shared_kv = kv_of(*dec, *backend, wire);
+        const ExternalKv own_kv =
+            kv_of(*dec, *backend, alone->Encode(mode, context, states, 0, rung).value());
+        CHECK(shared_kv.k_pre_rope == own_kv.k_pre_rope);
+        CHECK(shared_kv.v == own_kv.v);
+      }
+    }
   }
+  // The union of both patch selections travels (and no more than one set of REUSE codes).
+  const Payload both_layers = enc_a->Encode(CodecMode::kScd, context, states).value();
+  for (int l : a.PatchLayers()) CHECK(both_layers.Find(BlockKind::kPatch, l) != nullptr);
+  for (int l : b.PatchLayers()) CHECK(both_layers.Find(BlockKind::kPatch, l) != nullptr);
+  // Clear refusals: a payload short of a layer's codes; a consumer on another basis,
+  // or on a pair's own code; sections that cannot share one payload.
+  Payload short_of = both_layers;
+  const int gone = a.patch_order[0];
+  short_of.blocks.erase(std::remove_if(short_of.blocks.begin(), short_of.blocks.end(),
+                                       [gone](const PayloadBlock& blk) { return blk.layer == gone; }),
+                        short_of.blocks.end());
+  auto seq = babi_backend->NewSequence(128).value();
+  absl::Status lacks = dec_a->Rebuild(short_of, *babi_backend, *seq);
+  CHECK(lacks.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(lacks.message()), Catch::Contains("layer " + std::to_string(gone)));
+  ScdArtifact elsewhere = b;
+  elsewhere.basis_id = std::string(64, 'e');
+  auto dec_elsewhere =
+      ConsumerCodec::Create(wiki, base->digest(), std::make_shared<const ScdArtifact>(elsewhere))
+          .value();
+  auto seq2 = wiki_backend->NewSequence(128).value();
+  absl::Status other = dec_elsewhere->Rebuild(both_layers, *wiki_backend, *seq2);
+  CHECK(other.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(other.message()), Catch::Contains("another producer or shared basis"));
+  ScdArtifact pair_code = b;
+  pair_code.basis_id.clear();
+  auto dec_pair =
+      ConsumerCodec::Create(wiki, base->digest(), std::make_shared<const ScdArtifact>(pair_code))
+          .value();
+  absl::Status not_shared = dec_pair->Rebuild(both_layers, *wiki_backend, *seq2);
+  CHECK(not_shared.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(not_shared.message()), Catch::Contains("no shared basis"));
+  CHECK(enc_a->ServeSections({&elsewhere}).code() == absl::StatusCode::kFailedPrecondition);
+  ScdArtifact other_budget = b;
+  other_budget.patch_budget = 1;
+  absl::Status ladders = enc_a->ServeSections({&other_budget});
+  CHECK(ladders.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(ladders.message()), Catch::Contains("--patch-layers"));
 
   // The basis survives the artifact's round trip.
   const std::string path = testing::TempDir() + "/shared_basis_babi.safetensors";
