@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "common/http/openai_error.h"
 #include "common/http/openai_response.h"
 #include "common/http/sse.h"
@@ -266,6 +267,31 @@ TEST_CASE("non-streaming response bodies", "[cpu]") {
   CHECK(fresh.id.size() == 9 + 24);
   CHECK(fresh.created > 1700000000);
   CHECK(NewResponseInfo(ApiKind::kCompletion, "m").id.rfind("cmpl-", 0) == 0);
+}
+
+TEST_CASE("scd.fanout names several specialists", "[cpu]") {
+  const RequestLimits limits;
+  auto ok = ParseCompletionRequest(
+      R"({"model": "a", "prompt": "x", "scd": {"fanout": ["a", "b"], "mode": "scd"}})", limits);
+  REQUIRE(ok.ok());
+  CHECK(ok->scd.fanout == std::vector<std::string>{"a", "b"});
+  CHECK(ok->scd.mode == "scd");
+  for (const char* bad : {R"({"fanout": "a"})", R"({"fanout": []})", R"({"fanout": ["a", "a"]})",
+                          R"({"fanout": ["a", 3]})", R"({"fanout": ["a", ""]})"}) {
+    INFO(bad);
+    auto r = ParseCompletionRequest(
+        absl::StrCat(R"({"model": "a", "prompt": "x", "scd": )", bad, "}"), limits);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(std::string(r.status().message()), Catch::Contains("scd.fanout"));
+  }
+  // A fan-out's stream chunks carry the choice's index and model.
+  StreamEncoder second(ApiKind::kCompletion, ResponseInfo{"cmpl-3", "a", 1}, false);
+  second.SetChoice(1, "b");
+  const json chunk = json::parse(second.Delta("x"));
+  CHECK(chunk["model"] == "a");
+  CHECK(chunk["choices"][0]["index"] == 1);
+  CHECK(chunk["choices"][0]["model"] == "b");
+  CHECK(json::parse(second.UsageChunk(Usage{3, 4}))["usage"]["total_tokens"] == 7);
 }
 
 TEST_CASE("stream chunks", "[cpu]") {

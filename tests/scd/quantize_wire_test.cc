@@ -2,6 +2,7 @@
 // round trips, and rejection of truncated, corrupted and inconsistent payloads.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "common/base/crc32c.h"
@@ -129,6 +130,37 @@ TEST_CASE("Payloads round-trip and every corruption is rejected", "[cpu]") {
     CHECK(ParsePayload(absl::MakeConstSpan(bytes).first(10)).status().message().find("truncated") !=
           absl::string_view::npos);
   }
+}
+
+TEST_CASE("A payload on a shared basis says so in its header flags", "[cpu]") {
+  Payload p;
+  p.mode = CodecMode::kScdReuse;
+  p.num_layers = 1;
+  p.on_basis = true;
+  p.pair_digest = MakeBasisDigest("producer", "basis");
+  CHECK(p.pair_digest != MakePairDigest("producer", "basis", ""));
+  p.token_ids = {1, 2};
+  const std::vector<uint8_t> bytes = SerializePayload(p);
+  CHECK(bytes[7] == kWireFlagOnBasis);
+  auto back = ParsePayload(bytes);
+  REQUIRE(back.ok());
+  CHECK(back->on_basis);
+  CHECK(back->pair_digest == p.pair_digest);
+  p.on_basis = false;
+  CHECK_FALSE(ParsePayload(SerializePayload(p))->on_basis);
+  // Only codes may be on a basis; flags this build does not know are refused.
+  p.mode = CodecMode::kRaw;
+  p.on_basis = true;
+  auto raw = ParsePayload(SerializePayload(p));
+  CHECK(raw.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(raw.status().message()), Catch::Contains("shared basis"));
+  std::vector<uint8_t> unknown = bytes;
+  unknown[7] = 0x82;
+  const uint32_t crc = Crc32c(unknown.data() + 56, 8, Crc32c(unknown.data(), 52));
+  std::memcpy(unknown.data() + 52, &crc, 4);
+  auto flags = ParsePayload(unknown);
+  CHECK(flags.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(flags.status().message()), Catch::Contains("flags 0x82"));
 }
 
 TEST_CASE("Codec modes parse by name", "[cpu]") {
