@@ -2,8 +2,10 @@
 // artifacts carry the same encoders and basis id, so one payload (byte for byte, the basis
 // digest in its header) is what the producer sends to either, and each specialist rebuilds it
 // into exactly the KV of a payload made for it alone; a consumer on another basis, or a
-// payload short of a layer's codes, is refused clearly; one file holds both (the basis once), and each reads back as its standalone
-// artifact; with one consumer the stacked basis fits as well as the pair's own calibration.
+// payload short of a layer's codes, is refused clearly; one file holds both (the basis once),
+// and each reads back as its standalone artifact; a consumer added later leaves the basis's
+// bytes, and the payloads made before, as they were; with one consumer the stacked basis fits
+// as well as the pair's own calibration.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -238,6 +240,13 @@ TEST_CASE("One shared basis: both specialists' payloads are the same bytes", "[c
   REQUIRE(three.ok());
   CHECK(three->consumers().size() == 3);
   CHECK(three->ForConsumer(babi->digest())->id == standalone.id);
+  // The payload made before the extension still decodes, into the same KV, with the
+  // extended file's section.
+  auto dec_three = ConsumerCodec::Create(
+      babi, base->digest(), std::make_shared<const ScdArtifact>(*three->ForConsumer(babi->digest())))
+                       .value();
+  CHECK(kv_of(*dec_three, *babi_backend, both_layers).k_pre_rope ==
+        kv_of(*dec_a, *babi_backend, both_layers).k_pre_rope);
   CHECK(three->ForConsumer(base->digest())->basis_id == a.basis_id);
   ScdArtifact pair_own = a;
   pair_own.basis_id.clear();
