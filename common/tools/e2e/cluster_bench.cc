@@ -293,6 +293,7 @@ nlohmann::json EmbeddedPrefillJson(const ClusterBenchOptions& o, const std::stri
   c["drain_timeout"] = "5s";
   c["specialists"] = nlohmann::json::array({{{"name", o.specialist_name},
                                              {"artifact", o.artifact},
+                                             {"consumer_path", o.specialist_model},
                                              {"mode", "scd"},
                                              {"chat_template", "plain"}}});
   return c;

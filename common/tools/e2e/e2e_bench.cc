@@ -46,7 +46,8 @@ nlohmann::json PrefillJson(const E2eBenchOptions& o, const std::string& mode, do
                  {"max_queue_wait", "300s"}};
   c["drain_timeout"] = "5s";
   c["specialists"] = nlohmann::json::array(
-      {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"mode", mode}, {"max_retries", 1}}});
+      {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"consumer_path", o.specialist_model},
+        {"mode", mode}, {"max_retries", 1}}});
   if (mode == "auto") c["specialists"][0]["quality_floor"] = o.quality_floor;
   return c;
 }

@@ -16,6 +16,7 @@
 #include "common/eval/text_corpus.h"
 #include "common/scd/artifact.h"
 #include "common/scd/codec.h"
+#include "common/scd/shared_artifact.h"
 #include "common/scd/model_pair.h"
 #include "common/serving/shadow_oracle.h"
 #include "common/tools/cluster/local_cluster.h"
@@ -174,7 +175,8 @@ absl::Status RunOnline(const OnlineEvalOptions& o, const std::vector<std::string
   pc["prefix_cache"] = {{"enabled", false}, {"block_tokens", 0}};
   pc["limits"] = {{"max_tokens", std::max(256, o.tokens)}, {"request_timeout", "300s"}};
   pc["specialists"] = nlohmann::json::array(
-      {{{"name", kSpecialist}, {"artifact", o.artifact}, {"mode", o.mode}}});
+      {{{"name", kSpecialist}, {"artifact", o.artifact}, {"consumer_path", o.specialist_model},
+        {"mode", o.mode}}});
   cluster::DecodeDaemonSpec spec;
   spec.model_name = kSpecialist;
   spec.model_path = o.specialist_model;
@@ -262,7 +264,8 @@ absl::StatusOr<OnlineEvalReport> RunOnlineEval(const OnlineEvalOptions& o,
     return absl::InvalidArgumentError("--online compares codes with the oracle: pick another mode");
   }
   SCD_ASSIGN_OR_RETURN(ModelPair pair, LoadModelPair(o.base_model, o.specialist_model));
-  SCD_ASSIGN_OR_RETURN(ScdArtifact loaded, ScdArtifact::Load(o.artifact));
+  SCD_ASSIGN_OR_RETURN(ScdArtifact loaded,
+                       LoadArtifactFor(o.artifact, pair.consumer_model->digest()));
   auto artifact = std::make_shared<const ScdArtifact>(std::move(loaded));
   SCD_ASSIGN_OR_RETURN(auto enc, ProducerCodec::Create(pair.producer_model,
                                                        pair.consumer_model->digest(), artifact));

@@ -32,7 +32,8 @@ nlohmann::json PrefillJson(const SoakOptions& o) {
       {"max_tokens", 256}, {"default_max_tokens", o.max_tokens}, {"request_timeout", "120s"}};
   c["drain_timeout"] = "10s";
   c["specialists"] = nlohmann::json::array(
-      {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"mode", o.mode}}});
+      {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"consumer_path", o.specialist_model},
+        {"mode", o.mode}}});
   return c;
 }
 
