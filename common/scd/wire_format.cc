@@ -2,6 +2,7 @@
 #include "common/scd/wire_format.h"
 
 #include <cstring>
+#include <initializer_list>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/crc32c.h"
@@ -77,30 +78,32 @@ PayloadBlock MakeBlock(BlockKind kind, Encoding encoding, int layer, const float
   return b;
 }
 
-PairDigest MakePairDigest(std::string_view producer_digest, std::string_view consumer_digest,
-                          std::string_view artifact_id) {
+namespace {
+
+// The first 16 bytes of SHA-256 over `parts` joined by ':'.
+PairDigest DigestOf(std::initializer_list<std::string_view> parts) {
   Sha256 h;
-  h.Update(producer_digest);
-  h.Update(":");
-  h.Update(consumer_digest);
-  h.Update(":");
-  h.Update(artifact_id);
+  bool first = true;
+  for (std::string_view part : parts) {
+    if (!first) h.Update(":");
+    h.Update(part);
+    first = false;
+  }
   const auto full = h.Finish();
   PairDigest d;
   std::memcpy(d.data(), full.data(), d.size());
   return d;
 }
 
+}  // namespace
+
+PairDigest MakePairDigest(std::string_view producer_digest, std::string_view consumer_digest,
+                          std::string_view artifact_id) {
+  return DigestOf({producer_digest, consumer_digest, artifact_id});
+}
+
 PairDigest MakeBasisDigest(std::string_view producer_digest, std::string_view basis_id) {
-  Sha256 h;
-  h.Update("basis:");
-  h.Update(producer_digest);
-  h.Update(":");
-  h.Update(basis_id);
-  const auto full = h.Finish();
-  PairDigest d;
-  std::memcpy(d.data(), full.data(), d.size());
-  return d;
+  return DigestOf({"basis", producer_digest, basis_id});
 }
 
 std::string PairDigestHex(const PairDigest& digest) {

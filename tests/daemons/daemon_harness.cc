@@ -275,4 +275,18 @@ GrpcOutcome GrpcGenerate(const std::string& address, const scd::v1::GenerateRequ
   return out;
 }
 
+grpc::Status CallDecode(const std::string& address, const rpc::ChannelOptions& channel,
+                        const scd::v1::DecodeRequest& request) {
+  auto ch = rpc::MakeChannel(address, channel);
+  REQUIRE(ch.ok());
+  auto stub = scd::v1::Decode::NewStub(*ch);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto reader = stub->Generate(&context, request);
+  scd::v1::DecodeEvent event;
+  while (reader->Read(&event)) {
+  }
+  return reader->Finish();
+}
+
 }  // namespace scd::testing

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rpc/credentials.h"
 #include "common/tools/cluster/daemon_process.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
@@ -118,6 +119,11 @@ struct GrpcOutcome {
   std::string request_id;
 };
 GrpcOutcome GrpcGenerate(const std::string& address, const scd::v1::GenerateRequest& request);
+
+// A Decode.Generate call straight to a decode daemon over `channel` (its stream read to the
+// end, 20 s deadline): the call's status.
+grpc::Status CallDecode(const std::string& address, const rpc::ChannelOptions& channel,
+                        const scd::v1::DecodeRequest& request);
 
 }  // namespace scd::testing
 

@@ -111,11 +111,9 @@ std::string Chat(int port) {
 }
 
 // Decode.Generate on `address` with `channel`; the call's status.
-grpc::Status CallDecode(const std::string& address, const rpc::ChannelOptions& channel,
-                        uint64_t transfer_id = 0, const transport::TransferToken& token = {}) {
-  auto ch = rpc::MakeChannel(address, channel);
-  REQUIRE(ch.ok());
-  auto stub = scd::v1::Decode::NewStub(*ch);
+grpc::Status SecurityDecodeCall(const std::string& address, const rpc::ChannelOptions& channel,
+                                uint64_t transfer_id = 0,
+                                const transport::TransferToken& token = {}) {
   scd::v1::DecodeRequest request;
   request.set_request_id("security-test");
   request.set_model(kModel);
@@ -127,13 +125,7 @@ grpc::Status CallDecode(const std::string& address, const rpc::ChannelOptions& c
   } else {
     request.set_inline_payload("not a payload");
   }
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + seconds(20));
-  auto reader = stub->Generate(&context, request);
-  scd::v1::DecodeEvent event;
-  while (reader->Read(&event)) {
-  }
-  return reader->Finish();
+  return CallDecode(address, channel, request);
 }
 
 rpc::ChannelOptions DecodeClient(const std::string& ca, const std::string& cert_dir,
@@ -207,7 +199,7 @@ TEST_CASE("A cluster on mutual TLS serves, and refuses every peer that is not it
                  {DecodeClient(ca, ca, "prefill", false), "token"}};
     for (const auto& call : calls) {
       INFO(call.reason);
-      const grpc::Status st = CallDecode(rpc, call.channel);
+      const grpc::Status st = SecurityDecodeCall(rpc, call.channel);
       CHECK(st.error_code() == grpc::StatusCode::UNAUTHENTICATED);
       CheckPeer(WaitForRefusal(*decode.process, "decode_call_refused", call.reason));
       CHECK(MetricOrZero(decode.http_port, "scd_decode_rejected_total{reason=\"" + call.reason + "\"}") ==
@@ -227,7 +219,8 @@ TEST_CASE("A cluster on mutual TLS serves, and refuses every peer that is not it
     // token, so it is refused the forged bytes.
     rogue.Send(78, transport::NewTransferToken());
     const grpc::Status st =
-        CallDecode(rpc, DecodeClient(ca, ca, "prefill", true), 78, transport::NewTransferToken());
+        SecurityDecodeCall(rpc, DecodeClient(ca, ca, "prefill", true), 78,
+                           transport::NewTransferToken());
     INFO(st.error_message());
     CHECK(st.error_code() == grpc::StatusCode::PERMISSION_DENIED);
     const json line = WaitForRefusal(*decode.process, "payload_refused", "token_mismatch");

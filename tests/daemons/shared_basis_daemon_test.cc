@@ -195,22 +195,13 @@ grpc::Status DecodeInline(const std::string& address, const std::string& model,
                           const std::vector<uint8_t>& payload, int32_t suffix_token) {
   rpc::ChannelOptions options;
   options.call_metadata[rpc::kClusterTokenMetadata] = "test-token";
-  auto ch = rpc::MakeChannel(address, options);
-  REQUIRE(ch.ok());
-  auto stub = scd::v1::Decode::NewStub(*ch);
   scd::v1::DecodeRequest request;
   request.set_request_id("shared-basis-test");
   request.set_model(model);
   request.set_max_tokens(2);
   request.set_inline_payload(payload.data(), payload.size());
   request.add_suffix_token_ids(suffix_token);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + seconds(20));
-  auto reader = stub->Generate(&context, request);
-  scd::v1::DecodeEvent event;
-  while (reader->Read(&event)) {
-  }
-  return reader->Finish();
+  return CallDecode(address, options, request);
 }
 
 TEST_CASE("A decode daemon refuses a payload encoded on another basis", "[daemons]") {
