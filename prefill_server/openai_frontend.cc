@@ -195,32 +195,10 @@ void OpenAiFrontend::HandleFanout(bool chat, GenerationRequest g,
   }
   const http::ApiKind kind = chat ? http::ApiKind::kChatCompletion : http::ApiKind::kCompletion;
   http::ResponseInfo info = http::NewResponseInfo(kind, g.model);
-  const size_t n = models.size();
   if (!stream) {
-    std::vector<BufferSink> sinks(n);
-    std::vector<GenerationSink*> to(n);
-    for (size_t i = 0; i < n; ++i) to[i] = &sinks[i];
-    std::vector<absl::StatusOr<GenerationOutcome>> outs = pipeline_->RunFanout(*prepared, to);
-    nlohmann::json choices = nlohmann::json::array();
-    http::Usage total{0, 0};
-    for (size_t i = 0; i < n; ++i) {
-      if (!outs[i].ok()) return res.SetError(outs[i].status());
-      const GenerationOutcome& o = *outs[i];
-      const http::Usage usage{o.prompt_tokens, o.completion_tokens};
-      nlohmann::json one = chat ? http::ChatCompletionJson(info, sinks[i].text, ToFinish(o.finish_reason), usage)
-                                : http::CompletionJson(info, sinks[i].text, ToFinish(o.finish_reason), usage);
-      nlohmann::json choice = one["choices"][0];
-      choice["index"] = i;
-      choice["model"] = models[i];
-      choice["scd"] = ModeJson(o.timings);
-      choices.push_back(std::move(choice));
-      total.prompt_tokens += o.prompt_tokens;
-      total.completion_tokens += o.completion_tokens;
-    }
-    nlohmann::json body = chat ? http::ChatCompletionJson(info, "", http::FinishReason::kStop, total)
-                               : http::CompletionJson(info, "", http::FinishReason::kStop, total);
-    body["choices"] = std::move(choices);
-    return res.SetJson(200, http::DumpJson(body));
+    absl::StatusOr<std::string> body = FanoutBody(chat, info, models, *prepared);
+    if (!body.ok()) return res.SetError(body.status());
+    return res.SetJson(200, *body);
   }
   std::shared_ptr<http::SseStream> sse = res.StartSse();
   Enter();
@@ -259,6 +237,36 @@ void OpenAiFrontend::HandleFanout(bool chat, GenerationRequest g,
     }
     Leave();
   }).detach();
+}
+
+absl::StatusOr<std::string> OpenAiFrontend::FanoutBody(
+    bool chat, const http::ResponseInfo& info, const std::vector<std::string>& models,
+    const std::vector<PreparedRequest>& prepared) {
+  const size_t n = models.size();
+  std::vector<BufferSink> sinks(n);
+  std::vector<GenerationSink*> to(n);
+  for (size_t i = 0; i < n; ++i) to[i] = &sinks[i];
+  std::vector<absl::StatusOr<GenerationOutcome>> outs = pipeline_->RunFanout(prepared, to);
+  nlohmann::json choices = nlohmann::json::array();
+  http::Usage total{0, 0};
+  for (size_t i = 0; i < n; ++i) {
+    if (!outs[i].ok()) return outs[i].status();
+    const GenerationOutcome& o = *outs[i];
+    const http::Usage usage{o.prompt_tokens, o.completion_tokens};
+    nlohmann::json one = chat ? http::ChatCompletionJson(info, sinks[i].text, ToFinish(o.finish_reason), usage)
+                              : http::CompletionJson(info, sinks[i].text, ToFinish(o.finish_reason), usage);
+    nlohmann::json choice = one["choices"][0];
+    choice["index"] = i;
+    choice["model"] = models[i];
+    choice["scd"] = ModeJson(o.timings);
+    choices.push_back(std::move(choice));
+    total.prompt_tokens += o.prompt_tokens;
+    total.completion_tokens += o.completion_tokens;
+  }
+  nlohmann::json body = chat ? http::ChatCompletionJson(info, "", http::FinishReason::kStop, total)
+                             : http::CompletionJson(info, "", http::FinishReason::kStop, total);
+  body["choices"] = std::move(choices);
+  return http::DumpJson(body);
 }
 
 }  // namespace scd

@@ -27,6 +27,7 @@
 
 #include "common/http/http_server.h"
 #include "common/http/openai_api.h"
+#include "common/http/openai_response.h"
 #include "prefill_server/api_keys.h"
 #include "prefill_server/generation_pipeline.h"
 
@@ -50,6 +51,10 @@ class OpenAiFrontend {
   // request's `model` must be listed. One failed specialist fails the request.
   void HandleFanout(bool chat, GenerationRequest g, const std::vector<std::string>& models,
                     bool stream, bool include_usage, ApiKeyLease lease, http::HttpResponse& res);
+  // A non-streamed fan-out's body: runs it, one choice per specialist; the first failure.
+  absl::StatusOr<std::string> FanoutBody(bool chat, const http::ResponseInfo& info,
+                                         const std::vector<std::string>& models,
+                                         const std::vector<PreparedRequest>& prepared);
   // Counts a streaming worker in (Enter) and out (Leave), for WaitForWorkers.
   void Enter();
   void Leave();
