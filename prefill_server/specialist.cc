@@ -50,6 +50,10 @@ absl::Status ShareBases(const std::vector<Specialist*>& specialists) {
       if (absl::Status st = s->codec->ServeSections(sections); !st.ok()) {
         return Annotate(s->config.name, st);
       }
+      // auto weighs the bytes the shared payload carries, not the calibration's own layout's.
+      for (ModeCandidate& c : s->candidates) {
+        c.bytes_per_token += s->codec->SharedExtraBytesPerToken(c.mode, c.rung);
+      }
     }
   }
   return absl::OkStatus();

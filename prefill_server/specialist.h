@@ -74,8 +74,9 @@ absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfi
 
 // Specialists whose artifacts are on one shared basis get one payload of their scd and
 // scd-reuse codes, which serves them all (ProducerCodec::ServeSections), and so one prefix
-// cache entry: their pair tags of those modes are the basis digest. FAILED_PRECONDITION
-// naming a specialist whose section cannot share the others' payload.
+// cache entry: their pair tags of those modes are the basis digest; mode auto weighs that
+// payload's bytes. FAILED_PRECONDITION naming a specialist whose section cannot share the
+// others' payload.
 absl::Status ShareBases(const std::vector<Specialist*>& specialists);
 
 }  // namespace scd

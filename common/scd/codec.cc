@@ -187,6 +187,23 @@ CodeLayout LayoutOf(const std::vector<std::vector<int>>& orders, const Rung& run
   return out;
 }
 
+// The code bytes per token of `layout`'s layers of `a` at `rung` (over a long payload, so that
+// a block's fixed bytes vanish).
+double LayoutBytesPerToken(const CodeLayout& layout, const ScdArtifact& a, const Rung& rung) {
+  constexpr int kRows = 4096;
+  const Encoding enc = a.code_encoding;
+  double bytes = 0;
+  for (int l = 0; l < a.num_layers; ++l) {
+    const bool patch = Lists(layout.patch, l);
+    if (patch) bytes += static_cast<double>(EncodedBytes(enc, kRows, a.rank_h, 0));
+    if (!patch || Lists(layout.also_reuse, l)) {
+      bytes += static_cast<double>(EncodedBytes(enc, kRows, rung.rank_k, 0) +
+                                   EncodedBytes(enc, kRows, rung.rank_v, 0));
+    }
+  }
+  return bytes / kRows;
+}
+
 // Appends layer `l`'s SCD codes: its PATCH code when `layout.patch` lists it, and its REUSE key
 // and value codes at the rung's ranks when it does not, or `layout.also_reuse` does. `z` is
 // scratch kept from layer to layer.
@@ -217,6 +234,15 @@ absl::Status AppendCodeLayer(Payload& p, const ScdArtifact& a, const Rung& rung,
 }
 
 }  // namespace
+
+double ProducerCodec::SharedExtraBytesPerToken(CodecMode mode, int rung_index) const {
+  if (mode != CodecMode::kScd || section_orders_.size() < 2) return 0;
+  absl::StatusOr<Rung> rung = LadderRung(ladder_, mode, rung_index);
+  if (!rung.ok()) return 0;
+  const CodeLayout own = LayoutOf({artifact_->patch_order}, *rung);
+  return LayoutBytesPerToken(LayoutOf(section_orders_, *rung), *artifact_, *rung) -
+         LayoutBytesPerToken(own, *artifact_, *rung);
+}
 
 absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const int32_t> tokens,
                                               const PrefillResult& states, int start_position,

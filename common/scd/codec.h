@@ -87,6 +87,10 @@ class ProducerCodec {
   // another basis, or with another rate ladder (a rung must mean the same ranks and patch
   // budget to all).
   absl::Status ServeSections(const std::vector<const ScdArtifact*>& sections);
+  // What serving several sections adds to a payload of `mode` at `rung`, in bytes per context
+  // token, over a payload of this consumer's own layout (the patches and REUSE codes only
+  // other sections need); 0 with one section, or for other modes.
+  double SharedExtraBytesPerToken(CodecMode mode, int rung) const;
 
  private:
   ProducerCodec() = default;

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <tuple>
@@ -121,6 +122,14 @@ TEST_CASE("One shared basis: both specialists' payloads are the same bytes", "[c
   const Payload both_layers = enc_a->Encode(CodecMode::kScd, context, states).value();
   for (int l : a.PatchLayers()) CHECK(both_layers.Find(BlockKind::kPatch, l) != nullptr);
   for (int l : b.PatchLayers()) CHECK(both_layers.Find(BlockKind::kPatch, l) != nullptr);
+  // What it adds to a payload of one specialist's own layout, as mode auto weighs it.
+  const Payload own_only = alone_a->Encode(CodecMode::kScd, context, states).value();
+  const double extra = (static_cast<double>(SerializePayload(both_layers).size()) -
+                        static_cast<double>(SerializePayload(own_only).size())) /
+                       static_cast<double>(context.size());
+  CHECK(std::abs(enc_a->SharedExtraBytesPerToken(CodecMode::kScd, 0) - extra) <= 0.05 * extra + 1);
+  CHECK(alone_a->SharedExtraBytesPerToken(CodecMode::kScd, 0) == 0);
+  CHECK(enc_a->SharedExtraBytesPerToken(CodecMode::kRaw, 0) == 0);
   // Clear refusals: a payload short of a layer's codes; a consumer on another basis,
   // or on a pair's own code; sections that cannot share one payload.
   Payload short_of = both_layers;
