@@ -1,9 +1,13 @@
 // GenerationPipeline's fan-out (generation_pipeline.h): one prompt, several specialists, one
 // payload where their codes are on one shared basis.
+#include <algorithm>
 #include <future>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/http/openai_api.h"
+#include "common/http/openai_error.h"
 #include "prefill_server/generation_pipeline.h"
 
 namespace scd {
@@ -20,8 +24,16 @@ bool SharesPayload(const PreparedRequest& first, const PreparedRequest& r) {
 }  // namespace
 
 absl::StatusOr<std::vector<PreparedRequest>> GenerationPipeline::PrepareFanout(
-    const GenerationRequest& request, const std::vector<std::string>& models) {
-  if (models.empty()) return absl::InvalidArgumentError("a fan-out names no specialist");
+    const GenerationRequest& request, const std::vector<std::string>& models,
+    std::string_view field) {
+  if (models.empty() || models.size() > http::kMaxFanout ||
+      std::set<std::string>(models.begin(), models.end()).size() != models.size()) {
+    return http::FieldError(field, absl::StrCat("must list 1 to ", http::kMaxFanout,
+                                                " distinct specialists"));
+  }
+  if (std::find(models.begin(), models.end(), request.model) == models.end()) {
+    return http::FieldError(field, absl::StrCat("must list the request's model '", request.model, "'"));
+  }
   std::vector<PreparedRequest> out;
   for (const std::string& model : models) {
     GenerationRequest g = request;

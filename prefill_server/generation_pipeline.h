@@ -36,6 +36,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -140,12 +141,15 @@ class GenerationPipeline {
   absl::StatusOr<PreparedRequest> Prepare(GenerationRequest request);
   absl::StatusOr<GenerationOutcome> Run(const PreparedRequest& request, GenerationSink& sink);
 
-  // Fan-out: `request` (its `model` ignored) prepared for each of `models`, in order. The
-  // first's mode is chosen as Prepare chooses it; a later specialist whose payload of that
-  // mode and rung would be the same bytes (one shared basis: the same pair tag) is pinned to
-  // it, unless the request pins a mode itself, so that one payload serves them all.
+  // Fan-out: `request` prepared for each of `models`, in order. INVALID_ARGUMENT naming
+  // `field` (the API's name of the list) unless they are 1 to http::kMaxFanout distinct names
+  // with the request's `model` among them. The first's mode is chosen as Prepare chooses it; a
+  // later specialist whose payload of that mode and rung would be the same bytes (one shared
+  // basis: the same pair tag) is pinned to it, unless the request pins a mode itself, so that
+  // one payload serves them all.
   absl::StatusOr<std::vector<PreparedRequest>> PrepareFanout(const GenerationRequest& request,
-                                                             const std::vector<std::string>& models);
+                                                             const std::vector<std::string>& models,
+                                                             std::string_view field);
   // Runs `requests` (PrepareFanout's) at once, each to its own sink and decode daemon; those
   // whose payload is the first's bytes (the same tokens, pair tag, mode and rung) reuse the
   // first's payload, built once: one prefill and one encode for all. An outcome per request.

@@ -1,15 +1,12 @@
 // See generation_service.h.
 #include "prefill_server/generation_service.h"
 
-#include <algorithm>
 #include <memory>
 #include <mutex>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/request_id.h"
 #include "common/base/status_macros.h"
-#include "common/http/openai_api.h"
 #include "common/http/openai_error.h"
 #include "common/http/request_fields.h"
 #include "common/rpc/status_translation.h"
@@ -204,14 +201,8 @@ grpc::Status GenerationService::GenerateFanout(grpc::ServerContext* context,
                                                const GenerationRequest& g,
                                                grpc::ServerWriter<scd::v1::GenerateEvent>* writer) {
   const std::vector<std::string> models(request.fanout().begin(), request.fanout().end());
-  if (models.size() > http::kMaxFanout ||
-      std::find(models.begin(), models.end(), g.model) == models.end() ||
-      std::set<std::string>(models.begin(), models.end()).size() != models.size()) {
-    return rpc::ToGrpcStatus(http::FieldError(
-        "fanout", absl::StrCat("must list the request's model and at most ", http::kMaxFanout,
-                               " distinct specialists")));
-  }
-  absl::StatusOr<std::vector<PreparedRequest>> prepared = pipeline_->PrepareFanout(g, models);
+  absl::StatusOr<std::vector<PreparedRequest>> prepared =
+      pipeline_->PrepareFanout(g, models, "fanout");
   if (!prepared.ok()) return Refuse(context, prepared.status());
   std::mutex mu;
   std::vector<std::unique_ptr<WriterSink>> sinks;

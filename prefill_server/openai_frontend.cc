@@ -1,7 +1,6 @@
 // See openai_frontend.h.
 #include "prefill_server/openai_frontend.h"
 
-#include <algorithm>
 #include <memory>
 #include <thread>
 
@@ -183,11 +182,8 @@ void OpenAiFrontend::Leave() {
 void OpenAiFrontend::HandleFanout(bool chat, GenerationRequest g,
                                   const std::vector<std::string>& models, bool stream,
                                   bool include_usage, ApiKeyLease lease, http::HttpResponse& res) {
-  if (std::find(models.begin(), models.end(), g.model) == models.end()) {
-    return res.SetError(http::FieldError(
-        "scd.fanout", absl::StrCat("must list the request's model '", g.model, "'")));
-  }
-  absl::StatusOr<std::vector<PreparedRequest>> prepared = pipeline_->PrepareFanout(g, models);
+  absl::StatusOr<std::vector<PreparedRequest>> prepared =
+      pipeline_->PrepareFanout(g, models, "scd.fanout");
   if (!prepared.ok()) {
     absl::Status st = prepared.status();
     if (st.code() == absl::StatusCode::kNotFound) st = http::WithErrorCode(st, "model_not_found");

@@ -17,13 +17,11 @@ absl::Status Annotate(const std::string& name, const absl::Status& st) {
 absl::StatusOr<ScdArtifact> LoadSection(const SpecialistConfig& config) {
   const std::string& path = config.artifact_path;
   if (!SharedArtifact::IsSharedFile(path)) return ScdArtifact::Load(path);
-  SCD_ASSIGN_OR_RETURN(SharedArtifact shared, SharedArtifact::Load(path));
   if (!config.consumer_path.empty()) {
     SCD_ASSIGN_OR_RETURN(std::shared_ptr<const Model> consumer, LoadModel(config.consumer_path));
-    absl::StatusOr<ScdArtifact> a = shared.ForConsumer(consumer->digest());
-    if (!a.ok()) return absl::Status(a.status().code(), absl::StrCat(path, ": ", a.status().message()));
-    return a;
+    return LoadArtifactFor(path, consumer->digest());
   }
+  SCD_ASSIGN_OR_RETURN(SharedArtifact shared, SharedArtifact::Load(path));
   std::string names;
   for (const ScdArtifact& a : shared.consumers()) {
     if (a.consumer_name == config.name) return a;

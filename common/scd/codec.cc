@@ -548,7 +548,7 @@ absl::Status ConsumerCodec::RebuildOnHost(const Payload& p, Backend& backend, Se
   kv.v.resize(c.num_layers);
   const PayloadBlock* residual = nullptr;
   SCD_ASSIGN_OR_RETURN(const Rung rung, LadderRung(ladder_, p.mode, p.rung));
-  const std::vector<int> own_patch = OwnPatchLayers(p.mode, rung);
+  const std::vector<int> own_patch = p.on_basis ? OwnPatchLayers(p.mode, rung) : std::vector<int>{};
   int recompute_first = -1, recompute_end = -1;
   for (int l = 0; l < c.num_layers; ++l) {
     const PayloadBlock* kb = p.Find(BlockKind::kKey, l);
