@@ -177,6 +177,11 @@ TEST_CASE("One basis, two specialists: a shared cache entry and fan-out from one
   CHECK(done == 2);
   CHECK(grpc_texts[0] == babi_fan);
   CHECK(grpc_texts[1] == wiki_fan);
+  g.clear_fanout();
+  g.add_fanout(kWiki);  // the request's model is not listed
+  const GrpcOutcome unlisted_grpc = GrpcGenerate(c.prefill.grpc_address, g);
+  CHECK(unlisted_grpc.status.error_code() == grpc::INVALID_ARGUMENT);
+  CHECK_THAT(unlisted_grpc.status.error_message(), Catch::Contains("fanout"));
 
   // Refusals, before any work: the body's model must be listed; unknown specialists.
   HttpResult unlisted = HttpPost(port, "/v1/completions", Body(kBabi, first, {{"fanout", {kWiki}}}).dump());
