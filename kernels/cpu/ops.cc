@@ -1,8 +1,10 @@
 // CPU reference kernels (see ops.h). GEMMs go to OpenBLAS (a decode step's few rows to
-// SmallBatchLinear); everything else is written as plain loops that GCC auto-vectorises
-// (AVX2/FMA). Attention is blocked over queries so that causal masking only wastes the
-// diagonal block, and each block is two sgemm calls
-// (scores = Q·Kᵀ, out = P·V) per query head, which keeps prefill near GEMM speed.
+// SmallBatchLinear); the rest are plain loops that GCC auto-vectorises (AVX2/FMA), except the
+// exponentials of softmax and SwiGLU, which it leaves scalar: those have an AVX2 loop doing
+// the scalar one's operations, so both give the same bits. Prefill attention is blocked over
+// queries so that causal masking only wastes the diagonal block, and each block is two sgemm
+// calls (scores = Q·Kᵀ, out = P·V) per query head, which keeps prefill near GEMM speed; a
+// lone query (a decode step) runs DecodeAttention (decode_attention.h).
 #include "kernels/cpu/ops.h"
 
 #include <cblas.h>
@@ -13,7 +15,14 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/small_batch_linear.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#define SCD_OPS_AVX2 1
+#include <immintrin.h>
+#endif
 
 namespace scd::cpu {
 namespace {
@@ -40,44 +49,57 @@ inline float ExpNonPositive(float x) {
   return p * scale;
 }
 
-// Softmax of row[0, valid) in place; entries [valid, cols) are set to 0.
+#if SCD_OPS_AVX2
+// ExpNonPositive on 8 floats: the same operations in the same order, so the same bits.
+inline __m256 ExpNonPositive8(__m256 x) {
+  x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x);  // std::max's order: x unless below -87
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 r =
+      _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693145751953125f),
+                      _mm256_fmadd_ps(n, _mm256_set1_ps(-1.428606765330187e-06f), x));
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+#endif
+
+// Whether the AVX2 variants of the elementwise loops run (the scalar ones are their twins).
+inline bool UseAvx2() {
+#if SCD_OPS_AVX2
+  return ActiveIsa() != CpuIsa::kScalar;
+#else
+  return false;
+#endif
+}
+
+// Softmax of row[0, valid) in place; entries [valid, cols) are set to 0. The exponentials
+// are elementwise (8 at a time on AVX2), their sum runs in index order in every variant.
 void SoftmaxPrefix(float* row, int valid, int cols) {
   float max_v = -std::numeric_limits<float>::infinity();
   for (int j = 0; j < valid; ++j) max_v = std::max(max_v, row[j]);
-  float sum = 0.0f;
-  for (int j = 0; j < valid; ++j) {
-    const float e = ExpNonPositive(row[j] - max_v);
-    row[j] = e;
-    sum += e;
-  }
-  const float inv = 1.0f / sum;
-  for (int j = 0; j < valid; ++j) row[j] *= inv;
-  for (int j = valid; j < cols; ++j) row[j] = 0.0f;
-}
-
-// One query against `keys` keys (all visible): out = softmax(scale · q·Kᵀ) · V, with K and V
-// rows `stride` floats apart. Plain loops the compiler vectorises over head_dim.
-void AttendOneQuery(const float* q, const float* k, const float* v, float* out, int keys,
-                    int stride, int head_dim, float scale, float* scores) {
-  for (int j = 0; j < keys; ++j) {
-    const float* kj = k + static_cast<long>(j) * stride;
-    float lanes[8] = {};  // eight partial sums, so that the dot product vectorises
-    int i = 0;
-    for (; i + 8 <= head_dim; i += 8) {
-      for (int l = 0; l < 8; ++l) lanes[l] += q[i + l] * kj[i + l];
+  int j = 0;
+#if SCD_OPS_AVX2
+  if (UseAvx2()) {
+    const __m256 m = _mm256_set1_ps(max_v);
+    for (; j + 8 <= valid; j += 8) {
+      _mm256_storeu_ps(row + j, ExpNonPositive8(_mm256_sub_ps(_mm256_loadu_ps(row + j), m)));
     }
-    float dot = 0.0f;
-    for (float x : lanes) dot += x;
-    for (; i < head_dim; ++i) dot += q[i] * kj[i];
-    scores[j] = dot * scale;
   }
-  SoftmaxPrefix(scores, keys, keys);
-  std::fill(out, out + head_dim, 0.0f);
-  for (int j = 0; j < keys; ++j) {
-    const float* vj = v + static_cast<long>(j) * stride;
-    const float p = scores[j];
-    for (int i = 0; i < head_dim; ++i) out[i] += p * vj[i];
-  }
+#endif
+  for (; j < valid; ++j) row[j] = ExpNonPositive(row[j] - max_v);
+  float sum = 0.0f;
+  for (int i = 0; i < valid; ++i) sum += row[i];
+  const float inv = 1.0f / sum;
+  for (int i = 0; i < valid; ++i) row[i] *= inv;
+  for (int i = valid; i < cols; ++i) row[i] = 0.0f;
 }
 
 }  // namespace
@@ -160,9 +182,23 @@ void ApplyRope(float* x, int tokens, int num_heads, int head_dim, const int32_t*
 }
 
 void SwiGlu(const float* gate, const float* up, float* out, int count) {
-  // sigmoid(g) from e = exp(-|g|) <= 1, so the vectorisable ExpNonPositive serves both signs:
-  // g >= 0: 1 / (1 + e);  g < 0: e / (1 + e).
-  for (int i = 0; i < count; ++i) {
+  // sigmoid(g) from e = exp(-|g|) <= 1, so ExpNonPositive serves both signs:
+  // g >= 0: 1 / (1 + e);  g < 0: e / (1 + e). The AVX2 loop does the scalar one's operations.
+  int i = 0;
+#if SCD_OPS_AVX2
+  if (UseAvx2()) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (; i + 8 <= count; i += 8) {
+      const __m256 g = _mm256_loadu_ps(gate + i);
+      const __m256 e = ExpNonPositive8(_mm256_or_ps(g, sign));  // -|g|
+      const __m256 num = _mm256_blendv_ps(e, one, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_GE_OQ));
+      const __m256 sig = _mm256_div_ps(num, _mm256_add_ps(one, e));
+      _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(g, sig), _mm256_loadu_ps(up + i)));
+    }
+  }
+#endif
+  for (; i < count; ++i) {
     const float g = gate[i];
     const float e = ExpNonPositive(-std::abs(g));
     const float sig = (g >= 0.0f ? 1.0f : e) / (1.0f + e);
@@ -175,8 +211,10 @@ void SoftmaxRows(float* x, int rows, int cols) {
 }
 
 long AttentionScratchFloats(int tokens, int start, int num_heads) {
-  (void)num_heads;
-  return static_cast<long>(std::min(tokens, kQueryBlock)) * (start + tokens);
+  // A block of queries' scores, or a lone query's (a decode step, or a prefill's last block of
+  // one) for every head at once.
+  const long rows = std::max(std::min(tokens, kQueryBlock), num_heads);
+  return rows * (start + tokens);
 }
 
 void CausalAttention(const float* q, const float* k, const float* v, float* out, int tokens,
@@ -192,16 +230,19 @@ void CausalAttention(const float* q, const float* k, const float* v, float* out,
     const int key_end = first_pos + rows;         // keys [key_begin, key_end)
     const int key_begin = window > 0 ? std::max(0, first_pos - window + 1) : 0;
     const int keys = key_end - key_begin;
+    if (rows == 1) {  // a decode step: two sgemm calls per head would cost more
+      const long first_key = static_cast<long>(key_begin) * kv_stride;
+      DecodeAttention(q + static_cast<long>(t0) * q_stride, k + first_key, v + first_key,
+                      out + static_cast<long>(t0) * q_stride, keys, num_heads, num_kv_heads,
+                      head_dim, scale, scratch);
+      continue;
+    }
     for (int h = 0; h < num_heads; ++h) {
       const int g = h / group;
       const float* qh = q + static_cast<long>(t0) * q_stride + h * head_dim;
       const float* kh = k + static_cast<long>(key_begin) * kv_stride + g * head_dim;
       const float* vh = v + static_cast<long>(key_begin) * kv_stride + g * head_dim;
       float* oh = out + static_cast<long>(t0) * q_stride + h * head_dim;
-      if (rows == 1) {  // a decode step: two sgemm calls would cost more than the work
-        AttendOneQuery(qh, kh, vh, oh, keys, kv_stride, head_dim, scale, scratch);
-        continue;
-      }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, head_dim, scale, qh,
                   q_stride, kh, kv_stride, 0.0f, scratch, keys);
       for (int r = 0; r < rows; ++r) {

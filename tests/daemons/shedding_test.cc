@@ -24,7 +24,7 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxQueueWaitMs = 1000;
-constexpr int kTokens = 160;
+constexpr int kTokens = 400;  // long enough that 2 slots start few of a burst within the limit
 
 std::string Prompt(int i) {
   return absl::StrCat("Mary moved to the bathroom. John went to the hallway number ", i,
