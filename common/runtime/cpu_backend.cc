@@ -69,6 +69,7 @@ class CpuBackend : public Backend {
         weights_(PrepareCpuWeights(*model_, dtype)) {}
 
   size_t weight_bytes() const { return weights_.bytes; }
+  size_t streamed_bytes() const { return weights_.streamed; }
 
   std::string kernel_description() const override {
     return absl::StrCat(
@@ -418,7 +419,7 @@ class CpuBackend : public Backend {
     const ModelConfig& c = model_->config;
     std::vector<float>& x = *x_inout;
     const int rows = static_cast<int>(positions.size());
-    const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
+    const int d = c.hidden_size, kvd = c.kv_dim();
     const size_t n = static_cast<size_t>(rows);
     const LayerPointers b = LayerBuffers(positions, groups);
     for (int l = first; l < end; ++l) {
@@ -468,6 +469,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const 
 size_t CpuBackendWeightBytes(const Backend& backend) {
   const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
   return cpu != nullptr ? cpu->weight_bytes() : 0;
+}
+
+size_t CpuBackendStreamedBytes(const Backend& backend) {
+  const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
+  return cpu != nullptr ? cpu->streamed_bytes() : 0;
 }
 
 bool IsCpuBackend(const Backend& backend) {

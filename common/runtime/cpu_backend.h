@@ -21,6 +21,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(
 // F32 norms and embedding table it reads from the model. 0 for a backend of another kind.
 size_t CpuBackendWeightBytes(const Backend& backend);
 
+// Bytes a decode step reads (CpuWeights::streamed): the weights less an embedding table that is
+// read a row per token. 0 for a backend of another kind.
+size_t CpuBackendStreamedBytes(const Backend& backend);
+
 // True when `backend` was made by CreateCpuBackend.
 bool IsCpuBackend(const Backend& backend);
 

@@ -66,6 +66,7 @@ CpuWeights PrepareCpuWeights(const Model& model, WeightDtype dtype) {
   }
   out.output = Prepare(mw.output_matrix(), nullptr, c.vocab_size, d, dtype);
   out.bytes += out.output.bytes() + sizeof(float) * norms;
+  out.streamed = out.bytes;
   // The embedding table is read a row per token; with an untied int8 output it is read only
   // there. A tied table held F32 is the output matrix itself, counted once.
   if (!mw.lm_head.empty() || dtype != WeightDtype::kF32) {

@@ -44,6 +44,9 @@ struct CpuWeights {
   std::vector<CpuLayerMatrices> layers;
   CpuMatrix output;  // lm_head, or the tied embedding table
   size_t bytes = 0;  // every matrix as held, plus the F32 norms and embedding table
+  // What a decode step reads: every matrix as held and the norms; of an embedding table that is
+  // not the output matrix, one row per token, not counted.
+  size_t streamed = 0;
 };
 
 // Prepares `model`'s matrices in `dtype`; the model must outlive the result.

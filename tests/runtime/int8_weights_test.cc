@@ -134,6 +134,10 @@ TEST_CASE("int8 weights keep the TinyStories dev NLL within 1% of F32", "[cpu][i
   INFO("NLL f32 " << f32 << ", int8 " << int8);
   CHECK(std::abs(int8 - f32) / f32 <= 0.01);
   CHECK(CpuBackendWeightBytes(*p.int8) < CpuBackendWeightBytes(*p.f32));
+  // A step reads F32's matrices and norms, as the model counts them; int8's matrices take
+  // 1 + 2/32 bytes a weight where F32's take 4 (the norms stay F32).
+  CHECK(CpuBackendStreamedBytes(*p.f32) == p.model->weights.DecodeBytesStreamed());
+  CHECK(CpuBackendStreamedBytes(*p.int8) * 3 < CpuBackendStreamedBytes(*p.f32));
   const double f32_decode = DecodeNll(*p.f32, **tok, 10);
   const double int8_decode = DecodeNll(*p.int8, **tok, 10);
   INFO("decode-step NLL f32 " << f32_decode << ", int8 " << int8_decode);

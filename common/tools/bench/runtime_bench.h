@@ -117,11 +117,13 @@ struct RuntimeBenchReport {
   // int8 weights, stepped in rounds interleaved with F32 on the same model.
   size_t f32_weight_bytes = 0;   // CpuBackendWeightBytes of the F32 backend
   size_t int8_weight_bytes = 0;  // and of the int8 one
+  size_t f32_streamed_bytes = 0;   // CpuBackendStreamedBytes: what a step reads, F32
+  size_t int8_streamed_bytes = 0;  // and int8
   double int8_convert_seconds = 0;
   double int8_round_f32_median_seconds = 0;  // median F32 step over the rounds
   double int8_median_seconds = 0;            // median int8 step over the rounds
   double int8_vs_f32_decode = 0;
-  double int8_gbps = 0;  // int8 weight bytes / median int8 step
+  double int8_gbps = 0;  // int8 streamed bytes / median int8 step
 
   // Cold starts (cold_start_bench.h), in run order; medians per dtype.
   std::vector<ColdStartReport> cold_starts;
