@@ -5,14 +5,14 @@
 
 namespace scd {
 
-CpuMatrix::CpuMatrix(const float* w, const float* bias, int n, int k, WeightDtype dtype)
-    : bias_(bias), n_(n), k_(k) {
-  if (dtype == WeightDtype::kInt8) {
-    q8_ = std::make_shared<const cpu::Q8Matrix>(cpu::QuantizeQ8(w, n, k));
-  } else {
-    f32_ = w;
-  }
-}
+CpuMatrix::CpuMatrix(const float* w, const float* bias, int n, int k)
+    : f32_(w), bias_(bias), n_(n), k_(k) {}
+
+CpuMatrix::CpuMatrix(cpu::Q8Matrix w, const float* bias)
+    : q8_(std::make_shared<const cpu::Q8Matrix>(std::move(w))),
+      bias_(bias),
+      n_(q8_->rows),
+      k_(q8_->cols) {}
 
 void CpuMatrix::Apply(const float* x, float* y, int rows) const {
   if (q8_ != nullptr) {
@@ -32,11 +32,22 @@ namespace {
 
 const float* OrNull(const WeightBuffer& b) { return b.empty() ? nullptr : b.data(); }
 
-// One matrix of the model in `dtype`; an int8 conversion releases the F32 pages it read.
+// Where the int8 matrices go: one store for them all, each at the next 64-byte offset, in the
+// order Prepare is called (the sizes are summed first, in the same order).
+struct Int8Store {
+  std::shared_ptr<cpu::AlignedArray<int8_t>> store;
+  size_t offset = 0;
+};
+
+// One matrix of the model in `dtype`; an int8 conversion (into `int8`'s store) releases the
+// F32 pages it read.
 CpuMatrix Prepare(const WeightBuffer& w, const WeightBuffer* bias, int n, int k,
-                  WeightDtype dtype) {
-  CpuMatrix m(w.data(), bias != nullptr ? OrNull(*bias) : nullptr, n, k, dtype);
-  if (dtype != WeightDtype::kF32) w.ReleasePages();
+                  WeightDtype dtype, Int8Store& int8) {
+  const float* b = bias != nullptr ? OrNull(*bias) : nullptr;
+  if (dtype == WeightDtype::kF32) return CpuMatrix(w.data(), b, n, k);
+  CpuMatrix m(cpu::QuantizeQ8(w.data(), n, k, int8.store, int8.offset), b);
+  int8.offset += cpu::Q8MatrixBytes(n, k);
+  w.ReleasePages();
   return m;
 }
 
@@ -48,23 +59,31 @@ CpuWeights PrepareCpuWeights(const Model& model, WeightDtype dtype) {
   const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
   CpuWeights out;
   out.dtype = dtype;
+  Int8Store int8;
+  if (dtype == WeightDtype::kInt8) {
+    const size_t layer = cpu::Q8MatrixBytes(qd, d) + 2 * cpu::Q8MatrixBytes(kvd, d) +
+                         cpu::Q8MatrixBytes(d, qd) + 2 * cpu::Q8MatrixBytes(ffn, d) +
+                         cpu::Q8MatrixBytes(d, ffn);
+    const size_t all = layer * mw.layers.size() + cpu::Q8MatrixBytes(c.vocab_size, d);
+    int8.store = std::make_shared<cpu::AlignedArray<int8_t>>(all, /*huge_pages=*/true);
+  }
   size_t norms = mw.final_norm.size();
   for (const LayerWeights& lw : mw.layers) {
     CpuLayerMatrices m;
-    m.q = Prepare(lw.wq, &lw.bq, qd, d, dtype);
-    m.k = Prepare(lw.wk, &lw.bk, kvd, d, dtype);
-    m.v = Prepare(lw.wv, &lw.bv, kvd, d, dtype);
-    m.o = Prepare(lw.wo, nullptr, d, qd, dtype);
-    m.gate = Prepare(lw.w_gate, nullptr, ffn, d, dtype);
-    m.up = Prepare(lw.w_up, nullptr, ffn, d, dtype);
-    m.down = Prepare(lw.w_down, nullptr, d, ffn, dtype);
+    m.q = Prepare(lw.wq, &lw.bq, qd, d, dtype, int8);
+    m.k = Prepare(lw.wk, &lw.bk, kvd, d, dtype, int8);
+    m.v = Prepare(lw.wv, &lw.bv, kvd, d, dtype, int8);
+    m.o = Prepare(lw.wo, nullptr, d, qd, dtype, int8);
+    m.gate = Prepare(lw.w_gate, nullptr, ffn, d, dtype, int8);
+    m.up = Prepare(lw.w_up, nullptr, ffn, d, dtype, int8);
+    m.down = Prepare(lw.w_down, nullptr, d, ffn, dtype, int8);
     for (const CpuMatrix* x : {&m.q, &m.k, &m.v, &m.o, &m.gate, &m.up, &m.down}) {
       out.bytes += x->bytes();
     }
     norms += lw.attn_norm.size() + lw.ffn_norm.size();
     out.layers.push_back(std::move(m));
   }
-  out.output = Prepare(mw.output_matrix(), nullptr, c.vocab_size, d, dtype);
+  out.output = Prepare(mw.output_matrix(), nullptr, c.vocab_size, d, dtype, int8);
   out.bytes += out.output.bytes() + sizeof(float) * norms;
   out.streamed = out.bytes;
   // The embedding table is read a row per token; with an untied int8 output it is read only

@@ -20,8 +20,11 @@ namespace scd {
 class CpuMatrix {
  public:
   CpuMatrix() = default;
-  // `w` [n, k] and `bias` [n] (may be null) must outlive the matrix (they are the model's).
-  CpuMatrix(const float* w, const float* bias, int n, int k, WeightDtype dtype);
+  // F32: `w` [n, k] and `bias` [n] (may be null) are read in place and must outlive the matrix
+  // (they are the model's).
+  CpuMatrix(const float* w, const float* bias, int n, int k);
+  // int8: `w` converted; `bias` as above.
+  CpuMatrix(cpu::Q8Matrix w, const float* bias);
 
   void Apply(const float* x, float* y, int rows) const;
   int n() const { return n_; }
@@ -49,7 +52,9 @@ struct CpuWeights {
   size_t streamed = 0;
 };
 
-// Prepares `model`'s matrices in `dtype`; the model must outlive the result.
+// Prepares `model`'s matrices in `dtype`; the model must outlive the result. int8 matrices
+// share one allocation on transparent huge pages (AdviseHugePages): a decode step streams
+// them all, and on 4 KB pages each page would cost it a TLB miss.
 CpuWeights PrepareCpuWeights(const Model& model, WeightDtype dtype);
 
 }  // namespace scd

@@ -2,10 +2,12 @@
 #include "kernels/cpu/q8_linear.h"
 
 #include <cblas.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 #include "kernels/cpu/compute_pool.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -25,6 +27,17 @@ constexpr size_t kConvertTaskElems = size_t{1} << 16;  // weights a conversion t
 constexpr size_t kScratchFloats = size_t{1} << 20;     // prefill's dequantized W chunk (4 MB)
 
 size_t QuantStride(int blocks) { return static_cast<size_t>(blocks) * kQ8Block; }
+
+// A Q8Matrix's geometry for W[rows, cols], without its bytes.
+Q8Matrix Q8Shape(int rows, int cols) {
+  Q8Matrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.blocks = (cols + kQ8Block - 1) / kQ8Block;
+  const size_t spans = (static_cast<size_t>(m.blocks) + kQ8Span - 1) / kQ8Span;
+  m.group_bytes = spans * kQ8SpanScaleBytes + QuantStride(m.blocks) * kQ8Group;
+  return m;
+}
 
 // Runs fn(begin, end) over [0, count) in pieces of `per_task`, on the pool when there is more
 // than one piece. Pieces never overlap, so the result does not depend on the threads.
@@ -339,6 +352,15 @@ void PrefillLinear(const float* x, const Q8Matrix& w, const float* bias, float* 
 
 }  // namespace
 
+void AdviseHugePages(void* p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // best effort: refused where THP is off
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   const uint32_t exp = (h >> 10) & 0x1f;
@@ -369,16 +391,29 @@ uint16_t FloatToHalfUp(float f) {
   return std::min(h, kMaxHalf);
 }
 
-Q8Matrix QuantizeQ8(const float* w, int rows, int cols) {
-  Q8Matrix m;
-  m.rows = rows;
-  m.cols = cols;
-  m.blocks = (cols + kQ8Block - 1) / kQ8Block;
-  const size_t spans = (static_cast<size_t>(m.blocks) + kQ8Span - 1) / kQ8Span;
-  m.group_bytes = spans * kQ8SpanScaleBytes + QuantStride(m.blocks) * kQ8Group;
+size_t Q8MatrixBytes(int rows, int cols) {
+  const Q8Matrix shape = Q8Shape(rows, cols);
   const size_t groups = (static_cast<size_t>(rows) + kQ8Group - 1) / kQ8Group;
-  // Zeroed: the padding rows, the scales past a row's end and the last block's tail stay 0.
-  m.data = AlignedArray<int8_t>(groups * m.group_bytes);
+  return (groups * shape.group_bytes + 63) / 64 * 64;
+}
+
+Q8Matrix QuantizeQ8(const float* w, int rows, int cols) {
+  return QuantizeQ8(w, rows, cols,
+                    std::make_shared<AlignedArray<int8_t>>(Q8MatrixBytes(rows, cols)), 0);
+}
+
+Q8Matrix QuantizeQ8(const float* w, int rows, int cols,
+                    std::shared_ptr<AlignedArray<int8_t>> store, size_t offset) {
+  Q8Matrix m = Q8Shape(rows, cols);
+  const size_t groups = (static_cast<size_t>(rows) + kQ8Group - 1) / kQ8Group;
+  m.size = Q8MatrixBytes(rows, cols);
+  if (store == nullptr || offset % 64 != 0 || offset + m.size > store->size()) {
+    throw std::invalid_argument("QuantizeQ8: the store does not hold the matrix at that offset");
+  }
+  // The store's bytes are zeroed: the padding rows, the scales past a row's end and the last
+  // block's tail stay 0.
+  m.data = store->data() + offset;
+  m.store = std::move(store);
   // Tasks of whole groups, so that no two threads write one cache line.
   const size_t per_task = kConvertTaskElems / std::max(cols, 1) / kQ8Group;
   ForPieces(groups, per_task, 0, [&](size_t g0, size_t g1) {
@@ -390,8 +425,8 @@ Q8Matrix QuantizeQ8(const float* w, int rows, int cols) {
         const float* v = wr + static_cast<size_t>(b) * kQ8Block;
         const uint16_t scale = FloatToHalfUp(AbsMax(v, n) / 127.0f);
         const int row = static_cast<int>(r);
-        std::memcpy(m.data.data() + m.scale_offset(row, b), &scale, sizeof(scale));
-        QuantizeBlock(v, n, HalfToFloat(scale), m.data.data() + m.quants_offset(row, b));
+        std::memcpy(m.data + m.scale_offset(row, b), &scale, sizeof(scale));
+        QuantizeBlock(v, n, HalfToFloat(scale), m.data + m.quants_offset(row, b));
       }
     }
   });

@@ -38,17 +38,30 @@ namespace scd::cpu {
 constexpr int kQ8Block = 32;          // weights per block (and per scale)
 constexpr int kQ8DecodeMaxRows = 16;  // up to this many input rows take the int8 kernel
 
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+// Asks the kernel to back [p, p + bytes) with transparent huge pages (madvise(MADV_HUGEPAGE);
+// nothing where THP is off). A stream of weights then misses the TLB once per 2 MB instead of
+// once per 4 KB page, which under a hypervisor is a two-level page walk each time.
+void AdviseHugePages(void* p, size_t bytes);
+
 // A fixed-size array of T on 64-byte (cache line) boundaries, for aligned vector loads.
-// Move-only; the tail past size() up to the next 64 bytes is zeroed.
+// Move-only; the tail past size() up to the next 64 bytes is zeroed. With `huge_pages`, an
+// array of at least kHugePageBytes is aligned to and padded up to whole huge pages, advised
+// as such (AdviseHugePages) before it is first touched.
 template <typename T>
 class AlignedArray {
  public:
   AlignedArray() = default;
-  explicit AlignedArray(size_t size) : size_(size) {
-    const size_t bytes = (size * sizeof(T) + 63) / 64 * 64;
+  explicit AlignedArray(size_t size, bool huge_pages = false) : size_(size) {
+    size_t bytes = (size * sizeof(T) + 63) / 64 * 64;
+    const bool huge = huge_pages && bytes >= kHugePageBytes;
+    const size_t align = huge ? kHugePageBytes : 64;
+    bytes = (bytes + align - 1) / align * align;
     if (bytes > 0) {
-      data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+      data_.reset(static_cast<T*>(std::aligned_alloc(align, bytes)));
       if (!data_) throw std::bad_alloc();
+      if (huge) AdviseHugePages(data_.get(), bytes);
       // Zeroed as bytes: T is a plain number type.
       std::memset(static_cast<void*>(data_.get()), 0, bytes);
     }
@@ -79,9 +92,13 @@ constexpr size_t kQ8SpanScaleBytes = 64;
 struct Q8Matrix {
   int rows = 0;
   int cols = 0;
-  int blocks = 0;             // blocks per row: ceil(cols / kQ8Block)
-  size_t group_bytes = 0;     // one group of kQ8Group rows, scales included
-  AlignedArray<int8_t> data;  // [ceil(rows / kQ8Group) groups] of group_bytes
+  int blocks = 0;          // blocks per row: ceil(cols / kQ8Block)
+  size_t group_bytes = 0;  // one group of kQ8Group rows, scales included
+  // The bytes, [ceil(rows / kQ8Group) groups] of group_bytes, at `data` (64-byte aligned)
+  // inside `store`, which the matrix keeps alive and may share with other matrices.
+  std::shared_ptr<AlignedArray<int8_t>> store;
+  int8_t* data = nullptr;
+  size_t size = 0;
 
   // Byte offsets into data: span s of group g (its scales line, then its blocks' quants), the
   // 32 quants of block b of row r (the last block's tail past cols is 0), and the IEEE half
@@ -98,20 +115,27 @@ struct Q8Matrix {
     return span_offset(r / kQ8Group, b / kQ8Span) +
            sizeof(uint16_t) * ((r % kQ8Group) * kQ8Span + b % kQ8Span);
   }
-  const int8_t* span(int g, int s) const { return data.data() + span_offset(g, s); }
-  const int8_t* block_quants(int r, int b) const { return data.data() + quants_offset(r, b); }
+  const int8_t* span(int g, int s) const { return data + span_offset(g, s); }
+  const int8_t* block_quants(int r, int b) const { return data + quants_offset(r, b); }
   uint16_t block_scale(int r, int b) const {
     uint16_t h;
-    std::memcpy(&h, data.data() + scale_offset(r, b), sizeof(h));
+    std::memcpy(&h, data + scale_offset(r, b), sizeof(h));
     return h;
   }
   // Bytes held (what a product reads), padding rows and scale lines included.
-  size_t bytes() const { return data.size(); }
+  size_t bytes() const { return size; }
 };
 
+// The bytes a Q8Matrix of W[rows, cols] holds: a multiple of 64.
+size_t Q8MatrixBytes(int rows, int cols);
+
 // W[rows, cols] (row-major F32, finite) to Q8. Rows are quantized on ComputePool::Global()
-// for large matrices; the result does not depend on the thread count.
+// for large matrices; the result does not depend on the thread count. The first form takes
+// a store of its own; the second writes into `store` at byte `offset` (a multiple of 64, with
+// Q8MatrixBytes(rows, cols) zeroed bytes there), so that many matrices share one allocation.
 Q8Matrix QuantizeQ8(const float* w, int rows, int cols);
+Q8Matrix QuantizeQ8(const float* w, int rows, int cols,
+                    std::shared_ptr<AlignedArray<int8_t>> store, size_t offset);
 
 // out[rows, m.cols] = the dequantized rows [row0, row0 + rows) of m (s_b · q, in float).
 void DequantizeQ8Rows(const Q8Matrix& m, int row0, int rows, float* out);

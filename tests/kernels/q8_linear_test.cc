@@ -135,7 +135,7 @@ TEST_CASE("QuantizeQ8 keeps every weight within half a step of its block's scale
     const Q8Matrix q = QuantizeQ8(w.data(), rows, cols);
     INFO("cols " << cols);
     REQUIRE(q.blocks == (cols + 31) / 32);
-    REQUIRE(reinterpret_cast<uintptr_t>(q.data.data()) % 64 == 0);
+    REQUIRE(reinterpret_cast<uintptr_t>(q.data) % 64 == 0);
     const std::vector<float> deq = Dequantized(q);
     for (int r = 0; r < rows; ++r) {
       for (int b = 0; b < q.blocks; ++b) {
