@@ -53,7 +53,7 @@ struct CpuWeights {
 };
 
 // Prepares `model`'s matrices in `dtype`; the model must outlive the result. int8 matrices
-// share one allocation on transparent huge pages (AdviseHugePages): a decode step streams
+// share one allocation on transparent huge pages (cpu::MapHugePages): a decode step streams
 // them all, and on 4 KB pages each page would cost it a TLB miss.
 CpuWeights PrepareCpuWeights(const Model& model, WeightDtype dtype);
 

@@ -352,14 +352,29 @@ void PrefillLinear(const float* x, const Q8Matrix& w, const float* bias, float* 
 
 }  // namespace
 
-void AdviseHugePages(void* p, size_t bytes) {
+namespace {
+size_t HugeRound(size_t bytes) { return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes; }
+}  // namespace
+
+void* MapHugePages(size_t bytes) {
+  const size_t len = HugeRound(bytes);
+  // Mapped with a huge page to spare, then trimmed to a huge-page boundary at both ends.
+  void* raw = ::mmap(nullptr, len + kHugePageBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  if (aligned > begin) ::munmap(raw, aligned - begin);
+  const uintptr_t tail = aligned + len, end = begin + len + kHugePageBytes;
+  if (end > tail) ::munmap(reinterpret_cast<void*>(tail), end - tail);
+  void* p = reinterpret_cast<void*>(aligned);
 #ifdef MADV_HUGEPAGE
-  ::madvise(p, bytes, MADV_HUGEPAGE);  // best effort: refused where THP is off
-#else
-  (void)p;
-  (void)bytes;
+  ::madvise(p, len, MADV_HUGEPAGE);  // best effort: refused where THP is off
 #endif
+  return p;
 }
+
+void UnmapHugePages(void* p, size_t bytes) { ::munmap(p, HugeRound(bytes)); }
 
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;

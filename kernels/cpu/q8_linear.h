@@ -40,31 +40,35 @@ constexpr int kQ8DecodeMaxRows = 16;  // up to this many input rows take the int
 
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
-// Asks the kernel to back [p, p + bytes) with transparent huge pages (madvise(MADV_HUGEPAGE);
-// nothing where THP is off). A stream of weights then misses the TLB once per 2 MB instead of
-// once per 4 KB page, which under a hypervisor is a two-level page walk each time.
-void AdviseHugePages(void* p, size_t bytes);
+// `bytes` (rounded up to whole huge pages) of fresh, zeroed memory on a huge-page boundary,
+// which the kernel is asked to back with transparent huge pages (madvise(MADV_HUGEPAGE);
+// plain pages where THP is off): a stream of weights then misses the TLB once per 2 MB instead
+// of once per 4 KB page, which under a hypervisor is a two-level page walk each time. The pages
+// are faulted in by whoever first writes them (no zeroing pass here). Null if the mapping
+// fails; UnmapHugePages(p, bytes) releases it.
+void* MapHugePages(size_t bytes);
+void UnmapHugePages(void* p, size_t bytes);
 
 // A fixed-size array of T on 64-byte (cache line) boundaries, for aligned vector loads.
-// Move-only; the tail past size() up to the next 64 bytes is zeroed. With `huge_pages`, an
-// array of at least kHugePageBytes is aligned to and padded up to whole huge pages, advised
-// as such (AdviseHugePages) before it is first touched.
+// Move-only; zeroed, up to the next 64 bytes past size(). With `huge_pages`, an array of at
+// least kHugePageBytes comes from MapHugePages.
 template <typename T>
 class AlignedArray {
  public:
   AlignedArray() = default;
   explicit AlignedArray(size_t size, bool huge_pages = false) : size_(size) {
-    size_t bytes = (size * sizeof(T) + 63) / 64 * 64;
-    const bool huge = huge_pages && bytes >= kHugePageBytes;
-    const size_t align = huge ? kHugePageBytes : 64;
-    bytes = (bytes + align - 1) / align * align;
-    if (bytes > 0) {
-      data_.reset(static_cast<T*>(std::aligned_alloc(align, bytes)));
-      if (!data_) throw std::bad_alloc();
-      if (huge) AdviseHugePages(data_.get(), bytes);
-      // Zeroed as bytes: T is a plain number type.
-      std::memset(static_cast<void*>(data_.get()), 0, bytes);
+    const size_t bytes = (size * sizeof(T) + 63) / 64 * 64;
+    if (bytes == 0) return;
+    if (huge_pages && bytes >= kHugePageBytes) {
+      if (void* p = MapHugePages(bytes)) {
+        data_ = std::unique_ptr<T, Free>(static_cast<T*>(p), Free{bytes});
+        return;
+      }
     }
+    data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+    if (!data_) throw std::bad_alloc();
+    // Zeroed as bytes: T is a plain number type.
+    std::memset(static_cast<void*>(data_.get()), 0, bytes);
   }
   T* data() { return data_.get(); }
   const T* data() const { return data_.get(); }
@@ -72,7 +76,14 @@ class AlignedArray {
 
  private:
   struct Free {
-    void operator()(T* p) const { std::free(p); }
+    size_t mapped_bytes = 0;  // from MapHugePages, or 0 from aligned_alloc
+    void operator()(T* p) const {
+      if (mapped_bytes > 0) {
+        UnmapHugePages(p, mapped_bytes);
+      } else {
+        std::free(p);
+      }
+    }
   };
   std::unique_ptr<T, Free> data_;
   size_t size_ = 0;

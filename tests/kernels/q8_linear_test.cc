@@ -167,6 +167,36 @@ TEST_CASE("QuantizeQ8 keeps every weight within half a step of its block's scale
   }
 }
 
+TEST_CASE("Q8 matrices share one store on huge pages, each as if it had its own", "[cpu]") {
+  // Three matrices back to back in one store of at least a huge page (so that it is mapped),
+  // each at the offset after the last: the same bytes as a store of its own, and products
+  // reading only their own slice.
+  const int shapes[][2] = {{37, 300}, {2600, 768}, {5, 33}};
+  size_t total = 0;
+  for (const auto& s : shapes) total += Q8MatrixBytes(s[0], s[1]);
+  REQUIRE(total >= kHugePageBytes);
+  auto store = std::make_shared<AlignedArray<int8_t>>(total, /*huge_pages=*/true);
+  REQUIRE(reinterpret_cast<uintptr_t>(store->data()) % kHugePageBytes == 0);
+  REQUIRE(std::all_of(store->data(), store->data() + total, [](int8_t b) { return b == 0; }));
+  size_t offset = 0;
+  for (const auto& s : shapes) {
+    INFO("rows " << s[0] << ", cols " << s[1]);
+    const std::vector<float> w = Random(static_cast<size_t>(s[0]) * s[1], s[0] + s[1]);
+    const Q8Matrix shared = QuantizeQ8(w.data(), s[0], s[1], store, offset);
+    const Q8Matrix own = QuantizeQ8(w.data(), s[0], s[1]);
+    REQUIRE(shared.data == store->data() + offset);
+    REQUIRE(shared.bytes() == own.bytes());
+    REQUIRE(std::memcmp(shared.data, own.data, own.bytes()) == 0);
+    const std::vector<float> x = Random(static_cast<size_t>(s[1]), 99);
+    CHECK(Run(x, shared, nullptr, 1) == Run(x, own, nullptr, 1));
+    offset += Q8MatrixBytes(s[0], s[1]);
+  }
+  // A matrix that would not fit, or an offset off a cache line, is refused.
+  const std::vector<float> w(64, 1.0f);
+  CHECK_THROWS_AS(QuantizeQ8(w.data(), 2, 32, store, total - 64), std::invalid_argument);
+  CHECK_THROWS_AS(QuantizeQ8(w.data(), 2, 32, store, 32), std::invalid_argument);
+}
+
 TEST_CASE("Q8Matrix's grouped layout round-trips any row count", "[cpu]") {
   for (int rows : {1, 2, 3, 4, 5, 6, 7, 9, 13}) {
     for (int cols : {1, 32, 100, 256, 300, 1000}) {
