@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 namespace scd::testing {
@@ -98,6 +99,14 @@ std::string ShellQuote(const std::string& word) {
     }
   }
   return out + "'";
+}
+
+std::vector<float> NormalFloats(size_t n, uint32_t seed, float sd) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
 }
 
 }  // namespace scd::testing

@@ -3,7 +3,10 @@
 #ifndef SCD_TESTS_TEST_SUPPORT_H_
 #define SCD_TESTS_TEST_SUPPORT_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -27,6 +30,9 @@ std::string SourceFile(const std::string& relative);
 
 // A fresh, empty temporary directory, removed at process exit.
 std::string TempDir();
+
+// n draws of N(0, sd²) from a generator seeded with `seed`: the same numbers on every run.
+std::vector<float> NormalFloats(size_t n, uint32_t seed, float sd = 1.0f);
 
 // Reads a whole file; fails the current test when it cannot.
 std::string ReadFileOrFail(const std::string& path);

@@ -7,11 +7,11 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/ops.h"
+#include "tests/test_support.h"
 
 namespace scd::cpu {
 namespace {
@@ -23,11 +23,7 @@ struct AttentionIsaRestorer {
 };
 
 std::vector<float> AttentionNormal(size_t n, uint32_t seed, float sd = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
+  return testing::NormalFloats(n, seed, sd);
 }
 
 struct DecodeShape {

@@ -8,16 +8,13 @@
 #include "common/base/crc32c.h"
 #include "common/scd/quantize.h"
 #include "common/scd/wire_format.h"
+#include "tests/test_support.h"
 
 namespace scd {
 namespace {
 
 std::vector<float> Random(int n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
+  return testing::NormalFloats(static_cast<size_t>(n), seed, scale);
 }
 
 std::vector<float> RoundTrip(Encoding e, const std::vector<float>& x, int rows, int cols, int g) {
