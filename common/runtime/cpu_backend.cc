@@ -365,9 +365,9 @@ class CpuBackend : public Backend {
     cpu::RmsNorm(x.data(), model_->weights.layers[l].attn_norm.data(), b.xn, rows,
                  c.hidden_size, c.rms_norm_eps);
     const CpuLayerMatrices& m = weights_.layers[l];
-    m.q.Apply(b.xn, b.q, rows);
-    m.k.Apply(b.xn, b.k, rows);
-    m.v.Apply(b.xn, b.v, rows);
+    const CpuMatrix* qkv[] = {&m.q, &m.k, &m.v};
+    float* const out[] = {b.q, b.k, b.v};
+    CpuMatrix::ApplyMany(qkv, out, 3, b.xn, rows);
   }
 
   // Layer `l`'s attention into b.att: RoPE on b.q and b.k, each group's K/V written to its
@@ -404,8 +404,9 @@ class CpuBackend : public Backend {
     const CpuLayerMatrices& m = weights_.layers[l];
     cpu::RmsNorm(x.data(), model_->weights.layers[l].ffn_norm.data(), b.xn, rows, c.hidden_size,
                  c.rms_norm_eps);
-    m.gate.Apply(b.xn, b.gate, rows);
-    m.up.Apply(b.xn, b.up, rows);
+    const CpuMatrix* gate_up[] = {&m.gate, &m.up};
+    float* const out[] = {b.gate, b.up};
+    CpuMatrix::ApplyMany(gate_up, out, 2, b.xn, rows);
     cpu::SwiGlu(b.gate, b.up, b.gate, rows * c.intermediate_size);  // elementwise, in place
     m.down.Apply(b.gate, b.tmp, rows);
     for (size_t i = 0; i < x.size(); ++i) x[i] += b.tmp[i];

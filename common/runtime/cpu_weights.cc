@@ -22,6 +22,18 @@ void CpuMatrix::Apply(const float* x, float* y, int rows) const {
   }
 }
 
+void CpuMatrix::ApplyMany(const CpuMatrix* const* ms, float* const* ys, int count,
+                          const float* x, int rows) {
+  cpu::Q8Product products[cpu::kQ8MaxProducts];
+  bool int8 = count <= cpu::kQ8MaxProducts;
+  for (int i = 0; i < count && int8; ++i) {
+    int8 = ms[i]->q8_ != nullptr;
+    if (int8) products[i] = cpu::Q8Product{ms[i]->q8_.get(), ms[i]->bias_, ys[i]};
+  }
+  if (int8) return cpu::Q8LinearMany(x, products, count, rows);
+  for (int i = 0; i < count; ++i) ms[i]->Apply(x, ys[i], rows);
+}
+
 size_t CpuMatrix::bytes() const {
   const size_t bias = bias_ != nullptr ? sizeof(float) * static_cast<size_t>(n_) : 0;
   if (q8_ != nullptr) return q8_->bytes() + bias;

@@ -27,6 +27,10 @@ class CpuMatrix {
   CpuMatrix(cpu::Q8Matrix w, const float* bias);
 
   void Apply(const float* x, float* y, int rows) const;
+  // ms[i]->Apply(x, ys[i], rows) for i < count, the same bits; int8 matrices of one input run
+  // as one job (cpu::Q8LinearMany).
+  static void ApplyMany(const CpuMatrix* const* ms, float* const* ys, int count, const float* x,
+                        int rows);
   int n() const { return n_; }
   int k() const { return k_; }
   size_t bytes() const;  // what Apply streams per call, bias included

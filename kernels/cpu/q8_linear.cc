@@ -301,23 +301,44 @@ void RangeAvx2(const Activations& a, int m, const Q8Matrix& w, const float* bias
 }
 #endif  // SCD_Q8_AVX2
 
-void DecodeLinear(const float* x, const Q8Matrix& w, const float* bias, float* y, int m,
-                  int max_threads) {
-  const Activations a = QuantizeActivations(x, m, w.cols, w.blocks);
-  // Tasks of whole groups of W rows, about kTaskBytes each.
-  const size_t groups = (static_cast<size_t>(w.rows) + kQ8Group - 1) / kQ8Group;
-  const size_t per_task = std::max<size_t>(1, kTaskBytes / w.group_bytes);
-  const int cap = static_cast<int>(std::max<size_t>(1, w.bytes() / kBytesPerThread));
+// The decode rows against every product's W, quantized once; each W cut into tasks of whole
+// groups of rows, about kTaskBytes each, all handed to the pool as one job.
+void DecodeLinear(const float* x, const Q8Product* products, int count, int m, int max_threads) {
+  const Activations a = QuantizeActivations(x, m, products[0].w->cols, products[0].w->blocks);
+  struct Piece {
+    size_t first_task, groups, per_task;
+  };
+  Piece pieces[kQ8MaxProducts];
+  size_t tasks = 0, bytes = 0;
+  for (int i = 0; i < count; ++i) {
+    const Q8Matrix& w = *products[i].w;
+    const size_t groups = (static_cast<size_t>(w.rows) + kQ8Group - 1) / kQ8Group;
+    const size_t per_task = std::max<size_t>(1, kTaskBytes / w.group_bytes);
+    pieces[i] = Piece{tasks, groups, per_task};
+    tasks += (groups + per_task - 1) / per_task;
+    bytes += w.bytes();
+  }
+  const int cap = static_cast<int>(std::max<size_t>(1, bytes / kBytesPerThread));
   const int threads = max_threads > 0 ? std::min(max_threads, cap) : cap;
   const bool scalar = ActiveIsa() == CpuIsa::kScalar;
-  ForPieces(groups, per_task, threads, [&](size_t g0, size_t g1) {
+  auto task = [&](int t) {
+    int i = count - 1;
+    while (pieces[i].first_task > static_cast<size_t>(t)) --i;
+    const Q8Product& p = products[i];
+    const size_t g0 = (t - pieces[i].first_task) * pieces[i].per_task;
+    const size_t g1 = std::min(pieces[i].groups, g0 + pieces[i].per_task);
 #if SCD_Q8_AVX2
-    if (!scalar) return RangeAvx2(a, m, w, bias, y, static_cast<int>(g0), static_cast<int>(g1));
+    if (!scalar) return RangeAvx2(a, m, *p.w, p.bias, p.y, static_cast<int>(g0), static_cast<int>(g1));
 #endif
     (void)scalar;
-    const int j1 = static_cast<int>(std::min<size_t>(w.rows, g1 * kQ8Group));
-    DotsScalar(a, m, w, bias, y, static_cast<int>(g0 * kQ8Group), j1);
-  });
+    const int j1 = static_cast<int>(std::min<size_t>(p.w->rows, g1 * kQ8Group));
+    DotsScalar(a, m, *p.w, p.bias, p.y, static_cast<int>(g0 * kQ8Group), j1);
+  };
+  if (tasks <= 1 || threads == 1) {
+    for (size_t t = 0; t < tasks; ++t) task(static_cast<int>(t));
+    return;
+  }
+  ComputePool::Global().Run(static_cast<int>(tasks), task, threads);
 }
 
 // F32 activations against W dequantized a chunk of rows at a time into per-thread scratch;
@@ -472,10 +493,24 @@ void Q8Linear(const float* x, const Q8Matrix& w, const float* bias, float* y, in
     return;
   }
   if (m <= kQ8DecodeMaxRows) {
-    DecodeLinear(x, w, bias, y, m, max_threads);
+    const Q8Product product{&w, bias, y};
+    DecodeLinear(x, &product, 1, m, max_threads);
   } else {
     PrefillLinear(x, w, bias, y, m, max_threads);
   }
+}
+
+void Q8LinearMany(const float* x, const Q8Product* products, int count, int m) {
+  bool together = m >= 1 && m <= kQ8DecodeMaxRows && count > 1 && count <= kQ8MaxProducts;
+  for (int i = 0; i < count && together; ++i) {
+    together = products[i].w->rows > 0 && products[i].w->cols > 0 &&
+               products[i].w->cols == products[0].w->cols;
+  }
+  if (!together) {
+    for (int i = 0; i < count; ++i) Q8Linear(x, *products[i].w, products[i].bias, products[i].y, m);
+    return;
+  }
+  DecodeLinear(x, products, count, m, 0);
 }
 
 }  // namespace scd::cpu

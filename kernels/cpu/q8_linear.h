@@ -37,6 +37,7 @@ namespace scd::cpu {
 
 constexpr int kQ8Block = 32;          // weights per block (and per scale)
 constexpr int kQ8DecodeMaxRows = 16;  // up to this many input rows take the int8 kernel
+constexpr int kQ8MaxProducts = 8;     // matrices one Q8LinearMany call runs as one job
 
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
@@ -157,6 +158,20 @@ void DequantizeQ8Rows(const Q8Matrix& m, int row0, int rows, float* out);
 // hosts included). Safe to call from several threads at once.
 void Q8Linear(const float* x, const Q8Matrix& w, const float* bias, float* y, int m,
               int max_threads = 0);
+
+// One product of Q8LinearMany: y = x · Wᵀ (+ bias when non-null), shaped as Q8Linear's.
+struct Q8Product {
+  const Q8Matrix* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+
+// Q8Linear of the same x [m, cols] against `count` matrices of `cols` columns (a layer's Q, K
+// and V, or its gate and up), each product the bits Q8Linear gives it. Decode rows are
+// quantized once and every matrix's tasks go to the pool as one job: one dispatch, and no
+// thread waiting at the end of one matrix while the other finishes it. Other calls (prefill
+// rows, different column counts, more than kQ8MaxProducts) run Q8Linear per product.
+void Q8LinearMany(const float* x, const Q8Product* products, int count, int m);
 
 // IEEE half <-> float: exact one way; rounded toward +infinity the other, saturating at the
 // largest finite half (for a positive, finite f). Exposed for tests.

@@ -167,6 +167,44 @@ TEST_CASE("QuantizeQ8 keeps every weight within half a step of its block's scale
   }
 }
 
+TEST_CASE("Q8LinearMany gives each product Q8Linear's bits, decode rows or not", "[cpu]") {
+  // Three matrices of one input (odd row counts, one below a task and one of many tasks), then
+  // one of other columns (run apart); 1, 3 and 16 decode rows and 17 prefill rows.
+  const int cols = 300;
+  const int rows[] = {37, 5, 2900};
+  std::vector<Q8Matrix> ws;
+  std::vector<std::vector<float>> biases;
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<float> w = Random(static_cast<size_t>(rows[i]) * cols, 50 + i);
+    ws.push_back(QuantizeQ8(w.data(), rows[i], cols));
+    biases.push_back(Random(static_cast<size_t>(rows[i]), 60 + i));
+  }
+  const std::vector<float> other_w = Random(static_cast<size_t>(9) * 64, 70);
+  const Q8Matrix other = QuantizeQ8(other_w.data(), 9, 64);
+  for (int m : {1, 3, 16, 17}) {
+    INFO("rows " << m);
+    const std::vector<float> x = Random(static_cast<size_t>(m) * cols, 80 + m);
+    std::vector<std::vector<float>> got(3);
+    std::vector<Q8Product> products;
+    for (int i = 0; i < 3; ++i) {
+      got[i].assign(static_cast<size_t>(m) * rows[i], -1.0f);
+      products.push_back(Q8Product{&ws[i], i == 1 ? nullptr : biases[i].data(), got[i].data()});
+    }
+    Q8LinearMany(x.data(), products.data(), 3, m);
+    for (int i = 0; i < 3; ++i) {
+      CHECK(got[i] == Run(x, ws[i], i == 1 ? nullptr : biases[i].data(), m));
+    }
+    // Matrices of different widths are run apart: each reads x as [m, its own columns].
+    std::vector<float> y_first(static_cast<size_t>(m) * rows[0], -1.0f);
+    std::vector<float> y_other(static_cast<size_t>(m) * 9, -1.0f);
+    const Q8Product mixed[] = {{&ws[0], nullptr, y_first.data()}, {&other, nullptr, y_other.data()}};
+    Q8LinearMany(x.data(), mixed, 2, m);
+    CHECK(y_first == Run(x, ws[0], nullptr, m));
+    const std::vector<float> x64(x.begin(), x.begin() + static_cast<size_t>(m) * 64);
+    CHECK(y_other == Run(x64, other, nullptr, m));
+  }
+}
+
 TEST_CASE("Q8 matrices share one store on huge pages, each as if it had its own", "[cpu]") {
   // Three matrices back to back in one store of at least a huge page (so that it is mapped),
   // each at the offset after the last: the same bytes as a store of its own, and products
