@@ -13,7 +13,9 @@ namespace scd {
 namespace {
 
 constexpr uintptr_t kPage = 4096;
-constexpr size_t kMinBytes = size_t{2} << 20;
+constexpr size_t kMinBytes = kHugePageBytes;
+
+size_t HugeRound(size_t bytes) { return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes; }
 
 }  // namespace
 
@@ -27,6 +29,24 @@ void AdviseHugePages(void* data, size_t bytes) {
   const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes + kPage - 1) & ~(kPage - 1);
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
+
+void* MapHugePages(size_t bytes) {
+  const size_t len = HugeRound(bytes);
+  // Mapped with a huge page to spare, then trimmed to a huge-page boundary at both ends.
+  void* raw = ::mmap(nullptr, len + kHugePageBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  if (aligned > begin) ::munmap(raw, aligned - begin);
+  const uintptr_t tail = aligned + len, end = begin + len + kHugePageBytes;
+  if (end > tail) ::munmap(reinterpret_cast<void*>(tail), end - tail);
+  void* p = reinterpret_cast<void*>(aligned);
+  AdviseHugePages(p, len);
+  return p;
+}
+
+void UnmapHugePages(void* p, size_t bytes) { ::munmap(p, HugeRound(bytes)); }
 
 void FreeDeleter::operator()(float* p) const { std::free(p); }
 
@@ -58,7 +78,7 @@ long MinorPageFaults() {
 void ResizeWithHugePages(std::vector<float>& v, size_t n) {
   if (n * sizeof(float) >= kMinBytes && v.capacity() < n) {
     std::vector<float>().swap(v);
-    constexpr size_t kHuge = size_t{2} << 20, kHeader = 16;
+    constexpr size_t kHuge = kHugePageBytes, kHeader = 16;
     const size_t bytes = (n * sizeof(float) + kHeader + kHuge - 1) / kHuge * kHuge - kHeader;
     v.reserve(bytes / sizeof(float));
     AdviseHugePages(v.data(), v.capacity() * sizeof(float));

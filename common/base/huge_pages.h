@@ -11,8 +11,17 @@
 
 namespace scd {
 
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
 // Advises huge pages for the memory holding [data, data + bytes).
 void AdviseHugePages(void* data, size_t bytes);
+
+// `bytes` (rounded up to whole huge pages) of fresh, zeroed memory on a huge-page boundary,
+// advised for huge pages: the kernel zeroes each page as whoever first writes it faults it in,
+// so there is no zeroing pass here. Null if the mapping fails; UnmapHugePages(p, bytes)
+// releases it.
+void* MapHugePages(size_t bytes);
+void UnmapHugePages(void* p, size_t bytes);
 
 // Storage from malloc or aligned_alloc, given back with free.
 struct FreeDeleter {

@@ -1,6 +1,8 @@
 // See cpu_weights.h.
 #include "common/runtime/cpu_weights.h"
 
+#include <vector>
+
 #include "kernels/cpu/ops.h"
 
 namespace scd {
@@ -44,8 +46,7 @@ namespace {
 
 const float* OrNull(const WeightBuffer& b) { return b.empty() ? nullptr : b.data(); }
 
-// Where the int8 matrices go: one store for them all, each at the next 64-byte offset, in the
-// order Prepare is called (the sizes are summed first, in the same order).
+// Where the int8 matrices go: one store for them all, each at the next 64-byte offset.
 struct Int8Store {
   std::shared_ptr<cpu::AlignedArray<int8_t>> store;
   size_t offset = 0;
@@ -63,6 +64,14 @@ CpuMatrix Prepare(const WeightBuffer& w, const WeightBuffer* bias, int n, int k,
   return m;
 }
 
+// A matrix of the model, [n, k], and the CpuMatrix it becomes.
+struct Source {
+  const WeightBuffer* w;
+  const WeightBuffer* bias;  // null: none
+  int n, k;
+  CpuMatrix* slot;
+};
+
 }  // namespace
 
 CpuWeights PrepareCpuWeights(const Model& model, WeightDtype dtype) {
@@ -71,32 +80,34 @@ CpuWeights PrepareCpuWeights(const Model& model, WeightDtype dtype) {
   const int d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
   CpuWeights out;
   out.dtype = dtype;
+  out.layers.resize(mw.layers.size());
+  // Every matrix in the order a decode step reads them, so that int8 ones lie in one stream.
+  std::vector<Source> sources;
+  size_t norms = mw.final_norm.size();
+  for (size_t l = 0; l < mw.layers.size(); ++l) {
+    const LayerWeights& lw = mw.layers[l];
+    CpuLayerMatrices& m = out.layers[l];
+    sources.insert(sources.end(), {{&lw.wq, &lw.bq, qd, d, &m.q},
+                                   {&lw.wk, &lw.bk, kvd, d, &m.k},
+                                   {&lw.wv, &lw.bv, kvd, d, &m.v},
+                                   {&lw.wo, nullptr, d, qd, &m.o},
+                                   {&lw.w_gate, nullptr, ffn, d, &m.gate},
+                                   {&lw.w_up, nullptr, ffn, d, &m.up},
+                                   {&lw.w_down, nullptr, d, ffn, &m.down}});
+    norms += lw.attn_norm.size() + lw.ffn_norm.size();
+  }
+  sources.push_back({&mw.output_matrix(), nullptr, c.vocab_size, d, &out.output});
   Int8Store int8;
   if (dtype == WeightDtype::kInt8) {
-    const size_t layer = cpu::Q8MatrixBytes(qd, d) + 2 * cpu::Q8MatrixBytes(kvd, d) +
-                         cpu::Q8MatrixBytes(d, qd) + 2 * cpu::Q8MatrixBytes(ffn, d) +
-                         cpu::Q8MatrixBytes(d, ffn);
-    const size_t all = layer * mw.layers.size() + cpu::Q8MatrixBytes(c.vocab_size, d);
+    size_t all = 0;
+    for (const Source& s : sources) all += cpu::Q8MatrixBytes(s.n, s.k);
     int8.store = std::make_shared<cpu::AlignedArray<int8_t>>(all, /*huge_pages=*/true);
   }
-  size_t norms = mw.final_norm.size();
-  for (const LayerWeights& lw : mw.layers) {
-    CpuLayerMatrices m;
-    m.q = Prepare(lw.wq, &lw.bq, qd, d, dtype, int8);
-    m.k = Prepare(lw.wk, &lw.bk, kvd, d, dtype, int8);
-    m.v = Prepare(lw.wv, &lw.bv, kvd, d, dtype, int8);
-    m.o = Prepare(lw.wo, nullptr, d, qd, dtype, int8);
-    m.gate = Prepare(lw.w_gate, nullptr, ffn, d, dtype, int8);
-    m.up = Prepare(lw.w_up, nullptr, ffn, d, dtype, int8);
-    m.down = Prepare(lw.w_down, nullptr, d, ffn, dtype, int8);
-    for (const CpuMatrix* x : {&m.q, &m.k, &m.v, &m.o, &m.gate, &m.up, &m.down}) {
-      out.bytes += x->bytes();
-    }
-    norms += lw.attn_norm.size() + lw.ffn_norm.size();
-    out.layers.push_back(std::move(m));
+  for (const Source& s : sources) {
+    *s.slot = Prepare(*s.w, s.bias, s.n, s.k, dtype, int8);
+    out.bytes += s.slot->bytes();
   }
-  out.output = Prepare(mw.output_matrix(), nullptr, c.vocab_size, d, dtype, int8);
-  out.bytes += out.output.bytes() + sizeof(float) * norms;
+  out.bytes += sizeof(float) * norms;
   out.streamed = out.bytes;
   // The embedding table is read a row per token; with an untied int8 output it is read only
   // there. A tied table held F32 is the output matrix itself, counted once.

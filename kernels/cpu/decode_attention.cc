@@ -168,20 +168,21 @@ void WeightedSumAvx2(const HeadRange& r) {
     }
   }
 }
+#else
+// Builds without AVX2 run the scalar loops under these names (AttendHeads never picks them).
+void ScoresAvx2(const HeadRange& r) { ScoresScalar(r, 0); }
+void WeightedSumAvx2(const HeadRange& r) { WeightedSumScalar(r); }
 #endif  // SCD_ATTENTION_AVX2
 
 void AttendHeads(const HeadRange& r) {
 #if SCD_ATTENTION_AVX2
-  if (ActiveIsa() != CpuIsa::kScalar && r.head_dim % 8 == 0) {
-    ScoresAvx2(r);
-    for (int h = r.h0; h < r.h1; ++h) SoftmaxRows(r.head_scores(h), 1, r.keys);
-    WeightedSumAvx2(r);
-    return;
-  }
+  const bool avx2 = ActiveIsa() != CpuIsa::kScalar && r.head_dim % 8 == 0;
+#else
+  const bool avx2 = false;
 #endif
-  ScoresScalar(r, 0);
+  avx2 ? ScoresAvx2(r) : ScoresScalar(r, 0);
   for (int h = r.h0; h < r.h1; ++h) SoftmaxRows(r.head_scores(h), 1, r.keys);
-  WeightedSumScalar(r);
+  avx2 ? WeightedSumAvx2(r) : WeightedSumScalar(r);
 }
 
 }  // namespace

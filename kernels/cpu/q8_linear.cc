@@ -2,7 +2,6 @@
 #include "kernels/cpu/q8_linear.h"
 
 #include <cblas.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -28,7 +27,9 @@ constexpr size_t kScratchFloats = size_t{1} << 20;     // prefill's dequantized 
 
 size_t QuantStride(int blocks) { return static_cast<size_t>(blocks) * kQ8Block; }
 
-// A Q8Matrix's geometry for W[rows, cols], without its bytes.
+size_t Groups(int rows) { return (static_cast<size_t>(rows) + kQ8Group - 1) / kQ8Group; }
+
+// A Q8Matrix's geometry and size for W[rows, cols], without its bytes.
 Q8Matrix Q8Shape(int rows, int cols) {
   Q8Matrix m;
   m.rows = rows;
@@ -36,6 +37,7 @@ Q8Matrix Q8Shape(int rows, int cols) {
   m.blocks = (cols + kQ8Block - 1) / kQ8Block;
   const size_t spans = (static_cast<size_t>(m.blocks) + kQ8Span - 1) / kQ8Span;
   m.group_bytes = spans * kQ8SpanScaleBytes + QuantStride(m.blocks) * kQ8Group;
+  m.size = (Groups(rows) * m.group_bytes + 63) / 64 * 64;
   return m;
 }
 
@@ -312,7 +314,7 @@ void DecodeLinear(const float* x, const Q8Product* products, int count, int m, i
   size_t tasks = 0, bytes = 0;
   for (int i = 0; i < count; ++i) {
     const Q8Matrix& w = *products[i].w;
-    const size_t groups = (static_cast<size_t>(w.rows) + kQ8Group - 1) / kQ8Group;
+    const size_t groups = Groups(w.rows);
     const size_t per_task = std::max<size_t>(1, kTaskBytes / w.group_bytes);
     pieces[i] = Piece{tasks, groups, per_task};
     tasks += (groups + per_task - 1) / per_task;
@@ -373,30 +375,6 @@ void PrefillLinear(const float* x, const Q8Matrix& w, const float* bias, float* 
 
 }  // namespace
 
-namespace {
-size_t HugeRound(size_t bytes) { return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes; }
-}  // namespace
-
-void* MapHugePages(size_t bytes) {
-  const size_t len = HugeRound(bytes);
-  // Mapped with a huge page to spare, then trimmed to a huge-page boundary at both ends.
-  void* raw = ::mmap(nullptr, len + kHugePageBytes, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-  if (aligned > begin) ::munmap(raw, aligned - begin);
-  const uintptr_t tail = aligned + len, end = begin + len + kHugePageBytes;
-  if (end > tail) ::munmap(reinterpret_cast<void*>(tail), end - tail);
-  void* p = reinterpret_cast<void*>(aligned);
-#ifdef MADV_HUGEPAGE
-  ::madvise(p, len, MADV_HUGEPAGE);  // best effort: refused where THP is off
-#endif
-  return p;
-}
-
-void UnmapHugePages(void* p, size_t bytes) { ::munmap(p, HugeRound(bytes)); }
-
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   const uint32_t exp = (h >> 10) & 0x1f;
@@ -427,11 +405,7 @@ uint16_t FloatToHalfUp(float f) {
   return std::min(h, kMaxHalf);
 }
 
-size_t Q8MatrixBytes(int rows, int cols) {
-  const Q8Matrix shape = Q8Shape(rows, cols);
-  const size_t groups = (static_cast<size_t>(rows) + kQ8Group - 1) / kQ8Group;
-  return (groups * shape.group_bytes + 63) / 64 * 64;
-}
+size_t Q8MatrixBytes(int rows, int cols) { return Q8Shape(rows, cols).size; }
 
 Q8Matrix QuantizeQ8(const float* w, int rows, int cols) {
   return QuantizeQ8(w, rows, cols,
@@ -441,8 +415,7 @@ Q8Matrix QuantizeQ8(const float* w, int rows, int cols) {
 Q8Matrix QuantizeQ8(const float* w, int rows, int cols,
                     std::shared_ptr<AlignedArray<int8_t>> store, size_t offset) {
   Q8Matrix m = Q8Shape(rows, cols);
-  const size_t groups = (static_cast<size_t>(rows) + kQ8Group - 1) / kQ8Group;
-  m.size = Q8MatrixBytes(rows, cols);
+  const size_t groups = Groups(rows);
   if (store == nullptr || offset % 64 != 0 || offset + m.size > store->size()) {
     throw std::invalid_argument("QuantizeQ8: the store does not hold the matrix at that offset");
   }

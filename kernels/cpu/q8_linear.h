@@ -33,26 +33,19 @@
 #include <memory>
 #include <new>
 
+#include "common/base/huge_pages.h"
+
 namespace scd::cpu {
 
 constexpr int kQ8Block = 32;          // weights per block (and per scale)
 constexpr int kQ8DecodeMaxRows = 16;  // up to this many input rows take the int8 kernel
 constexpr int kQ8MaxProducts = 8;     // matrices one Q8LinearMany call runs as one job
 
-constexpr size_t kHugePageBytes = size_t{2} << 20;
-
-// `bytes` (rounded up to whole huge pages) of fresh, zeroed memory on a huge-page boundary,
-// which the kernel is asked to back with transparent huge pages (madvise(MADV_HUGEPAGE);
-// plain pages where THP is off): a stream of weights then misses the TLB once per 2 MB instead
-// of once per 4 KB page, which under a hypervisor is a two-level page walk each time. The pages
-// are faulted in by whoever first writes them (no zeroing pass here). Null if the mapping
-// fails; UnmapHugePages(p, bytes) releases it.
-void* MapHugePages(size_t bytes);
-void UnmapHugePages(void* p, size_t bytes);
-
 // A fixed-size array of T on 64-byte (cache line) boundaries, for aligned vector loads.
 // Move-only; zeroed, up to the next 64 bytes past size(). With `huge_pages`, an array of at
-// least kHugePageBytes comes from MapHugePages.
+// least kHugePageBytes comes from MapHugePages (common/base/huge_pages.h): a stream of weights
+// then misses the TLB once per 2 MB instead of once per 4 KB page, which under a hypervisor is
+// a two-level page walk each time.
 template <typename T>
 class AlignedArray {
  public:
