@@ -72,7 +72,7 @@ int RunRuntime(int argc, const char* const* argv) {
   flags.AddInt("memcpy-mib", &memcpy_mib, "size of one memcpy in MiB");
   flags.AddUint64("seed", &options.seed, "seed of the synthetic weights and tokens");
   flags.AddInt("int8-rounds", &options.int8_rounds,
-               "rounds of int8 and F32 decode steps, interleaved (0: no int8)");
+               "rounds of F32 and int8 decode steps, alternating (0: no int8)");
   flags.AddInt("cold-starts", &options.cold_start_rounds,
                "rounds of one F32 and one int8 cold start, each a new process (0: none)");
   flags.AddInt("cold-start-tokens", &options.cold_start_tokens,

@@ -4,6 +4,8 @@
 // reports carry the figures. Timings are only reported, never asserted (this machine is noisy).
 #include <catch2/catch.hpp>
 
+#include "absl/strings/str_format.h"
+
 #include "common/tools/bench/runtime_bench.h"
 #include "common/tools/bench/small_batch_bench.h"
 #include "kernels/cpu/small_batch_linear.h"
@@ -60,9 +62,21 @@ TEST_CASE("The runtime benchmark decodes batches after the single sequence", "[c
     CHECK(d.openblas_tokens_per_second == Approx(d.batch / d.openblas_median_seconds));
   }
   CHECK(cpu::SmallBatchLinearEnabled());  // switched back on after the comparison
+  // The read-only ceiling is measured at the memcpy's thread counts, and the ratios come from
+  // the figures they name.
+  REQUIRE(r->reads.size() == r->memcpy.size());
+  for (size_t i = 0; i < r->reads.size(); ++i) {
+    CHECK(r->reads[i].threads == r->memcpy[i].threads);
+    CHECK(r->reads[i].gbps == Approx(r->reads[i].bytes / r->reads[i].best_seconds / 1e9));
+    CHECK(r->reads[i].gbps <= r->read_gbps);
+  }
+  CHECK(r->decode_vs_read == Approx(r->decode_gbps / r->read_gbps));
+  CHECK(r->read_vs_memcpy == Approx(r->read_gbps / r->memcpy_gbps));
   const std::string text = FormatRuntimeBenchReport(*r, "scd-bench runtime");
   CHECK(text.find("batch   5: step") != std::string::npos);
   CHECK(text.find("prefill_vs_sgemm=") != std::string::npos);
+  CHECK(text.find(absl::StrFormat(" decode_vs_read=%.3f ", r->decode_vs_read)) !=
+        std::string::npos);
   o.decode_batches = {0};
   CHECK(RunRuntimeBench(o).status().code() == absl::StatusCode::kInvalidArgument);
 }

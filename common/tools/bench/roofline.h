@@ -5,7 +5,11 @@
 //     (the layout our Linear uses), best of `reps` after one warm-up call;
 //   - memory: memcpy GB/s, counting 2·bytes per copy (each byte is read once and written once:
 //     the STREAM "Copy" convention). glibc copies buffers this large with non-temporal stores,
-//     so there is no read-for-ownership and 2·bytes is the real DRAM traffic.
+//     so there is no read-for-ownership and 2·bytes is the real DRAM traffic;
+//   - reads alone: GB/s of a stream that only reads (a float sum, 32 lanes in flight), counting
+//     bytes once. A decode step only reads its weights, so this is the ceiling it meets first.
+//     Under a hypervisor a read stream can fall well short of memcpy's 2·bytes, whose writes
+//     travel a separate path (docs/RESULTS.md, Runtime).
 #ifndef SCD_COMMON_TOOLS_BENCH_ROOFLINE_H_
 #define SCD_COMMON_TOOLS_BENCH_ROOFLINE_H_
 
@@ -34,6 +38,16 @@ struct MemcpyMeasurement {
 // Copies `bytes` from one buffer to another `reps` times (pages touched first) and keeps the
 // fastest copy.
 MemcpyMeasurement MeasureMemcpy(size_t bytes, int threads, int reps);
+
+struct ReadMeasurement {
+  size_t bytes = 0;  // size of the buffer read
+  int threads = 0;   // the buffer is split into this many contiguous chunks, one per thread
+  double best_seconds = 0;
+  double gbps = 0;  // bytes / best_seconds / 1e9 (read only)
+};
+
+// Reads `bytes` (touched first) `reps` times and keeps the fastest read.
+ReadMeasurement MeasureRead(size_t bytes, int threads, int reps);
 
 }  // namespace scd::bench
 

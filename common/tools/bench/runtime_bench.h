@@ -6,6 +6,9 @@
 //     decode GB/s = ModelWeights::DecodeBytesStreamed() / median single-token step time
 //     memcpy GB/s = 2·bytes / best copy time (read + write; the faster of 1 thread and all
 //     hardware threads), see roofline.h
+//   decode_vs_read = decode GB/s / read-only stream GB/s (bytes read once; the faster of 1
+//     thread and all hardware threads, measured beside each memcpy): the ceiling a step that
+//     only reads meets first, reported beside the target's memcpy ratio
 //   int8_vs_f32_decode = int8 decode tokens/s / F32 decode tokens/s, their steps interleaved
 //     in rounds on two backends of the same model (runtime_bench_weights.cc)
 //   rss_vs_weights = peak RSS of a new process that loads the checkpoint, prefills and
@@ -59,7 +62,7 @@ struct RuntimeBenchOptions {
   size_t memcpy_bytes = size_t{1} << 30;
   int memcpy_reps = 5;
   int sgemm_reps = 5;
-  int int8_rounds = 3;  // rounds of decode_steps int8 and F32 steps each; 0: no int8 decode
+  int int8_rounds = 3;  // rounds of decode_steps F32 and int8 steps, alternating; 0: none
   // Cold starts in new processes of `exe` (scd-bench): this many rounds of one F32 and one int8
   // run each, with cold_start_tokens greedy tokens; 0 or an empty exe: none. A synthetic model
   // is saved to checkpoint_dir first ("": a temporary directory, removed afterwards).
@@ -95,6 +98,9 @@ struct RuntimeBenchReport {
 
   std::vector<MemcpyMeasurement> memcpy;
   double memcpy_gbps = 0;
+  std::vector<ReadMeasurement> reads;  // same thread counts as memcpy
+  double read_gbps = 0;
+  double read_vs_memcpy = 0;
 
   std::vector<double> decode_step_seconds;  // every timed step
   double decode_median_seconds = 0;
@@ -103,6 +109,7 @@ struct RuntimeBenchReport {
 
   double prefill_vs_sgemm = 0;
   double decode_vs_memcpy = 0;
+  double decode_vs_read = 0;
 
   struct BatchedDecode {
     int batch = 0;
@@ -120,8 +127,8 @@ struct RuntimeBenchReport {
   size_t f32_streamed_bytes = 0;   // CpuBackendStreamedBytes: what a step reads, F32
   size_t int8_streamed_bytes = 0;  // and int8
   double int8_convert_seconds = 0;
-  double int8_round_f32_median_seconds = 0;  // median F32 step over the rounds
-  double int8_median_seconds = 0;            // median int8 step over the rounds
+  double int8_round_f32_median_seconds = 0;  // median F32 step, alternating with int8
+  double int8_median_seconds = 0;            // median int8 step
   double int8_vs_f32_decode = 0;
   double int8_gbps = 0;  // int8 streamed bytes / median int8 step
 
@@ -145,8 +152,9 @@ inline constexpr double kColdTtftTarget = 0.3;  // target: cold-start TTFT ≤ 0
 absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& options);
 
 // Human-readable report: the command line, absolute figures, ratios against the targets,
-// and as its last line `prefill_vs_sgemm=<r> decode_vs_memcpy=<r> int8_vs_f32_decode=<r>
-// rss_vs_weights=<r> load_s=<s> cold_ttft_s=<s>` (the last four 0 when not measured).
+// and as its last line `prefill_vs_sgemm=<r> decode_vs_memcpy=<r> decode_vs_read=<r>
+// int8_vs_f32_decode=<r> rss_vs_weights=<r> load_s=<s> cold_ttft_s=<s>` (the last four 0 when
+// not measured).
 std::string FormatRuntimeBenchReport(const RuntimeBenchReport& report,
                                      const std::string& command_line);
 

@@ -17,20 +17,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Median step seconds of `steps` single-token decode steps of `seq` on `backend`.
-absl::StatusOr<double> MedianSteps(Backend& backend, Sequence& seq, int steps, int vocab,
-                                   std::mt19937_64& rng) {
-  std::vector<double> seconds;
-  std::vector<float> logits;
+// One single-token decode step of `seq` on `backend`, in seconds.
+absl::StatusOr<double> TimedStep(Backend& backend, Sequence& seq, int vocab,
+                                 std::vector<float>& logits, std::mt19937_64& rng) {
   Sequence* seqs[] = {&seq};
-  for (int i = 0; i < steps; ++i) {
-    const int32_t token = static_cast<int32_t>(3 + rng() % std::max(1, vocab - 3));
-    const auto start = std::chrono::steady_clock::now();
-    SCD_RETURN_IF_ERROR(backend.Decode(seqs, absl::MakeConstSpan(&token, 1), &logits));
-    seconds.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return Median(seconds);
+  const int32_t token = static_cast<int32_t>(3 + rng() % std::max(1, vocab - 3));
+  const auto start = std::chrono::steady_clock::now();
+  SCD_RETURN_IF_ERROR(backend.Decode(seqs, absl::MakeConstSpan(&token, 1), &logits));
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // A sequence of `context` random tokens, with room for `steps` more.
@@ -88,18 +82,30 @@ absl::Status MeasureInt8Decode(const RuntimeBenchOptions& o, std::shared_ptr<con
   SCD_ASSIGN_OR_RETURN(auto f32_seq, Prefilled(f32, o.decode_context, capacity_steps, vocab, rng));
   SCD_ASSIGN_OR_RETURN(auto int8_seq,
                        Prefilled(*int8, o.decode_context, capacity_steps, vocab, rng));
-  std::vector<double> f32_medians, int8_medians;
+  // F32 and int8 steps alternate one by one, which of the two goes first alternating too, so
+  // that the host's memory bandwidth, which drifts over seconds here, is the same for both.
+  std::vector<double> f32_seconds, int8_seconds;
+  std::vector<float> logits;
   for (int round = 1; round <= o.int8_rounds; ++round) {
     if (o.progress) {
       o.progress(absl::StrFormat("int8 vs f32 decode: round %d/%d", round, o.int8_rounds));
     }
-    SCD_ASSIGN_OR_RETURN(double f, MedianSteps(f32, *f32_seq, steps, vocab, rng));
-    SCD_ASSIGN_OR_RETURN(double q, MedianSteps(*int8, *int8_seq, steps, vocab, rng));
-    f32_medians.push_back(f);
-    int8_medians.push_back(q);
+    for (int i = 0; i < steps; ++i) {
+      double f = 0, q = 0;
+      for (int side = 0; side < 2; ++side) {
+        if ((side == 0) == (i % 2 == 0)) {
+          SCD_ASSIGN_OR_RETURN(f, TimedStep(f32, *f32_seq, vocab, logits, rng));
+        } else {
+          SCD_ASSIGN_OR_RETURN(q, TimedStep(*int8, *int8_seq, vocab, logits, rng));
+        }
+      }
+      if (i < 2) continue;  // the first two pairs of each round are its warm-up
+      f32_seconds.push_back(f);
+      int8_seconds.push_back(q);
+    }
   }
-  r.int8_round_f32_median_seconds = Median(f32_medians);
-  r.int8_median_seconds = Median(int8_medians);
+  r.int8_round_f32_median_seconds = Median(f32_seconds);
+  r.int8_median_seconds = Median(int8_seconds);
   r.int8_vs_f32_decode = r.int8_round_f32_median_seconds / r.int8_median_seconds;
   r.int8_gbps = static_cast<double>(r.int8_streamed_bytes) / r.int8_median_seconds / 1e9;
   return absl::OkStatus();
@@ -154,7 +160,7 @@ void AppendInt8(const RuntimeBenchReport& r, std::string& s) {
   if (r.int8_median_seconds <= 0) return;
   absl::StrAppendFormat(
       &s, "int8 weights (blocks of 32, a scale each; converted in %.0f ms): %d rounds of %d "
-      "steps, interleaved with F32\n",
+      "steps, F32 and int8 alternating step by step (medians)\n",
       r.int8_convert_seconds * 1e3, r.options.int8_rounds, r.options.decode_steps);
   absl::StrAppendFormat(&s, "  weights held: F32 %.1f MB, int8 %.1f MB (%.2fx fewer bytes)\n",
                         r.f32_weight_bytes / 1e6, r.int8_weight_bytes / 1e6,
