@@ -15,7 +15,10 @@ namespace {
 constexpr uintptr_t kPage = 4096;
 constexpr size_t kMinBytes = kHugePageBytes;
 
-size_t HugeRound(size_t bytes) { return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes; }
+// `bytes` rounded up to whole huge pages (an address, to the next huge-page boundary).
+size_t HugeRound(size_t bytes) {
+  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+}
 
 }  // namespace
 
@@ -37,7 +40,7 @@ void* MapHugePages(size_t bytes) {
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  const uintptr_t aligned = HugeRound(begin);
   if (aligned > begin) ::munmap(raw, aligned - begin);
   const uintptr_t tail = aligned + len, end = begin + len + kHugePageBytes;
   if (end > tail) ::munmap(reinterpret_cast<void*>(tail), end - tail);
@@ -78,8 +81,8 @@ long MinorPageFaults() {
 void ResizeWithHugePages(std::vector<float>& v, size_t n) {
   if (n * sizeof(float) >= kMinBytes && v.capacity() < n) {
     std::vector<float>().swap(v);
-    constexpr size_t kHuge = kHugePageBytes, kHeader = 16;
-    const size_t bytes = (n * sizeof(float) + kHeader + kHuge - 1) / kHuge * kHuge - kHeader;
+    constexpr size_t kHeader = 16;
+    const size_t bytes = HugeRound(n * sizeof(float) + kHeader) - kHeader;
     v.reserve(bytes / sizeof(float));
     AdviseHugePages(v.data(), v.capacity() * sizeof(float));
   }

@@ -353,47 +353,60 @@ size_t DecodeTaskBytes(int m, size_t bytes, int threads) {
                     kRowTaskBytes);
 }
 
-// The decode rows against every product's W, quantized once; each W cut into tasks of whole
-// groups of rows (DecodeTaskBytes each), all handed to the pool as one job.
-void DecodeLinear(const float* x, const Q8Product* products, int count, int m, int max_threads) {
-  const Activations a = QuantizeActivations(x, m, products[0].w->cols, products[0].w->blocks);
-  size_t bytes = 0;
-  for (int i = 0; i < count; ++i) bytes += products[i].w->bytes();
-  const int cap = static_cast<int>(std::max<size_t>(1, bytes / kBytesPerThread));
-  const int threads = max_threads > 0 ? std::min(max_threads, cap) : cap;
-  const size_t task_bytes =
-      DecodeTaskBytes(m, bytes, std::min(threads, ComputePool::Global().threads()));
+// One DecodeLinear call: its activations and products, each product's W cut into tasks of
+// whole groups of rows, numbered in product order. Captured by one reference, so that the
+// std::function the pool takes holds it without allocating.
+struct DecodeJob {
   struct Piece {
     size_t first_task, groups, per_task;
   };
+  Activations a;
+  int m = 0;
+  bool scalar = false;  // ActiveIsa() read once: every task runs one variant
+  const Q8Product* products = nullptr;
+  int count = 0;
   Piece pieces[kQ8MaxProducts];
   size_t tasks = 0;
-  for (int i = 0; i < count; ++i) {
-    const Q8Matrix& w = *products[i].w;
-    const size_t groups = Groups(w.rows);
-    const size_t per_task = std::max<size_t>(1, task_bytes / w.group_bytes);
-    pieces[i] = Piece{tasks, groups, per_task};
-    tasks += (groups + per_task - 1) / per_task;
-  }
-  const bool scalar = ActiveIsa() == CpuIsa::kScalar;
-  auto task = [&](int t) {
+
+  void Run(int t) const {
     int i = count - 1;
     while (pieces[i].first_task > static_cast<size_t>(t)) --i;
     const Q8Product& p = products[i];
     const size_t g0 = (t - pieces[i].first_task) * pieces[i].per_task;
     const size_t g1 = std::min(pieces[i].groups, g0 + pieces[i].per_task);
 #if SCD_Q8_AVX2
-    if (!scalar) return RangeAvx2(a, m, *p.w, p.bias, p.y, static_cast<int>(g0), static_cast<int>(g1));
+    if (!scalar) {
+      return RangeAvx2(a, m, *p.w, p.bias, p.y, static_cast<int>(g0), static_cast<int>(g1));
+    }
 #endif
-    (void)scalar;
     const int j1 = static_cast<int>(std::min<size_t>(p.w->rows, g1 * kQ8Group));
     DotsScalar(a, m, *p.w, p.bias, p.y, static_cast<int>(g0 * kQ8Group), j1);
-  };
-  if (tasks <= 1 || threads == 1) {
-    for (size_t t = 0; t < tasks; ++t) task(static_cast<int>(t));
-    return;
   }
-  ComputePool::Global().Run(static_cast<int>(tasks), task, threads);
+};
+
+// The decode rows against every product's W, quantized once; each W cut into tasks of whole
+// groups of rows (DecodeTaskBytes each), all handed to the pool as one job.
+void DecodeLinear(const float* x, const Q8Product* products, int count, int m, int max_threads) {
+  DecodeJob job;
+  job.a = QuantizeActivations(x, m, products[0].w->cols, products[0].w->blocks);
+  job.m = m;
+  job.scalar = ActiveIsa() == CpuIsa::kScalar;
+  job.products = products;
+  job.count = count;
+  size_t bytes = 0;
+  for (int i = 0; i < count; ++i) bytes += products[i].w->bytes();
+  const int cap = static_cast<int>(std::max<size_t>(1, bytes / kBytesPerThread));
+  const int threads = max_threads > 0 ? std::min(max_threads, cap) : cap;
+  const size_t task_bytes =
+      DecodeTaskBytes(m, bytes, std::min(threads, ComputePool::Global().threads()));
+  for (int i = 0; i < count; ++i) {
+    const Q8Matrix& w = *products[i].w;
+    const size_t groups = Groups(w.rows);
+    const size_t per_task = std::max<size_t>(1, task_bytes / w.group_bytes);
+    job.pieces[i] = DecodeJob::Piece{job.tasks, groups, per_task};
+    job.tasks += (groups + per_task - 1) / per_task;
+  }
+  ComputePool::Global().Run(static_cast<int>(job.tasks), [&job](int t) { job.Run(t); }, threads);
 }
 
 // F32 activations against W dequantized a chunk of rows at a time into per-thread scratch;

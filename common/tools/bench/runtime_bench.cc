@@ -233,7 +233,7 @@ absl::Status MeasurePrefill(const RuntimeBenchOptions& options, const ModelConfi
 
 // Memory ceilings, memcpy and a read-only stream: one thread and every hardware thread,
 // before and after the decode steps; the fastest run counts (see SgemmPass for why twice).
-absl::Status MemcpyPass(const RuntimeBenchOptions& options, const std::vector<int>& thread_counts,
+absl::Status MemoryPass(const RuntimeBenchOptions& options, const std::vector<int>& thread_counts,
                         const char* when, RuntimeBenchReport& r) {
   for (size_t i = 0; i < thread_counts.size(); ++i) {
     const int threads = thread_counts[i];
@@ -360,10 +360,10 @@ absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& op
 
   std::vector<int> thread_counts = {1};
   if (r.hardware_threads > 1) thread_counts.push_back(r.hardware_threads);
-  SCD_RETURN_IF_ERROR(MemcpyPass(options, thread_counts, "before decode", r));
+  SCD_RETURN_IF_ERROR(MemoryPass(options, thread_counts, "before decode", r));
   std::vector<float> logits;
   SCD_RETURN_IF_ERROR(MeasureDecode(options, cfg, *backend, rng, logits, r));
-  SCD_RETURN_IF_ERROR(MemcpyPass(options, thread_counts, "after decode", r));
+  SCD_RETURN_IF_ERROR(MemoryPass(options, thread_counts, "after decode", r));
   r.decode_gbps = static_cast<double>(r.decode_bytes) / r.decode_median_seconds / 1e9;
   r.decode_vs_memcpy = r.decode_gbps / r.memcpy_gbps;
   r.decode_vs_read = r.decode_gbps / r.read_gbps;
@@ -432,24 +432,26 @@ void AppendPrefill(const RuntimeBenchReport& r, std::string& s) {
                         Verdict(r.prefill_vs_sgemm, kPrefillTarget));
 }
 
+// A line per thread count of memcpy or read-only runs (MemcpyMeasurement, ReadMeasurement).
+template <class Measurement>
+void AppendMemoryRuns(const std::vector<Measurement>& runs, std::string& s) {
+  for (const Measurement& m : runs) {
+    absl::StrAppendFormat(&s, "  %-10s %7.1f ms, %.2f GB/s\n",
+                          absl::StrFormat("%d thread%s:", m.threads, m.threads > 1 ? "s" : ""),
+                          m.best_seconds * 1e3, m.gbps);
+  }
+}
+
 void AppendMemcpy(const RuntimeBenchReport& r, std::string& s) {
   absl::StrAppendFormat(
       &s,
       "memcpy, %.0f MiB per copy, GB/s = 2·bytes/s (read + write), best of 2 x %d (before "
       "and after decode):\n",
       r.options.memcpy_bytes / 1048576.0, r.options.memcpy_reps);
-  for (const MemcpyMeasurement& m : r.memcpy) {
-    absl::StrAppendFormat(&s, "  %-10s %7.1f ms, %.2f GB/s\n",
-                          absl::StrFormat("%d thread%s:", m.threads, m.threads > 1 ? "s" : ""),
-                          m.best_seconds * 1e3, m.gbps);
-  }
+  AppendMemoryRuns(r.memcpy, s);
   absl::StrAppendFormat(&s, "  bandwidth (the faster): %.2f GB/s\n", r.memcpy_gbps);
   absl::StrAppendFormat(&s, "reads alone, the same buffer size, GB/s = bytes/s (read only):\n");
-  for (const ReadMeasurement& m : r.reads) {
-    absl::StrAppendFormat(&s, "  %-10s %7.1f ms, %.2f GB/s\n",
-                          absl::StrFormat("%d thread%s:", m.threads, m.threads > 1 ? "s" : ""),
-                          m.best_seconds * 1e3, m.gbps);
-  }
+  AppendMemoryRuns(r.reads, s);
   absl::StrAppendFormat(&s, "  bandwidth (the faster): %.2f GB/s = %.1f%% of memcpy's\n\n",
                         r.read_gbps, 100 * r.read_vs_memcpy);
 }
@@ -490,6 +492,19 @@ void AppendBatchedDecode(const RuntimeBenchReport& r, std::string& s) {
                           d.tokens_per_second / d.openblas_tokens_per_second);
   }
   s += "\n";
+}
+
+// The JSON array of memcpy or read-only runs, their GB/s under `gbps_key`.
+template <class Measurement>
+nlohmann::json MemoryRunsJson(const std::vector<Measurement>& runs, const char* gbps_key) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Measurement& m : runs) {
+    out.push_back({{"bytes", m.bytes},
+                   {"threads", m.threads},
+                   {"best_seconds", m.best_seconds},
+                   {gbps_key, m.gbps}});
+  }
+  return out;
 }
 
 }  // namespace
@@ -543,23 +558,11 @@ std::string RuntimeBenchReportJson(const RuntimeBenchReport& r, const std::strin
                   {"run_seconds", r.prefill_seconds},
                   {"best_seconds", r.prefill_best_seconds},
                   {"gflops", r.prefill_gflops}};
-  nlohmann::json copies = nlohmann::json::array();
-  for (const MemcpyMeasurement& m : r.memcpy) {
-    copies.push_back({{"bytes", m.bytes},
-                      {"threads", m.threads},
-                      {"best_seconds", m.best_seconds},
-                      {"gbps_read_plus_write", m.gbps}});
-  }
-  j["memcpy"] = {{"reps", r.options.memcpy_reps}, {"runs", copies}, {"gbps", r.memcpy_gbps}};
-  nlohmann::json reads = nlohmann::json::array();
-  for (const ReadMeasurement& m : r.reads) {
-    reads.push_back({{"bytes", m.bytes},
-                     {"threads", m.threads},
-                     {"best_seconds", m.best_seconds},
-                     {"gbps_read", m.gbps}});
-  }
+  j["memcpy"] = {{"reps", r.options.memcpy_reps},
+                 {"runs", MemoryRunsJson(r.memcpy, "gbps_read_plus_write")},
+                 {"gbps", r.memcpy_gbps}};
   j["read"] = {{"reps", r.options.memcpy_reps},
-               {"runs", reads},
+               {"runs", MemoryRunsJson(r.reads, "gbps_read")},
                {"gbps", r.read_gbps},
                {"vs_memcpy", r.read_vs_memcpy}};
   j["decode"] = {{"context", r.options.decode_context},

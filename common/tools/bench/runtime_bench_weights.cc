@@ -91,17 +91,15 @@ absl::Status MeasureInt8Decode(const RuntimeBenchOptions& o, std::shared_ptr<con
       o.progress(absl::StrFormat("int8 vs f32 decode: round %d/%d", round, o.int8_rounds));
     }
     for (int i = 0; i < steps; ++i) {
-      double f = 0, q = 0;
-      for (int side = 0; side < 2; ++side) {
-        if ((side == 0) == (i % 2 == 0)) {
-          SCD_ASSIGN_OR_RETURN(f, TimedStep(f32, *f32_seq, vocab, logits, rng));
-        } else {
-          SCD_ASSIGN_OR_RETURN(q, TimedStep(*int8, *int8_seq, vocab, logits, rng));
-        }
+      double seconds[2];  // F32's step, int8's
+      for (int side : {i % 2, 1 - i % 2}) {
+        SCD_ASSIGN_OR_RETURN(seconds[side],
+                             side == 0 ? TimedStep(f32, *f32_seq, vocab, logits, rng)
+                                       : TimedStep(*int8, *int8_seq, vocab, logits, rng));
       }
       if (i < 2) continue;  // the first two pairs of each round are its warm-up
-      f32_seconds.push_back(f);
-      int8_seconds.push_back(q);
+      f32_seconds.push_back(seconds[0]);
+      int8_seconds.push_back(seconds[1]);
     }
   }
   r.int8_round_f32_median_seconds = Median(f32_seconds);
