@@ -72,11 +72,18 @@ TEST_CASE("The runtime benchmark decodes batches after the single sequence", "[c
   }
   CHECK(r->decode_vs_read == Approx(r->decode_gbps / r->read_gbps));
   CHECK(r->read_vs_memcpy == Approx(r->read_gbps / r->memcpy_gbps));
+  // One pass over the step's matrices beside every timed step.
+  REQUIRE(r->matrices_seconds.size() == r->decode_step_seconds.size());
+  CHECK(r->matrices_median_seconds == Approx(Median(r->matrices_seconds)));
+  CHECK(r->matrices_gbps == Approx(r->decode_bytes / r->matrices_median_seconds / 1e9));
+  CHECK(r->step_vs_matrices == Approx(r->matrices_median_seconds / r->decode_median_seconds));
   const std::string text = FormatRuntimeBenchReport(*r, "scd-bench runtime");
   CHECK(text.find("batch   5: step") != std::string::npos);
   CHECK(text.find("prefill_vs_sgemm=") != std::string::npos);
   CHECK(text.find(absl::StrFormat(" decode_vs_read=%.3f ", r->decode_vs_read)) !=
         std::string::npos);
+  CHECK(text.find(absl::StrFormat("the step runs at %.1f%% of their speed",
+                                  100 * r->step_vs_matrices)) != std::string::npos);
   o.decode_batches = {0};
   CHECK(RunRuntimeBench(o).status().code() == absl::StatusCode::kInvalidArgument);
 }

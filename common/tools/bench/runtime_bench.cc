@@ -258,10 +258,13 @@ absl::Status MemoryPass(const RuntimeBenchOptions& options, const std::vector<in
   return absl::OkStatus();
 }
 
-// Decode: prefill a context, then single-token steps; warm-up steps are not timed.
-absl::Status MeasureDecode(const RuntimeBenchOptions& options, const ModelConfig& cfg,
-                           Backend& backend, std::mt19937_64& rng, std::vector<float>& logits,
+// Decode: prefill a context, then single-token steps; warm-up steps are not timed. Beside
+// each step runs a pass over its matrices alone, before or after it in turn, so that the two
+// medians share the host's drifting memory bandwidth.
+absl::Status MeasureDecode(const RuntimeBenchOptions& options, const Model& model, Backend& backend,
+                           std::mt19937_64& rng, std::vector<float>& logits,
                            RuntimeBenchReport& r) {
+  const ModelConfig& cfg = model.config;
   Progress(options, absl::StrFormat("decode: %d-token context, %d steps", options.decode_context,
                                     options.decode_steps));
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, backend.NewSequence(DecodeCapacity(options)));
@@ -274,13 +277,21 @@ absl::Status MeasureDecode(const RuntimeBenchOptions& options, const ModelConfig
   const std::vector<int32_t> steps =
       RandomTokens(kDecodeWarmupSteps + options.decode_steps, cfg.vocab_size, rng);
   Sequence* seqs[] = {seq.get()};
+  std::vector<float> x, y;
   for (size_t i = 0; i < steps.size(); ++i) {
+    double matrices = i % 2 ? internal::DecodeMatricesSeconds(model, x, y) : 0;
     auto start = std::chrono::steady_clock::now();
     SCD_RETURN_IF_ERROR(backend.Decode(seqs, absl::MakeConstSpan(&steps[i], 1), &logits));
     double seconds = Seconds(start);
-    if (i >= kDecodeWarmupSteps) r.decode_step_seconds.push_back(seconds);
+    if (i % 2 == 0) matrices = internal::DecodeMatricesSeconds(model, x, y);
+    if (i < kDecodeWarmupSteps) continue;
+    r.decode_step_seconds.push_back(seconds);
+    r.matrices_seconds.push_back(matrices);
   }
+  r.matrices_median_seconds = Median(r.matrices_seconds);
+  r.matrices_gbps = static_cast<double>(r.decode_bytes) / r.matrices_median_seconds / 1e9;
   r.decode_median_seconds = Median(r.decode_step_seconds);
+  r.step_vs_matrices = r.matrices_median_seconds / r.decode_median_seconds;
   r.decode_best_seconds =
       *std::min_element(r.decode_step_seconds.begin(), r.decode_step_seconds.end());
   return absl::OkStatus();
@@ -362,7 +373,7 @@ absl::StatusOr<RuntimeBenchReport> RunRuntimeBench(const RuntimeBenchOptions& op
   if (r.hardware_threads > 1) thread_counts.push_back(r.hardware_threads);
   SCD_RETURN_IF_ERROR(MemoryPass(options, thread_counts, "before decode", r));
   std::vector<float> logits;
-  SCD_RETURN_IF_ERROR(MeasureDecode(options, cfg, *backend, rng, logits, r));
+  SCD_RETURN_IF_ERROR(MeasureDecode(options, *model, *backend, rng, logits, r));
   SCD_RETURN_IF_ERROR(MemoryPass(options, thread_counts, "after decode", r));
   r.decode_gbps = static_cast<double>(r.decode_bytes) / r.decode_median_seconds / 1e9;
   r.decode_vs_memcpy = r.decode_gbps / r.memcpy_gbps;
@@ -472,8 +483,14 @@ void AppendDecode(const RuntimeBenchReport& r, std::string& s) {
       &s, "  achieved: %.2f GB/s = %.1f%% of memcpy bandwidth (target %.0f%%: %s)\n",
       r.decode_gbps, 100 * r.decode_vs_memcpy, 100 * kDecodeTarget,
       Verdict(r.decode_vs_memcpy, kDecodeTarget));
-  absl::StrAppendFormat(&s, "            = %.1f%% of the read-only stream's bandwidth\n\n",
+  absl::StrAppendFormat(&s, "            = %.1f%% of the read-only stream's bandwidth\n",
                         100 * r.decode_vs_read);
+  absl::StrAppendFormat(&s,
+                        "  its matrices alone, one pass beside each step (cpu::Linear, one row): "
+                        "median %.2f ms, %.2f GB/s = %.1f%% of the read-only stream's; the step "
+                        "runs at %.1f%% of their speed\n\n",
+                        r.matrices_median_seconds * 1e3, r.matrices_gbps,
+                        100 * r.matrices_gbps / r.read_gbps, 100 * r.step_vs_matrices);
 }
 
 void AppendBatchedDecode(const RuntimeBenchReport& r, std::string& s) {
@@ -569,7 +586,11 @@ std::string RuntimeBenchReportJson(const RuntimeBenchReport& r, const std::strin
                  {"step_seconds", r.decode_step_seconds},
                  {"median_seconds", r.decode_median_seconds},
                  {"best_seconds", r.decode_best_seconds},
-                 {"gbps", r.decode_gbps}};
+                 {"gbps", r.decode_gbps},
+                 {"matrices_seconds", r.matrices_seconds},
+                 {"matrices_median_seconds", r.matrices_median_seconds},
+                 {"matrices_gbps", r.matrices_gbps},
+                 {"step_vs_matrices", r.step_vs_matrices}};
   nlohmann::json batched = nlohmann::json::array();
   for (const RuntimeBenchReport::BatchedDecode& d : r.batched_decode) {
     batched.push_back({{"batch", d.batch},

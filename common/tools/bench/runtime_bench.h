@@ -9,6 +9,8 @@
 //   decode_vs_read = decode GB/s / read-only stream GB/s (bytes read once; the faster of 1
 //     thread and all hardware threads, measured beside each memcpy): the ceiling a step that
 //     only reads meets first, reported beside the target's memcpy ratio
+//   step_vs_matrices = the median time of a pass over the step's F32 matrices alone, run
+//     beside each step / the median step time: the share of a step its matrices take
 //   int8_vs_f32_decode = int8 decode tokens/s / F32 decode tokens/s, their steps interleaved
 //     in rounds on two backends of the same model (runtime_bench_weights.cc)
 //   rss_vs_weights = peak RSS of a new process that loads the checkpoint, prefills and
@@ -106,6 +108,11 @@ struct RuntimeBenchReport {
   double decode_median_seconds = 0;
   double decode_best_seconds = 0;
   double decode_gbps = 0;
+  // The step's F32 matrices alone (DecodeMatricesSeconds), one pass beside every timed step.
+  std::vector<double> matrices_seconds;
+  double matrices_median_seconds = 0;
+  double matrices_gbps = 0;     // decode bytes / median pass
+  double step_vs_matrices = 0;  // median matrices pass / median step: the share of a step they take
 
   double prefill_vs_sgemm = 0;
   double decode_vs_memcpy = 0;
@@ -167,6 +174,10 @@ namespace internal {
 absl::Status MeasureInt8Decode(const RuntimeBenchOptions& options,
                                std::shared_ptr<const Model> model, Backend& f32,
                                RuntimeBenchReport& r);
+// One pass over the F32 matrices a decode step reads (ModelWeights::DecodeBytesStreamed, norms
+// aside), each through cpu::Linear with one row as the CPU backend calls it; x and y are
+// scratch, grown as needed. Returns the seconds it took.
+double DecodeMatricesSeconds(const Model& model, std::vector<float>& x, std::vector<float>& y);
 absl::Status MeasureColdStarts(const RuntimeBenchOptions& options, const Model& model,
                                RuntimeBenchReport& r);
 void AppendInt8(const RuntimeBenchReport& r, std::string& s);

@@ -11,6 +11,7 @@
 #include "common/model/checkpoint.h"
 #include "common/runtime/cpu_backend.h"
 #include "common/tools/bench/runtime_bench.h"
+#include "kernels/cpu/ops.h"
 
 namespace scd::bench::internal {
 namespace {
@@ -62,6 +63,30 @@ int LeadingMatches(const std::vector<int32_t>& a, const std::vector<int32_t>& b)
 }
 
 }  // namespace
+
+double DecodeMatricesSeconds(const Model& model, std::vector<float>& x, std::vector<float>& y) {
+  const ModelConfig& c = model.config;
+  const int widest = std::max({c.hidden_size, c.q_dim(), c.intermediate_size});
+  if (x.size() < static_cast<size_t>(widest)) x.assign(widest, 0.01f);
+  const int outputs = std::max({c.q_dim(), c.intermediate_size, c.vocab_size, c.hidden_size});
+  if (y.size() < static_cast<size_t>(outputs)) y.resize(outputs);
+  auto apply = [&](const WeightBuffer& w, int n, int k) {
+    cpu::Linear(x.data(), w.data(), nullptr, y.data(), 1, n, k);
+  };
+  const int d = c.hidden_size, ffn = c.intermediate_size;
+  const auto start = std::chrono::steady_clock::now();
+  for (const LayerWeights& l : model.weights.layers) {
+    apply(l.wq, c.q_dim(), d);
+    apply(l.wk, c.kv_dim(), d);
+    apply(l.wv, c.kv_dim(), d);
+    apply(l.wo, d, c.q_dim());
+    apply(l.w_gate, ffn, d);
+    apply(l.w_up, ffn, d);
+    apply(l.w_down, d, ffn);
+  }
+  apply(model.weights.output_matrix(), c.vocab_size, d);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 absl::Status MeasureInt8Decode(const RuntimeBenchOptions& o, std::shared_ptr<const Model> model,
                                Backend& f32, RuntimeBenchReport& r) {
