@@ -89,7 +89,8 @@ void ReadControlPlane(ConfigReader& r, const config::PathKeys& path, DecodeDaemo
   config::ReadDuration(cp, "lease", &c->lease, 2, 3600);
   rpc::ReadRegistryKeys(cp, path, &c->registry);
   if (!c->registry.etcd() && c->control_plane.target.empty()) {
-    cp.AddError("address", "is required (the prefill daemon's gRPC host:port) unless registry is etcd");
+    cp.AddError("address",
+                "is required (the prefill daemon's gRPC host:port) unless registry is etcd");
   }
   ConfigReader tls = cp.Child("tls");
   config::ReadTlsPaths(tls, path, &c->control_plane.channel.tls);

@@ -13,8 +13,8 @@
 #include "common/scd/shared_artifact.h"
 #include "common/scd/wire_format.h"
 #include "common/sekv/sekv_artifact.h"
-#include "decode_server/shadow_metrics.h"
 #include "decode_server/decode_config.h"
+#include "decode_server/shadow_metrics.h"
 
 namespace scd {
 namespace {
@@ -39,8 +39,8 @@ absl::StatusOr<std::unique_ptr<DecodeDaemon>> DecodeDaemon::Create(DecodeDaemonC
         "config needs 'model.artifact' (the pair's calibration artifact) or "
         "'model.producer_path' (the base checkpoint, for the pair digest)");
   }
-  SCD_RETURN_IF_ERROR(rpc::CheckClusterToken(config.control_plane.cluster_token,
-                                             config.dev_insecure));
+  SCD_RETURN_IF_ERROR(
+      rpc::CheckClusterToken(config.control_plane.cluster_token, config.dev_insecure));
   const std::string& token = config.control_plane.cluster_token;
   if (config.dev_insecure && !rpc::CheckClusterToken(token, false).ok()) {
     daemon::LogWarning("dev_insecure", {{"message",

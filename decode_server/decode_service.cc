@@ -122,13 +122,13 @@ absl::Status DecodeService::Validate(const scd::v1::DecodeRequest& r) const {
   }
   for (int id : r.stop_token_ids()) {
     if (id < 0 || id >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("stop token id ", id, " is outside the vocabulary"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop token id ", id, " is outside the vocabulary"));
     }
   }
   if (r.transfer_id() != 0 && r.transfer_token().size() != transport::kTransferTokenBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("transfer_token must be ",
-                                                   transport::kTransferTokenBytes,
-                                                   " bytes with a transfer_id"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transfer_token must be ", transport::kTransferTokenBytes, " bytes with a transfer_id"));
   }
   if (r.deadline_ms() < 0) return absl::InvalidArgumentError("deadline_ms must be >= 0");
   if (r.resumed_tokens() < 0 || r.resumed_tokens() >= r.suffix_token_ids_size()) {
@@ -142,7 +142,8 @@ absl::Status DecodeService::Validate(const scd::v1::DecodeRequest& r) const {
   if (s.has_top_p() && !(s.top_p() > 0 && s.top_p() <= 1)) {
     return absl::InvalidArgumentError("sampling.top_p must be in (0, 1]");
   }
-  if (s.has_top_k() && s.top_k() < 0) return absl::InvalidArgumentError("sampling.top_k must be >= 0");
+  if (s.has_top_k() && s.top_k() < 0)
+    return absl::InvalidArgumentError("sampling.top_k must be >= 0");
   return absl::OkStatus();
 }
 
@@ -256,8 +257,8 @@ grpc::Status DecodeService::EndWithError(Stream& s, const scd::v1::DecodeRequest
 
 grpc::Status DecodeService::EndDone(Stream& s, const DecodeEvent& e) {
   rates_.Observe(s.payload ? s.payload->mode : CodecMode::kOracle,
-                 s.payload ? s.payload->num_tokens : 0, e.timings.rebuild_ms / 1e3,
-                 s.suffix_tokens, e.timings.suffix_prefill_ms / 1e3);
+                 s.payload ? s.payload->num_tokens : 0, e.timings.rebuild_ms / 1e3, s.suffix_tokens,
+                 e.timings.suffix_prefill_ms / 1e3);
   if (rebuild_seconds_ != nullptr) {
     rebuild_seconds_->Observe(e.timings.rebuild_ms / 1e3);
     suffix_prefill_seconds_->Observe(e.timings.suffix_prefill_ms / 1e3);

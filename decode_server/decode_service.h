@@ -77,8 +77,7 @@ class DecodeService final : public scd::v1::Decode::Service {
   // A token to the caller; a caller gone or a failed write cancels the job.
   void WriteToken(Stream& s, const DecodeEvent& e);
   // The final event, an error or done: the call's status.
-  grpc::Status EndWithError(Stream& s, const scd::v1::DecodeRequest& request,
-                            const DecodeEvent& e);
+  grpc::Status EndWithError(Stream& s, const scd::v1::DecodeRequest& request, const DecodeEvent& e);
   grpc::Status EndDone(Stream& s, const DecodeEvent& e);
 
   DecodeEngine* const engine_;

@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
     absl::StatusOr<scd::DecodeDaemonConfig> config = scd::DecodeConfigFromJson(json, path);
     if (!config.ok()) return config.status();
     drain = config->drain_timeout;
-    absl::StatusOr<std::unique_ptr<scd::DecodeDaemon>> d = scd::DecodeDaemon::Create(std::move(*config));
+    absl::StatusOr<std::unique_ptr<scd::DecodeDaemon>> d =
+        scd::DecodeDaemon::Create(std::move(*config));
     if (!d.ok()) return d.status();
     daemon = std::move(*d);
     return absl::OkStatus();

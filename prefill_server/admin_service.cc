@@ -16,9 +16,9 @@ absl::StatusOr<std::unique_ptr<AdminService>> AdminService::Create(
       {"reason"});
   if (!refused.ok()) return refused.status();
   s->refusals_ = std::make_unique<daemon::RefusalLog>("admin_call_refused", *refused);
-  absl::StatusOr<metrics::Gauge*> gauge = metrics->AddGauge(
-      "scd_data_plane_bandwidth_gbps",
-      "The data plane's emulated bandwidth cap in Gbit/s (0: unlimited).");
+  absl::StatusOr<metrics::Gauge*> gauge =
+      metrics->AddGauge("scd_data_plane_bandwidth_gbps",
+                        "The data plane's emulated bandwidth cap in Gbit/s (0: unlimited).");
   if (!gauge.ok()) return gauge.status();
   s->gauge_ = *gauge;
   s->gauge_->Set(gbps);
@@ -38,9 +38,8 @@ grpc::Status AdminService::SetLinkBandwidth(grpc::ServerContext* context,
   }
   response->set_previous_gbps(gbps_);
   response->set_gbps(request->gbps());
-  daemon::LogInfo("link_bandwidth_changed", {{"previous_gbps", gbps_},
-                                             {"gbps", request->gbps()},
-                                             {"peer", context->peer()}});
+  daemon::LogInfo("link_bandwidth_changed",
+                  {{"previous_gbps", gbps_}, {"gbps", request->gbps()}, {"peer", context->peer()}});
   gbps_ = request->gbps();
   gauge_->Set(gbps_);
   return grpc::Status::OK;

@@ -79,9 +79,9 @@ absl::StatusOr<std::shared_ptr<AdmissionTicket>> Admission::Admit(const std::str
   const TtftEstimate e = estimator_.Estimate(model, queues);
   ticket->set_predicted_ttft(e.total);
   // Of the producer's time, the requests ahead's share (its own prefill is the mode's cost).
-  ticket->set_waits(e.producer * (static_cast<double>(queues.producer_ahead) /
-                                  (queues.producer_ahead + 1)),
-                    e.decode_slot);
+  ticket->set_waits(
+      e.producer * (static_cast<double>(queues.producer_ahead) / (queues.producer_ahead + 1)),
+      e.decode_slot);
   if (predicted_ != nullptr) {
     predicted_->WithLabels({model}).value()->Observe(absl::ToDoubleSeconds(e.total));
   }

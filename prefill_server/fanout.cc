@@ -28,11 +28,12 @@ absl::StatusOr<std::vector<PreparedRequest>> GenerationPipeline::PrepareFanout(
     std::string_view field) {
   if (models.empty() || models.size() > http::kMaxFanout ||
       std::set<std::string>(models.begin(), models.end()).size() != models.size()) {
-    return http::FieldError(field, absl::StrCat("must list 1 to ", http::kMaxFanout,
-                                                " distinct specialists"));
+    return http::FieldError(
+        field, absl::StrCat("must list 1 to ", http::kMaxFanout, " distinct specialists"));
   }
   if (std::find(models.begin(), models.end(), request.model) == models.end()) {
-    return http::FieldError(field, absl::StrCat("must list the request's model '", request.model, "'"));
+    return http::FieldError(field,
+                            absl::StrCat("must list the request's model '", request.model, "'"));
   }
   std::vector<PreparedRequest> out;
   for (const std::string& model : models) {

@@ -72,21 +72,21 @@ class CancelWatcher {
 }  // namespace
 
 struct GenerationPipeline::Metrics {
-  metrics::CounterFamily* requests = nullptr;       // {model, mode}
-  metrics::CounterFamily* errors = nullptr;         // {model, code}
-  metrics::CounterFamily* retries = nullptr;        // {model}
-  metrics::CounterFamily* migrations = nullptr;     // {specialist, outcome}
-  metrics::CounterFamily* fallbacks = nullptr;      // {specialist, reason}
-  metrics::CounterFamily* patch_layers = nullptr;   // {model, layer}
-  metrics::CounterFamily* cache_hits = nullptr;     // {model}
-  metrics::CounterFamily* cache_misses = nullptr;   // {model}
-  metrics::CounterFamily* tokens = nullptr;         // {model}
-  metrics::HistogramFamily* ttft = nullptr;         // {model, mode}
-  metrics::HistogramFamily* itl = nullptr;          // {model}
-  metrics::HistogramFamily* e2e = nullptr;          // {model, mode}
-  metrics::HistogramFamily* prefill = nullptr;      // {model, mode}
-  metrics::HistogramFamily* encode = nullptr;       // {model, mode}
-  metrics::HistogramFamily* transfer = nullptr;     // {model, mode}
+  metrics::CounterFamily* requests = nullptr;         // {model, mode}
+  metrics::CounterFamily* errors = nullptr;           // {model, code}
+  metrics::CounterFamily* retries = nullptr;          // {model}
+  metrics::CounterFamily* migrations = nullptr;       // {specialist, outcome}
+  metrics::CounterFamily* fallbacks = nullptr;        // {specialist, reason}
+  metrics::CounterFamily* patch_layers = nullptr;     // {model, layer}
+  metrics::CounterFamily* cache_hits = nullptr;       // {model}
+  metrics::CounterFamily* cache_misses = nullptr;     // {model}
+  metrics::CounterFamily* tokens = nullptr;           // {model}
+  metrics::HistogramFamily* ttft = nullptr;           // {model, mode}
+  metrics::HistogramFamily* itl = nullptr;            // {model}
+  metrics::HistogramFamily* e2e = nullptr;            // {model, mode}
+  metrics::HistogramFamily* prefill = nullptr;        // {model, mode}
+  metrics::HistogramFamily* encode = nullptr;         // {model, mode}
+  metrics::HistogramFamily* transfer = nullptr;       // {model, mode}
   metrics::HistogramFamily* payload_bytes = nullptr;  // {model, mode}
   metrics::Gauge* in_flight = nullptr;
 };
@@ -115,22 +115,73 @@ GenerationPipeline::GenerationPipeline(
   if (m == nullptr) return;
   const auto secs = metrics::ExponentialBuckets(0.0005, 2, 18);
   Metrics& x = *metrics_;
-  x.requests = m->AddCounterFamily("scd_requests_total", "Generation requests started, by specialist and codec mode.", {"model", "mode"}).value();
-  x.errors = m->AddCounterFamily("scd_request_errors_total", "Generation requests that ended with an error, by status code.", {"model", "code"}).value();
-  x.retries = m->AddCounterFamily("scd_decode_retries_total", "Requests retried on another decode daemon after a failure before the first token.", {"model"}).value();
-  x.migrations = m->AddCounterFamily("scd_migrations_total", "Requests resent mid-stream, with the tokens streamed so far, to another replica after their decode daemon failed; outcome: completed, failed (failed later), refused (past limits.migration_limit).", {"specialist", "outcome"}).value();
-  x.fallbacks = m->AddCounterFamily("scd_fallbacks_total", "Requests retried as oracle (token ids only) after their payload path failed, by reason: data_plane, data_loss, payload_missing, rebuild.", {"specialist", "reason"}).value();
-  x.patch_layers = m->AddCounterFamily("scd_patch_layer_uses_total", "PATCH layers sent in payloads, by layer.", {"model", "layer"}).value();
-  x.cache_hits = m->AddCounterFamily("scd_prefix_cache_hits_total", "Requests whose prompt reused cached prefix codes.", {"model"}).value();
-  x.cache_misses = m->AddCounterFamily("scd_prefix_cache_misses_total", "Requests that ran the base-model prefill (no usable cached prefix).", {"model"}).value();
-  x.tokens = m->AddCounterFamily("scd_generated_tokens_total", "Tokens generated.", {"model"}).value();
-  x.ttft = m->AddHistogramFamily("scd_time_to_first_token_seconds", "Request arrival to the first generated token reaching the prefill daemon.", {"model", "mode"}, secs).value();
-  x.itl = m->AddHistogramFamily("scd_inter_token_latency_seconds", "Time between streamed tokens.", {"model"}, secs).value();
-  x.e2e = m->AddHistogramFamily("scd_request_duration_seconds", "Request arrival to its last event.", {"model", "mode"}, secs).value();
-  x.prefill = m->AddHistogramFamily("scd_producer_prefill_seconds", "Base-model prefill of the prompt prefix (cache misses).", {"model", "mode"}, secs).value();
-  x.encode = m->AddHistogramFamily("scd_encode_seconds", "Encoding producer states into a payload.", {"model", "mode"}, secs).value();
-  x.transfer = m->AddHistogramFamily("scd_transfer_seconds", "Payload on the data plane, send to verified receipt.", {"model", "mode"}, secs).value();
-  x.payload_bytes = m->AddHistogramFamily("scd_payload_bytes", "Payload size on the data plane.", {"model", "mode"}, metrics::ExponentialBuckets(1024, 4, 12)).value();
+  x.requests = m->AddCounterFamily("scd_requests_total",
+                                   "Generation requests started, by specialist and codec mode.",
+                                   {"model", "mode"})
+                   .value();
+  x.errors = m->AddCounterFamily("scd_request_errors_total",
+                                 "Generation requests that ended with an error, by status code.",
+                                 {"model", "code"})
+                 .value();
+  x.retries =
+      m->AddCounterFamily(
+           "scd_decode_retries_total",
+           "Requests retried on another decode daemon after a failure before the first token.",
+           {"model"})
+          .value();
+  x.migrations =
+      m->AddCounterFamily("scd_migrations_total",
+                          "Requests resent mid-stream, with the tokens streamed so far, to another "
+                          "replica after their decode daemon failed; outcome: completed, failed "
+                          "(failed later), refused (past limits.migration_limit).",
+                          {"specialist", "outcome"})
+          .value();
+  x.fallbacks =
+      m->AddCounterFamily("scd_fallbacks_total",
+                          "Requests retried as oracle (token ids only) after their payload path "
+                          "failed, by reason: data_plane, data_loss, payload_missing, rebuild.",
+                          {"specialist", "reason"})
+          .value();
+  x.patch_layers =
+      m->AddCounterFamily("scd_patch_layer_uses_total", "PATCH layers sent in payloads, by layer.",
+                          {"model", "layer"})
+          .value();
+  x.cache_hits = m->AddCounterFamily("scd_prefix_cache_hits_total",
+                                     "Requests whose prompt reused cached prefix codes.", {"model"})
+                     .value();
+  x.cache_misses =
+      m->AddCounterFamily("scd_prefix_cache_misses_total",
+                          "Requests that ran the base-model prefill (no usable cached prefix).",
+                          {"model"})
+          .value();
+  x.tokens =
+      m->AddCounterFamily("scd_generated_tokens_total", "Tokens generated.", {"model"}).value();
+  x.ttft = m->AddHistogramFamily(
+                "scd_time_to_first_token_seconds",
+                "Request arrival to the first generated token reaching the prefill daemon.",
+                {"model", "mode"}, secs)
+               .value();
+  x.itl = m->AddHistogramFamily("scd_inter_token_latency_seconds", "Time between streamed tokens.",
+                                {"model"}, secs)
+              .value();
+  x.e2e = m->AddHistogramFamily("scd_request_duration_seconds",
+                                "Request arrival to its last event.", {"model", "mode"}, secs)
+              .value();
+  x.prefill = m->AddHistogramFamily("scd_producer_prefill_seconds",
+                                    "Base-model prefill of the prompt prefix (cache misses).",
+                                    {"model", "mode"}, secs)
+                  .value();
+  x.encode = m->AddHistogramFamily("scd_encode_seconds", "Encoding producer states into a payload.",
+                                   {"model", "mode"}, secs)
+                 .value();
+  x.transfer = m->AddHistogramFamily("scd_transfer_seconds",
+                                     "Payload on the data plane, send to verified receipt.",
+                                     {"model", "mode"}, secs)
+                   .value();
+  x.payload_bytes =
+      m->AddHistogramFamily("scd_payload_bytes", "Payload size on the data plane.",
+                            {"model", "mode"}, metrics::ExponentialBuckets(1024, 4, 12))
+          .value();
   x.in_flight = m->AddGauge("scd_requests_in_flight", "Generation requests running now.").value();
 }
 
@@ -148,9 +199,10 @@ absl::StatusOr<PreparedRequest> GenerationPipeline::Prepare(GenerationRequest re
   auto it = specialists_->find(request.model);
   if (it == specialists_->end()) {
     std::string known;
-    for (const auto& [name, s] : *specialists_) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
-    return absl::NotFoundError(absl::StrCat("The model '", request.model,
-                                            "' does not exist; this server has: ", known));
+    for (const auto& [name, s] : *specialists_)
+      absl::StrAppend(&known, known.empty() ? "" : ", ", name);
+    return absl::NotFoundError(
+        absl::StrCat("The model '", request.model, "' does not exist; this server has: ", known));
   }
   PreparedRequest p;
   p.specialist = it->second.get();
@@ -172,8 +224,8 @@ absl::StatusOr<PreparedRequest> GenerationPipeline::Prepare(GenerationRequest re
   p.max_tokens = *budget;
   for (const std::string& s : request.sampling.stop) p.stop.push_back(s);
   if (registry_->LiveInstanceCount(request.model) == 0) {
-    return absl::UnavailableError(absl::StrCat("no decode daemon is registered for model '",
-                                               request.model, "'"));
+    return absl::UnavailableError(
+        absl::StrCat("no decode daemon is registered for model '", request.model, "'"));
   }
   p.deadline = request.arrived + options_.request_timeout;
   SCD_ASSIGN_OR_RETURN(p.admission, admission_.Admit(request.model, request.request_id));
@@ -224,11 +276,13 @@ absl::StatusOr<GenerationPipeline::Encoded> GenerationPipeline::BuildPayload(
       }
       out.suffix.assign(r.tokens.begin() + hit.length, r.tokens.end());
       out.cache_hit = true;
-      if (metrics_->cache_hits != nullptr) metrics_->cache_hits->WithLabels({model}).value()->Increment();
+      if (metrics_->cache_hits != nullptr)
+        metrics_->cache_hits->WithLabels({model}).value()->Increment();
       timings->set_prefix_cache_hit(true);
       return out;
     }
-    if (metrics_->cache_misses != nullptr) metrics_->cache_misses->WithLabels({model}).value()->Increment();
+    if (metrics_->cache_misses != nullptr)
+      metrics_->cache_misses->WithLabels({model}).value()->Increment();
   }
   size_t covered = r.tokens.size() - 1;
   if (options_.payload_block_tokens > 0 && m != CodecMode::kOracle) {
@@ -253,11 +307,14 @@ absl::StatusOr<GenerationPipeline::Encoded> GenerationPipeline::BuildPayload(
       --producer_waiting_;
     }
     timings->set_queue_ms(MsSince(t0));
-    if (absl::Now() > r.deadline) return absl::DeadlineExceededError("request deadline passed while queued for prefill");
+    if (absl::Now() > r.deadline)
+      return absl::DeadlineExceededError("request deadline passed while queued for prefill");
     const auto tp = Clock::now();
-    absl::StatusOr<std::unique_ptr<Sequence>> seq = producer_->NewSequence(static_cast<int>(prefix.size()));
+    absl::StatusOr<std::unique_ptr<Sequence>> seq =
+        producer_->NewSequence(static_cast<int>(prefix.size()));
     if (!seq.ok()) return seq.status();
-    if (absl::Status st = producer_->Prefill(**seq, prefix, ProducerPrefillOptions(m), &states); !st.ok()) {
+    if (absl::Status st = producer_->Prefill(**seq, prefix, ProducerPrefillOptions(m), &states);
+        !st.ok()) {
       return st;
     }
     timings->set_prefill_ms(MsSince(tp));
@@ -272,7 +329,9 @@ absl::StatusOr<GenerationPipeline::Encoded> GenerationPipeline::BuildPayload(
     metrics_->prefill->WithLabels({model, mode}).value()->Observe(timings->prefill_ms() / 1e3);
     metrics_->encode->WithLabels({model, mode}).value()->Observe(timings->encode_ms() / 1e3);
   }
-  if (cacheable) cache_->Insert(s.PairTag(m), r.mode.CacheKind(), std::vector<int32_t>(prefix.begin(), prefix.end()), out.bytes);
+  if (cacheable)
+    cache_->Insert(s.PairTag(m), r.mode.CacheKind(),
+                   std::vector<int32_t>(prefix.begin(), prefix.end()), out.bytes);
   return out;
 }
 
@@ -280,7 +339,8 @@ std::shared_ptr<scd::v1::Decode::Stub> GenerationPipeline::StubFor(const std::st
   std::lock_guard<std::mutex> lock(stubs_mu_);
   auto it = stubs_.find(address);
   if (it != stubs_.end()) return it->second;
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::MakeChannel(address, options_.decode_channel);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      rpc::MakeChannel(address, options_.decode_channel);
   if (!channel.ok()) return nullptr;
   auto stub = std::shared_ptr<scd::v1::Decode::Stub>(scd::v1::Decode::NewStub(*channel));
   stubs_[address] = stub;
@@ -408,9 +468,9 @@ absl::Status GenerationPipeline::DecodeStream::End(
   grpc::Status gs = reader.Finish();
   if (!done) {
     if (sink.Cancelled()) return absl::CancelledError("the client went away");
-    absl::Status status = gs.ok()
-                              ? absl::UnavailableError("the decode stream ended without a final event")
-                              : rpc::FromGrpcStatus(gs);
+    absl::Status status =
+        gs.ok() ? absl::UnavailableError("the decode stream ended without a final event")
+                : rpc::FromGrpcStatus(gs);
     return absl::Status(status.code(),
                         absl::StrCat("decode daemon ", route.instance_id, " at ", route.rpc_address,
                                      ": ", std::string(status.message())));
@@ -515,12 +575,19 @@ absl::Status GenerationPipeline::Attempt(const PreparedRequest& r, const Encoded
   if (!st.ok() && state.generated.size() == before && !payload.bytes.empty()) {
     // Failures of the payload itself, before any token: the decode daemon could not use it.
     switch (st.code()) {
-      case absl::StatusCode::kDataLoss: *payload_failure = "data_loss"; break;
-      case absl::StatusCode::kNotFound: *payload_failure = "payload_missing"; break;
+      case absl::StatusCode::kDataLoss:
+        *payload_failure = "data_loss";
+        break;
+      case absl::StatusCode::kNotFound:
+        *payload_failure = "payload_missing";
+        break;
       case absl::StatusCode::kFailedPrecondition:
       case absl::StatusCode::kInvalidArgument:
-      case absl::StatusCode::kInternal: *payload_failure = "rebuild"; break;
-      default: break;
+      case absl::StatusCode::kInternal:
+        *payload_failure = "rebuild";
+        break;
+      default:
+        break;
     }
   }
   return st;
@@ -546,27 +613,28 @@ GenerationOutcome GenerationPipeline::Succeed(const PreparedRequest& r, const En
   outcome.timings.set_mode(mode);
   outcome.timings.set_rung(used.rung);
   outcome.timings.set_rung_name(used.name);
-  outcome.timings.set_predicted_ttft_ms(used.predicted_seconds > 0 ? used.predicted_seconds * 1e3 : 0);
+  outcome.timings.set_predicted_ttft_ms(used.predicted_seconds > 0 ? used.predicted_seconds * 1e3
+                                                                   : 0);
   mode_metrics_.ObserveTtft(model, used, outcome.timings.ttft_ms() / 1e3);
   const double e2e = absl::ToDoubleSeconds(absl::Now() - r.request.arrived);
   if (metrics_->e2e != nullptr) {
     metrics_->e2e->WithLabels({model, mode}).value()->Observe(e2e);
     metrics_->tokens->WithLabels({model}).value()->Increment(outcome.completion_tokens);
   }
-  daemon::LogInfo("request_done", {{"request_id", r.request.request_id},
-                                   {"model", model},
-                                   {"mode", mode},
-                                   {"rung", used.name},
-                                   {"decode_instance", outcome.decode_instance},
-                                   {"prompt_tokens", outcome.prompt_tokens},
-                                   {"completion_tokens", outcome.completion_tokens},
-                                   {"cache_hit", payload.cache_hit},
-                                   {"ttft_ms", outcome.timings.ttft_ms()},
-                                   {"predicted_ttft_ms",
-                                    r.admission != nullptr
-                                        ? absl::ToDoubleMilliseconds(r.admission->predicted_ttft())
-                                        : 0.0},
-                                   {"e2e_ms", e2e * 1e3}});
+  daemon::LogInfo(
+      "request_done",
+      {{"request_id", r.request.request_id},
+       {"model", model},
+       {"mode", mode},
+       {"rung", used.name},
+       {"decode_instance", outcome.decode_instance},
+       {"prompt_tokens", outcome.prompt_tokens},
+       {"completion_tokens", outcome.completion_tokens},
+       {"cache_hit", payload.cache_hit},
+       {"ttft_ms", outcome.timings.ttft_ms()},
+       {"predicted_ttft_ms",
+        r.admission != nullptr ? absl::ToDoubleMilliseconds(r.admission->predicted_ttft()) : 0.0},
+       {"e2e_ms", e2e * 1e3}});
   return outcome;
 }
 
@@ -608,7 +676,8 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::RunWith(const PreparedRequ
       if (p->metrics_->in_flight != nullptr) p->metrics_->in_flight->Set(p->in_flight_.load());
     }
   } leave{this};
-  if (metrics_->requests != nullptr) metrics_->requests->WithLabels({model, mode}).value()->Increment();
+  if (metrics_->requests != nullptr)
+    metrics_->requests->WithLabels({model, mode}).value()->Increment();
 
   scd::v1::Timings timings;
   absl::StatusOr<Encoded> payload = build(&timings);
@@ -622,7 +691,9 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::RunWith(const PreparedRequ
   // The producer held for the prefill alone (zero for a cache hit or an oracle payload).
   admission_.ObserveProducer(absl::Milliseconds(timings.prefill_ms()));
   if (metrics_->payload_bytes != nullptr && !payload->bytes.empty()) {
-    metrics_->payload_bytes->WithLabels({model, mode}).value()->Observe(static_cast<double>(payload->bytes.size()));
+    metrics_->payload_bytes->WithLabels({model, mode})
+        .value()
+        ->Observe(static_cast<double>(payload->bytes.size()));
     if (!payload->cache_hit && r.mode.mode == CodecMode::kScd) {
       const size_t patched = r.mode.rung < static_cast<int>(s.ladder.size())
                                  ? static_cast<size_t>(s.ladder[r.mode.rung].patch_layers)
@@ -657,7 +728,8 @@ bool GenerationPipeline::FallBack(const PreparedRequest& r, Attempts& a) {
   a.oracle.suffix = r.tokens;
   a.oracle.fallback = true;
   a.current = &a.oracle;
-  if (metrics_->fallbacks != nullptr) metrics_->fallbacks->WithLabels({model, a.fallback_reason}).value()->Increment();
+  if (metrics_->fallbacks != nullptr)
+    metrics_->fallbacks->WithLabels({model, a.fallback_reason}).value()->Increment();
   daemon::LogWarning("decode_fallback_oracle", {{"request_id", r.request.request_id},
                                                 {"reason", a.fallback_reason},
                                                 {"message", std::string(a.last.message())}});
@@ -681,9 +753,10 @@ absl::Status GenerationPipeline::NextAttempt(const PreparedRequest& r, Attempts&
   if (mid_stream) {
     if (a.migrations >= options_.migration_limit) {
       CountMigrations(s.config.name, 1, "refused");
-      return absl::Status(st.code(), absl::StrCat(std::string(st.message()),
-                                                  "; not migrated again: limits.migration_limit is ",
-                                                  options_.migration_limit));
+      return absl::Status(st.code(),
+                          absl::StrCat(std::string(st.message()),
+                                       "; not migrated again: limits.migration_limit is ",
+                                       options_.migration_limit));
     }
     ++a.migrations;
     daemon::LogWarning("decode_migrate", {{"request_id", r.request.request_id},
@@ -694,7 +767,8 @@ absl::Status GenerationPipeline::NextAttempt(const PreparedRequest& r, Attempts&
   }
   if (a.retries >= s.config.max_retries) return FallBack(r, a) ? absl::OkStatus() : st;
   ++a.retries;
-  if (metrics_->retries != nullptr) metrics_->retries->WithLabels({s.config.name}).value()->Increment();
+  if (metrics_->retries != nullptr)
+    metrics_->retries->WithLabels({s.config.name}).value()->Increment();
   daemon::LogWarning("decode_retry", {{"request_id", r.request.request_id},
                                       {"failed_instance", instance},
                                       {"message", std::string(st.message())}});
@@ -725,8 +799,8 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Dispatch(const PreparedReq
     if (r.admission != nullptr) r.admission->LeaveDispatch();
     if (!lease.ok()) {
       if (!a.last.ok() && lease.status().code() == absl::StatusCode::kUnavailable) {
-        return fail(absl::UnavailableError(absl::StrCat(std::string(a.last.message()),
-                                                        "; no other decode daemon is available")));
+        return fail(absl::UnavailableError(
+            absl::StrCat(std::string(a.last.message()), "; no other decode daemon is available")));
       }
       return fail(lease.status());
     }
@@ -744,8 +818,8 @@ absl::StatusOr<GenerationOutcome> GenerationPipeline::Dispatch(const PreparedReq
         if (!a.current->fallback) {
           const int suffix = static_cast<int>(a.current->suffix.size());
           ObserveStages(*r.specialist, r.mode, outcome.timings,
-                        static_cast<int>(r.tokens.size()) - suffix, suffix,
-                        a.current->cache_hit, outcome.timings.transfer_ms() > 0, instance);
+                        static_cast<int>(r.tokens.size()) - suffix, suffix, a.current->cache_hit,
+                        outcome.timings.transfer_ms() > 0, instance);
         }
       }
       return Succeed(r, *a.current, std::move(outcome));

@@ -18,12 +18,12 @@
 // (up to the specialist's max_retries). A failed payload path (data plane unreachable,
 // DATA_LOSS, payload missing, rebuild refused) that would otherwise end the request (no retry
 // left, or not retryable) is retried once as oracle, token ids only, on a healthy replica, or
-// on the same daemon when it is the only one (the specialist's fallback: oracle | fail). A daemon that fails mid-stream
-// is quarantined and the request migrates to another replica with the prompt plus the tokens
-// streamed so far, the same seed and the sampler advanced past them, so the client's stream
-// continues with no token lost or repeated (up to migration_limit times; then an UNAVAILABLE
-// error naming the daemon). Every wait has the request deadline.
-// A sink that reports its client gone cancels the Decode RPC, which frees the decode slot.
+// on the same daemon when it is the only one (the specialist's fallback: oracle | fail). A daemon
+// that fails mid-stream is quarantined and the request migrates to another replica with the prompt
+// plus the tokens streamed so far, the same seed and the sampler advanced past them, so the
+// client's stream continues with no token lost or repeated (up to migration_limit times; then an
+// UNAVAILABLE error naming the daemon). Every wait has the request deadline. A sink that reports
+// its client gone cancels the Decode RPC, which frees the decode slot.
 //
 // Thread-safe; each Run blocks its caller until the request ends.
 #ifndef SCD_PREFILL_SERVER_GENERATION_PIPELINE_H_
@@ -74,12 +74,12 @@ struct GenerationRequest {
 struct PreparedRequest {
   GenerationRequest request;
   const Specialist* specialist = nullptr;
-  std::vector<int32_t> tokens;     // the whole prompt
-  std::vector<std::string> stop;   // the request's stop strings plus the template's
-  int max_tokens = 0;              // clamped to the context left after the prompt
+  std::vector<int32_t> tokens;    // the whole prompt
+  std::vector<std::string> stop;  // the request's stop strings plus the template's
+  int max_tokens = 0;             // clamped to the context left after the prompt
   absl::Time deadline;
   std::shared_ptr<AdmissionTicket> admission;  // its place in the queues admission counts
-  RequestMode mode;  // how its context travels (mode_selection.h)
+  RequestMode mode;                            // how its context travels (mode_selection.h)
 };
 
 struct GenerationDelta {
@@ -107,11 +107,11 @@ struct GenerationOutcome {
 
 struct GenerationPipelineOptions {
   absl::Duration request_timeout = absl::Minutes(5);
-  int producer_max_queue = 64;   // requests waiting for the base model; more get 429
+  int producer_max_queue = 64;  // requests waiting for the base model; more get 429
   // The time to first token admission keeps admitted requests under, refusing the rest at
   // once (429, admission.h); zero turns that off (limits.max_queue_wait).
   absl::Duration max_queue_wait = absl::Seconds(5);
-  size_t inline_max_bytes = 0;   // payloads up to this size ride in the RPC, not the data plane
+  size_t inline_max_bytes = 0;  // payloads up to this size ride in the RPC, not the data plane
   // Prefix cache: a hit is used only when the consumer's own prefill stays this short.
   int max_consumer_suffix = 128;
   bool prefix_cache = true;

@@ -20,7 +20,11 @@ class WriterSink final : public GenerationSink {
  public:
   WriterSink(grpc::ServerContext* context, grpc::ServerWriter<scd::v1::GenerateEvent>* writer,
              bool ids, std::mutex* mu = nullptr, int choice = 0, std::string model = "")
-      : context_(context), writer_(writer), ids_(ids), mu_(mu), choice_(choice),
+      : context_(context),
+        writer_(writer),
+        ids_(ids),
+        mu_(mu),
+        choice_(choice),
         model_(std::move(model)) {}
   bool OnDelta(const GenerationDelta& d) override {
     scd::v1::GenerateEvent e;
@@ -143,10 +147,10 @@ absl::StatusOr<GenerationRequest> GenerationService::Translate(
   g.sampling.stop.assign(r.stop().begin(), r.stop().end());
   SCD_RETURN_IF_ERROR(http::CheckStop(g.sampling.stop, /*as_list=*/true, limits_));
   SCD_ASSIGN_OR_RETURN(
-      g.mode, ModeRequestOf(r.has_mode() ? std::optional<std::string>(r.mode()) : std::nullopt,
-                            r.has_rung() ? std::optional<int>(r.rung()) : std::nullopt,
-                            r.has_quality_floor() ? std::optional<double>(r.quality_floor())
-                                                  : std::nullopt));
+      g.mode, ModeRequestOf(
+                  r.has_mode() ? std::optional<std::string>(r.mode()) : std::nullopt,
+                  r.has_rung() ? std::optional<int>(r.rung()) : std::nullopt,
+                  r.has_quality_floor() ? std::optional<double>(r.quality_floor()) : std::nullopt));
   return g;
 }
 
@@ -214,8 +218,8 @@ grpc::Status GenerationService::GenerateFanout(grpc::ServerContext* context,
   }
   std::vector<absl::StatusOr<GenerationOutcome>> outs = pipeline_->RunFanout(*prepared, to);
   for (size_t i = 0; i < models.size(); ++i) {
-    scd::v1::GenerateEvent e = outs[i].ok() ? DoneEvent(*outs[i], g.request_id)
-                                            : ErrorEvent(outs[i].status());
+    scd::v1::GenerateEvent e =
+        outs[i].ok() ? DoneEvent(*outs[i], g.request_id) : ErrorEvent(outs[i].status());
     sinks[i]->Write(e);
   }
   return grpc::Status::OK;

@@ -31,11 +31,7 @@ class GenerationService final : public scd::v1::Generation::Service {
   GenerationService(GenerationPipeline* pipeline, ApiKeyRing* keys, http::RequestLimits limits,
                     const rpc::PeerAuthenticator* auth = nullptr,
                     daemon::RefusalLog* refusals = nullptr)
-      : pipeline_(pipeline),
-        keys_(keys),
-        limits_(limits),
-        auth_(auth),
-        refusals_(refusals) {}
+      : pipeline_(pipeline), keys_(keys), limits_(limits), auth_(auth), refusals_(refusals) {}
 
   grpc::Status Generate(grpc::ServerContext* context, const scd::v1::GenerateRequest* request,
                         grpc::ServerWriter<scd::v1::GenerateEvent>* writer) override;

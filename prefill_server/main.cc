@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
     absl::StatusOr<scd::PrefillDaemonConfig> config = scd::PrefillConfigFromJson(json, path);
     if (!config.ok()) return config.status();
     drain = config->drain_timeout;
-    absl::StatusOr<std::unique_ptr<scd::PrefillDaemon>> d = scd::PrefillDaemon::Create(std::move(*config));
+    absl::StatusOr<std::unique_ptr<scd::PrefillDaemon>> d =
+        scd::PrefillDaemon::Create(std::move(*config));
     if (!d.ok()) return d.status();
     daemon = std::move(*d);
     return absl::OkStatus();

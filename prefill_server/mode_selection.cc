@@ -21,7 +21,8 @@ std::string ModeName(const Specialist& s, CodecMode mode, int rung) {
 // cut to a multiple of the payload block (GenerationPipeline::BuildPayload does the same).
 int Covered(CodecMode mode, int tokens, int block) {
   int covered = tokens - 1;
-  if (block > 0 && mode != CodecMode::kOracle && covered >= block) covered = covered / block * block;
+  if (block > 0 && mode != CodecMode::kOracle && covered >= block)
+    covered = covered / block * block;
   return covered;
 }
 
@@ -36,9 +37,9 @@ absl::StatusOr<RequestMode> Pinned(const Specialist& s, const ModeRequest& ask) 
   if (rung != 0) {
     const size_t rungs = s.ladder.size();
     if (!HasRungs(m) || rung < 0 || static_cast<size_t>(rung) >= rungs) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rung ", rung, " is not one of mode ", name, "'s (", HasRungs(m) ? rungs : 1,
-          " for specialist '", s.config.name, "')"));
+      return absl::InvalidArgumentError(absl::StrCat("rung ", rung, " is not one of mode ", name,
+                                                     "'s (", HasRungs(m) ? rungs : 1,
+                                                     " for specialist '", s.config.name, "')"));
     }
   }
   return RequestMode{m, rung, ModeName(s, m, rung), -1};
@@ -85,8 +86,8 @@ absl::StatusOr<RequestMode> SelectMode(const Specialist& s, const ModeRequest& a
     const int covered = Covered(CodecMode::kScd, t, ctx.payload_block_tokens);
     const int min_reuse = std::max(1, ctx.payload_block_tokens);
     s.costs->ObserveReuse(ctx.seen->Peek(s.config.name, 0, tokens, min_reuse) > 0);
-    ctx.seen->Insert(s.config.name, 0, std::vector<int32_t>(tokens.begin(), tokens.begin() + covered),
-                     {});
+    ctx.seen->Insert(s.config.name, 0,
+                     std::vector<int32_t>(tokens.begin(), tokens.begin() + covered), {});
     future_reuses = s.costs->FutureReuses();
   }
   auto shape_of = [&](const ModeCandidate& c) {
@@ -100,7 +101,8 @@ absl::StatusOr<RequestMode> SelectMode(const Specialist& s, const ModeRequest& a
       hit = ctx.cache->Peek(s.PairTag(c.mode), m.CacheKind(), tokens);
       if (t - hit > ctx.max_consumer_suffix) hit = 0;  // BuildPayload would not use it
     }
-    shape.context_tokens = hit > 0 ? hit : std::max(0, Covered(c.mode, t, ctx.payload_block_tokens));
+    shape.context_tokens =
+        hit > 0 ? hit : std::max(0, Covered(c.mode, t, ctx.payload_block_tokens));
     shape.cached_tokens = hit;
     shape.suffix_tokens = t - shape.context_tokens;
     return shape;
@@ -108,8 +110,8 @@ absl::StatusOr<RequestMode> SelectMode(const Specialist& s, const ModeRequest& a
   const double floor = ask.quality_floor.value_or(s.config.quality_floor);
   const TargetCosts costs = s.costs->ForTarget(ctx.decode_instance, ctx.decode_rates);
   SCD_ASSIGN_OR_RETURN(ModeChoice choice, ChooseMode(s.candidates, floor, costs, shape_of));
-  return RequestMode{choice.chosen.mode, choice.chosen.rung,
-                     CandidateName(choice.chosen, s.ladder), choice.predicted_seconds};
+  return RequestMode{choice.chosen.mode, choice.chosen.rung, CandidateName(choice.chosen, s.ladder),
+                     choice.predicted_seconds};
 }
 
 void ObserveStages(const Specialist& s, const RequestMode& mode, const scd::v1::Timings& t,
@@ -185,7 +187,8 @@ ModeMetrics::ModeMetrics(metrics::Registry* registry) {
 
 void ModeMetrics::CountChoice(const std::string& specialist, const RequestMode& mode) {
   if (choices_ == nullptr) return;
-  choices_->WithLabels({specialist, std::string(CodecModeName(mode.mode)), std::to_string(mode.rung)})
+  choices_
+      ->WithLabels({specialist, std::string(CodecModeName(mode.mode)), std::to_string(mode.rung)})
       .value()
       ->Increment();
 }

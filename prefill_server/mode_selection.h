@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nlohmann/json.hpp"
 #include "common/metrics/registry.h"
 #include "common/runtime/backend.h"
 #include "common/serving/prefix_cache.h"
+#include "nlohmann/json.hpp"
 #include "prefill_server/specialist.h"
 #include "proto/scd.pb.h"
 
@@ -32,8 +32,8 @@ namespace scd {
 // The mode of one request.
 struct RequestMode {
   CodecMode mode = CodecMode::kScd;
-  int rung = 0;        // scd and scd-reuse: the rate ladder's rung
-  std::string name;    // "scd r16/24 k3", "raw", ...
+  int rung = 0;                   // scd and scd-reuse: the rate ladder's rung
+  std::string name;               // "scd r16/24 k3", "raw", ...
   double predicted_seconds = -1;  // ChooseMode's prediction; negative when not chosen
 
   // The prefix cache's key of payloads of this mode and rung.
@@ -63,7 +63,7 @@ struct ModeContext {
   // Tokens only, every auto request's context: whether a context comes back, for the reuse
   // credit (ChooseMode). Null: no prefix cache.
   PrefixCache* seen = nullptr;
-  int payload_block_tokens = 0;                  // GenerationPipelineOptions'
+  int payload_block_tokens = 0;  // GenerationPipelineOptions'
   int max_consumer_suffix = 0;
   double producer_wait_seconds = 0;  // admission's prediction of the queues ahead
   double decode_wait_seconds = 0;
@@ -96,7 +96,8 @@ DecodeSideRates DecodeSideRatesOf(const std::map<std::string, double>& rebuild_b
 
 // Seeds the cost model of an `auto` specialist: the base model's prefill of `probe_tokens`
 // synthetic tokens, timed (the consumer, of the same architecture, is assumed to match it
-// until measured or reported by a decode daemon), each candidate mode's encode of it, and `link_gbps` (0: unknown).
+// until measured or reported by a decode daemon), each candidate mode's encode of it, and
+// `link_gbps` (0: unknown).
 absl::Status SeedCosts(Specialist& s, Backend& producer, double link_gbps, int probe_tokens = 64);
 
 class ModeMetrics {

@@ -76,8 +76,8 @@ OpenAiFrontend::OpenAiFrontend(http::HttpServer* server, GenerationPipeline* pip
   server->Post("/v1/completions", [this](const http::HttpRequest& req, http::HttpResponse& res) {
     Handle(false, req, res);
   });
-  server->Post("/v1/chat/completions",
-               [this](const http::HttpRequest& req, http::HttpResponse& res) { Handle(true, req, res); });
+  server->Post("/v1/chat/completions", [this](const http::HttpRequest& req,
+                                              http::HttpResponse& res) { Handle(true, req, res); });
 }
 
 OpenAiFrontend::~OpenAiFrontend() { WaitForWorkers(std::chrono::hours(1)); }
@@ -103,7 +103,8 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
   bool stream = false, include_usage = false;
   http::ScdExtension scd_ext;
   if (chat) {
-    absl::StatusOr<http::ChatCompletionRequest> p = http::ParseChatCompletionRequest(req.body(), limits_);
+    absl::StatusOr<http::ChatCompletionRequest> p =
+        http::ParseChatCompletionRequest(req.body(), limits_);
     if (!p.ok()) return res.SetError(p.status());
     g.model = p->model;
     g.messages = std::move(p->messages);
@@ -121,7 +122,8 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
     include_usage = p->include_usage;
     scd_ext = std::move(p->scd);
   }
-  absl::StatusOr<ModeRequest> ask = ModeRequestOf(scd_ext.mode, scd_ext.rung, scd_ext.quality_floor);
+  absl::StatusOr<ModeRequest> ask =
+      ModeRequestOf(scd_ext.mode, scd_ext.rung, scd_ext.quality_floor);
   if (!ask.ok()) return res.SetError(ask.status());
   g.mode = *ask;
   if (!scd_ext.fanout.empty()) {
@@ -141,8 +143,9 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
     absl::StatusOr<GenerationOutcome> out = pipeline_->Run(*prepared, sink);
     if (!out.ok()) return res.SetError(out.status());
     const http::Usage usage{out->prompt_tokens, out->completion_tokens};
-    nlohmann::json body = chat ? http::ChatCompletionJson(info, sink.text, ToFinish(out->finish_reason), usage)
-                               : http::CompletionJson(info, sink.text, ToFinish(out->finish_reason), usage);
+    nlohmann::json body =
+        chat ? http::ChatCompletionJson(info, sink.text, ToFinish(out->finish_reason), usage)
+             : http::CompletionJson(info, sink.text, ToFinish(out->finish_reason), usage);
     body["scd"] = ModeJson(out->timings);
     return res.SetJson(200, http::DumpJson(body));
   }
@@ -155,9 +158,9 @@ void OpenAiFrontend::Handle(bool chat, const http::HttpRequest& req, http::HttpR
     absl::StatusOr<GenerationOutcome> out = pipeline_->Run(prepared, sink);
     lease.Release();  // before the last event: a client that read it finds the slot free
     if (out.ok()) {
-      for (std::string& chunk : encoder.Finish(ToFinish(out->finish_reason),
-                                               {out->prompt_tokens, out->completion_tokens},
-                                               ModeJson(out->timings))) {
+      for (std::string& chunk :
+           encoder.Finish(ToFinish(out->finish_reason),
+                          {out->prompt_tokens, out->completion_tokens}, ModeJson(out->timings))) {
         sse->Send(std::move(chunk));
       }
       sse->Finish();
@@ -219,7 +222,8 @@ void OpenAiFrontend::HandleFanout(bool chat, GenerationRequest g,
         continue;
       }
       const GenerationOutcome& o = *outs[i];
-      for (std::string& chunk : encoders[i].Finish(ToFinish(o.finish_reason), {}, ModeJson(o.timings))) {
+      for (std::string& chunk :
+           encoders[i].Finish(ToFinish(o.finish_reason), {}, ModeJson(o.timings))) {
         sse->Send(std::move(chunk));
       }
       total.prompt_tokens += o.prompt_tokens;
@@ -249,8 +253,9 @@ absl::StatusOr<std::string> OpenAiFrontend::FanoutBody(
     if (!outs[i].ok()) return outs[i].status();
     const GenerationOutcome& o = *outs[i];
     const http::Usage usage{o.prompt_tokens, o.completion_tokens};
-    nlohmann::json one = chat ? http::ChatCompletionJson(info, sinks[i].text, ToFinish(o.finish_reason), usage)
-                              : http::CompletionJson(info, sinks[i].text, ToFinish(o.finish_reason), usage);
+    nlohmann::json one =
+        chat ? http::ChatCompletionJson(info, sinks[i].text, ToFinish(o.finish_reason), usage)
+             : http::CompletionJson(info, sinks[i].text, ToFinish(o.finish_reason), usage);
     nlohmann::json choice = one["choices"][0];
     choice["index"] = i;
     choice["model"] = models[i];

@@ -56,8 +56,8 @@ absl::Status PayloadSender::Send(const std::string& address, uint64_t transfer_i
   absl::Status st = (*c)->Send(transfer_id, token, bytes, deadline);
   if (!st.ok()) {
     if (st.code() != absl::StatusCode::kDataLoss) Drop(address, c->get());
-    return absl::Status(st.code(), absl::StrCat("data plane send to ", address, ": ",
-                                                std::string(st.message())));
+    return absl::Status(
+        st.code(), absl::StrCat("data plane send to ", address, ": ", std::string(st.message())));
   }
   return absl::OkStatus();
 }

@@ -12,11 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/base/file_io.h"
-
 #include "common/config/cuda_kernel_keys.h"
 #include "common/config/http_keys.h"
-#include "common/config/weights_keys.h"
 #include "common/config/option_keys.h"
+#include "common/config/weights_keys.h"
 #include "common/rpc/registry_config.h"
 #include "common/transport/bandwidth_limiter.h"
 
@@ -53,8 +52,8 @@ std::string ReadKeySecret(ConfigReader& k, const config::PathKeys& path) {
     return "";
   }
   // A file written by `echo` or an editor ends with a newline that is no part of the key.
-  key = std::string(absl::StripAsciiWhitespace(absl::string_view(*text).substr(
-      0, std::min(text->size(), text->find('\n')))));
+  key = std::string(absl::StripAsciiWhitespace(
+      absl::string_view(*text).substr(0, std::min(text->size(), text->find('\n')))));
   if (key.empty()) k.AddError("key_file", absl::StrCat("'", file, "' holds no key"));
   return key;
 }
@@ -165,7 +164,8 @@ void ReadSpecialists(ConfigReader& r, const config::PathKeys& path, PrefillDaemo
         s.Enum("chat_template", sc.chat_template,
                std::array<std::string_view, 4>{"chatml", "llama2", "llama3", "plain"});
     config::ReadInt(s, "max_retries", &sc.max_retries, 0, 16);
-    sc.fallback = s.Enum("fallback", sc.fallback, std::array<std::string_view, 2>{"oracle", "fail"});
+    sc.fallback =
+        s.Enum("fallback", sc.fallback, std::array<std::string_view, 2>{"oracle", "fail"});
     c->specialists.push_back(std::move(sc));
   }
   if (!r.Has("specialists")) r.AddError("specialists", "must list at least one specialist");

@@ -6,11 +6,11 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 #include "common/base/status_macros.h"
 #include "common/daemon/event_log.h"
 #include "common/model/weights.h"
 #include "common/rpc/cluster_token.h"
+#include "nlohmann/json.hpp"
 
 namespace scd {
 namespace {
@@ -151,8 +151,8 @@ absl::Status PrefillDaemon::StartHttp(const std::vector<std::string>& names) {
   http_->AddHealthRoute();
   http_->AddReadyRoute([this] { return Ready(); });
   http_->AddMetricsRoute(&metrics_);
-  openai_ = std::make_unique<OpenAiFrontend>(http_.get(), pipeline_.get(), keys_.get(), names,
-                                             c.limits);
+  openai_ =
+      std::make_unique<OpenAiFrontend>(http_.get(), pipeline_.get(), keys_.get(), names, c.limits);
   return http_->Start();
 }
 
@@ -216,8 +216,9 @@ absl::Status PrefillDaemon::StartRegistry() {
   membership_->Start();
   if (!membership_->WaitSynced(absl::Seconds(2))) {
     daemon::LogWarning("etcd_not_reached", {{"endpoints", c.registry.etcd_endpoints},
-                                            {"message", "serving; the decode daemons will be "
-                                                        "routed to once etcd answers"}});
+                                            {"message",
+                                             "serving; the decode daemons will be "
+                                             "routed to once etcd answers"}});
   }
   return absl::OkStatus();
 }
@@ -232,11 +233,11 @@ absl::Status PrefillDaemon::AnnounceSelf() {
   }
   std::vector<std::string> models;
   for (const auto& [name, s] : specialists_) models.push_back(name);
-  const std::string value = nlohmann::json{{"instance_id", id},
-                                           {"grpc_address", grpc_.address},
-                                           {"http_address", absl::StrCat(c.http_host, ":", http_->port())},
-                                           {"models", models}}
-                                .dump();
+  const std::string value = nlohmann::json{
+      {"instance_id", id},
+      {"grpc_address", grpc_.address},
+      {"http_address", absl::StrCat(c.http_host, ":", http_->port())},
+      {"models", models}}.dump();
   rpc::EtcdAnnouncerOptions ao;
   ao.key = rpc::EtcdPrefillKey(c.registry.etcd_prefix, id);
   ao.value = [value] { return value; };
@@ -264,12 +265,15 @@ void PrefillDaemon::StartGauges(const std::string& device) {
       .value()
       ->Set(1);
   // Gauges that describe state rather than events, refreshed once a second.
-  auto* instances = metrics_.AddGaugeFamily("scd_decode_instances",
-                                            "Live, unquarantined decode daemons per specialist.",
-                                            {"model"})
-                        .value();
-  auto* cache_bytes = metrics_.AddGauge("scd_prefix_cache_bytes", "Bytes held by the shared-prefix cache.").value();
-  auto* cache_entries = metrics_.AddGauge("scd_prefix_cache_entries", "Entries in the shared-prefix cache.").value();
+  auto* instances =
+      metrics_
+          .AddGaugeFamily("scd_decode_instances",
+                          "Live, unquarantined decode daemons per specialist.", {"model"})
+          .value();
+  auto* cache_bytes =
+      metrics_.AddGauge("scd_prefix_cache_bytes", "Bytes held by the shared-prefix cache.").value();
+  auto* cache_entries =
+      metrics_.AddGauge("scd_prefix_cache_entries", "Entries in the shared-prefix cache.").value();
   ticker_ = std::thread([this, instances, cache_bytes, cache_entries] {
     while (!stop_ticker_.load()) {
       for (const auto& [name, s] : specialists_) {
@@ -295,14 +299,16 @@ absl::Status PrefillDaemon::Ready() {
       absl::StrAppend(&missing, missing.empty() ? "" : ", ", name);
     }
   }
-  if (!any) return absl::UnavailableError(absl::StrCat("no decode daemon registered for: ", missing));
+  if (!any)
+    return absl::UnavailableError(absl::StrCat("no decode daemon registered for: ", missing));
   return absl::OkStatus();
 }
 
 void PrefillDaemon::Shutdown(absl::Duration drain) {
   if (shut_down_) return;
   shut_down_ = true;
-  daemon::LogInfo("prefill_draining", {{"in_flight", pipeline_ != nullptr ? pipeline_->in_flight() : 0}});
+  daemon::LogInfo("prefill_draining",
+                  {{"in_flight", pipeline_ != nullptr ? pipeline_->in_flight() : 0}});
   if (announcer_ != nullptr) announcer_->Shutdown();
   if (generation_ != nullptr) generation_->StopAccepting();
   const auto drain_ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(drain));

@@ -35,9 +35,9 @@
 #include "common/rpc/credentials.h"
 #include "common/rpc/decode_registry.h"
 #include "common/rpc/etcd_registry.h"
-#include "common/rpc/registry_config.h"
 #include "common/rpc/grpc_server.h"
 #include "common/rpc/peer_auth.h"
+#include "common/rpc/registry_config.h"
 #include "common/runtime/backend.h"
 #include "common/serving/prefix_cache.h"
 #include "common/tokenizer/tokenizer.h"
@@ -58,13 +58,13 @@ namespace scd {
 struct PrefillDaemonConfig {
   std::string base_model_path;
   std::string backend = "cpu";
-  CudaKernelOptions cuda_kernels;  // cuda backend: the kernels where it has a choice
+  CudaKernelOptions cuda_kernels;                 // cuda backend: the kernels where it has a choice
   WeightDtype weights_dtype = WeightDtype::kF32;  // weights.dtype (cpu backend)
 
   std::string http_host = "127.0.0.1";
   int http_port = 8000;  // 0: any free port
   int http_threads = 64;
-  std::string api_key;   // one key without limits, named "default"; empty: none
+  std::string api_key;  // one key without limits, named "default"; empty: none
   // http.api_keys[]: further keys, each with its limits (api_keys.h). With neither, no
   // authentication.
   std::vector<ApiKeyConfig> api_keys;
@@ -140,7 +140,7 @@ class PrefillDaemon {
   std::unique_ptr<Backend> producer_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::map<std::string, std::unique_ptr<Specialist>> specialists_;
-  std::unique_ptr<rpc::PeerAuthenticator> auth_;  // the gRPC callers' certificates
+  std::unique_ptr<rpc::PeerAuthenticator> auth_;             // the gRPC callers' certificates
   std::unique_ptr<daemon::RefusalLog> registry_refusals_;    // scd_registry_rejected_total
   std::unique_ptr<daemon::RefusalLog> generation_refusals_;  // scd_generation_rejected_total
   std::unique_ptr<rpc::DecodeRegistry> registry_;

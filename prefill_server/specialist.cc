@@ -9,7 +9,8 @@ namespace scd {
 namespace {
 
 absl::Status Annotate(const std::string& name, const absl::Status& st) {
-  return absl::Status(st.code(), absl::StrCat("specialist '", name, "': ", std::string(st.message())));
+  return absl::Status(st.code(),
+                      absl::StrCat("specialist '", name, "': ", std::string(st.message())));
 }
 
 // The specialist's artifact: a pair's own file, or its consumer's section of a shared one
@@ -27,9 +28,9 @@ absl::StatusOr<ScdArtifact> LoadSection(const SpecialistConfig& config) {
     if (a.consumer_name == config.name) return a;
     absl::StrAppend(&names, names.empty() ? "" : ", ", a.consumer_name);
   }
-  return absl::NotFoundError(absl::StrCat(
-      "shared artifact ", path, " has no section named '", config.name, "' (it holds ", names,
-      "); name the consumer's checkpoint with config key 'consumer_path'"));
+  return absl::NotFoundError(
+      absl::StrCat("shared artifact ", path, " has no section named '", config.name, "' (it holds ",
+                   names, "); name the consumer's checkpoint with config key 'consumer_path'"));
 }
 
 }  // namespace
@@ -63,7 +64,8 @@ absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfi
   auto s = std::make_unique<Specialist>();
   s->config = config;
   const std::string& name = config.name;
-  if (name.empty()) return absl::InvalidArgumentError("config key 'specialists[].name' is required");
+  if (name.empty())
+    return absl::InvalidArgumentError("config key 'specialists[].name' is required");
   s->auto_mode = config.mode == "auto";
   absl::StatusOr<CodecMode> mode = ParseCodecMode(s->auto_mode ? "scd" : config.mode);
   if (!mode.ok()) {
@@ -73,8 +75,9 @@ absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfi
   s->mode = *mode;
   absl::StatusOr<chat::ChatTemplate> tmpl = chat::ChatTemplate::ByName(config.chat_template);
   if (!tmpl.ok()) {
-    return Annotate(name, absl::InvalidArgumentError(absl::StrCat(
-                              "config key 'chat_template': ", std::string(tmpl.status().message()))));
+    return Annotate(name,
+                    absl::InvalidArgumentError(absl::StrCat("config key 'chat_template': ",
+                                                            std::string(tmpl.status().message()))));
   }
   if (absl::Status st = chat::CheckTemplateTokens(*tmpl, tokenizer); !st.ok()) {
     return Annotate(name, st);
@@ -86,31 +89,33 @@ absl::StatusOr<std::unique_ptr<Specialist>> LoadSpecialist(const SpecialistConfi
     absl::StatusOr<ScdArtifact> a = LoadSection(config);
     if (!a.ok()) return Annotate(name, a.status());
     if (absl::Status st = a->CheckPair(producer.get(), nullptr); !st.ok()) {
-      return Annotate(name, absl::FailedPreconditionError(absl::StrCat(
-                                "artifact ", config.artifact_path,
-                                " was not calibrated for this base model: ", std::string(st.message()))));
+      return Annotate(name,
+                      absl::FailedPreconditionError(absl::StrCat(
+                          "artifact ", config.artifact_path,
+                          " was not calibrated for this base model: ", std::string(st.message()))));
     }
     consumer_digest = a->consumer_digest;
     s->artifact = std::make_shared<const ScdArtifact>(std::move(*a));
     s->ladder = RateLadder(*s->artifact);
     if (s->mode == CodecMode::kScd) s->patch_layers = s->artifact->PatchLayers();
   } else if (CodecModeNeedsArtifact(s->mode)) {
-    return Annotate(name, absl::InvalidArgumentError(absl::StrCat(
-                              "mode ", config.mode, " needs config key 'artifact'")));
+    return Annotate(name, absl::InvalidArgumentError(
+                              absl::StrCat("mode ", config.mode, " needs config key 'artifact'")));
   } else if (!config.consumer_path.empty()) {
     absl::StatusOr<std::shared_ptr<const Model>> consumer = LoadModel(config.consumer_path);
     if (!consumer.ok()) return Annotate(name, consumer.status());
     consumer_digest = (*consumer)->digest();
   } else {
-    return Annotate(name, absl::InvalidArgumentError(
-                              "needs config key 'artifact' or 'consumer_path' (for the pair digest)"));
+    return Annotate(name,
+                    absl::InvalidArgumentError(
+                        "needs config key 'artifact' or 'consumer_path' (for the pair digest)"));
   }
   absl::StatusOr<std::unique_ptr<ProducerCodec>> codec =
       ProducerCodec::Create(producer, consumer_digest, s->artifact);
   if (!codec.ok()) return Annotate(name, codec.status());
   s->codec = std::move(*codec);
-  s->pair_digest_hex = PairDigestHex(MakePairDigest(
-      producer->digest(), consumer_digest, s->artifact != nullptr ? s->artifact->id : ""));
+  s->pair_digest_hex = PairDigestHex(MakePairDigest(producer->digest(), consumer_digest,
+                                                    s->artifact != nullptr ? s->artifact->id : ""));
   s->pair_tag = PairDigestHex(s->codec->pair_digest(s->mode));
   if (s->auto_mode) {
     if (s->artifact == nullptr || s->artifact->quality.empty()) {

@@ -34,7 +34,7 @@ struct SpecialistConfig {
   std::string artifact_path;  // required for modes scd, scd-reuse and recompute
   // Read for its digest when there is no artifact, or to pick its section of a shared one.
   std::string consumer_path;
-  std::string mode = "scd";  // a CodecMode's name, or "auto" (prefill_server/mode_selection.h)
+  std::string mode = "scd";     // a CodecMode's name, or "auto" (prefill_server/mode_selection.h)
   double quality_floor = 0.95;  // auto: the top-1 agreement with the oracle a mode must keep
   std::string chat_template = "plain";
   int max_retries = 1;  // other replicas tried when a decode daemon fails before any token

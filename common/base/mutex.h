@@ -75,8 +75,8 @@ class ABSL_LOCKABLE Mutex {
       return true;
     }
     std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
-    const bool met = changed_.wait_until(lock, absl::ToChronoTime(deadline),
-                                         [&] { return cond.Eval(); });
+    const bool met =
+        changed_.wait_until(lock, absl::ToChronoTime(deadline), [&] { return cond.Eval(); });
     lock.release();
     return met;
   }

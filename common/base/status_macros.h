@@ -10,10 +10,10 @@
 #define SCD_CONCAT_(a, b) SCD_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function when `expr` yields a non-OK absl::Status.
-#define SCD_RETURN_IF_ERROR(expr)                \
-  do {                                           \
-    const ::absl::Status scd_status_ = (expr);   \
-    if (!scd_status_.ok()) return scd_status_;   \
+#define SCD_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    const ::absl::Status scd_status_ = (expr); \
+    if (!scd_status_.ok()) return scd_status_; \
   } while (0)
 
 // `SCD_ASSIGN_OR_RETURN(auto x, F());` assigns the value of an absl::StatusOr or returns its

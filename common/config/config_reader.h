@@ -38,9 +38,9 @@ namespace scd::config {
 
 // What the first read of one key declared.
 struct ConfigKey {
-  std::string path;             // "http.port", "specialists[0].name"
-  std::string type;             // "string", "integer", "number", "bool", "string list",
-                                // "enum", "duration", "mapping list"
+  std::string path;              // "http.port", "specialists[0].name"
+  std::string type;              // "string", "integer", "number", "bool", "string list",
+                                 // "enum", "duration", "mapping list"
   nlohmann::json default_value;  // null where the key is required or has none (a list)
   bool required = false;
   std::string range;  // "[0, 65535]", "one of \"cpu\", \"cuda\"", ... ; "" when any value

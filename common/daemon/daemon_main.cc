@@ -43,11 +43,13 @@ int RunDaemon(int argc, char** argv, const std::string& component, const DaemonH
   }
   absl::StatusOr<nlohmann::json> cfg = config::LoadDaemonConfig(*cl);
   if (!cfg.ok()) {
-    LogError("config_invalid", {{"config", cl->config_path}, {"error", std::string(cfg.status().message())}});
+    LogError("config_invalid",
+             {{"config", cl->config_path}, {"error", std::string(cfg.status().message())}});
     return kExitBadConfig;
   }
-  LogInfo("effective_config", {{"config", cl->config_path},
-                               {"effective", nlohmann::json::parse(config::RenderEffectiveConfig(*cfg))}});
+  LogInfo("effective_config",
+          {{"config", cl->config_path},
+           {"effective", nlohmann::json::parse(config::RenderEffectiveConfig(*cfg))}});
   absl::Status st = hooks.start(*cfg, cl->config_path);
   if (!st.ok()) {
     const bool config_error = st.code() == absl::StatusCode::kInvalidArgument;

@@ -20,7 +20,8 @@ void ConfigureEventLog(std::string component, LogLevel min_level = LogLevel::kIn
 
 // Writes {"ts", "level", "component", "event", ...fields}. `fields` must be a JSON object
 // (other values are stored under "detail").
-void LogEvent(LogLevel level, std::string_view event, nlohmann::json fields = nlohmann::json::object());
+void LogEvent(LogLevel level, std::string_view event,
+              nlohmann::json fields = nlohmann::json::object());
 
 inline void LogInfo(std::string_view event, nlohmann::json fields = nlohmann::json::object()) {
   LogEvent(LogLevel::kInfo, event, std::move(fields));

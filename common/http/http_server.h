@@ -185,8 +185,8 @@ struct HttpServerOptions {
   // its Authorization header ("" when absent) on a handler thread; must not block. The prefill
   // daemon checks its several keys with it (prefill_server/api_keys.h).
   std::function<bool(const std::string& authorization)> authenticate;
-  int num_threads = 64;             // route handlers running at once
-  int io_threads = 2;               // threads that run every connection's reads and writes
+  int num_threads = 64;  // route handlers running at once
+  int io_threads = 2;    // threads that run every connection's reads and writes
   // A request's header must arrive within this (also the idle limit of a kept-alive
   // connection between requests), and its body within `read_timeout_seconds` after it;
   // a late header closes the connection, a late body gets 408.

@@ -4,7 +4,6 @@
 #include "common/http/openai_api.h"
 
 #include <algorithm>
-
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -312,8 +311,8 @@ absl::Status ReadScdExtension(const json& body, ScdExtension* out) {
   }
   if (const json* fanout = Find(*v, "fanout"); fanout != nullptr) {
     if (!fanout->is_array() || fanout->empty() || fanout->size() > kMaxFanout) {
-      return FieldError("scd.fanout", absl::StrCat("must be a list of 1 to ", kMaxFanout,
-                                                   " model names"));
+      return FieldError("scd.fanout",
+                        absl::StrCat("must be a list of 1 to ", kMaxFanout, " model names"));
     }
     for (const json& name : *fanout) {
       if (!name.is_string() || name.get<std::string>().empty()) {

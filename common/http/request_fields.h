@@ -44,7 +44,7 @@ struct RequestLimits {
 
 // Decoding controls, in range once checked.
 struct SamplingParams {
-  int max_tokens = 0;        // in [1, RequestLimits::max_tokens]
+  int max_tokens = 0;  // in [1, RequestLimits::max_tokens]
   // The field the request gave max_tokens in ("max_tokens", "max_completion_tokens"); empty
   // when it gave none and max_tokens is the server's default.
   std::string max_tokens_field;

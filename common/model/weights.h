@@ -6,8 +6,8 @@
 #ifndef SCD_COMMON_MODEL_WEIGHTS_H_
 #define SCD_COMMON_MODEL_WEIGHTS_H_
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>

@@ -212,7 +212,7 @@ absl::StatusOr<bool> DecodeRegistry::Deregister(const std::string& instance_id,
 }
 
 absl::StatusOr<DecodeRegistry::Choice> DecodeRegistry::ChooseLocked(const std::string& model,
-                                                                     absl::Time now) {
+                                                                    absl::Time now) {
   if (expected_digests_.count(model) == 0) {
     return absl::NotFoundError(absl::StrCat("model '", model, "' is not served here"));
   }

@@ -46,7 +46,6 @@ std::string EtcdPrefixEnd(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
-
 void EtcdWatchCancel::Cancel() {
   scd::MutexLock lock(&mu_);
   cancelled_ = true;
@@ -68,9 +67,9 @@ void EtcdWatchCancel::Detach() {
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions options) {
   if (options.endpoints.empty()) return absl::InvalidArgumentError("no etcd endpoint given");
   if (!options.user.empty() && options.password.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "control_plane.etcd_password is required with control_plane.etcd_user '",
-        options.user, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("control_plane.etcd_password is required with control_plane.etcd_user '",
+                     options.user, "'"));
   }
   if (options.rpc_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the etcd call timeout must be positive");
@@ -80,8 +79,8 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions optio
     absl::string_view rest = url;
     const bool https = absl::ConsumePrefix(&rest, "https://");
     if (!https && !absl::ConsumePrefix(&rest, "http://")) {
-      return absl::InvalidArgumentError(absl::StrCat("etcd endpoint '", url,
-                                                     "' must start with http:// or https://"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("etcd endpoint '", url, "' must start with http:// or https://"));
     }
     absl::ConsumeSuffix(&rest, "/");
     ChannelOptions channel;
@@ -188,11 +187,11 @@ absl::StatusOr<int64_t> EtcdClient::Grant(absl::Duration ttl) {
   etcdserverpb::LeaseGrantRequest req;
   req.set_ttl(std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1)))));
   etcdserverpb::LeaseGrantResponse resp;
-  absl::Status st = Invoke([&](Endpoint& e, grpc::ClientContext* ctx) {
-    return e.lease->LeaseGrant(ctx, req, &resp);
-  });
+  absl::Status st = Invoke(
+      [&](Endpoint& e, grpc::ClientContext* ctx) { return e.lease->LeaseGrant(ctx, req, &resp); });
   if (!st.ok()) return st;
-  if (!resp.error().empty()) return absl::UnavailableError(absl::StrCat("etcd lease grant: ", resp.error()));
+  if (!resp.error().empty())
+    return absl::UnavailableError(absl::StrCat("etcd lease grant: ", resp.error()));
   return resp.id();
 }
 
@@ -221,9 +220,8 @@ absl::Status EtcdClient::Revoke(int64_t lease) {
   etcdserverpb::LeaseRevokeRequest req;
   req.set_id(lease);
   etcdserverpb::LeaseRevokeResponse resp;
-  return Invoke([&](Endpoint& e, grpc::ClientContext* ctx) {
-    return e.lease->LeaseRevoke(ctx, req, &resp);
-  });
+  return Invoke(
+      [&](Endpoint& e, grpc::ClientContext* ctx) { return e.lease->LeaseRevoke(ctx, req, &resp); });
 }
 
 absl::Status EtcdClient::Put(const std::string& key, const std::string& value, int64_t lease) {
@@ -294,19 +292,21 @@ absl::Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision
       ctx.TryCancel();
       stream->Finish();
       return absl::OutOfRangeError(absl::StrCat("etcd watch: revision ", start_revision,
-                                                " was compacted (now ", resp.compact_revision(), ")"));
+                                                " was compacted (now ", resp.compact_revision(),
+                                                ")"));
     }
     if (resp.canceled()) {
       ctx.TryCancel();
       stream->Finish();
       Advance(i);
-      return absl::UnavailableError(absl::StrCat("etcd at ", e.url, " cancelled the watch: ",
-                                                 resp.cancel_reason()));
+      return absl::UnavailableError(
+          absl::StrCat("etcd at ", e.url, " cancelled the watch: ", resp.cancel_reason()));
     }
     batch.clear();
     for (const mvccpb::Event& ev : resp.events()) {
       EtcdEvent out;
-      out.type = ev.type() == mvccpb::Event::DELETE ? EtcdEvent::Type::kDelete : EtcdEvent::Type::kPut;
+      out.type =
+          ev.type() == mvccpb::Event::DELETE ? EtcdEvent::Type::kDelete : EtcdEvent::Type::kPut;
       out.key = ev.kv().key();
       out.value = ev.kv().value();
       out.revision = ev.kv().mod_revision();

@@ -25,8 +25,8 @@ inline absl::StatusOr<std::vector<std::string>> ParseEtcdEndpoints(absl::string_
     absl::string_view rest = e;
     const bool is_https = absl::ConsumePrefix(&rest, "https://");
     if (!is_https && !absl::ConsumePrefix(&rest, "http://")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "etcd endpoint '", e, "' must start with http:// or https://"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("etcd endpoint '", e, "' must start with http:// or https://"));
     }
     absl::ConsumeSuffix(&rest, "/");
     const size_t colon = rest.rfind(':');

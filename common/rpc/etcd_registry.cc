@@ -8,8 +8,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/sha256.h"
-#include "common/rpc/control_plane_service.h"
 #include "common/daemon/event_log.h"
+#include "common/rpc/control_plane_service.h"
 #include "nlohmann/json.hpp"
 
 namespace scd::rpc {
@@ -105,10 +105,13 @@ namespace {
 
 // The optional stage rates of an announcement (positive, finite numbers).
 absl::Status ParseRates(const json& j, StageRates* rates) {
-  auto rate = [](const json& v) { return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0; };
+  auto rate = [](const json& v) {
+    return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0;
+  };
   if (auto it = j.find("rebuild_seconds_per_token"); it != j.end()) {
     if (!it->is_object()) {
-      return absl::InvalidArgumentError("the announcement's rebuild_seconds_per_token is not an object");
+      return absl::InvalidArgumentError(
+          "the announcement's rebuild_seconds_per_token is not an object");
     }
     for (const auto& [mode, v] : it->items()) {
       if (!rate(v)) {
@@ -154,7 +157,8 @@ absl::StatusOr<DecodeAnnouncement> ParseDecodeAnnouncement(std::string_view valu
       !str("rpc_address", &i.rpc_address) || !str("data_plane_address", &i.data_plane_address) ||
       !num("active_requests", &a.load.active_requests) ||
       !num("queue_depth", &a.load.queue_depth) || !str("mac", &mac)) {
-    return absl::InvalidArgumentError("the announcement lacks a field or has one of the wrong type");
+    return absl::InvalidArgumentError(
+        "the announcement lacks a field or has one of the wrong type");
   }
   // Optional: announcements that do not report their batch slots leave them to be inferred.
   if (j.contains("batch_slots") && !num("batch_slots", &a.load.batch_slots)) {
@@ -171,18 +175,33 @@ absl::StatusOr<DecodeAnnouncement> ParseDecodeAnnouncement(std::string_view valu
 
 EtcdMetrics::EtcdMetrics(metrics::Registry* r) {
   if (r == nullptr) return;
-  registered = r->AddGauge("scd_etcd_registered", "1 while this daemon's key is held in etcd under a live lease.").value();
-  registrations = r->AddCounter("scd_etcd_registrations_total", "Times this daemon granted a lease and wrote its key in etcd (1, more after etcd lost it).").value();
-  watching = r->AddGauge("scd_etcd_watch_up", "1 while the watch on the decode daemons' keys is established.").value();
-  resyncs = r->AddCounter("scd_etcd_watch_syncs_total", "Full reads of the decode daemons' keys (1 at start, one more after each lost watch).").value();
+  registered = r->AddGauge("scd_etcd_registered",
+                           "1 while this daemon's key is held in etcd under a live lease.")
+                   .value();
+  registrations = r->AddCounter("scd_etcd_registrations_total",
+                                "Times this daemon granted a lease and wrote its key in etcd (1, "
+                                "more after etcd lost it).")
+                      .value();
+  watching = r->AddGauge("scd_etcd_watch_up",
+                         "1 while the watch on the decode daemons' keys is established.")
+                 .value();
+  resyncs =
+      r->AddCounter(
+           "scd_etcd_watch_syncs_total",
+           "Full reads of the decode daemons' keys (1 at start, one more after each lost watch).")
+          .value();
   rejected = AddRegistryRejected(r).value();
-  errors = r->AddCounter("scd_etcd_errors_total", "etcd calls that failed (the daemon keeps serving with what it last saw, and retries).").value();
+  errors =
+      r->AddCounter(
+           "scd_etcd_errors_total",
+           "etcd calls that failed (the daemon keeps serving with what it last saw, and retries).")
+          .value();
 }
 
 // ---- EtcdAnnouncer
 
 absl::StatusOr<std::unique_ptr<EtcdAnnouncer>> EtcdAnnouncer::Create(EtcdClient* client,
-                                                                    EtcdAnnouncerOptions options) {
+                                                                     EtcdAnnouncerOptions options) {
   if (client == nullptr || options.key.empty() || !options.value) {
     return absl::InvalidArgumentError("an etcd announcement needs a client, a key and a value");
   }
@@ -359,7 +378,9 @@ EtcdDecodeMembership::EtcdDecodeMembership(EtcdClient* client, DecodeRegistry* r
 
 EtcdDecodeMembership::~EtcdDecodeMembership() { Shutdown(); }
 
-void EtcdDecodeMembership::Start() { thread_ = std::thread([this] { Loop(); }); }
+void EtcdDecodeMembership::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 bool EtcdDecodeMembership::WaitSynced(absl::Duration wait) {
   scd::MutexLock lock(&mu_);
@@ -410,9 +431,9 @@ void EtcdDecodeMembership::Loop() {
     if (range.ok()) {
       OnSnapshot(*range);
       backoff = options_.initial_backoff;
-      st = client_->Watch(watch_prefix_, range->revision + 1,
-                          [this](const std::vector<EtcdEvent>& events) { OnEvents(events); },
-                          &cancel_);
+      st = client_->Watch(
+          watch_prefix_, range->revision + 1,
+          [this](const std::vector<EtcdEvent>& events) { OnEvents(events); }, &cancel_);
       {
         scd::MutexLock lock(&mu_);
         watching_ = false;
@@ -479,8 +500,9 @@ bool EtcdDecodeMembership::Apply(const std::string& key, const std::string& valu
     return false;
   }
   if (key != EtcdDecodeKey(options_.prefix, a->info.model_name, a->info.instance_id)) {
-    Reject(key, revision, "malformed",
-           absl::InvalidArgumentError("the key does not name the announcement's model and instance"));
+    Reject(
+        key, revision, "malformed",
+        absl::InvalidArgumentError("the key does not name the announcement's model and instance"));
     return false;
   }
   auto it = admitted_.find(key);
@@ -524,7 +546,8 @@ void EtcdDecodeMembership::Reject(const std::string& key, int64_t revision,
     ++rejected_[reason];
   }
   const EtcdMetrics* m = options_.metrics;
-  if (m != nullptr && m->rejected != nullptr) m->rejected->WithLabels({reason}).value()->Increment();
+  if (m != nullptr && m->rejected != nullptr)
+    m->rejected->WithLabels({reason}).value()->Increment();
   // etcd does not say who wrote the key: the address is the one the announcement claims.
   daemon::LogWarning("decode_announcement_rejected", {{"key", key},
                                                       {"rpc_address", rpc_address},

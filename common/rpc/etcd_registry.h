@@ -63,12 +63,12 @@ absl::StatusOr<DecodeAnnouncement> ParseDecodeAnnouncement(std::string_view valu
 struct EtcdMetrics {
   // Null members when `registry` is null.
   explicit EtcdMetrics(metrics::Registry* registry);
-  metrics::Gauge* registered = nullptr;         // scd_etcd_registered
-  metrics::Counter* registrations = nullptr;    // scd_etcd_registrations_total
-  metrics::Gauge* watching = nullptr;           // scd_etcd_watch_up
-  metrics::Counter* resyncs = nullptr;          // scd_etcd_watch_syncs_total
-  metrics::CounterFamily* rejected = nullptr;   // scd_registry_rejected_total{reason}
-  metrics::Counter* errors = nullptr;           // scd_etcd_errors_total
+  metrics::Gauge* registered = nullptr;        // scd_etcd_registered
+  metrics::Counter* registrations = nullptr;   // scd_etcd_registrations_total
+  metrics::Gauge* watching = nullptr;          // scd_etcd_watch_up
+  metrics::Counter* resyncs = nullptr;         // scd_etcd_watch_syncs_total
+  metrics::CounterFamily* rejected = nullptr;  // scd_registry_rejected_total{reason}
+  metrics::Counter* errors = nullptr;          // scd_etcd_errors_total
 };
 
 struct EtcdAnnouncerOptions {
@@ -90,7 +90,7 @@ class EtcdAnnouncer {
   // InvalidArgument for an empty key, no value function, a lease under 2 s, or a refresh not
   // below half the lease. `client` must outlive the announcer.
   static absl::StatusOr<std::unique_ptr<EtcdAnnouncer>> Create(EtcdClient* client,
-                                                              EtcdAnnouncerOptions options);
+                                                               EtcdAnnouncerOptions options);
   ~EtcdAnnouncer();
   EtcdAnnouncer(const EtcdAnnouncer&) = delete;
   EtcdAnnouncer& operator=(const EtcdAnnouncer&) = delete;

@@ -57,9 +57,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind,
       return CreateCpuBackend(std::move(model), options.weights_dtype);
     case BackendKind::kCuda:
       if (options.weights_dtype != WeightDtype::kF32) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "weights.dtype ", std::string(WeightDtypeName(options.weights_dtype)),
-            " runs on the CPU backend only; the CUDA backend takes f32"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("weights.dtype ", std::string(WeightDtypeName(options.weights_dtype)),
+                         " runs on the CPU backend only; the CUDA backend takes f32"));
       }
 #if SCD_HAVE_CUDA
       return CreateCudaBackend(std::move(model), options);

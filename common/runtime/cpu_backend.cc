@@ -47,7 +47,7 @@ class CpuSequence : public Sequence {
   int length_ = 0;
   std::vector<HugeFloats> k_;  // [layer][capacity * kv_dim], RoPE applied
   std::vector<HugeFloats> v_;
-  std::vector<float> last_logits_;     // logits after the last position; empty when unknown
+  std::vector<float> last_logits_;  // logits after the last position; empty when unknown
 };
 
 // A run of rows that belong to one sequence at consecutive positions.
@@ -72,13 +72,12 @@ class CpuBackend : public Backend {
   size_t streamed_bytes() const { return weights_.streamed; }
 
   std::string kernel_description() const override {
-    return absl::StrCat(
-        weights_.dtype == WeightDtype::kInt8
-            ? "weights int8 (blocks of 32, an f16 scale each)"
-            : "weights f32",
-        ", ", absl::StrFormat("%.1f", weights_.bytes / 1e6), " MB; projections ",
-        std::string(cpu::IsaName(cpu::ActiveIsa())), " on ", cpu::ComputePool::Global().threads(),
-        " threads");
+    return absl::StrCat(weights_.dtype == WeightDtype::kInt8
+                            ? "weights int8 (blocks of 32, an f16 scale each)"
+                            : "weights f32",
+                        ", ", absl::StrFormat("%.1f", weights_.bytes / 1e6), " MB; projections ",
+                        std::string(cpu::IsaName(cpu::ActiveIsa())), " on ",
+                        cpu::ComputePool::Global().threads(), " threads");
   }
 
   std::string_view name() const override { return "cpu"; }
@@ -90,9 +89,9 @@ class CpuBackend : public Backend {
   absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(int capacity) override {
     const ModelConfig& c = model_->config;
     if (capacity <= 0 || capacity > c.max_position_embeddings) {
-      return absl::InvalidArgumentError(absl::StrCat("sequence capacity ", capacity,
-                                                     " must be in [1, max_position_embeddings=",
-                                                     c.max_position_embeddings, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence capacity ", capacity,
+                       " must be in [1, max_position_embeddings=", c.max_position_embeddings, "]"));
     }
     return std::unique_ptr<Sequence>(new CpuSequence(c.num_layers, capacity, c.kv_dim()));
   }
@@ -134,19 +133,18 @@ class CpuBackend : public Backend {
     const int first = all_rows ? 0 : t - 1;
     const int rows = t - first;
     const size_t logit_count = static_cast<size_t>(rows) * c.vocab_size;
-    float* logits = options.all_logits ? (ResizeWithHugePages(result->logits, logit_count),
-                                          result->logits.data())
-                                       : Buffer(arena_.logits, logit_count);
-    weights_.output.Apply(hidden.data() + static_cast<size_t>(first) * c.hidden_size, logits,
-                          rows);
+    float* logits = options.all_logits
+                        ? (ResizeWithHugePages(result->logits, logit_count), result->logits.data())
+                        : Buffer(arena_.logits, logit_count);
+    weights_.output.Apply(hidden.data() + static_cast<size_t>(first) * c.hidden_size, logits, rows);
 
     result->num_tokens = t;
     result->surprisal.clear();
     if (options.surprisal) {
       result->surprisal.assign(t, 0.0f);
       if (!seq.last_logits_.empty()) {
-        cpu::NegLogLikelihood(seq.last_logits_.data(), tokens.data(), result->surprisal.data(),
-                              1, c.vocab_size);
+        cpu::NegLogLikelihood(seq.last_logits_.data(), tokens.data(), result->surprisal.data(), 1,
+                              c.vocab_size);
       }
       if (t > 1) {
         cpu::NegLogLikelihood(logits, tokens.data() + 1, result->surprisal.data() + 1, t - 1,
@@ -174,7 +172,8 @@ class CpuBackend : public Backend {
     std::vector<int32_t> positions(t);
     for (int i = 0; i < t; ++i) positions[i] = seq.length_ + i;
     const size_t offset = static_cast<size_t>(seq.length_) * c.kv_dim();
-    std::vector<float> rope_cos(static_cast<size_t>(t) * (c.head_dim / 2)), rope_sin(rope_cos.size());
+    std::vector<float> rope_cos(static_cast<size_t>(t) * (c.head_dim / 2)),
+        rope_sin(rope_cos.size());
     cpu::RopeTable(t, c.head_dim, positions.data(), inv_freq_.data(), rope_cos.data(),
                    rope_sin.data());
     for (int l = 0; l < c.num_layers; ++l) {
@@ -240,9 +239,8 @@ class CpuBackend : public Backend {
     const ModelConfig& c = model_->config;
     const int rows = static_cast<int>(residual_in.size() / c.hidden_size);
     if (first_layer < 0 || end_layer > c.num_layers || first_layer >= end_layer) {
-      return absl::InvalidArgumentError(absl::StrCat("recompute layers [", first_layer, ", ",
-                                                     end_layer, ") outside [0, ",
-                                                     c.num_layers, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "recompute layers [", first_layer, ", ", end_layer, ") outside [0, ", c.num_layers, ")"));
     }
     if (rows <= 0 || residual_in.size() != static_cast<size_t>(rows) * c.hidden_size) {
       return absl::InvalidArgumentError("recompute residual is not [rows, hidden_size]");
@@ -362,8 +360,8 @@ class CpuBackend : public Backend {
   // Layer `l`'s attention norm and Q, K and V projections of `x` into b.q, b.k and b.v.
   void ProjectQkv(int l, int rows, const std::vector<float>& x, const LayerPointers& b) {
     const ModelConfig& c = model_->config;
-    cpu::RmsNorm(x.data(), model_->weights.layers[l].attn_norm.data(), b.xn, rows,
-                 c.hidden_size, c.rms_norm_eps);
+    cpu::RmsNorm(x.data(), model_->weights.layers[l].attn_norm.data(), b.xn, rows, c.hidden_size,
+                 c.rms_norm_eps);
     const CpuLayerMatrices& m = weights_.layers[l];
     const CpuMatrix* qkv[] = {&m.q, &m.k, &m.v};
     float* const out[] = {b.q, b.k, b.v};

@@ -14,8 +14,8 @@ namespace scd {
 // With kInt8 every layer matrix and the output matrix are converted to int8 here, once, and
 // the F32 pages they came from are released (WeightBuffer::ReleasePages) so that a mapped
 // checkpoint's F32 copy stops counting in the process's memory.
-absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(
-    std::shared_ptr<const Model> model, WeightDtype dtype = WeightDtype::kF32);
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const Model> model,
+                                                          WeightDtype dtype = WeightDtype::kF32);
 
 // Bytes of weights the backend computes from: the matrices in the form it holds them, plus the
 // F32 norms and embedding table it reads from the model. 0 for a backend of another kind.

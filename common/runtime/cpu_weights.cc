@@ -24,8 +24,8 @@ void CpuMatrix::Apply(const float* x, float* y, int rows) const {
   }
 }
 
-void CpuMatrix::ApplyMany(const CpuMatrix* const* ms, float* const* ys, int count,
-                          const float* x, int rows) {
+void CpuMatrix::ApplyMany(const CpuMatrix* const* ms, float* const* ys, int count, const float* x,
+                          int rows) {
   cpu::Q8Product products[cpu::kQ8MaxProducts];
   bool int8 = count <= cpu::kQ8MaxProducts;
   for (int i = 0; i < count && int8; ++i) {
@@ -54,8 +54,8 @@ struct Int8Store {
 
 // One matrix of the model in `dtype`; an int8 conversion (into `int8`'s store) releases the
 // F32 pages it read.
-CpuMatrix Prepare(const WeightBuffer& w, const WeightBuffer* bias, int n, int k,
-                  WeightDtype dtype, Int8Store& int8) {
+CpuMatrix Prepare(const WeightBuffer& w, const WeightBuffer* bias, int n, int k, WeightDtype dtype,
+                  Int8Store& int8) {
   const float* b = bias != nullptr ? OrNull(*bias) : nullptr;
   if (dtype == WeightDtype::kF32) return CpuMatrix(w.data(), b, n, k);
   CpuMatrix m(cpu::QuantizeQ8(w.data(), n, k, int8.store, int8.offset), b);

@@ -20,8 +20,7 @@ absl::StatusOr<GenerateResult> Generate(Backend& backend, absl::Span<const int32
   }
   const std::vector<int32_t>& stops =
       options.stop_ids.empty() ? config.eos_token_ids : options.stop_ids;
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
-                       backend.NewSequence(std::max(capacity, 1)));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, backend.NewSequence(std::max(capacity, 1)));
   using Clock = std::chrono::steady_clock;
   GenerateResult result;
   auto t0 = Clock::now();

@@ -28,14 +28,14 @@ void PutCode(TensorMap& m, const std::string& prefix, const LinearCode& c) {
   PutVec(m, prefix + ".mu_out", c.mu_out, {c.out_dim});
 }
 
-absl::Status GetVec(const TensorReader& f, const std::string& name,
-                    std::vector<int64_t> shape, std::vector<float>* out) {
+absl::Status GetVec(const TensorReader& f, const std::string& name, std::vector<int64_t> shape,
+                    std::vector<float>* out) {
   SCD_ASSIGN_OR_RETURN(*out, f(name, shape));
   return absl::OkStatus();
 }
 
-absl::Status GetCode(const TensorReader& f, const std::string& prefix, int in, int rank,
-                     int out, LinearCode* c) {
+absl::Status GetCode(const TensorReader& f, const std::string& prefix, int in, int rank, int out,
+                     LinearCode* c) {
   c->in_dim = in;
   c->rank = rank;
   c->out_dim = out;
@@ -84,8 +84,8 @@ absl::StatusOr<nlohmann::json> ParseMetadata(const std::string& path, const std:
     nlohmann::json meta = nlohmann::json::parse(text);
     if (meta.at("format_version").get<int>() != kFormatVersion) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": artifact format version ",
-                                                     meta.at("format_version").dump(),
-                                                     " is not ", kFormatVersion));
+                                                     meta.at("format_version").dump(), " is not ",
+                                                     kFormatVersion));
     }
     a.producer_name = meta.at("producer").at("name");
     a.producer_digest = meta.at("producer").at("digest");
@@ -127,8 +127,8 @@ absl::StatusOr<nlohmann::json> ParseMetadata(const std::string& path, const std:
       const size_t rungs = RateLadder(a).size();
       for (const QualityRecord& r : *quality) {
         if (r.rung < 0 || static_cast<size_t>(r.rung) >= rungs) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              path, ": a quality record names rung ", r.rung, " of a ", rungs, "-rung ladder"));
+          return absl::InvalidArgumentError(absl::StrCat(path, ": a quality record names rung ",
+                                                         r.rung, " of a ", rungs, "-rung ladder"));
         }
       }
       a.quality = std::move(quality).value();
@@ -160,8 +160,7 @@ absl::Status LoadReuseLayers(const std::string& path, const TensorReader& file, 
 
 // Reads the PATCH code and aligner of layer `l`: hidden size `d`, code rank `r`, aligner
 // width `m` (0: affine only).
-absl::Status LoadPatchLayer(const TensorReader& file, int l, int d, int r, int m,
-                            PatchLayer& p) {
+absl::Status LoadPatchLayer(const TensorReader& file, int l, int d, int r, int m, PatchLayer& p) {
   const std::string prefix = absl::StrCat("patch.", l);
   SCD_RETURN_IF_ERROR(GetCode(file, prefix + ".code", d, r, d, &p.code));
   p.aligner.code_dim = r;
@@ -286,8 +285,9 @@ absl::StatusOr<ScdArtifact> ScdArtifact::Load(const std::string& path) {
   SCD_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
   if (file->metadata().count("scd_shared")) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": holds the artifacts of several consumers on a shared basis; load the one of "
-              "a consumer from it (SharedArtifact)"));
+        path,
+        ": holds the artifacts of several consumers on a shared basis; load the one of "
+        "a consumer from it (SharedArtifact)"));
   }
   auto it = file->metadata().find("scd");
   if (it == file->metadata().end()) {
@@ -305,16 +305,16 @@ absl::StatusOr<ScdArtifact> ScdArtifact::Load(const std::string& path) {
 
 absl::Status ScdArtifact::CheckPair(const Model* producer, const Model* consumer) const {
   if (producer != nullptr && producer->digest() != producer_digest) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "calibration artifact is for producer '", producer_name, "' (digest ",
-        producer_digest.substr(0, 12), "), but the producer is '", producer->config.name,
-        "' (digest ", producer->digest().substr(0, 12), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("calibration artifact is for producer '", producer_name, "' (digest ",
+                     producer_digest.substr(0, 12), "), but the producer is '",
+                     producer->config.name, "' (digest ", producer->digest().substr(0, 12), ")"));
   }
   if (consumer != nullptr && consumer->digest() != consumer_digest) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "calibration artifact is for consumer '", consumer_name, "' (digest ",
-        consumer_digest.substr(0, 12), "), but the consumer is '", consumer->config.name,
-        "' (digest ", consumer->digest().substr(0, 12), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("calibration artifact is for consumer '", consumer_name, "' (digest ",
+                     consumer_digest.substr(0, 12), "), but the consumer is '",
+                     consumer->config.name, "' (digest ", consumer->digest().substr(0, 12), ")"));
   }
   return absl::OkStatus();
 }

@@ -10,10 +10,9 @@
 #define SCD_COMMON_SCD_ARTIFACT_H_
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "common/model/weights.h"

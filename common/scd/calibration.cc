@@ -55,8 +55,8 @@ class HeldOutSet {
   }
 
   absl::StatusOr<SelectionScore> Score(Backend& producer, Backend& consumer,
-                                       std::shared_ptr<const ScdArtifact> artifact,
-                                       CodecMode mode, const CodecOptions& options) const {
+                                       std::shared_ptr<const ScdArtifact> artifact, CodecMode mode,
+                                       const CodecOptions& options) const {
     SCD_ASSIGN_OR_RETURN(auto enc,
                          ProducerCodec::Create(Unowned(producer.model()), consumer.model().digest(),
                                                artifact, options));
@@ -81,8 +81,8 @@ class HeldOutSet {
       PrefillOptions logits_opt;
       logits_opt.all_logits = true;
       PrefillResult rest;
-      SCD_RETURN_IF_ERROR(consumer.Prefill(*seq, absl::MakeConstSpan(item.tokens).subspan(item.split),
-                                           logits_opt, &rest));
+      SCD_RETURN_IF_ERROR(consumer.Prefill(
+          *seq, absl::MakeConstSpan(item.tokens).subspan(item.split), logits_opt, &rest));
       for (int i = 0; i < t - item.split; ++i) {
         const float* p = item.oracle_logits.data() + static_cast<long>(i) * vocab;
         const float* q = rest.logits.data() + static_cast<long>(i) * vocab;
@@ -146,8 +146,8 @@ absl::Status RecordQuality(Backend& producer, Backend& consumer, ScdArtifact& a,
     co.rung = rung;
     SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, view, mode, co));
     records.push_back({std::string(CodecModeName(mode)), rung, s.kl, s.top1, s.bytes_per_token});
-    Say(progress, absl::StrFormat("[3/3] quality of %s: KL %.4f, top-1 %.3f, %.1f B/token",
-                                  label, s.kl, s.top1, s.bytes_per_token));
+    Say(progress, absl::StrFormat("[3/3] quality of %s: KL %.4f, top-1 %.3f, %.1f B/token", label,
+                                  s.kl, s.top1, s.bytes_per_token));
     return absl::OkStatus();
   };
   for (CodecMode m : {CodecMode::kOracle, CodecMode::kRaw, CodecMode::kQuant8, CodecMode::kQuant4,
@@ -362,10 +362,15 @@ absl::StatusOr<ScdArtifact> FitArtifact(const CalibrationData& data, const Model
                                                  basis ? &basis->key[l] : nullptr, &kr));
     SCD_ASSIGN_OR_RETURN(a.reuse[l].value, FitCode(data.value[l], o.rank_v, o.ridge,
                                                    basis ? &basis->value[l] : nullptr, &vr));
-    nlohmann::json fit = {
-        {"layer", l},
-        {"key", {{"rel_err", kr.relative_error}, {"raw_rel_err", kr.raw_relative_error}, {"energy", kr.energy_kept}}},
-        {"value", {{"rel_err", vr.relative_error}, {"raw_rel_err", vr.raw_relative_error}, {"energy", vr.energy_kept}}}};
+    nlohmann::json fit = {{"layer", l},
+                          {"key",
+                           {{"rel_err", kr.relative_error},
+                            {"raw_rel_err", kr.raw_relative_error},
+                            {"energy", kr.energy_kept}}},
+                          {"value",
+                           {{"rel_err", vr.relative_error},
+                            {"raw_rel_err", vr.raw_relative_error},
+                            {"energy", vr.energy_kept}}}};
     std::string patch_note;
     if (fit_patches) {
       PatchLayer patch;
@@ -381,8 +386,8 @@ absl::StatusOr<ScdArtifact> FitArtifact(const CalibrationData& data, const Model
       AlignerReport ar;
       AlignerTrainOptions ao = o.aligner;
       ao.seed = o.seed + l;
-      SCD_ASSIGN_OR_RETURN(patch.aligner, TrainPatchAligner(z, data.h_consumer[l], n, patch.code,
-                                                            g, 2 * kvd, ao, &ar));
+      SCD_ASSIGN_OR_RETURN(patch.aligner, TrainPatchAligner(z, data.h_consumer[l], n, patch.code, g,
+                                                            2 * kvd, ao, &ar));
       a.patches[l] = std::move(patch);
       const double energy = std::max(ar.target_energy, 1e-30);
       fit["h_in"] = {{"rel_err", hr.relative_error}, {"raw_rel_err", hr.raw_relative_error}};
@@ -422,8 +427,8 @@ absl::Status SelectLayers(Backend& producer, Backend& consumer, ScdArtifact& a,
     Say(progress, absl::StrFormat("[3/3] %s: KL %.4f, top-1 %.3f", std::string(CodecModeName(m)),
                                   s.kl, s.top1));
   }
-  const int depth =
-      std::min(layers, o.selection_depth < 0 ? layers : std::max(o.selection_depth, o.patch_budget));
+  const int depth = std::min(
+      layers, o.selection_depth < 0 ? layers : std::max(o.selection_depth, o.patch_budget));
   nlohmann::json trace = nlohmann::json::array();
   std::vector<int> chosen;
   for (int step = 0; step < depth; ++step) {
@@ -431,17 +436,21 @@ absl::Status SelectLayers(Backend& producer, Backend& consumer, ScdArtifact& a,
     SelectionScore best;
     nlohmann::json candidates = nlohmann::json::object();
     for (int l = 0; l < layers; ++l) {
-      if (std::find(chosen.begin(), chosen.end(), l) != chosen.end() || !a.patches.count(l)) continue;
+      if (std::find(chosen.begin(), chosen.end(), l) != chosen.end() || !a.patches.count(l))
+        continue;
       CodecOptions co;
       co.patch_layers = chosen;
       co.patch_layers->push_back(l);
-      SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, view, CodecMode::kScd, co));
+      SCD_ASSIGN_OR_RETURN(SelectionScore s,
+                           set.Score(producer, consumer, view, CodecMode::kScd, co));
       candidates[std::to_string(l)] = ScoreJson(s);
       if (best_layer < 0 || s.kl < best.kl) best_layer = l, best = s;
     }
     if (best_layer < 0) break;
     chosen.push_back(best_layer);
-    trace.push_back({{"step", step + 1}, {"chosen", best_layer}, {"score", ScoreJson(best)},
+    trace.push_back({{"step", step + 1},
+                     {"chosen", best_layer},
+                     {"score", ScoreJson(best)},
                      {"candidates", candidates}});
     Say(progress, absl::StrFormat("[3/3] greedy step %d: patch layer %d -> KL %.4f, top-1 %.3f",
                                   step + 1, best_layer, best.kl, best.top1));
@@ -449,14 +458,16 @@ absl::Status SelectLayers(Backend& producer, Backend& consumer, ScdArtifact& a,
   a.patch_order = chosen;
   a.patch_budget = std::min<int>(o.patch_budget, static_cast<int>(chosen.size()));
 
-  const int block = std::clamp(o.recompute_block < 0 ? std::max(o.patch_budget, 1) : o.recompute_block, 1, layers);
+  const int block = std::clamp(
+      o.recompute_block < 0 ? std::max(o.patch_budget, 1) : o.recompute_block, 1, layers);
   nlohmann::json recompute = nlohmann::json::array();
   int best_first = 0;
   double best_kl = 0;
   for (int first = 0; first + block <= layers; ++first) {
     a.recompute_first = first;
     a.recompute_end = first + block;
-    SCD_ASSIGN_OR_RETURN(SelectionScore s, set.Score(producer, consumer, view, CodecMode::kRecompute, {}));
+    SCD_ASSIGN_OR_RETURN(SelectionScore s,
+                         set.Score(producer, consumer, view, CodecMode::kRecompute, {}));
     recompute.push_back({{"block", {first, first + block}}, {"score", ScoreJson(s)}});
     if (first == 0 || s.kl < best_kl) best_kl = s.kl, best_first = first;
   }

@@ -32,8 +32,8 @@ struct CalibrationOptions {
   int patch_budget = 3;      // k: layers patched in scd mode
   int selection_depth = -1;  // greedy steps to record (-1 = every layer, for the ablation)
   Encoding code_encoding = Encoding::kInt8Row;  // wire type of codes (fp16 is the option)
-  double ridge = 1e-4;       // relative ridge of the regressions
-  int holdout_passages = 24; // passages held back for selection
+  double ridge = 1e-4;                          // relative ridge of the regressions
+  int holdout_passages = 24;                    // passages held back for selection
   int max_aligner_rows = 30000;
   AlignerTrainOptions aligner;
   int recompute_block = -1;  // DroidSpeak block length (-1 = patch_budget, at least 1)
@@ -53,9 +53,9 @@ absl::StatusOr<std::vector<int>> ConsumerDomainSources(
 
 // End-to-end quality of one codec configuration on the held-back passages.
 struct SelectionScore {
-  double kl = 0;   // mean KL(oracle ‖ rebuilt) of the consumer's next-token distributions
-  double nll = 0;  // mean NLL of the scored tokens after rebuild
-  double top1 = 0; // share of positions whose argmax matches the oracle's
+  double kl = 0;    // mean KL(oracle ‖ rebuilt) of the consumer's next-token distributions
+  double nll = 0;   // mean NLL of the scored tokens after rebuild
+  double top1 = 0;  // share of positions whose argmax matches the oracle's
   double bytes_per_token = 0;  // serialized payload bytes per context token
 };
 

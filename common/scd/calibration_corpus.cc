@@ -27,8 +27,8 @@ bool LooksLikeBabi(const std::string& text) {
 }  // namespace
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> LoadCalibrationPassages(
-    const std::vector<std::string>& files, const Tokenizer& tokenizer,
-    const CorpusLoadOptions& o, std::vector<int>* sources) {
+    const std::vector<std::string>& files, const Tokenizer& tokenizer, const CorpusLoadOptions& o,
+    std::vector<int>* sources) {
   if (files.empty()) return absl::InvalidArgumentError("no calibration corpus files given");
   std::vector<std::vector<std::vector<int32_t>>> per_file;
   for (const std::string& path : files) {
@@ -36,7 +36,8 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> LoadCalibrationPassages(
     std::vector<std::string> passages;
     if (LooksLikeBabi(text)) {
       SCD_ASSIGN_OR_RETURN(auto stories, eval::ParseBabi(text, path));
-      for (const auto& story : stories) passages.push_back(eval::MakeBabiStoryView(story).transcript);
+      for (const auto& story : stories)
+        passages.push_back(eval::MakeBabiStoryView(story).transcript);
     } else {
       passages = eval::SplitPassages(text);
     }
@@ -47,8 +48,8 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> LoadCalibrationPassages(
       if (static_cast<int>(t.size()) >= o.min_tokens) ids.push_back(std::move(t));
     }
     if (ids.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": no passage of at least ",
-                                                     o.min_tokens, " tokens"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": no passage of at least ", o.min_tokens, " tokens"));
     }
     std::mt19937_64 rng(o.seed);
     std::shuffle(ids.begin(), ids.end(), rng);

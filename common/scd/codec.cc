@@ -16,7 +16,9 @@ namespace scd {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::string ArtifactIdFor(CodecMode m, const ScdArtifact* a) {
   return (a != nullptr && (m == CodecMode::kScdReuse || m == CodecMode::kScd)) ? a->id : "";
@@ -43,10 +45,9 @@ absl::StatusOr<std::unique_ptr<ProducerCodec>> ProducerCodec::Create(
   if (artifact != nullptr) {
     SCD_RETURN_IF_ERROR(artifact->CheckPair(producer.get(), nullptr));
     if (artifact->consumer_digest != consumer_digest) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("calibration artifact is for consumer '", artifact->consumer_name,
-                       "', not the requested consumer (digest ", consumer_digest.substr(0, 12),
-                       ")"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "calibration artifact is for consumer '", artifact->consumer_name,
+          "', not the requested consumer (digest ", consumer_digest.substr(0, 12), ")"));
     }
   }
   if (options.kivi_group <= 0 || options.kivi_group > 65535) {
@@ -251,8 +252,8 @@ absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const i
   const int t = static_cast<int>(tokens.size());
   if (t == 0) return absl::InvalidArgumentError("nothing to encode (no tokens)");
   if (CodecModeNeedsArtifact(mode) && artifact_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("mode ", std::string(CodecModeName(mode)),
-                                                      " needs a calibration artifact"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("mode ", std::string(CodecModeName(mode)), " needs a calibration artifact"));
   }
   const bool codes = mode == CodecMode::kScd || mode == CodecMode::kScdReuse;
   const int rung_at = rung_index.value_or(codes ? options_.rung : 0);
@@ -268,8 +269,8 @@ absl::StatusOr<Payload> ProducerCodec::Encode(CodecMode mode, absl::Span<const i
   if (mode == CodecMode::kOracle) return p;
 
   SCD_RETURN_IF_ERROR(CheckProducerStates(mode, c, states, t));
-  p.blocks.push_back(MakeBlock(BlockKind::kSurprisal, Encoding::kF16, 0,
-                               states.surprisal.data(), t, 1));
+  p.blocks.push_back(
+      MakeBlock(BlockKind::kSurprisal, Encoding::kF16, 0, states.surprisal.data(), t, 1));
   const int kvd = c.kv_dim();
   CodeLayout layout;
   if (mode == CodecMode::kScd) {
@@ -321,7 +322,8 @@ absl::StatusOr<std::unique_ptr<ConsumerCodec>> ConsumerCodec::Create(
     const ModelConfig& c = consumer->config;
     if (artifact->num_layers != c.num_layers || artifact->hidden_size != c.hidden_size ||
         artifact->kv_dim != c.kv_dim()) {
-      return absl::FailedPreconditionError("calibration artifact dimensions do not match the consumer");
+      return absl::FailedPreconditionError(
+          "calibration artifact dimensions do not match the consumer");
     }
   }
   std::unique_ptr<ConsumerCodec> cc(new ConsumerCodec);
@@ -362,16 +364,20 @@ absl::Status ConsumerCodec::CheckBasis(const Payload& p, const Sequence& seq) co
   const std::string got = PairDigestHex(p.pair_digest);
   if (artifact_ == nullptr || artifact_->basis_id.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "payload (", std::string(CodecModeName(p.mode)), ") was encoded on a shared producer basis "
-        "(basis digest ", got, "), and this consumer's artifact ",
+        "payload (", std::string(CodecModeName(p.mode)),
+        ") was encoded on a shared producer basis "
+        "(basis digest ",
+        got, "), and this consumer's artifact ",
         artifact_ == nullptr ? "is missing" : "is its pair's own code, on no shared basis"));
   }
   const PairDigest want = MakeBasisDigest(producer_digest_, artifact_->basis_id);
   if (p.pair_digest != want) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "payload (", std::string(CodecModeName(p.mode)), ") was encoded on another producer or "
-        "shared basis (basis digest ", got, "); this consumer's artifact section is on basis ",
-        artifact_->basis_id.substr(0, 12), " (digest ", PairDigestHex(want), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("payload (", std::string(CodecModeName(p.mode)),
+                     ") was encoded on another producer or "
+                     "shared basis (basis digest ",
+                     got, "); this consumer's artifact section is on basis ",
+                     artifact_->basis_id.substr(0, 12), " (digest ", PairDigestHex(want), ")"));
   }
   return CheckShape(p, seq);
 }
@@ -379,13 +385,12 @@ absl::Status ConsumerCodec::CheckBasis(const Payload& p, const Sequence& seq) co
 absl::Status ConsumerCodec::CheckShape(const Payload& p, const Sequence& seq) const {
   const ModelConfig& c = consumer_->config;
   if (p.num_layers != c.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("payload has ", p.num_layers,
-                                                   " layers, consumer has ", c.num_layers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload has ", p.num_layers, " layers, consumer has ", c.num_layers));
   }
   if (static_cast<int>(p.start_position) != seq.length()) {
-    return absl::FailedPreconditionError(absl::StrCat("payload starts at position ",
-                                                      p.start_position, " but the sequence holds ",
-                                                      seq.length()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "payload starts at position ", p.start_position, " but the sequence holds ", seq.length()));
   }
   if (p.token_ids.empty()) return absl::InvalidArgumentError("payload holds no tokens");
   if (CodecModeNeedsArtifact(p.mode) && artifact_ != nullptr) {
@@ -577,14 +582,16 @@ absl::Status ConsumerCodec::RebuildOnHost(const Payload& p, Backend& backend, Se
       continue;
     }
     if (codes) {
-      SCD_RETURN_IF_ERROR(DecodeCodeLayer(artifact_->reuse[l], rung, kb, vb, l, t, kvd,
-                                          mode_name, buffers.z, buffers.z2, kv));
+      SCD_RETURN_IF_ERROR(DecodeCodeLayer(artifact_->reuse[l], rung, kb, vb, l, t, kvd, mode_name,
+                                          buffers.z, buffers.z2, kv));
     } else {
       SCD_RETURN_IF_ERROR(DecodeKvLayer(kb, vb, l, kvd, mode_name, kv));
     }
   }
-  if (p.mode == CodecMode::kRecompute && (residual == nullptr || recompute_end <= recompute_first)) {
-    return absl::InvalidArgumentError("recompute payload lacks its residual block or its block is empty");
+  if (p.mode == CodecMode::kRecompute &&
+      (residual == nullptr || recompute_end <= recompute_first)) {
+    return absl::InvalidArgumentError(
+        "recompute payload lacks its residual block or its block is empty");
   }
   st.decode_seconds += Since(t0);
   t0 = Clock::now();

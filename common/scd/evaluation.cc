@@ -314,7 +314,8 @@ std::vector<ModeReport> MakeReports(const EvalRun& r, int examples, int truncate
 
 nlohmann::json ModeReport::ToJson() const {
   nlohmann::json by_file = nlohmann::json::object();
-  for (const auto& [file, v] : f1_by_file) by_file[file] = {{"f1", v.first}, {"examples", v.second}};
+  for (const auto& [file, v] : f1_by_file)
+    by_file[file] = {{"f1", v.first}, {"examples", v.second}};
   return {{"label", label},
           {"f1_by_file", by_file},
           {"examples", examples},
@@ -340,7 +341,8 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
   if (artifact != nullptr) {
     SCD_RETURN_IF_ERROR(artifact->CheckPair(&producer.model(), &consumer.model()));
   }
-  return std::unique_ptr<Evaluator>(new Evaluator(producer, consumer, std::move(artifact), tokenizer));
+  return std::unique_ptr<Evaluator>(
+      new Evaluator(producer, consumer, std::move(artifact), tokenizer));
 }
 
 absl::StatusOr<std::vector<ModeReport>> Evaluator::Run(const EvalConfig& cfg,
@@ -369,9 +371,9 @@ absl::StatusOr<std::vector<ModeReport>> Evaluator::Run(const EvalConfig& cfg,
 
 absl::Status WriteEvalTables(const std::vector<ModeReport>& reports, const std::string& prefix,
                              const std::string& title) {
-  plot::Table table({"mode", "EM", "F1", "F1 vs oracle", "F1 per file", "bytes/token", "payload vs raw",
-                     "ppl", "KL vs oracle", "top-1 vs oracle", "encode ms", "rebuild ms",
-                     "own prefill ms", "rebuild ms @long", "prefill ms @long"});
+  plot::Table table({"mode", "EM", "F1", "F1 vs oracle", "F1 per file", "bytes/token",
+                     "payload vs raw", "ppl", "KL vs oracle", "top-1 vs oracle", "encode ms",
+                     "rebuild ms", "own prefill ms", "rebuild ms @long", "prefill ms @long"});
   double oracle_f1 = 0;
   for (const ModeReport& r : reports) {
     if (r.mode == CodecMode::kOracle) oracle_f1 = r.f1;
@@ -385,8 +387,9 @@ absl::Status WriteEvalTables(const std::vector<ModeReport>& reports, const std::
     SCD_RETURN_IF_ERROR(table.AddRow(
         {r.label, plot::FormatFixed(r.em, 3), plot::FormatFixed(r.f1, 3),
          oracle_f1 > 0 ? plot::FormatFixed(r.f1 / oracle_f1, 3) : "-", per_file,
-         plot::FormatFixed(r.payload_bytes_per_token, 1), plot::FormatFixed(r.payload_ratio_vs_raw, 3),
-         plot::FormatFixed(r.ppl, 3), plot::FormatFixed(r.kl, 4), plot::FormatFixed(r.top1, 3),
+         plot::FormatFixed(r.payload_bytes_per_token, 1),
+         plot::FormatFixed(r.payload_ratio_vs_raw, 3), plot::FormatFixed(r.ppl, 3),
+         plot::FormatFixed(r.kl, 4), plot::FormatFixed(r.top1, 3),
          plot::FormatFixed(r.encode_ms, 3), plot::FormatFixed(r.rebuild_ms, 3),
          plot::FormatFixed(r.consumer_prefill_ms, 3), plot::FormatFixed(r.long_rebuild_ms, 3),
          plot::FormatFixed(r.long_prefill_ms, 3)}));
@@ -418,11 +421,13 @@ absl::Status WriteEvalTables(const std::vector<ModeReport>& reports, const std::
     }
   }
   if (!fx.empty()) {
-    SCD_RETURN_IF_ERROR(p.AddSeries("Pareto front", fx, fy, {plot::SeriesStyle::kLine, {}, {}, 1, 0}));
+    SCD_RETURN_IF_ERROR(
+        p.AddSeries("Pareto front", fx, fy, {plot::SeriesStyle::kLine, {}, {}, 1, 0}));
   }
   if (oracle_f1 > 0 && !pts.empty()) {
     SCD_RETURN_IF_ERROR(p.AddSeries("oracle", {0.0, std::max(1.05, pts.back().first)},
-                                    {oracle_f1, oracle_f1}, {plot::SeriesStyle::kLine, {}, {}, 1, 0}));
+                                    {oracle_f1, oracle_f1},
+                                    {plot::SeriesStyle::kLine, {}, {}, 1, 0}));
   }
   return p.WritePng(prefix + ".png");
 }

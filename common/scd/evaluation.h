@@ -14,10 +14,9 @@
 
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "common/eval/babi_context.h"
@@ -31,13 +30,13 @@ namespace scd {
 
 struct EvalConfig {
   std::vector<CodecMode> modes;
-  std::string babi_files;        // comma-separated; empty = skip
-  int max_examples = 300;        // across files (0 = all)
-  int max_examples_per_file = 0; // 0 = no cap
-  std::string text_file;         // perplexity text; empty = skip
+  std::string babi_files;         // comma-separated; empty = skip
+  int max_examples = 300;         // across files (0 = all)
+  int max_examples_per_file = 0;  // 0 = no cap
+  std::string text_file;          // perplexity text; empty = skip
   int text_passages = 100;
   int text_max_tokens = 512;
-  int timing_tokens = 256;       // 0 = skip the long-prompt timing
+  int timing_tokens = 256;  // 0 = skip the long-prompt timing
   int timing_reps = 5;
   int max_answer_tokens = 8;
   CodecOptions codec;

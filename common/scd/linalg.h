@@ -12,8 +12,8 @@
 namespace scd::linalg {
 
 // C[m, n] = A[m, k] · B[k, n] (optionally Aᵀ when trans_a, with A stored [k, m]).
-std::vector<double> MatMul(const std::vector<double>& a, const std::vector<double>& b, int m,
-                           int n, int k, bool trans_a = false);
+std::vector<double> MatMul(const std::vector<double>& a, const std::vector<double>& b, int m, int n,
+                           int k, bool trans_a = false);
 
 // Solves (A + ridge·I) X = B for symmetric positive-definite A [n, n], B [n, m].
 absl::StatusOr<std::vector<double>> SolveSpd(std::vector<double> a, const std::vector<double>& b,

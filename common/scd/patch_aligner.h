@@ -20,9 +20,9 @@
 namespace scd {
 
 struct PatchAligner {
-  int code_dim = 0;    // r_H
-  int hidden_dim = 0;  // MLP width
-  int out_dim = 0;     // d
+  int code_dim = 0;           // r_H
+  int hidden_dim = 0;         // MLP width
+  int out_dim = 0;            // d
   std::vector<float> a, c;    // skip: [r, d], [d]
   std::vector<float> w1, b1;  // [r, m], [m]
   std::vector<float> w2, b2;  // [m, d], [d]
@@ -42,9 +42,9 @@ struct AlignerTrainOptions {
 };
 
 struct AlignerReport {
-  double linear_loss = 0;   // held-out loss of the RRR skip alone
-  double trained_loss = 0;  // held-out loss of the trained aligner (<= linear_loss)
-  double target_energy = 0; // held-out mean ‖(H_C − μ) Gᵀ‖², for relative figures
+  double linear_loss = 0;    // held-out loss of the RRR skip alone
+  double trained_loss = 0;   // held-out loss of the trained aligner (<= linear_loss)
+  double target_energy = 0;  // held-out mean ‖(H_C − μ) Gᵀ‖², for relative figures
 };
 
 // Trains an aligner from codes z [n, r] to consumer states h_c [n, d], initialised from

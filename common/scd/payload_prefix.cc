@@ -9,8 +9,7 @@ absl::StatusOr<Payload> PayloadPrefix(const Payload& payload, int num_tokens) {
   const int total = static_cast<int>(payload.token_ids.size());
   if (num_tokens < 1 || num_tokens > total) {
     return absl::InvalidArgumentError(absl::StrCat("payload prefix of ", num_tokens,
-                                                   " tokens requested from a payload of ",
-                                                   total));
+                                                   " tokens requested from a payload of ", total));
   }
   Payload out;
   out.mode = payload.mode;

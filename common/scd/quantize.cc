@@ -73,13 +73,20 @@ absl::Status CheckEncodedSize(Encoding e, size_t bytes, int rows, int cols, int 
 
 std::string_view EncodingName(Encoding e) {
   switch (e) {
-    case Encoding::kF32: return "f32";
-    case Encoding::kF16: return "f16";
-    case Encoding::kInt8Row: return "int8-row";
-    case Encoding::kKeyInt8: return "kivi-key-int8";
-    case Encoding::kKeyInt4: return "kivi-key-int4";
-    case Encoding::kValueInt8: return "kivi-value-int8";
-    case Encoding::kValueInt4: return "kivi-value-int4";
+    case Encoding::kF32:
+      return "f32";
+    case Encoding::kF16:
+      return "f16";
+    case Encoding::kInt8Row:
+      return "int8-row";
+    case Encoding::kKeyInt8:
+      return "kivi-key-int8";
+    case Encoding::kKeyInt4:
+      return "kivi-key-int4";
+    case Encoding::kValueInt8:
+      return "kivi-value-int8";
+    case Encoding::kValueInt4:
+      return "kivi-value-int4";
   }
   return "?";
 }
@@ -94,9 +101,12 @@ absl::StatusOr<Encoding> EncodingFromByte(uint8_t b) {
 size_t EncodedBytes(Encoding e, int rows, int cols, int group) {
   const size_t n = static_cast<size_t>(rows) * cols;
   switch (e) {
-    case Encoding::kF32: return n * 4;
-    case Encoding::kF16: return n * 2;
-    case Encoding::kInt8Row: return static_cast<size_t>(rows) * 2 + n;
+    case Encoding::kF32:
+      return n * 4;
+    case Encoding::kF16:
+      return n * 2;
+    case Encoding::kInt8Row:
+      return static_cast<size_t>(rows) * 2 + n;
     default: {
       const Groups g{rows, cols, std::max(group, 1), IsKey(e)};
       return static_cast<size_t>(g.count()) * 4 + (n * Bits(e) + 7) / 8;

@@ -48,7 +48,8 @@ std::string QualityTableMarkdown(const std::vector<QualityRecord>& records,
   for (const QualityRecord& r : records) {
     if (r.mode == "raw") raw = r.bytes_per_token;
   }
-  std::string out = "| mode | rung | KL | top-1 | bytes/token | of raw |\n|---|---|---|---|---|---|\n";
+  std::string out =
+      "| mode | rung | KL | top-1 | bytes/token | of raw |\n|---|---|---|---|---|---|\n";
   for (const QualityRecord& r : records) {
     const bool rung = r.mode == "scd" && static_cast<size_t>(r.rung) < ladder.size();
     absl::StrAppend(&out, "| ", r.mode, " | ",

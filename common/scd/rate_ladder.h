@@ -47,10 +47,10 @@ std::string RungName(const Rung& rung);
 // consumer's next-token distributions after a rebuild from the payload against its own
 // prefill of the same tokens (the oracle).
 struct QualityRecord {
-  std::string mode;  // CodecModeName: oracle, raw, quant8, quant4, recompute, scd
-  int rung = 0;      // scd: the ladder rung; 0 otherwise
-  double kl = 0;     // mean KL(oracle ‖ rebuilt)
-  double top1 = 1;   // share of positions whose argmax is the oracle's
+  std::string mode;            // CodecModeName: oracle, raw, quant8, quant4, recompute, scd
+  int rung = 0;                // scd: the ladder rung; 0 otherwise
+  double kl = 0;               // mean KL(oracle ‖ rebuilt)
+  double top1 = 1;             // share of positions whose argmax is the oracle's
   double bytes_per_token = 0;  // serialized payload bytes per context token, all included
 
   bool operator==(const QualityRecord& o) const {

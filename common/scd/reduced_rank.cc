@@ -16,32 +16,39 @@ void LinearCode::Encode(const float* x, int rows, float* z, int use_rank) const 
   std::vector<float> centred(static_cast<size_t>(rows) * in_dim);
   for (int r = 0; r < rows; ++r)
     for (int i = 0; i < in_dim; ++i) {
-      centred[static_cast<size_t>(r) * in_dim + i] = x[static_cast<size_t>(r) * in_dim + i] - mu_in[i];
+      centred[static_cast<size_t>(r) * in_dim + i] =
+          x[static_cast<size_t>(r) * in_dim + i] - mu_in[i];
     }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, r, in_dim, 1.0f,
-              centred.data(), in_dim, encoder.data(), rank, 0.0f, z, r);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, r, in_dim, 1.0f, centred.data(),
+              in_dim, encoder.data(), rank, 0.0f, z, r);
 }
 
 void LinearCode::Decode(const float* z, int rows, float* y, int use_rank) const {
   const int r = use_rank < 0 ? rank : std::min(use_rank, rank);
-  for (int i = 0; i < rows; ++i) std::copy(mu_out.begin(), mu_out.end(), y + static_cast<size_t>(i) * out_dim);
+  for (int i = 0; i < rows; ++i)
+    std::copy(mu_out.begin(), mu_out.end(), y + static_cast<size_t>(i) * out_dim);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, out_dim, r, 1.0f, z, r,
               decoder.data(), out_dim, 1.0f, y, out_dim);
 }
 
 CrossMoments::CrossMoments(int p, int q)
-    : p_(p), q_(q), sx_(p), sy_(q), sxx_(static_cast<size_t>(p) * p),
-      sxy_(static_cast<size_t>(p) * q), syy_(static_cast<size_t>(q) * q) {}
+    : p_(p),
+      q_(q),
+      sx_(p),
+      sy_(q),
+      sxx_(static_cast<size_t>(p) * p),
+      sxy_(static_cast<size_t>(p) * q),
+      syy_(static_cast<size_t>(q) * q) {}
 
 void CrossMoments::Add(const float* x, const float* y, int rows) {
   std::vector<double> xd(x, x + static_cast<size_t>(rows) * p_);
   std::vector<double> yd(y, y + static_cast<size_t>(rows) * q_);
-  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p_, p_, rows, 1.0, xd.data(), p_,
-              xd.data(), p_, 1.0, sxx_.data(), p_);
-  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p_, q_, rows, 1.0, xd.data(), p_,
-              yd.data(), q_, 1.0, sxy_.data(), q_);
-  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, q_, q_, rows, 1.0, yd.data(), q_,
-              yd.data(), q_, 1.0, syy_.data(), q_);
+  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p_, p_, rows, 1.0, xd.data(), p_, xd.data(),
+              p_, 1.0, sxx_.data(), p_);
+  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p_, q_, rows, 1.0, xd.data(), p_, yd.data(),
+              q_, 1.0, sxy_.data(), q_);
+  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, q_, q_, rows, 1.0, yd.data(), q_, yd.data(),
+              q_, 1.0, syy_.data(), q_);
   for (int r = 0; r < rows; ++r) {
     for (int i = 0; i < p_; ++i) sx_[i] += xd[static_cast<size_t>(r) * p_ + i];
     for (int j = 0; j < q_; ++j) sy_[j] += yd[static_cast<size_t>(r) * q_ + j];
@@ -50,8 +57,8 @@ void CrossMoments::Add(const float* x, const float* y, int rows) {
 }
 
 absl::StatusOr<ReducedRankSolution> SolveReducedRank(const std::vector<double>& cxx,
-                                                     const std::vector<double>& cxy, int p,
-                                                     int q, int rank, double lambda) {
+                                                     const std::vector<double>& cxy, int p, int q,
+                                                     int rank, double lambda) {
   // B = (Cxx + λI)⁻¹ Cxy; the fitted covariance is M = Bᵀ Cxx B (q × q).
   SCD_ASSIGN_OR_RETURN(std::vector<double> b, linalg::SolveSpd(cxx, cxy, p, q, lambda));
   const std::vector<double> cxx_b = linalg::MatMul(cxx, b, p, q, p);
@@ -137,7 +144,9 @@ absl::StatusOr<LinearCode> CrossMoments::Fit(int rank, double ridge, FitReport* 
   code.encoder.assign(e.begin(), e.end());
   code.decoder.resize(static_cast<size_t>(rank) * q_);
   for (int j = 0; j < rank; ++j)
-    for (int i = 0; i < q_; ++i) code.decoder[static_cast<size_t>(j) * q_ + i] = static_cast<float>(vr[static_cast<size_t>(i) * rank + j]);
+    for (int i = 0; i < q_; ++i)
+      code.decoder[static_cast<size_t>(j) * q_ + i] =
+          static_cast<float>(vr[static_cast<size_t>(i) * rank + j]);
 
   if (report != nullptr) {
     report->relative_error = RelativeError(c, code);

@@ -50,8 +50,8 @@ struct ReducedRankSolution {
   std::vector<double> vr, encoder;
 };
 absl::StatusOr<ReducedRankSolution> SolveReducedRank(const std::vector<double>& cxx,
-                                                     const std::vector<double>& cxy, int p,
-                                                     int q, int rank, double lambda);
+                                                     const std::vector<double>& cxy, int p, int q,
+                                                     int rank, double lambda);
 
 // Streaming first and second moments of paired rows (x ∈ R^p, y ∈ R^q), in double.
 class CrossMoments {
@@ -79,8 +79,8 @@ class CrossMoments {
  private:
   int p_, q_;
   long count_ = 0;
-  std::vector<double> sx_, sy_;         // sums
-  std::vector<double> sxx_, sxy_, syy_; // uncentred cross products
+  std::vector<double> sx_, sy_;          // sums
+  std::vector<double> sxx_, sxy_, syy_;  // uncentred cross products
 };
 
 }  // namespace scd

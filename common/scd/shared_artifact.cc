@@ -55,8 +55,9 @@ const std::string& SharedArtifact::basis_id() const {
 
 absl::Status SharedArtifact::Add(ScdArtifact a) {
   if (a.basis_id.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the artifact of consumer '", a.consumer_name, "' is a pair's own code, not on a shared basis"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the artifact of consumer '", a.consumer_name,
+                     "' is a pair's own code, not on a shared basis"));
   }
   if (!consumers_.empty()) {
     const ScdArtifact& first = consumers_[0];
@@ -89,7 +90,8 @@ absl::StatusOr<ScdArtifact> SharedArtifact::ForConsumer(const std::string& consu
 }
 
 absl::Status SharedArtifact::Save(const std::string& path) {
-  if (consumers_.empty()) return absl::FailedPreconditionError("a shared artifact needs a consumer");
+  if (consumers_.empty())
+    return absl::FailedPreconditionError("a shared artifact needs a consumer");
   TensorMap stored;
   nlohmann::json sections = nlohmann::json::array();
   for (size_t i = 0; i < consumers_.size(); ++i) {
@@ -99,8 +101,9 @@ absl::Status SharedArtifact::Save(const std::string& path) {
     for (const auto& [name, t] : m) {
       auto [it, added] = stored.emplace(StoredName(name, section), t);
       if (!added && it->second.bytes != t.bytes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "consumer '", consumers_[i].consumer_name, "' has other encoders than the basis (", name, ")"));
+        return absl::InvalidArgumentError(absl::StrCat("consumer '", consumers_[i].consumer_name,
+                                                       "' has other encoders than the basis (",
+                                                       name, ")"));
       }
     }
     consumers_[i].id = TensorDigest(m);
@@ -124,13 +127,14 @@ absl::StatusOr<SharedArtifact> SharedArtifact::Load(const std::string& path) {
   try {
     meta = nlohmann::json::parse(it->second);
     if (meta.at("format_version").get<int>() != kSharedFormatVersion) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": shared artifact format version ", meta.at("format_version").dump(), " is not ",
-          kSharedFormatVersion));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": shared artifact format version ",
+                                                     meta.at("format_version").dump(), " is not ",
+                                                     kSharedFormatVersion));
     }
     meta.at("sections").at(0);  // at least one
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": bad shared artifact metadata: ", e.what()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": bad shared artifact metadata: ", e.what()));
   }
   SharedArtifact shared;
   const SafetensorsFile& f = *file;
@@ -140,9 +144,11 @@ absl::StatusOr<SharedArtifact> SharedArtifact::Load(const std::string& path) {
       section = s.at("section").get<std::string>();
       scd_meta = s.at("scd").dump();
     } catch (const std::exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": bad shared artifact section: ", e.what()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": bad shared artifact section: ", e.what()));
     }
-    const TensorReader read = [&f, &section](const std::string& name, absl::Span<const int64_t> shape) {
+    const TensorReader read = [&f, &section](const std::string& name,
+                                             absl::Span<const int64_t> shape) {
       return f.ReadAsFloat(StoredName(name, section), shape);
     };
     SCD_ASSIGN_OR_RETURN(ScdArtifact a,
@@ -163,7 +169,8 @@ absl::StatusOr<ScdArtifact> LoadArtifactFor(const std::string& path,
   if (!SharedArtifact::IsSharedFile(path)) return ScdArtifact::Load(path);
   SCD_ASSIGN_OR_RETURN(SharedArtifact shared, SharedArtifact::Load(path));
   absl::StatusOr<ScdArtifact> a = shared.ForConsumer(consumer_digest);
-  if (!a.ok()) return absl::Status(a.status().code(), absl::StrCat(path, ": ", a.status().message()));
+  if (!a.ok())
+    return absl::Status(a.status().code(), absl::StrCat(path, ": ", a.status().message()));
   return a;
 }
 

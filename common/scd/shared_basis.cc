@@ -41,7 +41,8 @@ absl::StatusOr<std::vector<double>> StackedEncoder(const std::vector<CrossMoment
     const double s = 1 / std::sqrt(std::max(cs[k].trace_yy, 1e-30));
     for (int i = 0; i < p; ++i)
       for (int j = 0; j < q; ++j) {
-        cxy[static_cast<size_t>(i) * q_all + col + j] = s * cs[k].cxy[static_cast<size_t>(i) * q + j];
+        cxy[static_cast<size_t>(i) * q_all + col + j] =
+            s * cs[k].cxy[static_cast<size_t>(i) * q + j];
       }
     col += q;
   }
@@ -55,7 +56,8 @@ absl::StatusOr<std::vector<double>> PcaEncoder(const CrossMoments::Centred& c, i
   SCD_ASSIGN_OR_RETURN(linalg::Eigen eig, linalg::SymmetricEigen(c.cxx, p));
   std::vector<double> e(static_cast<size_t>(p) * rank);
   for (int i = 0; i < p; ++i)
-    for (int j = 0; j < rank; ++j) e[static_cast<size_t>(i) * rank + j] = eig.vectors[static_cast<size_t>(i) * p + j];
+    for (int j = 0; j < rank; ++j)
+      e[static_cast<size_t>(i) * rank + j] = eig.vectors[static_cast<size_t>(i) * p + j];
   return e;
 }
 
@@ -104,7 +106,8 @@ absl::StatusOr<LinearCode> FitSharedEncoder(const std::vector<const CrossMoments
   for (size_t k = 1; k < moments.size(); ++k) {
     if (!SameProducerStates(*moments[0], cs[0], *moments[k], cs[k])) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "consumer ", k, "'s statistics are over other producer states than consumer 0's: a "
+          "consumer ", k,
+          "'s statistics are over other producer states than consumer 0's: a "
           "shared basis needs every consumer calibrated on the same producer and passages"));
     }
   }
@@ -130,7 +133,8 @@ absl::StatusOr<LinearCode> FitDecoderOnBasis(const CrossMoments& moments, const 
     return absl::FailedPreconditionError(absl::StrCat(
         "the shared basis reads producer states of width ", basis.in_dim, ", these are ", p));
   }
-  if (moments.count() < 2) return absl::FailedPreconditionError("calibration needs at least two states");
+  if (moments.count() < 2)
+    return absl::FailedPreconditionError("calibration needs at least two states");
   const CrossMoments::Centred c = moments.Centre();
   // The basis's μ_in is the producer's mean on its own calibration data; a consumer fitted
   // later (on other passages) centres on it too, so its codes are the basis's codes.

@@ -20,9 +20,8 @@ absl::StatusOr<LinearCode> LayerEncoder(const std::vector<const CalibrationData*
 // A consumer's artifact from its statistics on `basis`: decoders, aligners, selection and
 // quality record.
 absl::StatusOr<ScdArtifact> FinishConsumer(Backend& producer, const SharedConsumer& consumer,
-                                           const CalibrationData& data,
-                                           const CalibrationOptions& o, const SharedBasis& basis,
-                                           const ProgressFn& progress) {
+                                           const CalibrationData& data, const CalibrationOptions& o,
+                                           const SharedBasis& basis, const ProgressFn& progress) {
   Backend& backend = *consumer.backend;
   SCD_ASSIGN_OR_RETURN(ScdArtifact a, FitArtifact(data, producer.model(), backend.model(), o,
                                                   /*fit_patches=*/true, progress, &basis));
@@ -56,12 +55,12 @@ absl::StatusOr<SharedBasis> FitSharedBasis(const std::vector<const CalibrationDa
   b.kind = kind;
   b.producer_digest = producer.digest();
   for (int l = 0; l < layers; ++l) {
-    SCD_ASSIGN_OR_RETURN(LinearCode k, LayerEncoder(data, &CalibrationData::key, l, o.rank_k,
-                                                    o.ridge, kind));
-    SCD_ASSIGN_OR_RETURN(LinearCode v, LayerEncoder(data, &CalibrationData::value, l, o.rank_v,
-                                                    o.ridge, kind));
-    SCD_ASSIGN_OR_RETURN(LinearCode h, LayerEncoder(data, &CalibrationData::h_in, l, o.rank_h,
-                                                    o.ridge, kind));
+    SCD_ASSIGN_OR_RETURN(LinearCode k,
+                         LayerEncoder(data, &CalibrationData::key, l, o.rank_k, o.ridge, kind));
+    SCD_ASSIGN_OR_RETURN(LinearCode v,
+                         LayerEncoder(data, &CalibrationData::value, l, o.rank_v, o.ridge, kind));
+    SCD_ASSIGN_OR_RETURN(LinearCode h,
+                         LayerEncoder(data, &CalibrationData::h_in, l, o.rank_h, o.ridge, kind));
     b.key.push_back(std::move(k));
     b.value.push_back(std::move(v));
     b.h_in.push_back(std::move(h));
@@ -75,7 +74,8 @@ absl::StatusOr<std::vector<ScdArtifact>> CalibrateShared(
     const std::vector<std::vector<int32_t>>& train, const CalibrationOptions& o,
     SharedBasisKind kind, const ProgressFn& progress) {
   if (consumers.empty()) return absl::InvalidArgumentError("no consumer to calibrate");
-  if (train.size() < 4) return absl::InvalidArgumentError("calibration needs at least 4 training passages");
+  if (train.size() < 4)
+    return absl::InvalidArgumentError("calibration needs at least 4 training passages");
   std::vector<CalibrationData> data;
   for (size_t c = 0; c < consumers.size(); ++c) {
     SCD_RETURN_IF_ERROR(CheckConsumer(consumers[c], c));
@@ -84,7 +84,7 @@ absl::StatusOr<std::vector<ScdArtifact>> CalibrateShared(
                                consumers[c].backend->model().config.name));
     }
     SCD_ASSIGN_OR_RETURN(CalibrationData d, CollectCalibrationData(producer, *consumers[c].backend,
-                                                                    train, o, progress));
+                                                                   train, o, progress));
     data.push_back(std::move(d));
   }
   std::vector<const CalibrationData*> views;
@@ -104,8 +104,9 @@ absl::StatusOr<std::vector<ScdArtifact>> CalibrateShared(
 
 absl::StatusOr<SharedBasis> BasisOf(const ScdArtifact& a) {
   if (a.basis_id.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the artifact of consumer '", a.consumer_name, "' is a pair's own code, not on a shared basis"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the artifact of consumer '", a.consumer_name,
+                     "' is a pair's own code, not on a shared basis"));
   }
   SharedBasis b;
   SCD_ASSIGN_OR_RETURN(b.kind, ParseSharedBasisKind(a.basis_kind));
@@ -128,8 +129,8 @@ absl::StatusOr<SharedBasis> BasisOf(const ScdArtifact& a) {
   }
   b.id = BasisId(b);
   if (b.id != a.basis_id) {
-    return absl::InvalidArgumentError(absl::StrCat("the artifact's encoders are not its basis ",
-                                                   a.basis_id.substr(0, 12), "'s"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the artifact's encoders are not its basis ", a.basis_id.substr(0, 12), "'s"));
   }
   return b;
 }

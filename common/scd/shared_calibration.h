@@ -19,8 +19,7 @@ namespace scd {
 // The basis of `kind` for the consumers whose statistics are `data` (each collected with the
 // same producer over the same passages), at the options' ranks K, V and H.
 absl::StatusOr<SharedBasis> FitSharedBasis(const std::vector<const CalibrationData*>& data,
-                                           const Model& producer,
-                                           const CalibrationOptions& options,
+                                           const Model& producer, const CalibrationOptions& options,
                                            SharedBasisKind kind);
 
 struct SharedConsumer {

@@ -44,7 +44,8 @@ absl::StatusOr<std::vector<std::vector<int>>> SelectSources(
   for (const std::string& name : run.select_from) {
     auto it = std::find(run.corpus.begin(), run.corpus.end(), name);
     if (it == run.corpus.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("--select-from file ", name, " is not one of --corpus"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--select-from file ", name, " is not one of --corpus"));
     }
     given.push_back(static_cast<int>(it - run.corpus.begin()));
   }
@@ -76,9 +77,9 @@ absl::Status WriteReports(const SharedArtifact& shared, const std::string& out) 
     absl::StrAppend(&tables, "## ", a.consumer_name, "\n\n",
                     QualityTableMarkdown(a.quality, RateLadder(a)), "\n");
   }
-  const nlohmann::json j = {{"basis", {{"id", shared.basis_id()},
-                                       {"kind", shared.consumers()[0].basis_kind}}},
-                            {"consumers", reports}};
+  const nlohmann::json j = {
+      {"basis", {{"id", shared.basis_id()}, {"kind", shared.consumers()[0].basis_kind}}},
+      {"consumers", reports}};
   SCD_RETURN_IF_ERROR(WriteFileAtomically(out + ".json", j.dump(2)));
   return WriteFileAtomically(out + ".quality.md", tables);
 }
@@ -89,8 +90,9 @@ absl::Status RunSharedCalibration(const SharedCalibrationRun& run, const Progres
   if (run.consumer_dirs.empty()) return absl::InvalidArgumentError("no consumer to calibrate");
   SCD_ASSIGN_OR_RETURN(Loaded m, LoadModels(run));
   std::vector<int> sources;
-  SCD_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> passages,
-                       LoadCalibrationPassages(run.corpus, *m.tokenizer, run.corpus_options, &sources));
+  SCD_ASSIGN_OR_RETURN(
+      std::vector<std::vector<int32_t>> passages,
+      LoadCalibrationPassages(run.corpus, *m.tokenizer, run.corpus_options, &sources));
   SCD_ASSIGN_OR_RETURN(std::vector<std::vector<int>> select,
                        SelectSources(run, m, passages, sources, progress));
   std::vector<std::vector<int32_t>> train;
@@ -102,21 +104,22 @@ absl::Status RunSharedCalibration(const SharedCalibrationRun& run, const Progres
     consumers.push_back({m.consumers[c].get(), std::move(held[c])});
   }
   if (progress) {
-    progress(absl::StrFormat("%d training passages; %d consumer(s)", train.size(), consumers.size()));
+    progress(
+        absl::StrFormat("%d training passages; %d consumer(s)", train.size(), consumers.size()));
   }
   SharedArtifact shared;
   if (!run.extend.empty()) {
     SCD_ASSIGN_OR_RETURN(shared, SharedArtifact::Load(run.extend));
     SCD_ASSIGN_OR_RETURN(SharedBasis basis, BasisOf(shared.consumers()[0]));
     for (const SharedConsumer& c : consumers) {
-      SCD_ASSIGN_OR_RETURN(ScdArtifact a, CalibrateOnBasis(*m.producer, c, train, run.options,
-                                                           basis, progress));
+      SCD_ASSIGN_OR_RETURN(ScdArtifact a,
+                           CalibrateOnBasis(*m.producer, c, train, run.options, basis, progress));
       SCD_RETURN_IF_ERROR(shared.Add(std::move(a)));
     }
   } else {
-    SCD_ASSIGN_OR_RETURN(std::vector<ScdArtifact> artifacts,
-                         CalibrateShared(*m.producer, consumers, train, run.options, run.kind,
-                                         progress));
+    SCD_ASSIGN_OR_RETURN(
+        std::vector<ScdArtifact> artifacts,
+        CalibrateShared(*m.producer, consumers, train, run.options, run.kind, progress));
     for (ScdArtifact& a : artifacts) SCD_RETURN_IF_ERROR(shared.Add(std::move(a)));
   }
   SCD_RETURN_IF_ERROR(shared.Save(run.out));

@@ -32,13 +32,20 @@ uint32_t HeaderCrc(const uint8_t* h) { return Crc32c(h + 56, 8, Crc32c(h, 52)); 
 
 std::string_view CodecModeName(CodecMode mode) {
   switch (mode) {
-    case CodecMode::kOracle: return "oracle";
-    case CodecMode::kRaw: return "raw";
-    case CodecMode::kQuant8: return "quant8";
-    case CodecMode::kQuant4: return "quant4";
-    case CodecMode::kRecompute: return "recompute";
-    case CodecMode::kScdReuse: return "scd-reuse";
-    case CodecMode::kScd: return "scd";
+    case CodecMode::kOracle:
+      return "oracle";
+    case CodecMode::kRaw:
+      return "raw";
+    case CodecMode::kQuant8:
+      return "quant8";
+    case CodecMode::kQuant4:
+      return "quant4";
+    case CodecMode::kRecompute:
+      return "recompute";
+    case CodecMode::kScdReuse:
+      return "scd-reuse";
+    case CodecMode::kScd:
+      return "scd";
   }
   return "?";
 }
@@ -47,9 +54,9 @@ absl::StatusOr<CodecMode> ParseCodecMode(std::string_view name) {
   for (int m = 0; m <= static_cast<int>(CodecMode::kScd); ++m) {
     if (CodecModeName(static_cast<CodecMode>(m)) == name) return static_cast<CodecMode>(m);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown codec mode '", std::string(name),
-      "' (expected oracle, raw, quant8, quant4, recompute, scd-reuse or scd)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown codec mode '", std::string(name),
+                   "' (expected oracle, raw, quant8, quant4, recompute, scd-reuse or scd)"));
 }
 
 absl::StatusOr<std::vector<float>> PayloadBlock::ToFloats() const {

@@ -235,11 +235,11 @@ absl::StatusOr<std::unique_ptr<GpuSekv>> GpuSekv::Create(Backend& backend, SekvC
   const int route_dim = cache.router().route_dim();
   if (group > cuda::kSekvMaxGroup || have.head_dim > cuda::kSekvMaxHeadDim ||
       have.num_kv_heads > 65535 || route_dim > cuda::kMaxRouteDim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the GPU SEKV kernels take at most ", cuda::kSekvMaxGroup, " query heads per KV head, ",
-        "head_dim ", cuda::kSekvMaxHeadDim, ", 65535 KV heads and route_dim ", cuda::kMaxRouteDim,
-        "; this cache has ", group, ", ", have.head_dim, ", ", have.num_kv_heads, " and ",
-        route_dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the GPU SEKV kernels take at most ", cuda::kSekvMaxGroup,
+                     " query heads per KV head, ", "head_dim ", cuda::kSekvMaxHeadDim,
+                     ", 65535 KV heads and route_dim ", cuda::kMaxRouteDim, "; this cache has ",
+                     group, ", ", have.head_dim, ", ", have.num_kv_heads, " and ", route_dim));
   }
   if (window_slack < 0) {
     return absl::InvalidArgumentError(

@@ -82,8 +82,8 @@ absl::StatusOr<ZoomRouter> FitZoomRouter(const RouterSampleSet& samples,
 
 struct CalibrationRun {
   double budget = kDefaultBudget;  // plan the segmentation as the evaluation will at this budget
-  int context = 512;    // tokens per calibration sequence
-  int prefix = 384;     // prompt part (compressed); the rest is decoded teacher-forced
+  int context = 512;               // tokens per calibration sequence
+  int prefix = 384;                // prompt part (compressed); the rest is decoded teacher-forced
   int max_sequences = 48;
   BudgetShares shares;
   SekvOptions base;

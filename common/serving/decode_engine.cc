@@ -229,8 +229,7 @@ absl::Status DecodeEngine::Submit(DecodeJob job, DecodeCallback callback) {
   const int capacity = RequestCapacity(prompt, job.max_tokens, c.max_position_embeddings);
   a->use_sekv = UsesSekv(prompt);
   a->shadow = a->payload.ok() && a->has_payload && a->payload->mode != CodecMode::kOracle &&
-              a->payload->start_position == 0 && job.resumed == 0 && !a->use_sekv &&
-              shadow_.Pick();
+              a->payload->start_position == 0 && job.resumed == 0 && !a->use_sekv && shadow_.Pick();
   if (a->shadow) a->shadow_payload = std::move(bytes);
   const int64_t host_budget = HostBudget();
   if (host_budget > 0 && a->use_sekv) {
@@ -550,9 +549,9 @@ void DecodeEngine::Admit(std::unique_ptr<Active> a) {
   Payload payload = std::move(a->payload).value();
   a->prompt_tokens = static_cast<int>(payload.token_ids.size() + a->job.suffix.size());
   if (a->prompt_tokens >= c.max_position_embeddings) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "prompt of ", a->prompt_tokens, " tokens does not fit the context of ",
-        c.max_position_embeddings)));
+    return fail(absl::InvalidArgumentError(absl::StrCat("prompt of ", a->prompt_tokens,
+                                                        " tokens does not fit the context of ",
+                                                        c.max_position_embeddings)));
   }
   a->capacity = RequestCapacity(a->prompt_tokens, a->job.max_tokens, c.max_position_embeddings);
   if (a->use_sekv) {
@@ -781,9 +780,9 @@ void DecodeEngine::Step() {
       a.next_input = next;
     }
   }
-  running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                [](const auto& a) { return a->done; }),
-                 running_.end());
+  running_.erase(
+      std::remove_if(running_.begin(), running_.end(), [](const auto& a) { return a->done; }),
+      running_.end());
 }
 
 }  // namespace scd

@@ -65,12 +65,12 @@ struct DecodeTimings {
 struct DecodeEvent {
   enum class Kind { kToken, kDone, kError };
   Kind kind = Kind::kToken;
-  int32_t token = -1;          // kToken
-  std::string finish_reason;   // kDone: "stop", "length", "context"
-  absl::Status error;          // kError
-  int prompt_tokens = 0;       // kDone
-  int completion_tokens = 0;   // kDone
-  DecodeTimings timings;       // kDone, and the first kToken (admission stages)
+  int32_t token = -1;         // kToken
+  std::string finish_reason;  // kDone: "stop", "length", "context"
+  absl::Status error;         // kError
+  int prompt_tokens = 0;      // kDone
+  int completion_tokens = 0;  // kDone
+  DecodeTimings timings;      // kDone, and the first kToken (admission stages)
   bool final() const { return kind != Kind::kToken; }
 
   static DecodeEvent Token(int32_t id) {
@@ -96,8 +96,8 @@ using DecodeCallback = std::function<void(const DecodeEvent&)>;
 
 struct DecodeJob {
   uint64_t request_id = 0;
-  std::vector<uint8_t> payload;   // serialized SCD payload; may be empty (suffix only)
-  std::vector<int32_t> suffix;    // tokens after the payload's; at least one
+  std::vector<uint8_t> payload;  // serialized SCD payload; may be empty (suffix only)
+  std::vector<int32_t> suffix;   // tokens after the payload's; at least one
   SamplingParams sampling;
   int max_tokens = 64;
   std::vector<int32_t> stop_ids;  // empty = the model's EOS ids
@@ -116,8 +116,8 @@ struct EngineTrace {
 };
 
 struct DecodeEngineOptions {
-  int max_batch = 16;      // running sequences per decode step
-  int max_queue = 256;     // waiting requests; Submit fails with RESOURCE_EXHAUSTED beyond
+  int max_batch = 16;   // running sequences per decode step
+  int max_queue = 256;  // waiting requests; Submit fails with RESOURCE_EXHAUSTED beyond
   // Lower bound on the time of one decode step (the engine sleeps out the rest). Zero runs
   // flat out; a positive value emulates a slower accelerator, so that benchmarks and fault
   // tests can hold requests mid-stream on a model as small as the bundled one.
@@ -220,9 +220,9 @@ struct DecodeEngineStats {
 
 class DecodeEngine {
  public:
-  static absl::StatusOr<std::unique_ptr<DecodeEngine>> Create(
-      std::unique_ptr<Backend> backend, std::unique_ptr<ConsumerCodec> codec,
-      DecodeEngineOptions options);
+  static absl::StatusOr<std::unique_ptr<DecodeEngine>> Create(std::unique_ptr<Backend> backend,
+                                                              std::unique_ptr<ConsumerCodec> codec,
+                                                              DecodeEngineOptions options);
   // The largest backend calls an engine with `options` makes on a model of `config`: a
   // prompt chunk (prefill_chunk, or a whole prompt of max_position_embeddings; with SEKV's
   // K/V and surprisal where SEKV is on), a decode step of max_batch rows at up to
@@ -325,7 +325,7 @@ class DecodeEngine {
   // The GPU mirrors' device zoom may read a pinned copy of the CPU tier: the device does not
   // read pageable memory (GpuSekv::ReadsPageableCpuTier), so a refused registration copies it.
   bool sekv_may_copy_cpu_tier_ = false;
-  std::atomic<int64_t> kv_reserved_{0};  // the admitted requests' KvReservations
+  std::atomic<int64_t> kv_reserved_{0};    // the admitted requests' KvReservations
   std::atomic<int64_t> host_reserved_{0};  // their SEKV host reservations
 
   mutable std::mutex mu_;
@@ -336,8 +336,8 @@ class DecodeEngine {
   bool draining_ = false;
   DecodeEngineStats stats_;
 
-  std::vector<std::unique_ptr<Active>> running_;  // loop thread only
-  std::vector<std::unique_ptr<Active>> building_;  // loop thread only: SEKV builds under way
+  std::vector<std::unique_ptr<Active>> running_;    // loop thread only
+  std::vector<std::unique_ptr<Active>> building_;   // loop thread only: SEKV builds under way
   std::deque<std::unique_ptr<Active>> prefilling_;  // loop thread only: prompts in chunks
   int builds_ready_ = 0;  // under mu_: building_ entries whose build thread has finished
   ShadowOracle shadow_;   // loop thread only, but for Pick

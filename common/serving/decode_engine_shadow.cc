@@ -30,7 +30,8 @@ void DecodeEngine::RunShadow() {
       *backend_, *codec_,
       [&](int64_t bytes) { return kv_budget_ == 0 || kv_reserved_.load() + bytes <= kv_budget_; },
       &kv_reserved_);
-  if (options_.trace) options_.trace({EngineTrace::Kind::kShadowPiece, start, std::chrono::steady_clock::now(), 0});
+  if (options_.trace)
+    options_.trace({EngineTrace::Kind::kShadowPiece, start, std::chrono::steady_clock::now(), 0});
 }
 
 }  // namespace scd

@@ -118,13 +118,14 @@ absl::StatusOr<ModeChoice> ChooseMode(const std::vector<ModeCandidate>& candidat
     const RequestShape& shape = shapes[i] = shape_of(c);
     if (shape.context_tokens < 0 || shape.suffix_tokens < 0 || shape.cached_tokens < 0 ||
         shape.cached_tokens > shape.context_tokens) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "request shape of ", shape.context_tokens, " context, ", shape.cached_tokens,
-          " cached and ", shape.suffix_tokens, " suffix tokens is inconsistent"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("request shape of ", shape.context_tokens, " context, ", shape.cached_tokens,
+                       " cached and ", shape.suffix_tokens, " suffix tokens is inconsistent"));
     }
     ok[i] = c.mode == CodecMode::kOracle || c.top1 >= quality_floor;
     predicted[i] = PredictTtftSeconds(c, costs, shape);
-    if (i >= all.size() - candidates.size()) choice.predictions.push_back(ok[i] ? predicted[i] : -1);
+    if (i >= all.size() - candidates.size())
+      choice.predictions.push_back(ok[i] ? predicted[i] : -1);
     const bool cached = c.mode == CodecMode::kOracle || shape.cached_tokens >= shape.context_tokens;
     if (ok[i] && cached && (future < 0 || predicted[i] < future)) future = predicted[i];
   }
@@ -138,9 +139,9 @@ absl::StatusOr<ModeChoice> ChooseMode(const std::vector<ModeCandidate>& candidat
       fastest = static_cast<int>(i);
     }
   }
-  const double within =
-      lowest + OwnSeconds(all[fastest], costs, shapes[fastest]) * kTimeToleranceShare +
-      kTimeToleranceSeconds;
+  const double within = lowest +
+                        OwnSeconds(all[fastest], costs, shapes[fastest]) * kTimeToleranceShare +
+                        kTimeToleranceSeconds;
   int best = -1;
   for (size_t i = 0; i < all.size(); ++i) {
     if (!ok[i] || objective[i] > within) continue;

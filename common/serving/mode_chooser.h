@@ -55,8 +55,8 @@ class StageCosts {
 
 // Fixed seconds per token of each stage, and the link's bytes per second.
 struct StageRates : StageCosts {
-  double producer_prefill = 0;  // the base model's prefill
-  double consumer_prefill = 0;  // the decode daemon's own prefill
+  double producer_prefill = 0;          // the base model's prefill
+  double consumer_prefill = 0;          // the decode daemon's own prefill
   std::map<CodecMode, double> encode;   // producer codec; a mode without an entry costs 0
   std::map<CodecMode, double> rebuild;  // consumer codec; likewise, but the oracle's is
                                         // consumer_prefill without one
@@ -70,9 +70,9 @@ struct StageRates : StageCosts {
 };
 
 struct RequestShape {
-  int context_tokens = 0;  // C: what the payload carries
-  int cached_tokens = 0;   // H ≤ C: the producer's prefix-cache hit
-  int suffix_tokens = 0;   // S: prefilled by the decode daemon after the payload
+  int context_tokens = 0;            // C: what the payload carries
+  int cached_tokens = 0;             // H ≤ C: the producer's prefix-cache hit
+  int suffix_tokens = 0;             // S: prefilled by the decode daemon after the payload
   double producer_wait_seconds = 0;  // the queue before the base model
   double decode_wait_seconds = 0;    // the queue before a decode slot
   // Later requests expected to reuse this context from the prefix cache (0: none, or no
@@ -99,9 +99,9 @@ struct ModeChoice {
 // prediction can tell apart: 3% of the lowest one's own stages, its encode, transfer and
 // rebuild, plus half a millisecond; not of its whole prediction, whose waits and prefills the
 // candidates share, and which on a long cold context would hide their differences), the one of
-// highest agreement, then lowest prediction, then smallest payload. The oracle is added when `candidates` lacks
-// it. INVALID_ARGUMENT for a floor outside [0, 1] or a shape with negative or inconsistent
-// token counts.
+// highest agreement, then lowest prediction, then smallest payload. The oracle is added when
+// `candidates` lacks it. INVALID_ARGUMENT for a floor outside [0, 1] or a shape with negative or
+// inconsistent token counts.
 //
 // With future_reuses R > 0, a candidate whose payload is not cached yet is weighed by its
 // prediction less R × what each reuse saves once it is cached: what a reuse costs without it

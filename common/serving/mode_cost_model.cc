@@ -142,7 +142,8 @@ double ModeCostModel::TransferTo(const std::string& instance, double bytes) cons
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = instance_seconds_per_byte_.find(instance);
-    if (it != instance_seconds_per_byte_.end() && bytes > inline_max_bytes_) return bytes * it->second;
+    if (it != instance_seconds_per_byte_.end() && bytes > inline_max_bytes_)
+      return bytes * it->second;
   }
   return Transfer(bytes);
 }

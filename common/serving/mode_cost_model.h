@@ -135,9 +135,9 @@ class ModeCostModel : public StageCosts {
   double seed_producer_ = 0, seed_consumer_ = 0, seed_link_ = 0;
   double inline_max_bytes_ = 0;
   AffineCostFit producer_, consumer_;
-  double seconds_per_byte_ = -1;  // negative: no transfer sample yet
+  double seconds_per_byte_ = -1;                             // negative: no transfer sample yet
   std::map<std::string, double> instance_seconds_per_byte_;  // by decode daemon
-  bool consumer_measured_ = false;  // a real suffix prefill was observed
+  bool consumer_measured_ = false;                           // a real suffix prefill was observed
   double reuse_sum_ = 0, reuse_weight_ = 0;  // decayed sums of reuse samples and of weights
   std::map<CodecMode, AffineCostFit> encode_, rebuild_;
 };

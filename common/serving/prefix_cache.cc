@@ -14,8 +14,7 @@ uint64_t PrefixCache::Extend(uint64_t h, int32_t token) {
   return h * 0xff51afd7ed558ccdULL;
 }
 
-PrefixCache::Found PrefixCache::FindLocked(const std::string& tag,
-                                           absl::Span<const int32_t> prompt,
+PrefixCache::Found PrefixCache::FindLocked(const std::string& tag, absl::Span<const int32_t> prompt,
                                            int min_tokens) const {
   auto lengths = lengths_.find(tag);
   if (lengths == lengths_.end() || prompt.size() < 2) return {};

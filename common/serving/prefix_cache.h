@@ -29,8 +29,8 @@
 namespace scd {
 
 struct CachedPrefix {
-  std::vector<int32_t> tokens;    // the prefix the payload covers
-  std::vector<uint8_t> payload;   // serialized SCD payload for exactly these tokens
+  std::vector<int32_t> tokens;   // the prefix the payload covers
+  std::vector<uint8_t> payload;  // serialized SCD payload for exactly these tokens
 };
 
 struct PrefixCacheStats {
@@ -44,7 +44,9 @@ struct PrefixHit {
   std::shared_ptr<const CachedPrefix> entry;  // null on a miss
   int length = 0;  // entry->tokens.size(), or a multiple of block_tokens below it
   explicit operator bool() const { return entry != nullptr; }
-  bool partial() const { return entry != nullptr && length < static_cast<int>(entry->tokens.size()); }
+  bool partial() const {
+    return entry != nullptr && length < static_cast<int>(entry->tokens.size());
+  }
 };
 
 class PrefixCache {

@@ -70,7 +70,7 @@ struct SekvServingOptions {
   sekv::SekvOptions cache;                         // segmenter, CPU tier, zoom-in
   sekv::BudgetShares shares;
   bool gpu = true;  // on a CUDA backend, decode on the GPU (sekv::GpuSekv); else on the CPU
-  sekv::GpuTier gpu_tier = sekv::GpuTier::kBf16;  // the device tier's K/V element type
+  sekv::GpuTier gpu_tier = sekv::GpuTier::kBf16;    // the device tier's K/V element type
   sekv::GpuZoom gpu_zoom = sekv::GpuZoom::kDevice;  // where the GPU path's zoom-in selects
   // Host memory for the SEKV requests' prompts and hierarchies (0: host_memory_fraction's
   // share). A request reserves a bound on its build's peak when it is admitted: its prompt's
@@ -260,7 +260,7 @@ class SekvSession {
   sekv::MemoryBreakdown memory_;
   SekvStartTimes start_times_;
   int length_ = 0;
-  int32_t last_token_ = -1;  // until Activate: the suffix's last token
+  int32_t last_token_ = -1;    // until Activate: the suffix's last token
   int positions_to_come_ = 0;  // Build's
 };
 

@@ -39,9 +39,9 @@ absl::StatusOr<std::unique_ptr<ShadowComparison>> ShadowComparison::Create(
     return absl::InvalidArgumentError("an oracle payload has no rebuilt cache to compare");
   }
   if (payload.start_position != 0 || payload.token_ids.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the shadow oracle compares payloads from position 0 (this one starts at ",
-        payload.start_position, " with ", payload.token_ids.size(), " tokens)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the shadow oracle compares payloads from position 0 (this one starts at ",
+                     payload.start_position, " with ", payload.token_ids.size(), " tokens)"));
   }
   if (suffix.empty() || generated.empty()) {
     return absl::InvalidArgumentError("the shadow oracle needs a suffix and a generated token");
@@ -151,8 +151,8 @@ void ShadowOracle::Offer(ShadowJob job) {
   // charged its tokens (its payload's rows rebuilt and prefilled, and both continuations).
   const auto now = Clock::now();
   if (budget_time_ != Clock::time_point{}) {
-    const double refill = std::chrono::duration<double>(now - budget_time_).count() *
-                          options_.max_tokens_per_s;
+    const double refill =
+        std::chrono::duration<double>(now - budget_time_).count() * options_.max_tokens_per_s;
     budget_tokens_ = std::min(options_.max_tokens_per_s, budget_tokens_ + refill);
   } else {
     budget_tokens_ = options_.max_tokens_per_s;
@@ -170,8 +170,8 @@ absl::Status ShadowOracle::Start(Backend& backend, const std::function<bool(int6
   ShadowJob job = std::move(pending_.front());
   pending_.pop_front();
   SCD_ASSIGN_OR_RETURN(Payload payload, ParsePayload(job.payload));
-  sample_ = ShadowSample{payload.mode, payload.rung, static_cast<int>(payload.token_ids.size()),
-                         {}};
+  sample_ =
+      ShadowSample{payload.mode, payload.rung, static_cast<int>(payload.token_ids.size()), {}};
   SCD_ASSIGN_OR_RETURN(current_, ShadowComparison::Create(std::move(payload), std::move(job.suffix),
                                                           std::move(job.generated)));
   const int64_t bytes = 2 * static_cast<int64_t>(backend.SequenceBytes(current_->positions()));
@@ -195,8 +195,7 @@ void ShadowOracle::Release() {
 }
 
 void ShadowOracle::RunPiece(Backend& backend, const ConsumerCodec& codec,
-                            const std::function<bool(int64_t)>& fits,
-                            std::atomic<int64_t>* pool) {
+                            const std::function<bool(int64_t)>& fits, std::atomic<int64_t>* pool) {
   if (current_ == nullptr) {
     if (pending_.empty()) return;
     bool dropped = false;

@@ -60,8 +60,9 @@ class ShadowComparison {
  public:
   // INVALID_ARGUMENT for a payload that does not start at position 0, an oracle payload, an
   // empty suffix or no generated token.
-  static absl::StatusOr<std::unique_ptr<ShadowComparison>> Create(
-      Payload payload, std::vector<int32_t> suffix, std::vector<int32_t> generated);
+  static absl::StatusOr<std::unique_ptr<ShadowComparison>> Create(Payload payload,
+                                                                  std::vector<int32_t> suffix,
+                                                                  std::vector<int32_t> generated);
 
   // Positions each cache holds at the end, the payload's and the continuation's.
   int positions() const { return static_cast<int>(payload_tokens_.size() + continuation_.size()); }
@@ -98,11 +99,11 @@ struct ShadowSample {
 };
 
 struct ShadowOptions {
-  double rate = 0;                 // share of payload requests sampled; 0: off
-  double max_tokens_per_s = 512;   // shadow tokens (rebuilt rows and prefilled tokens), average
-  int tokens = 16;                 // generated tokens teacher-forced
-  int max_pending = 4;             // samples waiting
-  int piece_tokens = 32;           // rows or tokens per piece
+  double rate = 0;                // share of payload requests sampled; 0: off
+  double max_tokens_per_s = 512;  // shadow tokens (rebuilt rows and prefilled tokens), average
+  int tokens = 16;                // generated tokens teacher-forced
+  int max_pending = 4;            // samples waiting
+  int piece_tokens = 32;          // rows or tokens per piece
   std::function<void(const ShadowSample&)> on_sample;
   // A sample dropped: "busy", "budget", "memory", "preempted" or "error" (with its status).
   std::function<void(const std::string& reason, const absl::Status& error)> on_drop;

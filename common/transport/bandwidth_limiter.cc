@@ -10,9 +10,8 @@ namespace scd::transport {
 
 absl::Status CheckBandwidthGbps(double gbps) {
   if (!(gbps >= 0 && gbps <= kMaxBandwidthGbps)) {
-    return absl::InvalidArgumentError(absl::StrCat("bandwidth_gbps must be in [0, ",
-                                                   kMaxBandwidthGbps, "] (0 = unlimited), got ",
-                                                   gbps));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bandwidth_gbps must be in [0, ", kMaxBandwidthGbps, "] (0 = unlimited), got ", gbps));
   }
   return absl::OkStatus();
 }
@@ -39,7 +38,8 @@ double BandwidthLimiter::gbps() const {
 
 void BandwidthLimiter::Refill(absl::Time now) {
   const double burst = bytes_per_second_ * absl::ToDoubleSeconds(kBurstTime);
-  tokens_ = std::min(burst, tokens_ + absl::ToDoubleSeconds(now - last_refill_) * bytes_per_second_);
+  tokens_ =
+      std::min(burst, tokens_ + absl::ToDoubleSeconds(now - last_refill_) * bytes_per_second_);
   last_refill_ = now;
 }
 
@@ -70,9 +70,9 @@ absl::Status BandwidthLimiter::Acquire(size_t bytes, absl::Time deadline) {
     const double balance = tokens_ - static_cast<double>(bytes);
     wait = balance >= 0 ? absl::ZeroDuration() : absl::Seconds(-balance / bytes_per_second_);
     if (now + wait > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "bandwidth cap of ", bytes_per_second_ * 8 / 1e9, " Gbit/s: sending ", bytes,
-          " more bytes would end after the deadline"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("bandwidth cap of ", bytes_per_second_ * 8 / 1e9, " Gbit/s: sending ", bytes,
+                       " more bytes would end after the deadline"));
     }
     tokens_ = balance;
   }

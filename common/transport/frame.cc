@@ -109,9 +109,9 @@ FrameHeader MakeData(uint64_t request_id, const TransferToken& token,
 absl::Status VerifyToken(const FrameHeader& header, const TransferToken& token) {
   const uint32_t crc = Crc32c(token.data(), token.size());
   if (crc == header.token_crc) return absl::OkStatus();
-  return absl::DataLossError(absl::StrFormat(
-      "request %d: corrupt transfer token (CRC32C 0x%08x, frame says 0x%08x)", header.request_id,
-      crc, header.token_crc));
+  return absl::DataLossError(
+      absl::StrFormat("request %d: corrupt transfer token (CRC32C 0x%08x, frame says 0x%08x)",
+                      header.request_id, crc, header.token_crc));
 }
 
 FrameHeader MakeAck(const FrameHeader& data, const absl::Status& verdict, std::string* body) {

@@ -135,7 +135,8 @@ void ComputePool::WorkerLoop(int index) {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_relaxed) != seen; });
+      wake_.wait(lock,
+                 [&] { return stop_ || generation_.load(std::memory_order_relaxed) != seen; });
       if (stop_) return;
       seen = generation_.load(std::memory_order_relaxed);
       job = job_;

@@ -11,10 +11,10 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <system_error>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -42,7 +42,7 @@ class ComputePool {
   struct Job {
     const std::function<void(int)>* fn = nullptr;
     int tasks = 0;
-    int threads = 0;  // workers [0, threads - 1) take part, beside the caller
+    int threads = 0;   // workers [0, threads - 1) take part, beside the caller
     uint32_t tag = 0;  // the job's generation, low 32 bits
   };
   void WorkerLoop(int index);

@@ -197,8 +197,8 @@ void DecodeAttention(const float* q, const float* k, const float* v, float* out,
   const int tasks = std::min(num_kv_heads, threads);
   auto task = [&](int t) {
     const int g0 = t * num_kv_heads / tasks, g1 = (t + 1) * num_kv_heads / tasks;
-    AttendHeads(HeadRange{q, k, v, out, scores, keys, stride, head_dim, group, scale,
-                          g0 * group, g1 * group});
+    AttendHeads(HeadRange{q, k, v, out, scores, keys, stride, head_dim, group, scale, g0 * group,
+                          g1 * group});
   };
   if (tasks == 1) return task(0);
   ComputePool::Global().Run(tasks, task, tasks);

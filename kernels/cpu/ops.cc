@@ -55,9 +55,8 @@ inline __m256 ExpNonPositive8(__m256 x) {
   x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x);  // std::max's order: x unless below -87
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 r =
-      _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693145751953125f),
-                      _mm256_fmadd_ps(n, _mm256_set1_ps(-1.428606765330187e-06f), x));
+  const __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693145751953125f),
+                                   _mm256_fmadd_ps(n, _mm256_set1_ps(-1.428606765330187e-06f), x));
   __m256 p = _mm256_set1_ps(1.0f / 720.0f);
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
@@ -149,8 +148,10 @@ void RopeTable(int tokens, int head_dim, const int32_t* positions, const float* 
     for (int i = 0; i < half; ++i) {
       // float32 angle, as HF computes it (outer product of float positions and inv_freq).
       const float angle = pos * inv_freq[i];
-      cos_out[static_cast<long>(t) * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      sin_out[static_cast<long>(t) * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      cos_out[static_cast<long>(t) * half + i] =
+          static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_out[static_cast<long>(t) * half + i] =
+          static_cast<float>(std::sin(static_cast<double>(angle)));
     }
   }
 }
@@ -192,7 +193,8 @@ void SwiGlu(const float* gate, const float* up, float* out, int count) {
     for (; i + 8 <= count; i += 8) {
       const __m256 g = _mm256_loadu_ps(gate + i);
       const __m256 e = ExpNonPositive8(_mm256_or_ps(g, sign));  // -|g|
-      const __m256 num = _mm256_blendv_ps(e, one, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_GE_OQ));
+      const __m256 num =
+          _mm256_blendv_ps(e, one, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_GE_OQ));
       const __m256 sig = _mm256_div_ps(num, _mm256_add_ps(one, e));
       _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(g, sig), _mm256_loadu_ps(up + i)));
     }
@@ -226,8 +228,8 @@ void CausalAttention(const float* q, const float* k, const float* v, float* out,
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   for (int t0 = 0; t0 < tokens; t0 += kQueryBlock) {
     const int rows = std::min(kQueryBlock, tokens - t0);
-    const int first_pos = start + t0;             // absolute position of the block's first query
-    const int key_end = first_pos + rows;         // keys [key_begin, key_end)
+    const int first_pos = start + t0;      // absolute position of the block's first query
+    const int key_end = first_pos + rows;  // keys [key_begin, key_end)
     const int key_begin = window > 0 ? std::max(0, first_pos - window + 1) : 0;
     const int keys = key_end - key_begin;
     if (rows == 1) {  // a decode step: two sgemm calls per head would cost more
@@ -253,8 +255,8 @@ void CausalAttention(const float* q, const float* k, const float* v, float* out,
         for (int j = 0; j < lo; ++j) row[j] = 0.0f;
         SoftmaxPrefix(row + lo, hi - lo, keys - lo);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, keys, 1.0f,
-                  scratch, keys, vh, kv_stride, 0.0f, oh, q_stride);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, keys, 1.0f, scratch,
+                  keys, vh, kv_stride, 0.0f, oh, q_stride);
     }
   }
 }

@@ -51,8 +51,7 @@ long AttentionScratchFloats(int tokens, int start, int num_heads);
 void Embed(const float* table, const int32_t* ids, float* out, int tokens, int dim);
 
 // out[i] = -log softmax(logits[i, :])[targets[i]] for i in [0, rows).
-void NegLogLikelihood(const float* logits, const int32_t* targets, float* out, int rows,
-                      int vocab);
+void NegLogLikelihood(const float* logits, const int32_t* targets, float* out, int rows, int vocab);
 
 }  // namespace scd::cpu
 

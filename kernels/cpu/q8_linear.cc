@@ -20,7 +20,7 @@ namespace scd::cpu {
 namespace {
 
 constexpr int kLanes = 8;  // float lanes per accumulator; each sums 4 products per block
-constexpr size_t kTaskBytes = size_t{64} << 10;        // W a task of the int8 kernel takes
+constexpr size_t kTaskBytes = size_t{64} << 10;  // W a task of the int8 kernel takes
 // One input row's tasks: up to kRowTaskBytes, while the job still gives each thread two.
 // A lone row reuses nothing it reads, and longer runs of W keep its streams going: these
 // tasks with prefetch 1 KB ahead took 8 to 12% less time than 64 KB and 2 KB over a decode
@@ -273,8 +273,7 @@ void DotsAvx2(const Activations& a, const Q8Matrix& w, const float* bias, float*
           for (int r = 0; r < M; ++r) {
             const __m256i p16 = _mm256_maddubs_epi16(ax[r], _mm256_sign_epi8(wv, xv[r]));
             const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-            acc[h][q][r] =
-                _mm256_fmadd_ps(p, _mm256_broadcast_ss(&d[h][q][r][k]), acc[h][q][r]);
+            acc[h][q][r] = _mm256_fmadd_ps(p, _mm256_broadcast_ss(&d[h][q][r][k]), acc[h][q][r]);
           }
         }
       }
@@ -406,7 +405,8 @@ void DecodeLinear(const float* x, const Q8Product* products, int count, int m, i
     job.pieces[i] = DecodeJob::Piece{job.tasks, groups, per_task};
     job.tasks += (groups + per_task - 1) / per_task;
   }
-  ComputePool::Global().Run(static_cast<int>(job.tasks), [&job](int t) { job.Run(t); }, threads);
+  ComputePool::Global().Run(
+      static_cast<int>(job.tasks), [&job](int t) { job.Run(t); }, threads);
 }
 
 // F32 activations against W dequantized a chunk of rows at a time into per-thread scratch;
@@ -478,8 +478,8 @@ Q8Matrix QuantizeQ8(const float* w, int rows, int cols) {
                     std::make_shared<AlignedArray<int8_t>>(Q8MatrixBytes(rows, cols)), 0);
 }
 
-Q8Matrix QuantizeQ8(const float* w, int rows, int cols,
-                    std::shared_ptr<AlignedArray<int8_t>> store, size_t offset) {
+Q8Matrix QuantizeQ8(const float* w, int rows, int cols, std::shared_ptr<AlignedArray<int8_t>> store,
+                    size_t offset) {
   Q8Matrix m = Q8Shape(rows, cols);
   const size_t groups = Groups(rows);
   if (store == nullptr || offset % 64 != 0 || offset + m.size > store->size()) {

@@ -139,8 +139,8 @@ size_t Q8MatrixBytes(int rows, int cols);
 // a store of its own; the second writes into `store` at byte `offset` (a multiple of 64, with
 // Q8MatrixBytes(rows, cols) zeroed bytes there), so that many matrices share one allocation.
 Q8Matrix QuantizeQ8(const float* w, int rows, int cols);
-Q8Matrix QuantizeQ8(const float* w, int rows, int cols,
-                    std::shared_ptr<AlignedArray<int8_t>> store, size_t offset);
+Q8Matrix QuantizeQ8(const float* w, int rows, int cols, std::shared_ptr<AlignedArray<int8_t>> store,
+                    size_t offset);
 
 // out[rows, m.cols] = the dequantized rows [row0, row0 + rows) of m (s_b · q, in float).
 void DequantizeQ8Rows(const Q8Matrix& m, int row0, int rows, float* out);

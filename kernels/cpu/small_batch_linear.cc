@@ -116,8 +116,7 @@ void SetSmallBatchLinearEnabled(bool on) { enabled.store(on, std::memory_order_r
 
 bool SmallBatchLinearEnabled() { return enabled.load(std::memory_order_relaxed); }
 
-void SmallBatchLinear(const float* x, const float* w, float* y, int m, int n, int k,
-                      int threads) {
+void SmallBatchLinear(const float* x, const float* w, float* y, int m, int n, int k, int threads) {
   if (m <= 0 || n <= 0) return;
   const RangeFn range = RangeFor(ActiveIsa());  // read once: every task runs one variant
   const size_t row_bytes = sizeof(float) * static_cast<size_t>(std::max(k, 1));

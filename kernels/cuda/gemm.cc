@@ -32,9 +32,9 @@ struct CublasApi {
   decltype(&cublasSetWorkspace) set_workspace = nullptr;
   // The C entry point (C++ also sees an inline overload taking a cudaDataType compute type).
   cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                            const void*, const void*, cudaDataType, int, const void*,
-                            cudaDataType, int, const void*, void*, cudaDataType, int,
-                            cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t) = nullptr;
   decltype(&cublasSgemm) sgemm = nullptr;
 };
 
@@ -52,7 +52,8 @@ absl::StatusOr<void*> OpenCublas() {
   void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
   std::string first_error = lib == nullptr ? dlerror() : "";
 #ifdef SCD_CUDA_LIBRARY_DIR
-  if (lib == nullptr) lib = dlopen((SCD_CUDA_LIBRARY_DIR "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr)
+    lib = dlopen((SCD_CUDA_LIBRARY_DIR "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
 #endif
   if (lib == nullptr) {
     return absl::FailedPreconditionError(
@@ -96,8 +97,7 @@ absl::StatusOr<std::unique_ptr<CublasGemm>> CublasGemm::Create(StreamHandle stre
   absl::Status s = CublasStatus(cublas.create(&handle), "cublasCreate");
   if (!s.ok()) return s;
   std::unique_ptr<CublasGemm> gemm(new CublasGemm(handle, stream));
-  s = CublasStatus(cublas.set_stream(handle, static_cast<cudaStream_t>(stream)),
-                   "cublasSetStream");
+  s = CublasStatus(cublas.set_stream(handle, static_cast<cudaStream_t>(stream)), "cublasSetStream");
   if (!s.ok()) return s;
   // Tensor cores for BF16 with F32 accumulation are the default math; pointer mode host.
   s = CublasStatus(cublas.set_pointer_mode(handle, CUBLAS_POINTER_MODE_HOST),
@@ -132,9 +132,9 @@ absl::Status CublasGemm::LinearCublas(const Bf16* x, const Bf16* w, float* y, in
                                       float beta) {
   if (m <= 0 || n <= 0) return absl::OkStatus();
   const float alpha = 1.0f;
-  return CublasStatus((*Cublas())->gemm_ex(AsHandle(handle_), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w,
-                                   CUDA_R_16BF, k, x, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, n,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  return CublasStatus((*Cublas())->gemm_ex(AsHandle(handle_), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k,
+                                           &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &beta, y,
+                                           CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                       absl::StrCat("cublasGemmEx(m=", m, ", n=", n, ", k=", k, ")"));
 }
 
@@ -144,8 +144,8 @@ absl::Status CublasGemm::MatMulF32(const float* x, const float* w, float* y, int
   const float alpha = 1.0f;
   // Row-major y[m, n] is column-major yᵀ[n, m] = wᵀ · xᵀ, where row-major w[k, n] is
   // column-major wᵀ [n, k] (ld n) and row-major x[m, k] is column-major xᵀ [k, m] (ld k).
-  return CublasStatus((*Cublas())->sgemm(AsHandle(handle_), CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, w,
-                                  n, x, k, &beta, y, n),
+  return CublasStatus((*Cublas())->sgemm(AsHandle(handle_), CUBLAS_OP_N, CUBLAS_OP_N, n, m, k,
+                                         &alpha, w, n, x, k, &beta, y, n),
                       absl::StrCat("cublasSgemm(m=", m, ", n=", n, ", k=", k, ")"));
 }
 

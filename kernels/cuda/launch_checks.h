@@ -72,8 +72,7 @@ inline bool PrefillSupports(AttentionImpl impl, int head_dim) {
 // or kTensorCoreMma), or kAuto with head_dim 64 or 128 and K/V 16-byte aligned (which that path
 // needs).
 inline absl::StatusOr<bool> PrefillTensorCores(const void* k, const void* v, int num_heads,
-                                               int num_kv_heads, int head_dim,
-                                               AttentionImpl impl) {
+                                               int num_kv_heads, int head_dim, AttentionImpl impl) {
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_heads > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("PrefillAttention: ", num_heads,
                                                    " query heads do not group over ", num_kv_heads,
@@ -150,9 +149,9 @@ inline absl::Status ReuseDecode(int head_dim, int rank_k, int rank_v) {
   }
   const size_t smem = ReuseDecodeSharedBytes(head_dim, rank_k, rank_v);
   if (smem > kBlockSharedBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "REUSE decode needs ", smem, " bytes of shared memory (ranks ", rank_k, " and ", rank_v,
-        ", head_dim ", head_dim, "), above the 48 KB a block gets"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("REUSE decode needs ", smem, " bytes of shared memory (ranks ", rank_k,
+                     " and ", rank_v, ", head_dim ", head_dim, "), above the 48 KB a block gets"));
   }
   return absl::OkStatus();
 }
@@ -164,10 +163,10 @@ inline absl::Status SekvShape(const char* what, int num_heads, int num_kv_heads,
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 ||
       num_heads / num_kv_heads > kSekvMaxGroup || num_kv_heads > 65535 || head_dim <= 0 ||
       head_dim > kSekvMaxHeadDim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": unsupported shape (heads ", num_heads, "/", num_kv_heads, ", head_dim ",
-        head_dim, "; at most ", kSekvMaxGroup, " query heads per KV head and head_dim ",
-        kSekvMaxHeadDim, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": unsupported shape (heads ", num_heads, "/", num_kv_heads,
+                     ", head_dim ", head_dim, "; at most ", kSekvMaxGroup,
+                     " query heads per KV head and head_dim ", kSekvMaxHeadDim, ")"));
   }
   return absl::OkStatus();
 }
@@ -191,7 +190,8 @@ inline absl::Status RouteDim(int route_dim) {
 
 // A launcher of rows of head_dim floats (SpanRebuildRows, MergeAttention).
 inline absl::Status PositiveHeadDim(const char* what, int head_dim) {
-  if (head_dim <= 0) return absl::InvalidArgumentError(absl::StrCat(what, ": head_dim must be > 0"));
+  if (head_dim <= 0)
+    return absl::InvalidArgumentError(absl::StrCat(what, ": head_dim must be > 0"));
   return absl::OkStatus();
 }
 

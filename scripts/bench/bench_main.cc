@@ -1,13 +1,13 @@
 // scd-bench: benchmark programs. `scd-bench runtime` measures the CPU runtime against the
 // host's sgemm and memcpy ceilings, int8 against F32 weights, and cold starts in new processes
 // (common/tools/bench/runtime_bench.h), and ends with the line of its ratios. `scd-bench
-// cold-start` is one such process (common/tools/bench/cold_start_bench.h). `scd-bench chunked-prefill` measures what a long
-// prompt's arrival costs the running streams at each engine.prefill_chunk, or with --payload
-// a long payload's at each engine.rebuild_chunk (common/tools/bench/chunked_prefill_bench.h).
-// `scd-bench rebuild` measures the codec's host rebuild whole against in blocks of rows
-// (common/tools/bench/rebuild_bench.h). `scd-bench small-batch` times a decode batch's few-row
-// GEMMs three ways (common/tools/bench/small_batch_bench.h). Progress goes to stderr, the report to
-// stdout.
+// cold-start` is one such process (common/tools/bench/cold_start_bench.h). `scd-bench
+// chunked-prefill` measures what a long prompt's arrival costs the running streams at each
+// engine.prefill_chunk, or with --payload a long payload's at each engine.rebuild_chunk
+// (common/tools/bench/chunked_prefill_bench.h). `scd-bench rebuild` measures the codec's host
+// rebuild whole against in blocks of rows (common/tools/bench/rebuild_bench.h). `scd-bench
+// small-batch` times a decode batch's few-row GEMMs three ways
+// (common/tools/bench/small_batch_bench.h). Progress goes to stderr, the report to stdout.
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,8 +19,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/tools/bench/cold_start_bench.h"
 #include "common/tools/bench/chunked_prefill_bench.h"
+#include "common/tools/bench/cold_start_bench.h"
 #include "common/tools/bench/rebuild_bench.h"
 #include "common/tools/bench/runtime_bench.h"
 #include "common/tools/bench/small_batch_bench.h"

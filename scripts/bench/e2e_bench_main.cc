@@ -25,7 +25,8 @@ constexpr char kProgram[] = "scd-e2e-bench";
 // --link-steps: mode auto over a link that changes mid-run; PREFIX.json, .md, .png.
 int RunLinkSteps(const scd::e2e::E2eBenchOptions& o, const std::vector<scd::e2e::LinkStep>& steps,
                  const std::string& out, const std::string& command, scd::cli::FlagParser& flags) {
-  auto samples = scd::e2e::RunLinkSteps(o, steps, [](const std::string& line) { std::cerr << line << std::endl; });
+  auto samples = scd::e2e::RunLinkSteps(
+      o, steps, [](const std::string& line) { std::cerr << line << std::endl; });
   if (!samples.ok()) return flags.Fail(samples.status());
   const auto summary = scd::e2e::SummarizeLinkSteps(steps, *samples);
   nlohmann::json j = scd::e2e::LinkStepsJson(summary, *samples);
@@ -49,7 +50,8 @@ int main(int argc, char** argv) {
   int contexts = 12, questions = 3, context_tokens = 400;
   bool no_f1 = false, warm_only = false, cold_only = false;
   std::string link_steps;
-  scd::cli::FlagParser flags(kProgram, "--base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX");
+  scd::cli::FlagParser flags(
+      kProgram, "--base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX");
   flags.AddString("base", &o.base_model, "producer checkpoint", true);
   flags.AddString("specialist", &o.specialist_model, "consumer checkpoint", true);
   flags.AddString("artifact", &o.artifact, "the pair's calibration artifact", true);
@@ -119,20 +121,23 @@ int main(int argc, char** argv) {
   o.workload = std::move(*workload);
   o.workdir = out + ".work";
   std::filesystem::create_directories(o.workdir);
-  std::cerr << kProgram << ": " << o.workload.size() << " contexts x " << questions << " questions, "
-            << o.modes.size() << " modes x " << o.bandwidths_gbps.size() << " bandwidths; logs in "
-            << o.workdir << "\n" << scd::cli::QuotedCommandLine(argc, argv) << "\n";
+  std::cerr << kProgram << ": " << o.workload.size() << " contexts x " << questions
+            << " questions, " << o.modes.size() << " modes x " << o.bandwidths_gbps.size()
+            << " bandwidths; logs in " << o.workdir << "\n"
+            << scd::cli::QuotedCommandLine(argc, argv) << "\n";
   if (!steps.empty()) {
     return RunLinkSteps(o, steps, out, scd::cli::QuotedCommandLine(argc, argv), flags);
   }
-  auto cells = scd::e2e::RunE2eBench(o, [](const std::string& line) { std::cerr << line << std::endl; });
+  auto cells =
+      scd::e2e::RunE2eBench(o, [](const std::string& line) { std::cerr << line << std::endl; });
   if (!cells.ok()) return flags.Fail(cells.status());
   nlohmann::json j = scd::e2e::E2eCellsJson(o, *cells);
   j["command"] = scd::cli::QuotedCommandLine(argc, argv);
   std::ofstream(out + ".json") << j.dump(2) << "\n";
   const std::string md = scd::e2e::E2eCellsMarkdown(*cells);
   std::ofstream(out + ".md") << md;
-  if (absl::Status st = scd::e2e::WriteE2ePlot(*cells, "TTFT p50, " + o.label, out + ".png"); !st.ok()) {
+  if (absl::Status st = scd::e2e::WriteE2ePlot(*cells, "TTFT p50, " + o.label, out + ".png");
+      !st.ok()) {
     return flags.Fail(st);
   }
   std::cout << md;
@@ -142,8 +147,8 @@ int main(int argc, char** argv) {
     const auto groups = scd::e2e::CompareAuto(*cells, o.quality_floor, artifact->quality);
     const std::string auto_md = scd::e2e::AutoMarkdown(groups);
     std::ofstream(out + ".auto.md") << auto_md;
-    absl::Status st = scd::e2e::WriteAutoPlot(groups, "mode auto against the best fixed mode, " + o.label,
-                                              out + ".auto.png");
+    absl::Status st = scd::e2e::WriteAutoPlot(
+        groups, "mode auto against the best fixed mode, " + o.label, out + ".auto.png");
     if (!st.ok()) return flags.Fail(st);
     std::cout << "\n" << auto_md;  // ends with auto_vs_best_fixed_max=
   }

@@ -30,7 +30,8 @@ std::string Markdown(const scd::cluster::RegistryLoadOptions& o,
       date, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), o.members, o.decode,
       absl::ToDoubleSeconds(o.lease), absl::ToDoubleSeconds(o.lease) / 3, o.prefill,
       absl::ToDoubleSeconds(o.steady));
-  md += absl::StrFormat("| every watcher sees every announcer after start | %.2f s |\n", r.join_all_s);
+  md += absl::StrFormat("| every watcher sees every announcer after start | %.2f s |\n",
+                        r.join_all_s);
   md += absl::StrFormat("| announcement size | %.0f B |\n", r.announcement_bytes);
   md += absl::StrFormat("| lease keep-alives | %.1f /s |\n", r.keepalives_per_s);
   md += absl::StrFormat("| load updates written | %.1f /s |\n", r.puts_per_s);

@@ -28,8 +28,8 @@ int main(int argc, char** argv) {
   std::string babi, out;
   int contexts = 40, questions = 3;
   float duration = 600, fraction = 0.7f, level_s = 30, rss_warmup = 60, window = 60;
-  scd::cli::FlagParser flags(kProgram,
-                             "--base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX");
+  scd::cli::FlagParser flags(
+      kProgram, "--base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX");
   flags.AddString("base", &o.base_model, "producer checkpoint", true);
   flags.AddString("specialist", &o.specialist_model, "consumer checkpoint", true);
   flags.AddString("artifact", &o.artifact, "the pair's calibration artifact", true);
@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   std::cerr << kProgram << ": " << o.prompts.size() << " prompts (" << workload->size()
             << " shared contexts); logs in " << o.workdir << "\n"
             << scd::cli::QuotedCommandLine(argc, argv) << "\n";
-  auto result = scd::e2e::RunSoak(o, [](const std::string& line) { std::cerr << line << std::endl; });
+  auto result =
+      scd::e2e::RunSoak(o, [](const std::string& line) { std::cerr << line << std::endl; });
   if (!result.ok()) return flags.Fail(result.status());
 
   nlohmann::json j = scd::e2e::SoakResultJson(o, *result);

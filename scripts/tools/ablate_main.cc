@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
   cfg.max_examples = 200;
   cfg.text_passages = 40;
   cfg.timing_tokens = 0;
-  scd::cli::FlagParser flags(kProgram, "--producer DIR --consumer DIR --corpus FILES --babi FILES --out PREFIX");
+  scd::cli::FlagParser flags(
+      kProgram, "--producer DIR --consumer DIR --corpus FILES --babi FILES --out PREFIX");
   flags.AddString("producer", &producer_dir, "producer checkpoint directory", true);
   flags.AddString("consumer", &consumer_dir, "consumer checkpoint directory", true);
   flags.AddString("corpus", &corpus, "calibration files, comma-separated", true);

@@ -54,16 +54,19 @@ void AddFlags(scd::cli::FlagParser& flags, Flags& f) {
   flags.AddString("producer", &f.producer_dir, "producer (base) checkpoint directory", true);
   flags.AddString("consumer", &f.consumer_dir,
                   "consumer (specialist) checkpoint directory (or --consumers)");
-  flags.AddString("consumers", &f.consumers,
-                  "several consumers' checkpoint directories, comma-separated: one shared basis for "
-                  "all, one artifact file with a section each (--out)");
+  flags.AddString(
+      "consumers", &f.consumers,
+      "several consumers' checkpoint directories, comma-separated: one shared basis for "
+      "all, one artifact file with a section each (--out)");
   flags.AddString("shared-basis", &f.shared_basis,
                   "the shared basis's kind with --consumers: pca (default) or stacked-rrr");
   flags.AddString("extend", &f.extend,
                   "a shared artifact: add --consumer (or --consumers) on its basis, unchanged, "
                   "and write the whole to --out");
-  flags.AddString("corpus", &f.corpus, "calibration text files (TinyStories-style or bAbI format)", true);
-  flags.AddString("out", &f.out, "artifact path (.safetensors); a .json report is written beside it", true);
+  flags.AddString("corpus", &f.corpus, "calibration text files (TinyStories-style or bAbI format)",
+                  true);
+  flags.AddString("out", &f.out,
+                  "artifact path (.safetensors); a .json report is written beside it", true);
   flags.AddInt("rank-k", &o.rank_k, "REUSE rank of pre-RoPE keys");
   flags.AddInt("rank-v", &o.rank_v, "REUSE rank of values");
   flags.AddInt("rank-h", &o.rank_h, "PATCH code rank of H_in");
@@ -76,7 +79,8 @@ void AddFlags(scd::cli::FlagParser& flags, Flags& f) {
                   "corpus files (a subset of --corpus) the held-back slice is drawn from; "
                   "default: the consumer's domain, the files it models better than the producer");
   flags.AddInt("max-tokens", &f.max_total_tokens, "calibration token budget");
-  flags.AddInt("passage-tokens", &f.co.max_tokens_per_passage, "truncate passages to this many tokens");
+  flags.AddInt("passage-tokens", &f.co.max_tokens_per_passage,
+               "truncate passages to this many tokens");
   flags.AddUint64("seed", &o.seed, "seed for sampling and aligner initialisation");
   flags.AddString("rescore", &f.rescore,
                   "an existing artifact of this pair: record its rate ladder's and the baselines' "
@@ -128,8 +132,8 @@ absl::Status WriteOutputs(scd::ScdArtifact& artifact, const Flags& f,
       table_path, scd::QualityTableMarkdown(artifact.quality, scd::RateLadder(artifact))));
   std::cerr << kProgram << ": wrote " << f.out << " (patch layers";
   for (int l : artifact.PatchLayers()) std::cerr << " " << l;
-  std::cerr << "; recompute block [" << artifact.recompute_first << ", "
-            << artifact.recompute_end << ")), " << report_path << " and " << table_path
+  std::cerr << "; recompute block [" << artifact.recompute_first << ", " << artifact.recompute_end
+            << ")), " << report_path << " and " << table_path
             << " (held-back quality of every mode and rung) in " << seconds << " s\n";
   return absl::OkStatus();
 }
@@ -138,8 +142,8 @@ absl::Status WriteOutputs(scd::ScdArtifact& artifact, const Flags& f,
 int RunShared(const Flags& f, scd::cli::FlagParser& flags) {
   scd::SharedCalibrationRun run;
   run.producer_dir = f.producer_dir;
-  run.consumer_dirs = absl::StrSplit(f.consumers.empty() ? f.consumer_dir : f.consumers, ',',
-                                     absl::SkipEmpty());
+  run.consumer_dirs =
+      absl::StrSplit(f.consumers.empty() ? f.consumer_dir : f.consumers, ',', absl::SkipEmpty());
   run.corpus = absl::StrSplit(f.corpus, ',', absl::SkipEmpty());
   run.select_from = absl::StrSplit(f.select_from, ',', absl::SkipEmpty());
   run.extend = f.extend;
@@ -148,7 +152,8 @@ int RunShared(const Flags& f, scd::cli::FlagParser& flags) {
       return flags.UsageError("--shared-basis names a new basis; --extend keeps the artifact's");
     }
     auto kind = scd::ParseSharedBasisKind(f.shared_basis);
-    if (!kind.ok()) return flags.UsageError(absl::StrCat("--shared-basis: ", kind.status().message()));
+    if (!kind.ok())
+      return flags.UsageError(absl::StrCat("--shared-basis: ", kind.status().message()));
     run.kind = *kind;
   }
   run.options = f.o;
@@ -162,8 +167,9 @@ int RunShared(const Flags& f, scd::cli::FlagParser& flags) {
   absl::Status st = scd::RunSharedCalibration(
       run, [](const std::string& line) { std::cerr << "  " << line << "\n"; });
   if (!st.ok()) {
-    return st.code() == absl::StatusCode::kInvalidArgument ? flags.UsageError(std::string(st.message()))
-                                                           : flags.Fail(st);
+    return st.code() == absl::StatusCode::kInvalidArgument
+               ? flags.UsageError(std::string(st.message()))
+               : flags.Fail(st);
   }
   std::cerr << kProgram << ": wrote " << f.out << ", " << f.out << ".json and " << f.out
             << ".quality.md in "
@@ -176,8 +182,8 @@ int RunShared(const Flags& f, scd::cli::FlagParser& flags) {
 
 int main(int argc, char** argv) {
   Flags f;
-  scd::cli::FlagParser flags(kProgram,
-                             "--producer DIR --consumer DIR --corpus FILE[,FILE...] --out ARTIFACT");
+  scd::cli::FlagParser flags(
+      kProgram, "--producer DIR --consumer DIR --corpus FILE[,FILE...] --out ARTIFACT");
   AddFlags(flags, f);
   if (std::optional<int> exit = flags.ParseOrExit(argc, argv)) return *exit;
   if (f.encoding == "int8") {
@@ -204,8 +210,9 @@ int main(int argc, char** argv) {
   std::vector<int> select_sources;
   std::vector<std::vector<int32_t>> train, held;
   if (absl::Status st = SplitCorpus(*pair, f, &select_sources, &train, &held); !st.ok()) {
-    return st.code() == absl::StatusCode::kInvalidArgument ? flags.UsageError(std::string(st.message()))
-                                                           : flags.Fail(st);
+    return st.code() == absl::StatusCode::kInvalidArgument
+               ? flags.UsageError(std::string(st.message()))
+               : flags.Fail(st);
   }
   auto progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
   absl::StatusOr<scd::ScdArtifact> artifact;
@@ -217,15 +224,15 @@ int main(int argc, char** argv) {
   } else {
     artifact = scd::ScdArtifact::Load(f.rescore);
     if (artifact.ok()) {
-      absl::Status st = scd::RecordArtifactQuality(*pair->producer, *pair->consumer, *artifact,
-                                                   held, progress);
+      absl::Status st =
+          scd::RecordArtifactQuality(*pair->producer, *pair->consumer, *artifact, held, progress);
       if (!st.ok()) artifact = st;
     }
   }
   if (!artifact.ok()) return flags.Fail(artifact.status());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  absl::Status st = WriteOutputs(*artifact, f, select_sources, seconds,
-                                 scd::cli::QuotedCommandLine(argc, argv));
+  absl::Status st =
+      WriteOutputs(*artifact, f, select_sources, seconds, scd::cli::QuotedCommandLine(argc, argv));
   return st.ok() ? 0 : flags.Fail(st);
 }

@@ -98,7 +98,8 @@ int EvaluateOnline(const scd::cli::FlagParser& flags, Options& o, const std::str
   o.on.workdir = o.json_out + ".work";
   std::error_code ec;
   std::filesystem::create_directories(o.on.workdir, ec);
-  for (std::string* path : {&o.on.base_model, &o.on.specialist_model, &o.on.artifact, &o.on.bin_dir}) {
+  for (std::string* path :
+       {&o.on.base_model, &o.on.specialist_model, &o.on.artifact, &o.on.bin_dir}) {
     *path = std::filesystem::absolute(*path).lexically_normal().string();
   }
   auto report = scd::e2e::RunOnlineEval(

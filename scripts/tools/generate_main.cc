@@ -74,7 +74,8 @@ absl::StatusOr<Loaded> LoadAll(const std::string& model_dir, scd::BackendKind ki
                                                                    tokenizer.status().ToString()));
   }
   l.tokenizer = *std::move(tokenizer);
-  absl::StatusOr<std::unique_ptr<scd::Backend>> backend = scd::CreateBackend(kind, l.model, options);
+  absl::StatusOr<std::unique_ptr<scd::Backend>> backend =
+      scd::CreateBackend(kind, l.model, options);
   if (!backend.ok()) return absl::Status(backend.status().code(), backend.status().ToString());
   l.backend = *std::move(backend);
   l.load_ms = MillisecondsSince(load_start);

@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   scd::cli::FlagParser flags(kProgram, "--out DIR [shape flags]");
   flags.AddString("out", &out, "output directory (base/ and specialist/ are written in it)", true);
-  flags.AddString("vocab-from", &vocab_from, "model directory whose vocabulary, special tokens and tokenizer.json are reused");
+  flags.AddString("vocab-from", &vocab_from,
+                  "model directory whose vocabulary, special tokens and tokenizer.json are reused");
   flags.AddInt("hidden", &hidden, "hidden size");
   flags.AddInt("layers", &layers, "number of layers");
   flags.AddInt("heads", &heads, "attention heads");

@@ -23,9 +23,11 @@ std::string Encoded(char32_t cp) {
 // the scalar value its bits spell (the shortest form, so no overlong form passes).
 bool OneWellFormedCharacter(const std::string& bytes) {
   const auto b0 = static_cast<unsigned char>(bytes[0]);
-  const size_t len = b0 < 0x80 ? 1 : (b0 & 0xE0) == 0xC0 ? 2 : (b0 & 0xF0) == 0xE0 ? 3
-                                 : (b0 & 0xF8) == 0xF0   ? 4
-                                                         : 0;
+  const size_t len = b0 < 0x80             ? 1
+                     : (b0 & 0xE0) == 0xC0 ? 2
+                     : (b0 & 0xF0) == 0xE0 ? 3
+                     : (b0 & 0xF8) == 0xF0 ? 4
+                                           : 0;
   if (len == 0 || len != bytes.size()) return false;
   char32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
   for (size_t i = 1; i < len; ++i) {
@@ -55,15 +57,14 @@ TEST_CASE("AppendUtf8 and DecodeUtf8 round-trip every scalar value", "[cpu]") {
     const std::string s = Encoded(cp);
     const size_t want_len = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
     const Utf8Char c = DecodeUtf8(s, 0);
-    if (!(c.valid && c.cp == cp && static_cast<size_t>(c.len) == want_len &&
-          s.size() == want_len && IsValidUtf8(s))) {
+    if (!(c.valid && c.cp == cp && static_cast<size_t>(c.len) == want_len && s.size() == want_len &&
+          IsValidUtf8(s))) {
       FAIL("U+" << std::hex << static_cast<uint32_t>(cp) << " does not round-trip");
     }
   }
 }
 
-TEST_CASE("Every sequence of up to three bytes decodes as the scalar values it encodes",
-          "[cpu]") {
+TEST_CASE("Every sequence of up to three bytes decodes as the scalar values it encodes", "[cpu]") {
   std::string s;
   int64_t valid = 0;
   for (int len = 1; len <= 3; ++len) {
@@ -104,12 +105,12 @@ TEST_CASE("FindInvalidUtf8 names the first ill-formed byte", "[cpu]") {
   CHECK(FindInvalidUtf8("") == std::string_view::npos);
   CHECK(FindInvalidUtf8("plain ascii") == std::string_view::npos);
   CHECK(FindInvalidUtf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80") == std::string_view::npos);
-  CHECK(FindInvalidUtf8("ab\xC0\xAF") == 2);              // overlong '/'
-  CHECK(FindInvalidUtf8("a\xED\xA0\x80") == 1);           // surrogate U+D800
-  CHECK(FindInvalidUtf8("\xF4\x90\x80\x80") == 0);        // above U+10FFFF
-  CHECK(FindInvalidUtf8("ok\xE2\x82") == 2);              // cut off at the end
-  CHECK(FindInvalidUtf8("\xC3\xA9\x80") == 2);            // a stray continuation byte
-  CHECK(FindInvalidUtf8("\xC3\xA9x\xFF") == 3);           // never a lead byte
+  CHECK(FindInvalidUtf8("ab\xC0\xAF") == 2);        // overlong '/'
+  CHECK(FindInvalidUtf8("a\xED\xA0\x80") == 1);     // surrogate U+D800
+  CHECK(FindInvalidUtf8("\xF4\x90\x80\x80") == 0);  // above U+10FFFF
+  CHECK(FindInvalidUtf8("ok\xE2\x82") == 2);        // cut off at the end
+  CHECK(FindInvalidUtf8("\xC3\xA9\x80") == 2);      // a stray continuation byte
+  CHECK(FindInvalidUtf8("\xC3\xA9x\xFF") == 3);     // never a lead byte
   const Utf8Char cut = DecodeUtf8("\xE2\x82", 0);
   CHECK((!cut.valid && cut.truncated && cut.len == 2 && cut.cp == kReplacementChar));
   const Utf8Char bad = DecodeUtf8("\xE2(", 0);

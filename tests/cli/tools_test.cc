@@ -150,9 +150,11 @@ TEST_CASE("A value checked after parsing is a usage error before any work", "[cp
        "--passes must be at least 1"},
       {calibrate, "", "give one of --consumer and --consumers"},
       {calibrate, " --consumer a --consumers b,c", "give one of --consumer and --consumers"},
-      {calibrate, " --consumers b,c --shared-basis svd", "--shared-basis: shared basis \"svd\" is not"},
+      {calibrate, " --consumers b,c --shared-basis svd",
+       "--shared-basis: shared basis \"svd\" is not"},
       {calibrate, " --consumer a --shared-basis pca", "--shared-basis goes with --consumers"},
-      {calibrate, " --consumer a --extend x --shared-basis pca", "--shared-basis names a new basis"},
+      {calibrate, " --consumer a --extend x --shared-basis pca",
+       "--shared-basis names a new basis"},
       {soak, " --shadow-piece-tokens -1", "--shadow-piece-tokens must be >= 0"},
       {soak, " --warmup -5", "--warmup must be >= 0"},
       {soak, " --shadow-max-tokens-per-s -2", "--shadow-max-tokens-per-s must be >= 0"}};

@@ -30,12 +30,9 @@ using std::chrono::seconds;
 constexpr char kModel[] = "stories260K-babi-qa";
 
 json EtcdControlPlane(const std::string& endpoints) {
-  return {{"registry", "etcd"},
-          {"etcd_endpoints", endpoints},
-          {"etcd_prefix", "/scd-test"},
-          {"cluster_token", "test-token"},
-          {"dev_insecure", true},
-          {"lease", "2s"}};
+  return {{"registry", "etcd"},         {"etcd_endpoints", endpoints},
+          {"etcd_prefix", "/scd-test"}, {"cluster_token", "test-token"},
+          {"dev_insecure", true},       {"lease", "2s"}};
 }
 
 json ClusterPrefill(const std::string& endpoints) {
@@ -84,7 +81,8 @@ double MetricSum(const std::string& exposition, const std::string& family) {
     const std::string line = exposition.substr(pos, end - pos);
     pos = end == std::string::npos ? exposition.size() : end;
     const char next = line.size() > family.size() ? line[family.size()] : ' ';
-    if (line_start && (next == '{' || next == ' ')) sum += std::stod(line.substr(line.rfind(' ') + 1));
+    if (line_start && (next == '{' || next == ' '))
+      sum += std::stod(line.substr(line.rfind(' ') + 1));
   }
   return sum;
 }
@@ -125,8 +123,9 @@ std::vector<std::string> Prompts(int n) {
 
 // `n` greedy streams at once through `ports` in turn; `during` runs once every stream has
 // streamed a token.
-std::vector<SseResult> Streams(const std::vector<int>& ports, const std::vector<std::string>& prompts,
-                               int max_tokens, const std::function<void()>& during = nullptr) {
+std::vector<SseResult> Streams(const std::vector<int>& ports,
+                               const std::vector<std::string>& prompts, int max_tokens,
+                               const std::function<void()>& during = nullptr) {
   std::atomic<int> started{0};
   std::vector<std::future<SseResult>> futures;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -143,7 +142,9 @@ std::vector<SseResult> Streams(const std::vector<int>& ports, const std::vector<
     }));
   }
   if (during) {
-    const bool all = Within(seconds(30), [&] { return started.load() == static_cast<int>(prompts.size()); }).has_value();
+    const bool all = Within(seconds(30), [&] {
+                       return started.load() == static_cast<int>(prompts.size());
+                     }).has_value();
     CHECK(all);
     during();
   }
@@ -164,10 +165,12 @@ struct Cluster {
 // Both prefill daemons see both good decode daemons within 2 s of the second's start, refuse
 // the one with the wrong artifact, and serve.
 void CheckMembership(Cluster& c) {
-  auto seen = Within(seconds(2), [&] { return Instances(c.p1.http_port) == 2 && Instances(c.p2.http_port) == 2; });
+  auto seen = Within(
+      seconds(2), [&] { return Instances(c.p1.http_port) == 2 && Instances(c.p2.http_port) == 2; });
   CHECK(seen.has_value());
   for (int port : c.ports()) {
-    CHECK(MetricValue(HttpGet(port, "/metrics").body, "scd_registry_rejected_total{reason=\"digest\"}") == 1);
+    CHECK(MetricValue(HttpGet(port, "/metrics").body,
+                      "scd_registry_rejected_total{reason=\"digest\"}") == 1);
     CHECK(HttpGet(port, "/ready").status == 200);
     SseResult r = HttpStream(port, "/v1/completions", Body("Once upon a time", 8));
     INFO(Error(r));
@@ -188,7 +191,8 @@ void KillDecodeUnderStreams(Cluster& c) {
   DecodeHandle* victim = nullptr;
   std::vector<SseResult> disturbed = Streams(c.ports(), prompts, 48, [&] {
     auto active = [](const DecodeHandle& d) {
-      return MetricValue(HttpGet(d.http_port, "/metrics").body, "scd_decode_active_requests").value_or(0);
+      return MetricValue(HttpGet(d.http_port, "/metrics").body, "scd_decode_active_requests")
+          .value_or(0);
     };
     victim = active(c.d1) >= active(c.d2) ? &c.d1 : &c.d2;
     killed_at = std::chrono::steady_clock::now();
@@ -203,8 +207,9 @@ void KillDecodeUnderStreams(Cluster& c) {
     CHECK(disturbed[i].Text() == reference[i].Text());
   }
   CHECK(errors == 0);
-  const double migrated = MetricSum(HttpGet(c.p1.http_port, "/metrics").body, "scd_migrations_total") +
-                          MetricSum(HttpGet(c.p2.http_port, "/metrics").body, "scd_migrations_total");
+  const double migrated =
+      MetricSum(HttpGet(c.p1.http_port, "/metrics").body, "scd_migrations_total") +
+      MetricSum(HttpGet(c.p2.http_port, "/metrics").body, "scd_migrations_total");
   CHECK(migrated >= 1);
   auto removed = Within(seconds(6), [&] {
     return Logged(*c.p1.process, "decode_left", victim->instance_id) &&
@@ -216,7 +221,8 @@ void KillDecodeUnderStreams(Cluster& c) {
 
 // kill -9 of one etcd member under load: no request fails.
 void KillEtcdMember(Cluster& c) {
-  std::vector<SseResult> under_member_loss = Streams(c.ports(), Prompts(8), 24, [&] { c.etcd->Kill(0); });
+  std::vector<SseResult> under_member_loss =
+      Streams(c.ports(), Prompts(8), 24, [&] { c.etcd->Kill(0); });
   for (const SseResult& r : under_member_loss) {
     INFO(Error(r));
     CHECK(Error(r).empty());
@@ -241,7 +247,9 @@ DecodeHandle EtcdDown(Cluster& c, TcpRelay& relay, int data_port) {
   DecodeHandle d3 = StartDecode(c.dir, config, "decode-3");
   for (int m = 0; m < c.etcd->size(); ++m) REQUIRE(c.etcd->Restart(m).ok());
   REQUIRE(c.etcd->WaitHealthy(seconds(30)).ok());
-  auto joined = Within(seconds(15), [&] { return Instances(c.p1.http_port) == 2 && Instances(c.p2.http_port) == 2; });
+  auto joined = Within(seconds(15), [&] {
+    return Instances(c.p1.http_port) == 2 && Instances(c.p2.http_port) == 2;
+  });
   CHECK(joined.has_value());
   return d3;
 }
@@ -257,8 +265,9 @@ void FlippedByte(Cluster& c, TcpRelay& relay) {
     CHECK(Error(r).empty());
   }
   REQUIRE(relay.corruptions() == 1);
-  const double fallbacks = MetricSum(HttpGet(c.p1.http_port, "/metrics").body, "scd_fallbacks_total") +
-                           MetricSum(HttpGet(c.p2.http_port, "/metrics").body, "scd_fallbacks_total");
+  const double fallbacks =
+      MetricSum(HttpGet(c.p1.http_port, "/metrics").body, "scd_fallbacks_total") +
+      MetricSum(HttpGet(c.p2.http_port, "/metrics").body, "scd_fallbacks_total");
   CHECK(fallbacks == 1);
 }
 
@@ -277,7 +286,8 @@ void KillPrefill(Cluster& c) {
 
 TEST_CASE("a cluster on etcd: membership, migration, etcd failures, fallback, a lost prefill",
           "[cluster][etcd][slow]") {
-  if (!cluster::EtcdCluster::Available()) FAIL("etcd not found on PATH: run scripts/setup.sh (etcd-server)");
+  if (!cluster::EtcdCluster::Available())
+    FAIL("etcd not found on PATH: run scripts/setup.sh (etcd-server)");
   Cluster c;
   c.dir = TempDir();
   cluster::EtcdClusterOptions eo;
@@ -292,7 +302,9 @@ TEST_CASE("a cluster on etcd: membership, migration, etcd failures, fallback, a 
   c.p2 = StartPrefill(c.dir, ClusterPrefill(c.endpoints), "prefill-2");
   c.d1 = StartDecode(c.dir, ClusterDecode(c.endpoints), "decode-1");
   c.wrong = StartDecode(
-      c.dir, ClusterDecode(c.endpoints, SourceFile("configs/calibration/stories260K-babi-qa.r24.scd.safetensors")),
+      c.dir,
+      ClusterDecode(c.endpoints,
+                    SourceFile("configs/calibration/stories260K-babi-qa.r24.scd.safetensors")),
       "decode-wrong");
   c.d2 = StartDecode(c.dir, ClusterDecode(c.endpoints), "decode-2");
 

@@ -245,7 +245,8 @@ TEST_CASE("ConfigReader declares each key read: type, default, range, required",
   CHECK(keys[4].path == "name");
   CHECK(keys[4].required);
   CHECK(keys[4].default_value.is_null());
-  CHECK(testing::StatusText(reader.Finish()) == "config key 'name': is required (the model's name)");
+  CHECK(testing::StatusText(reader.Finish()) ==
+        "config key 'name': is required (the model's name)");
 }
 
 }  // namespace

@@ -91,7 +91,8 @@ TEST_CASE("SplitConfigKey normalizes dashes and bounds the depth", "[cpu]") {
   std::string deep = "k";
   for (int i = 1; i < 64; ++i) deep += ".k";
   CHECK(SplitConfigKey(deep).ok());
-  CHECK_THAT(testing::StatusText(SplitConfigKey(deep + ".k").status()), Contains("more than 64 parts"));
+  CHECK_THAT(testing::StatusText(SplitConfigKey(deep + ".k").status()),
+             Contains("more than 64 parts"));
 }
 
 TEST_CASE("ApplyOverride types values as YAML and creates intermediate mappings", "[cpu]") {
@@ -142,14 +143,16 @@ TEST_CASE("ApplyOverride errors name the key", "[cpu]") {
   CHECK(config == before);  // failed overrides change nothing
 
   json list = json::array();
-  CHECK_THAT(testing::StatusText(ApplyOverride(&list, "a", "1")), Contains("the config is not a mapping"));
+  CHECK_THAT(testing::StatusText(ApplyOverride(&list, "a", "1")),
+             Contains("the config is not a mapping"));
 
   // Depth: the key's levels count toward the limit together with the value's.
   std::string deep = "k";
   for (int i = 1; i < 63; ++i) deep += ".k";
   json deep_config = json::object();
   CHECK(ApplyOverride(&deep_config, deep, "[1]").ok());
-  CHECK_THAT(testing::StatusText(ApplyOverride(&deep_config, deep, "[[1]]")), Contains("nesting deeper"));
+  CHECK_THAT(testing::StatusText(ApplyOverride(&deep_config, deep, "[[1]]")),
+             Contains("nesting deeper"));
 }
 
 TEST_CASE("LoadDaemonConfig applies overrides over the file", "[cpu]") {
@@ -166,7 +169,8 @@ TEST_CASE("LoadDaemonConfig applies overrides over the file", "[cpu]") {
 
   absl::StatusOr<DaemonCommandLine> bad = Parse({config_flag.c_str(), "--http.port.x=1"});
   REQUIRE(bad.ok());
-  CHECK_THAT(testing::StatusText(LoadDaemonConfig(*bad).status()), Contains("'http.port' is an integer"));
+  CHECK_THAT(testing::StatusText(LoadDaemonConfig(*bad).status()),
+             Contains("'http.port' is an integer"));
 
   absl::StatusOr<DaemonCommandLine> missing = Parse({"--config", "/nonexistent/x.yaml"});
   REQUIRE(missing.ok());

@@ -28,8 +28,8 @@ std::unique_ptr<DaemonProcess> Spawn(const std::string& binary, std::vector<std:
 }
 
 std::optional<int> RunToExit(const std::string& binary, const std::string& dir,
-                             const nlohmann::json& config, const std::string& tag,
-                             std::string* log, const std::string& netns) {
+                             const nlohmann::json& config, const std::string& tag, std::string* log,
+                             const std::string& netns) {
   const std::string path = dir + "/" + tag + ".json";
   WriteJson(path, config);
   std::unique_ptr<DaemonProcess> p =
@@ -55,9 +55,11 @@ nlohmann::json PrefillConfig(const std::string& mode) {
                         {"lease", "1s"}};
   c["limits"] = {{"max_tokens", 512}, {"default_max_tokens", 16}, {"request_timeout", "30s"}};
   c["drain_timeout"] = "10s";
-  c["specialists"] = nlohmann::json::array(
-      {{{"name", "stories260K-babi-qa"}, {"artifact", ArtifactPath()}, {"mode", mode},
-        {"chat_template", "plain"}, {"max_retries", 1}}});
+  c["specialists"] = nlohmann::json::array({{{"name", "stories260K-babi-qa"},
+                                             {"artifact", ArtifactPath()},
+                                             {"mode", mode},
+                                             {"chat_template", "plain"},
+                                             {"max_retries", 1}}});
   return c;
 }
 
@@ -164,7 +166,8 @@ std::string SseResult::Text() const {
     nlohmann::json j = nlohmann::json::parse(e, nullptr, false);
     if (j.is_discarded() || !j.contains("choices")) continue;
     for (const auto& c : j["choices"]) {
-      if (c.contains("delta") && c["delta"].contains("content") && c["delta"]["content"].is_string()) {
+      if (c.contains("delta") && c["delta"].contains("content") &&
+          c["delta"]["content"].is_string()) {
         text += c["delta"]["content"].get<std::string>();
       }
       if (c.contains("text") && c["text"].is_string()) text += c["text"].get<std::string>();

@@ -43,8 +43,8 @@ std::unique_ptr<DaemonProcess> Spawn(const std::string& binary, std::vector<std:
 // until it exits by itself, up to 60 s: its exit code (nullopt if it was still running, and
 // then killed) and, in `log`, its whole log.
 std::optional<int> RunToExit(const std::string& binary, const std::string& dir,
-                             const nlohmann::json& config, const std::string& tag,
-                             std::string* log, const std::string& netns = "");
+                             const nlohmann::json& config, const std::string& tag, std::string* log,
+                             const std::string& netns = "");
 
 // Writes `config` as JSON to `path`.
 void WriteJson(const std::string& path, const nlohmann::json& config);
@@ -78,7 +78,8 @@ struct HttpResult {
   std::string body;
   std::map<std::string, std::string> headers;  // lower-case names
 };
-HttpResult HttpGet(int port, const std::string& path, std::chrono::seconds timeout = std::chrono::seconds(10));
+HttpResult HttpGet(int port, const std::string& path,
+                   std::chrono::seconds timeout = std::chrono::seconds(10));
 HttpResult HttpPost(int port, const std::string& path, const std::string& body,
                     const std::map<std::string, std::string>& headers = {},
                     std::chrono::seconds timeout = std::chrono::seconds(30));

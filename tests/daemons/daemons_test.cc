@@ -24,8 +24,11 @@ using nlohmann::json;
 
 std::string CompletionBody(const std::string& prompt, int max_tokens, bool stream,
                            const std::string& model = "stories260K-babi-qa") {
-  json b = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens},
-            {"temperature", 0}, {"stream", stream}};
+  json b = {{"model", model},
+            {"prompt", prompt},
+            {"max_tokens", max_tokens},
+            {"temperature", 0},
+            {"stream", stream}};
   if (stream) b["stream_options"] = {{"include_usage", true}};
   return b.dump();
 }
@@ -380,11 +383,13 @@ TEST_CASE("The pair serves over the UCX data plane and in a baseline mode", "[da
     pc["data_plane"] = {{"transport", "ucx"}, {"ucx_transports", "tcp,self"}};
     PrefillHandle prefill = StartPrefill(dir, pc, "prefill-" + mode);
     json dc = DecodeConfig(prefill.grpc_address);
-    dc["data_plane"] = {{"transport", "ucx"}, {"listen", "127.0.0.1:0"}, {"ucx_transports", "tcp,self"}};
+    dc["data_plane"] = {
+        {"transport", "ucx"}, {"listen", "127.0.0.1:0"}, {"ucx_transports", "tcp,self"}};
     DecodeHandle decode = StartDecode(dir, dc, "decode-" + mode);
     REQUIRE(WaitForReady(prefill.http_port, 200, std::chrono::seconds(10)));
     const std::string prompt = std::string(kStory) + "Where is Daniel?";
-    SseResult s = HttpStream(prefill.http_port, "/v1/completions", CompletionBody(prompt, 16, true));
+    SseResult s =
+        HttpStream(prefill.http_port, "/v1/completions", CompletionBody(prompt, 16, true));
     INFO("mode " << mode);
     REQUIRE(s.status == 200);
     CHECK(s.done());
@@ -409,7 +414,8 @@ TEST_CASE("The pair serves with int8 weights on both sides, as the int8 referenc
   REQUIRE(WaitForReady(prefill.http_port, 200, std::chrono::seconds(10)));
   for (const std::string question : {"Where is Daniel?", "Where is Sandra?"}) {
     const std::string prompt = std::string(kStory) + question;
-    SseResult s = HttpStream(prefill.http_port, "/v1/completions", CompletionBody(prompt, 16, true));
+    SseResult s =
+        HttpStream(prefill.http_port, "/v1/completions", CompletionBody(prompt, 16, true));
     INFO(question);
     REQUIRE(s.status == 200);
     CHECK(s.done());
@@ -432,12 +438,12 @@ TEST_CASE("scd-loadgen drives the real daemons and accounts for every request", 
                          << "\n";
   const std::string out = dir + "/loadgen.json";
   std::string log;
-  const int rc = RunCommand(BinaryPath("scd-loadgen") + " --url http://127.0.0.1:" +
-                                std::to_string(prefill.http_port) +
-                                " --model stories260K-babi-qa --concurrency 3 --requests 12 --completions"
-                                " --max-tokens 4 --prompts " + prompts + " --json " + out +
-                                " --png none --quiet",
-                            &log);
+  const int rc = RunCommand(
+      BinaryPath("scd-loadgen") + " --url http://127.0.0.1:" + std::to_string(prefill.http_port) +
+          " --model stories260K-babi-qa --concurrency 3 --requests 12 --completions"
+          " --max-tokens 4 --prompts " +
+          prompts + " --json " + out + " --png none --quiet",
+      &log);
   INFO(log);
   REQUIRE(rc == 0);
   json j = json::parse(ReadFileOrFail(out));

@@ -1,6 +1,7 @@
 // Faults and bad configuration around the daemon pair: a
 // decode daemon killed mid-request or before one, a client that disconnects mid-stream,
 // SIGTERM with a stream in flight, invalid config values, and pairs that must be refused.
+#include <httplib.h>
 #include <signal.h>
 
 #include <atomic>
@@ -8,8 +9,6 @@
 #include <future>
 #include <memory>
 #include <thread>
-
-#include <httplib.h>
 
 #include "tests/daemons/daemon_harness.h"
 #include "tests/test_support.h"
@@ -60,9 +59,11 @@ std::pair<std::future<SseResult>, std::future<SseResult>> TwoStartedStreams(int 
       return true;
     });
   };
-  auto streams = std::make_pair(std::async(std::launch::async, run), std::async(std::launch::async, run));
+  auto streams =
+      std::make_pair(std::async(std::launch::async, run), std::async(std::launch::async, run));
   const auto until = std::chrono::steady_clock::now() + seconds(20);
-  while (started->load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(10));
+  while (started->load() < 2 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(milliseconds(10));
   REQUIRE(started->load() == 2);
   return streams;
 }
@@ -91,7 +92,9 @@ TEST_CASE("A decode daemon killed mid-stream: its stream migrates and continues 
     CHECK(r.Text() == reference.Text());
   }
   const std::string metrics = HttpGet(prefill.http_port, "/metrics").body;
-  CHECK(MetricValue(metrics, "scd_migrations_total{specialist=\"stories260K-babi-qa\",outcome=\"completed\"}") == 1);
+  CHECK(MetricValue(
+            metrics,
+            "scd_migrations_total{specialist=\"stories260K-babi-qa\",outcome=\"completed\"}") == 1);
 }
 
 TEST_CASE("A killed decode daemon fails its stream fast and later requests route around it",
@@ -176,13 +179,15 @@ TEST_CASE("SIGTERM lets a stream in flight finish, then the daemon exits 0", "[d
   REQUIRE(WaitForReady(prefill.http_port, 200, seconds(10)));
   std::atomic<bool> first{false};
   auto stream = std::async(std::launch::async, [&] {
-    return HttpStream(prefill.http_port, "/v1/completions", StreamBody(30), [&](const std::string&) {
-      first = true;
-      return true;
-    });
+    return HttpStream(prefill.http_port, "/v1/completions", StreamBody(30),
+                      [&](const std::string&) {
+                        first = true;
+                        return true;
+                      });
   });
   const auto until = std::chrono::steady_clock::now() + seconds(10);
-  while (!first.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(5));
+  while (!first.load() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(milliseconds(5));
   REQUIRE(first.load());
   prefill.process->Signal(SIGTERM);
   d.process->Signal(SIGTERM);
@@ -221,8 +226,9 @@ TEST_CASE("Invalid configs and wrong pairs are refused with the reason", "[daemo
     json c = PrefillConfig();
     const std::string path = dir + "/override.json";
     WriteJson(path, c);
-    std::unique_ptr<DaemonProcess> p = Spawn(
-        BinaryPath("scd-prefill"), {"--config", path, "--limits.max_tokens=0"}, dir + "/override.log");
+    std::unique_ptr<DaemonProcess> p =
+        Spawn(BinaryPath("scd-prefill"), {"--config", path, "--limits.max_tokens=0"},
+              dir + "/override.log");
     CHECK(p->Wait(seconds(60)) == std::optional<int>(2));
     CHECK(p->LogText().find("limits.max_tokens") != std::string::npos);
   }
@@ -253,12 +259,14 @@ TEST_CASE("Invalid configs and wrong pairs are refused with the reason", "[daemo
   CHECK(HttpGet(prefill.http_port, "/ready").status == 503);
 }
 
-TEST_CASE("The official openai npm client streams a chat from the real daemons", "[daemons][slow]") {
+TEST_CASE("The official openai npm client streams a chat from the real daemons",
+          "[daemons][slow]") {
   const std::string client_dir = std::string(SCD_SOURCE_DIR) + "/tests/http/openai_client";
   std::string out;
   if (RunCommand("command -v node", &out) != 0 ||
       RunCommand("test -f '" + client_dir + "/node_modules/openai/package.json'", &out) != 0) {
-    WARN("SKIPPED: node or the openai npm client is missing (run `npm ci` in " << client_dir << ")");
+    WARN("SKIPPED: node or the openai npm client is missing (run `npm ci` in " << client_dir
+                                                                               << ")");
     return;
   }
   const std::string dir = TempDir();
@@ -269,11 +277,12 @@ TEST_CASE("The official openai npm client streams a chat from the real daemons",
   REQUIRE(WaitForReady(prefill.http_port, 200, seconds(10)));
   auto run = [&](const std::string& key) {
     std::string output;
-    const int rc = RunCommand("cd '" + client_dir + "' && SCD_OPENAI_BASE_URL=http://127.0.0.1:" +
-                                  std::to_string(prefill.http_port) + "/v1 SCD_OPENAI_API_KEY=" + key +
-                                  " SCD_OPENAI_MODEL=stories260K-babi-qa SCD_OPENAI_MAX_TOKENS=12"
-                                  " timeout 60 node stream_chat.mjs",
-                              &output);
+    const int rc =
+        RunCommand("cd '" + client_dir + "' && SCD_OPENAI_BASE_URL=http://127.0.0.1:" +
+                       std::to_string(prefill.http_port) + "/v1 SCD_OPENAI_API_KEY=" + key +
+                       " SCD_OPENAI_MODEL=stories260K-babi-qa SCD_OPENAI_MAX_TOKENS=12"
+                       " timeout 60 node stream_chat.mjs",
+                   &output);
     return std::make_pair(rc, output);
   };
   auto [rc, output] = run("sk-daemon-test");
@@ -312,7 +321,8 @@ TEST_CASE("Limits: API key, full prefill queue, request deadline", "[daemons]") 
   {  // No key, or a wrong one: 401 and no work (nothing reaches the decode daemon).
     HttpResult none = HttpPost(prefill.http_port, "/v1/completions", body);
     CHECK(none.status == 401);
-    HttpResult wrong = HttpPost(prefill.http_port, "/v1/completions", body, {{"Authorization", "Bearer nope"}});
+    HttpResult wrong =
+        HttpPost(prefill.http_port, "/v1/completions", body, {{"Authorization", "Bearer nope"}});
     CHECK(wrong.status == 401);
     CHECK(!MetricValue(HttpGet(prefill.http_port, "/metrics").body,
                        "scd_requests_total{model=\"stories260K-babi-qa\",mode=\"scd\"}")

@@ -40,8 +40,9 @@ TEST_CASE("The local-cluster launcher waits for registration and fails early on 
 
   std::vector<std::unique_ptr<DaemonProcess>> decodes;
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::unique_ptr<DaemonProcess>> d = cluster::StartWithConfig(
-        BinaryPath("scd-decode"), cluster::DecodeDaemonJson(spec, i), dir, "decode-" + std::to_string(i));
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> d =
+        cluster::StartWithConfig(BinaryPath("scd-decode"), cluster::DecodeDaemonJson(spec, i), dir,
+                                 "decode-" + std::to_string(i));
     REQUIRE(d.ok());
     decodes.push_back(*std::move(d));
   }

@@ -1,8 +1,8 @@
 // See reference.h.
 #include "tests/daemons/reference.h"
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 
 #include "common/runtime/sampler.h"
 #include "common/scd/artifact.h"

@@ -184,8 +184,8 @@ TEST_CASE("A cluster on mutual TLS serves, and refuses every peer that is not it
       CHECK(RunToExit("scd-decode", dir, c, r.tag, &log) == std::optional<int>(1));
       CHECK(log.find("registration refused") != std::string::npos);
       CheckPeer(WaitForRefusal(*prefill.process, "control_plane_refused", r.reason));
-      CHECK(MetricOrZero(prefill.http_port, "scd_registry_rejected_total{reason=\"" + r.reason + "\"}") ==
-            1);
+      CHECK(MetricOrZero(prefill.http_port,
+                         "scd_registry_rejected_total{reason=\"" + r.reason + "\"}") == 1);
     }
   }
   SECTION("Decode service: no certificate, another CA's, no cluster token") {
@@ -202,8 +202,8 @@ TEST_CASE("A cluster on mutual TLS serves, and refuses every peer that is not it
       const grpc::Status st = SecurityDecodeCall(rpc, call.channel);
       CHECK(st.error_code() == grpc::StatusCode::UNAUTHENTICATED);
       CheckPeer(WaitForRefusal(*decode.process, "decode_call_refused", call.reason));
-      CHECK(MetricOrZero(decode.http_port, "scd_decode_rejected_total{reason=\"" + call.reason + "\"}") ==
-            1);
+      CHECK(MetricOrZero(decode.http_port,
+                         "scd_decode_rejected_total{reason=\"" + call.reason + "\"}") == 1);
     }
   }
   SECTION("data plane: a payload without a token, and one with another call's token") {
@@ -218,15 +218,15 @@ TEST_CASE("A cluster on mutual TLS serves, and refuses every peer that is not it
     // A forged payload under transfer id 78; the authenticated call naming 78 holds another
     // token, so it is refused the forged bytes.
     rogue.Send(78, transport::NewTransferToken());
-    const grpc::Status st =
-        SecurityDecodeCall(rpc, DecodeClient(ca, ca, "prefill", true), 78,
-                           transport::NewTransferToken());
+    const grpc::Status st = SecurityDecodeCall(rpc, DecodeClient(ca, ca, "prefill", true), 78,
+                                               transport::NewTransferToken());
     INFO(st.error_message());
     CHECK(st.error_code() == grpc::StatusCode::PERMISSION_DENIED);
     const json line = WaitForRefusal(*decode.process, "payload_refused", "token_mismatch");
     CheckPeer(line);
     CHECK(line.value("transfer_id", 0) == 78);
-    CHECK(MetricOrZero(decode.http_port, "scd_payload_rejected_total{reason=\"token_mismatch\"}") == 1);
+    CHECK(MetricOrZero(decode.http_port, "scd_payload_rejected_total{reason=\"token_mismatch\"}") ==
+          1);
   }
   // Whatever was refused, the pair keeps serving.
   CHECK_FALSE(Chat(prefill.http_port).empty());

@@ -92,8 +92,8 @@ TEST_CASE("A decode daemon's shadow oracle exports what scd costs, beside calibr
   const std::string story =
       "Mary went to the garden. John went to the office. Sandra went to the kitchen. ";
   for (const char* question : {"Where is Mary?", "Where is John?", "Where is Sandra?"}) {
-    json body = {{"model", kModel}, {"prompt", story + question}, {"max_tokens", 4},
-                 {"temperature", 0}};
+    json body = {
+        {"model", kModel}, {"prompt", story + question}, {"max_tokens", 4}, {"temperature", 0}};
     HttpResult r = HttpPost(prefill.http_port, "/v1/completions", body.dump());
     INFO(r.body);
     REQUIRE(r.status == 200);
@@ -114,12 +114,12 @@ TEST_CASE("A decode daemon's shadow oracle exports what scd costs, beside calibr
   CHECK(MetricValue(metrics, "scd_shadow_kl_count{" + labels + ",tokens=\"generated\"}") == 3);
   const double kl_sum =
       MetricValue(metrics, "scd_shadow_kl_sum{" + labels + ",tokens=\"generated\"}").value_or(-1);
-  CHECK(kl_sum > 0);   // scd is lossy
-  CHECK(kl_sum < 3);   // but close: calibration reads about 0.02 a position
+  CHECK(kl_sum > 0);  // scd is lossy
+  CHECK(kl_sum < 3);  // but close: calibration reads about 0.02 a position
   CHECK(MetricValue(metrics, "scd_shadow_top1_agreement_count{" + labels + ",tokens=\"first\"}") ==
         3);
-  CHECK(MetricValue(metrics, "scd_shadow_kv_rel_error_count{" + labels + ",layer=\"0\",kv=\"k\"}") ==
-        3);
+  CHECK(MetricValue(metrics,
+                    "scd_shadow_kv_rel_error_count{" + labels + ",layer=\"0\",kv=\"k\"}") == 3);
   // The calibration's record, as the artifact has it.
   auto artifact = ScdArtifact::Load(ArtifactPath());
   REQUIRE(artifact.ok());
@@ -128,12 +128,12 @@ TEST_CASE("A decode daemon's shadow oracle exports what scd costs, beside calibr
     if (q.mode != "scd" || q.rung != 0) continue;
     ++recorded;
     CHECK(MetricValue(metrics, "scd_calibration_kl{" + labels + "}") == Approx(q.kl));
-    CHECK(MetricValue(metrics, "scd_calibration_top1_agreement{" + labels + "}") ==
-          Approx(q.top1));
+    CHECK(MetricValue(metrics, "scd_calibration_top1_agreement{" + labels + "}") == Approx(q.top1));
   }
   CHECK(recorded == 1);
-  CHECK_FALSE(MetricValue(metrics, "scd_shadow_dropped_total{specialist=\"stories260K-babi-qa\","
-                                   "reason=\"error\"}")
+  CHECK_FALSE(MetricValue(metrics,
+                          "scd_shadow_dropped_total{specialist=\"stories260K-babi-qa\","
+                          "reason=\"error\"}")
                   .has_value());
   const std::string path = dir + "/shadow_metrics.txt";
   std::ofstream(path) << metrics;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/rpc/credentials.h"
 #include "common/rpc/cluster_token.h"
+#include "common/rpc/credentials.h"
 #include "common/scd/codec.h"
 #include "common/scd/shared_artifact.h"
 #include "proto/scd.grpc.pb.h"
@@ -28,7 +28,9 @@ using std::chrono::seconds;
 const char kBabi[] = "stories260K-babi-qa";
 const char kWiki[] = "stories260K-wiki";
 
-std::string SharedPath() { return SourceFile("configs/calibration/stories260K.shared.scd.safetensors"); }
+std::string SharedPath() {
+  return SourceFile("configs/calibration/stories260K.shared.scd.safetensors");
+}
 
 std::string Context(const std::string& who) {
   std::string text;
@@ -70,8 +72,8 @@ Cluster Start(const std::string& dir) {
   json pc = PrefillConfig("scd");
   pc["specialists"] = json::array();
   for (const char* model : {kBabi, kWiki}) {
-    pc["specialists"].push_back({{"name", model}, {"artifact", SharedPath()}, {"mode", "scd"},
-                                 {"chat_template", "plain"}});
+    pc["specialists"].push_back(
+        {{"name", model}, {"artifact", SharedPath()}, {"mode", "scd"}, {"chat_template", "plain"}});
   }
   Cluster c;
   c.prefill = StartPrefill(dir, pc);
@@ -92,7 +94,8 @@ Cluster Start(const std::string& dir) {
 double Encodes(int port) {
   double n = 0;
   for (const char* model : {kBabi, kWiki}) {
-    n += ScrapeMetric(port, absl::StrCat("scd_encode_seconds_count{model=\"", model, "\",mode=\"scd\"}"))
+    n += ScrapeMetric(port,
+                      absl::StrCat("scd_encode_seconds_count{model=\"", model, "\",mode=\"scd\"}"))
              .value_or(0);
   }
   return n;
@@ -108,8 +111,10 @@ TEST_CASE("One basis, two specialists: a shared cache entry and fan-out from one
   const std::string first = Context("Mary");
   const std::string babi_alone = TextOf(port, kBabi, first);
   const std::string wiki_alone = TextOf(port, kWiki, first);
-  CHECK(ScrapeMetric(port, absl::StrCat("scd_prefix_cache_misses_total{model=\"", kBabi, "\"}")) == 1);
-  CHECK(ScrapeMetric(port, absl::StrCat("scd_prefix_cache_hits_total{model=\"", kWiki, "\"}")) == 1);
+  CHECK(ScrapeMetric(port, absl::StrCat("scd_prefix_cache_misses_total{model=\"", kBabi, "\"}")) ==
+        1);
+  CHECK(ScrapeMetric(port, absl::StrCat("scd_prefix_cache_hits_total{model=\"", kWiki, "\"}")) ==
+        1);
   CHECK(Encodes(port) == 1);
 
   // A fan-out over a new context: one encode, one answer each, as a single request gives it.
@@ -130,13 +135,11 @@ TEST_CASE("One basis, two specialists: a shared cache entry and fan-out from one
   CHECK(out["usage"]["completion_tokens"] == 12);
 
   // Streamed: each chunk names its choice and model.
-  SseResult sse = HttpStream(
-      port, "/v1/completions",
-      [&] {
-        json b = Body(kBabi, first, {{"fanout", {kBabi, kWiki}}});
-        b["stream"] = true;
-        return b.dump();
-      }());
+  SseResult sse = HttpStream(port, "/v1/completions", [&] {
+    json b = Body(kBabi, first, {{"fanout", {kBabi, kWiki}}});
+    b["stream"] = true;
+    return b.dump();
+  }());
   REQUIRE(sse.done());
   std::string texts[2];
   int finished = 0;
@@ -184,7 +187,8 @@ TEST_CASE("One basis, two specialists: a shared cache entry and fan-out from one
   CHECK_THAT(unlisted_grpc.status.error_message(), Catch::Contains("fanout"));
 
   // Refusals, before any work: the body's model must be listed; unknown specialists.
-  HttpResult unlisted = HttpPost(port, "/v1/completions", Body(kBabi, first, {{"fanout", {kWiki}}}).dump());
+  HttpResult unlisted =
+      HttpPost(port, "/v1/completions", Body(kBabi, first, {{"fanout", {kWiki}}}).dump());
   CHECK(unlisted.status == 400);
   CHECK(ErrorOf(unlisted.body)["param"] == "scd.fanout");
   HttpResult unknown =

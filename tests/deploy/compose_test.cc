@@ -184,7 +184,8 @@ TEST_CASE("compose wires two decode replicas to the prefill daemon", "[cpu]") {
     CHECK(advertised.insert(d.rpc_advertise).second);
     CHECK(advertised.insert(d.data_plane_advertise).second);
     // The control plane is the prefill service's gRPC port, with the same token.
-    CHECK(d.control_plane.target == prefill->name + ":" + std::to_string(PortOf(p.grpc_listen).value()));
+    CHECK(d.control_plane.target ==
+          prefill->name + ":" + std::to_string(PortOf(p.grpc_listen).value()));
     CHECK(d.control_plane.cluster_token == p.cluster_token);
     CHECK(s.spec.at("depends_on").at(prefill->name).at("condition") == "service_healthy");
   }

@@ -184,7 +184,8 @@ TEST_CASE("Dockerfile runtime stages install the packages of the linked librarie
   // load the sanitizer runtimes and keep libraries the Release link drops (the ASan daemons
   // need libpng16, the Release ones do not). Their library list says nothing about the
   // images; the Release suite checks it.
-  WARN("sanitizer build (" SCD_SANITIZED_BUILD "): these binaries are not the ones the images "
+  WARN("sanitizer build (" SCD_SANITIZED_BUILD
+       "): these binaries are not the ones the images "
        "ship; runtime packages are checked by the Release build's test_deploy");
   return;
 #endif

@@ -1,9 +1,10 @@
 // The e2e bench's auto comparison on hand-built cells: the rival is the fastest fixed mode that
 // meets the floor by the quality record (the oracle always does), the ratio is auto's p50 over
 // its, and the report ends with the worst group's ratio.
+#include "common/tools/e2e/auto_report.h"
+
 #include <catch2/catch.hpp>
 
-#include "common/tools/e2e/auto_report.h"
 #include "tests/test_support.h"
 
 namespace scd::e2e {
@@ -27,8 +28,8 @@ TEST_CASE("auto is compared with the fastest fixed mode that meets the floor", "
   CHECK_FALSE(MeetsFloor("raw", 0.95, quality));
   CHECK_FALSE(MeetsFloor("quant8", 0.5, quality));  // no record: not known to meet it
 
-  std::vector<E2eCell> cells = {Cell("oracle", 1, "warm", 20), Cell("raw", 1, "warm", 4),
-                                Cell("scd", 1, "warm", 8),     Cell("auto", 1, "warm", 8.4),
+  std::vector<E2eCell> cells = {Cell("oracle", 1, "warm", 20),  Cell("raw", 1, "warm", 4),
+                                Cell("scd", 1, "warm", 8),      Cell("auto", 1, "warm", 8.4),
                                 Cell("oracle", 10, "cold", 20), Cell("scd", 10, "cold", 30),
                                 Cell("auto", 10, "cold", 21)};
   cells[3].chosen = {{"scd r16/24 k3", 15}, {"oracle", 5}};

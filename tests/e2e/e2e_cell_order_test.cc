@@ -1,7 +1,6 @@
 // The e2e bench's passes: each pass runs every cell once, and over as many passes as there are
 // modes every mode runs first once, so that a host's slow drift falls on every mode alike.
 #include <catch2/catch.hpp>
-
 #include <map>
 #include <set>
 

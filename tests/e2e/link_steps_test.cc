@@ -1,12 +1,12 @@
 // The link-steps report on hand-built samples: a step's settled mode is its second half's most
 // used, its switch time is from the change to the first of five requests in a row in that
 // mode, and the report's last line is the slowest switch among the steps that changed mode.
-#include <catch2/catch.hpp>
+#include "common/tools/e2e/link_steps.h"
 
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
-#include "common/tools/e2e/link_steps.h"
 #include "tests/test_support.h"
 
 namespace scd::e2e {
@@ -43,8 +43,7 @@ TEST_CASE("link steps parse GBPS:SECONDS items and refuse others, naming them", 
   }
 }
 
-TEST_CASE("each step settles on its second half's mode; the slowest switch is reported",
-          "[cpu]") {
+TEST_CASE("each step settles on its second half's mode; the slowest switch is reported", "[cpu]") {
   const std::vector<LinkStep> steps = {{100, 10}, {0.1, 10}, {10, 10}, {10, 10}};
   std::vector<LinkSample> samples;
   Add(samples, 0, 0, 10, "raw");
@@ -80,7 +79,8 @@ TEST_CASE("each step settles on its second half's mode; the slowest switch is re
   std::vector<LinkSample> flapping;
   Add(flapping, 0, 0, 10, "raw");
   Add(flapping, 1, 10, 20, "scd");
-  for (size_t i = 100; i < flapping.size(); i += 4) flapping[i].mode = flapping[i].rung_name = "raw";
+  for (size_t i = 100; i < flapping.size(); i += 4)
+    flapping[i].mode = flapping[i].rung_name = "raw";
   const std::vector<LinkStepSummary> f = SummarizeLinkSteps({{100, 10}, {0.1, 10}}, flapping);
   CHECK(f[1].changed);
   CHECK(f[1].switch_seconds < 0);

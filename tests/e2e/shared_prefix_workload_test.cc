@@ -1,13 +1,13 @@
 // The e2e bench's shared-prefix workload from bAbI task 1: contexts near the asked length
 // (filler in front of a story, or a story cut to a beginning that fits), every question's
 // answer the person's last place in its context, and the prompt the context and the question.
-#include <catch2/catch.hpp>
+#include "common/tools/e2e/shared_prefix_workload.h"
 
+#include <catch2/catch.hpp>
 #include <string>
 
 #include "absl/strings/str_split.h"
 #include "common/tokenizer/tokenizer.h"
-#include "common/tools/e2e/shared_prefix_workload.h"
 #include "tests/test_support.h"
 
 namespace scd::e2e {

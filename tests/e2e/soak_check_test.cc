@@ -20,8 +20,11 @@ nlohmann::json Report(int64_t issued, int64_t failed, double last_p99,
     samples.push_back({{"t_s", t}, {"kib", {rss(0, t), rss(1, t)}}, {"client_kib", 1000}});
   }
   r["timeseries"] = {{"rss_samples", samples}};
-  r["ttft_drift"] = {{"first_p99_ms", 100.0}, {"last_p99_ms", last_p99}, {"first_count", 600},
-                     {"last_count", 600}, {"relative_change", (last_p99 - 100.0) / 100.0}};
+  r["ttft_drift"] = {{"first_p99_ms", 100.0},
+                     {"last_p99_ms", last_p99},
+                     {"first_count", 600},
+                     {"last_count", 600},
+                     {"relative_change", (last_p99 - 100.0) / 100.0}};
   return r;
 }
 
@@ -40,7 +43,8 @@ TEST_CASE("Soak checks: flat RSS with bursts passes, a leak and a p99 rise fail"
   auto bursty = [](int, double t) {
     return (static_cast<int>(t) % 100 == 50 ? 42.0 : 30.0) * 1024;
   };
-  std::vector<SoakCheck> checks = EvaluateSoak(o, Report(1000, 0, 105, bursty), daemons, {true, true});
+  std::vector<SoakCheck> checks =
+      EvaluateSoak(o, Report(1000, 0, 105, bursty), daemons, {true, true});
   CHECK(Find(checks, "zero failed").passed);
   CHECK(Find(checks, "every daemon").passed);
   const SoakCheck& rss = Find(checks, "RSS flat");

@@ -246,16 +246,16 @@ TEST_CASE("API key: an authenticate callback decides instead of api_key", "[cpu]
     CHECK(r->status == 200);
   }
   CHECK(fake.handler_calls == 2);
-  httplib::Result ignored = client.Post("/v1/chat/completions",
-                                        {{"Authorization", "Bearer sk-ignored"}},
-                                        ChatBody(2, false), "application/json");
+  httplib::Result ignored =
+      client.Post("/v1/chat/completions", {{"Authorization", "Bearer sk-ignored"}},
+                  ChatBody(2, false), "application/json");
   CheckErrorBody(ignored, 401, "authentication_error");
   CheckErrorBody(client.Get("/v1/models"), 401, "authentication_error");
   CHECK(fake.handler_calls == 2);
   CHECK(client.Get("/health")->status == 200);  // probes never reach the callback
   std::lock_guard<std::mutex> lock(seen_mutex);
-  CHECK(seen == std::vector<std::string>{"Bearer sk-one", "Bearer sk-two", "Bearer sk-ignored",
-                                         ""});
+  CHECK(seen ==
+        std::vector<std::string>{"Bearer sk-one", "Bearer sk-two", "Bearer sk-ignored", ""});
 }
 
 TEST_CASE("a client disconnecting mid-stream cancels the producer", "[cpu]") {

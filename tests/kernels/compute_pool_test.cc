@@ -3,10 +3,9 @@
 #include "kernels/cpu/compute_pool.h"
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 namespace scd::cpu {
 namespace {
@@ -29,7 +28,8 @@ TEST_CASE("ComputePool survives many back-to-back jobs with capped thread counts
   long sum = 0;
   for (int job = 0; job < 20000; ++job) {
     std::vector<long> part(5, 0);
-    pool.Run(5, [&](int i) { part[i] = i + job; }, job % 3 + 1);
+    pool.Run(
+        5, [&](int i) { part[i] = i + job; }, job % 3 + 1);
     for (long v : part) sum += v;
   }
   long want = 0;

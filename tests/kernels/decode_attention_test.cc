@@ -34,9 +34,8 @@ struct DecodeShape {
 // chunk, a chunk and a vector, two chunks and one. keys: 1, around the 8-key block and the
 // 16-key block, and a long cache that takes the threads.
 constexpr DecodeShape kDecodeShapes[] = {
-    {1, 1, 8, 1},     {4, 4, 8, 7},     {8, 4, 20, 9},      {6, 3, 24, 8},
-    {12, 12, 64, 17}, {8, 2, 72, 33},   {4, 1, 136, 15},    {12, 4, 64, 300},
-    {2, 2, 128, 1},   {16, 8, 64, 4099}};
+    {1, 1, 8, 1},   {4, 4, 8, 7},    {8, 4, 20, 9},    {6, 3, 24, 8},  {12, 12, 64, 17},
+    {8, 2, 72, 33}, {4, 1, 136, 15}, {12, 4, 64, 300}, {2, 2, 128, 1}, {16, 8, 64, 4099}};
 
 struct DecodeCase {
   std::vector<float> q, k, v;
@@ -94,8 +93,8 @@ TEST_CASE("DecodeAttention matches attention in double at odd shapes in every va
     for (CpuIsa isa : RunnableIsas()) {
       SetActiveIsa(isa);
       const std::vector<float> got = RunDecode(s, c, 0);
-      INFO(IsaName(isa) << " heads " << s.heads << "/" << s.kv_heads << " head_dim "
-                        << s.head_dim << " keys " << s.keys);
+      INFO(IsaName(isa) << " heads " << s.heads << "/" << s.kv_heads << " head_dim " << s.head_dim
+                        << " keys " << s.keys);
       // Outputs are averages of unit-variance V entries: an absolute bound is the scale.
       for (size_t i = 0; i < got.size(); ++i) REQUIRE(std::abs(got[i] - want[i]) < 2e-5);
     }
@@ -111,8 +110,8 @@ TEST_CASE("DecodeAttention's scalar twin, vector variant and thread counts agree
     const std::vector<float> scalar = RunDecode(s, c, 1);
     for (CpuIsa isa : RunnableIsas()) {
       SetActiveIsa(isa);
-      INFO(IsaName(isa) << " heads " << s.heads << "/" << s.kv_heads << " head_dim "
-                        << s.head_dim << " keys " << s.keys);
+      INFO(IsaName(isa) << " heads " << s.heads << "/" << s.kv_heads << " head_dim " << s.head_dim
+                        << " keys " << s.keys);
       for (int threads : {0, 1, 2, 3}) CHECK(RunDecode(s, c, threads) == scalar);
     }
   }
@@ -128,8 +127,8 @@ TEST_CASE("CausalAttention's decode step is DecodeAttention over the window's ke
   for (int w : {0, window}) {
     std::vector<float> got(q.size()), want(q.size());
     std::vector<float> scratch(AttentionScratchFloats(1, start, heads));
-    CausalAttention(q.data(), k.data(), v.data(), got.data(), 1, start, heads, kv_heads,
-                    head_dim, w, scratch.data());
+    CausalAttention(q.data(), k.data(), v.data(), got.data(), 1, start, heads, kv_heads, head_dim,
+                    w, scratch.data());
     const int first = w > 0 ? keys - w : 0;  // the window's first key
     std::vector<float> scores(static_cast<size_t>(heads) * keys);
     DecodeAttention(q.data(), k.data() + static_cast<size_t>(first) * kv_dim,

@@ -198,8 +198,8 @@ TEST_CASE("CausalAttention matches naive attention", "[cpu]") {
   };
   // Multiple query blocks (> 128 queries), decode-style single queries at an offset, GQA
   // groups of 1, 2 and 4, and sliding windows shorter than a block.
-  const Case cases[] = {{7, 0, 4, 4, 8, 0},   {300, 0, 8, 4, 8, 0}, {1, 40, 8, 2, 16, 0},
-                        {5, 20, 4, 1, 8, 0},  {200, 10, 4, 2, 8, 9}, {1, 99, 4, 2, 8, 16},
+  const Case cases[] = {{7, 0, 4, 4, 8, 0},    {300, 0, 8, 4, 8, 0},  {1, 40, 8, 2, 16, 0},
+                        {5, 20, 4, 1, 8, 0},   {200, 10, 4, 2, 8, 9}, {1, 99, 4, 2, 8, 16},
                         {130, 0, 2, 1, 4, 130}};
   for (const Case& c : cases) {
     const int total = c.start + c.tokens;
@@ -208,8 +208,8 @@ TEST_CASE("CausalAttention matches naive attention", "[cpu]") {
     auto v = Random(total * c.kv_heads * c.hd, 10);
     std::vector<float> out(q.size());
     std::vector<float> scratch(scd::cpu::AttentionScratchFloats(c.tokens, c.start, c.heads));
-    scd::cpu::CausalAttention(q.data(), k.data(), v.data(), out.data(), c.tokens, c.start,
-                              c.heads, c.kv_heads, c.hd, c.window, scratch.data());
+    scd::cpu::CausalAttention(q.data(), k.data(), v.data(), out.data(), c.tokens, c.start, c.heads,
+                              c.kv_heads, c.hd, c.window, scratch.data());
     auto ref = NaiveAttention(q, k, v, c.tokens, c.start, c.heads, c.kv_heads, c.hd, c.window);
     INFO("tokens=" << c.tokens << " start=" << c.start << " window=" << c.window);
     CHECK(MaxAbsDiff(out, ref) < 1e-5);

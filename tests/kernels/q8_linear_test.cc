@@ -197,7 +197,8 @@ TEST_CASE("Q8LinearMany gives each product Q8Linear's bits, decode rows or not",
     // Matrices of different widths are run apart: each reads x as [m, its own columns].
     std::vector<float> y_first(static_cast<size_t>(m) * rows[0], -1.0f);
     std::vector<float> y_other(static_cast<size_t>(m) * 9, -1.0f);
-    const Q8Product mixed[] = {{&ws[0], nullptr, y_first.data()}, {&other, nullptr, y_other.data()}};
+    const Q8Product mixed[] = {{&ws[0], nullptr, y_first.data()},
+                               {&other, nullptr, y_other.data()}};
     Q8LinearMany(x.data(), mixed, 2, m);
     CHECK(y_first == Run(x, ws[0], nullptr, m));
     const std::vector<float> x64(x.begin(), x.begin() + static_cast<size_t>(m) * 64);

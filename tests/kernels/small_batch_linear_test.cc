@@ -51,7 +51,8 @@ void Reference(const std::vector<float>& x, const std::vector<float>& w, int m, 
     for (int j = 0; j < n; ++j) {
       double s = 0, a = 0;
       for (int i = 0; i < k; ++i) {
-        const double p = double(x[static_cast<size_t>(r) * k + i]) * w[static_cast<size_t>(j) * k + i];
+        const double p =
+            double(x[static_cast<size_t>(r) * k + i]) * w[static_cast<size_t>(j) * k + i];
         s += p;
         a += std::abs(p);
       }
@@ -67,7 +68,7 @@ struct Shape {
 
 // k: 1, below one vector, one past it, a 16-float vector and one, d_model - 1, a huge row.
 // n: a single W row, fewer W rows than a register block, odd counts past one.
-constexpr Shape kShapes[] = {{1, 1},  {3, 7},   {5, 9},    {1, 33},  {33, 33},
+constexpr Shape kShapes[] = {{1, 1},  {3, 7},   {5, 9},       {1, 33},     {33, 33},
                              {7, 17}, {9, 767}, {2, 1 << 16}, {1, 1 << 16}};
 
 TEST_CASE("SmallBatchLinear is exact on integer data in every variant and shape", "[cpu]") {
@@ -119,7 +120,8 @@ TEST_CASE("SmallBatchLinear gives a row the same bits alone, in any batch, on an
   // n = 1001 W rows of k = 1029 (128 vectors of 8 and a tail of 5): about 4 MB, many tasks,
   // an odd last W row. 16 input rows: four blocks of four, and smaller last blocks below.
   const int n = 1001, k = 1029, most = kSmallBatchMaxRows;
-  const auto w = Normal(static_cast<size_t>(n) * k, 5), x = Normal(static_cast<size_t>(most) * k, 6);
+  const auto w = Normal(static_cast<size_t>(n) * k, 5),
+             x = Normal(static_cast<size_t>(most) * k, 6);
   for (CpuIsa isa : RunnableIsas()) {
     SetActiveIsa(isa);
     std::vector<float> all(static_cast<size_t>(most) * n);
@@ -128,8 +130,8 @@ TEST_CASE("SmallBatchLinear gives a row the same bits alone, in any batch, on an
       for (int first : {0, most - m}) {  // other neighbours, other places in a block
         for (int threads : {1, 2, 4}) {
           std::vector<float> y(static_cast<size_t>(m) * n);
-          SmallBatchLinear(x.data() + static_cast<size_t>(first) * k, w.data(), y.data(), m, n,
-                           k, threads);
+          SmallBatchLinear(x.data() + static_cast<size_t>(first) * k, w.data(), y.data(), m, n, k,
+                           threads);
           INFO(IsaName(isa) << ": rows [" << first << ", " << first + m << "), threads "
                             << threads);
           REQUIRE(std::equal(y.begin(), y.end(), all.begin() + static_cast<size_t>(first) * n));
@@ -154,7 +156,7 @@ TEST_CASE("SmallBatchLinear's scalar twin and vector variants agree", "[cpu]") {
     SmallBatchLinear(x.data(), w.data(), y.data(), 16, n, k);
     INFO(IsaName(isa));
     if (isa == CpuIsa::kAvx2) CHECK(y == scalar);  // the same order of sums, bit for bit
-    for (size_t i = 0; i < y.size(); ++i) {  // AVX-512 groups 16 lanes: rounding apart
+    for (size_t i = 0; i < y.size(); ++i) {        // AVX-512 groups 16 lanes: rounding apart
       REQUIRE(std::abs(y[i] - scalar[i]) <= 1e-5 * scale[i]);
     }
   }
@@ -180,7 +182,8 @@ TEST_CASE("Linear sends 1 to 16 rows of any matrix to SmallBatchLinear, bias add
 TEST_CASE("Linear with SmallBatchLinear switched off still computes the product", "[cpu]") {
   // The OpenBLAS path benchmarks compare against: sgemv per row up to 4 rows, then sgemm.
   const int n = 45, k = 70;
-  const auto w = Normal(static_cast<size_t>(n) * k, 12), x = Normal(static_cast<size_t>(16) * k, 13);
+  const auto w = Normal(static_cast<size_t>(n) * k, 12),
+             x = Normal(static_cast<size_t>(16) * k, 13);
   std::vector<double> want, scale;
   Reference(x, w, 16, n, k, &want, &scale);
   SetSmallBatchLinearEnabled(false);

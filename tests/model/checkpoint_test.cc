@@ -9,8 +9,8 @@
 #include "common/base/file_io.h"
 #include "common/base/float16.h"
 #include "common/model/weight_layout.h"
-#include "tests/model/tiny_config.h"
 #include "tests/model/model_dirs.h"
+#include "tests/model/tiny_config.h"
 #include "tests/test_support.h"
 
 namespace scd {

@@ -16,8 +16,8 @@
 #include "common/model/checkpoint.h"
 #include "common/model/weight_buffer.h"
 #include "common/model/weight_layout.h"
-#include "tests/model/tiny_config.h"
 #include "tests/model/model_dirs.h"
+#include "tests/model/tiny_config.h"
 #include "tests/test_support.h"
 
 namespace scd {

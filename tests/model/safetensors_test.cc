@@ -198,7 +198,8 @@ TEST_CASE("Truncated copies of a valid file are errors naming the file", "[cpu]"
     CHECK(absl::IsDataLoss(status));
   }
   // Cutting into the data region names the tensor that runs past the end.
-  CHECK(testing::StatusHas(OpenError(dir, "cut_last", bytes.substr(0, bytes.size() - 1)), "tensor 'b'"));
+  CHECK(testing::StatusHas(OpenError(dir, "cut_last", bytes.substr(0, bytes.size() - 1)),
+                           "tensor 'b'"));
 }
 
 TEST_CASE("Corrupt headers are errors naming the file and tensor", "[cpu]") {
@@ -207,9 +208,11 @@ TEST_CASE("Corrupt headers are errors naming the file and tensor", "[cpu]") {
   std::string huge(8, '\xff');
   huge += "{}";
   CHECK(testing::StatusHas(OpenError(dir, "huge_len", huge), "header length"));
-  CHECK(testing::StatusHas(OpenError(dir, "garbage", RawFile("{\"a\": [1, 2", data)), "not valid JSON"));
-  CHECK(testing::StatusHas(OpenError(dir, "binary", RawFile(std::string("\x00\x01\x02\x03", 4), data)),
-                 "not valid JSON"));
+  CHECK(testing::StatusHas(OpenError(dir, "garbage", RawFile("{\"a\": [1, 2", data)),
+                           "not valid JSON"));
+  CHECK(testing::StatusHas(
+      OpenError(dir, "binary", RawFile(std::string("\x00\x01\x02\x03", 4), data)),
+      "not valid JSON"));
   CHECK(testing::StatusHas(OpenError(dir, "empty_header", RawFile("", data)), "not valid JSON"));
   CHECK(testing::StatusHas(OpenError(dir, "array", RawFile("[1,2]", data)), "not a JSON object"));
 

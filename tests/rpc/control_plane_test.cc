@@ -270,8 +270,7 @@ class CancellingControlPlane final : public scd::v1::ControlPlane::Service {
   ControlPlaneService* const inner_;
 };
 
-TEST_CASE("A heartbeat the server cancels is a failure to recover from, not a shutdown",
-          "[cpu]") {
+TEST_CASE("A heartbeat the server cancels is a failure to recover from, not a shutdown", "[cpu]") {
   // A prefill daemon that restarts cancels the heartbeat it is serving. The client once took
   // that CANCELLED for its own Shutdown and stopped heartbeating for good.
   absl::StatusOr<std::unique_ptr<DecodeRegistry>> registry =

@@ -1,14 +1,14 @@
 // The etcd registry against a real etcd (Debian's etcd-server) on loopback: the client's
 // calls, lease-bound announcements, the prefill side's membership (admission by token and
 // pair digest), endpoint failover and etcd auth.
-#include <catch2/catch.hpp>
+#include "common/rpc/etcd_registry.h"
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
 
 #include "common/base/file_io.h"
 #include "common/rpc/etcd_client.h"
-#include "common/rpc/etcd_registry.h"
 #include "common/tools/cluster/etcd_cluster.h"
 #include "nlohmann/json.hpp"
 #include "tests/rpc/rpc_test_support.h"
@@ -102,9 +102,11 @@ TEST_CASE("announcements carry a MAC of the cluster token", "[cpu]") {
   bad_rate["rebuild_seconds_per_token"] = {{"scd", -1}};
   absl::StatusOr<DecodeAnnouncement> refused = ParseDecodeAnnouncement(bad_rate.dump(), "secret");
   CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("rebuild_seconds_per_token.scd"));
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Contains("rebuild_seconds_per_token.scd"));
   CHECK(ParseDecodeAnnouncement(v, "other").status().code() == absl::StatusCode::kPermissionDenied);
-  CHECK(ParseDecodeAnnouncement("{", "secret").status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(ParseDecodeAnnouncement("{", "secret").status().code() ==
+        absl::StatusCode::kInvalidArgument);
   std::string forged = v;
   forged.replace(forged.find("7101"), 4, "9999");  // another address, same MAC
   CHECK(ParseDecodeAnnouncement(forged, "secret").status().code() ==
@@ -125,12 +127,13 @@ TEST_CASE("the etcd client puts, reads, watches and leases keys", "[cpu][etcd]")
   std::vector<EtcdEvent> seen;
   EtcdWatchCancel cancel;
   std::thread watcher([&] {
-    absl::Status st = client->Watch("/t/", range->revision + 1,
-                                    [&](const std::vector<EtcdEvent>& events) {
-                                      for (const EtcdEvent& e : events) seen.push_back(e);
-                                      if (seen.size() >= 2) cancel.Cancel();
-                                    },
-                                    &cancel);
+    absl::Status st = client->Watch(
+        "/t/", range->revision + 1,
+        [&](const std::vector<EtcdEvent>& events) {
+          for (const EtcdEvent& e : events) seen.push_back(e);
+          if (seen.size() >= 2) cancel.Cancel();
+        },
+        &cancel);
     CHECK(st.code() == absl::StatusCode::kCancelled);
   });
   absl::StatusOr<int64_t> lease = client->Grant(absl::Seconds(2));
@@ -177,10 +180,14 @@ TEST_CASE("membership admits announced decode daemons and refuses the rest", "[c
   testing::StderrCapture captured;  // the refusals' log lines
   DecodeInstanceInfo wrong_digest = Instance("wrong-digest");
   wrong_digest.pair_digest = std::string(64, 'b');
-  REQUIRE(client->Put(EtcdDecodeKey("/scd", "babi", "wrong-digest"),
-                      EncodeDecodeAnnouncement(wrong_digest, {}, "secret")).ok());
-  REQUIRE(client->Put(EtcdDecodeKey("/scd", "babi", "wrong-token"),
-                      EncodeDecodeAnnouncement(Instance("wrong-token"), {}, "guess")).ok());
+  REQUIRE(client
+              ->Put(EtcdDecodeKey("/scd", "babi", "wrong-digest"),
+                    EncodeDecodeAnnouncement(wrong_digest, {}, "secret"))
+              .ok());
+  REQUIRE(client
+              ->Put(EtcdDecodeKey("/scd", "babi", "wrong-token"),
+                    EncodeDecodeAnnouncement(Instance("wrong-token"), {}, "guess"))
+              .ok());
   REQUIRE(client->Put(EtcdDecodeKey("/scd", "babi", "junk"), "not json").ok());
   REQUIRE(Eventually([&] {
     auto r = membership.rejected();
@@ -231,9 +238,9 @@ TEST_CASE("a killed etcd member costs the client one try on another endpoint",
   CHECK(range->kvs.size() == 2);
 }
 
-TEST_CASE("etcd auth: the right password writes, a wrong one is refused clearly",
-          "[cpu][etcd]") {
-  if (!scd::testing::CommandExists("etcdctl")) FAIL("etcdctl not found: run scripts/setup.sh (etcd-client)");
+TEST_CASE("etcd auth: the right password writes, a wrong one is refused clearly", "[cpu][etcd]") {
+  if (!scd::testing::CommandExists("etcdctl"))
+    FAIL("etcdctl not found: run scripts/setup.sh (etcd-client)");
   auto etcd = StartEtcd(1);
   const std::string ctl = "ETCDCTL_API=3 etcdctl --endpoints=" + etcd->endpoints() + " ";
   for (const std::string& cmd :

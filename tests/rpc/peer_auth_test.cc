@@ -37,7 +37,7 @@ std::string MakeCa() {
 }
 
 absl::Status TryRegisterMtls(const std::string& address, const ChannelOptions& channel,
-                         const std::string& token = kToken) {
+                             const std::string& token = kToken) {
   ControlPlaneClientOptions options;
   options.target = address;
   options.channel = channel;

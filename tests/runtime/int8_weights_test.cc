@@ -1,8 +1,9 @@
 // The CPU backend with int8 weights (weights.dtype int8) against the same model in F32: the
-// TinyStories dev NLL within 1% (through prefill and through decode steps), greedy continuations of the golden prompts, the SCD hooks
-// (H_in, pre-RoPE K, V) close to F32's, and a row's result the same alone or in a batch.
-#include <catch2/catch.hpp>
+// TinyStories dev NLL within 1% (through prefill and through decode steps), greedy continuations of
+// the golden prompts, the SCD hooks (H_in, pre-RoPE K, V) close to F32's, and a row's result the
+// same alone or in a batch.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -99,7 +100,8 @@ double DecodeNll(Backend& backend, const Tokenizer& tok, int stories) {
     auto seq = backend.NewSequence(static_cast<int>(ids.size()));
     REQUIRE(seq.ok());
     PrefillResult first;
-    REQUIRE(backend.Prefill(**seq, absl::MakeConstSpan(ids.data(), 1), PrefillOptions{}, &first).ok());
+    REQUIRE(
+        backend.Prefill(**seq, absl::MakeConstSpan(ids.data(), 1), PrefillOptions{}, &first).ok());
     std::vector<float> logits = first.logits;
     Sequence* seqs[] = {seq->get()};
     for (size_t i = 1; i < ids.size(); ++i, ++count) {

@@ -1,8 +1,8 @@
 // The held-back split: one consumer holds back the last passages of its domain; several
 // consumers each hold back their own (none twice), and every passage held by none trains.
-#include <catch2/catch.hpp>
-
 #include "common/scd/calibration_corpus.h"
+
+#include <catch2/catch.hpp>
 
 namespace scd {
 namespace {

@@ -3,12 +3,13 @@
 // oracle within their quantisation error; on the fine-tuned pair, calibrated SCD moves the
 // consumer measurably closer to its oracle than raw reuse; the pair handshake refuses
 // payloads and artifacts made for other models.
+#include "common/scd/codec.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 
 #include "common/runtime/generate.h"
 #include "common/scd/calibration.h"
-#include "common/scd/codec.h"
 #include "tests/scd/scd_fixtures.h"
 #include "tests/test_support.h"
 
@@ -66,9 +67,12 @@ TEST_CASE("Calibrated SCD beats raw reuse on the fine-tuned pair; handshakes hol
   auto enc = ProducerCodec::Create(producer_model, consumer_model->digest(), shared).value();
   PrefillResult states;
   auto seq = producer->NewSequence(128).value();
-  REQUIRE(producer->Prefill(*seq, held[0], ProducerPrefillOptions(CodecMode::kRecompute), &states).ok());
-  const size_t raw_bytes = SerializePayload(enc->Encode(CodecMode::kRaw, held[0], states).value()).size();
-  const size_t scd_bytes = SerializePayload(enc->Encode(CodecMode::kScd, held[0], states).value()).size();
+  REQUIRE(producer->Prefill(*seq, held[0], ProducerPrefillOptions(CodecMode::kRecompute), &states)
+              .ok());
+  const size_t raw_bytes =
+      SerializePayload(enc->Encode(CodecMode::kRaw, held[0], states).value()).size();
+  const size_t scd_bytes =
+      SerializePayload(enc->Encode(CodecMode::kScd, held[0], states).value()).size();
   CHECK(scd_bytes < 0.4 * raw_bytes);
 
   // Handshakes: another consumer refuses the artifact and the pair's payloads.

@@ -19,9 +19,9 @@ TEST_CASE("Evaluator rows are consistent with independent generation", "[cpu][sl
   auto cm = testing::Load("models/stories260K-babi-qa");
   auto producer = testing::Cpu(pm);
   auto consumer = testing::Cpu(cm);
-  auto artifact =
-      std::make_shared<const ScdArtifact>(testing::QuickArtifact(*producer, *consumer));
-  auto tokenizer = Tokenizer::FromFile(testing::SharedPath("models/stories260K-babi-qa/tokenizer.json"));
+  auto artifact = std::make_shared<const ScdArtifact>(testing::QuickArtifact(*producer, *consumer));
+  auto tokenizer =
+      Tokenizer::FromFile(testing::SharedPath("models/stories260K-babi-qa/tokenizer.json"));
   REQUIRE(tokenizer.ok());
   auto ev = Evaluator::Create(*producer, *consumer, artifact, **tokenizer);
   REQUIRE(ev.ok());

@@ -120,8 +120,15 @@ TEST_CASE("Artifacts round-trip through disk and check their pair", "[cpu]") {
   a.reuse = {{code(4, 2, 4), code(4, 3, 4)}, {code(4, 2, 4), code(4, 3, 4)}};
   PatchLayer pl;
   pl.code = code(6, 2, 6);
-  pl.aligner = {2, 5, 6, testing::Gaussian(12, rng), testing::Gaussian(6, rng), testing::Gaussian(10, rng), testing::Gaussian(5, rng),
-                testing::Gaussian(30, rng), testing::Gaussian(6, rng)};
+  pl.aligner = {2,
+                5,
+                6,
+                testing::Gaussian(12, rng),
+                testing::Gaussian(6, rng),
+                testing::Gaussian(10, rng),
+                testing::Gaussian(5, rng),
+                testing::Gaussian(30, rng),
+                testing::Gaussian(6, rng)};
   a.patches[1] = pl;
   a.patch_order = {1};
   a.patch_budget = 1;

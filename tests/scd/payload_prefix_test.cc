@@ -51,7 +51,8 @@ TEST_CASE("PayloadPrefix keeps the first rows of every block", "[cpu]") {
                          : (e == Encoding::kValueInt4)                    ? 0.15
                                                                           : 0.01;
       double worst = 0;
-      for (int i = 0; i < n * c; ++i) worst = std::max(worst, static_cast<double>(std::fabs((*cut)[i] - (*full)[i])));
+      for (int i = 0; i < n * c; ++i)
+        worst = std::max(worst, static_cast<double>(std::fabs((*cut)[i] - (*full)[i])));
       INFO("block " << b << " n " << n);
       CHECK(worst <= tol);
     }

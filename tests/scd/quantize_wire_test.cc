@@ -38,8 +38,8 @@ TEST_CASE("Quantisers stay within half a step of their group's range", "[cpu]") 
   const int rows = 37, cols = 24, group = 8;
   auto x = Random(rows * cols, 1, 2.0f);
   x[5] = 40.0f;  // an outlier channel value, as keys have
-  for (Encoding e : {Encoding::kKeyInt8, Encoding::kKeyInt4, Encoding::kValueInt8,
-                     Encoding::kValueInt4}) {
+  for (Encoding e :
+       {Encoding::kKeyInt8, Encoding::kKeyInt4, Encoding::kValueInt8, Encoding::kValueInt4}) {
     INFO(std::string(EncodingName(e)));
     const auto y = RoundTrip(e, x, rows, cols, group);
     const bool key = e == Encoding::kKeyInt8 || e == Encoding::kKeyInt4;
@@ -63,14 +63,16 @@ TEST_CASE("Quantisers stay within half a step of their group's range", "[cpu]") 
         }
         const float step = (hi - lo) / levels;
         // Half a step plus F16 rounding of scale and zero.
-        CHECK(std::abs(y[r * cols + c] - x[r * cols + c]) <= 0.5f * step + 2e-3f * (std::abs(hi) + std::abs(lo)) + 1e-6f);
+        CHECK(std::abs(y[r * cols + c] - x[r * cols + c]) <=
+              0.5f * step + 2e-3f * (std::abs(hi) + std::abs(lo)) + 1e-6f);
       }
   }
   const auto y8 = RoundTrip(Encoding::kInt8Row, x, rows, cols, 0);
   for (int r = 0; r < rows; ++r) {
     float m = 0;
     for (int c = 0; c < cols; ++c) m = std::max(m, std::abs(x[r * cols + c]));
-    for (int c = 0; c < cols; ++c) CHECK(std::abs(y8[r * cols + c] - x[r * cols + c]) <= m / 127 * 0.51f + 1e-3f * m);
+    for (int c = 0; c < cols; ++c)
+      CHECK(std::abs(y8[r * cols + c] - x[r * cols + c]) <= m / 127 * 0.51f + 1e-3f * m);
   }
   const auto y16 = RoundTrip(Encoding::kF16, x, rows, cols, 0);
   for (size_t i = 0; i < x.size(); ++i) CHECK(std::abs(y16[i] - x[i]) <= std::abs(x[i]) * 1e-3f);

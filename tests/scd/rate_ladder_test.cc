@@ -2,13 +2,14 @@
 // the ladder's rungs, calibration's quality record (saved and loaded with the artifact), and
 // payloads at a rung: the header names it, its blocks carry the rung's ranks and patches, the
 // consumer rebuilds it, and refuses a rung its artifact lacks.
+#include "common/scd/rate_ladder.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
 
 #include "common/scd/calibration.h"
 #include "common/scd/codec.h"
-#include "common/scd/rate_ladder.h"
 #include "common/scd/reduced_rank.h"
 #include "tests/scd/scd_fixtures.h"
 #include "tests/test_support.h"
@@ -31,7 +32,8 @@ CrossMoments CorrelatedMoments(int p, int q, int rows, std::vector<float>* x_out
     for (int i = 0; i < p; ++i) x[static_cast<size_t>(r) * p + i] = n(rng) / (1.0f + i) + 0.3f;
     for (int j = 0; j < q; ++j) {
       float s = 0.1f * n(rng);
-      for (int i = 0; i < p; ++i) s += x[static_cast<size_t>(r) * p + i] * w[static_cast<size_t>(i) * q + j];
+      for (int i = 0; i < p; ++i)
+        s += x[static_cast<size_t>(r) * p + i] * w[static_cast<size_t>(i) * q + j];
       y[static_cast<size_t>(r) * q + j] = s;
     }
   }
@@ -74,8 +76,7 @@ TEST_CASE("A rank-r REUSE code truncated to r' is the rank-r' fit", "[cpu]") {
   CHECK(z_all == z_default);
 }
 
-TEST_CASE("The ladder: the artifact's point first, then smaller ranks and fewer patches",
-          "[cpu]") {
+TEST_CASE("The ladder: the artifact's point first, then smaller ranks and fewer patches", "[cpu]") {
   const std::vector<Rung> ladder = RateLadder(16, 24, 3);
   REQUIRE(ladder.size() == 16);
   CHECK(ladder[0] == Rung{16, 24, 3});

@@ -63,7 +63,8 @@ inline CalibrationOptions QuickOptions() {
 
 // A small but real calibration of producer → consumer (QuickOptions).
 inline ScdArtifact QuickArtifact(Backend& producer, Backend& consumer) {
-  auto artifact = Calibrate(producer, consumer, SampledPassages(producer, 60, 96, 7), QuickOptions());
+  auto artifact =
+      Calibrate(producer, consumer, SampledPassages(producer, 60, 96, 7), QuickOptions());
   INFO(artifact.status());
   REQUIRE(artifact.ok());
   return std::move(artifact).value();

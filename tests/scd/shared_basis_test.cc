@@ -2,13 +2,13 @@
 // regression; with two, one encoder serves both, each decoder is least squares on its codes
 // (its reported error is the measured one), the codes nest, and the fit refuses statistics
 // taken over different producer states.
-#include <catch2/catch.hpp>
+#include "common/scd/shared_basis.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
 
 #include "common/scd/reduced_rank.h"
-#include "common/scd/shared_basis.h"
 #include "tests/scd/gaussian.h"
 
 namespace scd {
@@ -16,7 +16,7 @@ namespace {
 
 // y = x A + noise + offset, A [p, q] of rank `rank`.
 std::vector<float> PlantedTarget(const std::vector<float>& x, int n, int p, int q, int rank,
-                          std::mt19937& rng, float offset, float noise) {
+                                 std::mt19937& rng, float offset, float noise) {
   const std::vector<float> u = testing::Gaussian(static_cast<size_t>(p) * rank, rng);
   const std::vector<float> v = testing::Gaussian(static_cast<size_t>(rank) * q, rng);
   std::vector<float> y = testing::Gaussian(static_cast<size_t>(n) * q, rng, noise);
@@ -31,8 +31,8 @@ std::vector<float> PlantedTarget(const std::vector<float>& x, int n, int p, int 
 }
 
 // ‖ŷ − y‖² / ‖y − ȳ‖² of `code` at rank r' on the data.
-double CodeError(const LinearCode& code, const std::vector<float>& x,
-                     const std::vector<float>& y, int n, int use_rank = -1) {
+double CodeError(const LinearCode& code, const std::vector<float>& x, const std::vector<float>& y,
+                 int n, int use_rank = -1) {
   const int r = use_rank < 0 ? code.rank : use_rank, q = code.out_dim;
   std::vector<float> z(static_cast<size_t>(n) * r), yh(static_cast<size_t>(n) * q);
   code.Encode(x.data(), n, z.data(), r);
@@ -160,8 +160,7 @@ TEST_CASE("A shared basis refuses statistics of other producer states", "[cpu]")
   auto mixed = FitSharedEncoder({&a, &b}, 2, 1e-9, SharedBasisKind::kStackedRrr);
   REQUIRE_FALSE(mixed.ok());
   CHECK(mixed.status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK_THAT(std::string(mixed.status().message()),
-             Catch::Contains("same producer and passages"));
+  CHECK_THAT(std::string(mixed.status().message()), Catch::Contains("same producer and passages"));
   CHECK_FALSE(FitSharedEncoder({}, 2, 1e-9, SharedBasisKind::kPca).ok());
   CHECK_FALSE(FitSharedEncoder({&a}, 7, 1e-9, SharedBasisKind::kPca).ok());
   auto basis = FitSharedEncoder({&a}, 2, 1e-9, SharedBasisKind::kPca);

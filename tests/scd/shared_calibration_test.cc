@@ -6,9 +6,10 @@
 // and each reads back as its standalone artifact; a consumer added later leaves the basis's
 // bytes, and the payloads made before, as they were; with one consumer the stacked basis fits
 // as well as the pair's own calibration.
-#include <catch2/catch.hpp>
+#include "common/scd/shared_calibration.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -17,7 +18,6 @@
 #include "common/model/safetensors.h"
 #include "common/scd/codec.h"
 #include "common/scd/shared_artifact.h"
-#include "common/scd/shared_calibration.h"
 #include "tests/scd/scd_fixtures.h"
 
 namespace scd {
@@ -134,9 +134,10 @@ TEST_CASE("One shared basis: both specialists' payloads are the same bytes", "[c
   // or on a pair's own code; sections that cannot share one payload.
   Payload short_of = both_layers;
   const int gone = a.patch_order[0];
-  short_of.blocks.erase(std::remove_if(short_of.blocks.begin(), short_of.blocks.end(),
-                                       [gone](const PayloadBlock& blk) { return blk.layer == gone; }),
-                        short_of.blocks.end());
+  short_of.blocks.erase(
+      std::remove_if(short_of.blocks.begin(), short_of.blocks.end(),
+                     [gone](const PayloadBlock& blk) { return blk.layer == gone; }),
+      short_of.blocks.end());
   auto seq = babi_backend->NewSequence(128).value();
   absl::Status lacks = dec_a->Rebuild(short_of, *babi_backend, *seq);
   CHECK(lacks.code() == absl::StatusCode::kInvalidArgument);
@@ -252,7 +253,8 @@ TEST_CASE("One shared basis: both specialists' payloads are the same bytes", "[c
   // The payload made before the extension still decodes, into the same KV, with the
   // extended file's section.
   auto dec_three = ConsumerCodec::Create(
-      babi, base->digest(), std::make_shared<const ScdArtifact>(*three->ForConsumer(babi->digest())))
+                       babi, base->digest(),
+                       std::make_shared<const ScdArtifact>(*three->ForConsumer(babi->digest())))
                        .value();
   CHECK(kv_of(*dec_three, *babi_backend, both_layers).k_pre_rope ==
         kv_of(*dec_a, *babi_backend, both_layers).k_pre_rope);

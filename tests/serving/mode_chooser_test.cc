@@ -1,9 +1,10 @@
 // ChooseMode on synthetic costs: the expected mode at each corner (a short context on a fast
 // link, a long one on a slow link, a warm prefix cache, a busy producer, a busy consumer),
 // never a candidate below the floor, and the prediction's arithmetic.
+#include "common/serving/mode_chooser.h"
+
 #include <catch2/catch.hpp>
 
-#include "common/serving/mode_chooser.h"
 #include "tests/test_support.h"
 
 namespace scd {
@@ -12,10 +13,10 @@ namespace {
 // Shaped like the bundled pair's record: raw large and below a 0.95 floor, scd's rungs
 // smaller and above it down to rung 2, recompute in between.
 std::vector<ModeCandidate> Candidates() {
-  return {{CodecMode::kOracle, 0, 1.0, 4},     {CodecMode::kRaw, 0, 0.90, 650},
-          {CodecMode::kQuant8, 0, 0.90, 370},  {CodecMode::kRecompute, 0, 0.96, 390},
-          {CodecMode::kScd, 0, 0.975, 200},    {CodecMode::kScd, 1, 0.97, 150},
-          {CodecMode::kScd, 2, 0.955, 110},    {CodecMode::kScd, 3, 0.90, 70}};
+  return {{CodecMode::kOracle, 0, 1.0, 4},    {CodecMode::kRaw, 0, 0.90, 650},
+          {CodecMode::kQuant8, 0, 0.90, 370}, {CodecMode::kRecompute, 0, 0.96, 390},
+          {CodecMode::kScd, 0, 0.975, 200},   {CodecMode::kScd, 1, 0.97, 150},
+          {CodecMode::kScd, 2, 0.955, 110},   {CodecMode::kScd, 3, 0.90, 70}};
 }
 
 // Rates of a small model on a CPU: prefill 60 µs a token on either side, cheap encodes,
@@ -24,10 +25,14 @@ StageRates Rates(double gbit_per_s) {
   StageRates r;
   r.producer_prefill = 60e-6;
   r.consumer_prefill = 60e-6;
-  r.encode = {{CodecMode::kRaw, 1e-6}, {CodecMode::kQuant8, 2e-6},
-              {CodecMode::kRecompute, 1e-6}, {CodecMode::kScd, 4e-6}};
-  r.rebuild = {{CodecMode::kRaw, 2e-6}, {CodecMode::kQuant8, 3e-6},
-               {CodecMode::kRecompute, 30e-6}, {CodecMode::kScd, 8e-6}};
+  r.encode = {{CodecMode::kRaw, 1e-6},
+              {CodecMode::kQuant8, 2e-6},
+              {CodecMode::kRecompute, 1e-6},
+              {CodecMode::kScd, 4e-6}};
+  r.rebuild = {{CodecMode::kRaw, 2e-6},
+               {CodecMode::kQuant8, 3e-6},
+               {CodecMode::kRecompute, 30e-6},
+               {CodecMode::kScd, 8e-6}};
   r.link_bytes_per_second = gbit_per_s * 1e9 / 8;
   return r;
 }
@@ -192,8 +197,7 @@ TEST_CASE("No candidate below the floor is ever chosen", "[cpu]") {
   CHECK(c.predictions.size() == no_oracle.size());
 }
 
-TEST_CASE("Candidates come from the quality record; bad floors and shapes are refused",
-          "[cpu]") {
+TEST_CASE("Candidates come from the quality record; bad floors and shapes are refused", "[cpu]") {
   const std::vector<QualityRecord> record = {{"oracle", 0, 0, 1, 4.1},
                                              {"raw", 0, 0.08, 0.7, 650},
                                              {"future-mode", 0, 0, 1, 1},

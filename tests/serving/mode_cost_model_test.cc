@@ -1,11 +1,11 @@
 // ModeCostModel's fits: an affine stage cost recovered from its samples, seeds before any,
 // the mean rate while sizes barely differ, a link that slows down followed within a few
 // transfers, and samples that are no times ignored.
+#include "common/serving/mode_cost_model.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
-
-#include "common/serving/mode_cost_model.h"
 
 namespace scd {
 namespace {

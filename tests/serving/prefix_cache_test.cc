@@ -68,8 +68,9 @@ TEST_CASE("Prefix cache evicts least recently used entries under its byte cap", 
   };
   insert(10);
   insert(20);
-  REQUIRE(static_cast<bool>(cache.Lookup("p", 0, std::vector<int32_t>{10, 2, 3, 4, 5})));  // 10 is fresh
-  insert(30);  // evicts 20
+  REQUIRE(static_cast<bool>(
+      cache.Lookup("p", 0, std::vector<int32_t>{10, 2, 3, 4, 5})));  // 10 is fresh
+  insert(30);                                                        // evicts 20
   CHECK(!cache.Lookup("p", 0, std::vector<int32_t>{20, 2, 3, 4, 5}));
   CHECK(static_cast<bool>(cache.Lookup("p", 0, std::vector<int32_t>{10, 2, 3, 4, 5})));
   CHECK(static_cast<bool>(cache.Lookup("p", 0, std::vector<int32_t>{30, 2, 3, 4, 5})));

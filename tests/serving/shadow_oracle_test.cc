@@ -258,8 +258,8 @@ TEST_CASE("A shadow sample past its budget is dropped and counted", "[cpu]") {
   auto engine = f.Engine(o);
   testing::DecodeEventCollector events;
   for (uint64_t id = 1; id <= 3; ++id) {
-    REQUIRE(engine->Submit(RawPromptJob(f, id, 50, static_cast<int>(id), 2, 3), events.For(id))
-                .ok());
+    REQUIRE(
+        engine->Submit(RawPromptJob(f, id, 50, static_cast<int>(id), 2, 3), events.For(id)).ok());
     events.WaitFor(id);
   }
   log.WaitForSamples(1);

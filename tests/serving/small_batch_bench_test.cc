@@ -2,12 +2,12 @@
 // benchmark's batched decode (common/tools/bench/runtime_bench.h), at toy sizes: every way of every
 // matrix and row count is timed, cpu::Linear's answer agrees with the three ways' dispatch, and the
 // reports carry the figures. Timings are only reported, never asserted (this machine is noisy).
+#include "common/tools/bench/small_batch_bench.h"
+
 #include <catch2/catch.hpp>
 
 #include "absl/strings/str_format.h"
-
 #include "common/tools/bench/runtime_bench.h"
-#include "common/tools/bench/small_batch_bench.h"
 #include "kernels/cpu/small_batch_linear.h"
 
 namespace scd::bench {

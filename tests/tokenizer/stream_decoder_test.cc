@@ -87,7 +87,8 @@ TEST_CASE("stream: the leading-space rule applies once per stream", "[cpu]") {
   // Flush starts a new stream: the rule applies again.
   CHECK(stream.Push(291) == "The");
   // Special tokens kept on request.
-  CHECK(StreamPieces(*tok, {1, 291}, /*skip=*/false) == std::vector<std::string>{"<s>", " The", ""});
+  CHECK(StreamPieces(*tok, {1, 291}, /*skip=*/false) ==
+        std::vector<std::string>{"<s>", " The", ""});
 }
 
 TEST_CASE("stream: byte-level emoji split across tokens", "[cpu]") {
@@ -151,7 +152,8 @@ class ByteTokenizer final : public Tokenizer {
 
 TEST_CASE("stream: default DecodeStream for other Tokenizer implementations", "[cpu]") {
   ByteTokenizer tok;
-  CHECK(StreamPieces(tok, {0xE6, 0x97, 0xA5}) == std::vector<std::string>{"", "", "\xE6\x97\xA5", ""});
+  CHECK(StreamPieces(tok, {0xE6, 0x97, 0xA5}) ==
+        std::vector<std::string>{"", "", "\xE6\x97\xA5", ""});
   CHECK(StreamPieces(tok, {'A', 0xFF, 'B'}) == std::vector<std::string>{"A", "", kFffd + "B", ""});
   CHECK(StreamPieces(tok, {'A', 0xF0, 0x9F}) == std::vector<std::string>{"A", "", "", kFffd});
 }

@@ -3,8 +3,8 @@
 // the BandwidthLimiter's accuracy, and the factory.
 #include "common/transport/frame.h"
 
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <thread>
 #include <vector>
 

@@ -12,8 +12,7 @@ namespace scd::cuda {
 namespace {
 
 // Narrows the concatenation of `parts` to BF16 and copies it into `dst`.
-absl::Status UploadBf16(const std::vector<const WeightBuffer*>& parts,
-                        const DeviceBuffer& dst) {
+absl::Status UploadBf16(const std::vector<const WeightBuffer*>& parts, const DeviceBuffer& dst) {
   std::vector<Bf16> host;
   host.reserve(dst.size() / sizeof(Bf16));
   for (const WeightBuffer* part : parts) {
@@ -25,8 +24,7 @@ absl::Status UploadBf16(const std::vector<const WeightBuffer*>& parts,
   return CopyToDeviceSync(dst.data(), host.data(), dst.size());
 }
 
-absl::Status UploadF32(const std::vector<const WeightBuffer*>& parts,
-                       const DeviceBuffer& dst) {
+absl::Status UploadF32(const std::vector<const WeightBuffer*>& parts, const DeviceBuffer& dst) {
   std::vector<float> host;
   host.reserve(dst.size() / sizeof(float));
   for (const WeightBuffer* part : parts) host.insert(host.end(), part->begin(), part->end());

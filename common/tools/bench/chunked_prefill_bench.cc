@@ -145,13 +145,14 @@ absl::StatusOr<ChunkedPrefillRun> RunOne(const ChunkedPrefillBenchOptions& o, co
   job.suffix = setup.suffix;
   job.max_tokens = 1;
   SCD_RETURN_IF_ERROR(engine->Submit(std::move(job), tl.For(kLongId)));
-  SCD_RETURN_IF_ERROR(tl.WaitUntil([&] { return tl.ended[kLongId]; }, "the long prompt never ended"));
+  SCD_RETURN_IF_ERROR(
+      tl.WaitUntil([&] { return tl.ended[kLongId]; }, "the long prompt never ended"));
   SCD_RETURN_IF_ERROR(tl.long_status);
   // Two more tokens of every stream, so that each gap across the prefill has closed.
   SCD_RETURN_IF_ERROR(tl.WaitUntil(streams_have(warm + 2), "the streams stopped"));
   for (int s = 1; s <= o.streams; ++s) engine->Cancel(static_cast<uint64_t>(s));
-  SCD_RETURN_IF_ERROR(tl.WaitUntil(
-      [&] { return static_cast<int>(tl.ended.size()) == o.streams + 1; }, "cancel"));
+  SCD_RETURN_IF_ERROR(
+      tl.WaitUntil([&] { return static_cast<int>(tl.ended.size()) == o.streams + 1; }, "cancel"));
 
   ChunkedPrefillRun r;
   r.chunk = chunk;
@@ -213,10 +214,11 @@ absl::StatusOr<ChunkedPrefillBenchReport> RunChunkedPrefillBench(
   report.options = options;
   SCD_ASSIGN_OR_RETURN(report.config, BenchShapeConfig(options.shape));
   const int context = report.config.max_position_embeddings;
-  if (options.prompt_tokens >= context || options.stream_prompt + 4 * options.warm_tokens >= context) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "chunked-prefill bench: %d prompt tokens do not fit the context of %d", options.prompt_tokens,
-        context));
+  if (options.prompt_tokens >= context ||
+      options.stream_prompt + 4 * options.warm_tokens >= context) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("chunked-prefill bench: %d prompt tokens do not fit the context of %d",
+                        options.prompt_tokens, context));
   }
   auto progress = [&](const std::string& line) {
     if (options.progress) options.progress(line);

@@ -49,9 +49,9 @@ struct ChunkedPrefillBenchOptions {
 
 struct ChunkedPrefillRun {
   int chunk = 0;
-  double itl_ms = 0;    // median gap between a running stream's tokens before the arrival
-  double stall_ms = 0;  // longest such gap while the long prompt was prefilled
-  double ttft_ms = 0;   // the long request: submission to first token
+  double itl_ms = 0;        // median gap between a running stream's tokens before the arrival
+  double stall_ms = 0;      // longest such gap while the long prompt was prefilled
+  double ttft_ms = 0;       // the long request: submission to first token
   long prefill_chunks = 0;  // the engine's prefills for the long prompt
   long rebuild_chunks = 0;  // and its payload's rebuilds
   // The long request's admission stages (DecodeTimings): its payload's rebuild (an oracle

@@ -44,8 +44,7 @@ absl::StatusOr<ColdStartReport> RunColdStart(const ColdStartOptions& options) {
   r.start_rss_bytes = ProcStatusBytes("VmRSS");
   const auto start = std::chrono::steady_clock::now();
   SCD_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, LoadModel(options.model_dir));
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                       CreateCpuBackend(model, options.dtype));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateCpuBackend(model, options.dtype));
   r.load_seconds = SecondsSince(start);
   r.weight_bytes = CpuBackendWeightBytes(*backend);
   const ModelConfig& c = model->config;
@@ -133,8 +132,10 @@ absl::StatusOr<std::string> RunChild(const std::vector<std::string>& args) {
   std::string out;
   char buf[4096];
   for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) != 0;) {
-    if (n > 0) out.append(buf, static_cast<size_t>(n));
-    else if (errno != EINTR) break;
+    if (n > 0)
+      out.append(buf, static_cast<size_t>(n));
+    else if (errno != EINTR)
+      break;
   }
   close(fds[0]);
   int status = 0;

@@ -28,8 +28,8 @@ namespace scd::bench {
 struct ColdStartOptions {
   std::string model_dir;
   WeightDtype dtype = WeightDtype::kF32;
-  int prompt_tokens = 8;     // random ids (seeded), no tokenizer involved
-  int decode_tokens = 256;   // greedy tokens after the first
+  int prompt_tokens = 8;    // random ids (seeded), no tokenizer involved
+  int decode_tokens = 256;  // greedy tokens after the first
   uint64_t seed = 1;
 };
 

@@ -26,10 +26,9 @@ std::string BlockName(int block) {
 
 // One mode at every block size, interleaved: rep by rep, a rebuild at each block size, so
 // that the machine's noise falls on all of them alike; the first round is untimed.
-absl::StatusOr<std::vector<RebuildBenchRun>> RunMode(const RebuildBenchOptions& o,
-                                                     const std::shared_ptr<const Model>& model,
-                                                     const std::shared_ptr<const ScdArtifact>& artifact,
-                                                     const Payload& payload) {
+absl::StatusOr<std::vector<RebuildBenchRun>> RunMode(
+    const RebuildBenchOptions& o, const std::shared_ptr<const Model>& model,
+    const std::shared_ptr<const ScdArtifact>& artifact, const Payload& payload) {
   const ModelConfig& c = model->config;
   const size_t rows = payload.token_ids.size();
   const size_t n = o.blocks.size();
@@ -130,8 +129,8 @@ absl::StatusOr<RebuildBenchReport> RunRebuildBench(const RebuildBenchOptions& op
   const std::vector<int32_t> tokens =
       BenchPrompt(options.rows, options.seed, report.config.vocab_size);
   for (const CodecMode mode : modes) {
-    progress(absl::StrFormat("encoding a %s payload of %d tokens", CodecModeName(mode),
-                             options.rows));
+    progress(
+        absl::StrFormat("encoding a %s payload of %d tokens", CodecModeName(mode), options.rows));
     SCD_ASSIGN_OR_RETURN(const Payload payload, EncodeBenchPayload(model, artifact, mode, tokens));
     SCD_ASSIGN_OR_RETURN(std::vector<RebuildBenchRun> runs,
                          RunMode(options, model, artifact, payload));
@@ -156,8 +155,8 @@ std::string FormatRebuildBenchReport(const RebuildBenchReport& report, const std
             "untimed one, each round a rebuild at every block size in turn. Page faults: the "
             "process's minor faults per rebuild (median), the cache's first touch included. "
             "Buffers: one block's F32 K/V, every layer.\n\n",
-            o.shape, o.rows, static_cast<int>(kCpuRebuildBlockBytes >> 20),
-            kCpuRebuildMinBlockRows, o.reps)
+            o.shape, o.rows, static_cast<int>(kCpuRebuildBlockBytes >> 20), kCpuRebuildMinBlockRows,
+            o.reps)
      << "| mode | block | rows per block | blocks | rebuild, median (ms) | fastest (ms) | "
         "median vs whole | page faults | buffers (MiB) |\n"
      << "|---|---|---|---|---|---|---|---|---|\n";

@@ -480,9 +480,8 @@ void AppendDecode(const RuntimeBenchReport& r, std::string& s) {
                         "reads not counted)\n",
                         r.decode_bytes / 1e6);
   absl::StrAppendFormat(
-      &s, "  achieved: %.2f GB/s = %.1f%% of memcpy bandwidth (target %.0f%%: %s)\n",
-      r.decode_gbps, 100 * r.decode_vs_memcpy, 100 * kDecodeTarget,
-      Verdict(r.decode_vs_memcpy, kDecodeTarget));
+      &s, "  achieved: %.2f GB/s = %.1f%% of memcpy bandwidth (target %.0f%%: %s)\n", r.decode_gbps,
+      100 * r.decode_vs_memcpy, 100 * kDecodeTarget, Verdict(r.decode_vs_memcpy, kDecodeTarget));
   absl::StrAppendFormat(&s, "            = %.1f%% of the read-only stream's bandwidth\n",
                         100 * r.decode_vs_read);
   absl::StrAppendFormat(&s,
@@ -541,8 +540,8 @@ std::string FormatRuntimeBenchReport(const RuntimeBenchReport& r, const std::str
                         "int8_vs_f32_decode=%.2f rss_vs_weights=%.3f load_s=%.3f "
                         "cold_ttft_s=%.3f\n",
                         r.prefill_vs_sgemm, r.decode_vs_memcpy, r.decode_vs_read,
-                        r.int8_vs_f32_decode,
-                        r.rss_vs_weights, r.f32_cold.load_seconds, r.f32_cold.ttft_seconds);
+                        r.int8_vs_f32_decode, r.rss_vs_weights, r.f32_cold.load_seconds,
+                        r.f32_cold.ttft_seconds);
   return s;
 }
 

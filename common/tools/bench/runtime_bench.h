@@ -28,12 +28,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model/config.h"
 #include "common/model/weights.h"
 #include "common/runtime/backend.h"
-#include "nlohmann/json.hpp"
-#include "common/model/config.h"
 #include "common/tools/bench/cold_start_bench.h"
 #include "common/tools/bench/roofline.h"
+#include "nlohmann/json.hpp"
 
 namespace scd::bench {
 
@@ -129,8 +129,8 @@ struct RuntimeBenchReport {
   std::vector<BatchedDecode> batched_decode;
 
   // int8 weights, stepped in rounds interleaved with F32 on the same model.
-  size_t f32_weight_bytes = 0;   // CpuBackendWeightBytes of the F32 backend
-  size_t int8_weight_bytes = 0;  // and of the int8 one
+  size_t f32_weight_bytes = 0;     // CpuBackendWeightBytes of the F32 backend
+  size_t int8_weight_bytes = 0;    // and of the int8 one
   size_t f32_streamed_bytes = 0;   // CpuBackendStreamedBytes: what a step reads, F32
   size_t int8_streamed_bytes = 0;  // and int8
   double int8_convert_seconds = 0;
@@ -141,9 +141,9 @@ struct RuntimeBenchReport {
 
   // Cold starts (cold_start_bench.h), in run order; medians per dtype.
   std::vector<ColdStartReport> cold_starts;
-  ColdStartReport f32_cold;   // the medians of the F32 runs, field by field
-  ColdStartReport int8_cold;  // and of the int8 runs
-  int int8_tokens_matching = 0;  // leading greedy tokens the int8 run shares with F32's
+  ColdStartReport f32_cold;        // the medians of the F32 runs, field by field
+  ColdStartReport int8_cold;       // and of the int8 runs
+  int int8_tokens_matching = 0;    // leading greedy tokens the int8 run shares with F32's
   double rss_vs_weights = 0;       // F32: peak RSS / weight bytes
   double int8_rss_vs_weights = 0;  // int8: peak RSS / its weight bytes
 };

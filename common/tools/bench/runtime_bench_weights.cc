@@ -30,7 +30,7 @@ absl::StatusOr<double> TimedStep(Backend& backend, Sequence& seq, int vocab,
 
 // A sequence of `context` random tokens, with room for `steps` more.
 absl::StatusOr<std::unique_ptr<Sequence>> Prefilled(Backend& backend, int context, int steps,
-                                                     int vocab, std::mt19937_64& rng) {
+                                                    int vocab, std::mt19937_64& rng) {
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, backend.NewSequence(context + steps));
   std::vector<int32_t> prompt(context);
   for (int32_t& t : prompt) t = static_cast<int32_t>(3 + rng() % std::max(1, vocab - 3));
@@ -118,9 +118,9 @@ absl::Status MeasureInt8Decode(const RuntimeBenchOptions& o, std::shared_ptr<con
     for (int i = 0; i < steps; ++i) {
       double seconds[2];  // F32's step, int8's
       for (int side : {i % 2, 1 - i % 2}) {
-        SCD_ASSIGN_OR_RETURN(seconds[side],
-                             side == 0 ? TimedStep(f32, *f32_seq, vocab, logits, rng)
-                                       : TimedStep(*int8, *int8_seq, vocab, logits, rng));
+        SCD_ASSIGN_OR_RETURN(seconds[side], side == 0
+                                                ? TimedStep(f32, *f32_seq, vocab, logits, rng)
+                                                : TimedStep(*int8, *int8_seq, vocab, logits, rng));
       }
       if (i < 2) continue;  // the first two pairs of each round are its warm-up
       f32_seconds.push_back(seconds[0]);
@@ -182,7 +182,8 @@ absl::Status MeasureColdStarts(const RuntimeBenchOptions& o, const Model& model,
 void AppendInt8(const RuntimeBenchReport& r, std::string& s) {
   if (r.int8_median_seconds <= 0) return;
   absl::StrAppendFormat(
-      &s, "int8 weights (blocks of 32, a scale each; converted in %.0f ms): %d rounds of %d "
+      &s,
+      "int8 weights (blocks of 32, a scale each; converted in %.0f ms): %d rounds of %d "
       "steps, F32 and int8 alternating step by step (medians)\n",
       r.int8_convert_seconds * 1e3, r.options.int8_rounds, r.options.decode_steps);
   absl::StrAppendFormat(&s, "  weights held: F32 %.1f MB, int8 %.1f MB (%.2fx fewer bytes)\n",
@@ -216,14 +217,15 @@ void AppendColdStarts(const RuntimeBenchReport& r, std::string& s) {
   for (const ColdStartReport* c : {&r.f32_cold, &r.int8_cold}) {
     absl::StrAppendFormat(&s, "  %-5s %9.1f %9.1f %11.1f %7.1f MB %7.1f MB %9.1f MB %8.2f\n",
                           WeightDtypeName(c->dtype), c->load_seconds * 1e3, c->ttft_seconds * 1e3,
-                          c->decode_tokens_per_s, c->start_rss_bytes / 1e6,
-                          c->peak_rss_bytes / 1e6, c->weight_bytes / 1e6,
+                          c->decode_tokens_per_s, c->start_rss_bytes / 1e6, c->peak_rss_bytes / 1e6,
+                          c->weight_bytes / 1e6,
                           static_cast<double>(c->peak_rss_bytes) / c->weight_bytes);
   }
   absl::StrAppendFormat(&s,
                         "  rss_vs_weights (F32) %.3f (target <= %.2f: %s); cold TTFT (F32) %.0f "
                         "ms (target <= %.0f ms: %s)\n",
-                        r.rss_vs_weights, kRssTarget, r.rss_vs_weights <= kRssTarget ? "met" : "MISSED",
+                        r.rss_vs_weights, kRssTarget,
+                        r.rss_vs_weights <= kRssTarget ? "met" : "MISSED",
                         r.f32_cold.ttft_seconds * 1e3, kColdTtftTarget * 1e3,
                         r.f32_cold.ttft_seconds <= kColdTtftTarget ? "met" : "MISSED");
   absl::StrAppendFormat(&s,
@@ -246,7 +248,8 @@ nlohmann::json WeightsJson(const RuntimeBenchReport& r) {
                {"int8_gbps", r.int8_gbps},
                {"int8_vs_f32_decode", r.int8_vs_f32_decode}};
   nlohmann::json runs = nlohmann::json::array();
-  for (const ColdStartReport& c : r.cold_starts) runs.push_back(nlohmann::json::parse(ColdStartJson(c)));
+  for (const ColdStartReport& c : r.cold_starts)
+    runs.push_back(nlohmann::json::parse(ColdStartJson(c)));
   j["cold_start"] = {{"runs", runs},
                      {"f32_median", nlohmann::json::parse(ColdStartJson(r.f32_cold))},
                      {"int8_median", nlohmann::json::parse(ColdStartJson(r.int8_cold))},

@@ -80,8 +80,8 @@ absl::StatusOr<SmallBatchBenchReport> RunSmallBatchBench(const SmallBatchBenchOp
         const double gemv = MsSince(t0);
         pause();
         t0 = Clock::now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, mat.n, mat.k, 1.0f, x.data(),
-                    mat.k, w.data(), mat.k, 0.0f, y.data(), mat.n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, mat.n, mat.k, 1.0f, x.data(), mat.k,
+                    w.data(), mat.k, 0.0f, y.data(), mat.n);
         const double sgemm = MsSince(t0);
         pause();
         t0 = Clock::now();
@@ -106,21 +106,23 @@ absl::StatusOr<SmallBatchBenchReport> RunSmallBatchBench(const SmallBatchBenchOp
 std::string FormatSmallBatchBenchReport(const SmallBatchBenchReport& report,
                                         const std::string& command) {
   std::string out = absl::StrCat(
-      "SCD-Serve small-batch GEMM benchmark (CPU)\ncommand: ", command, "\nhost: ",
-      report.hardware_threads, " hardware threads; memcpy ", absl::StrFormat("%.1f", report.memcpy_gbps),
-      " GB/s (read + write); best of ", report.options.reps, " after a warm-up, interleaved\n\n",
+      "SCD-Serve small-batch GEMM benchmark (CPU)\ncommand: ", command,
+      "\nhost: ", report.hardware_threads, " hardware threads; memcpy ",
+      absl::StrFormat("%.1f", report.memcpy_gbps), " GB/s (read + write); best of ",
+      report.options.reps, " after a warm-up, interleaved\n\n",
       "| matrix [N, K] | rows | GEMV per row (ms) | sgemm (ms) | SmallBatchLinear (ms) | "
-      "Linear (ms) | Linear vs the better of GEMV and sgemm | W's bytes / Linear's time, GB/s (/ memcpy) |\n"
+      "Linear (ms) | Linear vs the better of GEMV and sgemm | W's bytes / Linear's time, GB/s (/ "
+      "memcpy) |\n"
       "|---|---|---|---|---|---|---|---|\n");
   std::vector<double> speedup_at_8, stream_at_8;
   for (const SmallBatchMeasurement& r : report.results) {
     const double other = std::min(r.gemv_ms, r.sgemm_ms);
     const double gbps = 4.0 * r.n * r.k / (r.linear_ms * 1e6);  // W's bytes, read once
-    absl::StrAppend(&out, absl::StrFormat("| %s [%d, %d] | %d | %.2f | %.2f | %.2f | %.2f | %.2fx | "
-                                          "%.1f (%.2f) |\n",
-                                          r.matrix, r.n, r.k, r.m, r.gemv_ms, r.sgemm_ms,
-                                          r.small_ms, r.linear_ms, other / r.linear_ms, gbps,
-                                          gbps / report.memcpy_gbps));
+    absl::StrAppend(
+        &out, absl::StrFormat("| %s [%d, %d] | %d | %.2f | %.2f | %.2f | %.2f | %.2fx | "
+                              "%.1f (%.2f) |\n",
+                              r.matrix, r.n, r.k, r.m, r.gemv_ms, r.sgemm_ms, r.small_ms,
+                              r.linear_ms, other / r.linear_ms, gbps, gbps / report.memcpy_gbps));
     if (r.m == 8) {
       speedup_at_8.push_back(other / r.linear_ms);
       stream_at_8.push_back(gbps / report.memcpy_gbps);

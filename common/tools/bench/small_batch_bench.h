@@ -5,8 +5,8 @@
 // per 8 rows). cpu::Linear picks among them; the report gives its time too, the W bytes it
 // streams per second against memcpy's GB/s measured in the same run (read + write, as in
 // roofline.h), and its speed-up over the better of the other two. Each call starts after a
-// pause (200 ms by default), so that none runs beside OpenBLAS's workers still spinning from the call
-// before it (in a decode step of SmallBatchLinear calls they sleep).
+// pause (200 ms by default), so that none runs beside OpenBLAS's workers still spinning from the
+// call before it (in a decode step of SmallBatchLinear calls they sleep).
 #ifndef SCD_COMMON_TOOLS_BENCH_SMALL_BATCH_BENCH_H_
 #define SCD_COMMON_TOOLS_BENCH_SMALL_BATCH_BENCH_H_
 
@@ -20,8 +20,8 @@ namespace scd::bench {
 
 struct SmallBatchBenchOptions {
   std::vector<int> rows = {1, 2, 4, 8, 16, 32, 64};
-  int reps = 9;  // each way timed this many times, interleaved; the best counts
-  int shrink = 1;  // each matrix's N and K divided by this (tests run it small)
+  int reps = 9;        // each way timed this many times, interleaved; the best counts
+  int shrink = 1;      // each matrix's N and K divided by this (tests run it small)
   int pause_ms = 200;  // before each timed call (see above)
   std::function<void(const std::string&)> progress;  // one line per shape; may be empty
 };

@@ -52,8 +52,7 @@ void FlagParser::AddIntList(std::string name, std::vector<int>* out, std::string
 
 void FlagParser::AddStringList(std::string name, std::vector<std::string>* out, std::string help,
                                bool required) {
-  Add(std::move(name), Type::kStringList, out, std::move(help), absl::StrJoin(*out, ","),
-      required);
+  Add(std::move(name), Type::kStringList, out, std::move(help), absl::StrJoin(*out, ","), required);
 }
 
 FlagParser::Flag* FlagParser::Find(std::string_view name) {

@@ -37,7 +37,8 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::s
   const std::string netns_path = netns.empty() ? "" : "/run/netns/" + netns;
   // Emptied here, before the fork: a caller that reads the log for the daemon's start-up event
   // must not find an earlier run's in the moment before the child opens it.
-  if (const int old_log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644); old_log >= 0) {
+  if (const int old_log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      old_log >= 0) {
     close(old_log);
   }
   const pid_t pid = fork();
@@ -104,13 +105,13 @@ absl::StatusOr<nlohmann::json> DaemonProcess::WaitForEvent(const std::string& ev
       if (j.value("event", "") == event) return j;
     }
     if (!running()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "process ", pid_, " exited (", exit_code_.value_or(-1), ") before '", event,
-          "'; log tail:\n", LogTail()));
+      return absl::FailedPreconditionError(absl::StrCat("process ", pid_, " exited (",
+                                                        exit_code_.value_or(-1), ") before '",
+                                                        event, "'; log tail:\n", LogTail()));
     }
     if (std::chrono::steady_clock::now() > until) {
-      return absl::DeadlineExceededError(absl::StrCat("no '", event, "' from process ", pid_,
-                                                      "; log tail:\n", LogTail()));
+      return absl::DeadlineExceededError(
+          absl::StrCat("no '", event, "' from process ", pid_, "; log tail:\n", LogTail()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -80,19 +80,32 @@ EtcdCluster::~EtcdCluster() {
 
 absl::Status EtcdCluster::Launch(int i, bool existing) {
   Member& m = members_[i];
-  std::vector<std::string> args = {
-      "--name", m.name,
-      "--data-dir", m.data_dir,
-      "--listen-client-urls", m.client_url,
-      "--advertise-client-urls", m.client_url,
-      "--listen-peer-urls", m.peer_url,
-      "--initial-advertise-peer-urls", m.peer_url,
-      "--initial-cluster", initial_cluster_,
-      "--initial-cluster-state", existing ? "existing" : "new",
-      "--initial-cluster-token", "scd-test-cluster",
-      "--heartbeat-interval", std::to_string(options_.heartbeat_ms),
-      "--election-timeout", std::to_string(options_.election_ms),
-      "--logger", "zap", "--log-outputs", "stderr"};
+  std::vector<std::string> args = {"--name",
+                                   m.name,
+                                   "--data-dir",
+                                   m.data_dir,
+                                   "--listen-client-urls",
+                                   m.client_url,
+                                   "--advertise-client-urls",
+                                   m.client_url,
+                                   "--listen-peer-urls",
+                                   m.peer_url,
+                                   "--initial-advertise-peer-urls",
+                                   m.peer_url,
+                                   "--initial-cluster",
+                                   initial_cluster_,
+                                   "--initial-cluster-state",
+                                   existing ? "existing" : "new",
+                                   "--initial-cluster-token",
+                                   "scd-test-cluster",
+                                   "--heartbeat-interval",
+                                   std::to_string(options_.heartbeat_ms),
+                                   "--election-timeout",
+                                   std::to_string(options_.election_ms),
+                                   "--logger",
+                                   "zap",
+                                   "--log-outputs",
+                                   "stderr"};
   const rpc::TlsPaths& tls = options_.server_tls;
   if (!tls.cert.empty()) {
     args.insert(args.end(), {"--cert-file", tls.cert, "--key-file", tls.key});
@@ -145,12 +158,12 @@ absl::Status EtcdCluster::WaitHealthy(std::chrono::milliseconds timeout) {
     absl::Status st;
     while (!(st = Probe(m.client_url, options_.client_tls)).ok()) {
       if (!m.process->running()) {
-        return absl::FailedPreconditionError(absl::StrCat("etcd ", m.name, " exited: ",
-                                                          m.process->LogTail(1500)));
+        return absl::FailedPreconditionError(
+            absl::StrCat("etcd ", m.name, " exited: ", m.process->LogTail(1500)));
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("etcd ", m.name, " at ", m.client_url,
-                                                        " did not answer: ", st.message()));
+        return absl::DeadlineExceededError(
+            absl::StrCat("etcd ", m.name, " at ", m.client_url, " did not answer: ", st.message()));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a deadline
     }

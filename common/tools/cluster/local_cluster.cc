@@ -81,8 +81,7 @@ double SumMetric(const std::string& exposition, const std::string& name,
     for (const std::string& l : labels) match = match && absl::StrContains(line, l);
     double v = 0;
     const size_t space = line.rfind(' ');
-    if (match && space != absl::string_view::npos &&
-        absl::SimpleAtod(line.substr(space + 1), &v)) {
+    if (match && space != absl::string_view::npos && absl::SimpleAtod(line.substr(space + 1), &v)) {
       sum += v;
     }
   }

@@ -76,7 +76,10 @@ std::unique_ptr<Announcer> MakeAnnouncer(const std::string& endpoints, int i,
                                          absl::Duration lease) {
   auto a = std::make_unique<Announcer>();
   a->client = Client(endpoints);
-  rpc::DecodeInstanceInfo info{absl::StrCat("decode-", i), kModel, kDigest, 272,
+  rpc::DecodeInstanceInfo info{absl::StrCat("decode-", i),
+                               kModel,
+                               kDigest,
+                               272,
                                absl::StrCat("tcp://10.0.", i / 250, ".", i % 250, ":7201"),
                                absl::StrCat("10.0.", i / 250, ".", i % 250, ":7101")};
   rpc::EtcdAnnouncerOptions o;
@@ -109,7 +112,8 @@ std::unique_ptr<Watcher> MakeWatcher(const std::string& endpoints) {
   rpc::EtcdMembershipOptions mo;
   mo.prefix = kPrefix;
   mo.cluster_token = kToken;
-  w->membership = std::make_unique<rpc::EtcdDecodeMembership>(w->client.get(), w->registry.get(), mo);
+  w->membership =
+      std::make_unique<rpc::EtcdDecodeMembership>(w->client.get(), w->registry.get(), mo);
   w->membership->Start();
   return w;
 }
@@ -127,20 +131,21 @@ struct Probe {
 
 void StartProbe(Probe& p, int64_t revision) {
   p.thread = std::thread([&p, revision] {
-    (void)p.client->Watch(rpc::EtcdDecodePrefix(kPrefix), revision + 1,
-                          [&p](const std::vector<rpc::EtcdEvent>& events) {
-                            const double now = NowUs();
-                            std::lock_guard<std::mutex> lock(p.mu);
-                            if (!p.measuring) return;
-                            for (const rpc::EtcdEvent& e : events) {
-                              ++p.events;
-                              nlohmann::json v = nlohmann::json::parse(e.value, nullptr, false);
-                              if (v.is_object() && v.contains("sent_us")) {
-                                p.latency_ms.push_back((now - v["sent_us"].get<double>()) / 1e3);
-                              }
-                            }
-                          },
-                          &p.cancel);
+    (void)p.client->Watch(
+        rpc::EtcdDecodePrefix(kPrefix), revision + 1,
+        [&p](const std::vector<rpc::EtcdEvent>& events) {
+          const double now = NowUs();
+          std::lock_guard<std::mutex> lock(p.mu);
+          if (!p.measuring) return;
+          for (const rpc::EtcdEvent& e : events) {
+            ++p.events;
+            nlohmann::json v = nlohmann::json::parse(e.value, nullptr, false);
+            if (v.is_object() && v.contains("sent_us")) {
+              p.latency_ms.push_back((now - v["sent_us"].get<double>()) / 1e3);
+            }
+          }
+        },
+        &p.cancel);
   });
 }
 
@@ -211,7 +216,9 @@ nlohmann::json RegistryLoadResult::ToJson(const RegistryLoadOptions& o) const {
 }
 
 absl::StatusOr<RegistryLoadResult> RunRegistryLoad(const RegistryLoadOptions& o) {
-  auto say = [&](const std::string& s) { if (o.progress) o.progress(s); };
+  auto say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
   EtcdClusterOptions eo;
   eo.members = o.members;
   eo.dir = o.dir;
@@ -224,7 +231,8 @@ absl::StatusOr<RegistryLoadResult> RunRegistryLoad(const RegistryLoadOptions& o)
   std::vector<std::unique_ptr<Watcher>> watchers;
   for (int i = 0; i < o.prefill; ++i) watchers.push_back(MakeWatcher(endpoints));
   for (auto& w : watchers) {
-    if (!w->membership->WaitSynced(absl::Seconds(30))) return absl::DeadlineExceededError("a watcher did not sync");
+    if (!w->membership->WaitSynced(absl::Seconds(30)))
+      return absl::DeadlineExceededError("a watcher did not sync");
   }
   Probe probe;
   probe.client = Client(endpoints);
@@ -237,7 +245,8 @@ absl::StatusOr<RegistryLoadResult> RunRegistryLoad(const RegistryLoadOptions& o)
   for (int i = 0; i < o.decode; ++i) announcers.push_back(MakeAnnouncer(endpoints, i, o.lease));
   const auto t0 = Clock::now();
   std::vector<std::thread> starting;
-  for (auto& a : announcers) starting.emplace_back([&a] { (void)a->announcer->Start(absl::Seconds(30)); });
+  for (auto& a : announcers)
+    starting.emplace_back([&a] { (void)a->announcer->Start(absl::Seconds(30)); });
   for (std::thread& t : starting) t.join();
   auto all_seen = [&] {
     for (auto& w : watchers) {
@@ -246,7 +255,8 @@ absl::StatusOr<RegistryLoadResult> RunRegistryLoad(const RegistryLoadOptions& o)
     return true;
   };
   while (!all_seen()) {
-    if (Clock::now() - t0 > std::chrono::seconds(60)) return absl::DeadlineExceededError("not every watcher saw every announcer within 60 s");
+    if (Clock::now() - t0 > std::chrono::seconds(60))
+      return absl::DeadlineExceededError("not every watcher saw every announcer within 60 s");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   RegistryLoadResult r;

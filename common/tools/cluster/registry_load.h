@@ -19,12 +19,12 @@
 namespace scd::cluster {
 
 struct RegistryLoadOptions {
-  int decode = 100;   // announcers
-  int prefill = 10;   // watchers
-  int members = 3;    // etcd members
-  absl::Duration lease = absl::Seconds(5);  // refresh = lease / 3, as the daemons use
+  int decode = 100;                           // announcers
+  int prefill = 10;                           // watchers
+  int members = 3;                            // etcd members
+  absl::Duration lease = absl::Seconds(5);    // refresh = lease / 3, as the daemons use
   absl::Duration steady = absl::Seconds(20);  // the measured window
-  std::string dir;    // etcd data and logs
+  std::string dir;                            // etcd data and logs
   std::function<void(const std::string&)> progress;
 };
 
@@ -35,8 +35,8 @@ struct RegistryLoadResult {
   double keepalives_per_s = 0;    // lease renewals (all announcers)
   double events_per_s = 0;        // watch events delivered (all watchers)
   double update_latency_p50_ms = 0, update_latency_p99_ms = 0;  // write → every watcher
-  double etcd_cpu_percent = 0;    // all members together, of one core
-  double etcd_rss_mib = 0;        // all members together, at the end
+  double etcd_cpu_percent = 0;                                  // all members together, of one core
+  double etcd_rss_mib = 0;                                      // all members together, at the end
   nlohmann::json ToJson(const RegistryLoadOptions& o) const;
 };
 

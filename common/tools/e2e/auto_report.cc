@@ -23,7 +23,8 @@ std::string ChosenText(const std::map<std::string, int>& chosen, absl::string_vi
   for (const auto& [name, n] : chosen) by_count.push_back({-n, name});
   std::sort(by_count.begin(), by_count.end());
   std::string out;
-  for (const auto& [n, name] : by_count) absl::StrAppend(&out, out.empty() ? "" : ", ", name, times, -n);
+  for (const auto& [n, name] : by_count)
+    absl::StrAppend(&out, out.empty() ? "" : ", ", name, times, -n);
   return out;
 }
 
@@ -56,7 +57,8 @@ std::vector<AutoGroup> CompareAuto(const std::vector<E2eCell>& cells, double flo
 
 std::string AutoMarkdown(const std::vector<AutoGroup>& groups) {
   std::string md =
-      "| Gbit/s | cache | auto TTFT p50 ms | best fixed mode at the floor | its p50 ms | auto / best | "
+      "| Gbit/s | cache | auto TTFT p50 ms | best fixed mode at the floor | its p50 ms | auto / "
+      "best | "
       "auto chose |\n|---|---|---|---|---|---|---|\n";
   double worst = 0;
   for (const AutoGroup& g : groups) {

@@ -22,8 +22,8 @@ struct AutoGroup {
   double auto_p50_ms = 0;
   std::string best_mode;  // the fastest fixed mode meeting the floor
   double best_p50_ms = 0;
-  double ratio = 0;       // auto over best
-  std::string chosen;     // what auto used, "scd r16/24 k3 ×20, oracle ×10"
+  double ratio = 0;    // auto over best
+  std::string chosen;  // what auto used, "scd r16/24 k3 ×20, oracle ×10"
 };
 
 // Counts of the modes used, "scd r16/24 k3 x20, oracle x10" (`times` between a name and its

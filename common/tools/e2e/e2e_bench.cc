@@ -13,9 +13,9 @@
 #include "common/eval/answer.h"
 #include "common/eval/metrics.h"
 #include "common/plot/plot.h"
+#include "common/rpc/cluster_token.h"
 #include "common/tools/cluster/daemon_process.h"
 #include "common/tools/cluster/local_cluster.h"
-#include "common/rpc/cluster_token.h"
 #include "common/tools/loadgen/stats.h"
 #include "proto/scd.grpc.pb.h"
 
@@ -37,17 +37,22 @@ nlohmann::json PrefillJson(const E2eBenchOptions& o, const std::string& mode, do
   c["base_model"] = o.base_model;
   c["http"] = {{"port", 0}};
   c["grpc"] = {{"listen", grpc_address}};
-  c["control_plane"] = {{"cluster_token", kToken}, {"heartbeat_interval", "100ms"}, {"lease", "2s"}};
+  c["control_plane"] = {
+      {"cluster_token", kToken}, {"heartbeat_interval", "100ms"}, {"lease", "2s"}};
   c["data_plane"] = {{"transport", o.transport}, {"bandwidth_gbps", gbps}};
   c["prefix_cache"] = {{"enabled", cache}, {"block_tokens", 16}, {"max_consumer_suffix", 128}};
   // One request at a time: a long context's own predicted TTFT (a 4096-token prefill of the
   // synthetic pair takes about 20 s here) is no queue to shed.
-  c["limits"] = {{"max_tokens", 256}, {"default_max_tokens", 16}, {"request_timeout", "300s"},
+  c["limits"] = {{"max_tokens", 256},
+                 {"default_max_tokens", 16},
+                 {"request_timeout", "300s"},
                  {"max_queue_wait", "300s"}};
   c["drain_timeout"] = "5s";
-  c["specialists"] = nlohmann::json::array(
-      {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"consumer_path", o.specialist_model},
-        {"mode", mode}, {"max_retries", 1}}});
+  c["specialists"] = nlohmann::json::array({{{"name", o.specialist_name},
+                                             {"artifact", o.artifact},
+                                             {"consumer_path", o.specialist_model},
+                                             {"mode", mode},
+                                             {"max_retries", 1}}});
   if (mode == "auto") c["specialists"][0]["quality_floor"] = o.quality_floor;
   return c;
 }
@@ -58,9 +63,9 @@ absl::Status StartPrefill(const E2eBenchOptions& o, Cluster& c, const std::strin
                           double gbps, bool cache, const std::string& tag) {
   if (c.prefill != nullptr) c.prefill->Stop(std::chrono::seconds(10));
   c.prefill.reset();
-  absl::StatusOr<cluster::StartedPrefill> started =
-      cluster::StartPrefillDaemon(o.bin_dir, PrefillJson(o, mode, gbps, cache, c.grpc_address),
-                                  o.workdir, absl::StrCat("prefill-", tag), std::chrono::seconds(120));
+  absl::StatusOr<cluster::StartedPrefill> started = cluster::StartPrefillDaemon(
+      o.bin_dir, PrefillJson(o, mode, gbps, cache, c.grpc_address), o.workdir,
+      absl::StrCat("prefill-", tag), std::chrono::seconds(120));
   if (!started.ok()) return started.status();
   c.prefill = std::move(started->process);
   return cluster::WaitForDecodeInstances(started->http_port, o.specialist_name, *c.prefill,
@@ -292,7 +297,8 @@ std::vector<E2eCellKey> E2eCellOrder(const E2eBenchOptions& o, int pass) {
   return keys;
 }
 
-absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const ProgressFn& progress) {
+absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o,
+                                                 const ProgressFn& progress) {
   if (o.workload.empty()) return absl::InvalidArgumentError("empty workload");
   if (o.passes < 1) return absl::InvalidArgumentError("passes must be at least 1");
   Cluster c;
@@ -306,21 +312,23 @@ absl::StatusOr<std::vector<E2eCell>> RunE2eBench(const E2eBenchOptions& o, const
   int done = 0;
   for (int pass = 0; pass < o.passes; ++pass) {
     for (const E2eCellKey& k : E2eCellOrder(o, pass)) {
-      const size_t i = static_cast<size_t>(
-          std::find(keys.begin(), keys.end(), k) - keys.begin());
-      const std::string tag = absl::StrCat(k.mode, "-", k.bandwidth_gbps, "g-", k.warm ? "warm" : "cold",
-                                           o.passes > 1 ? absl::StrCat("-pass", pass + 1) : "");
-      if (absl::Status st = StartCellPrefill(o, spec, c, generation, k.mode, k.bandwidth_gbps, k.warm, tag,
-                                             progress);
+      const size_t i = static_cast<size_t>(std::find(keys.begin(), keys.end(), k) - keys.begin());
+      const std::string tag =
+          absl::StrCat(k.mode, "-", k.bandwidth_gbps, "g-", k.warm ? "warm" : "cold",
+                       o.passes > 1 ? absl::StrCat("-pass", pass + 1) : "");
+      if (absl::Status st = StartCellPrefill(o, spec, c, generation, k.mode, k.bandwidth_gbps,
+                                             k.warm, tag, progress);
           !st.ok()) {
         return st;
       }
       CellSamples samples = MeasureCell(o, c, k.mode, k.bandwidth_gbps, k.warm, progress);
       if (progress) {
         const E2eCell cell = FinishCell(samples);
-        progress(absl::StrFormat("[%d/%d] %-9s %6.0f Gbit/s %s: TTFT p50 %.1f ms p99 %.1f ms, payload %.0f KB, F1 %.3f, %d errors",
-                                 ++done, total, k.mode, k.bandwidth_gbps, cell.cache, cell.ttft_p50_ms,
-                                 cell.ttft_p99_ms, cell.stages.payload_bytes / 1024, cell.f1, cell.errors));
+        progress(absl::StrFormat(
+            "[%d/%d] %-9s %6.0f Gbit/s %s: TTFT p50 %.1f ms p99 %.1f ms, payload %.0f KB, F1 %.3f, "
+            "%d errors",
+            ++done, total, k.mode, k.bandwidth_gbps, cell.cache, cell.ttft_p50_ms, cell.ttft_p99_ms,
+            cell.stages.payload_bytes / 1024, cell.f1, cell.errors));
       }
       if (pass == 0) {
         pooled[i] = std::move(samples);
@@ -349,7 +357,8 @@ absl::Status SetLink(const Cluster& c, double gbps) {
   req.set_gbps(gbps);
   scd::v1::SetLinkBandwidthResponse resp;
   grpc::Status st = stub->SetLinkBandwidth(&ctx, req, &resp);
-  if (!st.ok()) return absl::UnavailableError(absl::StrCat("SetLinkBandwidth: ", st.error_message()));
+  if (!st.ok())
+    return absl::UnavailableError(absl::StrCat("SetLinkBandwidth: ", st.error_message()));
   return absl::OkStatus();
 }
 
@@ -367,9 +376,9 @@ LinkSample SampleOf(const Outcome& r, int step, double t) {
 }
 
 // One step: the link set, then requests until its time is up.
-void RunOneStep(const E2eBenchOptions& o, scd::v1::Generation::Stub& stub,
-                int k, const LinkStep& step, Clock::time_point t0, double step_start,
-                size_t& next, std::vector<LinkSample>& samples, const ProgressFn& progress) {
+void RunOneStep(const E2eBenchOptions& o, scd::v1::Generation::Stub& stub, int k,
+                const LinkStep& step, Clock::time_point t0, double step_start, size_t& next,
+                std::vector<LinkSample>& samples, const ProgressFn& progress) {
   std::vector<const SharedPrefixQuestion*> questions;
   for (const SharedPrefixContext& ctx : o.workload) {
     for (const SharedPrefixQuestion& q : ctx.questions) questions.push_back(&q);
@@ -413,8 +422,9 @@ absl::StatusOr<std::vector<LinkSample>> RunLinkSteps(const E2eBenchOptions& o,
   const Clock::time_point t0 = Clock::now();
   for (size_t k = 0; k < steps.size(); ++k) {
     if (absl::Status st = SetLink(c, steps[k].gbps); !st.ok()) return st;
-    if (progress) progress(absl::StrFormat("step %d/%d: %g Gbit/s for %g s", k + 1, steps.size(),
-                                           steps[k].gbps, steps[k].seconds));
+    if (progress)
+      progress(absl::StrFormat("step %d/%d: %g Gbit/s for %g s", k + 1, steps.size(), steps[k].gbps,
+                               steps[k].seconds));
     RunOneStep(o, *stub, static_cast<int>(k), steps[k], t0, step_start, next, samples, progress);
     step_start += steps[k].seconds;
   }
@@ -436,7 +446,8 @@ nlohmann::json E2eCellsJson(const E2eBenchOptions& o, const std::vector<E2eCell>
   j["questions_per_context"] = o.workload.empty() ? 0 : o.workload[0].questions.size();
   double tokens = 0;
   for (const auto& c : o.workload) tokens += c.context_tokens;
-  j["mean_context_tokens"] = o.workload.empty() ? 0 : tokens / static_cast<double>(o.workload.size());
+  j["mean_context_tokens"] =
+      o.workload.empty() ? 0 : tokens / static_cast<double>(o.workload.size());
   j["cells"] = nlohmann::json::array();
   for (const E2eCell& c : cells) {
     j["cells"].push_back({{"mode", c.mode},
@@ -466,24 +477,30 @@ nlohmann::json E2eCellsJson(const E2eBenchOptions& o, const std::vector<E2eCell>
 
 std::string E2eCellsMarkdown(const std::vector<E2eCell>& cells) {
   std::string md =
-      "| mode | Gbit/s | cache | n | TTFT p50 ms | TTFT p99 ms | oracle/this (p50) | prefill | encode | "
+      "| mode | Gbit/s | cache | n | TTFT p50 ms | TTFT p99 ms | oracle/this (p50) | prefill | "
+      "encode | "
       "transfer | rebuild | suffix prefill | payload KB | F1 | errors |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const E2eCell& c : cells) {
     double oracle = 0;
     for (const E2eCell& o : cells) {
-      if (o.mode == "oracle" && o.bandwidth_gbps == c.bandwidth_gbps && o.cache == c.cache) oracle = o.ttft_p50_ms;
+      if (o.mode == "oracle" && o.bandwidth_gbps == c.bandwidth_gbps && o.cache == c.cache)
+        oracle = o.ttft_p50_ms;
     }
-    absl::StrAppendFormat(&md, "| %s | %g | %s | %d | %.1f | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %d |\n",
-                          c.mode, c.bandwidth_gbps, c.cache, c.requests, c.ttft_p50_ms, c.ttft_p99_ms,
-                          oracle > 0 && c.ttft_p50_ms > 0 ? absl::StrFormat("%.2fx", oracle / c.ttft_p50_ms) : "-",
-                          c.stages.prefill_ms, c.stages.encode_ms, c.stages.transfer_ms, c.stages.rebuild_ms,
-                          c.stages.suffix_prefill_ms, c.stages.payload_bytes / 1024, c.f1, c.errors);
+    absl::StrAppendFormat(
+        &md,
+        "| %s | %g | %s | %d | %.1f | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | "
+        "%d |\n",
+        c.mode, c.bandwidth_gbps, c.cache, c.requests, c.ttft_p50_ms, c.ttft_p99_ms,
+        oracle > 0 && c.ttft_p50_ms > 0 ? absl::StrFormat("%.2fx", oracle / c.ttft_p50_ms) : "-",
+        c.stages.prefill_ms, c.stages.encode_ms, c.stages.transfer_ms, c.stages.rebuild_ms,
+        c.stages.suffix_prefill_ms, c.stages.payload_bytes / 1024, c.f1, c.errors);
   }
   return md;
 }
 
-absl::Status WriteE2ePlot(const std::vector<E2eCell>& cells, const std::string& title, const std::string& path) {
+absl::Status WriteE2ePlot(const std::vector<E2eCell>& cells, const std::string& title,
+                          const std::string& path) {
   plot::Plot p(900, 600);
   p.SetTitle(title);
   p.SetXLabel("emulated bandwidth (Gbit/s)");
@@ -505,7 +522,8 @@ absl::Status WriteE2ePlot(const std::vector<E2eCell>& cells, const std::string& 
       }
     }
     if (!xs.empty()) {
-      if (absl::Status st = p.AddSeries(absl::StrCat(m, " (", cache, ")"), xs, ys); !st.ok()) return st;
+      if (absl::Status st = p.AddSeries(absl::StrCat(m, " (", cache, ")"), xs, ys); !st.ok())
+        return st;
     }
   }
   return p.WritePng(path);

@@ -32,9 +32,10 @@ absl::StatusOr<cluster::LocalPair> StartPair(const FrontDoorBenchOptions& o) {
   c["http"] = {{"port", 0}};
   c["control_plane"] = {{"cluster_token", kToken}};
   c["limits"] = {{"max_tokens", 256}, {"request_timeout", "120s"}};
-  c["specialists"] = nlohmann::json::array(
-      {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"consumer_path", o.specialist_model},
-        {"mode", "scd"}}});
+  c["specialists"] = nlohmann::json::array({{{"name", o.specialist_name},
+                                             {"artifact", o.artifact},
+                                             {"consumer_path", o.specialist_model},
+                                             {"mode", "scd"}}});
   cluster::DecodeDaemonSpec spec;
   spec.model_name = o.specialist_name;
   spec.model_path = o.specialist_model;

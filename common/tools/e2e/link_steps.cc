@@ -112,8 +112,10 @@ std::string LinkStepsMarkdown(const std::vector<LinkStepSummary>& steps) {
       "TTFT p50, second half (ms) | chosen |\n|---|---|---|---|---|---|---|---|---|\n";
   double worst = 0;
   for (const LinkStepSummary& s : steps) {
-    const std::string sw = s.switch_seconds < 0 ? "never" : absl::StrFormat("%.2f", s.switch_seconds);
-    absl::StrAppendFormat(&md, "| %.0f | %s | %d | %d | %s | %s | %s | %.1f | %s |\n", s.start_seconds,
+    const std::string sw =
+        s.switch_seconds < 0 ? "never" : absl::StrFormat("%.2f", s.switch_seconds);
+    absl::StrAppendFormat(&md, "| %.0f | %s | %d | %d | %s | %s | %s | %.1f | %s |\n",
+                          s.start_seconds,
                           s.step.gbps == 0 ? "unlimited" : absl::StrFormat("%g", s.step.gbps),
                           s.requests, s.errors, s.settled_mode.empty() ? "-" : s.settled_mode,
                           s.changed ? "yes" : "no", sw, s.ttft_p50_ms, s.chosen);
@@ -129,17 +131,22 @@ nlohmann::json LinkStepsJson(const std::vector<LinkStepSummary>& steps,
   nlohmann::json j;
   j["steps"] = nlohmann::json::array();
   for (const LinkStepSummary& s : steps) {
-    j["steps"].push_back({{"gbps", s.step.gbps}, {"seconds", s.step.seconds},
-                          {"start_seconds", s.start_seconds}, {"requests", s.requests},
-                          {"errors", s.errors}, {"settled_mode", s.settled_mode},
-                          {"changed", s.changed}, {"switch_seconds", s.switch_seconds},
-                          {"ttft_p50_ms_second_half", s.ttft_p50_ms}, {"chosen", s.chosen}});
+    j["steps"].push_back({{"gbps", s.step.gbps},
+                          {"seconds", s.step.seconds},
+                          {"start_seconds", s.start_seconds},
+                          {"requests", s.requests},
+                          {"errors", s.errors},
+                          {"settled_mode", s.settled_mode},
+                          {"changed", s.changed},
+                          {"switch_seconds", s.switch_seconds},
+                          {"ttft_p50_ms_second_half", s.ttft_p50_ms},
+                          {"chosen", s.chosen}});
   }
   // Thousands of requests: one array per field, times to the microsecond.
   auto micro = [](double v) { return std::round(v * 1e3) / 1e3; };
   nlohmann::json& c = j["samples"];
-  for (const char* key : {"t", "step", "ok", "mode", "rung_name", "ttft_ms", "transfer_ms",
-                          "payload_bytes"}) {
+  for (const char* key :
+       {"t", "step", "ok", "mode", "rung_name", "ttft_ms", "transfer_ms", "payload_bytes"}) {
     c[key] = nlohmann::json::array();
   }
   for (const LinkSample& x : samples) {

@@ -6,8 +6,9 @@
 //
 // A step's settled mode is the mode (rung aside) used most in its second half; the step's
 // switch time is how long after the change the requests took to settle: the first of five in a
-// row in the settled mode (of all, in a step with fewer answered requests). The report ends with `link_switch_seconds_max=<x>`, the slowest
-// switch among the steps whose settled mode differs from the step before's.
+// row in the settled mode (of all, in a step with fewer answered requests). The report ends with
+// `link_switch_seconds_max=<x>`, the slowest switch among the steps whose settled mode differs from
+// the step before's.
 #ifndef SCD_COMMON_TOOLS_E2E_LINK_STEPS_H_
 #define SCD_COMMON_TOOLS_E2E_LINK_STEPS_H_
 
@@ -44,8 +45,8 @@ struct LinkStepSummary {
   LinkStep step;
   double start_seconds = 0;
   int requests = 0, errors = 0;
-  std::string settled_mode;  // empty when the step had no answered request
-  bool changed = false;      // settled_mode differs from the step before's
+  std::string settled_mode;    // empty when the step had no answered request
+  bool changed = false;        // settled_mode differs from the step before's
   double switch_seconds = -1;  // negative: never settled
   double ttft_p50_ms = 0;      // over the step's second half
   std::string chosen;          // "raw ×120, quant4 ×3"

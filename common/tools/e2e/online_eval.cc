@@ -16,8 +16,8 @@
 #include "common/eval/text_corpus.h"
 #include "common/scd/artifact.h"
 #include "common/scd/codec.h"
-#include "common/scd/shared_artifact.h"
 #include "common/scd/model_pair.h"
+#include "common/scd/shared_artifact.h"
 #include "common/serving/shadow_oracle.h"
 #include "common/tools/cluster/local_cluster.h"
 #include "proto/scd.grpc.pb.h"
@@ -46,8 +46,10 @@ ShadowMeans OnlineMeans(const std::string& m, int layers) {
   s.top1 = cluster::SumMetric(m, "scd_shadow_top1_agreement_sum", {"tokens=\"generated\""}) / n;
   for (int l = 0; l < layers; ++l) {
     const std::string layer = absl::StrCat("layer=\"", l, "\"");
-    s.k_rel_error.push_back(cluster::SumMetric(m, "scd_shadow_kv_rel_error_sum", {layer, "kv=\"k\""}) / n);
-    s.v_rel_error.push_back(cluster::SumMetric(m, "scd_shadow_kv_rel_error_sum", {layer, "kv=\"v\""}) / n);
+    s.k_rel_error.push_back(
+        cluster::SumMetric(m, "scd_shadow_kv_rel_error_sum", {layer, "kv=\"k\""}) / n);
+    s.v_rel_error.push_back(
+        cluster::SumMetric(m, "scd_shadow_kv_rel_error_sum", {layer, "kv=\"v\""}) / n);
   }
   return s;
 }
@@ -79,7 +81,8 @@ absl::StatusOr<Served> Ask(scd::v1::Generation::Stub& stub, const OnlineEvalOpti
     }
   }
   grpc::Status st = reader->Finish();
-  if (!st.ok()) return absl::UnavailableError(absl::StrCat("a prompt failed: ", st.error_message()));
+  if (!st.ok())
+    return absl::UnavailableError(absl::StrCat("a prompt failed: ", st.error_message()));
   // A stop token ends the answer without being streamed; the shadow oracle compares it too.
   if (finish == "stop" && static_cast<int>(s.generated.size()) < o.tokens && !eos.empty()) {
     s.generated.push_back(eos.front());
@@ -165,18 +168,19 @@ absl::StatusOr<std::vector<std::string>> Prompts(const OnlineEvalOptions& o,
 // Serves every prompt through a daemon pair with the shadow oracle on; fills *served and
 // *online.
 absl::Status RunOnline(const OnlineEvalOptions& o, const std::vector<std::string>& prompts,
-                       const Tokenizer& tokenizer,
-                       const std::vector<int32_t>& eos, int layers, const OnlineProgressFn& progress,
-                       std::vector<Served>* served, ShadowMeans* online, int* dropped) {
+                       const Tokenizer& tokenizer, const std::vector<int32_t>& eos, int layers,
+                       const OnlineProgressFn& progress, std::vector<Served>* served,
+                       ShadowMeans* online, int* dropped) {
   nlohmann::json pc;
   pc["base_model"] = o.base_model;
   pc["http"] = {{"port", 0}};
   pc["control_plane"] = {{"cluster_token", kToken}, {"heartbeat_interval", "100ms"}};
   pc["prefix_cache"] = {{"enabled", false}, {"block_tokens", 0}};
   pc["limits"] = {{"max_tokens", std::max(256, o.tokens)}, {"request_timeout", "300s"}};
-  pc["specialists"] = nlohmann::json::array(
-      {{{"name", kSpecialist}, {"artifact", o.artifact}, {"consumer_path", o.specialist_model},
-        {"mode", o.mode}}});
+  pc["specialists"] = nlohmann::json::array({{{"name", kSpecialist},
+                                              {"artifact", o.artifact},
+                                              {"consumer_path", o.specialist_model},
+                                              {"mode", o.mode}}});
   cluster::DecodeDaemonSpec spec;
   spec.model_name = kSpecialist;
   spec.model_path = o.specialist_model;
@@ -227,10 +231,9 @@ absl::Status RunOnline(const OnlineEvalOptions& o, const std::vector<std::string
 }  // namespace
 
 nlohmann::json ShadowMeans::ToJson() const {
-  return {{"samples", samples},         {"first_kl", first_kl},
-          {"first_top1", first_top1},   {"kl", kl},
-          {"top1", top1},               {"k_rel_error", k_rel_error},
-          {"v_rel_error", v_rel_error}};
+  return {
+      {"samples", samples}, {"first_kl", first_kl},       {"first_top1", first_top1},  {"kl", kl},
+      {"top1", top1},       {"k_rel_error", k_rel_error}, {"v_rel_error", v_rel_error}};
 }
 
 nlohmann::json OnlineEvalReport::ToJson() const {
@@ -275,8 +278,8 @@ absl::StatusOr<OnlineEvalReport> RunOnlineEval(const OnlineEvalOptions& o,
   OnlineEvalReport report;
   std::vector<Served> served;
   SCD_ASSIGN_OR_RETURN(const std::vector<std::string> prompts, Prompts(o, *pair.tokenizer));
-  SCD_RETURN_IF_ERROR(RunOnline(o, prompts, *pair.tokenizer, c.eos_token_ids, c.num_layers, progress,
-                                &served, &report.online, &report.dropped));
+  SCD_RETURN_IF_ERROR(RunOnline(o, prompts, *pair.tokenizer, c.eos_token_ids, c.num_layers,
+                                progress, &served, &report.online, &report.dropped));
   for (size_t i = 0; i < served.size(); ++i) {
     SCD_RETURN_IF_ERROR(AddOffline(pair, *enc, *dec, mode, o.rung, served[i], &report.offline));
     if (progress && ((i + 1) % 25 == 0 || i + 1 == served.size())) {

@@ -52,7 +52,8 @@ absl::StatusOr<std::vector<SharedPrefixContext>> BuildBabiSharedPrefixWorkload(
   absl::StatusOr<std::vector<eval::BabiStory>> stories = eval::ReadBabiFiles(babi_path);
   if (!stories.ok()) return stories.status();
   const int n = static_cast<int>(stories->size());
-  if (n < 2) return absl::InvalidArgumentError(absl::StrCat(babi_path, " has fewer than 2 stories"));
+  if (n < 2)
+    return absl::InvalidArgumentError(absl::StrCat(babi_path, " has fewer than 2 stories"));
   std::vector<SharedPrefixContext> out;
   for (int s = 0; s < n && static_cast<int>(out.size()) < options.contexts; ++s) {
     std::vector<std::string> own = Statements((*stories)[s]);
@@ -74,8 +75,7 @@ absl::StatusOr<std::vector<SharedPrefixContext>> BuildBabiSharedPrefixWorkload(
       where = std::move(w);
     }
     if (static_cast<int>(people.size()) < options.questions_per_context) continue;
-    const int own_tokens =
-        static_cast<int>(tokenizer.Encode(absl::StrJoin(own, " "), true).size());
+    const int own_tokens = static_cast<int>(tokenizer.Encode(absl::StrJoin(own, " "), true).size());
     if (4 * own_tokens > 5 * options.context_tokens) continue;  // no beginning comes near it
     // Filler: statements of the following stories, prepended until the budget is reached.
     std::vector<std::string> filler;
@@ -93,15 +93,15 @@ absl::StatusOr<std::vector<SharedPrefixContext>> BuildBabiSharedPrefixWorkload(
     c.context_tokens = static_cast<int>(tokenizer.Encode(c.context, true).size());
     for (int q = 0; q < options.questions_per_context; ++q) {
       const std::string& person = people[static_cast<size_t>(q)];
-      c.questions.push_back({absl::StrCat(c.context, " Q: Where is ", person, "? A:"), where[person]});
+      c.questions.push_back(
+          {absl::StrCat(c.context, " Q: Where is ", person, "? A:"), where[person]});
     }
     out.push_back(std::move(c));
   }
   if (static_cast<int>(out.size()) < options.contexts) {
-    return absl::InvalidArgumentError(absl::StrCat(babi_path, " yields only ", out.size(),
-                                                   " usable contexts with ",
-                                                   options.questions_per_context,
-                                                   " people each; ", options.contexts, " asked"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(babi_path, " yields only ", out.size(), " usable contexts with ",
+                     options.questions_per_context, " people each; ", options.contexts, " asked"));
   }
   return out;
 }

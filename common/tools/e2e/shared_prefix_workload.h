@@ -5,8 +5,9 @@
 // Built from bAbI task 1 (single supporting fact) so that answers can be scored: a context is
 // one story's statements preceded by the statements of other stories until it reaches about
 // `context_tokens` tokens (a story longer than that is cut to its longest beginning that fits
-// and names enough people; one that cannot come within 25% of it is skipped), and its questions ask where each person of the final story is. The
-// answer is that person's last location in the context (task 1's statements all read
+// and names enough people; one that cannot come within 25% of it is skipped), and its questions ask
+// where each person of the final story is. The answer is that person's last location in the context
+// (task 1's statements all read
 // "<person> <verb> to the <place>."), and because the final story comes last, it is also the
 // answer with the filler in front. Prompts use the specialist's training format:
 // "<statements> Q: Where is <person>? A:".

@@ -31,9 +31,10 @@ nlohmann::json PrefillJson(const SoakOptions& o) {
   c["limits"] = {
       {"max_tokens", 256}, {"default_max_tokens", o.max_tokens}, {"request_timeout", "120s"}};
   c["drain_timeout"] = "10s";
-  c["specialists"] = nlohmann::json::array(
-      {{{"name", o.specialist_name}, {"artifact", o.artifact}, {"consumer_path", o.specialist_model},
-        {"mode", o.mode}}});
+  c["specialists"] = nlohmann::json::array({{{"name", o.specialist_name},
+                                             {"artifact", o.artifact},
+                                             {"consumer_path", o.specialist_model},
+                                             {"mode", o.mode}}});
   return c;
 }
 
@@ -45,7 +46,8 @@ absl::Status StartCluster(const SoakOptions& o, SoakCluster& c) {
   spec.cluster_token = kToken;
   spec.extra["http"] = {{"port", 0}};  // /metrics: the shadow oracle's counts
   if (o.shadow_rate >= 0) spec.extra["quality"]["shadow_rate"] = o.shadow_rate;
-  if (o.shadow_piece_tokens > 0) spec.extra["quality"]["shadow_piece_tokens"] = o.shadow_piece_tokens;
+  if (o.shadow_piece_tokens > 0)
+    spec.extra["quality"]["shadow_piece_tokens"] = o.shadow_piece_tokens;
   if (o.shadow_max_tokens_per_s > 0) {
     spec.extra["quality"]["shadow_max_tokens_per_s"] = o.shadow_max_tokens_per_s;
   }
@@ -371,9 +373,11 @@ nlohmann::json SoakResultJson(const SoakOptions& o, const SoakResult& r) {
   j["saturation_rate"] = r.saturation_rate;
   j["soak_rate"] = r.soak_rate;
   j["shadow_rate"] = o.shadow_rate >= 0 ? nlohmann::json(o.shadow_rate) : nlohmann::json(nullptr);
-  j["shadow_piece_tokens"] = o.shadow_piece_tokens > 0 ? nlohmann::json(o.shadow_piece_tokens) : nlohmann::json(nullptr);
-  j["shadow_max_tokens_per_s"] =
-      o.shadow_max_tokens_per_s > 0 ? nlohmann::json(o.shadow_max_tokens_per_s) : nlohmann::json(nullptr);
+  j["shadow_piece_tokens"] =
+      o.shadow_piece_tokens > 0 ? nlohmann::json(o.shadow_piece_tokens) : nlohmann::json(nullptr);
+  j["shadow_max_tokens_per_s"] = o.shadow_max_tokens_per_s > 0
+                                     ? nlohmann::json(o.shadow_max_tokens_per_s)
+                                     : nlohmann::json(nullptr);
   j["shadow_samples"] = r.shadow_samples;
   j["shadow_dropped"] = r.shadow_dropped;
   j["daemons"] = r.daemons;

@@ -64,16 +64,16 @@ struct SoakOptions {
   double drift_window_s = 60;
   double ttft_drift_tolerance = 0.10;  // largest rise of the last window's p99 (one-sided)
 
-  double saturation_rate = 0;  // requests/s; > 0: given, no sweep
-  double shadow_rate = -1;     // the decode daemons' quality.shadow_rate; < 0: their default
-  int shadow_piece_tokens = 0; // their quality.shadow_piece_tokens; 0: their default
+  double saturation_rate = 0;   // requests/s; > 0: given, no sweep
+  double shadow_rate = -1;      // the decode daemons' quality.shadow_rate; < 0: their default
+  int shadow_piece_tokens = 0;  // their quality.shadow_piece_tokens; 0: their default
   double shadow_max_tokens_per_s = 0;  // their quality.shadow_max_tokens_per_s; 0: their default
 };
 
 struct SaturationLevel {
-  int concurrency = 0;     // closed-loop level; 0 for an open-loop probe
-  double rate_asked = 0;   // open-loop probe: Poisson rate asked (requests/s)
-  bool kept_up = true;     // open-loop probe: see RunSoak
+  int concurrency = 0;    // closed-loop level; 0 for an open-loop probe
+  double rate_asked = 0;  // open-loop probe: Poisson rate asked (requests/s)
+  bool kept_up = true;    // open-loop probe: see RunSoak
   int64_t ok = 0, failed = 0;
   double requests_per_s = 0;
   double ttft_p50_ms = 0, ttft_p99_ms = 0;
@@ -87,8 +87,8 @@ struct SoakCheck {
 
 struct SoakResult {
   std::vector<SaturationLevel> saturation;
-  double saturation_rate = 0;  // requests/s
-  double soak_rate = 0;        // requests/s asked
+  double saturation_rate = 0;        // requests/s
+  double soak_rate = 0;              // requests/s asked
   std::vector<std::string> daemons;  // names, in the order of the report's rss_pids
   nlohmann::json report;             // the soak phase's scd-loadgen report (report.h)
   std::vector<SoakCheck> checks;

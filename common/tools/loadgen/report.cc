@@ -372,10 +372,11 @@ absl::Status WriteTimeSeriesPng(const json& report, const std::string& path) {
       }
       if (st.empty()) continue;
       const bool labelled = ts.contains("rss_labels") && ts["rss_labels"].is_array() &&
-                            ts["rss_labels"].size() == pids.size() && ts["rss_labels"][i].is_string();
-      const std::string name =
-          labelled ? absl::StrCat(ts["rss_labels"][i].get<std::string>(), " (pid ", pids[i].get<int>(), ")")
-                   : absl::StrCat("pid ", pids[i].get<int>());
+                            ts["rss_labels"].size() == pids.size() &&
+                            ts["rss_labels"][i].is_string();
+      const std::string name = labelled ? absl::StrCat(ts["rss_labels"][i].get<std::string>(),
+                                                       " (pid ", pids[i].get<int>(), ")")
+                                        : absl::StrCat("pid ", pids[i].get<int>());
       if (absl::Status s = memory.AddSeries(name, std::move(st), std::move(mib)); !s.ok()) {
         return s;
       }

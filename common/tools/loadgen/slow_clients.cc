@@ -41,7 +41,8 @@ absl::StatusOr<std::unique_ptr<SlowClients>> SlowClients::Start(const SlowClient
   }
   std::unique_ptr<SlowClients> clients(new SlowClients(o));
   clients->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (clients->epoll_fd_ < 0) return absl::ResourceExhaustedError("slow clients: no epoll instance");
+  if (clients->epoll_fd_ < 0)
+    return absl::ResourceExhaustedError("slow clients: no epoll instance");
   clients->connections_.resize(o.connections);
   clients->start_ = std::chrono::steady_clock::now();
   for (int i = 0; i < o.connections; ++i) clients->connections_[i].source = i / o.per_source;

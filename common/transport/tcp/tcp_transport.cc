@@ -263,13 +263,13 @@ class TcpListener : public Listener {
   // The transfer token after a DATA header, checked against the header's CRC of it. An error
   // drops the connection (a bad token CRC is a damaged header: the stream is lost).
   absl::Status ReadToken(int fd, const FrameHeader& header, TransferToken* token) {
-    absl::Status read = ReadFully(fd, token->data(), token->size(), absl::InfiniteFuture(),
-                                  options_.stall_timeout);
+    absl::Status read =
+        ReadFully(fd, token->data(), token->size(), absl::InfiniteFuture(), options_.stall_timeout);
     if (read.ok()) read = VerifyToken(header, *token);
     if (read.ok()) return read;
-    return absl::Status(read.code(), absl::StrCat("request ", header.request_id,
-                                                  ": transfer token: ", read.message(),
-                                                  "; connection dropped"));
+    return absl::Status(read.code(),
+                        absl::StrCat("request ", header.request_id,
+                                     ": transfer token: ", read.message(), "; connection dropped"));
   }
 
   void Serve(const Peer& peer) {

@@ -48,7 +48,7 @@ struct ServerEp {
   EncodedHeader header_bytes{};
   FrameHeader header;
   TransferToken token{};  // the DATA frame's, once received
-  Message message;  // the body being received, or verified and waiting for inbox space
+  Message message;        // the body being received, or verified and waiting for inbox space
 };
 
 class ListenerCore : public std::enable_shared_from_this<ListenerCore> {
@@ -190,8 +190,8 @@ class ListenerCore : public std::enable_shared_from_this<ListenerCore> {
     if (sep->state == ServerEp::State::kClosed) return;
     if (status != UCS_OK) return Fail(sep, UcxStatus(status, "receiving a transfer token"));
     if (absl::Status intact = VerifyToken(sep->header, sep->token); !intact.ok()) {
-      Report(*sep, 0, absl::Status(intact.code(),
-                                   absl::StrCat(intact.message(), "; connection dropped")));
+      Report(*sep, 0,
+             absl::Status(intact.code(), absl::StrCat(intact.message(), "; connection dropped")));
       return CloseEp(sep);
     }
     Message& message = sep->message;

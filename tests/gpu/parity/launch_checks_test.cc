@@ -44,12 +44,11 @@ void CheckPrefillKernelChoice() {
   CHECK_FALSE(lc::PrefillTensorCores(kv, kv, 8, 4, 96, AttentionImpl::kAuto).value());
   CHECK_FALSE(lc::PrefillTensorCores(misaligned, kv, 8, 4, 64, AttentionImpl::kAuto).value());
   CHECK_FALSE(lc::PrefillTensorCores(kv, kv, 8, 4, 64, AttentionImpl::kGeneric).value());
-  CHECK_FALSE(
-      lc::PrefillTensorCores(kv, kv, 8, 4, lc::kPrefillMaxHeadDim, AttentionImpl::kGeneric)
-          .value());
-  CHECK(Refused(
-      lc::PrefillTensorCores(kv, kv, 8, 4, lc::kPrefillMaxHeadDim + 1, AttentionImpl::kAuto)
-          .status()));
+  CHECK_FALSE(lc::PrefillTensorCores(kv, kv, 8, 4, lc::kPrefillMaxHeadDim, AttentionImpl::kGeneric)
+                  .value());
+  CHECK(
+      Refused(lc::PrefillTensorCores(kv, kv, 8, 4, lc::kPrefillMaxHeadDim + 1, AttentionImpl::kAuto)
+                  .status()));
   CHECK(Refused(lc::PrefillTensorCores(kv, kv, 8, 4, 96, AttentionImpl::kTensorCore).status()));
   CHECK(Refused(
       lc::PrefillTensorCores(kv, misaligned, 8, 4, 64, AttentionImpl::kTensorCore).status()));

@@ -431,7 +431,7 @@ void DeviceBuffer::Release() {
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes, absl::string_view what) {
   DeviceBuffer buffer;
-  if (bytes == 0) return buffer;  // as device_memory.cc: no allocation, null data
+  if (bytes == 0) return buffer;           // as device_memory.cc: no allocation, null data
   if (!standin::TakeDeviceBytes(bytes)) {  // as cudaErrorMemoryAllocation (cuda_status.cc)
     return absl::ResourceExhaustedError(absl::StrCat(
         "cudaMalloc(", what, ", ", bytes, " bytes): cudaErrorMemoryAllocation: out of memory"));

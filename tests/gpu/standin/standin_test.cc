@@ -330,7 +330,7 @@ struct SmallDevice {
   std::shared_ptr<const Model> model;
   size_t empty = 0, weights = 0, workspaces = 0;
   size_t graphs = 0;  // the decode graphs the two requests' steps recorded
-  size_t need = 0;  // a request's reservation: what its sequence takes from the device
+  size_t need = 0;    // a request's reservation: what its sequence takes from the device
 };
 
 // The engine of the scratch-memory case below: SEKV prompts prefilled 256 tokens at a time.
