@@ -25,9 +25,10 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizer runtimes for scripts/fuzz.sh
   iproute2 nftables  # test_netfaults: `ip netns`, veth, `tc` (tbf) and random loss (no netem here)
 )
-# Servers the tests start themselves on loopback (not needed to build, so not in the images'
-# build stage): etcd for the cluster registry's tests (test_rpc, test_cluster).
-TEST_SERVERS=(etcd-server etcd-client)
+# What the tests need but the build does not (so not in the images' build stage): etcd, which
+# the cluster registry's tests start themselves on loopback (test_rpc, test_cluster), and
+# clang-format 14, which scripts/test.sh checks every C++ and CUDA file with.
+TEST_TOOLS=(etcd-server etcd-client clang-format-14)
 
 step() { printf '\n==> %s\n' "$*"; }
 run() { printf '+'; printf ' %q' "$@"; printf '\n'; "$@"; }
@@ -43,10 +44,10 @@ else
     fi
     SUDO=(sudo)
   fi
-  step "installing $((${#PACKAGES[@]} + ${#TEST_SERVERS[@]})) packages with apt"
+  step "installing $((${#PACKAGES[@]} + ${#TEST_TOOLS[@]})) packages with apt"
   run "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
   run "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends "${PACKAGES[@]}" "${TEST_SERVERS[@]}"
+    apt-get install -y --no-install-recommends "${PACKAGES[@]}" "${TEST_TOOLS[@]}"
 fi
 
 # The official `openai` npm client, for the HTTP API test (Node 20 ships with the machine;

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/base/status_macros.h"
 #include "common/scd/artifact.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tools/cli/flags.h"
@@ -41,6 +42,53 @@ int RunLinkSteps(const scd::e2e::E2eBenchOptions& o, const std::vector<scd::e2e:
   if (!st.ok()) return flags.Fail(st);
   std::cout << md;  // ends with link_switch_seconds_max=
   return 0;
+}
+// The cells' PREFIX.json, .md and .png; with mode auto among the modes also PREFIX.auto.md and
+// .auto.png. The tables also go to stdout.
+absl::Status WriteCells(const scd::e2e::E2eBenchOptions& o,
+                        const std::vector<scd::e2e::E2eCell>& cells, const std::string& out,
+                        const std::string& command) {
+  nlohmann::json j = scd::e2e::E2eCellsJson(o, cells);
+  j["command"] = command;
+  std::ofstream(out + ".json") << j.dump(2) << "\n";
+  const std::string md = scd::e2e::E2eCellsMarkdown(cells);
+  std::ofstream(out + ".md") << md;
+  SCD_RETURN_IF_ERROR(scd::e2e::WriteE2ePlot(cells, "TTFT p50, " + o.label, out + ".png"));
+  std::cout << md;
+  if (std::find(o.modes.begin(), o.modes.end(), "auto") == o.modes.end()) {
+    return absl::OkStatus();
+  }
+  SCD_ASSIGN_OR_RETURN(scd::ScdArtifact artifact, scd::ScdArtifact::Load(o.artifact));
+  const auto groups = scd::e2e::CompareAuto(cells, o.quality_floor, artifact.quality);
+  const std::string auto_md = scd::e2e::AutoMarkdown(groups);
+  std::ofstream(out + ".auto.md") << auto_md;
+  SCD_RETURN_IF_ERROR(scd::e2e::WriteAutoPlot(
+      groups, "mode auto against the best fixed mode, " + o.label, out + ".auto.png"));
+  std::cout << "\n" << auto_md;  // ends with auto_vs_best_fixed_max=
+  return absl::OkStatus();
+}
+
+// The bAbI shared-prefix workload, tokenized with the base model's tokenizer.
+absl::StatusOr<std::vector<scd::e2e::SharedPrefixContext>> LoadWorkload(
+    const std::string& babi, const std::string& base_model,
+    const scd::e2e::SharedPrefixOptions& options) {
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<scd::Tokenizer> tokenizer,
+                       scd::Tokenizer::FromFile(base_model + "/tokenizer.json"));
+  return scd::e2e::BuildBabiSharedPrefixWorkload(babi, *tokenizer, options);
+}
+
+// --bandwidths: Gbit/s values > 0, comma-separated.
+absl::StatusOr<std::vector<double>> ParseBandwidths(const std::string& text) {
+  std::vector<double> out;
+  for (absl::string_view b : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    double gbps = 0;
+    if (!absl::SimpleAtod(b, &gbps) || !(gbps > 0) || !std::isfinite(gbps)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--bandwidths takes Gbit/s values > 0, comma-separated, not \"", b, "\""));
+    }
+    out.push_back(gbps);
+  }
+  return out;
 }
 }  // namespace
 
@@ -101,22 +149,16 @@ int main(int argc, char** argv) {
   o.warm = !cold_only;
   o.cold = !warm_only;
   o.modes = absl::StrSplit(modes, ',', absl::SkipEmpty());
-  o.bandwidths_gbps.clear();
-  for (absl::string_view b : absl::StrSplit(bandwidths, ',', absl::SkipEmpty())) {
-    double gbps = 0;
-    if (!absl::SimpleAtod(b, &gbps) || !(gbps > 0) || !std::isfinite(gbps)) {
-      return flags.UsageError(
-          absl::StrCat("--bandwidths takes Gbit/s values > 0, comma-separated, not \"", b, "\""));
-    }
-    o.bandwidths_gbps.push_back(gbps);
+  auto bandwidths_gbps = ParseBandwidths(bandwidths);
+  if (!bandwidths_gbps.ok()) {
+    return flags.UsageError(std::string(bandwidths_gbps.status().message()));
   }
-  auto tokenizer = scd::Tokenizer::FromFile(o.base_model + "/tokenizer.json");
-  if (!tokenizer.ok()) return flags.Fail(tokenizer.status());
+  o.bandwidths_gbps = std::move(*bandwidths_gbps);
   scd::e2e::SharedPrefixOptions wo;
   wo.contexts = contexts;
   wo.questions_per_context = questions;
   wo.context_tokens = context_tokens;
-  auto workload = scd::e2e::BuildBabiSharedPrefixWorkload(babi, **tokenizer, wo);
+  auto workload = LoadWorkload(babi, o.base_model, wo);
   if (!workload.ok()) return flags.Fail(workload.status());
   o.workload = std::move(*workload);
   o.workdir = out + ".work";
@@ -131,26 +173,9 @@ int main(int argc, char** argv) {
   auto cells =
       scd::e2e::RunE2eBench(o, [](const std::string& line) { std::cerr << line << std::endl; });
   if (!cells.ok()) return flags.Fail(cells.status());
-  nlohmann::json j = scd::e2e::E2eCellsJson(o, *cells);
-  j["command"] = scd::cli::QuotedCommandLine(argc, argv);
-  std::ofstream(out + ".json") << j.dump(2) << "\n";
-  const std::string md = scd::e2e::E2eCellsMarkdown(*cells);
-  std::ofstream(out + ".md") << md;
-  if (absl::Status st = scd::e2e::WriteE2ePlot(*cells, "TTFT p50, " + o.label, out + ".png");
+  if (absl::Status st = WriteCells(o, *cells, out, scd::cli::QuotedCommandLine(argc, argv));
       !st.ok()) {
     return flags.Fail(st);
-  }
-  std::cout << md;
-  if (std::find(o.modes.begin(), o.modes.end(), "auto") != o.modes.end()) {
-    auto artifact = scd::ScdArtifact::Load(o.artifact);
-    if (!artifact.ok()) return flags.Fail(artifact.status());
-    const auto groups = scd::e2e::CompareAuto(*cells, o.quality_floor, artifact->quality);
-    const std::string auto_md = scd::e2e::AutoMarkdown(groups);
-    std::ofstream(out + ".auto.md") << auto_md;
-    absl::Status st = scd::e2e::WriteAutoPlot(
-        groups, "mode auto against the best fixed mode, " + o.label, out + ".auto.png");
-    if (!st.ok()) return flags.Fail(st);
-    std::cout << "\n" << auto_md;  // ends with auto_vs_best_fixed_max=
   }
   return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/file_io.h"
+#include "common/base/status_macros.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tools/cli/flags.h"
 #include "common/tools/e2e/shared_prefix_workload.h"
@@ -21,6 +22,46 @@
 
 namespace {
 constexpr char kProgram[] = "scd-soak";
+
+// The bAbI shared-prefix workload's questions as load-generator prompts, each tagged with the
+// index of its shared context; `contexts_out` gets the number of contexts.
+absl::StatusOr<std::vector<scd::loadgen::Prompt>> WorkloadPrompts(const std::string& babi,
+                                                                  const std::string& base_model,
+                                                                  int contexts, int questions,
+                                                                  size_t* contexts_out) {
+  auto tokenizer = scd::Tokenizer::FromFile(base_model + "/tokenizer.json");
+  if (!tokenizer.ok()) return tokenizer.status();
+  scd::e2e::SharedPrefixOptions wo;
+  wo.contexts = contexts;
+  wo.questions_per_context = questions;
+  auto workload = scd::e2e::BuildBabiSharedPrefixWorkload(babi, **tokenizer, wo);
+  if (!workload.ok()) return workload.status();
+  std::vector<scd::loadgen::Prompt> prompts;
+  for (size_t i = 0; i < workload->size(); ++i) {
+    for (const scd::e2e::SharedPrefixQuestion& q : (*workload)[i].questions) {
+      scd::loadgen::Prompt p;
+      p.text = q.prompt;
+      p.group = static_cast<int>(i);
+      prompts.push_back(std::move(p));
+    }
+  }
+  *contexts_out = workload->size();
+  return prompts;
+}
+
+// PREFIX.json, PREFIX.md and PREFIX_timeseries.png; the table also goes to stdout.
+absl::Status WriteSoakOutputs(const scd::e2e::SoakOptions& o, const scd::e2e::SoakResult& result,
+                              const std::string& out, const std::string& command) {
+  nlohmann::json j = scd::e2e::SoakResultJson(o, result);
+  j["command"] = command;
+  SCD_RETURN_IF_ERROR(scd::WriteFileAtomically(
+      out + ".json", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"));
+  const std::string md = scd::e2e::SoakMarkdown(result);
+  std::ofstream(out + ".md") << md;
+  SCD_RETURN_IF_ERROR(scd::loadgen::WriteTimeSeriesPng(result.report, out + "_timeseries.png"));
+  std::cout << md;
+  return absl::OkStatus();
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,44 +116,22 @@ int main(int argc, char** argv) {
   o.drift_window_s = window;
   o.saturation_rate = saturation;
   o.shadow_rate = shadow_rate;
-  auto tokenizer = scd::Tokenizer::FromFile(o.base_model + "/tokenizer.json");
-  if (!tokenizer.ok()) return flags.Fail(tokenizer.status());
-  scd::e2e::SharedPrefixOptions wo;
-  wo.contexts = contexts;
-  wo.questions_per_context = questions;
-  auto workload = scd::e2e::BuildBabiSharedPrefixWorkload(babi, **tokenizer, wo);
-  if (!workload.ok()) return flags.Fail(workload.status());
-  for (size_t i = 0; i < workload->size(); ++i) {
-    for (const scd::e2e::SharedPrefixQuestion& q : (*workload)[i].questions) {
-      scd::loadgen::Prompt p;
-      p.text = q.prompt;
-      p.group = static_cast<int>(i);
-      o.prompts.push_back(std::move(p));
-    }
-  }
+  size_t context_count = 0;
+  auto prompts = WorkloadPrompts(babi, o.base_model, contexts, questions, &context_count);
+  if (!prompts.ok()) return flags.Fail(prompts.status());
+  o.prompts = std::move(*prompts);
   o.workdir = out + ".work";
   fs::create_directories(o.workdir);
-  std::cerr << kProgram << ": " << o.prompts.size() << " prompts (" << workload->size()
+  std::cerr << kProgram << ": " << o.prompts.size() << " prompts (" << context_count
             << " shared contexts); logs in " << o.workdir << "\n"
             << scd::cli::QuotedCommandLine(argc, argv) << "\n";
   auto result =
       scd::e2e::RunSoak(o, [](const std::string& line) { std::cerr << line << std::endl; });
   if (!result.ok()) return flags.Fail(result.status());
-
-  nlohmann::json j = scd::e2e::SoakResultJson(o, *result);
-  j["command"] = scd::cli::QuotedCommandLine(argc, argv);
-  if (absl::Status s = scd::WriteFileAtomically(
-          out + ".json", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  if (absl::Status s = WriteSoakOutputs(o, *result, out, scd::cli::QuotedCommandLine(argc, argv));
       !s.ok()) {
     return flags.Fail(s);
   }
-  const std::string md = scd::e2e::SoakMarkdown(*result);
-  std::ofstream(out + ".md") << md;
-  if (absl::Status s = scd::loadgen::WriteTimeSeriesPng(result->report, out + "_timeseries.png");
-      !s.ok()) {
-    return flags.Fail(s);
-  }
-  std::cout << md;
   if (!result->passed) return flags.Fail("a soak check failed (see the table)");
   return 0;
 }
