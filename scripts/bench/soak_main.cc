@@ -3,8 +3,8 @@
 // fraction of it for --duration seconds on the bAbI shared-prefix workload, and checks: zero
 // failed requests, every daemon's RSS flat after the warm-up, no p99 TTFT rise beyond 10% from
 // the first to the last minute (a fall passes), clean SIGTERM exits. Writes PREFIX.json,
-// PREFIX.md, PREFIX_timeseries.png (p50/p99 TTFT and RSS over time) and PREFIX_ttft.png. Exit
-// status 1 when a check fails.
+// PREFIX.md and PREFIX_timeseries.png (p50/p99 TTFT and RSS over time). Exit status 1 when a
+// check fails.
 //   scd-soak --base DIR --specialist DIR --artifact FILE --babi FILE --out PREFIX
 #include <filesystem>
 #include <fstream>
