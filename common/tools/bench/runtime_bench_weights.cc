@@ -1,5 +1,6 @@
-// The runtime benchmark's weight-format and cold-start figures (see runtime_bench.h): int8
-// against F32 decode on one model in one process, and new processes that load a checkpoint.
+// The runtime benchmark's weight figures (see runtime_bench.h): a pass over a decode step's F32
+// matrices alone, int8 against F32 decode on one model in one process, and new processes that
+// load a checkpoint.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
