@@ -1,8 +1,8 @@
 // The register-blocked inner loops of SmallBatchLinear (small_batch_linear.h), written once
 // over a vector type V and compiled once per instruction set: small_batch_linear.cc builds them
 // for AVX2 (V = 8 floats), small_batch_linear_avx512.cc for AVX-512 (V = 16 floats) under a
-// target pragma. Internal to those two files (and their test, which runs these loops at 16
-// lanes of plain floats on any CPU): everything here has internal linkage, so the two
+// target pragma. Internal to those two files (and small_batch_linear_test.cc, which runs these
+// loops at 16 lanes of plain floats on any CPU): everything here has internal linkage, so the two
 // compilations never meet at link time (an AVX-512 copy of a shared inline function could
 // otherwise be the one the linker keeps, and fault on a CPU without AVX-512).
 //
