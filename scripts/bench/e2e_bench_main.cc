@@ -15,7 +15,6 @@
 #include "absl/strings/str_split.h"
 #include "common/base/status_macros.h"
 #include "common/scd/artifact.h"
-#include "common/tokenizer/tokenizer.h"
 #include "common/tools/cli/flags.h"
 #include "common/tools/e2e/auto_report.h"
 #include "common/tools/e2e/e2e_bench.h"
@@ -66,15 +65,6 @@ absl::Status WriteCells(const scd::e2e::E2eBenchOptions& o,
       groups, "mode auto against the best fixed mode, " + o.label, out + ".auto.png"));
   std::cout << "\n" << auto_md;  // ends with auto_vs_best_fixed_max=
   return absl::OkStatus();
-}
-
-// The bAbI shared-prefix workload, tokenized with the base model's tokenizer.
-absl::StatusOr<std::vector<scd::e2e::SharedPrefixContext>> LoadWorkload(
-    const std::string& babi, const std::string& base_model,
-    const scd::e2e::SharedPrefixOptions& options) {
-  SCD_ASSIGN_OR_RETURN(std::unique_ptr<scd::Tokenizer> tokenizer,
-                       scd::Tokenizer::FromFile(base_model + "/tokenizer.json"));
-  return scd::e2e::BuildBabiSharedPrefixWorkload(babi, *tokenizer, options);
 }
 
 // --bandwidths: Gbit/s values > 0, comma-separated.
@@ -158,7 +148,7 @@ int main(int argc, char** argv) {
   wo.contexts = contexts;
   wo.questions_per_context = questions;
   wo.context_tokens = context_tokens;
-  auto workload = LoadWorkload(babi, o.base_model, wo);
+  auto workload = scd::e2e::LoadBabiSharedPrefixWorkload(babi, o.base_model, wo);
   if (!workload.ok()) return flags.Fail(workload.status());
   o.workload = std::move(*workload);
   o.workdir = out + ".work";

@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/file_io.h"
 #include "common/base/status_macros.h"
-#include "common/tokenizer/tokenizer.h"
 #include "common/tools/cli/flags.h"
 #include "common/tools/e2e/shared_prefix_workload.h"
 #include "common/tools/e2e/soak.h"
@@ -29,12 +28,10 @@ absl::StatusOr<std::vector<scd::loadgen::Prompt>> WorkloadPrompts(const std::str
                                                                   const std::string& base_model,
                                                                   int contexts, int questions,
                                                                   size_t* contexts_out) {
-  auto tokenizer = scd::Tokenizer::FromFile(base_model + "/tokenizer.json");
-  if (!tokenizer.ok()) return tokenizer.status();
   scd::e2e::SharedPrefixOptions wo;
   wo.contexts = contexts;
   wo.questions_per_context = questions;
-  auto workload = scd::e2e::BuildBabiSharedPrefixWorkload(babi, **tokenizer, wo);
+  auto workload = scd::e2e::LoadBabiSharedPrefixWorkload(babi, base_model, wo);
   if (!workload.ok()) return workload.status();
   std::vector<scd::loadgen::Prompt> prompts;
   for (size_t i = 0; i < workload->size(); ++i) {

@@ -52,5 +52,27 @@ TEST_CASE("shared-prefix contexts come near the asked length, short ones by cutt
   }
 }
 
+TEST_CASE("the shared-prefix workload loads with a checkpoint directory's tokenizer", "[cpu]") {
+  const std::string model = testing::SharedPath("models/stories260K");
+  const std::string babi = testing::SharedPath("data/babi/qa1_single-supporting-fact_dev.txt");
+  SharedPrefixOptions o;
+  o.contexts = 4;
+  auto tokenizer = Tokenizer::FromFile(model + "/tokenizer.json");
+  REQUIRE(tokenizer.ok());
+  auto built = BuildBabiSharedPrefixWorkload(babi, **tokenizer, o);
+  auto loaded = LoadBabiSharedPrefixWorkload(babi, model, o);
+  REQUIRE(built.ok());
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded->size() == built->size());
+  for (size_t i = 0; i < built->size(); ++i) {
+    CHECK((*loaded)[i].context == (*built)[i].context);
+    CHECK((*loaded)[i].context_tokens == (*built)[i].context_tokens);
+  }
+  // A directory without a tokenizer is a clear error, not an empty workload.
+  auto missing = LoadBabiSharedPrefixWorkload(babi, testing::SharedPath("data/babi"), o);
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(std::string(missing.status().message()), Catch::Contains("tokenizer.json"));
+}
+
 }  // namespace
 }  // namespace scd::e2e

@@ -2,10 +2,12 @@
 #include "common/tools/e2e/shared_prefix_workload.h"
 
 #include <map>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/base/status_macros.h"
 #include "common/eval/babi.h"
 
 namespace scd::e2e {
@@ -104,6 +106,14 @@ absl::StatusOr<std::vector<SharedPrefixContext>> BuildBabiSharedPrefixWorkload(
                      options.questions_per_context, " people each; ", options.contexts, " asked"));
   }
   return out;
+}
+
+absl::StatusOr<std::vector<SharedPrefixContext>> LoadBabiSharedPrefixWorkload(
+    const std::string& babi_path, const std::string& model_dir,
+    const SharedPrefixOptions& options) {
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                       Tokenizer::FromFile(model_dir + "/tokenizer.json"));
+  return BuildBabiSharedPrefixWorkload(babi_path, *tokenizer, options);
 }
 
 }  // namespace scd::e2e

@@ -43,6 +43,10 @@ struct SharedPrefixOptions {
 absl::StatusOr<std::vector<SharedPrefixContext>> BuildBabiSharedPrefixWorkload(
     const std::string& babi_path, const Tokenizer& tokenizer, const SharedPrefixOptions& options);
 
+// The same, tokenized with the tokenizer.json of the checkpoint directory `model_dir`.
+absl::StatusOr<std::vector<SharedPrefixContext>> LoadBabiSharedPrefixWorkload(
+    const std::string& babi_path, const std::string& model_dir, const SharedPrefixOptions& options);
+
 }  // namespace scd::e2e
 
 #endif  // SCD_COMMON_TOOLS_E2E_SHARED_PREFIX_WORKLOAD_H_
